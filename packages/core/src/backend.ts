@@ -1,0 +1,96 @@
+/**
+ * The contract every storage adapter implements. Each primitive is one atomic step on the
+ * backend (a Lua script, an etcd transaction, a ZooKeeper multi-op); core builds waiting,
+ * fairness, validation and lock-lost detection on top.
+ *
+ * Errors: a primitive that cannot reach its backend, or does not hear back in bounded time,
+ * rejects with a `DlmError` of code UNAVAILABLE (`toUnavailable` helps), with
+ * `indeterminate: true` when a write may have been applied but its reply was lost.
+ * Primitives never reject with LOCK_HELD or NOT_HOLDER: those outcomes are return values.
+ */
+
+export interface BackendCapabilities {
+  /**
+   * `strict`: per name, every grant's token is greater than every earlier grant's token
+   * (across expiry, release and — when `durableAcrossRestart` — restarts).
+   * `best-effort`: tokens usually grow but the backend cannot promise it (Redlock).
+   */
+  fencing: 'strict' | 'best-effort';
+  /** The shortest lease the backend can hold. Requests below it are raised to it. */
+  minTtlMs: number;
+  /** Leases are rounded up to a multiple of this (etcd counts seconds). 1 means exact. */
+  ttlGranularityMs: number;
+  /** Held locks and the token high-water mark survive a restart of the backend. */
+  durableAcrossRestart: boolean;
+  /** The backend itself orders waiters, so FIFO holds across several dlm servers. */
+  fairQueue: boolean;
+  /** `watch` reports expiries as they happen (not only releases). */
+  expiryEvents: boolean;
+}
+
+export interface AcquireRequest {
+  name: string;
+  owner: string;
+  ttlMs: number;
+}
+
+export interface Grant {
+  name: string;
+  owner: string;
+  token: bigint;
+  /** The lease the backend actually granted (≥ the request, rounded to its granularity). */
+  ttlMs: number;
+}
+
+export type AcquireResult =
+  | { granted: true; grant: Grant }
+  | {
+      granted: false;
+      /** The current holder's remaining lease, when the backend could tell. */
+      ttlRemainingMs?: number;
+    };
+
+export interface LockState {
+  name: string;
+  owner: string;
+  token: bigint;
+  ttlRemainingMs: number;
+}
+
+/** What `watch` reports. `token` and `owner` are those of the lease the event is about. */
+export interface LockEvent {
+  name: string;
+  type: 'acquired' | 'released' | 'expired' | 'revoked';
+  token?: bigint;
+  owner?: string;
+}
+
+export type Unsubscribe = () => void;
+
+export interface LockBackend {
+  /** Shown to clients in `session.hello` (`embedded`, `redis`, …). */
+  readonly kind: string;
+  readonly capabilities: BackendCapabilities;
+  /**
+   * Grants the lock when it is free (or already held by the same owner: then the same token
+   * with the lease refreshed). Never waits for a held lock.
+   */
+  tryAcquire(request: AcquireRequest): Promise<AcquireResult>;
+  /** Frees the lock when `token` is the current holder's. False when it was not. */
+  release(request: { name: string; token: bigint }): Promise<boolean>;
+  /** Resets the lease to `ttlMs` when `token` is the current holder's; null when not. */
+  extend(request: { name: string; token: bigint; ttlMs: number }): Promise<Grant | null>;
+  /** The current holder, or null when free. */
+  inspect(name: string): Promise<LockState | null>;
+  /**
+   * Calls `listener` on releases (and expiries, with `expiryEvents`) of `name`, and on grants
+   * where the backend can tell. Waits in core are woken by these, so an adapter must deliver
+   * every release; it may deliver extra events.
+   */
+  watch(name: string, listener: (event: LockEvent) => void): Unsubscribe;
+  /** Forcibly ends the current lease, whoever holds it (admin use). False when free. */
+  revoke?(name: string): Promise<boolean>;
+  /** Lists held locks whose names start with `prefix` (admin use). */
+  list?(prefix: string): Promise<LockState[]>;
+  close(): Promise<void>;
+}

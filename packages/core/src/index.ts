@@ -1,0 +1,29 @@
+export type {
+  AcquireRequest,
+  AcquireResult,
+  BackendCapabilities,
+  Grant,
+  LockBackend,
+  LockEvent,
+  LockState,
+  Unsubscribe,
+} from './backend.js';
+export { type Clock, createManualClock, type ManualClock, systemClock, type Timer } from './clock.js';
+export {
+  DlmError,
+  ERROR_CODES,
+  type ErrorCode,
+  type ErrorDetails,
+  isDlmError,
+  isErrorCode,
+  toUnavailable,
+} from './errors.js';
+export { createFenceGuard, type FenceGuard, formatToken, MAX_TOKEN, parseToken } from './fencing.js';
+export {
+  DEFAULT_LIMITS,
+  type Limits,
+  validateName,
+  validateOwner,
+  validateTtl,
+  validateWait,
+} from './validation.js';

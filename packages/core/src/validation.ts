@@ -1,0 +1,61 @@
+import { DlmError } from './errors.js';
+
+/** The bounds every request is checked against. Servers report them in `session.hello`. */
+export interface Limits {
+  maxNameBytes: number;
+  maxOwnerBytes: number;
+  minTtlMs: number;
+  maxTtlMs: number;
+  maxWaitMs: number;
+}
+
+export const DEFAULT_LIMITS: Limits = {
+  maxNameBytes: 256,
+  maxOwnerBytes: 128,
+  minTtlMs: 100,
+  maxTtlMs: 86_400_000,
+  maxWaitMs: 300_000,
+};
+
+// U+0000–U+001F and U+007F.
+// biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point
+const CONTROL = /[\u0000-\u001f\u007f]/;
+
+function invalid(field: string, message: string): DlmError {
+  return new DlmError('INVALID_PARAMS', `${field} ${message}`, { field });
+}
+
+function checkText(value: unknown, field: string, maxBytes: number): string {
+  if (typeof value !== 'string') throw invalid(field, 'must be a string');
+  const bytes = Buffer.byteLength(value, 'utf8');
+  if (bytes < 1 || bytes > maxBytes) throw invalid(field, `must be 1-${maxBytes} UTF-8 bytes`);
+  if (CONTROL.test(value)) throw invalid(field, 'must not contain control characters');
+  // A lone surrogate cannot be encoded as UTF-8: it would be stored as U+FFFD and name a
+  // different lock than the one asked for.
+  if (!value.isWellFormed()) throw invalid(field, 'must be well-formed Unicode');
+  return value;
+}
+
+export function validateName(value: unknown, limits: Limits = DEFAULT_LIMITS): string {
+  return checkText(value, 'name', limits.maxNameBytes);
+}
+
+export function validateOwner(value: unknown, limits: Limits = DEFAULT_LIMITS): string {
+  return checkText(value, 'owner', limits.maxOwnerBytes);
+}
+
+function checkInteger(value: unknown, field: string, min: number, max: number): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value)) {
+    throw invalid(field, 'must be an integer number of milliseconds');
+  }
+  if (value < min || value > max) throw invalid(field, `must be in [${min}, ${max}]`);
+  return value;
+}
+
+export function validateTtl(value: unknown, limits: Limits = DEFAULT_LIMITS): number {
+  return checkInteger(value, 'ttlMs', limits.minTtlMs, limits.maxTtlMs);
+}
+
+export function validateWait(value: unknown, limits: Limits = DEFAULT_LIMITS): number {
+  return checkInteger(value ?? 0, 'waitMs', 0, limits.maxWaitMs);
+}

@@ -1,0 +1,9 @@
+export {
+  findBinary,
+  freePort,
+  type ManagedProcess,
+  type ProcessSpec,
+  serviceAvailable,
+  startProcess,
+  tempDir,
+} from './process.js';

@@ -1,0 +1,190 @@
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/**
+ * Process plumbing shared by every service starter in this package: free loopback ports,
+ * throwaway directories, and child processes that are killed when the test process exits.
+ */
+
+/** A TCP port on 127.0.0.1 that nothing listens on right now. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => {
+        if (address && typeof address === 'object') resolve(address.port);
+        else reject(new Error('could not read the free port'));
+      });
+    });
+  });
+}
+
+const tempDirs = new Set<string>();
+
+/** A new empty directory under the OS temp dir, removed when the process exits. */
+export function tempDir(prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), `dlm-${prefix}-`));
+  tempDirs.add(dir);
+  return dir;
+}
+
+const live = new Set<ChildProcess>();
+let exitHookInstalled = false;
+
+function installExitHook(): void {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.on('exit', () => {
+    for (const child of live) {
+      try {
+        // A SIGSTOPped child ignores SIGKILL until continued on some kernels' views of it;
+        // SIGCONT first so nothing outlives the tests.
+        child.kill('SIGCONT');
+        child.kill('SIGKILL');
+      } catch {}
+    }
+    for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+  });
+}
+
+/** Where a binary is on PATH, or null. */
+export function findBinary(name: string): string | null {
+  const found = spawnSync('sh', ['-c', `command -v ${name}`], { encoding: 'utf8' });
+  const path = found.stdout.trim();
+  return found.status === 0 && path ? path : null;
+}
+
+/**
+ * Whether tests that need `what` should run. Missing outside CI: they skip, and say why.
+ * Missing with CI=true: a failure, never a silent skip.
+ */
+export function serviceAvailable(what: string, present: boolean): boolean {
+  if (present) return true;
+  if (process.env.CI === 'true') {
+    throw new Error(`${what} is required with CI=true but was not found (install it; see README)`);
+  }
+  console.warn(`[test-services] ${what} not found: skipping the tests that need it`);
+  return false;
+}
+
+export interface ProcessSpec {
+  /** Shown in errors and logs. */
+  name: string;
+  command: string;
+  args: string[];
+  cwd?: string;
+  env?: NodeJS.ProcessEnv;
+  /** Resolves true once the process serves requests. Called repeatedly until it does. */
+  ready: () => Promise<boolean>;
+  readyTimeoutMs?: number;
+}
+
+export interface ManagedProcess {
+  readonly name: string;
+  readonly pid: number | undefined;
+  /** The last lines the process printed, for error messages. */
+  output(): string;
+  /** SIGKILL and wait for the exit. */
+  kill(): Promise<void>;
+  /** SIGTERM, then SIGKILL after `graceMs`; waits for the exit. */
+  stop(graceMs?: number): Promise<void>;
+  /** SIGSTOP: the process keeps its sockets open but answers nothing. */
+  pause(): void;
+  /** SIGCONT after `pause`. */
+  resume(): void;
+  /** Starts the same command again (after kill/stop) and waits until ready. */
+  start(): Promise<void>;
+  readonly running: boolean;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Spawns a service and waits until `spec.ready()` says it serves. */
+export async function startProcess(spec: ProcessSpec): Promise<ManagedProcess> {
+  installExitHook();
+  let child: ChildProcess | undefined;
+  let exited: Promise<void> = Promise.resolve();
+  let log = '';
+
+  const launch = async () => {
+    const proc = spawn(spec.command, spec.args, {
+      cwd: spec.cwd,
+      env: { ...process.env, ...spec.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child = proc;
+    live.add(proc);
+    const append = (chunk: Buffer) => {
+      log = (log + chunk.toString('utf8')).slice(-8_000);
+    };
+    proc.stdout?.on('data', append);
+    proc.stderr?.on('data', append);
+    exited = new Promise((resolve) => {
+      proc.once('exit', () => {
+        live.delete(proc);
+        resolve();
+      });
+    });
+    const deadline = Date.now() + (spec.readyTimeoutMs ?? 30_000);
+    let spawnError: Error | undefined;
+    proc.once('error', (error) => {
+      spawnError = error;
+    });
+    for (;;) {
+      if (spawnError) throw new Error(`${spec.name}: could not start: ${spawnError.message}`);
+      if (proc.exitCode !== null || proc.signalCode !== null) {
+        throw new Error(`${spec.name} exited during start-up:\n${log}`);
+      }
+      if (await spec.ready().catch(() => false)) return;
+      if (Date.now() > deadline) {
+        proc.kill('SIGKILL');
+        throw new Error(`${spec.name} was not ready in time:\n${log}`);
+      }
+      await sleep(50);
+    }
+  };
+
+  await launch();
+
+  const running = () => child !== undefined && child.exitCode === null && child.signalCode === null;
+  return {
+    name: spec.name,
+    get pid() {
+      return child?.pid;
+    },
+    get running() {
+      return running();
+    },
+    output: () => log,
+    async kill() {
+      if (!running()) return;
+      child!.kill('SIGCONT');
+      child!.kill('SIGKILL');
+      await exited;
+    },
+    async stop(graceMs = 5_000) {
+      if (!running()) return;
+      child!.kill('SIGCONT');
+      child!.kill('SIGTERM');
+      const timer = setTimeout(() => child?.kill('SIGKILL'), graceMs);
+      await exited;
+      clearTimeout(timer);
+    },
+    pause: () => {
+      child?.kill('SIGSTOP');
+    },
+    resume: () => {
+      child?.kill('SIGCONT');
+    },
+    async start() {
+      if (running()) throw new Error(`${spec.name} is already running`);
+      await launch();
+    },
+  };
+}

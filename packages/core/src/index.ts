@@ -8,7 +8,13 @@ export type {
   LockState,
   Unsubscribe,
 } from './backend.js';
-export { type Clock, createManualClock, type ManualClock, systemClock, type Timer } from './clock.js';
+export {
+  type Clock,
+  createManualClock,
+  type ManualClock,
+  systemClock,
+  type Timer,
+} from './clock.js';
 export {
   DlmError,
   ERROR_CODES,
@@ -18,7 +24,23 @@ export {
   isErrorCode,
   toUnavailable,
 } from './errors.js';
-export { createFenceGuard, type FenceGuard, formatToken, MAX_TOKEN, parseToken } from './fencing.js';
+export {
+  createFenceGuard,
+  type FenceGuard,
+  formatToken,
+  MAX_TOKEN,
+  parseToken,
+} from './fencing.js';
+export {
+  type AcquireOptions,
+  createLockService,
+  type ExtendOptions,
+  type Lease,
+  type LockChange,
+  type LockService,
+  type LockServiceOptions,
+  type LostEvent,
+} from './lock-service.js';
 export {
   DEFAULT_LIMITS,
   type Limits,

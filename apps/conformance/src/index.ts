@@ -1,0 +1,480 @@
+import {
+  type BackendCapabilities,
+  createLockService,
+  type DlmError,
+  isDlmError,
+  type Lease,
+  type LockBackend,
+  type LockChange,
+  type LockService,
+  type LostEvent,
+} from '@dlm/core';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+export interface ConformanceTarget {
+  /** A new backend instance connected to the service under test; called once per test. */
+  backend: () => LockBackend | Promise<LockBackend>;
+  /** Run after each test with the instance it used (default: `backend.close()`). */
+  cleanup?: (backend: LockBackend) => Promise<void>;
+  /**
+   * For backends with `durableAcrossRestart`: crash the service (kill -9 where possible) and
+   * start it again with its data; `backend()` afterwards talks to the new one.
+   */
+  restart?: () => Promise<void>;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+let unique = 0;
+/** Each test uses its own names, so suites never need to flush the backend. */
+function lockName(label: string): string {
+  unique += 1;
+  return `conformance/${label}/${process.pid}-${Date.now().toString(36)}-${unique}`;
+}
+
+async function failure(promise: Promise<unknown>): Promise<DlmError> {
+  try {
+    await promise;
+  } catch (error) {
+    if (isDlmError(error)) return error;
+    throw error;
+  }
+  throw new Error('expected the call to fail, but it succeeded');
+}
+
+/** The shortest lease worth testing expiry with, on this backend's granularity. */
+function shortTtl(caps: BackendCapabilities): number {
+  const wanted = Math.max(caps.minTtlMs, 300);
+  return Math.ceil(wanted / caps.ttlGranularityMs) * caps.ttlGranularityMs;
+}
+
+/** How long after a lease's end a backend may still need to notice it ended. */
+function expirySlack(caps: BackendCapabilities): number {
+  return caps.ttlGranularityMs + 1_500;
+}
+
+/**
+ * Registers the dlm backend conformance suite with vitest. Every test runs through core's
+ * `LockService` over a fresh backend instance, so it checks the adapter's primitives and the
+ * waits, fairness and lock-lost detection core builds on them. Groups are gated by the
+ * backend's declared capabilities, never by its name.
+ *
+ * @example
+ * runConformance('redis', { backend: () => redisBackend({ url }) });
+ */
+export function runConformance(name: string, target: ConformanceTarget): void {
+  describe(`conformance: ${name}`, () => {
+    let backend: LockBackend;
+    let service: LockService;
+    let caps: BackendCapabilities;
+    const extraServices: LockService[] = [];
+
+    beforeEach(async () => {
+      backend = await target.backend();
+      caps = backend.capabilities;
+      service = createLockService({ backend });
+    });
+
+    afterEach(async () => {
+      for (const extra of extraServices.splice(0)) await extra.close();
+      await service.close();
+      await (target.cleanup ?? ((b: LockBackend) => b.close()))(backend);
+    });
+
+    describe('grants', () => {
+      it('grants a free lock with a positive token and at least the requested lease', async () => {
+        const name = lockName('grant');
+        const lease = await service.acquire({ name, owner: 'a', ttlMs: 5_000 });
+        expect(lease.token).toBeGreaterThan(0n);
+        expect(lease.ttlMs).toBeGreaterThanOrEqual(5_000);
+        expect(lease.owner).toBe('a');
+        const state = await service.get(name);
+        expect(state?.token).toBe(lease.token);
+        expect(state?.owner).toBe('a');
+        expect(state?.ttlRemainingMs).toBeGreaterThan(0);
+        expect(state?.ttlRemainingMs).toBeLessThanOrEqual(lease.ttlMs);
+      });
+
+      it('mutual exclusion: of many concurrent contenders exactly one is granted', async () => {
+        const name = lockName('mutex');
+        const attempts = Array.from({ length: 25 }, (_, i) =>
+          service.acquire({ name, owner: `owner-${i}`, ttlMs: 10_000 }).then(
+            (lease) => lease,
+            (error: unknown) => {
+              if (isDlmError(error, 'LOCK_HELD')) return null;
+              throw error;
+            },
+          ),
+        );
+        const leases = (await Promise.all(attempts)).filter((lease) => lease !== null);
+        expect(leases).toHaveLength(1);
+      });
+
+      it('mutual exclusion holds across independent service instances', async () => {
+        const name = lockName('mutex-instances');
+        const others = await Promise.all(
+          Array.from({ length: 3 }, async () => {
+            const other = createLockService({ backend: await target.backend() });
+            extraServices.push(other);
+            return other;
+          }),
+        );
+        const all = [service, ...others];
+        const results = await Promise.allSettled(
+          all.flatMap((svc, s) =>
+            Array.from({ length: 5 }, (_, i) =>
+              svc.acquire({ name, owner: `s${s}-${i}`, ttlMs: 10_000 }),
+            ),
+          ),
+        );
+        expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+        for (const other of others) {
+          await other.close();
+          await other.backend.close();
+        }
+        extraServices.length = 0;
+      });
+
+      it('idempotent re-acquire by the same owner returns the same token and refreshes the lease', async () => {
+        const name = lockName('reacquire');
+        const first = await service.acquire({ name, owner: 'same', ttlMs: 5_000 });
+        const second = await service.acquire({ name, owner: 'same', ttlMs: 5_000 });
+        expect(second.token).toBe(first.token);
+        const third = await service.acquire({ name, owner: 'same', ttlMs: 5_000, waitMs: 1_000 });
+        expect(third.token).toBe(first.token);
+      });
+
+      it('try-lock on a held lock fails at once with LOCK_HELD and the remaining lease', async () => {
+        const name = lockName('trylock');
+        await service.acquire({ name, owner: 'holder', ttlMs: 10_000 });
+        const started = performance.now();
+        const error = await failure(service.acquire({ name, owner: 'other', ttlMs: 1_000 }));
+        expect(error.code).toBe('LOCK_HELD');
+        expect(error.retryable).toBe(true);
+        expect(performance.now() - started).toBeLessThan(1_000);
+        if (error.details.ttlRemainingMs !== undefined) {
+          expect(error.details.ttlRemainingMs).toBeGreaterThan(0);
+          expect(error.details.ttlRemainingMs).toBeLessThanOrEqual(10_000 + caps.ttlGranularityMs);
+        }
+      });
+    });
+
+    describe('release and extend', () => {
+      it('only the holder releases: a wrong token gets NOT_HOLDER and the lock stays', async () => {
+        const name = lockName('release');
+        const lease = await service.acquire({ name, owner: 'a', ttlMs: 10_000 });
+        const error = await failure(service.release({ name, token: lease.token + 1000n }));
+        expect(error.code).toBe('NOT_HOLDER');
+        expect((await service.get(name))?.token).toBe(lease.token);
+        await service.release({ name, token: lease.token });
+        expect(await service.get(name)).toBeNull();
+        expect((await failure(service.release({ name, token: lease.token }))).code).toBe(
+          'NOT_HOLDER',
+        );
+      });
+
+      it('only the holder extends, and extend resets the lease', async () => {
+        const name = lockName('extend');
+        const ttl = shortTtl(caps);
+        const lease = await service.acquire({ name, owner: 'a', ttlMs: ttl });
+        expect(
+          (await failure(service.extend({ name, token: lease.token + 1000n, ttlMs: ttl }))).code,
+        ).toBe('NOT_HOLDER');
+        const extended = await service.extend({ name, token: lease.token, ttlMs: 10_000 });
+        expect(extended.token).toBe(lease.token);
+        expect(extended.ttlMs).toBeGreaterThanOrEqual(10_000);
+        await sleep(ttl + expirySlack(caps));
+        const state = await service.get(name);
+        expect(state?.token).toBe(lease.token);
+      });
+
+      it("release(token) by a stale holder leaves the new holder's lock", async () => {
+        const name = lockName('stale');
+        const ttl = shortTtl(caps);
+        const stale = await service.acquire({ name, owner: 'old', ttlMs: ttl });
+        await sleep(ttl + expirySlack(caps));
+        const fresh = await service.acquire({ name, owner: 'new', ttlMs: 10_000, waitMs: 5_000 });
+        expect(fresh.token).toBeGreaterThan(stale.token);
+        expect((await failure(service.release({ name, token: stale.token }))).code).toBe(
+          'NOT_HOLDER',
+        );
+        expect((await failure(service.extend({ name, token: stale.token, ttlMs: ttl }))).code).toBe(
+          'NOT_HOLDER',
+        );
+        const state = await service.get(name);
+        expect(state?.owner).toBe('new');
+        expect(state?.token).toBe(fresh.token);
+      });
+    });
+
+    describe('expiry', () => {
+      it('an unreleased lease expires and the lock is free again', async () => {
+        const name = lockName('expiry');
+        const ttl = shortTtl(caps);
+        await service.acquire({ name, owner: 'a', ttlMs: ttl });
+        await sleep(ttl + expirySlack(caps));
+        const next = await service.acquire({ name, owner: 'b', ttlMs: 5_000 });
+        expect(next.owner).toBe('b');
+      });
+
+      it('tokens strictly increase across release and expiry', async () => {
+        const name = lockName('tokens');
+        const ttl = shortTtl(caps);
+        const tokens: bigint[] = [];
+        for (let i = 0; i < 3; i += 1) {
+          const lease = await service.acquire({ name, owner: `r${i}`, ttlMs: 5_000 });
+          tokens.push(lease.token);
+          await service.release({ name, token: lease.token });
+        }
+        const expiring = await service.acquire({ name, owner: 'x', ttlMs: ttl });
+        tokens.push(expiring.token);
+        await sleep(ttl + expirySlack(caps));
+        tokens.push(
+          (await service.acquire({ name, owner: 'y', ttlMs: 5_000, waitMs: 5_000 })).token,
+        );
+        for (let i = 1; i < tokens.length; i += 1) {
+          expect(tokens[i]!).toBeGreaterThan(tokens[i - 1]!);
+        }
+      });
+
+      it('the holder is told lock.lost (expired) within its lease plus a small bound', async () => {
+        const name = lockName('lost');
+        const ttl = shortTtl(caps);
+        const lost: Array<{ event: LostEvent; at: number }> = [];
+        const started = performance.now();
+        await service.acquire({
+          name,
+          owner: 'a',
+          ttlMs: ttl,
+          onLost: (event) => lost.push({ event, at: performance.now() }),
+        });
+        await sleep(ttl + expirySlack(caps));
+        expect(lost).toHaveLength(1);
+        expect(lost[0]!.event.reason).toBe('expired');
+        expect(lost[0]!.event.name).toBe(name);
+        expect(lost[0]!.at - started).toBeGreaterThanOrEqual(ttl - 50);
+      });
+    });
+
+    describe('waiting', () => {
+      it('a wait ends at its deadline with LOCK_HELD', async () => {
+        const name = lockName('deadline');
+        await service.acquire({ name, owner: 'holder', ttlMs: 20_000 });
+        const started = performance.now();
+        const error = await failure(
+          service.acquire({ name, owner: 'waiter', ttlMs: 5_000, waitMs: 400 }),
+        );
+        const elapsed = performance.now() - started;
+        expect(error.code).toBe('LOCK_HELD');
+        expect(elapsed).toBeGreaterThanOrEqual(380);
+        expect(elapsed).toBeLessThan(2_500);
+      });
+
+      it('a waiter is woken promptly on release (event-driven, not at the lease end)', async () => {
+        const name = lockName('wake');
+        const holder = await service.acquire({ name, owner: 'holder', ttlMs: 30_000 });
+        const waiting = service.acquire({ name, owner: 'waiter', ttlMs: 5_000, waitMs: 20_000 });
+        await sleep(150);
+        const releasedAt = performance.now();
+        await service.release({ name, token: holder.token });
+        const granted = await waiting;
+        const wakeMs = performance.now() - releasedAt;
+        expect(granted.owner).toBe('waiter');
+        expect(granted.token).toBeGreaterThan(holder.token);
+        expect(wakeMs).toBeLessThan(1_000);
+      });
+
+      it('a waiter on another service instance is woken by the release notification', async () => {
+        const name = lockName('wake-remote');
+        const other = createLockService({ backend: await target.backend() });
+        extraServices.push(other);
+        const holder = await service.acquire({ name, owner: 'holder', ttlMs: 30_000 });
+        const waiting = other.acquire({ name, owner: 'waiter', ttlMs: 5_000, waitMs: 20_000 });
+        await sleep(200);
+        const releasedAt = performance.now();
+        await service.release({ name, token: holder.token });
+        const granted = await waiting;
+        expect(granted.owner).toBe('waiter');
+        expect(performance.now() - releasedAt).toBeLessThan(1_500);
+      });
+
+      it('waiters are granted in FIFO order', async () => {
+        const name = lockName('fifo');
+        const holder = await service.acquire({ name, owner: 'holder', ttlMs: 30_000 });
+        const order: string[] = [];
+        const waiters = Array.from({ length: 6 }, (_, i) =>
+          service
+            .acquire({ name, owner: `w${i}`, ttlMs: 10_000, waitMs: 20_000 })
+            .then(async (lease) => {
+              order.push(lease.owner);
+              await sleep(10);
+              await service.release({ name, token: lease.token });
+            }),
+        );
+        await sleep(100);
+        await service.release({ name, token: holder.token });
+        await Promise.all(waiters);
+        expect(order).toEqual(['w0', 'w1', 'w2', 'w3', 'w4', 'w5']);
+      });
+
+      it('a waiter whose holder expires is granted after the lease ends', async () => {
+        const name = lockName('wait-expiry');
+        const ttl = shortTtl(caps);
+        const holder = await service.acquire({ name, owner: 'holder', ttlMs: ttl });
+        const started = performance.now();
+        const lease = await service.acquire({
+          name,
+          owner: 'waiter',
+          ttlMs: 5_000,
+          waitMs: ttl + 10_000,
+        });
+        expect(lease.token).toBeGreaterThan(holder.token);
+        expect(performance.now() - started).toBeLessThan(ttl + expirySlack(caps) + 1_000);
+      });
+
+      it('an aborted wait ends with CANCELLED and is never granted later', async () => {
+        const name = lockName('abort');
+        const holder = await service.acquire({ name, owner: 'holder', ttlMs: 30_000 });
+        const controller = new AbortController();
+        const waiting = failure(
+          service.acquire({
+            name,
+            owner: 'quitter',
+            ttlMs: 5_000,
+            waitMs: 20_000,
+            signal: controller.signal,
+          }),
+        );
+        await sleep(50);
+        controller.abort();
+        expect((await waiting).code).toBe('CANCELLED');
+        await service.release({ name, token: holder.token });
+        await sleep(200);
+        const next = await service.acquire({ name, owner: 'next', ttlMs: 5_000 });
+        expect(next.owner).toBe('next');
+        expect(service.waiters(name)).toBe(0);
+      });
+
+      it('a try-lock does not jump the queue of waiters', async () => {
+        const name = lockName('no-barging');
+        const holder = await service.acquire({ name, owner: 'holder', ttlMs: 30_000 });
+        const waiting = service.acquire({ name, owner: 'waiter', ttlMs: 5_000, waitMs: 20_000 });
+        await sleep(50);
+        expect((await failure(service.acquire({ name, owner: 'barger', ttlMs: 5_000 }))).code).toBe(
+          'LOCK_HELD',
+        );
+        await service.release({ name, token: holder.token });
+        expect((await waiting).owner).toBe('waiter');
+      });
+
+      it('closing the service ends waits with CANCELLED', async () => {
+        const name = lockName('close');
+        await service.acquire({ name, owner: 'holder', ttlMs: 30_000 });
+        const waiting = failure(
+          service.acquire({ name, owner: 'waiter', ttlMs: 5_000, waitMs: 20_000 }),
+        );
+        await sleep(50);
+        await service.close();
+        expect((await waiting).code).toBe('CANCELLED');
+      });
+    });
+
+    describe('watch and revoke', () => {
+      it('watch reports grants and releases', async () => {
+        const name = lockName('watch');
+        const changes: LockChange[] = [];
+        const stop = service.watch(name, (change) => changes.push(change));
+        const other = createLockService({ backend: await target.backend() });
+        extraServices.push(other);
+        const lease = await other.acquire({ name, owner: 'a', ttlMs: 10_000 });
+        await other.release({ name, token: lease.token });
+        const deadline = performance.now() + 2_000;
+        while (!changes.some((c) => !c.held) && performance.now() < deadline) await sleep(20);
+        stop();
+        expect(changes.at(-1)).toMatchObject({ name, held: false });
+        const grant = changes.find((c) => c.held);
+        if (grant) expect(grant.token).toBe(lease.token);
+      });
+
+      it('revoke ends the lease: the holder is told revoked, the next waiter gets a higher token', async () => {
+        const name = lockName('revoke');
+        const lost: LostEvent[] = [];
+        const holder = await service.acquire({
+          name,
+          owner: 'a',
+          ttlMs: 30_000,
+          onLost: (e) => lost.push(e),
+        });
+        const waiting = service.acquire({ name, owner: 'b', ttlMs: 5_000, waitMs: 10_000 });
+        await sleep(50);
+        const revoked = await service.revoke(name);
+        expect(revoked?.token).toBe(holder.token);
+        const next = await waiting;
+        expect(next.token).toBeGreaterThan(holder.token);
+        expect(lost).toEqual([{ name, token: holder.token, reason: 'revoked' }]);
+        expect((await failure(service.release({ name, token: holder.token }))).code).toBe(
+          'NOT_HOLDER',
+        );
+      });
+    });
+
+    describe('bad input', () => {
+      const cases: Array<[string, Record<string, unknown>, string]> = [
+        ['an empty name', { name: '' }, 'name'],
+        ['a name over 256 bytes', { name: 'x'.repeat(257) }, 'name'],
+        ['a name with a control character', { name: 'a\u0000b' }, 'name'],
+        ['a name that is not a string', { name: 7 }, 'name'],
+        ['a ttl below the minimum', { ttlMs: 1 }, 'ttlMs'],
+        ['a ttl that is not an integer', { ttlMs: 1000.5 }, 'ttlMs'],
+        ['a ttl above the maximum', { ttlMs: 86_400_001 }, 'ttlMs'],
+        ['a negative wait', { waitMs: -1 }, 'waitMs'],
+        ['an empty owner', { owner: '' }, 'owner'],
+      ];
+      for (const [label, patch, field] of cases) {
+        it(`acquire with ${label} is INVALID_PARAMS naming ${field}`, async () => {
+          const request = {
+            name: lockName('bad'),
+            owner: 'a',
+            ttlMs: 5_000,
+            ...patch,
+          } as Parameters<LockService['acquire']>[0];
+          const error = await failure(service.acquire(request));
+          expect(error.code).toBe('INVALID_PARAMS');
+          expect(error.details.field).toBe(field);
+        });
+      }
+
+      it('release and extend with an out-of-range token are INVALID_PARAMS', async () => {
+        const name = lockName('bad-token');
+        for (const token of [0n, -1n, 2n ** 63n]) {
+          expect((await failure(service.release({ name, token }))).details.field).toBe('token');
+          expect((await failure(service.extend({ name, token, ttlMs: 5_000 }))).details.field).toBe(
+            'token',
+          );
+        }
+      });
+    });
+
+    describe('durability', () => {
+      it('tokens keep increasing and held locks stay held across a backend restart', async (ctx) => {
+        if (!caps.durableAcrossRestart || !target.restart) ctx.skip();
+        const released = lockName('durable-released');
+        const held = lockName('durable-held');
+        const first = await service.acquire({ name: released, owner: 'a', ttlMs: 5_000 });
+        await service.release({ name: released, token: first.token });
+        const holder: Lease = await service.acquire({ name: held, owner: 'holder', ttlMs: 60_000 });
+        await service.close();
+        await (target.cleanup ?? ((b: LockBackend) => b.close()))(backend).catch(() => {});
+        await target.restart!();
+        backend = await target.backend();
+        service = createLockService({ backend });
+        const after = await service.acquire({ name: released, owner: 'b', ttlMs: 5_000 });
+        expect(after.token).toBeGreaterThan(first.token);
+        expect(
+          (await failure(service.acquire({ name: held, owner: 'intruder', ttlMs: 5_000 }))).code,
+        ).toBe('LOCK_HELD');
+        await service.release({ name: held, token: holder.token });
+      });
+    });
+  });
+}

@@ -1,0 +1,610 @@
+import type {
+  AcquireRequest,
+  AcquireResult,
+  Grant,
+  LockBackend,
+  LockEvent,
+  LockState,
+} from './backend.js';
+import { type Clock, systemClock, type Timer } from './clock.js';
+import { DlmError, isDlmError } from './errors.js';
+import { MAX_TOKEN } from './fencing.js';
+import {
+  DEFAULT_LIMITS,
+  type Limits,
+  validateName,
+  validateOwner,
+  validateTtl,
+  validateWait,
+} from './validation.js';
+
+/** A lease granted by the service. `ttlMs` is what the backend granted (≥ the request). */
+export interface Lease {
+  name: string;
+  owner: string;
+  token: bigint;
+  ttlMs: number;
+}
+
+export interface LostEvent {
+  name: string;
+  token: bigint;
+  reason: 'expired' | 'revoked';
+}
+
+/** What `watch` reports: the lock's new state after a grant, release, expiry or revocation. */
+export interface LockChange {
+  name: string;
+  held: boolean;
+  owner?: string;
+  token?: bigint;
+}
+
+export interface AcquireOptions {
+  name: string;
+  owner: string;
+  ttlMs: number;
+  /** 0 (the default) is a try-lock; otherwise wait up to this long, first come first served. */
+  waitMs?: number;
+  /** Ends a wait early with CANCELLED. */
+  signal?: AbortSignal;
+  /** Called once when the granted lease ends other than by a release (expiry, revocation). */
+  onLost?: (event: LostEvent) => void;
+}
+
+export interface ExtendOptions {
+  name: string;
+  token: bigint;
+  ttlMs: number;
+  /** Replaces the lease's `onLost` (a holder that reconnected elsewhere extends its lease). */
+  onLost?: (event: LostEvent) => void;
+}
+
+export interface LockServiceOptions {
+  backend: LockBackend;
+  clock?: Clock;
+  /** Bounds for requests; `minTtlMs` is raised to the backend's own minimum. */
+  limits?: Partial<Limits>;
+  /** Waiters allowed in one name's queue on this service (LIMIT_EXCEEDED past it). */
+  maxWaitersPerName?: number;
+  /**
+   * The longest any backend call may take before the caller gets UNAVAILABLE. Adapters bound
+   * their own calls; this is the backstop so that no request hangs whatever an adapter does.
+   */
+  backendTimeoutMs?: number;
+  /**
+   * How long a waiter sleeps before asking again when the backend could not say how long the
+   * holder's lease has left. Backends that report it (all built-in ones) never use this.
+   */
+  unknownTtlRetryMs?: number;
+}
+
+export interface LockService {
+  readonly backend: LockBackend;
+  readonly limits: Readonly<Limits>;
+  acquire(options: AcquireOptions): Promise<Lease>;
+  release(request: { name: string; token: bigint }): Promise<void>;
+  extend(options: ExtendOptions): Promise<Lease>;
+  get(name: string): Promise<LockState | null>;
+  /** Ends whatever lease holds `name`; its holder is told `lock.lost` (revoked). */
+  revoke(name: string): Promise<LockState | null>;
+  watch(name: string, listener: (change: LockChange) => void): () => void;
+  /** Waiters queued on this service for `name`. */
+  waiters(name: string): number;
+  /** Ends every wait with CANCELLED and stops all timers. Does not close the backend. */
+  close(): Promise<void>;
+}
+
+interface Waiter {
+  request: AcquireRequest;
+  onLost: ((event: LostEvent) => void) | undefined;
+  resolve: (lease: Lease) => void;
+  reject: (error: DlmError) => void;
+  settled: boolean;
+  deadlineTimer: Timer;
+  detachSignal: () => void;
+  /** The holder's remaining lease, last time this waiter asked. */
+  ttlRemainingMs: number | undefined;
+}
+
+interface TrackedLease {
+  token: bigint;
+  owner: string;
+  expiresAt: number;
+  onLost: ((event: LostEvent) => void) | undefined;
+  checkTimer: Timer | undefined;
+}
+
+/** Everything the service keeps for one lock name; dropped when nothing needs it. */
+interface NameState {
+  name: string;
+  queue: Waiter[];
+  lease: TrackedLease | undefined;
+  watchers: Set<(change: LockChange) => void>;
+  unsubscribe: () => void;
+  pumping: boolean;
+  /** A backend event arrived while the head's attempt was in flight: ask again. */
+  again: boolean;
+  retryTimer: Timer | undefined;
+}
+
+/**
+ * Builds waits, FIFO fairness, validation and lock-lost detection over any backend.
+ *
+ * @example
+ * const service = createLockService({ backend: await embeddedBackend() });
+ * const lease = await service.acquire({ name: 'jobs', owner: 'worker-1', ttlMs: 10_000, waitMs: 5_000 });
+ * await service.release({ name: 'jobs', token: lease.token });
+ */
+export function createLockService(options: LockServiceOptions): LockService {
+  const { backend } = options;
+  const clock = options.clock ?? systemClock;
+  const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
+  limits.minTtlMs = Math.max(limits.minTtlMs, backend.capabilities.minTtlMs);
+  const maxWaiters = options.maxWaitersPerName ?? 10_000;
+  const backendTimeoutMs = options.backendTimeoutMs ?? 10_000;
+  const unknownTtlRetryMs = options.unknownTtlRetryMs ?? 1_000;
+  // With expiry events the backend tells us when a lease ends; otherwise a timer per tracked
+  // lease asks the backend at the moment the lease would run out.
+  const leaseTimers = !backend.capabilities.expiryEvents;
+  const names = new Map<string, NameState>();
+  let closed = false;
+
+  function assertOpen(): void {
+    if (closed) throw new DlmError('UNAVAILABLE', 'the lock service is shutting down');
+  }
+
+  function stateOf(name: string): NameState {
+    let state = names.get(name);
+    if (state) return state;
+    const created: NameState = {
+      name,
+      queue: [],
+      lease: undefined,
+      watchers: new Set(),
+      unsubscribe: () => {},
+      pumping: false,
+      again: false,
+      retryTimer: undefined,
+    };
+    state = created;
+    names.set(name, created);
+    created.unsubscribe = backend.watch(name, (event) => onBackendEvent(created, event));
+    return created;
+  }
+
+  function dropIfIdle(state: NameState): void {
+    if (state.queue.length || state.lease || state.watchers.size || state.pumping) return;
+    if (names.get(state.name) !== state) return;
+    names.delete(state.name);
+    state.retryTimer?.cancel();
+    state.unsubscribe();
+  }
+
+  /** Races a backend call against the backstop timeout. */
+  function bounded<T>(what: string, call: () => Promise<T>, onLateResult?: (value: T) => void) {
+    return new Promise<T>((resolve, reject) => {
+      let done = false;
+      const timer = clock.setTimer(() => {
+        if (done) return;
+        done = true;
+        reject(
+          new DlmError(
+            'UNAVAILABLE',
+            `${what}: the backend did not answer in ${backendTimeoutMs} ms`,
+            {
+              indeterminate: true,
+            },
+          ),
+        );
+      }, backendTimeoutMs);
+      call().then(
+        (value) => {
+          timer.cancel();
+          if (done) onLateResult?.(value);
+          else {
+            done = true;
+            resolve(value);
+          }
+        },
+        (error: unknown) => {
+          timer.cancel();
+          if (!done) {
+            done = true;
+            reject(error);
+          }
+        },
+      );
+    });
+  }
+
+  function releaseQuietly(grant: Grant): void {
+    backend.release({ name: grant.name, token: grant.token }).catch(() => {});
+  }
+
+  /** One tryAcquire, checked so that no grant is reported already expired (S5). */
+  async function attempt(
+    state: NameState,
+    request: AcquireRequest,
+    onLost: ((event: LostEvent) => void) | undefined,
+  ): Promise<AcquireResult> {
+    const startedAt = clock.now();
+    const result = await bounded(
+      'acquire',
+      () => backend.tryAcquire(request),
+      (late) => {
+        // The caller was already told UNAVAILABLE: a grant nobody will use must not linger.
+        if (late.granted) releaseQuietly(late.grant);
+      },
+    );
+    if (!result.granted) return result;
+    if (clock.now() - startedAt >= result.grant.ttlMs) {
+      releaseQuietly(result.grant);
+      throw new DlmError(
+        'UNAVAILABLE',
+        'the backend answered after the lease had already run out',
+        {
+          indeterminate: true,
+        },
+      );
+    }
+    track(state, result.grant, startedAt, onLost);
+    return result;
+  }
+
+  function toLease(grant: Grant): Lease {
+    return { name: grant.name, owner: grant.owner, token: grant.token, ttlMs: grant.ttlMs };
+  }
+
+  // ---- lock-lost detection -------------------------------------------------------------
+
+  function track(
+    state: NameState,
+    grant: Grant,
+    startedAt: number,
+    onLost: ((event: LostEvent) => void) | undefined,
+  ): void {
+    const previous = state.lease;
+    if (previous && previous.token !== grant.token) lose(state, 'expired');
+    const lease: TrackedLease = state.lease ?? {
+      token: grant.token,
+      owner: grant.owner,
+      expiresAt: 0,
+      onLost: undefined,
+      checkTimer: undefined,
+    };
+    lease.expiresAt = startedAt + grant.ttlMs;
+    lease.onLost = onLost ?? lease.onLost;
+    state.lease = lease;
+    scheduleLeaseCheck(state, lease);
+  }
+
+  function scheduleLeaseCheck(state: NameState, lease: TrackedLease): void {
+    if (!leaseTimers) return;
+    lease.checkTimer?.cancel();
+    lease.checkTimer = clock.setTimer(
+      () => void checkLease(state, lease),
+      lease.expiresAt - clock.now() + 1,
+    );
+  }
+
+  async function checkLease(state: NameState, lease: TrackedLease): Promise<void> {
+    let current: LockState | null;
+    try {
+      current = await bounded('inspect', () => backend.inspect(state.name));
+    } catch {
+      // Cannot tell right now; the holder's own local deadline already covers it. Ask again.
+      if (state.lease === lease) {
+        lease.expiresAt = clock.now() + 1_000;
+        scheduleLeaseCheck(state, lease);
+      }
+      return;
+    }
+    if (state.lease !== lease) return;
+    if (current && current.token === lease.token) {
+      lease.expiresAt = clock.now() + current.ttlRemainingMs;
+      scheduleLeaseCheck(state, lease);
+    } else {
+      lose(state, 'expired');
+      dropIfIdle(state);
+    }
+  }
+
+  function untrack(state: NameState): TrackedLease | undefined {
+    const lease = state.lease;
+    if (!lease) return undefined;
+    lease.checkTimer?.cancel();
+    state.lease = undefined;
+    return lease;
+  }
+
+  function lose(state: NameState, reason: LostEvent['reason']): void {
+    const lease = untrack(state);
+    if (!lease?.onLost) return;
+    try {
+      lease.onLost({ name: state.name, token: lease.token, reason });
+    } catch {
+      // A listener's failure must not break the service.
+    }
+  }
+
+  function onBackendEvent(state: NameState, event: LockEvent): void {
+    if (names.get(state.name) !== state) return;
+    const lease = state.lease;
+    if (lease) {
+      if (event.token === lease.token) {
+        if (event.type === 'expired' || event.type === 'revoked') lose(state, event.type);
+        else if (event.type === 'released') untrack(state);
+      } else if (event.type === 'acquired' && event.token !== undefined) {
+        // Somebody else holds it now, so our lease ended without us seeing it end.
+        lose(state, 'expired');
+      }
+    }
+    const change: LockChange =
+      event.type === 'acquired'
+        ? {
+            name: state.name,
+            held: true,
+            ...(event.owner === undefined ? {} : { owner: event.owner }),
+            ...(event.token === undefined ? {} : { token: event.token }),
+          }
+        : { name: state.name, held: false };
+    for (const watcher of state.watchers) {
+      try {
+        watcher(change);
+      } catch {}
+    }
+    if (event.type !== 'acquired' && state.queue.length) void pump(state);
+    dropIfIdle(state);
+  }
+
+  // ---- waiting -------------------------------------------------------------------------
+
+  /** Ends a wait with a lease or an error (exactly one of them), once. */
+  function settle(state: NameState, waiter: Waiter, lease: Lease | null, error?: DlmError): void {
+    if (waiter.settled) return;
+    waiter.settled = true;
+    waiter.deadlineTimer.cancel();
+    waiter.detachSignal();
+    const index = state.queue.indexOf(waiter);
+    if (index >= 0) state.queue.splice(index, 1);
+    if (lease) waiter.resolve(lease);
+    else waiter.reject(error!);
+  }
+
+  function lockHeld(name: string, ttlRemainingMs: number | undefined): DlmError {
+    return new DlmError(
+      'LOCK_HELD',
+      `lock ${JSON.stringify(name)} is held by another owner`,
+      ttlRemainingMs === undefined
+        ? {}
+        : { ttlRemainingMs: Math.max(0, Math.ceil(ttlRemainingMs)) },
+    );
+  }
+
+  /**
+   * Serves one name's queue: only the head asks the backend (no herd). When the lock is held,
+   * the head sleeps until a backend event or the holder's remaining lease runs out.
+   */
+  async function pump(state: NameState): Promise<void> {
+    if (state.pumping) {
+      state.again = true;
+      return;
+    }
+    state.pumping = true;
+    try {
+      for (;;) {
+        state.again = false;
+        state.retryTimer?.cancel();
+        state.retryTimer = undefined;
+        const head = state.queue[0];
+        if (!head || closed) break;
+        let result: AcquireResult;
+        try {
+          result = await attempt(state, head.request, head.onLost);
+        } catch (error) {
+          settle(state, head, null, asDlmError(error));
+          continue;
+        }
+        if (result.granted) {
+          if (head.settled) {
+            // The wait ended (deadline, abort, closed connection) while the grant was in flight:
+            // nobody will use this lease, so give it back at once.
+            if (state.lease?.token === result.grant.token) untrack(state);
+            releaseQuietly(result.grant);
+            continue;
+          }
+          settle(state, head, toLease(result.grant));
+          continue;
+        }
+        head.ttlRemainingMs = result.ttlRemainingMs;
+        if (state.again) continue;
+        const sleepMs =
+          result.ttlRemainingMs === undefined
+            ? unknownTtlRetryMs
+            : Math.max(1, result.ttlRemainingMs) + 1;
+        state.retryTimer = clock.setTimer(() => void pump(state), sleepMs);
+        break;
+      }
+    } finally {
+      state.pumping = false;
+      dropIfIdle(state);
+    }
+  }
+
+  function enqueue(
+    state: NameState,
+    options: AcquireOptions,
+    request: AcquireRequest,
+    waitMs: number,
+  ) {
+    if (state.queue.length >= maxWaiters) {
+      throw new DlmError(
+        'LIMIT_EXCEEDED',
+        `too many waiters for lock ${JSON.stringify(request.name)}`,
+      );
+    }
+    return new Promise<Lease>((resolve, reject) => {
+      const waiter: Waiter = {
+        request,
+        onLost: options.onLost,
+        resolve,
+        reject,
+        settled: false,
+        deadlineTimer: clock.setTimer(
+          () => settle(state, waiter, null, lockHeld(request.name, waiter.ttlRemainingMs)),
+          waitMs,
+        ),
+        detachSignal: () => {},
+        ttlRemainingMs: undefined,
+      };
+      const { signal } = options;
+      if (signal) {
+        const onAbort = () =>
+          settle(state, waiter, null, new DlmError('CANCELLED', 'the wait was cancelled'));
+        signal.addEventListener('abort', onAbort, { once: true });
+        waiter.detachSignal = () => signal.removeEventListener('abort', onAbort);
+      }
+      state.queue.push(waiter);
+      void pump(state);
+    });
+  }
+
+  function checkToken(token: bigint): bigint {
+    if (typeof token !== 'bigint' || token < 1n || token > MAX_TOKEN) {
+      throw new DlmError('INVALID_PARAMS', 'token must be an integer in [1, 2^63-1]', {
+        field: 'token',
+      });
+    }
+    return token;
+  }
+
+  return {
+    backend,
+    limits,
+
+    async acquire(options) {
+      const name = validateName(options.name, limits);
+      const owner = validateOwner(options.owner, limits);
+      const ttlMs = validateTtl(options.ttlMs, limits);
+      const waitMs = validateWait(options.waitMs, limits);
+      assertOpen();
+      if (options.signal?.aborted) throw new DlmError('CANCELLED', 'the wait was cancelled');
+      const request: AcquireRequest = { name, owner, ttlMs };
+      const state = stateOf(name);
+      try {
+        const isHolder = state.lease?.owner === owner;
+        if (waitMs > 0 && !isHolder) return await enqueue(state, options, request, waitMs);
+        // A try-lock does not jump the queue: while others wait here, only the holder's
+        // idempotent re-acquire goes to the backend.
+        if (state.queue.length && !isHolder) {
+          throw lockHeld(name, state.queue[0]?.ttlRemainingMs);
+        }
+        const result = await attempt(state, request, options.onLost);
+        if (result.granted) return toLease(result.grant);
+        throw lockHeld(name, result.ttlRemainingMs);
+      } finally {
+        dropIfIdle(state);
+      }
+    },
+
+    async release(request) {
+      const name = validateName(request.name, limits);
+      const token = checkToken(request.token);
+      assertOpen();
+      const released = await bounded('release', () => backend.release({ name, token }));
+      const state = names.get(name);
+      if (state?.lease?.token === token) {
+        untrack(state);
+        dropIfIdle(state);
+      }
+      if (!released) throw notHolder(name, token);
+    },
+
+    async extend(options) {
+      const name = validateName(options.name, limits);
+      const token = checkToken(options.token);
+      const ttlMs = validateTtl(options.ttlMs, limits);
+      assertOpen();
+      const startedAt = clock.now();
+      const grant = await bounded('extend', () => backend.extend({ name, token, ttlMs }));
+      if (!grant) throw notHolder(name, token);
+      if (clock.now() - startedAt >= grant.ttlMs) {
+        throw new DlmError(
+          'UNAVAILABLE',
+          'the backend answered after the lease had already run out',
+          {
+            indeterminate: true,
+          },
+        );
+      }
+      track(stateOf(name), grant, startedAt, options.onLost);
+      return toLease(grant);
+    },
+
+    async get(name) {
+      validateName(name, limits);
+      assertOpen();
+      return bounded('inspect', () => backend.inspect(name));
+    },
+
+    async revoke(name) {
+      validateName(name, limits);
+      assertOpen();
+      const current = await bounded('inspect', () => backend.inspect(name));
+      if (!current) return null;
+      const revoked = backend.revoke
+        ? await bounded('revoke', () => backend.revoke!(name))
+        : await bounded('release', () => backend.release({ name, token: current.token }));
+      if (!revoked) return null;
+      const state = names.get(name);
+      if (state?.lease?.token === current.token) {
+        lose(state, 'revoked');
+        dropIfIdle(state);
+      }
+      return current;
+    },
+
+    watch(name, listener) {
+      validateName(name, limits);
+      assertOpen();
+      const state = stateOf(name);
+      state.watchers.add(listener);
+      return () => {
+        state.watchers.delete(listener);
+        dropIfIdle(state);
+      };
+    },
+
+    waiters(name) {
+      return names.get(name)?.queue.length ?? 0;
+    },
+
+    async close() {
+      closed = true;
+      const cancelled = new DlmError('CANCELLED', 'the server is shutting down');
+      for (const state of [...names.values()]) {
+        for (const waiter of [...state.queue]) settle(state, waiter, null, cancelled);
+        state.retryTimer?.cancel();
+        untrack(state);
+        state.watchers.clear();
+        names.delete(state.name);
+        state.unsubscribe();
+      }
+    },
+  };
+}
+
+function notHolder(name: string, token: bigint): DlmError {
+  return new DlmError(
+    'NOT_HOLDER',
+    `token ${token} does not hold lock ${JSON.stringify(name)} (released, expired or taken over)`,
+  );
+}
+
+function asDlmError(error: unknown): DlmError {
+  if (isDlmError(error)) return error;
+  return new DlmError('INTERNAL', error instanceof Error ? error.message : String(error), {
+    cause: error,
+  });
+}

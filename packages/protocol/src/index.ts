@@ -1,0 +1,14 @@
+export { CLOSE_TOO_BIG, MAX_PAYLOAD_BYTES, PROTOCOL, SUBPROTOCOL, WS_PATH } from './constants.js';
+export { fromRpcError, toRpcError } from './errors.js';
+export { protocolJsonSchema } from './json-schema.js';
+export {
+  type MethodName,
+  Methods,
+  type NotificationName,
+  type NotificationParams,
+  Notifications,
+  type ParamsOf,
+  type ResultOf,
+  type RpcErrorObject,
+  type RpcRequestId,
+} from './schemas.js';

@@ -1,0 +1,144 @@
+import { type Static, type TSchema, Type } from '@sinclair/typebox';
+
+/**
+ * The one source of the protocol's shapes: the TypeScript types below are derived from these
+ * schemas, and the published JSON Schema (`@dlm/protocol/schema.json`) is emitted from them.
+ * Semantic checks a schema cannot express exactly (UTF-8 byte lengths, token range) are
+ * stated in `description` and enforced by `@dlm/core`'s validation, the only validation.
+ */
+
+const Name = Type.String({
+  minLength: 1,
+  maxLength: 256,
+  description: 'Lock name: 1-256 UTF-8 bytes, no control characters (U+0000-U+001F, U+007F).',
+});
+const Owner = Type.String({
+  minLength: 1,
+  maxLength: 128,
+  description: 'Who holds the lock: 1-128 UTF-8 bytes. Defaults to the session id.',
+});
+const Token = Type.String({
+  pattern: '^[1-9][0-9]{0,18}$',
+  description: 'Fencing token: the decimal string of an integer in [1, 2^63-1].',
+});
+const TtlMs = Type.Integer({
+  description: 'Lease length in ms, in [limits.minTtlMs, limits.maxTtlMs].',
+});
+const WaitMs = Type.Integer({
+  minimum: 0,
+  description: 'How long to wait for a held lock, in ms, in [0, limits.maxWaitMs]. 0 = try-lock.',
+});
+
+export const RequestId = Type.Union([Type.Integer(), Type.String()]);
+
+export const HelloParams = Type.Object({
+  client: Type.Optional(Type.Object({ name: Type.String(), version: Type.String() })),
+  auth: Type.Optional(Type.String()),
+});
+export const HelloResult = Type.Object({
+  sessionId: Type.String(),
+  protocol: Type.Literal('dlm.v1'),
+  server: Type.Object({ name: Type.Literal('dlm'), version: Type.String() }),
+  backend: Type.String({
+    description: 'The backend kind: embedded, redis, redlock, etcd, zookeeper.',
+  }),
+  limits: Type.Object({
+    maxPayloadBytes: Type.Integer(),
+    maxNameBytes: Type.Integer(),
+    minTtlMs: Type.Integer(),
+    maxTtlMs: Type.Integer(),
+    maxWaitMs: Type.Integer(),
+    maxInflight: Type.Integer(),
+  }),
+});
+
+export const Empty = Type.Object({});
+
+export const AcquireParams = Type.Object({
+  name: Name,
+  ttlMs: TtlMs,
+  waitMs: Type.Optional(WaitMs),
+  owner: Type.Optional(Owner),
+});
+export const AcquireResult = Type.Object({ name: Name, owner: Owner, token: Token, ttlMs: TtlMs });
+
+export const ReleaseParams = Type.Object({ name: Name, token: Token });
+export const ReleaseResult = Type.Object({ released: Type.Literal(true) });
+
+export const ExtendParams = Type.Object({ name: Name, token: Token, ttlMs: TtlMs });
+export const ExtendResult = Type.Object({ name: Name, token: Token, ttlMs: TtlMs });
+
+export const GetParams = Type.Object({ name: Name });
+export const GetResult = Type.Union([
+  Type.Object({ name: Name, held: Type.Literal(false) }),
+  Type.Object({
+    name: Name,
+    held: Type.Literal(true),
+    owner: Owner,
+    token: Token,
+    ttlRemainingMs: Type.Integer({ minimum: 0 }),
+  }),
+]);
+
+export const WatchParams = Type.Object({ name: Name });
+export const WatchResult = Type.Object({
+  watchId: Type.String(),
+  held: Type.Boolean(),
+  token: Type.Optional(Token),
+});
+export const UnwatchParams = Type.Object({ watchId: Type.String() });
+
+export const LockChangedParams = Type.Object({
+  watchId: Type.String(),
+  name: Name,
+  held: Type.Boolean(),
+  owner: Type.Optional(Owner),
+  token: Type.Optional(Token),
+});
+export const LockLostParams = Type.Object({
+  name: Name,
+  token: Token,
+  reason: Type.Union([Type.Literal('expired'), Type.Literal('revoked')]),
+});
+
+export const ErrorData = Type.Object(
+  {
+    code: Type.String({ description: 'Stable error name: LOCK_HELD, NOT_HOLDER, ...' }),
+    retryable: Type.Boolean(),
+    field: Type.Optional(Type.String({ description: 'INVALID_PARAMS: the offending field.' })),
+    ttlRemainingMs: Type.Optional(Type.Integer({ minimum: 0 })),
+    indeterminate: Type.Optional(Type.Boolean()),
+  },
+  { additionalProperties: true },
+);
+export const ErrorObject = Type.Object({
+  code: Type.Integer(),
+  message: Type.String(),
+  data: ErrorData,
+});
+
+/** Every request method: its params and its result. */
+export const Methods = {
+  'session.hello': { params: HelloParams, result: HelloResult },
+  'session.ping': { params: Empty, result: Empty },
+  'lock.acquire': { params: AcquireParams, result: AcquireResult },
+  'lock.release': { params: ReleaseParams, result: ReleaseResult },
+  'lock.extend': { params: ExtendParams, result: ExtendResult },
+  'lock.get': { params: GetParams, result: GetResult },
+  'lock.watch': { params: WatchParams, result: WatchResult },
+  'lock.unwatch': { params: UnwatchParams, result: Empty },
+} as const satisfies Record<string, { params: TSchema; result: TSchema }>;
+
+/** Every server notification and its params. */
+export const Notifications = {
+  'lock.changed': LockChangedParams,
+  'lock.lost': LockLostParams,
+} as const satisfies Record<string, TSchema>;
+
+export type MethodName = keyof typeof Methods;
+export type NotificationName = keyof typeof Notifications;
+export type ParamsOf<M extends MethodName> = Static<(typeof Methods)[M]['params']>;
+export type ResultOf<M extends MethodName> = Static<(typeof Methods)[M]['result']>;
+export type NotificationParams<N extends NotificationName> = Static<(typeof Notifications)[N]>;
+export type RpcErrorObject = Static<typeof ErrorObject>;
+export type RpcRequestId = Static<typeof RequestId>;

@@ -7,3 +7,12 @@ export {
   startProcess,
   tempDir,
 } from './process.js';
+export {
+  pingRedis,
+  type RedisOptions,
+  type RedisService,
+  redisAvailable,
+  redisManaged,
+  startRedis,
+  startRedisNodes,
+} from './redis.js';

@@ -1,4 +1,13 @@
 export {
+  type EtcdMember,
+  type EtcdOptions,
+  type EtcdService,
+  etcdAvailable,
+  etcdManaged,
+  startEtcd,
+  startEtcdCluster,
+} from './etcd.js';
+export {
   findBinary,
   freePort,
   type ManagedProcess,
@@ -16,3 +25,13 @@ export {
   startRedis,
   startRedisNodes,
 } from './redis.js';
+export {
+  fourLetterWord,
+  startZooKeeper,
+  startZooKeeperEnsemble,
+  type ZooKeeperMember,
+  type ZooKeeperService,
+  zookeeperAvailable,
+  zookeeperManaged,
+  zookeeperMode,
+} from './zookeeper.js';

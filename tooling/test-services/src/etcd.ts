@@ -1,0 +1,249 @@
+import { join } from 'node:path';
+import {
+  findBinary,
+  freePort,
+  type ManagedProcess,
+  serviceAvailable,
+  startProcess,
+  tempDir,
+} from './process.js';
+
+/**
+ * etcd for tests: one member or a cluster, each member a `ManagedProcess` on free loopback
+ * ports with its own data dir, so a test can kill -9 one, pause it, or start it again with its
+ * data. `DLM_TEST_ETCD_ENDPOINTS` (comma-separated `http://host:port`) points the tests at the
+ * user's own etcd instead; then there are no members to kill.
+ */
+
+export interface EtcdMember {
+  /** The member's `--name` (`n1`, `n2`, …). */
+  readonly name: string;
+  /** `http://127.0.0.1:PORT`: what clients connect to. */
+  readonly clientUrl: string;
+  readonly peerUrl: string;
+  readonly dataDir: string;
+  readonly process: ManagedProcess;
+}
+
+export interface EtcdService {
+  /** Client URLs of every member, for `new Etcd3({ hosts })` or `etcdBackend({ endpoints })`. */
+  readonly endpoints: string[];
+  /** Empty when the service comes from `DLM_TEST_ETCD_ENDPOINTS`. */
+  readonly members: EtcdMember[];
+  /** True when the service comes from `DLM_TEST_ETCD_ENDPOINTS` (not ours to stop or kill). */
+  readonly external: boolean;
+  /** The member that leads right now, or undefined when none answers as leader. */
+  leader(): Promise<EtcdMember | undefined>;
+  /** Resolves once some running member reports a leader (after kills and restarts). */
+  waitForLeader(timeoutMs?: number): Promise<EtcdMember>;
+  /** Kills every member (SIGKILL) and forgets them. Safe to call twice. */
+  stop(): Promise<void>;
+}
+
+export interface EtcdOptions {
+  /** Raft heartbeat, ms (etcd's default 100). */
+  heartbeatIntervalMs?: number;
+  /** Raft election timeout, ms (etcd's default 1000). Also sets etcd's minimum lease TTL. */
+  electionTimeoutMs?: number;
+}
+
+const ENV = 'DLM_TEST_ETCD_ENDPOINTS';
+
+function externalEndpoints(): string[] | undefined {
+  const value = process.env[ENV]?.trim();
+  if (!value) return undefined;
+  return value
+    .split(',')
+    .map((url) => url.trim())
+    .filter(Boolean)
+    .map((url) => (/^https?:\/\//.test(url) ? url : `http://${url}`));
+}
+
+/**
+ * Whether etcd tests can run: `DLM_TEST_ETCD_ENDPOINTS` is set or `etcd` is on PATH. With
+ * CI=true a missing etcd throws instead of skipping.
+ */
+export function etcdAvailable(): boolean {
+  return serviceAvailable('etcd', externalEndpoints() !== undefined || findBinary('etcd') !== null);
+}
+
+/** Whether members can be killed and restarted (false against the user's own etcd). */
+export function etcdManaged(): boolean {
+  return externalEndpoints() === undefined;
+}
+
+/** `/health` answers `{"health":"true"}` only when the member sees a leader and quorum. */
+async function healthy(clientUrl: string): Promise<boolean> {
+  try {
+    const response = await fetch(`${clientUrl}/health`, { signal: AbortSignal.timeout(1_000) });
+    const body = (await response.json()) as { health?: unknown };
+    return body.health === 'true' || body.health === true;
+  } catch {
+    return false;
+  }
+}
+
+interface MemberStatus {
+  memberId: string;
+  leaderId: string;
+}
+
+/**
+ * The member's view of who leads, from the gRPC gateway's maintenance status (which, unlike
+ * `etcdctl endpoint status -w json`, prints the uint64 ids as strings, so they survive
+ * JSON.parse exactly).
+ */
+async function status(clientUrl: string): Promise<MemberStatus | undefined> {
+  try {
+    const response = await fetch(`${clientUrl}/v3/maintenance/status`, {
+      method: 'POST',
+      body: '{}',
+      signal: AbortSignal.timeout(1_000),
+    });
+    const body = (await response.json()) as {
+      header?: { member_id?: string };
+      leader?: string;
+    };
+    const memberId = body.header?.member_id;
+    const leaderId = body.leader;
+    if (typeof memberId !== 'string' || typeof leaderId !== 'string') return undefined;
+    return { memberId, leaderId };
+  } catch {
+    return undefined;
+  }
+}
+
+async function findLeader(members: EtcdMember[]): Promise<EtcdMember | undefined> {
+  const statuses = await Promise.all(
+    members.map(async (member) => ({
+      member,
+      status: member.process.running ? await status(member.clientUrl) : undefined,
+    })),
+  );
+  const leaderIds = new Set(
+    statuses.flatMap(({ status }) => (status && status.leaderId !== '0' ? [status.leaderId] : [])),
+  );
+  return statuses.find(({ status }) => status && leaderIds.has(status.memberId))?.member;
+}
+
+/** All members, or (when one failed to start) kill the others and rethrow. */
+async function settledOrKill(results: PromiseSettledResult<EtcdMember>[]): Promise<EtcdMember[]> {
+  const failed = results.find((result) => result.status === 'rejected');
+  const members = results.flatMap((result) =>
+    result.status === 'fulfilled' ? [result.value] : [],
+  );
+  if (!failed) return members;
+  await Promise.all(members.map((member) => member.process.kill()));
+  throw failed.reason;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function service(endpoints: string[], members: EtcdMember[], external: boolean): EtcdService {
+  return {
+    endpoints,
+    members,
+    external,
+    leader: () => findLeader(members),
+    async waitForLeader(timeoutMs = 20_000) {
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const leader = await findLeader(members);
+        if (leader) return leader;
+        if (Date.now() > deadline) throw new Error('etcd: no leader elected in time');
+        await sleep(100);
+      }
+    },
+    async stop() {
+      await Promise.all(members.map((member) => member.process.kill()));
+    },
+  };
+}
+
+async function startMembers(size: number, options: EtcdOptions): Promise<EtcdService> {
+  const external = externalEndpoints();
+  if (external) return service(external, [], true);
+  const root = tempDir('etcd');
+  const token = `dlm-${process.pid}-${Date.now()}`;
+  const specs = [];
+  for (let i = 1; i <= size; i++) {
+    specs.push({
+      name: `n${i}`,
+      clientUrl: `http://127.0.0.1:${await freePort()}`,
+      peerUrl: `http://127.0.0.1:${await freePort()}`,
+      dataDir: join(root, `n${i}`),
+    });
+  }
+  const initialCluster = specs.map((spec) => `${spec.name}=${spec.peerUrl}`).join(',');
+  const timing = [
+    ...(options.heartbeatIntervalMs
+      ? ['--heartbeat-interval', `${options.heartbeatIntervalMs}`]
+      : []),
+    ...(options.electionTimeoutMs ? ['--election-timeout', `${options.electionTimeoutMs}`] : []),
+  ];
+  // Members of a new cluster only become healthy once a quorum of them runs: start all at once.
+  const started = await Promise.allSettled(
+    specs.map(async (spec): Promise<EtcdMember> => {
+      const managed = await startProcess({
+        name: `etcd ${spec.name}`,
+        command: 'etcd',
+        args: [
+          '--name',
+          spec.name,
+          '--data-dir',
+          spec.dataDir,
+          '--listen-client-urls',
+          spec.clientUrl,
+          '--advertise-client-urls',
+          spec.clientUrl,
+          '--listen-peer-urls',
+          spec.peerUrl,
+          '--initial-advertise-peer-urls',
+          spec.peerUrl,
+          '--initial-cluster',
+          initialCluster,
+          '--initial-cluster-state',
+          'new',
+          '--initial-cluster-token',
+          token,
+          '--logger',
+          'zap',
+          '--log-level',
+          'warn',
+          ...timing,
+        ],
+        ready: () => healthy(spec.clientUrl),
+      });
+      return { ...spec, process: managed };
+    }),
+  );
+  const members = await settledOrKill(started);
+  return service(
+    members.map((member) => member.clientUrl),
+    members,
+    false,
+  );
+}
+
+/**
+ * One etcd member on free loopback ports in a temp dir (or the user's etcd from
+ * `DLM_TEST_ETCD_ENDPOINTS`). Resolves once it answers `/health`.
+ *
+ * @example
+ * const etcd = await startEtcd();
+ * afterAll(() => etcd.stop());
+ * const backend = etcdBackend({ endpoints: etcd.endpoints });
+ */
+export function startEtcd(options: EtcdOptions = {}): Promise<EtcdService> {
+  return startMembers(1, options);
+}
+
+/**
+ * A cluster of `size` members (3 by default), resolved once every member reports healthy
+ * (a leader is elected). `member.process.start()` after a kill waits for that member's
+ * `/health`, which needs a quorum: when a majority was killed, start them again together
+ * (`Promise.all`).
+ */
+export function startEtcdCluster(size = 3, options: EtcdOptions = {}): Promise<EtcdService> {
+  return startMembers(size, options);
+}

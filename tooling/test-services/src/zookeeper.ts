@@ -1,0 +1,244 @@
+import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import {
+  findBinary,
+  freePort,
+  type ManagedProcess,
+  serviceAvailable,
+  startProcess,
+  tempDir,
+} from './process.js';
+
+/**
+ * ZooKeeper for tests: one server or an ensemble, each member a `ManagedProcess` (a JVM) on
+ * free loopback ports with its own data dir. `DLM_TEST_ZK_CONNECT` (`host:port,host:port`)
+ * points the tests at the user's own ZooKeeper instead; then there are no members to kill.
+ */
+
+export interface ZooKeeperMember {
+  /** The member's `myid` (1, 2, 3). */
+  readonly id: number;
+  readonly clientPort: number;
+  /** `127.0.0.1:PORT` */
+  readonly connectString: string;
+  readonly dataDir: string;
+  readonly process: ManagedProcess;
+}
+
+export interface ZooKeeperService {
+  /** `host:port,host:port,…` for `zookeeperBackend({ connect })`. */
+  readonly connectString: string;
+  /** Empty when the service comes from `DLM_TEST_ZK_CONNECT`. */
+  readonly members: ZooKeeperMember[];
+  readonly external: boolean;
+  /** The member whose `srvr` says `Mode: leader` (or `standalone`), if any. */
+  leader(): Promise<ZooKeeperMember | undefined>;
+  /** Resolves once some running member leads (after kills and restarts). */
+  waitForLeader(timeoutMs?: number): Promise<ZooKeeperMember>;
+  /** Kills every member (SIGKILL). Safe to call twice. */
+  stop(): Promise<void>;
+}
+
+const ENV = 'DLM_TEST_ZK_CONNECT';
+const CLASSPATH = '/usr/share/java/*';
+const MAIN = 'org.apache.zookeeper.server.quorum.QuorumPeerMain';
+
+function externalConnect(): string | undefined {
+  const value = process.env[ENV]?.trim();
+  return value ? value : undefined;
+}
+
+/**
+ * Whether ZooKeeper tests can run: `DLM_TEST_ZK_CONNECT` is set, or `java` is on PATH and the
+ * ZooKeeper jar is in /usr/share/java (Debian's `zookeeper` package). With CI=true a missing
+ * ZooKeeper throws instead of skipping.
+ */
+export function zookeeperAvailable(): boolean {
+  if (externalConnect() !== undefined) return true;
+  return serviceAvailable('zookeeper', findBinary('java') !== null && hasZooKeeperJar());
+}
+
+function hasZooKeeperJar(): boolean {
+  try {
+    return readdirSync('/usr/share/java').some((file) => /^zookeeper.*\.jar$/.test(file));
+  } catch {
+    return false;
+  }
+}
+
+/** Whether members can be killed and restarted (false against the user's own ZooKeeper). */
+export function zookeeperManaged(): boolean {
+  return externalConnect() === undefined;
+}
+
+/**
+ * Sends a four-letter word (`ruok`, `srvr`, …) and resolves with the reply; the server closes
+ * the connection after answering. Rejects on connection errors or after `timeoutMs`.
+ */
+export function fourLetterWord(
+  host: string,
+  port: number,
+  word: string,
+  timeoutMs = 1_000,
+): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host, port });
+    let reply = '';
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`${word} to ${host}:${port}: no reply in ${timeoutMs} ms`));
+    }, timeoutMs);
+    socket.setEncoding('utf8');
+    socket.on('connect', () => socket.write(word));
+    socket.on('data', (chunk: string) => {
+      reply += chunk;
+    });
+    socket.on('end', () => {
+      clearTimeout(timer);
+      resolve(reply);
+    });
+    socket.on('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+  });
+}
+
+/** `leader`, `follower`, `standalone`, or undefined when the member does not serve. */
+export async function zookeeperMode(port: number, host = '127.0.0.1'): Promise<string | undefined> {
+  try {
+    const reply = await fourLetterWord(host, port, 'srvr');
+    return /^Mode: (\w+)/m.exec(reply)?.[1];
+  } catch {
+    return undefined;
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function findLeader(members: ZooKeeperMember[]): Promise<ZooKeeperMember | undefined> {
+  const modes = await Promise.all(
+    members.map(async (member) => ({
+      member,
+      mode: member.process.running ? await zookeeperMode(member.clientPort) : undefined,
+    })),
+  );
+  return modes.find(({ mode }) => mode === 'leader' || mode === 'standalone')?.member;
+}
+
+function service(
+  connectString: string,
+  members: ZooKeeperMember[],
+  external: boolean,
+): ZooKeeperService {
+  return {
+    connectString,
+    members,
+    external,
+    leader: () => findLeader(members),
+    async waitForLeader(timeoutMs = 30_000) {
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const leader = await findLeader(members);
+        if (leader) return leader;
+        if (Date.now() > deadline) throw new Error('zookeeper: no leader elected in time');
+        await sleep(100);
+      }
+    },
+    async stop() {
+      await Promise.all(members.map((member) => member.process.kill()));
+    },
+  };
+}
+
+async function startMembers(size: number): Promise<ZooKeeperService> {
+  const external = externalConnect();
+  if (external) return service(external, [], true);
+  const root = tempDir('zookeeper');
+  const specs = [];
+  for (let id = 1; id <= size; id++) {
+    specs.push({
+      id,
+      clientPort: await freePort(),
+      quorumPort: await freePort(),
+      electionPort: await freePort(),
+      dataDir: join(root, `zk${id}`),
+    });
+  }
+  const ensemble =
+    size > 1
+      ? specs.map((spec) => `server.${spec.id}=127.0.0.1:${spec.quorumPort}:${spec.electionPort}`)
+      : [];
+  const started = await Promise.allSettled(
+    specs.map(async (spec): Promise<ZooKeeperMember> => {
+      mkdirSync(spec.dataDir, { recursive: true });
+      if (size > 1) writeFileSync(join(spec.dataDir, 'myid'), `${spec.id}\n`);
+      const config = join(spec.dataDir, 'zoo.cfg');
+      // tickTime=200 keeps session timeouts short (the server allows 2–20 ticks: 0.4–4 s).
+      writeFileSync(
+        config,
+        [
+          'tickTime=200',
+          `initLimit=${size > 1 ? 20 : 10}`,
+          `syncLimit=${size > 1 ? 10 : 5}`,
+          `dataDir=${spec.dataDir}`,
+          `clientPort=${spec.clientPort}`,
+          'clientPortAddress=127.0.0.1',
+          'admin.enableServer=false',
+          '4lw.commands.whitelist=ruok,srvr',
+          ...ensemble,
+          '',
+        ].join('\n'),
+      );
+      const managed = await startProcess({
+        name: `zookeeper ${spec.id}`,
+        command: 'java',
+        args: ['-Xmx256m', '-cp', CLASSPATH, MAIN, config],
+        cwd: spec.dataDir,
+        readyTimeoutMs: 60_000,
+        // `ruok` says imok as soon as the process listens, before it serves; `srvr` names a
+        // mode only once it does (standalone, or leader/follower of a quorum).
+        ready: async () => {
+          if ((await fourLetterWord('127.0.0.1', spec.clientPort, 'ruok')) !== 'imok') return false;
+          const mode = await zookeeperMode(spec.clientPort);
+          return size === 1 ? mode === 'standalone' : mode === 'leader' || mode === 'follower';
+        },
+      });
+      return {
+        id: spec.id,
+        clientPort: spec.clientPort,
+        connectString: `127.0.0.1:${spec.clientPort}`,
+        dataDir: spec.dataDir,
+        process: managed,
+      };
+    }),
+  );
+  const failed = started.find((result) => result.status === 'rejected');
+  const members = started.flatMap((result) =>
+    result.status === 'fulfilled' ? [result.value] : [],
+  );
+  if (failed) {
+    await Promise.all(members.map((member) => member.process.kill()));
+    throw failed.reason;
+  }
+  return service(members.map((member) => member.connectString).join(','), members, false);
+}
+
+/**
+ * One standalone ZooKeeper (tickTime=200) on a free loopback port in a temp dir, or the user's
+ * from `DLM_TEST_ZK_CONNECT`. Resolves once it answers `ruok` with `imok` and serves
+ * (`srvr` says `Mode: standalone`).
+ */
+export function startZooKeeper(): Promise<ZooKeeperService> {
+  return startMembers(1);
+}
+
+/**
+ * An ensemble of `size` members (3 by default), resolved once every member is leader or
+ * follower. `member.process.start()` after a kill waits for that member to join a quorum:
+ * when a majority was killed, start them again together (`Promise.all`).
+ */
+export function startZooKeeperEnsemble(size = 3): Promise<ZooKeeperService> {
+  return startMembers(size);
+}

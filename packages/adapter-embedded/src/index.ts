@@ -1,0 +1,1 @@
+export { type EmbeddedBackendOptions, embeddedBackend } from './embedded-backend.js';

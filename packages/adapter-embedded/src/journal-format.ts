@@ -1,0 +1,150 @@
+import { crc32 } from 'node:zlib';
+
+/**
+ * The journal's on-disk format. A file starts with an 8-byte magic, then records, each framed
+ * as `u32 LE payload length | u32 LE crc32(payload) | payload`, the payload a JSON array.
+ * The length and checksum let recovery tell a complete record from a torn or corrupt one: it
+ * keeps the longest valid prefix and stops at the first bad frame.
+ *
+ * Lease times are written as the remaining TTL plus the wall-clock time of writing, because the
+ * monotonic clock restarts with the process.
+ */
+
+export const JOURNAL_MAGIC = Buffer.from('DLMJRNL1', 'latin1');
+const FRAME_HEADER_BYTES = 8;
+/** No record comes close: names are ≤ 256 bytes. A larger length is corruption. */
+const MAX_PAYLOAD_BYTES = 64 * 1024;
+
+export type JournalRecord =
+  | { type: 'grant'; name: string; owner: string; token: bigint; ttlMs: number; wallMs: number }
+  | { type: 'extend'; name: string; token: bigint; ttlMs: number; wallMs: number }
+  /** The lease with `token` ended: released, revoked or expired. */
+  | { type: 'end'; name: string; token: bigint }
+  /** Tokens up to and including `token` may have been handed out. */
+  | { type: 'high-water'; token: bigint };
+
+/** A record's payload text; framing happens per batch in `frameRecords`. */
+export function encodeRecord(record: JournalRecord): string {
+  switch (record.type) {
+    case 'grant':
+      return JSON.stringify([
+        'g',
+        record.name,
+        record.owner,
+        record.token.toString(),
+        record.ttlMs,
+        record.wallMs,
+      ]);
+    case 'extend':
+      return JSON.stringify([
+        'x',
+        record.name,
+        record.token.toString(),
+        record.ttlMs,
+        record.wallMs,
+      ]);
+    case 'end':
+      return JSON.stringify(['e', record.name, record.token.toString()]);
+    case 'high-water':
+      return JSON.stringify(['h', record.token.toString()]);
+  }
+}
+
+/** Frames payloads into one buffer, so a batch is one write. */
+export function frameRecords(payloads: readonly string[], withMagic = false): Buffer {
+  let total = withMagic ? JOURNAL_MAGIC.length : 0;
+  for (const payload of payloads) total += FRAME_HEADER_BYTES + Buffer.byteLength(payload, 'utf8');
+  const buffer = Buffer.allocUnsafe(total);
+  let offset = 0;
+  if (withMagic) offset += JOURNAL_MAGIC.copy(buffer, 0);
+  for (const payload of payloads) {
+    const start = offset + FRAME_HEADER_BYTES;
+    const length = buffer.write(payload, start, 'utf8');
+    buffer.writeUInt32LE(length, offset);
+    buffer.writeUInt32LE(crc32(buffer.subarray(start, start + length)), offset + 4);
+    offset = start + length;
+  }
+  return buffer;
+}
+
+export interface ParsedJournal {
+  records: JournalRecord[];
+  /** Bytes of the file that hold the magic and complete, valid records. */
+  validBytes: number;
+  /** Why parsing stopped before the end of the file; undefined when the whole file is valid. */
+  problem?: string;
+}
+
+/** Reads records until the end of the file or the first bad frame. Never throws. */
+export function parseJournal(data: Buffer): ParsedJournal {
+  const records: JournalRecord[] = [];
+  if (data.length === 0) return { records, validBytes: 0 };
+  if (
+    data.length < JOURNAL_MAGIC.length ||
+    !data.subarray(0, JOURNAL_MAGIC.length).equals(JOURNAL_MAGIC)
+  ) {
+    return { records, validBytes: 0, problem: 'the file does not start with the journal magic' };
+  }
+  let offset = JOURNAL_MAGIC.length;
+  while (offset < data.length) {
+    if (data.length - offset < FRAME_HEADER_BYTES) {
+      return { records, validBytes: offset, problem: 'a truncated record header' };
+    }
+    const length = data.readUInt32LE(offset);
+    const checksum = data.readUInt32LE(offset + 4);
+    if (length > MAX_PAYLOAD_BYTES) {
+      return { records, validBytes: offset, problem: `an impossible record length (${length})` };
+    }
+    const start = offset + FRAME_HEADER_BYTES;
+    if (data.length - start < length) {
+      return { records, validBytes: offset, problem: 'a truncated record' };
+    }
+    const payload = data.subarray(start, start + length);
+    if (crc32(payload) !== checksum) {
+      return { records, validBytes: offset, problem: 'a record whose checksum does not match' };
+    }
+    const record = decodePayload(payload.toString('utf8'));
+    if (record === undefined) {
+      return { records, validBytes: offset, problem: 'a record that does not decode' };
+    }
+    records.push(record);
+    offset = start + length;
+  }
+  return { records, validBytes: offset };
+}
+
+const TOKEN = /^[1-9][0-9]{0,18}$/;
+
+function decodePayload(text: string): JournalRecord | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  if (!Array.isArray(value)) return undefined;
+  const [type, a, b, c, d, e] = value as unknown[];
+  const isText = (x: unknown): x is string => typeof x === 'string' && x.length > 0;
+  const isToken = (x: unknown): x is string => typeof x === 'string' && TOKEN.test(x);
+  const isMs = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x) && x >= 0;
+  switch (type) {
+    case 'g':
+      if (isText(a) && isText(b) && isToken(c) && isMs(d) && isMs(e)) {
+        return { type: 'grant', name: a, owner: b, token: BigInt(c), ttlMs: d, wallMs: e };
+      }
+      return undefined;
+    case 'x':
+      if (isText(a) && isToken(b) && isMs(c) && isMs(d)) {
+        return { type: 'extend', name: a, token: BigInt(b), ttlMs: c, wallMs: d };
+      }
+      return undefined;
+    case 'e':
+      if (isText(a) && isToken(b)) return { type: 'end', name: a, token: BigInt(b) };
+      return undefined;
+    case 'h':
+      if (isToken(a)) return { type: 'high-water', token: BigInt(a) };
+      return undefined;
+    default:
+      return undefined;
+  }
+}

@@ -1,0 +1,399 @@
+import type { FileHandle } from 'node:fs/promises';
+import { mkdir, open, readFile, rename, rm } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { DlmError, toUnavailable } from '@dlm/core';
+import { lockDataDir } from './data-dir-lock.js';
+import { readHighWater, writeHighWater } from './high-water-file.js';
+import {
+  encodeRecord,
+  frameRecords,
+  JOURNAL_MAGIC,
+  type JournalRecord,
+  parseJournal,
+} from './journal-format.js';
+import { syncDir } from './sync-dir.js';
+
+/**
+ * The append-only journal that makes the embedded backend durable.
+ *
+ * Records are appended to the current batch; one batch is written with one `write` and one
+ * `datasync` (group commit): the records of one event-loop turn, or of `flushIntervalMs`, and
+ * everything that arrives while the previous batch is being synced. `append` returns the
+ * batch's promise, which settles only once the batch is on disk, so the backend can hold a
+ * reply back until its record is durable.
+ */
+export interface Journal {
+  /** What the files said at open: leases as last journaled, and the highest token seen. */
+  readonly recovered: RecoveredState;
+  /** Adds a record to the current batch; resolves when that batch is durable. */
+  append(record: JournalRecord): Promise<void>;
+  /**
+   * Persists "tokens up to `token` may be handed out" (journal and high-water file) in the
+   * current batch, and returns that batch's promise.
+   */
+  reserve(token: bigint): Promise<void>;
+  /** Set once a write failed: the journal is no longer trustworthy and takes no more records. */
+  readonly failure: DlmError | undefined;
+  /** Flushes what is pending, then closes the files and releases the data dir. */
+  close(): Promise<void>;
+}
+
+export interface RecoveredLease {
+  name: string;
+  owner: string;
+  token: bigint;
+  /** The remaining lease when last journaled… */
+  ttlMs: number;
+  /** …and the wall-clock time (`Date.now()`) of that record. */
+  wallMs: number;
+}
+
+export interface RecoveredState {
+  leases: Map<string, RecoveredLease>;
+  /** No token above this was ever handed out (0n for a new data dir). */
+  highWater: bigint;
+}
+
+export interface JournalOptions {
+  dataDir: string;
+  flushIntervalMs: number;
+  commandTimeoutMs: number;
+  compactAfterBytes: number;
+  log: (line: string) => void;
+  /**
+   * The records that rebuild the current state (high-water mark first, then every held lease),
+   * for compaction. Called synchronously, so it sees everything appended so far.
+   */
+  snapshot: () => JournalRecord[];
+}
+
+interface Batch {
+  payloads: string[];
+  promise: Promise<void>;
+  resolve: () => void;
+  reject: (error: DlmError) => void;
+  timer: NodeJS.Timeout | undefined;
+}
+
+const JOURNAL_FILE = 'journal.log';
+const HIGH_WATER_FILE = 'highwater';
+
+export async function openJournal(options: JournalOptions): Promise<Journal> {
+  const dir = resolve(options.dataDir);
+  const log = options.log;
+  await mkdir(dir, { recursive: true });
+  const unlockDir = await lockDataDir(dir);
+  try {
+    return await openLocked(dir, options, unlockDir);
+  } catch (error) {
+    await unlockDir();
+    throw toUnavailable(error, `cannot open the journal in ${dir}`);
+  }
+
+  async function openLocked(
+    dir: string,
+    options: JournalOptions,
+    unlockDir: () => Promise<void>,
+  ): Promise<Journal> {
+    const journalPath = join(dir, JOURNAL_FILE);
+    const highWaterPath = join(dir, HIGH_WATER_FILE);
+    // Leftovers of a compaction or high-water write that a crash interrupted; the files they
+    // were to replace are intact.
+    await rm(`${journalPath}.tmp`, { force: true });
+    await rm(`${highWaterPath}.tmp`, { force: true });
+
+    let highWater = 0n;
+    const fromFile = await readHighWater(highWaterPath);
+    if ('token' in fromFile) highWater = fromFile.token;
+    else log(`[dlm embedded] high-water file ${highWaterPath}: ${fromFile.problem}; ignoring it`);
+
+    const data = await readFile(journalPath).catch((error: NodeJS.ErrnoException) => {
+      if (error.code === 'ENOENT') return undefined;
+      throw error;
+    });
+    const parsed = parseJournal(data ?? Buffer.alloc(0));
+    const leases = new Map<string, RecoveredLease>();
+    for (const record of parsed.records) {
+      switch (record.type) {
+        case 'grant':
+          leases.set(record.name, { ...record });
+          if (record.token > highWater) highWater = record.token;
+          break;
+        case 'extend': {
+          const lease = leases.get(record.name);
+          if (lease?.token === record.token) {
+            lease.ttlMs = record.ttlMs;
+            lease.wallMs = record.wallMs;
+          }
+          break;
+        }
+        case 'end':
+          if (leases.get(record.name)?.token === record.token) leases.delete(record.name);
+          break;
+        case 'high-water':
+          if (record.token > highWater) highWater = record.token;
+          break;
+      }
+    }
+
+    let handle: FileHandle;
+    let size: number;
+    if (data === undefined || parsed.validBytes === 0) {
+      if (parsed.problem !== undefined) {
+        log(
+          `[dlm embedded] journal ${journalPath}: ${parsed.problem}; discarded all ${data!.length} bytes and started an empty journal (tokens continue above ${highWater})`,
+        );
+      }
+      handle = await open(journalPath, 'w+');
+      size = await writeAll(handle, JOURNAL_MAGIC, 0);
+      await handle.sync();
+      await syncDir(journalPath);
+    } else {
+      handle = await open(journalPath, 'r+');
+      size = parsed.validBytes;
+      if (parsed.problem !== undefined) {
+        log(
+          `[dlm embedded] journal ${journalPath}: ${parsed.problem} at byte ${parsed.validBytes} of ${data.length}; kept the valid prefix (${parsed.records.length} records) and truncated the rest`,
+        );
+        await handle.truncate(size);
+        await handle.sync();
+      }
+    }
+
+    return createJournal({
+      options,
+      journalPath,
+      highWaterPath,
+      handle,
+      size,
+      recovered: { leases, highWater },
+      unlockDir,
+    });
+  }
+}
+
+function createJournal(init: {
+  options: JournalOptions;
+  journalPath: string;
+  highWaterPath: string;
+  handle: FileHandle;
+  size: number;
+  recovered: RecoveredState;
+  unlockDir: () => Promise<void>;
+}): Journal {
+  const { options, journalPath, highWaterPath, recovered, unlockDir } = init;
+  let handle = init.handle;
+  let size = init.size;
+  let compactAt = options.compactAfterBytes;
+  let failure: DlmError | undefined;
+  let scheduled = false;
+  let flushing: Promise<void> | undefined;
+  let closed = false;
+  /** The high-water mark the current batch must persist, and the one already on disk. */
+  let highWaterWanted = recovered.highWater;
+  let highWaterOnDisk = recovered.highWater;
+
+  const newBatch = (): Batch => {
+    let resolveBatch!: () => void;
+    let rejectBatch!: (error: DlmError) => void;
+    const promise = new Promise<void>((res, rej) => {
+      resolveBatch = res;
+      rejectBatch = rej;
+    });
+    // Batches that only carry expiry records have nobody waiting on them.
+    promise.catch(() => {});
+    const batch: Batch = {
+      payloads: [],
+      promise,
+      resolve: resolveBatch,
+      reject: rejectBatch,
+      timer: undefined,
+    };
+    return batch;
+  };
+  let current = newBatch();
+
+  const armTimeout = (batch: Batch) => {
+    if (batch.timer !== undefined) return;
+    // A disk that stalls must not stall callers forever: they get UNAVAILABLE (indeterminate,
+    // since the record may still land) while the write carries on.
+    batch.timer = setTimeout(() => {
+      batch.reject(
+        new DlmError(
+          'UNAVAILABLE',
+          `the embedded journal did not sync within ${options.commandTimeoutMs} ms`,
+          { indeterminate: true },
+        ),
+      );
+    }, options.commandTimeoutMs);
+    batch.timer.unref();
+  };
+
+  const settle = (batch: Batch, error?: DlmError) => {
+    if (batch.timer !== undefined) clearTimeout(batch.timer);
+    if (error === undefined) batch.resolve();
+    else batch.reject(error);
+  };
+
+  const fail = (error: unknown): DlmError => {
+    if (failure === undefined) {
+      failure = toUnavailable(error, 'the embedded journal could not be written', true);
+      options.log(`[dlm embedded] journal ${journalPath}: ${failure.message}; refusing writes`);
+    }
+    return failure;
+  };
+
+  const writeHighWaterIfWanted = async () => {
+    const wanted = highWaterWanted;
+    if (wanted <= highWaterOnDisk) return;
+    await writeHighWater(highWaterPath, wanted);
+    if (wanted > highWaterOnDisk) highWaterOnDisk = wanted;
+  };
+
+  const writeBatch = async (batch: Batch) => {
+    const buffer = frameRecords(batch.payloads);
+    await Promise.all([
+      (async () => {
+        await writeAll(handle, buffer, size);
+        await handle.datasync();
+      })(),
+      writeHighWaterIfWanted(),
+    ]);
+    size += buffer.length;
+  };
+
+  /**
+   * Replaces the journal with a snapshot of the current state. The batch that accumulated since
+   * the last write is subsumed by the snapshot (taken now, it already reflects those records),
+   * so its waiters are released when the snapshot is durable.
+   */
+  const compact = async () => {
+    const batch = current;
+    current = newBatch();
+    const buffer = frameRecords(options.snapshot().map(encodeRecord), true);
+    const tempPath = `${journalPath}.tmp`;
+    const next = await open(tempPath, 'w+');
+    try {
+      await Promise.all([
+        (async () => {
+          await writeAll(next, buffer, 0);
+          await next.sync();
+        })(),
+        writeHighWaterIfWanted(),
+      ]);
+      await rename(tempPath, journalPath);
+      await syncDir(journalPath);
+    } catch (error) {
+      await next.close().catch(() => {});
+      settle(batch, toUnavailable(error, 'the embedded journal could not be compacted', true));
+      throw error;
+    }
+    const previous = handle;
+    handle = next;
+    size = buffer.length;
+    compactAt = Math.max(options.compactAfterBytes, 4 * size);
+    await previous.close().catch(() => {});
+    settle(batch);
+  };
+
+  const run = async () => {
+    while (failure === undefined && current.payloads.length > 0) {
+      const batch = current;
+      current = newBatch();
+      try {
+        await writeBatch(batch);
+      } catch (error) {
+        settle(batch, fail(error));
+        break;
+      }
+      settle(batch);
+      if (size >= compactAt) {
+        try {
+          await compact();
+        } catch (error) {
+          fail(error);
+        }
+      }
+    }
+    if (failure !== undefined && current.payloads.length > 0) {
+      const batch = current;
+      current = newBatch();
+      settle(batch, failure);
+    }
+  };
+
+  /** Runs the flush loop unless it runs already; one loop at a time keeps writes in order. */
+  const startFlush = (): Promise<void> => {
+    if (flushing === undefined) {
+      flushing = run().finally(() => {
+        flushing = undefined;
+        // Records appended after the loop's last look at the batch.
+        if (current.payloads.length > 0) schedule();
+      });
+    }
+    return flushing;
+  };
+
+  const schedule = () => {
+    if (scheduled || flushing !== undefined) return;
+    scheduled = true;
+    const start = () => {
+      scheduled = false;
+      void startFlush();
+    };
+    // setImmediate runs after the I/O of this loop turn, so everything that turn produced
+    // shares one write and one fsync.
+    if (options.flushIntervalMs > 0) setTimeout(start, options.flushIntervalMs);
+    else setImmediate(start);
+  };
+
+  const append = (record: JournalRecord): Promise<void> => {
+    if (failure !== undefined) {
+      const rejected = Promise.reject(failure);
+      rejected.catch(() => {});
+      return rejected;
+    }
+    const batch = current;
+    batch.payloads.push(encodeRecord(record));
+    armTimeout(batch);
+    schedule();
+    return batch.promise;
+  };
+
+  return {
+    recovered,
+    get failure() {
+      return failure;
+    },
+    append,
+    reserve(token) {
+      if (token > highWaterWanted) highWaterWanted = token;
+      return append({ type: 'high-water', token });
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      // `run` loops until nothing is pending; a batch scheduled but not started runs now.
+      while (flushing !== undefined || current.payloads.length > 0) {
+        await startFlush();
+        if (failure !== undefined) break;
+      }
+      await handle.close().catch(() => {});
+      await unlockDir();
+    },
+  };
+}
+
+async function writeAll(handle: FileHandle, buffer: Buffer, position: number): Promise<number> {
+  let written = 0;
+  while (written < buffer.length) {
+    const { bytesWritten } = await handle.write(
+      buffer,
+      written,
+      buffer.length - written,
+      position + written,
+    );
+    written += bytesWritten;
+  }
+  return written;
+}

@@ -68,6 +68,7 @@ export function runConformance(name: string, target: ConformanceTarget): void {
     let service: LockService;
     let caps: BackendCapabilities;
     const extraServices: LockService[] = [];
+    const cleanup = target.cleanup ?? ((b: LockBackend) => b.close());
 
     beforeEach(async () => {
       backend = await target.backend();
@@ -76,9 +77,12 @@ export function runConformance(name: string, target: ConformanceTarget): void {
     });
 
     afterEach(async () => {
-      for (const extra of extraServices.splice(0)) await extra.close();
+      for (const extra of extraServices.splice(0)) {
+        await extra.close();
+        await cleanup(extra.backend);
+      }
       await service.close();
-      await (target.cleanup ?? ((b: LockBackend) => b.close()))(backend);
+      await cleanup(backend);
     });
 
     describe('grants', () => {
@@ -128,11 +132,6 @@ export function runConformance(name: string, target: ConformanceTarget): void {
           ),
         );
         expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
-        for (const other of others) {
-          await other.close();
-          await other.backend.close();
-        }
-        extraServices.length = 0;
       });
 
       it('idempotent re-acquire by the same owner returns the same token and refreshes the lease', async () => {
@@ -464,7 +463,7 @@ export function runConformance(name: string, target: ConformanceTarget): void {
         await service.release({ name: released, token: first.token });
         const holder: Lease = await service.acquire({ name: held, owner: 'holder', ttlMs: 60_000 });
         await service.close();
-        await (target.cleanup ?? ((b: LockBackend) => b.close()))(backend).catch(() => {});
+        await cleanup(backend).catch(() => {});
         await target.restart!();
         backend = await target.backend();
         service = createLockService({ backend });

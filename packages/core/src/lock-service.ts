@@ -123,6 +123,8 @@ interface NameState {
   watchers: Set<(change: LockChange) => void>;
   unsubscribe: () => void;
   pumping: boolean;
+  /** Calls in flight for this name (acquire/extend): the state must outlive them. */
+  busy: number;
   /** A backend event arrived while the head's attempt was in flight: ask again. */
   again: boolean;
   retryTimer: Timer | undefined;
@@ -164,6 +166,7 @@ export function createLockService(options: LockServiceOptions): LockService {
       watchers: new Set(),
       unsubscribe: () => {},
       pumping: false,
+      busy: 0,
       again: false,
       retryTimer: undefined,
     };
@@ -174,7 +177,8 @@ export function createLockService(options: LockServiceOptions): LockService {
   }
 
   function dropIfIdle(state: NameState): void {
-    if (state.queue.length || state.lease || state.watchers.size || state.pumping) return;
+    if (state.queue.length || state.lease || state.watchers.size || state.pumping || state.busy)
+      return;
     if (names.get(state.name) !== state) return;
     names.delete(state.name);
     state.retryTimer?.cancel();
@@ -492,6 +496,7 @@ export function createLockService(options: LockServiceOptions): LockService {
       if (options.signal?.aborted) throw new DlmError('CANCELLED', 'the wait was cancelled');
       const request: AcquireRequest = { name, owner, ttlMs };
       const state = stateOf(name);
+      state.busy += 1;
       try {
         const isHolder = state.lease?.owner === owner;
         if (waitMs > 0 && !isHolder) return await enqueue(state, options, request, waitMs);
@@ -504,6 +509,7 @@ export function createLockService(options: LockServiceOptions): LockService {
         if (result.granted) return toLease(result.grant);
         throw lockHeld(name, result.ttlRemainingMs);
       } finally {
+        state.busy -= 1;
         dropIfIdle(state);
       }
     },
@@ -526,20 +532,27 @@ export function createLockService(options: LockServiceOptions): LockService {
       const token = checkToken(options.token);
       const ttlMs = validateTtl(options.ttlMs, limits);
       assertOpen();
-      const startedAt = clock.now();
-      const grant = await bounded('extend', () => backend.extend({ name, token, ttlMs }));
-      if (!grant) throw notHolder(name, token);
-      if (clock.now() - startedAt >= grant.ttlMs) {
-        throw new DlmError(
-          'UNAVAILABLE',
-          'the backend answered after the lease had already run out',
-          {
-            indeterminate: true,
-          },
-        );
+      const state = stateOf(name);
+      state.busy += 1;
+      try {
+        const startedAt = clock.now();
+        const grant = await bounded('extend', () => backend.extend({ name, token, ttlMs }));
+        if (!grant) throw notHolder(name, token);
+        if (clock.now() - startedAt >= grant.ttlMs) {
+          throw new DlmError(
+            'UNAVAILABLE',
+            'the backend answered after the lease had already run out',
+            {
+              indeterminate: true,
+            },
+          );
+        }
+        track(state, grant, startedAt, options.onLost);
+        return toLease(grant);
+      } finally {
+        state.busy -= 1;
+        dropIfIdle(state);
       }
-      track(stateOf(name), grant, startedAt, options.onLost);
-      return toLease(grant);
     },
 
     async get(name) {

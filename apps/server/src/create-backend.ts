@@ -1,0 +1,50 @@
+import type { LockBackend } from '@dlm/core';
+import type { BackendConfig } from './config.js';
+import type { Logger } from './logger.js';
+
+/**
+ * Opens the configured backend. Adapters are imported on demand, so a server on the embedded
+ * backend never loads ioredis, etcd3 or the ZooKeeper client.
+ */
+export async function createBackend(config: BackendConfig, logger: Logger): Promise<LockBackend> {
+  switch (config.kind) {
+    case 'embedded': {
+      const { embeddedBackend } = await import('@dlm/adapter-embedded');
+      return embeddedBackend({
+        ...(config.dataDir === null ? {} : { dataDir: config.dataDir }),
+        logger: (line: string) => logger.warn(line, { component: 'embedded' }),
+      });
+    }
+    case 'redis': {
+      const { redisBackend } = await import('@dlm/adapter-redis');
+      return redisBackend({ url: config.url });
+    }
+    case 'redlock': {
+      const { redlockBackend } = await import('@dlm/adapter-redlock');
+      return redlockBackend({ urls: config.urls });
+    }
+    case 'etcd': {
+      const { etcdBackend } = await import('@dlm/adapter-etcd');
+      return etcdBackend({ endpoints: config.endpoints });
+    }
+    case 'zookeeper': {
+      const { zookeeperBackend } = await import('@dlm/adapter-zookeeper');
+      return zookeeperBackend({ connect: config.connect });
+    }
+  }
+}
+
+export function describeBackend(config: BackendConfig): Record<string, unknown> {
+  switch (config.kind) {
+    case 'embedded':
+      return { backend: 'embedded', dataDir: config.dataDir ?? '(memory only)' };
+    case 'redis':
+      return { backend: 'redis', url: config.url };
+    case 'redlock':
+      return { backend: 'redlock', urls: config.urls };
+    case 'etcd':
+      return { backend: 'etcd', endpoints: config.endpoints };
+    case 'zookeeper':
+      return { backend: 'zookeeper', connect: config.connect };
+  }
+}

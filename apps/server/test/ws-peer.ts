@@ -1,0 +1,89 @@
+import { SUBPROTOCOL } from '@dlm/protocol';
+import WebSocket from 'ws';
+
+/** A raw protocol peer for tests: sends frames, and collects replies and notifications. */
+export interface Peer {
+  ws: WebSocket;
+  /** Sends a request and resolves with the whole reply frame. */
+  call(method: string, params?: unknown): Promise<Record<string, any>>;
+  /** Sends raw text or bytes and resolves with the next frame that has the given id. */
+  raw(data: string | Buffer, id?: unknown): Promise<Record<string, any>>;
+  hello(): Promise<Record<string, any>>;
+  notifications: Array<Record<string, any>>;
+  nextNotification(method: string, timeoutMs?: number): Promise<Record<string, any>>;
+  closed: Promise<{ code: number; reason: string }>;
+  close(): void;
+}
+
+export async function connect(
+  url: string,
+  protocols: string[] | undefined = [SUBPROTOCOL],
+): Promise<Peer> {
+  const ws = new WebSocket(url, protocols);
+  const frames: Array<Record<string, any>> = [];
+  const notifications: Array<Record<string, any>> = [];
+  const waiters: Array<() => void> = [];
+  const closed = new Promise<{ code: number; reason: string }>((resolve) => {
+    ws.on('close', (code, reason) => resolve({ code, reason: reason.toString() }));
+  });
+  ws.on('message', (data) => {
+    const frame = JSON.parse(data.toString()) as Record<string, any>;
+    if (frame.id === undefined) notifications.push(frame);
+    else frames.push(frame);
+    for (const wake of waiters.splice(0)) wake();
+  });
+  await new Promise<void>((resolve, reject) => {
+    ws.once('open', () => resolve());
+    ws.once('error', reject);
+  });
+  let seq = 0;
+
+  async function waitFor<T>(pick: () => T | undefined, timeoutMs = 5_000): Promise<T> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const found = pick();
+      if (found !== undefined) return found;
+      if (Date.now() > deadline) throw new Error('timed out waiting for a frame');
+      await new Promise<void>((resolve) => {
+        waiters.push(resolve);
+        setTimeout(resolve, 50);
+      });
+    }
+  }
+
+  function take(id: unknown) {
+    return waitFor(() => {
+      const index = frames.findIndex((f) => f.id === id);
+      return index < 0 ? undefined : frames.splice(index, 1)[0];
+    }, 30_000);
+  }
+
+  const peer: Peer = {
+    ws,
+    notifications,
+    closed,
+    call(method, params) {
+      seq += 1;
+      const id = seq;
+      ws.send(JSON.stringify({ jsonrpc: '2.0', id, method, params: params ?? {} }));
+      return take(id);
+    },
+    raw(data, id = null) {
+      ws.send(data);
+      return take(id);
+    },
+    async hello() {
+      const reply = await peer.call('session.hello', { client: { name: 'test', version: '0' } });
+      if (!reply.result) throw new Error(`hello failed: ${JSON.stringify(reply)}`);
+      return reply.result;
+    },
+    nextNotification(method, timeoutMs = 5_000) {
+      return waitFor(() => {
+        const index = notifications.findIndex((n) => n.method === method);
+        return index < 0 ? undefined : notifications.splice(index, 1)[0];
+      }, timeoutMs);
+    },
+    close: () => ws.close(),
+  };
+  return peer;
+}

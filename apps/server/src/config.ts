@@ -80,6 +80,8 @@ export function parseConfig(
   }
   if (values.help) return null;
   const flag = (key: string) => values[key] as string | undefined;
+  // An empty environment variable counts as unset.
+  env = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== ''));
 
   const host = flag('host') ?? env.DLM_HOST ?? '127.0.0.1';
   const portText = flag('port') ?? env.DLM_PORT ?? '7070';

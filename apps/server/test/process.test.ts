@@ -1,0 +1,123 @@
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { freePort, type ManagedProcess, startProcess, tempDir } from '@dlm/test-services';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { connect, type Peer } from './ws-peer.js';
+
+// These tests run the built server (`dist/main.js`) as its own OS process, so that kill -9
+// and signals hit a real server. `pnpm test` builds first.
+const MAIN = fileURLToPath(new URL('../dist/main.js', import.meta.url));
+
+const running: ManagedProcess[] = [];
+afterEach(async () => {
+  for (const proc of running.splice(0)) await proc.kill();
+});
+
+beforeAll(() => {
+  if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: build first (pnpm build)`);
+});
+
+async function serve(args: string[], env: NodeJS.ProcessEnv = {}) {
+  const port = await freePort();
+  const proc = await startProcess({
+    name: 'dlm-server',
+    command: process.execPath,
+    args: [MAIN, '--port', String(port), '--log-level', 'warn', ...args],
+    env,
+    ready: async () => (await fetch(`http://127.0.0.1:${port}/healthz`)).ok,
+  });
+  running.push(proc);
+  return { proc, port, url: `ws://127.0.0.1:${port}/v1/ws` };
+}
+
+async function session(url: string): Promise<Peer> {
+  const peer = await connect(url);
+  await peer.hello();
+  return peer;
+}
+
+describe('the server process on the embedded backend with a data directory', () => {
+  it('after kill -9 tokens keep increasing and a held lock is not granted to another owner', async () => {
+    const dataDir = tempDir('server-kill9');
+    const first = await serve(['--data-dir', dataDir]);
+    let peer = await session(first.url);
+    const tokens: bigint[] = [];
+    for (let i = 0; i < 5; i += 1) {
+      const lease = (await peer.call('lock.acquire', { name: 'cycled', ttlMs: 5_000 })).result;
+      tokens.push(BigInt(lease.token));
+      await peer.call('lock.release', { name: 'cycled', token: lease.token });
+    }
+    const held = (await peer.call('lock.acquire', { name: 'held', ttlMs: 60_000, owner: 'holder' }))
+      .result;
+    await first.proc.kill();
+
+    const again = await startProcess({
+      name: 'dlm-server',
+      command: process.execPath,
+      args: [MAIN, '--port', String(first.port), '--log-level', 'warn', '--data-dir', dataDir],
+      ready: async () => (await fetch(`http://127.0.0.1:${first.port}/healthz`)).ok,
+    });
+    running.push(again);
+    peer = await session(first.url);
+    const next = (await peer.call('lock.acquire', { name: 'cycled', ttlMs: 5_000 })).result;
+    expect(BigInt(next.token)).toBeGreaterThan(tokens.at(-1)!);
+    expect(BigInt(next.token)).toBeGreaterThan(BigInt(held.token));
+    const intruder = await peer.call('lock.acquire', {
+      name: 'held',
+      ttlMs: 5_000,
+      owner: 'intruder',
+    });
+    expect(intruder.error?.data.code).toBe('LOCK_HELD');
+    expect(intruder.error.data.ttlRemainingMs).toBeGreaterThan(50_000);
+    expect((await peer.call('lock.release', { name: 'held', token: held.token })).result).toEqual({
+      released: true,
+    });
+    peer.close();
+  });
+
+  it('SIGTERM ends pending waits with CANCELLED, exits 0, and keeps held locks for the next start', async () => {
+    const dataDir = tempDir('server-sigterm');
+    const server = await serve(['--data-dir', dataDir]);
+    const peer = await session(server.url);
+    const held = (await peer.call('lock.acquire', { name: 'kept', ttlMs: 60_000, owner: 'holder' }))
+      .result;
+    const waiting = peer.call('lock.acquire', { name: 'kept', ttlMs: 1_000, waitMs: 30_000 });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    await server.proc.stop(5_000);
+    expect((await waiting).error?.data.code).toBe('CANCELLED');
+
+    const restarted = await serve(['--data-dir', dataDir]);
+    const after = await session(restarted.url);
+    expect((await after.call('lock.get', { name: 'kept' })).result).toMatchObject({
+      held: true,
+      owner: 'holder',
+      token: held.token,
+    });
+    after.close();
+  });
+
+  it('keeps its data under $XDG_STATE_HOME/dlm by default, and nothing with --memory', async () => {
+    const state = tempDir('server-state');
+    const byDefault = await serve([], { XDG_STATE_HOME: state, DLM_DATA_DIR: '' });
+    const peer = await session(byDefault.url);
+    await peer.call('lock.acquire', { name: 'x', ttlMs: 5_000 });
+    peer.close();
+    expect(readdirSync(join(state, 'dlm')).length).toBeGreaterThan(0);
+
+    const memoryState = tempDir('server-memory');
+    const inMemory = await serve(['--memory'], { XDG_STATE_HOME: memoryState });
+    const other = await session(inMemory.url);
+    await other.call('lock.acquire', { name: 'x', ttlMs: 5_000 });
+    other.close();
+    expect(existsSync(join(memoryState, 'dlm'))).toBe(false);
+  });
+
+  it('a bad flag exits 2 with the usage', async () => {
+    const { spawnSync } = await import('node:child_process');
+    const result = spawnSync(process.execPath, [MAIN, '--backend', 'mongo'], { encoding: 'utf8' });
+    expect(result.status).toBe(2);
+    expect(result.stderr).toContain('--backend must be');
+    expect(result.stderr).toContain('Usage: dlm-server');
+  });
+});

@@ -1,4 +1,10 @@
-import { SUBPROTOCOL } from '@dlm/protocol';
+import {
+  conforms,
+  type MethodName,
+  Methods,
+  type NotificationName,
+  SUBPROTOCOL,
+} from '@dlm/protocol';
 import WebSocket from 'ws';
 
 /** A raw protocol peer for tests: sends frames, and collects replies and notifications. */
@@ -28,6 +34,15 @@ export async function connect(
   });
   ws.on('message', (data) => {
     const frame = JSON.parse(data.toString()) as Record<string, any>;
+    // Every frame the server sends must match the published schema.
+    const ok =
+      frame.jsonrpc === '2.0' &&
+      (frame.id === undefined
+        ? conforms({ notification: frame.method as NotificationName }, frame.params)
+        : frame.error
+          ? conforms({ error: true }, frame.error)
+          : true);
+    if (!ok) throw new Error(`frame does not match the protocol schema: ${data.toString()}`);
     if (frame.id === undefined) notifications.push(frame);
     else frames.push(frame);
     for (const wake of waiters.splice(0)) wake();
@@ -66,7 +81,16 @@ export async function connect(
       seq += 1;
       const id = seq;
       ws.send(JSON.stringify({ jsonrpc: '2.0', id, method, params: params ?? {} }));
-      return take(id);
+      return take(id).then((reply) => {
+        if (reply.result !== undefined && Object.hasOwn(Methods, method)) {
+          if (!conforms({ result: method as MethodName }, reply.result)) {
+            throw new Error(
+              `${method} result does not match the schema: ${JSON.stringify(reply.result)}`,
+            );
+          }
+        }
+        return reply;
+      });
     },
     raw(data, id = null) {
       ws.send(data);

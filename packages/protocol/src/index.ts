@@ -1,3 +1,4 @@
+export { conforms } from './conforms.js';
 export { CLOSE_TOO_BIG, MAX_PAYLOAD_BYTES, PROTOCOL, SUBPROTOCOL, WS_PATH } from './constants.js';
 export { fromRpcError, toRpcError } from './errors.js';
 export { protocolJsonSchema } from './json-schema.js';

@@ -1,0 +1,78 @@
+import { DlmError, ERROR_CODES, type ErrorCode } from '@dlm/core';
+import { describe, expect, it } from 'vitest';
+import {
+  conforms,
+  fromRpcError,
+  Methods,
+  Notifications,
+  protocolJsonSchema,
+  toRpcError,
+} from '../src/index.js';
+
+describe('error mapping', () => {
+  it('every error code maps to its JSON-RPC number and back', () => {
+    for (const code of Object.keys(ERROR_CODES) as ErrorCode[]) {
+      const wire = toRpcError(new DlmError(code, 'why', { field: 'name', ttlRemainingMs: 5 }));
+      expect(wire.code).toBe(ERROR_CODES[code].rpc);
+      expect(wire.data).toMatchObject({
+        code,
+        retryable: ERROR_CODES[code].retryable,
+        field: 'name',
+      });
+      expect(conforms({ error: true }, wire)).toBe(true);
+      const back = fromRpcError(wire);
+      expect(back.code).toBe(code);
+      expect(back.details).toEqual({ field: 'name', ttlRemainingMs: 5 });
+    }
+  });
+
+  it('an unexpected exception becomes INTERNAL without leaking its message', () => {
+    const wire = toRpcError(new TypeError('secret detail'));
+    expect(wire).toEqual({
+      code: -32603,
+      message: 'internal error',
+      data: { code: 'INTERNAL', retryable: false },
+    });
+  });
+
+  it('an error with an unknown data.code falls back to the number', () => {
+    expect(
+      fromRpcError({ code: 1002, message: 'm', data: { code: 'FUTURE', retryable: false } }).code,
+    ).toBe('NOT_HOLDER');
+  });
+});
+
+describe('schemas', () => {
+  it('accept the documented examples and reject wrong shapes', () => {
+    expect(conforms({ params: 'lock.acquire' }, { name: 'jobs', ttlMs: 1000 })).toBe(true);
+    expect(conforms({ params: 'lock.acquire' }, { name: 'jobs' })).toBe(false);
+    expect(
+      conforms({ result: 'lock.acquire' }, { name: 'jobs', owner: 'o', token: '17', ttlMs: 1000 }),
+    ).toBe(true);
+    expect(
+      conforms({ result: 'lock.acquire' }, { name: 'jobs', owner: 'o', token: 17, ttlMs: 1000 }),
+    ).toBe(false);
+    expect(
+      conforms({ result: 'lock.acquire' }, { name: 'jobs', owner: 'o', token: '017', ttlMs: 1000 }),
+    ).toBe(false);
+    expect(conforms({ result: 'lock.get' }, { name: 'jobs', held: false })).toBe(true);
+    expect(conforms({ result: 'lock.get' }, { name: 'jobs', held: true })).toBe(false);
+    expect(
+      conforms({ notification: 'lock.lost' }, { name: 'j', token: '1', reason: 'expired' }),
+    ).toBe(true);
+    expect(
+      conforms({ notification: 'lock.lost' }, { name: 'j', token: '1', reason: 'stolen' }),
+    ).toBe(false);
+  });
+
+  it('the JSON Schema document has params and results of every method and notification', () => {
+    const doc = protocolJsonSchema() as { $defs: Record<string, { type?: string }> };
+    for (const method of Object.keys(Methods)) {
+      expect(doc.$defs[`${method}.params`]).toBeDefined();
+      expect(doc.$defs[`${method}.result`]).toBeDefined();
+    }
+    for (const method of Object.keys(Notifications))
+      expect(doc.$defs[`${method}.params`]).toBeDefined();
+    expect(JSON.stringify(doc)).not.toContain('Symbol');
+  });
+});

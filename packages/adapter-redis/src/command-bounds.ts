@@ -1,0 +1,66 @@
+import { type Clock, DlmError, toUnavailable } from '@dlm/core';
+
+/**
+ * Bounds every call to Redis in time and turns whatever went wrong into UNAVAILABLE, marked
+ * `indeterminate` when a write may have run without our hearing of it.
+ */
+
+/** ioredis refused to send at all (not connected, offline queue off): nothing ran. */
+const NOT_SENT = "Stream isn't writeable";
+
+function nothingRan(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  // A server error reply (READONLY, OOM, NOPERM, a script error before any write) means the
+  // script was refused or aborted without writing: our scripts write only after all checks.
+  return error.name === 'ReplyError' || error.message.startsWith(NOT_SENT);
+}
+
+export interface CallBounds {
+  clock: Clock;
+  timeoutMs: number;
+}
+
+/**
+ * Runs `call` and rejects with UNAVAILABLE if it has not settled within `timeoutMs`. The
+ * timed-out command is not cancelled (it cannot be: it may already be on the wire); callers
+ * make its late execution harmless with the server-side deadline.
+ */
+export function bounded<T>(
+  bounds: CallBounds,
+  what: string,
+  write: boolean,
+  call: () => Promise<T>,
+): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let settled = false;
+    const timer = bounds.clock.setTimer(() => {
+      if (settled) return;
+      settled = true;
+      reject(
+        new DlmError('UNAVAILABLE', `${what}: Redis did not answer within ${bounds.timeoutMs} ms`, {
+          ...(write ? { indeterminate: true } : {}),
+        }),
+      );
+    }, bounds.timeoutMs);
+    let pending: Promise<T>;
+    try {
+      pending = call();
+    } catch (error) {
+      pending = Promise.reject(error);
+    }
+    pending.then(
+      (value) => {
+        timer.cancel();
+        if (settled) return;
+        settled = true;
+        resolve(value);
+      },
+      (error: unknown) => {
+        timer.cancel();
+        if (settled) return;
+        settled = true;
+        reject(toUnavailable(error, what, write && !nothingRan(error)));
+      },
+    );
+  });
+}

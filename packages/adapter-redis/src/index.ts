@@ -1,0 +1,1 @@
+export { type RedisBackend, type RedisBackendOptions, redisBackend } from './redis-backend.js';

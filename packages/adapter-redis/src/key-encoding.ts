@@ -1,0 +1,64 @@
+/**
+ * How lock names become Redis keys. A name may hold any non-control Unicode, `{`, `}` and `:`
+ * included, so it is hex-encoded (UTF-8 bytes): the encoding is injective, contains no brace
+ * (the hash tag `{…}` stays valid, so a name's lock and fence keys share one Redis Cluster
+ * slot), and a name prefix maps to a key prefix (`list(prefix)` can SCAN with MATCH).
+ */
+
+export interface NameKeys {
+  /** Holds `<token>:<owner>` with the lease as its PX expiry. */
+  lock: string;
+  /** The per-name fencing counter (INCR); never expires. */
+  fence: string;
+  /** The name's hex form, as carried in event messages. */
+  hex: string;
+}
+
+export function encodeName(name: string): string {
+  return Buffer.from(name, 'utf8').toString('hex');
+}
+
+export function decodeName(hex: string): string {
+  return Buffer.from(hex, 'hex').toString('utf8');
+}
+
+export function nameKeys(prefix: string, name: string): NameKeys {
+  const hex = encodeName(name);
+  return { lock: `${prefix}{${hex}}:lock`, fence: `${prefix}{${hex}}:fence`, hex };
+}
+
+/** The one pub/sub channel every instance publishes lock events on. */
+export function eventChannel(prefix: string): string {
+  return `${prefix}events`;
+}
+
+const HEX = /^[0-9a-f]*$/;
+
+/** The lock name a lock key stands for, or undefined when the key is not one of ours. */
+export function nameOfLockKey(prefix: string, key: string): string | undefined {
+  if (!key.startsWith(prefix) || !key.endsWith('}:lock')) return undefined;
+  const inner = key.slice(prefix.length, -'}:lock'.length);
+  if (!inner.startsWith('{')) return undefined;
+  const hex = inner.slice(1);
+  if (hex.length === 0 || hex.length % 2 !== 0 || !HEX.test(hex)) return undefined;
+  return decodeName(hex);
+}
+
+/** Escapes Redis glob metacharacters so `text` matches only itself in MATCH/PSUBSCRIBE. */
+export function globEscape(text: string): string {
+  return text.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
+}
+
+/** A SCAN MATCH pattern for the lock keys of every name starting with `namePrefix`. */
+export function lockKeyPattern(prefix: string, namePrefix: string): string {
+  return `${globEscape(prefix)}{${encodeName(namePrefix)}*}:lock`;
+}
+
+/** The keyspace-notification pattern for our lock keys in database `db`. */
+export function keyspacePattern(prefix: string, db: number): string {
+  return `__keyspace@${db}__:${globEscape(prefix)}{*}:lock`;
+}
+
+export function keyspaceChannelPrefix(db: number): string {
+  return `__keyspace@${db}__:`;
+}

@@ -1,0 +1,284 @@
+import type { Clock, LockEvent, Unsubscribe } from '@dlm/core';
+import type { Redis } from 'ioredis';
+import {
+  decodeName,
+  eventChannel,
+  keyspaceChannelPrefix,
+  keyspacePattern,
+  nameOfLockKey,
+} from './key-encoding.js';
+
+/**
+ * Lock events for every watched name over ONE subscriber connection per Redis node: the
+ * scripts publish `acquired`/`released`/`revoked` on one shared channel (the name is in the
+ * message), and expiries come from keyspace notifications on one pattern. Watching a name is
+ * a Map entry, so thousands of watched names cost no extra connections or subscriptions.
+ */
+
+export type EventMode =
+  /**
+   * One Redis: tokens are strict, so an `acquired` with a lower token than one already seen
+   * is stale news and dropped, and an expiry (which Redis reports without the value) is
+   * labelled with the token of the last grant seen on the same, server-ordered stream.
+   */
+  | 'single'
+  /**
+   * Redlock: several nodes report the same change; duplicates are dropped, and `acquired` and
+   * `released` lose their token (a node may report its own counter rather than the grant's).
+   */
+  | 'quorum';
+
+export interface EventSource {
+  /** A dedicated connection, not yet connected (`lazyConnect`); the hub connects it. */
+  subscriber: Redis;
+  db: number;
+}
+
+export interface LockEventsOptions {
+  prefix: string;
+  sources: EventSource[];
+  /** Subscribe to keyspace expiry notifications, enabling them with CONFIG SET if allowed. */
+  keyspace: boolean;
+  mode: EventMode;
+  clock: Clock;
+  /** Called after a source subscribed again following a disconnect (events may be missed). */
+  onResubscribed?: (source: number) => void;
+}
+
+export interface LockEvents {
+  watch(name: string, listener: (event: LockEvent) => void): Unsubscribe;
+  /** Delivers an event to the watchers of `event.name` (resynchronisation, wake-ups). */
+  deliver(event: LockEvent): void;
+  /** Names with at least one watcher. */
+  watchedNames(): string[];
+  /** The token of the last grant of `name` seen on the event stream ('single' mode). */
+  lastToken(name: string): bigint | undefined;
+  /** Sets what `lastToken` reports (after a resynchronisation read the current holder). */
+  setLastToken(name: string, token: bigint | undefined): void;
+  /** Records a token granted through a reply, so older `acquired` news is recognised as stale. */
+  noteGrant(name: string, token: bigint): void;
+  /** Resolves once every source has subscribed for the first time. */
+  readonly subscribed: Promise<void>;
+  readonly isSubscribed: boolean;
+  /** True while every source has keyspace expiry notifications switched on. */
+  expiryEventsOn(): boolean;
+  close(): Promise<void>;
+}
+
+interface WatchEntry {
+  listeners: Set<(event: LockEvent) => void>;
+  lastToken: bigint | undefined;
+  highest: bigint | undefined;
+  /** 'quorum' mode: recently delivered event keys and when, for deduplication. */
+  recent: Map<string, number>;
+}
+
+const DEDUPE_WINDOW_MS = 5_000;
+
+interface Parsed {
+  type: 'acquired' | 'released' | 'revoked';
+  name: string;
+  token: bigint;
+  owner: string;
+}
+
+function parseMessage(message: string): Parsed | undefined {
+  const first = message.indexOf(' ');
+  const second = message.indexOf(' ', first + 1);
+  const third = message.indexOf(' ', second + 1);
+  if (first < 0 || second < 0 || third < 0) return undefined;
+  const type = message.slice(0, first);
+  if (type !== 'acquired' && type !== 'released' && type !== 'revoked') return undefined;
+  const digits = message.slice(second + 1, third);
+  if (!/^[0-9]+$/.test(digits)) return undefined;
+  return {
+    type,
+    name: decodeName(message.slice(first + 1, second)),
+    token: BigInt(digits),
+    owner: message.slice(third + 1),
+  };
+}
+
+/** Adds `K` and `x` to the server's notify-keyspace-events flags; false if not allowed. */
+async function enableKeyspaceExpiry(subscriber: Redis): Promise<boolean> {
+  try {
+    const reply = (await subscriber.config('GET', 'notify-keyspace-events')) as unknown;
+    const current = Array.isArray(reply) && typeof reply[1] === 'string' ? reply[1] : '';
+    const hasK = current.includes('K');
+    const hasExpired = current.includes('x') || current.includes('A');
+    if (hasK && hasExpired) return true;
+    // Merge rather than overwrite: other users of this Redis may rely on their own flags.
+    const wanted = `${current}${hasK ? '' : 'K'}${hasExpired ? '' : 'x'}`;
+    await subscriber.config('SET', 'notify-keyspace-events', wanted);
+    return true;
+  } catch {
+    // Managed Redis often refuses CONFIG: expiries then reach waiters through core's timers.
+    return false;
+  }
+}
+
+export function createLockEvents(options: LockEventsOptions): LockEvents {
+  const { prefix, mode, clock } = options;
+  const channel = eventChannel(prefix);
+  const entries = new Map<string, WatchEntry>();
+  const expiryOn = options.sources.map(() => false);
+  const subscribedOnce = options.sources.map(() => false);
+  let closed = false;
+  let isSubscribed = false;
+  let resolveSubscribed: () => void = () => {};
+  const subscribed = new Promise<void>((resolve) => {
+    resolveSubscribed = resolve;
+  });
+
+  function deliverTo(entry: WatchEntry, event: LockEvent): void {
+    for (const listener of [...entry.listeners]) {
+      try {
+        listener(event);
+      } catch {
+        // One listener's failure must not starve the others.
+      }
+    }
+  }
+
+  function isDuplicate(entry: WatchEntry, key: string): boolean {
+    const now = clock.now();
+    for (const [seen, at] of entry.recent) {
+      if (now - at > DEDUPE_WINDOW_MS) entry.recent.delete(seen);
+    }
+    if (entry.recent.has(key)) return true;
+    entry.recent.set(key, now);
+    return false;
+  }
+
+  function onLockMessage(parsed: Parsed): void {
+    const entry = entries.get(parsed.name);
+    if (!entry) return;
+    const { type, name, token, owner } = parsed;
+    if (mode === 'quorum') {
+      if (isDuplicate(entry, `${type}:${token}`)) return;
+      deliverTo(entry, type === 'revoked' ? { name, type, token, owner } : { name, type });
+      return;
+    }
+    if (type === 'acquired') {
+      entry.lastToken = token;
+      if (entry.highest !== undefined && token < entry.highest) return;
+      entry.highest = token;
+    } else if (entry.lastToken === token) {
+      entry.lastToken = undefined;
+    }
+    deliverTo(entry, { name, type, token, owner });
+  }
+
+  function onExpired(name: string): void {
+    const entry = entries.get(name);
+    if (!entry) return;
+    if (mode === 'quorum') {
+      if (isDuplicate(entry, `expired@${Math.floor(clock.now() / 1_000)}`)) return;
+      deliverTo(entry, { name, type: 'expired' });
+      return;
+    }
+    const token = entry.lastToken;
+    entry.lastToken = undefined;
+    deliverTo(
+      entry,
+      token === undefined ? { name, type: 'expired' } : { name, type: 'expired', token },
+    );
+  }
+
+  function attach(source: EventSource, index: number): void {
+    const { subscriber, db } = source;
+    const keyspacePrefix = keyspaceChannelPrefix(db);
+    subscriber.on('message', (from: string, message: string) => {
+      if (from !== channel) return;
+      const parsed = parseMessage(message);
+      if (parsed) onLockMessage(parsed);
+    });
+    subscriber.on('pmessage', (_pattern: string, from: string, message: string) => {
+      if (message !== 'expired' || !from.startsWith(keyspacePrefix)) return;
+      const name = nameOfLockKey(prefix, from.slice(keyspacePrefix.length));
+      if (name !== undefined) onExpired(name);
+    });
+    subscriber.on('ready', () => {
+      void (async () => {
+        if (options.keyspace) {
+          const on = await enableKeyspaceExpiry(subscriber);
+          // Confirmed once is what `capabilities` reports; a later refusal (a failover to a
+          // server that forbids CONFIG) is covered by the resynchronisation after reconnects.
+          if (!subscribedOnce[index]) expiryOn[index] = on;
+        }
+        await subscriber.subscribe(channel);
+        if (options.keyspace) await subscriber.psubscribe(keyspacePattern(prefix, db));
+        if (closed) return;
+        if (subscribedOnce[index]) {
+          // Events may have been missed while the stream was down.
+          options.onResubscribed?.(index);
+          return;
+        }
+        subscribedOnce[index] = true;
+        if (subscribedOnce.every(Boolean)) {
+          isSubscribed = true;
+          resolveSubscribed();
+        }
+      })().catch(() => {
+        // The connection dropped mid-way; the next 'ready' tries again.
+      });
+    });
+    subscriber.connect().catch(() => {
+      // ioredis keeps reconnecting on its own; 'ready' subscribes when it gets there.
+    });
+  }
+
+  options.sources.forEach(attach);
+
+  return {
+    watch(name, listener) {
+      let entry = entries.get(name);
+      if (!entry) {
+        entry = {
+          listeners: new Set(),
+          lastToken: undefined,
+          highest: undefined,
+          recent: new Map(),
+        };
+        entries.set(name, entry);
+      }
+      const own = entry;
+      // A wrapper per call, so the same function watched twice is two subscriptions.
+      const wrapped = (event: LockEvent) => listener(event);
+      own.listeners.add(wrapped);
+      return () => {
+        own.listeners.delete(wrapped);
+        if (own.listeners.size === 0 && entries.get(name) === own) entries.delete(name);
+      };
+    },
+    deliver(event) {
+      const entry = entries.get(event.name);
+      if (entry) deliverTo(entry, event);
+    },
+    watchedNames: () => [...entries.keys()],
+    lastToken: (name) => entries.get(name)?.lastToken,
+    setLastToken(name, token) {
+      const entry = entries.get(name);
+      if (!entry) return;
+      entry.lastToken = token;
+      if (token !== undefined && (entry.highest === undefined || token > entry.highest)) {
+        entry.highest = token;
+      }
+    },
+    noteGrant(name, token) {
+      const entry = entries.get(name);
+      if (entry && (entry.highest === undefined || token > entry.highest)) entry.highest = token;
+    },
+    subscribed,
+    get isSubscribed() {
+      return isSubscribed;
+    },
+    expiryEventsOn: () => options.keyspace && expiryOn.every(Boolean),
+    async close() {
+      closed = true;
+      entries.clear();
+      // disconnect, not QUIT: a stalled server would never answer QUIT.
+      for (const { subscriber } of options.sources) subscriber.disconnect();
+    },
+  };
+}

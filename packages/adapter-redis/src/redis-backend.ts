@@ -1,0 +1,239 @@
+import {
+  type BackendCapabilities,
+  type Clock,
+  DlmError,
+  type LockBackend,
+  systemClock,
+  toUnavailable,
+} from '@dlm/core';
+import type { Redis } from 'ioredis';
+import { createCommandConnection, createSubscriberConnection, databaseOf } from './connections.js';
+import { createLockEvents } from './lock-events.js';
+import { createRedisNode } from './redis-node.js';
+
+export interface RedisBackendOptions {
+  /**
+   * Your own ioredis client. It stays yours (`close()` leaves it open). Give it
+   * `enableOfflineQueue: false`, `autoResendUnfulfilledCommands: false` and
+   * `maxRetriesPerRequest: 0` so that an outage fails fast; the adapter bounds every call and
+   * guards writes with a server-side deadline either way, so other settings cannot orphan a
+   * lock, only make failures slower to show. A second connection for pub/sub is made from it
+   * with `duplicate()`.
+   */
+  client?: Redis;
+  /** `redis://[:password@]host:port[/db]`, used when no `client` is given. Default `redis://127.0.0.1:6379`. */
+  url?: string;
+  /** Put in front of every key and the event channel. Default `dlm:`. No `{` or `}`. */
+  prefix?: string;
+  /** The longest any call may take before it fails with UNAVAILABLE. Default 2000. */
+  commandTimeoutMs?: number;
+  /**
+   * Declare `durableAcrossRestart`: set it only when Redis runs with `appendonly yes` and
+   * `appendfsync always`, so a crash loses no acknowledged grant or token. Default false.
+   */
+  durable?: boolean;
+  /**
+   * Subscribe to keyspace expiry notifications (switching them on with CONFIG SET if allowed)
+   * and declare `expiryEvents` when they are on. Default true. Turn it off on a Redis shared
+   * with many keys that expire: Redis finds expired keys by sampling, so its expiry
+   * notifications can come late there; core then checks each lease at its end instead.
+   */
+  keyspaceEvents?: boolean;
+  clock?: Clock;
+}
+
+export interface RedisBackend extends LockBackend {
+  /**
+   * Resolves once the event subscription is in place and keyspace notifications are known
+   * to be on or off (so `capabilities.expiryEvents` is final). Rejects with UNAVAILABLE when
+   * Redis cannot be reached within `commandTimeoutMs`. Await it before handing the backend to
+   * `createLockService`, which reads the capabilities once.
+   */
+  ready(): Promise<void>;
+}
+
+const DEFAULT_TIMEOUT_MS = 2_000;
+
+/** Checks the options every Redis adapter shares; returns the prefix and timeout to use. */
+export function checkCommonOptions(options: { prefix?: string; commandTimeoutMs?: number }): {
+  prefix: string;
+  commandTimeoutMs: number;
+} {
+  const prefix = options.prefix ?? 'dlm:';
+  if (/[{}]/.test(prefix)) {
+    // The name's hash tag must be the first {...} in the key.
+    throw new DlmError('INVALID_PARAMS', 'prefix must not contain { or }', { field: 'prefix' });
+  }
+  const commandTimeoutMs = options.commandTimeoutMs ?? DEFAULT_TIMEOUT_MS;
+  if (!Number.isFinite(commandTimeoutMs) || commandTimeoutMs <= 0) {
+    throw new DlmError('INVALID_PARAMS', 'commandTimeoutMs must be a positive number', {
+      field: 'commandTimeoutMs',
+    });
+  }
+  return { prefix, commandTimeoutMs };
+}
+
+/** Waits for `promise` up to `ms`; resolves false on time-out instead of rejecting. */
+export function within(clock: Clock, promise: Promise<unknown>, ms: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const timer = clock.setTimer(() => resolve(false), ms);
+    promise.then(
+      () => {
+        timer.cancel();
+        resolve(true);
+      },
+      () => {
+        timer.cancel();
+        resolve(false);
+      },
+    );
+  });
+}
+
+/**
+ * A dlm backend on one Redis server (or a Redis Cluster shard set reached through one
+ * connection: a name's keys share a hash slot). Tokens come from a per-name INCR in the same
+ * script as the `SET NX PX`, so they are strict for as long as Redis keeps its data.
+ *
+ * @example
+ * const backend = redisBackend({ url: 'redis://127.0.0.1:6379' });
+ * await backend.ready();
+ * const service = createLockService({ backend });
+ */
+export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
+  const { prefix, commandTimeoutMs } = checkCommonOptions(options);
+  const clock = options.clock ?? systemClock;
+  const ownsClient = options.client === undefined;
+  const client =
+    options.client ??
+    createCommandConnection(options.url ?? 'redis://127.0.0.1:6379', commandTimeoutMs);
+  const node = createRedisNode({ client, prefix, commandTimeoutMs, clock, publishAcquired: true });
+  const durable = options.durable ?? false;
+
+  const events = createLockEvents({
+    prefix,
+    sources: [
+      { subscriber: createSubscriberConnection(client, commandTimeoutMs), db: databaseOf(client) },
+    ],
+    keyspace: options.keyspaceEvents ?? true,
+    mode: 'single',
+    clock,
+    onResubscribed: () => void resynchronise(),
+  });
+
+  /**
+   * After the event stream was down, compare what each watched name's watchers last heard with
+   * what Redis holds now, and tell them the difference (a missed release or expiry would
+   * otherwise leave a waiter asleep until the holder's old lease end, and a holder unaware).
+   */
+  async function resynchronise(): Promise<void> {
+    await Promise.all(
+      events.watchedNames().map(async (name) => {
+        const before = events.lastToken(name);
+        let state: Awaited<ReturnType<typeof node.inspect>>;
+        try {
+          state = await node.inspect(name);
+        } catch {
+          // Cannot tell: wake the waiters, who will ask for themselves.
+          events.deliver({ name, type: 'released' });
+          return;
+        }
+        if (events.lastToken(name) !== before) return; // the live stream knows better
+        if (state && state.token === before) return;
+        if (before !== undefined) events.deliver({ name, type: 'expired', token: before });
+        if (state) {
+          events.setLastToken(name, state.token);
+          events.deliver({ name, type: 'acquired', token: state.token, owner: state.owner });
+        } else {
+          events.setLastToken(name, undefined);
+          if (before === undefined) events.deliver({ name, type: 'released' });
+        }
+      }),
+    );
+  }
+
+  /** Until the first subscription is in place, calls wait for it (within their budget). */
+  async function subscribedWithin(startedAt: number): Promise<void> {
+    if (events.isSubscribed) return;
+    await within(clock, events.subscribed, commandTimeoutMs - (clock.now() - startedAt));
+  }
+
+  let closed = false;
+  function assertOpen(): void {
+    if (closed) throw new DlmError('UNAVAILABLE', 'the Redis backend is closed');
+  }
+
+  return {
+    kind: 'redis',
+
+    get capabilities(): BackendCapabilities {
+      return {
+        fencing: 'strict',
+        minTtlMs: 1,
+        ttlGranularityMs: 1,
+        durableAcrossRestart: durable,
+        fairQueue: false,
+        expiryEvents: events.expiryEventsOn(),
+      };
+    },
+
+    async ready() {
+      assertOpen();
+      if (!(await within(clock, events.subscribed, commandTimeoutMs))) {
+        throw toUnavailable(
+          new Error(`no subscription within ${commandTimeoutMs} ms`),
+          'redis backend',
+        );
+      }
+    },
+
+    async tryAcquire({ name, owner, ttlMs }) {
+      assertOpen();
+      const startedAt = clock.now();
+      await subscribedWithin(startedAt);
+      const result = await node.acquire(name, owner, ttlMs, startedAt);
+      if (!result.granted) return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
+      events.noteGrant(name, result.token);
+      return { granted: true, grant: { name, owner, token: result.token, ttlMs } };
+    },
+
+    async release({ name, token }) {
+      assertOpen();
+      return node.release(name, token);
+    },
+
+    async extend({ name, token, ttlMs }) {
+      assertOpen();
+      const owner = await node.extend(name, token, ttlMs);
+      return owner === null ? null : { name, owner, token, ttlMs };
+    },
+
+    async inspect(name) {
+      assertOpen();
+      return node.inspect(name);
+    },
+
+    async revoke(name) {
+      assertOpen();
+      return (await node.revoke(name)) !== null;
+    },
+
+    async list(namePrefix) {
+      assertOpen();
+      return node.list(namePrefix);
+    },
+
+    watch(name, listener) {
+      return events.watch(name, listener);
+    },
+
+    async close() {
+      if (closed) return;
+      closed = true;
+      await events.close();
+      node.detach();
+      // disconnect, not QUIT: a stalled server would never answer QUIT.
+      if (ownsClient) client.disconnect();
+    },
+  };
+}

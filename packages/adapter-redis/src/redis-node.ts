@@ -1,0 +1,239 @@
+import { type Clock, DlmError, type LockState } from '@dlm/core';
+import type { Redis } from 'ioredis';
+import { bounded } from './command-bounds.js';
+import { eventChannel, lockKeyPattern, nameKeys, nameOfLockKey } from './key-encoding.js';
+import {
+  ACQUIRE,
+  ADOPT_TOKEN,
+  EXTEND,
+  INSPECT,
+  type LuaScript,
+  RELEASE,
+  REVOKE,
+  runScript,
+} from './redis-scripts.js';
+import { createServerClock } from './server-clock.js';
+
+/**
+ * The lock primitives on ONE Redis server, each one script call bounded in time. The
+ * single-Redis backend is one node; Redlock runs the same operations on N nodes.
+ */
+
+export type NodeAcquireResult =
+  | { granted: true; token: bigint /** false: the same owner's lease, refreshed */; fresh: boolean }
+  | { granted: false; ttlRemainingMs: number };
+
+export interface RedisNodeOptions {
+  client: Redis;
+  prefix: string;
+  commandTimeoutMs: number;
+  clock: Clock;
+  /** Publish `acquired` from the acquire script (Redlock announces after its quorum instead). */
+  publishAcquired: boolean;
+}
+
+export interface RedisNode {
+  readonly client: Redis;
+  /** `startedAt` (monotonic) starts the call's time budget; default now. */
+  acquire(
+    name: string,
+    owner: string,
+    ttlMs: number,
+    startedAt?: number,
+  ): Promise<NodeAcquireResult>;
+  release(name: string, token: bigint): Promise<boolean>;
+  /** The holder's owner when extended; null when `token` does not hold the lock. */
+  extend(name: string, token: bigint, ttlMs: number, startedAt?: number): Promise<string | null>;
+  inspect(name: string): Promise<LockState | null>;
+  revoke(name: string): Promise<{ token: bigint; owner: string } | null>;
+  /** Redlock: raise this node's counter to `token` and relabel `owner`'s lease with it. */
+  adoptToken(name: string, owner: string, token: bigint, announce: boolean): Promise<boolean>;
+  list(namePrefix: string): Promise<LockState[]>;
+  /** Stops listening to the client's events (does not close it). */
+  detach(): void;
+}
+
+function parseValue(value: string): { token: bigint; owner: string } {
+  const sep = value.indexOf(':');
+  return { token: BigInt(value.slice(0, sep)), owner: value.slice(sep + 1) };
+}
+
+function asArray(reply: unknown, what: string): unknown[] {
+  if (!Array.isArray(reply)) throw new DlmError('INTERNAL', `${what}: unexpected reply from Redis`);
+  return reply;
+}
+
+const SCAN_COUNT = 1_000;
+
+export function createRedisNode(options: RedisNodeOptions): RedisNode {
+  const { client, prefix, clock } = options;
+  const timeoutMs = options.commandTimeoutMs;
+  const channel = eventChannel(prefix);
+  const serverClock = createServerClock(clock);
+  // A new connection may reach another server (failover) whose clock we have not measured.
+  const onReady = () => serverClock.reset();
+  client.on('ready', onReady);
+
+  /** Time left of a call's budget, for its next step. */
+  const remaining = (startedAt: number) => Math.max(1, timeoutMs - (clock.now() - startedAt));
+
+  function call(
+    what: string,
+    write: boolean,
+    startedAt: number,
+    script: LuaScript,
+    keys: string[],
+    args: Array<string | number>,
+  ): Promise<unknown> {
+    return bounded({ clock, timeoutMs: remaining(startedAt) }, what, write, () =>
+      runScript(client, script, keys, args),
+    );
+  }
+
+  /** The server-clock deadline for a write sent now, measuring the server's clock first if need be. */
+  async function deadlineFor(what: string, startedAt: number): Promise<number> {
+    const known = serverClock.deadline(timeoutMs - (clock.now() - startedAt));
+    if (known !== undefined) return known;
+    const reply = await bounded({ clock, timeoutMs: remaining(startedAt) }, what, false, () =>
+      client.time(),
+    );
+    const [seconds, micros] = reply.map((part) => Number(part));
+    serverClock.observe((seconds ?? 0) * 1_000 + Math.floor((micros ?? 0) / 1_000), clock.now());
+    return serverClock.deadline(timeoutMs - (clock.now() - startedAt)) ?? 0;
+  }
+
+  function observe(serverMs: unknown): void {
+    if (typeof serverMs === 'number') serverClock.observe(serverMs, clock.now());
+  }
+
+  function stale(what: string): DlmError {
+    // Seen in a reply that came in time only if our measure of the server's clock is off
+    // (its clock jumped): measure again next time.
+    serverClock.reset();
+    return new DlmError(
+      'UNAVAILABLE',
+      `${what}: Redis ran the request after its deadline and ignored it (stalled server or clock jump)`,
+    );
+  }
+
+  async function inspect(name: string): Promise<LockState | null> {
+    const keys = nameKeys(prefix, name);
+    const reply = asArray(
+      await call('inspect', false, clock.now(), INSPECT, [keys.lock], []),
+      'inspect',
+    );
+    if (reply.length < 2) return null;
+    const { token, owner } = parseValue(String(reply[0]));
+    return { name, owner, token, ttlRemainingMs: Math.max(0, Number(reply[1])) };
+  }
+
+  return {
+    client,
+    inspect,
+
+    async acquire(name, owner, ttlMs, startedAt = clock.now()) {
+      const keys = nameKeys(prefix, name);
+      const deadline = await deadlineFor('acquire', startedAt);
+      const reply = asArray(
+        await call(
+          'acquire',
+          true,
+          startedAt,
+          ACQUIRE,
+          [keys.lock, keys.fence],
+          [owner, ttlMs, deadline, options.publishAcquired ? channel : '', keys.hex],
+        ),
+        'acquire',
+      );
+      observe(reply[2]);
+      if (reply[0] === -1) throw stale('acquire');
+      if (reply[0] === 1) {
+        return { granted: true, token: BigInt(String(reply[1])), fresh: reply[3] === 1 };
+      }
+      return { granted: false, ttlRemainingMs: Math.max(0, Number(reply[1])) };
+    },
+
+    async release(name, token) {
+      const keys = nameKeys(prefix, name);
+      const reply = await call(
+        'release',
+        true,
+        clock.now(),
+        RELEASE,
+        [keys.lock],
+        [token.toString(), channel, keys.hex],
+      );
+      return reply === 1;
+    },
+
+    async extend(name, token, ttlMs, startedAt = clock.now()) {
+      const keys = nameKeys(prefix, name);
+      const deadline = await deadlineFor('extend', startedAt);
+      const reply = asArray(
+        await call(
+          'extend',
+          true,
+          startedAt,
+          EXTEND,
+          [keys.lock],
+          [token.toString(), ttlMs, deadline],
+        ),
+        'extend',
+      );
+      observe(reply[2]);
+      if (reply[0] === -1) throw stale('extend');
+      return reply[0] === 1 ? String(reply[1]) : null;
+    },
+
+    async revoke(name) {
+      const keys = nameKeys(prefix, name);
+      const reply = await call(
+        'revoke',
+        true,
+        clock.now(),
+        REVOKE,
+        [keys.lock],
+        [channel, keys.hex],
+      );
+      return typeof reply === 'string' ? parseValue(reply) : null;
+    },
+
+    async adoptToken(name, owner, token, announce) {
+      const keys = nameKeys(prefix, name);
+      const reply = await call(
+        'adopt-token',
+        true,
+        clock.now(),
+        ADOPT_TOKEN,
+        [keys.lock, keys.fence],
+        [owner, token.toString(), announce ? channel : '', keys.hex],
+      );
+      return reply === 1;
+    },
+
+    async list(namePrefix) {
+      const pattern = lockKeyPattern(prefix, namePrefix);
+      const found: LockState[] = [];
+      let cursor = '0';
+      do {
+        const [next, keys] = await bounded({ clock, timeoutMs }, 'list', false, () =>
+          client.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT),
+        );
+        cursor = next;
+        const names = keys.flatMap((key) => {
+          const name = nameOfLockKey(prefix, key);
+          return name === undefined ? [] : [name];
+        });
+        const states = await Promise.all(names.map((name) => inspect(name)));
+        for (const state of states) if (state) found.push(state);
+      } while (cursor !== '0');
+      // SCAN may return a key twice; keep one entry per name.
+      const byName = new Map(found.map((state) => [state.name, state]));
+      return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    },
+
+    detach() {
+      client.off('ready', onReady);
+    },
+  };
+}

@@ -1,0 +1,168 @@
+import { createHash } from 'node:crypto';
+import type { Redis } from 'ioredis';
+
+/**
+ * The Lua scripts behind every primitive. Each runs atomically on the server, so a primitive is
+ * one step: no read-then-write races. A lock key holds `<token>:<owner>` (the token is digits,
+ * so the first `:` splits it) with the lease as its PX expiry; tokens travel as decimal strings
+ * so they stay exact. Event messages are `<type> <hex name> <token> <owner>`.
+ *
+ * The write scripts that a late arrival could make harmful (acquire, extend) take a deadline in
+ * the server's own clock (see server-clock.ts) and do nothing once it has passed: a request
+ * whose caller already gave up (timed out) cannot take a lock later, whether it was held up in
+ * a stalled server's socket buffer or replayed by a client library after a reconnect.
+ */
+
+export interface LuaScript {
+  readonly name: string;
+  readonly source: string;
+  readonly sha: string;
+}
+
+function script(name: string, body: string): LuaScript {
+  const source = body.trim();
+  return { name, source, sha: createHash('sha1').update(source).digest('hex') };
+}
+
+// Shared preamble: the server's time in ms, and the stale check against ARGV[deadline].
+const NOW = `
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+`;
+
+/**
+ * KEYS: lock, fence. ARGV: owner, ttlMs, deadline (server ms; 0 = none), channel ('' = do not
+ * publish), hex name.
+ * Returns {1, token, now, fresh(1|0)} granted; {0, pttl, now} held by another; {-1, 0, now} stale.
+ */
+export const ACQUIRE = script(
+  'acquire',
+  `${NOW}
+if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, 0, now} end
+local current = redis.call('GET', KEYS[1])
+if current then
+  local sep = string.find(current, ':', 1, true)
+  if string.sub(current, sep + 1) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, string.sub(current, 1, sep - 1), now, 0}
+  end
+  return {0, redis.call('PTTL', KEYS[1]), now}
+end
+redis.call('INCR', KEYS[2])
+local token = redis.call('GET', KEYS[2])
+redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', ARGV[2])
+if ARGV[4] ~= '' then
+  redis.call('PUBLISH', ARGV[4], 'acquired ' .. ARGV[5] .. ' ' .. token .. ' ' .. ARGV[1])
+end
+return {1, token, now, 1}
+`,
+);
+
+/**
+ * KEYS: lock. ARGV: token, channel, hex name. Returns 1 when released, 0 when `token` does not
+ * hold the lock.
+ */
+export const RELEASE = script(
+  'release',
+  `
+local current = redis.call('GET', KEYS[1])
+if not current then return 0 end
+local sep = string.find(current, ':', 1, true)
+if string.sub(current, 1, sep - 1) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if ARGV[2] ~= '' then
+  redis.call('PUBLISH', ARGV[2], 'released ' .. ARGV[3] .. ' ' .. ARGV[1] .. ' ' .. string.sub(current, sep + 1))
+end
+return 1
+`,
+);
+
+/**
+ * KEYS: lock. ARGV: token, ttlMs, deadline. Returns {1, owner, now} extended; {0, '', now} when
+ * `token` does not hold the lock; {-1, '', now} stale.
+ */
+export const EXTEND = script(
+  'extend',
+  `${NOW}
+if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, '', now} end
+local current = redis.call('GET', KEYS[1])
+if not current then return {0, '', now} end
+local sep = string.find(current, ':', 1, true)
+if string.sub(current, 1, sep - 1) ~= ARGV[1] then return {0, '', now} end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, string.sub(current, sep + 1), now}
+`,
+);
+
+/** KEYS: lock. Returns {value, pttl}, or {} when free. */
+export const INSPECT = script(
+  'inspect',
+  `
+local current = redis.call('GET', KEYS[1])
+if not current then return {} end
+return {current, redis.call('PTTL', KEYS[1])}
+`,
+);
+
+/** KEYS: lock. ARGV: channel, hex name. Returns the ended lease's value, or false when free. */
+export const REVOKE = script(
+  'revoke',
+  `
+local current = redis.call('GET', KEYS[1])
+if not current then return false end
+redis.call('DEL', KEYS[1])
+if ARGV[1] ~= '' then
+  local sep = string.find(current, ':', 1, true)
+  redis.call('PUBLISH', ARGV[1], 'revoked ' .. ARGV[2] .. ' ' .. string.sub(current, 1, sep - 1) .. ' ' .. string.sub(current, sep + 1))
+end
+return current
+`,
+);
+
+/**
+ * Redlock's second step on each node after a quorum grant with token M (the largest of the
+ * nodes' counters): raise the node's counter to at least M, so the next grant anywhere starts
+ * above it, and relabel this owner's lease on the node with M, so release/extend/re-acquire
+ * speak one token on every node. KEYS: lock, fence. ARGV: owner, M, channel ('' = do not
+ * publish), hex name. Returns 1 when the owner's lease is on this node.
+ */
+export const ADOPT_TOKEN = script(
+  'adopt-token',
+  `
+local fence = redis.call('GET', KEYS[2])
+if (not fence) or tonumber(fence) < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
+local current = redis.call('GET', KEYS[1])
+if not current then return 0 end
+local sep = string.find(current, ':', 1, true)
+if string.sub(current, sep + 1) ~= ARGV[1] then return 0 end
+if string.sub(current, 1, sep - 1) ~= ARGV[2] then
+  redis.call('SET', KEYS[1], ARGV[2] .. ':' .. ARGV[1], 'KEEPTTL')
+end
+if ARGV[3] ~= '' then
+  redis.call('PUBLISH', ARGV[3], 'acquired ' .. ARGV[4] .. ' ' .. ARGV[2] .. ' ' .. ARGV[1])
+end
+return 1
+`,
+);
+
+function isNoScript(error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith('NOSCRIPT');
+}
+
+/**
+ * EVALSHA, and EVAL when the server does not know the script yet (after a restart). A NOSCRIPT
+ * reply means nothing ran, so sending the source is safe; no other error is retried.
+ */
+export async function runScript(
+  client: Redis,
+  lua: LuaScript,
+  keys: readonly string[],
+  args: ReadonlyArray<string | number>,
+): Promise<unknown> {
+  try {
+    return await client.evalsha(lua.sha, keys.length, ...keys, ...args);
+  } catch (error) {
+    if (!isNoScript(error)) throw error;
+    return client.eval(lua.source, keys.length, ...keys, ...args);
+  }
+}

@@ -1,0 +1,325 @@
+import {
+  type AcquireResult,
+  type BackendCapabilities,
+  DlmError,
+  type Grant,
+  type LockBackend,
+  type LockState,
+} from '@dlm/core';
+import type { Etcd3, IKeyValue, ITxnResponse } from 'etcd3';
+import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.js';
+import { createEtcdClient } from './etcd-client.js';
+import { watchPrefix } from './etcd-watch.js';
+
+export interface EtcdBackendOptions {
+  /**
+   * An etcd3 client to use. The adapter does not close it, and its fault-handling policies
+   * apply on top of the adapter's own bound (prefer letting the adapter create the client).
+   */
+  client?: Etcd3;
+  /** Client URLs, used when no `client` is given. Default `['http://127.0.0.1:2379']`. */
+  endpoints?: string[];
+  /** Every key the adapter writes starts with this. Default `dlm/`. */
+  prefix?: string;
+  /**
+   * The longest one primitive (acquire, release, extend, inspect…) may take, retries
+   * included, before it rejects with UNAVAILABLE. Default 2000.
+   */
+  commandTimeoutMs?: number;
+  /**
+   * etcd's shortest lease: 1.5 election timeouts rounded up to whole seconds, so 2000 with
+   * etcd's default 1 s election timeout. Shorter requests are raised to it (and every grant
+   * reports the TTL etcd actually granted). Set it when the cluster runs another election
+   * timeout.
+   */
+  minTtlMs?: number;
+}
+
+const SECOND = 1_000;
+
+function ttlSeconds(ttlMs: number): number {
+  return Math.max(1, Math.ceil(ttlMs / SECOND));
+}
+
+/**
+ * etcd reports a lease's remaining time in whole seconds, rounded down; the true remainder is
+ * below the next second. Report that upper end (never more than the lease granted), so a waiter
+ * does not ask again before the holder's lease can have ended.
+ */
+function remainingMs(ttl: string, grantedTtl: string): number {
+  const seconds = Number(ttl);
+  if (seconds < 0) return 0;
+  return Math.min((seconds + 1) * SECOND, Math.max(Number(grantedTtl), 1) * SECOND);
+}
+
+/**
+ * A dlm backend on etcd v3.
+ *
+ * Each lock is one key, `<prefix>lock/<name>`, whose value is the owner, attached to a lease
+ * of the requested TTL (whole seconds). The fencing token is the key's create revision: Raft
+ * orders all revisions, so every later grant has a higher token, across expiry, release,
+ * member crashes and leader changes. Every primitive is one transaction guarded by the create
+ * revision. Waits are woken by one watch on the prefix.
+ *
+ * @example
+ * const backend = etcdBackend({ endpoints: ['http://127.0.0.1:2379'] });
+ * const service = createLockService({ backend });
+ */
+export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
+  const prefix = options.prefix ?? 'dlm/';
+  const lockPrefix = `${prefix}lock/`;
+  const markerKey = `${prefix}event`;
+  const commandTimeoutMs = options.commandTimeoutMs ?? 2_000;
+  const ownClient = options.client === undefined;
+  const client = options.client ?? createEtcdClient(options.endpoints ?? ['http://127.0.0.1:2379']);
+  const watch = watchPrefix(client, { prefix, lockPrefix, markerKey });
+  let closed = false;
+
+  const capabilities: BackendCapabilities = {
+    fencing: 'strict',
+    minTtlMs: options.minTtlMs ?? 2_000,
+    ttlGranularityMs: SECOND,
+    durableAcrossRestart: true,
+    fairQueue: false,
+    expiryEvents: true,
+  };
+
+  const keyOf = (name: string) => Buffer.from(lockPrefix + name);
+
+  function assertOpen(what: string): void {
+    if (closed) throw new DlmError('UNAVAILABLE', `${what}: the etcd backend is closed`);
+  }
+
+  function call<T>(
+    limit: Budget,
+    mode: RetryMode,
+    write: boolean,
+    fn: (deadline: number) => Promise<T>,
+  ): Promise<T> {
+    return withRetries(limit, mode, write, fn);
+  }
+
+  async function grantLease(limit: Budget, ttlMs: number): Promise<{ id: string; ttlMs: number }> {
+    // Granting twice (a retry after a lost reply) only leaves an unused lease, which etcd
+    // drops when it runs out.
+    const response = await call(limit, 'idempotent', false, (deadline) =>
+      client.leaseClient.leaseGrant({ TTL: ttlSeconds(ttlMs) }, { deadline }),
+    );
+    if (response.error) {
+      throw new DlmError('UNAVAILABLE', `${limit.what}: lease grant failed: ${response.error}`);
+    }
+    return { id: response.ID, ttlMs: Number(response.TTL) * SECOND };
+  }
+
+  /** Revokes a lease nothing needs any more. Best effort: an unrevoked lease just runs out. */
+  function dropLease(id: string | undefined): void {
+    if (!id || id === '0' || closed) return;
+    const limit = budget('revoke lease', commandTimeoutMs);
+    call(limit, 'once', true, (deadline) =>
+      client.leaseClient.leaseRevoke({ ID: id }, { deadline }),
+    ).catch(() => {});
+  }
+
+  async function remainingOf(limit: Budget, kv: IKeyValue): Promise<number | undefined> {
+    if (!kv.lease || kv.lease === '0') return undefined;
+    try {
+      const response = await call(limit, 'idempotent', false, (deadline) =>
+        client.leaseClient.leaseTimeToLive({ ID: kv.lease }, { deadline }),
+      );
+      return remainingMs(response.TTL, response.grantedTTL);
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Waits for the watch stream before the first write, so no later event can be missed. */
+  async function watchEstablished(limit: Budget): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        watch.ready(),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(
+            () => reject(new DlmError('UNAVAILABLE', `${limit.what}: etcd watch not established`)),
+            Math.max(0, limit.remainingMs()),
+          );
+        }),
+      ]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  function txn(
+    limit: Budget,
+    mode: RetryMode,
+    request: Parameters<Etcd3['kv']['txn']>[0],
+  ): Promise<ITxnResponse> {
+    return call(limit, mode, true, (deadline) => client.kv.txn(request, { deadline }));
+  }
+
+  function stateOf(limit: Budget, name: string, kv: IKeyValue): Promise<LockState> {
+    return remainingOf(limit, kv).then((ttl) => ({
+      name,
+      owner: kv.value.toString(),
+      token: BigInt(kv.create_revision),
+      ttlRemainingMs: ttl ?? 0,
+    }));
+  }
+
+  return {
+    kind: 'etcd',
+    capabilities,
+
+    async tryAcquire({ name, owner, ttlMs }): Promise<AcquireResult> {
+      assertOpen('acquire');
+      const limit = budget('acquire', commandTimeoutMs);
+      await watchEstablished(limit);
+      const key = keyOf(name);
+      const value = Buffer.from(owner);
+      const lease = await grantLease(limit, Math.max(ttlMs, capabilities.minTtlMs));
+      // One transaction: create the key if absent; else, if the same owner holds it, move it to
+      // the new lease (keeping its create revision, hence its token); else read the holder.
+      // Sending it twice is harmless, so it may be retried after a lost reply.
+      let response: ITxnResponse;
+      try {
+        response = await txn(limit, 'idempotent', {
+          compare: [{ key, target: 'Create', result: 'Equal', create_revision: 0 }],
+          success: [{ request_put: { key, value, lease: lease.id } }],
+          failure: [
+            {
+              request_txn: {
+                compare: [{ key, target: 'Value', result: 'Equal', value }],
+                success: [{ request_put: { key, value, lease: lease.id, prev_kv: true } }],
+                failure: [{ request_range: { key } }],
+              },
+            },
+          ],
+        });
+      } catch (error) {
+        if (!(error instanceof DlmError && error.details.indeterminate)) dropLease(lease.id);
+        throw error;
+      }
+      const grant = (token: bigint): Grant => ({ name, owner, token, ttlMs: lease.ttlMs });
+      if (response.succeeded)
+        return { granted: true, grant: grant(BigInt(response.header.revision)) };
+      const nested = response.responses[0]?.response_txn;
+      if (nested?.succeeded) {
+        const previous = nested.responses[0]?.response_put.prev_kv;
+        if (!previous) throw new DlmError('INTERNAL', 'etcd: re-acquire returned no previous key');
+        if (previous.lease !== lease.id) dropLease(previous.lease);
+        return { granted: true, grant: grant(BigInt(previous.create_revision)) };
+      }
+      dropLease(lease.id);
+      const holder = nested?.responses[0]?.response_range.kvs[0];
+      const ttlRemainingMs = holder ? await remainingOf(limit, holder) : undefined;
+      return ttlRemainingMs === undefined ? { granted: false } : { granted: false, ttlRemainingMs };
+    },
+
+    async release({ name, token }) {
+      assertOpen('release');
+      const limit = budget('release', commandTimeoutMs);
+      const key = keyOf(name);
+      const response = await txn(limit, 'once', {
+        compare: [{ key, target: 'Create', result: 'Equal', create_revision: token.toString() }],
+        success: [
+          { request_delete_range: { key, prev_kv: true } },
+          { request_put: { key: Buffer.from(markerKey), value: Buffer.from('released') } },
+        ],
+        failure: [],
+      });
+      if (!response.succeeded) return false;
+      dropLease(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
+      return true;
+    },
+
+    async extend({ name, token, ttlMs }) {
+      assertOpen('extend');
+      const limit = budget('extend', commandTimeoutMs);
+      const key = keyOf(name);
+      // An etcd lease can only be renewed to the TTL it was granted with, so a new TTL means a
+      // new lease: move the key onto it (a put keeps the key's create revision, so the token).
+      const lease = await grantLease(limit, Math.max(ttlMs, capabilities.minTtlMs));
+      let response: ITxnResponse;
+      try {
+        response = await txn(limit, 'idempotent', {
+          compare: [{ key, target: 'Create', result: 'Equal', create_revision: token.toString() }],
+          success: [{ request_put: { key, lease: lease.id, ignore_value: true, prev_kv: true } }],
+          failure: [],
+        });
+      } catch (error) {
+        if (!(error instanceof DlmError && error.details.indeterminate)) dropLease(lease.id);
+        throw error;
+      }
+      if (!response.succeeded) {
+        dropLease(lease.id);
+        return null;
+      }
+      const previous = response.responses[0]?.response_put.prev_kv;
+      if (previous && previous.lease !== lease.id) dropLease(previous.lease);
+      return { name, owner: previous?.value.toString() ?? '', token, ttlMs: lease.ttlMs };
+    },
+
+    async inspect(name) {
+      assertOpen('inspect');
+      const limit = budget('inspect', commandTimeoutMs);
+      const response = await call(limit, 'idempotent', false, (deadline) =>
+        client.kv.range({ key: keyOf(name) }, { deadline }),
+      );
+      const kv = response.kvs[0];
+      return kv ? stateOf(limit, name, kv) : null;
+    },
+
+    watch(name, listener) {
+      return watch.subscribe(name, listener);
+    },
+
+    async revoke(name) {
+      assertOpen('revoke');
+      const limit = budget('revoke', commandTimeoutMs);
+      const key = keyOf(name);
+      const response = await txn(limit, 'once', {
+        compare: [{ key, target: 'Create', result: 'Greater', create_revision: 0 }],
+        success: [
+          { request_delete_range: { key, prev_kv: true } },
+          { request_put: { key: Buffer.from(markerKey), value: Buffer.from('revoked') } },
+        ],
+        failure: [],
+      });
+      if (!response.succeeded) return false;
+      dropLease(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
+      return true;
+    },
+
+    async list(namePrefix) {
+      assertOpen('list');
+      const limit = budget('list', commandTimeoutMs);
+      const start = Buffer.from(lockPrefix + namePrefix);
+      const response = await call(limit, 'idempotent', false, (deadline) =>
+        client.kv.range({ key: start, range_end: prefixEnd(start) }, { deadline }),
+      );
+      return Promise.all(
+        response.kvs.map((kv) => stateOf(limit, kv.key.toString().slice(lockPrefix.length), kv)),
+      );
+    },
+
+    async close() {
+      if (closed) return;
+      closed = true;
+      await watch.close();
+      if (ownClient) client.close();
+    },
+  };
+}
+
+/** The smallest key greater than every key that starts with `prefix` (etcd's range_end). */
+function prefixEnd(prefix: Buffer): Buffer {
+  const end = Buffer.from(prefix);
+  for (let i = end.length - 1; i >= 0; i -= 1) {
+    if (end[i]! < 0xff) {
+      end[i]! += 1;
+      return end.subarray(0, i + 1);
+    }
+  }
+  return Buffer.from([0]);
+}

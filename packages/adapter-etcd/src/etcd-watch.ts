@@ -1,0 +1,142 @@
+import type { LockEvent, Unsubscribe } from '@dlm/core';
+import type { Etcd3, IWatchResponse, Watcher } from 'etcd3';
+
+type Listener = (event: LockEvent) => void;
+
+/**
+ * One etcd watch on the adapter's whole prefix, dispatched to per-name listeners: one gRPC
+ * stream per backend whatever the number of names watched.
+ *
+ * Why a delete is a release or an expiry: a release (or revoke) is a transaction that deletes
+ * the lock key and, in the same revision, writes the marker key with `released`/`revoked`. etcd
+ * delivers every event of one revision in one watch response, so a delete whose revision has no
+ * marker was done by the lessor: the lease expired.
+ */
+export interface PrefixWatch {
+  /** Resolves once the watch stream is established (it replays from there on reconnects). */
+  ready(): Promise<void>;
+  subscribe(name: string, listener: Listener): Unsubscribe;
+  close(): Promise<void>;
+}
+
+export interface PrefixWatchKeys {
+  /** Everything watched: the lock keys and the marker key live under it. */
+  prefix: string;
+  /** Lock keys are `lockPrefix + name`. */
+  lockPrefix: string;
+  markerKey: string;
+}
+
+export function watchPrefix(client: Etcd3, keys: PrefixWatchKeys): PrefixWatch {
+  const listeners = new Map<string, Set<Listener>>();
+  let watcher: Watcher | undefined;
+  let closed = false;
+  let markReady: () => void = () => {};
+  const readyPromise = new Promise<void>((resolve) => {
+    markReady = resolve;
+  });
+
+  function emit(name: string, event: LockEvent): void {
+    const set = listeners.get(name);
+    if (!set) return;
+    for (const listener of [...set]) {
+      try {
+        listener(event);
+      } catch {
+        // One listener's failure must not keep the others from hearing the event.
+      }
+    }
+  }
+
+  function onData(response: IWatchResponse): void {
+    const markers = new Map<string, 'released' | 'revoked'>();
+    for (const event of response.events ?? []) {
+      if (event.type === 'Put' && event.kv.key.toString() === keys.markerKey) {
+        const value = event.kv.value.toString();
+        markers.set(event.kv.mod_revision, value === 'revoked' ? 'revoked' : 'released');
+      }
+    }
+    for (const event of response.events ?? []) {
+      const key = event.kv.key.toString();
+      if (!key.startsWith(keys.lockPrefix)) continue;
+      const name = key.slice(keys.lockPrefix.length);
+      if (!listeners.has(name)) continue;
+      if (event.type === 'Put') {
+        // version 1 is the put that created the key: a grant. Later puts only move the key to
+        // a fresh lease (re-acquire, extend): the same lease, nothing to report.
+        if (event.kv.version !== '1') continue;
+        emit(name, {
+          name,
+          type: 'acquired',
+          token: BigInt(event.kv.create_revision),
+          owner: event.kv.value.toString(),
+        });
+      } else {
+        const previous = event.prev_kv;
+        emit(name, {
+          name,
+          type: markers.get(event.kv.mod_revision) ?? 'expired',
+          ...(previous
+            ? { token: BigInt(previous.create_revision), owner: previous.value.toString() }
+            : {}),
+        });
+      }
+    }
+  }
+
+  /** After a gap in what we saw, every waiter must ask again: tell them "something changed". */
+  function wakeEveryone(): void {
+    for (const name of listeners.keys()) emit(name, { name, type: 'released' });
+  }
+
+  function start(afterGap: boolean): void {
+    if (closed) return;
+    const created = client.watch().prefix(keys.prefix).withPreviousKV().watcher();
+    watcher = created;
+    created.on('data', onData);
+    created.once('connected', () => {
+      markReady();
+      if (afterGap) wakeEveryone();
+    });
+    // etcd cancelled the watch (its start revision was compacted away, or similar): it will not
+    // resume by itself. Start a new one and wake everyone, since events may have been missed.
+    created.on('error', () => {
+      if (watcher !== created) return;
+      created.removeAllListeners('data');
+      created.cancel().catch(() => {});
+      setTimeout(() => start(true), 100);
+    });
+  }
+
+  start(false);
+
+  return {
+    ready: () => readyPromise,
+    subscribe(name, listener) {
+      let set = listeners.get(name);
+      if (!set) {
+        set = new Set();
+        listeners.set(name, set);
+      }
+      set.add(listener);
+      return () => {
+        const current = listeners.get(name);
+        if (!current) return;
+        current.delete(listener);
+        if (current.size === 0) listeners.delete(name);
+      };
+    },
+    async close() {
+      closed = true;
+      listeners.clear();
+      const current = watcher;
+      watcher = undefined;
+      current?.removeAllListeners('data');
+      // Cancelling waits for etcd's acknowledgement; do not let a dead cluster hold up close().
+      await Promise.race([
+        current?.cancel().catch(() => {}),
+        new Promise((resolve) => setTimeout(resolve, 500).unref()),
+      ]);
+    },
+  };
+}

@@ -1,0 +1,1 @@
+export { type EtcdBackendOptions, etcdBackend } from './etcd-backend.js';

@@ -1,0 +1,301 @@
+import { embeddedBackend } from '@dlm/adapter-embedded';
+import type { Clock, LockBackend } from '@dlm/core';
+import { type RunningServer, startServer } from '@dlm/server';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createClient, type DlmClient, isDlmError, type Lease } from '../src/index.js';
+import { eventually, failOnUnhandledRejections, lockName, sleep, startProxy } from './support.js';
+
+failOnUnhandledRejections();
+
+let backend: LockBackend;
+let server: RunningServer;
+const clients: DlmClient[] = [];
+
+function client(options: Partial<Parameters<typeof createClient>[0]> = {}): DlmClient {
+  const created = createClient({ url: server.url, ...options });
+  clients.push(created);
+  return created;
+}
+
+beforeAll(async () => {
+  backend = await embeddedBackend();
+  server = await startServer({ port: 0, backend });
+});
+afterAll(async () => {
+  await Promise.all(clients.map((c) => c.close()));
+  await server.close();
+  await backend.close();
+});
+
+describe('acquire and release', () => {
+  it('acquire grants a lease with a bigint token that get() reports, and release frees it', async () => {
+    const a = client();
+    const name = lockName('basic');
+    const lease = await a.acquire(name, { ttlMs: 5_000 });
+    expect(typeof lease.token).toBe('bigint');
+    expect(lease.name).toBe(name);
+    expect(lease.ttlMs).toBeGreaterThanOrEqual(5_000);
+    expect(lease.signal.aborted).toBe(false);
+    expect(await a.get(name)).toEqual({
+      name,
+      held: true,
+      owner: lease.owner,
+      token: lease.token,
+      ttlRemainingMs: expect.any(Number),
+    });
+    expect(await lease.release()).toBe(true);
+    expect(lease.signal.aborted).toBe(true);
+    expect(lease.lost).toBeUndefined();
+    expect(await a.get(name)).toEqual({ name, held: false });
+    // A second release reports that the lease had already ended.
+    expect(await lease.release()).toBe(false);
+  });
+
+  it('connects lazily, sends hello first, and reports the session', async () => {
+    const a = client({ name: 'lazy-test' });
+    expect(a.session).toBeUndefined();
+    const session = await a.connect();
+    expect(session).toMatchObject({ protocol: 'dlm.v1', backend: 'embedded' });
+    expect(a.session?.sessionId).toBe(session.sessionId);
+  });
+
+  it('tryAcquire returns null while another client holds the lock', async () => {
+    const [a, b] = [client(), client()];
+    const name = lockName('try');
+    const held = await a.acquire(name, { ttlMs: 5_000 });
+    expect(await b.tryAcquire(name, { ttlMs: 5_000 })).toBeNull();
+    await held.release();
+    const lease = await b.tryAcquire(name, { ttlMs: 5_000 });
+    expect(lease?.token).toBeGreaterThan(held.token);
+    await lease?.release();
+  });
+
+  it('tryAcquire throws errors other than LOCK_HELD', async () => {
+    const a = client();
+    await expect(a.tryAcquire('', { ttlMs: 5_000 })).rejects.toMatchObject({
+      code: 'INVALID_PARAMS',
+    });
+  });
+
+  it('two concurrent acquire(x) from one client do not both succeed', async () => {
+    const a = client();
+    const name = lockName('concurrent');
+    const results = await Promise.allSettled([
+      a.acquire(name, { ttlMs: 5_000 }),
+      a.acquire(name, { ttlMs: 5_000 }),
+    ]);
+    const granted = results.filter((r) => r.status === 'fulfilled');
+    const refused = results.filter((r) => r.status === 'rejected');
+    expect(granted).toHaveLength(1);
+    expect(refused).toHaveLength(1);
+    expect(isDlmError((refused[0] as PromiseRejectedResult).reason, 'LOCK_HELD')).toBe(true);
+    await (granted[0] as PromiseFulfilledResult<Lease>).value.release();
+  });
+
+  it('two concurrent waiting acquires from one client hold the lock one after the other', async () => {
+    const a = client();
+    const name = lockName('concurrent-wait');
+    let holders = 0;
+    let overlap = false;
+    const tokens: bigint[] = [];
+    await Promise.all(
+      [0, 1].map(async () => {
+        const lease = await a.acquire(name, { ttlMs: 5_000, waitMs: 5_000 });
+        holders++;
+        if (holders > 1) overlap = true;
+        tokens.push(lease.token);
+        await sleep(50);
+        holders--;
+        await lease.release();
+      }),
+    );
+    expect(overlap).toBe(false);
+    expect(new Set(tokens).size).toBe(2);
+  });
+
+  it('the same caller-chosen owner re-enters: same token', async () => {
+    const a = client();
+    const name = lockName('reenter');
+    const first = await a.acquire(name, { ttlMs: 5_000, owner: 'me' });
+    const second = await a.acquire(name, { ttlMs: 5_000, owner: 'me' });
+    expect(second.token).toBe(first.token);
+    expect(second.owner).toBe('me');
+    await second.release();
+    // Both lease objects describe the one server-side lease: releasing it ends the other too
+    // as far as the server is concerned.
+    expect(await first.release()).toBe(false);
+  });
+});
+
+describe('waiting', () => {
+  it('waiters are served first come, first served', async () => {
+    const name = lockName('fifo');
+    const holder = await client().acquire(name, { ttlMs: 10_000 });
+    const order: string[] = [];
+    const waits: Promise<void>[] = [];
+    for (const label of ['b', 'c', 'd']) {
+      const c = client();
+      await c.connect();
+      waits.push(
+        c.acquire(name, { ttlMs: 10_000, waitMs: 10_000 }).then(async (lease) => {
+          order.push(label);
+          await sleep(20);
+          await lease.release();
+        }),
+      );
+      // Let the request reach the server before the next one is sent.
+      await sleep(30);
+    }
+    await holder.release();
+    await Promise.all(waits);
+    expect(order).toEqual(['b', 'c', 'd']);
+  });
+
+  it('a wait that runs out rejects with LOCK_HELD', async () => {
+    const name = lockName('wait-timeout');
+    const holder = await client().acquire(name, { ttlMs: 10_000 });
+    const started = performance.now();
+    await expect(client().acquire(name, { ttlMs: 1_000, waitMs: 200 })).rejects.toMatchObject({
+      code: 'LOCK_HELD',
+    });
+    expect(performance.now() - started).toBeGreaterThanOrEqual(190);
+    await holder.release();
+  });
+
+  it('aborting a wait rejects with CANCELLED, and a grant that comes later is released', async () => {
+    const name = lockName('abort');
+    const holder = await client().acquire(name, { ttlMs: 10_000 });
+    const waiter = client();
+    const controller = new AbortController();
+    const waiting = waiter.acquire(name, {
+      ttlMs: 10_000,
+      waitMs: 5_000,
+      signal: controller.signal,
+    });
+    await sleep(50);
+    controller.abort();
+    await expect(waiting).rejects.toMatchObject({ code: 'CANCELLED' });
+    // The server still queues the wait (v1 cannot withdraw it): once the holder leaves it is
+    // granted to the aborted waiter, whose client gives it back at once instead of letting it
+    // block everybody for 10 s.
+    await holder.release();
+    const other = client();
+    await eventually(async () => (await other.get(name)).held === false, 2_000);
+    const lease = await other.tryAcquire(name, { ttlMs: 1_000 });
+    expect(lease).not.toBeNull();
+    await lease?.release();
+  });
+
+  it('an already-aborted signal rejects without sending', async () => {
+    const controller = new AbortController();
+    controller.abort();
+    const name = lockName('pre-aborted');
+    await expect(
+      client().acquire(name, { ttlMs: 1_000, signal: controller.signal }),
+    ).rejects.toMatchObject({ code: 'CANCELLED' });
+    expect((await client().get(name)).held).toBe(false);
+  });
+
+  it('a lease granted after a long wait gets a full local deadline', async () => {
+    const name = lockName('wait-anchor');
+    const holder = await client().acquire(name, { ttlMs: 10_000 });
+    const waiting = client().acquire(name, { ttlMs: 500, waitMs: 5_000 });
+    await sleep(700);
+    await holder.release();
+    const lease = await waiting;
+    // Counted from the acquire's send time the lease would already be over; the client
+    // re-anchored it with an extend sent after the grant.
+    expect(lease.signal.aborted).toBe(false);
+    expect(lease.remainingMs()).toBeGreaterThan(300);
+    await lease.release();
+  });
+});
+
+describe('losing a lease', () => {
+  it("lease.signal aborts on the local deadline, before the server's expiry (S6)", async () => {
+    // Through a proxy that is then cut client→server, so that the client's own background
+    // release cannot reach the server and the server expires the lease by itself: the moment
+    // it does (and sends lock.lost) is the backend's `expired` event, in this same process.
+    const proxy = await startProxy(server.port);
+    try {
+      const a = client({ url: `ws://127.0.0.1:${proxy.port}`, pingIntervalMs: 0 });
+      const name = lockName('deadline');
+      let expiredAt = 0;
+      const stop = backend.watch(name, (event) => {
+        if (event.type === 'expired') expiredAt = performance.now();
+      });
+      const lost: string[] = [];
+      a.on('lost', ({ lease, reason }) => {
+        if (lease.name === name) lost.push(reason);
+      });
+      const lease = await a.acquire(name, { ttlMs: 400 });
+      let abortedAt = 0;
+      lease.signal.addEventListener('abort', () => {
+        abortedAt = performance.now();
+      });
+      proxy.blackhole('requests');
+      await eventually(() => expiredAt > 0 && abortedAt > 0, 2_000);
+      stop();
+      const marginMs = expiredAt - abortedAt;
+      console.info(
+        `S6: the client gave up its lease ${marginMs.toFixed(1)} ms before the server expired it`,
+      );
+      expect(marginMs).toBeGreaterThan(0);
+      expect(lease.lost).toBe('deadline');
+      expect(lost).toEqual(['deadline']);
+      expect(lease.signal.reason).toMatchObject({ code: 'NOT_HOLDER' });
+      expect(lease.remainingMs()).toBe(0);
+      await expect(lease.extend()).rejects.toMatchObject({ code: 'NOT_HOLDER' });
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('on its local deadline the client releases the lease, freeing it before its TTL', async () => {
+    const a = client();
+    const name = lockName('deadline-release');
+    const events: string[] = [];
+    const stop = backend.watch(name, (event) => events.push(event.type));
+    const lease = await a.acquire(name, { ttlMs: 1_000 });
+    await eventually(() => lease.signal.aborted, 2_000);
+    await eventually(() => events.includes('released'), 500);
+    stop();
+    expect(events).not.toContain('expired');
+  });
+
+  it('a revoked lease aborts its signal and emits lost (lock.lost from the server)', async () => {
+    const a = client();
+    const name = lockName('revoke');
+    const lost: string[] = [];
+    a.on('lost', ({ lease, reason }) => {
+      if (lease.name === name) lost.push(reason);
+    });
+    const lease = await a.acquire(name, { ttlMs: 30_000 });
+    const started = performance.now();
+    expect(await backend.revoke?.(name)).toBe(true);
+    await eventually(() => lease.signal.aborted, 2_000);
+    expect(performance.now() - started).toBeLessThan(1_000);
+    expect(lease.lost).toBe('revoked');
+    expect(lost).toEqual(['revoked']);
+    expect(await lease.release()).toBe(false);
+  });
+
+  it("with a local clock running at half speed, the server's lock.lost still ends the lease", async () => {
+    // The local deadline then falls after the server's expiry: only the notification can
+    // tell the client in time.
+    const slowClock: Clock = {
+      now: () => performance.now() / 2,
+      setTimer: (callback, delayMs) => {
+        const handle = setTimeout(callback, Math.max(0, delayMs) * 2);
+        return { cancel: () => clearTimeout(handle) };
+      },
+    };
+    const a = client({ clock: slowClock });
+    const name = lockName('slow-clock');
+    const lease = await a.acquire(name, { ttlMs: 300 });
+    const started = performance.now();
+    await eventually(() => lease.signal.aborted, 2_000);
+    expect(lease.lost).toBe('expired');
+    expect(performance.now() - started).toBeLessThan(550);
+  });
+});

@@ -29,7 +29,7 @@ export function bounded<T>(
   bounds: CallBounds,
   what: string,
   write: boolean,
-  call: () => Promise<T>,
+  call: (abandoned: () => boolean) => Promise<T>,
 ): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     let settled = false;
@@ -44,7 +44,7 @@ export function bounded<T>(
     }, bounds.timeoutMs);
     let pending: Promise<T>;
     try {
-      pending = call();
+      pending = call(() => settled);
     } catch (error) {
       pending = Promise.reject(error);
     }

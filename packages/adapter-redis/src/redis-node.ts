@@ -85,8 +85,8 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
     keys: string[],
     args: Array<string | number>,
   ): Promise<unknown> {
-    return bounded({ clock, timeoutMs: remaining(startedAt) }, what, write, () =>
-      runScript(client, script, keys, args),
+    return bounded({ clock, timeoutMs: remaining(startedAt) }, what, write, (abandoned) =>
+      runScript(client, script, keys, args, abandoned),
     );
   }
 

@@ -151,18 +151,20 @@ function isNoScript(error: unknown): boolean {
 
 /**
  * EVALSHA, and EVAL when the server does not know the script yet (after a restart). A NOSCRIPT
- * reply means nothing ran, so sending the source is safe; no other error is retried.
+ * reply means nothing ran, so sending the source is safe; no other error is retried, and
+ * nothing is sent again once the caller has given up (`abandoned`).
  */
 export async function runScript(
   client: Redis,
   lua: LuaScript,
   keys: readonly string[],
   args: ReadonlyArray<string | number>,
+  abandoned: () => boolean = () => false,
 ): Promise<unknown> {
   try {
     return await client.evalsha(lua.sha, keys.length, ...keys, ...args);
   } catch (error) {
-    if (!isNoScript(error)) throw error;
+    if (!isNoScript(error) || abandoned()) throw error;
     return client.eval(lua.source, keys.length, ...keys, ...args);
   }
 }

@@ -29,6 +29,8 @@ export interface RedisService extends ManagedProcess {
 export interface RedisOptions {
   /** `--appendonly yes --appendfsync always`: every write is on disk before the reply. */
   aof?: boolean;
+  /** More redis-server arguments, e.g. `['--rename-command', 'CONFIG', '']` to act like a managed Redis. */
+  args?: string[];
 }
 
 const ENV = 'DLM_TEST_REDIS_URL';
@@ -135,6 +137,7 @@ export async function startRedis(options: RedisOptions = {}): Promise<RedisServi
       'always',
       '--dir',
       dir,
+      ...(options.args ?? []),
     ],
     cwd: dir,
     ready: () => pingRedis(host, port),

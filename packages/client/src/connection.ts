@@ -101,6 +101,8 @@ export function createConnection(options: ConnectionOptions): Connection {
   let pingTimer: Timer | undefined;
 
   function open(): void {
+    if (socket || state === 'closed') return;
+    backoffTimer?.cancel();
     state = 'connecting';
     let ws: WebSocketLike;
     try {
@@ -187,15 +189,15 @@ export function createConnection(options: ConnectionOptions): Connection {
 
   /** A failure that retrying will not fix: every waiting request gets it, no reconnect. */
   function fatal(ws: WebSocketLike, error: DlmError): void {
-    options.onError(error);
-    socket = undefined;
+    const wasReady = state === 'ready';
     closeQuietly(ws, 1000, 'hello refused');
     teardown(error.message);
-    if (everReady && state !== 'closed') {
-      options.onDown({ code: 1000, reason: error.message, willReconnect: false });
-    }
-    if (state !== 'closed') state = 'idle';
+    if (state === 'closed') return;
+    state = 'idle';
     for (const pending of queue.splice(0)) settle(pending, error);
+    // Callbacks last: a listener may call into the client, which must see the new state.
+    options.onError(error);
+    if (wasReady) options.onDown({ code: 1000, reason: error.message, willReconnect: false });
   }
 
   /** Gives up on a socket now, without waiting for a closing handshake that may never come. */
@@ -205,8 +207,8 @@ export function createConnection(options: ConnectionOptions): Connection {
     down(1006, reason);
   }
 
+  /** Forgets the socket and fails what was sent on it; the caller sets the next state. */
   function teardown(reason: string): void {
-    const wasReady = state === 'ready';
     socket = undefined;
     session = undefined;
     connectTimer?.cancel();
@@ -223,17 +225,12 @@ export function createConnection(options: ConnectionOptions): Connection {
       );
     }
     inflight.clear();
-    if (wasReady) state = 'idle';
   }
 
   function down(code: number, reason: string): void {
     const wasReady = state === 'ready';
     teardown(reason || `close code ${code}`);
     if (state === 'closed') return;
-    const willReconnect = options.reconnect !== false;
-    if (wasReady) options.onDown({ code, reason, willReconnect });
-    // A listener of onDown may have closed the client.
-    if ((state as State) === 'closed') return;
     if (options.reconnect) {
       scheduleReconnect(options.reconnect);
     } else {
@@ -241,6 +238,8 @@ export function createConnection(options: ConnectionOptions): Connection {
       const error = unavailable(`not connected to ${options.url} (reconnect is off)`);
       for (const pending of queue.splice(0)) settle(pending, error);
     }
+    // Callbacks last: a listener may call into the client, which must see the new state.
+    if (wasReady) options.onDown({ code, reason, willReconnect: options.reconnect !== false });
   }
 
   function scheduleReconnect({ initialDelayMs, maxDelayMs }: ReconnectOptions): void {

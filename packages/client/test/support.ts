@@ -34,6 +34,16 @@ export function failOnUnhandledRejections(): void {
   });
 }
 
+/** A loopback port nothing listens on (connections to it are refused). */
+export async function unusedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  if (!address || typeof address !== 'object') throw new Error('no port');
+  return address.port;
+}
+
 export interface TcpProxy {
   readonly port: number;
   /**

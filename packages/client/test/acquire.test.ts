@@ -299,3 +299,31 @@ describe('losing a lease', () => {
     expect(performance.now() - started).toBeLessThan(550);
   });
 });
+
+describe('close', () => {
+  it('close() releases held leases, ends them, and leaves no timers or sockets behind', async () => {
+    const count = () => {
+      const counts = new Map<string, number>();
+      for (const kind of process.getActiveResourcesInfo()) {
+        counts.set(kind, (counts.get(kind) ?? 0) + 1);
+      }
+      return { timers: counts.get('Timeout') ?? 0, sockets: counts.get('TCPSocketWrap') ?? 0 };
+    };
+    await sleep(50);
+    const before = count();
+    const c = createClient({ url: server.url });
+    const name = lockName('close');
+    const lease = await c.acquire(name, { ttlMs: 5_000, autoExtend: true });
+    await c.watch(lockName('close-watch'), () => {});
+    expect(count().timers).toBeGreaterThan(before.timers);
+    await c.close();
+    expect(lease.signal.aborted).toBe(true);
+    expect(lease.lost).toBeUndefined();
+    expect(await backend.inspect(name)).toBeNull();
+    await expect(c.acquire(name, { ttlMs: 1_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
+    await sleep(50);
+    const after = count();
+    expect(after.timers).toBeLessThanOrEqual(before.timers);
+    expect(after.sockets).toBeLessThanOrEqual(before.sockets);
+  });
+});

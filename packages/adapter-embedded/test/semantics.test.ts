@@ -158,12 +158,10 @@ describe('embedded backend semantics (in memory, manual clock)', () => {
     await grant('jobs/c', 'z', 10);
     await grant('other', 'x', 1000);
     clock.advance(10);
-    expect((await backend.list!('jobs/')).map((s) => [s.name, s.owner, s.ttlRemainingMs])).toEqual(
-      [
-        ['jobs/a', 'y', 90],
-        ['jobs/b', 'x', 990],
-      ],
-    );
+    expect((await backend.list!('jobs/')).map((s) => [s.name, s.owner, s.ttlRemainingMs])).toEqual([
+      ['jobs/a', 'y', 90],
+      ['jobs/b', 'x', 990],
+    ]);
     expect(await backend.list!('')).toHaveLength(3);
   });
 

@@ -1,0 +1,218 @@
+import { appendFileSync, readFileSync, statSync, truncateSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { LockBackend } from '@dlm/core';
+import { afterEach, describe, expect, it } from 'vitest';
+// @dlm/test-services is not among this package's dependencies; its process helpers are
+// imported by path so temp dirs are still made (and removed) in the one shared place.
+import { tempDir } from '../../../tooling/test-services/src/process.js';
+import { embeddedBackend } from '../src/index.js';
+import { parseJournal } from '../src/journal-format.js';
+
+const open: LockBackend[] = [];
+const opened = async (options: Parameters<typeof embeddedBackend>[0]) => {
+  const backend = await embeddedBackend(options);
+  open.push(backend);
+  return backend;
+};
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((backend) => backend.close()));
+});
+
+const grant = async (backend: LockBackend, name: string, owner: string, ttlMs: number) => {
+  const result = await backend.tryAcquire({ name, owner, ttlMs });
+  if (!result.granted) throw new Error(`${name} was not granted to ${owner}`);
+  return result.grant;
+};
+
+const journalOf = (dir: string) => join(dir, 'journal.log');
+
+describe('embedded backend durability (dataDir)', () => {
+  it('keeps held locks and their tokens across close and reopen, and tokens keep rising', async () => {
+    const dataDir = tempDir('embedded');
+    const first = await opened({ dataDir, tokenBlockSize: 3 });
+    expect(first.capabilities.durableAcrossRestart).toBe(true);
+    const a = await grant(first, 'a', 'alice', 60_000);
+    const b = await grant(first, 'b', 'bob', 60_000);
+    const c = await grant(first, 'c', 'carol', 60_000);
+    const d = await grant(first, 'd', 'dave', 60_000);
+    await first.release({ name: 'b', token: b.token });
+    await first.extend({ name: 'c', token: c.token, ttlMs: 120_000 });
+    await first.revoke!('d');
+    await first.close();
+
+    const second = await opened({ dataDir, tokenBlockSize: 3 });
+    expect(await second.inspect('a')).toMatchObject({ owner: 'alice', token: a.token });
+    expect((await second.inspect('a'))!.ttlRemainingMs).toBeGreaterThan(59_000);
+    expect((await second.inspect('c'))!.ttlRemainingMs).toBeGreaterThan(119_000);
+    expect(await second.inspect('b')).toBeNull();
+    expect(await second.inspect('d')).toBeNull();
+    expect(await second.tryAcquire({ name: 'a', owner: 'mallory', ttlMs: 1000 })).toMatchObject({
+      granted: false,
+    });
+    // The holder can still use its token after the restart.
+    expect(await second.extend({ name: 'a', token: a.token, ttlMs: 1000 })).not.toBeNull();
+    const next = await grant(second, 'b', 'bob', 1000);
+    expect(next.token).toBeGreaterThan(d.token);
+    expect(await second.release({ name: 'a', token: a.token })).toBe(true);
+  });
+
+  it('drops on reopen a lease whose whole TTL has passed on the wall clock', async () => {
+    const dataDir = tempDir('embedded');
+    const first = await opened({ dataDir });
+    await grant(first, 'short', 'alice', 50);
+    await grant(first, 'long', 'alice', 60_000);
+    await first.close();
+    await sleep(120);
+    const second = await opened({ dataDir });
+    expect(await second.inspect('short')).toBeNull();
+    expect(await second.inspect('long')).not.toBeNull();
+  });
+
+  it('counts a recovered lease in full from recovery, not from the original grant', async () => {
+    const dataDir = tempDir('embedded');
+    const first = await opened({ dataDir });
+    await grant(first, 'a', 'alice', 2_000);
+    await sleep(300);
+    await first.close();
+    const second = await opened({ dataDir });
+    // The monotonic clock restarted: the holder may still count from its own send time, so
+    // the backend must not shorten the lease by a wall-clock difference it cannot trust.
+    expect((await second.inspect('a'))!.ttlRemainingMs).toBeGreaterThan(1_900);
+  });
+
+  it('reports a grant only once its record is in the journal file', async () => {
+    const dataDir = tempDir('embedded');
+    const backend = await opened({ dataDir });
+    const granted = await grant(backend, 'a', 'alice', 60_000);
+    // Read synchronously right after the promise resolved: nothing else ran in between.
+    const { records } = parseJournal(readFileSync(journalOf(dataDir)));
+    expect(records).toContainEqual(
+      expect.objectContaining({ type: 'grant', name: 'a', owner: 'alice', token: granted.token }),
+    );
+    const released = await backend.release({ name: 'a', token: granted.token });
+    expect(released).toBe(true);
+    expect(parseJournal(readFileSync(journalOf(dataDir))).records.at(-1)).toEqual({
+      type: 'end',
+      name: 'a',
+      token: granted.token,
+    });
+  });
+
+  it('batches concurrent writes and still reports each grant', async () => {
+    const dataDir = tempDir('embedded');
+    const backend = await opened({ dataDir });
+    const started = performance.now();
+    const results = await Promise.all(
+      Array.from({ length: 2_000 }, (_, i) =>
+        backend.tryAcquire({ name: `n${i}`, owner: 'o', ttlMs: 60_000 }),
+      ),
+    );
+    const elapsedMs = performance.now() - started;
+    console.log(`2,000 concurrent durable grants in ${elapsedMs.toFixed(1)} ms`);
+    expect(results.every((result) => result.granted)).toBe(true);
+    const tokens = results.map((result) => (result.granted ? result.grant.token : 0n));
+    expect(new Set(tokens).size).toBe(2_000);
+    const { records } = parseJournal(readFileSync(journalOf(dataDir)));
+    expect(records.filter((record) => record.type === 'grant')).toHaveLength(2_000);
+  });
+
+  it('compacts the journal into a snapshot and recovers from it', async () => {
+    const dataDir = tempDir('embedded');
+    const first = await opened({ dataDir, compactAfterBytes: 4_096 });
+    const held = await grant(first, 'held', 'alice', 60_000);
+    let last = held.token;
+    for (let i = 0; i < 500; i++) {
+      const { token } = await grant(first, 'churn', `owner-${i}`, 60_000);
+      last = token;
+      await first.release({ name: 'churn', token });
+    }
+    // 1,000 records of ~50 bytes each were written; compaction keeps the file near the limit.
+    expect(statSync(journalOf(dataDir)).size).toBeLessThan(8_192);
+    await first.close();
+    const second = await opened({ dataDir, compactAfterBytes: 4_096 });
+    expect(await second.inspect('held')).toMatchObject({ owner: 'alice', token: held.token });
+    expect(await second.inspect('churn')).toBeNull();
+    expect((await grant(second, 'churn', 'x', 1000)).token).toBeGreaterThan(last);
+  });
+
+  it('keeps the valid prefix of a journal with a torn, garbage tail and logs one line', async () => {
+    const dataDir = tempDir('embedded');
+    const first = await opened({ dataDir });
+    const kept = await grant(first, 'kept', 'alice', 60_000);
+    const torn = await grant(first, 'torn', 'bob', 60_000);
+    await first.close();
+
+    const path = journalOf(dataDir);
+    const full = readFileSync(path);
+    const { records } = parseJournal(full);
+    expect(records.at(-1)).toMatchObject({ type: 'grant', name: 'torn' });
+    // Cut the last record in half, then append bytes that are not a record.
+    const validPrefix = full.lastIndexOf(Buffer.from('["g","torn"')) - 8;
+    expect(parseJournal(full.subarray(0, validPrefix)).problem).toBeUndefined();
+    truncateSync(path, validPrefix + 10);
+    appendFileSync(path, Buffer.from('\x00\xff garbage garbage garbage \x13\x37'));
+
+    const logged: string[] = [];
+    const second = await opened({ dataDir, logger: (line) => logged.push(line) });
+    expect(logged).toHaveLength(1);
+    expect(logged[0]).toMatch(/journal .*journal\.log.*truncated/);
+    expect(statSync(path).size).toBe(validPrefix);
+    expect(await second.inspect('kept')).toMatchObject({ owner: 'alice', token: kept.token });
+    // The torn grant is lost, but its token is never handed out again.
+    expect(await second.inspect('torn')).toBeNull();
+    expect((await grant(second, 'torn', 'carol', 1000)).token).toBeGreaterThan(torn.token);
+    await second.close();
+    // What was written after the repair is read back cleanly.
+    const logAgain: string[] = [];
+    const third = await opened({ dataDir, logger: (line) => logAgain.push(line) });
+    expect(logAgain).toEqual([]);
+    expect(await third.inspect('torn')).toMatchObject({ owner: 'carol' });
+  });
+
+  it('starts from nothing when the journal is garbage, without lowering the token high-water', async () => {
+    const dataDir = tempDir('embedded');
+    const first = await opened({ dataDir, tokenBlockSize: 5 });
+    let last = 0n;
+    for (let i = 0; i < 12; i++) last = (await grant(first, `n${i}`, 'o', 60_000)).token;
+    await first.close();
+    writeFileSync(journalOf(dataDir), Buffer.from('this is not a journal at all'.repeat(10)));
+
+    const logged: string[] = [];
+    const second = await opened({ dataDir, tokenBlockSize: 5, logger: (l) => logged.push(l) });
+    expect(logged).toHaveLength(1);
+    expect(logged[0]).toMatch(/does not start with the journal magic/);
+    expect(await second.inspect('n0')).toBeNull();
+    expect((await grant(second, 'n0', 'p', 1000)).token).toBeGreaterThan(last);
+  });
+
+  it('keeps tokens rising when the high-water file is corrupt but the journal is not', async () => {
+    const dataDir = tempDir('embedded');
+    const first = await opened({ dataDir, tokenBlockSize: 4 });
+    let last = 0n;
+    for (let i = 0; i < 10; i++) last = (await grant(first, `n${i}`, 'o', 60_000)).token;
+    await first.close();
+    writeFileSync(join(dataDir, 'highwater'), 'DLMHW1 1 0\n');
+    const logged: string[] = [];
+    const second = await opened({ dataDir, tokenBlockSize: 4, logger: (l) => logged.push(l) });
+    expect(logged.join('\n')).toMatch(/high-water file/);
+    expect((await grant(second, 'fresh', 'p', 1000)).token).toBeGreaterThan(last);
+  });
+
+  it('refuses a data dir that another live backend has open', async () => {
+    const dataDir = tempDir('embedded');
+    await opened({ dataDir });
+    await expect(embeddedBackend({ dataDir })).rejects.toMatchObject({ code: 'UNAVAILABLE' });
+  });
+
+  it('flushes pending records on close, then rejects operations with UNAVAILABLE', async () => {
+    const dataDir = tempDir('embedded');
+    const first = await opened({ dataDir, flushIntervalMs: 50 });
+    const pending = first.tryAcquire({ name: 'a', owner: 'alice', ttlMs: 60_000 });
+    await first.close();
+    expect(await pending).toMatchObject({ granted: true });
+    await expect(first.inspect('a')).rejects.toMatchObject({ code: 'UNAVAILABLE' });
+    const second = await opened({ dataDir });
+    expect(await second.inspect('a')).toMatchObject({ owner: 'alice' });
+  });
+});

@@ -88,12 +88,49 @@ export const WatchResult = Type.Object({
 });
 export const UnwatchParams = Type.Object({ watchId: Type.String() });
 
+const Prefix = Type.String({
+  maxLength: 256,
+  description:
+    'A lock-name prefix: 0-256 UTF-8 bytes, no control characters. The empty string matches every lock.',
+});
+/** A held lock as `lock.watchPrefix` reports it. */
+export const HeldLock = Type.Object({
+  name: Name,
+  owner: Owner,
+  token: Token,
+  ttlRemainingMs: Type.Integer({ minimum: 0 }),
+  waiters: Type.Integer({ minimum: 0, description: 'Waiters queued on this server.' }),
+});
+/** Extension (added after v1's first release; servers without it answer METHOD_NOT_FOUND). */
+export const WatchPrefixParams = Type.Object({ prefix: Prefix });
+export const WatchPrefixResult = Type.Object({
+  watchId: Type.String(),
+  locks: Type.Array(HeldLock, {
+    description: 'The held locks under the prefix that this server knows of, by name.',
+  }),
+});
+
 export const LockChangedParams = Type.Object({
   watchId: Type.String(),
   name: Name,
   held: Type.Boolean(),
   owner: Type.Optional(Owner),
   token: Type.Optional(Token),
+  /** Sent on `lock.watchPrefix` watches only: what happened. */
+  event: Type.Optional(
+    Type.Union([
+      Type.Literal('acquired'),
+      Type.Literal('extended'),
+      Type.Literal('released'),
+      Type.Literal('expired'),
+      Type.Literal('revoked'),
+      Type.Literal('waiters'),
+    ]),
+  ),
+  /** `lock.watchPrefix` only: the lease left (acquired, extended). */
+  ttlRemainingMs: Type.Optional(Type.Integer({ minimum: 0 })),
+  /** `lock.watchPrefix` only: waiters queued on this server for the lock. */
+  waiters: Type.Optional(Type.Integer({ minimum: 0 })),
 });
 export const LockLostParams = Type.Object({
   name: Name,
@@ -127,6 +164,7 @@ export const Methods = {
   'lock.get': { params: GetParams, result: GetResult },
   'lock.watch': { params: WatchParams, result: WatchResult },
   'lock.unwatch': { params: UnwatchParams, result: Empty },
+  'lock.watchPrefix': { params: WatchPrefixParams, result: WatchPrefixResult },
 } as const satisfies Record<string, { params: TSchema; result: TSchema }>;
 
 /** Every server notification and its params. */

@@ -17,7 +17,12 @@ export interface ServerConfig {
   logLevel: LogLevel;
 }
 
-export const USAGE = `Usage: dlm-server [options]
+/** The help text, for the command that runs the server (`dlm-server`, `dlm serve`). */
+export function usage(command = 'dlm-server'): string {
+  return `Usage: ${command} [options]
+
+Serves the dlm protocol at ws://HOST:PORT/v1/ws, and on the same port: the dashboard (/),
+Prometheus metrics (/metrics), the admin API (/v1/locks) and /healthz.
 
 Options (each has an environment variable; flags win):
   --host HOST              address to bind (DLM_HOST, default 127.0.0.1)
@@ -30,9 +35,13 @@ Options (each has an environment variable; flags win):
   --redlock-urls U1,U2,U3  redlock: independent Redis nodes (DLM_REDLOCK_URLS)
   --etcd-endpoints E1,E2   etcd: client URLs (DLM_ETCD_ENDPOINTS)
   --zk-connect H:P,H:P     zookeeper: connect string (DLM_ZK_CONNECT)
-  --log-level LEVEL        debug | info | warn | error | silent (DLM_LOG_LEVEL, default info)
+  --log-level LEVEL        debug | info | warn | error | silent (DLM_LOG_LEVEL, default info);
+                           JSON lines on stderr, one per session, revocation, backend change
   -h, --help               print this help
 `;
+}
+
+export const USAGE = usage();
 
 /** Thrown for a bad flag or environment value; main prints it with the usage and exits 2. */
 export class ConfigError extends Error {}

@@ -34,14 +34,26 @@ export async function createBackend(config: BackendConfig, logger: Logger): Prom
   }
 }
 
+/** A URL with its password hidden, for the log. */
+function redact(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (!parsed.password) return url;
+    parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return url;
+  }
+}
+
 export function describeBackend(config: BackendConfig): Record<string, unknown> {
   switch (config.kind) {
     case 'embedded':
       return { backend: 'embedded', dataDir: config.dataDir ?? '(memory only)' };
     case 'redis':
-      return { backend: 'redis', url: config.url };
+      return { backend: 'redis', url: redact(config.url) };
     case 'redlock':
-      return { backend: 'redlock', urls: config.urls };
+      return { backend: 'redlock', urls: config.urls.map(redact) };
     case 'etcd':
       return { backend: 'etcd', endpoints: config.endpoints };
     case 'zookeeper':

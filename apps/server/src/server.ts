@@ -2,12 +2,23 @@ import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { createLockService, type LockBackend, type LockServiceOptions } from '@dlm/core';
+import {
+  createLockService,
+  type LockBackend,
+  type LockServiceOptions,
+  systemClock,
+} from '@dlm/core';
 import { MAX_PAYLOAD_BYTES, SUBPROTOCOL, WS_PATH } from '@dlm/protocol';
 import { type WebSocket, WebSocketServer } from 'ws';
 import type { BackendConfig } from './config.js';
 import { createBackend, describeBackend } from './create-backend.js';
+import { loadDashboard } from './dashboard.js';
+import { createHttpHandler } from './http-handler.js';
+import { instrumentBackend } from './instrumented-backend.js';
+import { createLockFeed } from './lock-feed.js';
 import { createLogger, type Logger } from './logger.js';
+import { createMetrics } from './metrics.js';
+import { observeService } from './observed-service.js';
 import { createSession, type Session } from './session.js';
 
 export interface ServerOptions {
@@ -30,6 +41,8 @@ export interface RunningServer {
   readonly port: number;
   /** `ws://host:port/v1/ws` */
   readonly url: string;
+  /** `http://host:port`: the dashboard, `/metrics`, `/healthz` and the admin API. */
+  readonly httpUrl: string;
   readonly backend: LockBackend;
   /**
    * Graceful shutdown: stop accepting, end pending waits with CANCELLED, close connections,
@@ -56,7 +69,8 @@ function refuse(socket: Duplex, status: string, reason: string): void {
 }
 
 /**
- * Starts a dlm server speaking protocol v1 over WebSocket at `/v1/ws`, with `GET /healthz`.
+ * Starts a dlm server speaking protocol v1 over WebSocket at `/v1/ws`, with `GET /healthz`,
+ * Prometheus metrics at `GET /metrics`, the admin API under `/v1/locks` and the dashboard at `/`.
  *
  * @example
  * const server = await startServer({ port: 0 });
@@ -68,27 +82,49 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const host = options.host ?? '127.0.0.1';
   const backendConfig: BackendConfig = options.backendConfig ?? { kind: 'embedded', dataDir: null };
   const ownsBackend = options.backend === undefined;
-  const backend = options.backend ?? (await createBackend(backendConfig, logger));
-  const service = createLockService({ ...options.service, backend });
+  const rawBackend = options.backend ?? (await createBackend(backendConfig, logger));
+  logger.info(
+    ownsBackend ? 'backend connected' : 'backend attached',
+    ownsBackend ? describeBackend(backendConfig) : { backend: rawBackend.kind },
+  );
+  const clock = options.service?.clock ?? systemClock;
+  const backendTimeoutMs = options.service?.backendTimeoutMs ?? 10_000;
   const maxInflight = options.maxInflight ?? 256;
   const sessions = new Map<WebSocket, Session>();
 
-  const http = createServer((request, response) => {
-    const path = (request.url ?? '/').split('?')[0];
-    if (request.method === 'GET' && path === '/healthz') {
-      response.writeHead(200, { 'content-type': 'application/json' });
-      response.end(
-        JSON.stringify({ status: 'ok', backend: backend.kind, sessions: sessions.size }),
-      );
-      return;
-    }
-    response.writeHead(404, { 'content-type': 'application/json' });
-    response.end(
-      JSON.stringify({
-        error: { code: 'NOT_FOUND', message: `no route for ${request.method} ${path}` },
-      }),
-    );
+  // Gauges read these at scrape time; they are all assigned before the server listens.
+  const metrics = createMetrics({
+    version: VERSION,
+    backend: rawBackend.kind,
+    gauges: {
+      sessions: () => sessions.size,
+      heldLocks: () => feed.localHeld,
+      waiters: () => service.totalWaiters(),
+    },
   });
+  const backend = instrumentBackend(rawBackend, metrics, logger);
+  const core = createLockService({ ...options.service, backend });
+  const feed = createLockFeed({
+    backend,
+    clock,
+    backendTimeoutMs,
+    waiters: (name) => core.waiters(name),
+    onHoldEnded: (end, seconds) => metrics.hold(end, seconds),
+  });
+  const service = observeService(core, feed, metrics, logger);
+
+  const http = createServer(
+    createHttpHandler({
+      service,
+      backend,
+      clock,
+      backendTimeoutMs,
+      logger,
+      metrics,
+      dashboard: loadDashboard(),
+      health: () => ({ status: 'ok', backend: backend.kind, sessions: sessions.size }),
+    }),
+  );
 
   const wss = new WebSocketServer({
     noServer: true,
@@ -118,6 +154,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       limits: { maxPayloadBytes: MAX_PAYLOAD_BYTES, maxInflight },
       serverVersion: VERSION,
       logger,
+      feed,
+      metrics,
       send: (text) => {
         if (ws.readyState !== ws.OPEN) return false;
         ws.send(text);
@@ -159,12 +197,14 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     host,
     port,
     url: `ws://${urlHost}:${port}${WS_PATH}`,
-    backend,
+    httpUrl: `http://${urlHost}:${port}`,
+    backend: rawBackend,
     close() {
       closing ??= (async () => {
         http.close();
         // Pending waits answer CANCELLED before their connections close.
         await service.close();
+        feed.close();
         await new Promise((resolve) => setImmediate(resolve));
         for (const ws of sessions.keys()) ws.close(1001, 'server shutting down');
         const deadline = Date.now() + 2_000;
@@ -172,7 +212,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
           await new Promise((resolve) => setTimeout(resolve, 10));
         for (const ws of sessions.keys()) ws.terminate();
         http.closeAllConnections();
-        if (ownsBackend) await backend.close();
+        if (ownsBackend) {
+          await rawBackend.close();
+          logger.info('backend closed', { backend: rawBackend.kind });
+        }
         logger.info('stopped');
       })();
       return closing;

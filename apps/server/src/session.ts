@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import {
   DlmError,
   formatToken,
@@ -12,9 +13,13 @@ import {
   type NotificationName,
   type NotificationParams,
   PROTOCOL,
+  type RpcRequestId,
   toRpcError,
 } from '@dlm/protocol';
+import type { FeedEvent, LockFeed } from './lock-feed.js';
 import type { Logger } from './logger.js';
+import type { ServerMetrics } from './metrics.js';
+import { validatePrefix } from './prefix.js';
 import { parseRequest, type RpcRequest } from './rpc.js';
 
 export interface SessionLimits {
@@ -27,6 +32,9 @@ export interface SessionContext {
   limits: SessionLimits;
   serverVersion: string;
   logger: Logger;
+  /** The server's live view of held locks, for `lock.watchPrefix`. */
+  feed: LockFeed;
+  metrics: ServerMetrics;
   /** Sends one text frame; false once the connection is gone. */
   send: (text: string) => boolean;
 }
@@ -42,7 +50,7 @@ export interface Session {
 type Handler = (params: Record<string, unknown>, signal: AbortSignal) => Promise<unknown>;
 
 export function createSession(context: SessionContext): Session {
-  const { service, logger } = context;
+  const { service, logger, feed, metrics } = context;
   const id = randomUUID();
   let helloDone = false;
   let open = true;
@@ -170,6 +178,38 @@ export function createSession(context: SessionContext): Session {
       }
     },
 
+    'lock.watchPrefix': async (params) => {
+      const prefix = validatePrefix(params.prefix, service.limits);
+      // Locks granted through other servers on a shared backend join the feed first.
+      await feed.seed(prefix);
+      watchSeq += 1;
+      const watchId = `w${watchSeq}`;
+      // Subscribing and taking the snapshot happen in the same turn: no change falls between.
+      const stop = feed.subscribe(prefix, (event: FeedEvent) => {
+        notify('lock.changed', {
+          watchId,
+          name: event.name,
+          held: event.held,
+          ...(event.owner === undefined ? {} : { owner: event.owner }),
+          ...(event.token === undefined ? {} : { token: formatToken(event.token) }),
+          event: event.type,
+          ...(event.ttlRemainingMs === undefined ? {} : { ttlRemainingMs: event.ttlRemainingMs }),
+          waiters: event.waiters,
+        });
+      });
+      watches.set(watchId, stop);
+      return {
+        watchId,
+        locks: feed.snapshot(prefix).map((lock) => ({
+          name: lock.name,
+          owner: lock.owner,
+          token: formatToken(lock.token),
+          ttlRemainingMs: lock.ttlRemainingMs,
+          waiters: lock.waiters,
+        })),
+      };
+    },
+
     'lock.unwatch': async (params) => {
       const { watchId } = params;
       const stop = typeof watchId === 'string' ? watches.get(watchId) : undefined;
@@ -184,25 +224,62 @@ export function createSession(context: SessionContext): Session {
     },
   };
 
+  /** Counts and times one answered request. */
+  function record(request: RpcRequest, code: string, startedAt: number): void {
+    metrics.request(request.method, code);
+    const { method } = request;
+    if (method === 'lock.acquire') {
+      const seconds = (performance.now() - startedAt) / 1000;
+      const waitMs = request.params.waitMs;
+      if (typeof waitMs === 'number' && waitMs > 0) {
+        metrics.wait(
+          code === 'OK'
+            ? 'granted'
+            : code === 'LOCK_HELD'
+              ? 'timeout'
+              : code === 'CANCELLED'
+                ? 'cancelled'
+                : 'error',
+          seconds,
+        );
+      } else {
+        metrics.latency(method, seconds);
+      }
+    } else if (method === 'lock.release' || method === 'lock.extend') {
+      metrics.latency(method, (performance.now() - startedAt) / 1000);
+    }
+  }
+
   async function serve(request: RpcRequest): Promise<void> {
+    const startedAt = performance.now();
     const controller = new AbortController();
     waits.add(controller);
     inflight += 1;
     try {
       const result = await handlers[request.method](request.params, controller.signal);
       send({ jsonrpc: '2.0', id: request.id, result });
+      record(request, 'OK', startedAt);
     } catch (error) {
       if (!isDlmError(error)) {
         logger.error('request failed with an internal error', {
+          session: id,
           method: request.method,
           error: String(error),
         });
       }
-      send({ jsonrpc: '2.0', id: request.id, error: toRpcError(error) });
+      const rpcError = toRpcError(error);
+      send({ jsonrpc: '2.0', id: request.id, error: rpcError });
+      record(request, rpcError.data.code, startedAt);
     } finally {
       inflight -= 1;
       waits.delete(controller);
     }
+  }
+
+  /** Answers a frame that is not served (protocol error, hello missing, too many in flight). */
+  function reject(requestId: RpcRequestId | null, method: string, error: DlmError): void {
+    send({ jsonrpc: '2.0', id: requestId, error: toRpcError(error) });
+    metrics.request(method, error.code);
   }
 
   return {
@@ -210,39 +287,37 @@ export function createSession(context: SessionContext): Session {
 
     handleFrame(data) {
       if (data === null) {
-        send({
-          jsonrpc: '2.0',
-          id: null,
-          error: toRpcError(
-            new DlmError('INVALID_REQUEST', 'binary frames are not supported: send JSON text'),
-          ),
-        });
+        reject(
+          null,
+          'invalid',
+          new DlmError('INVALID_REQUEST', 'binary frames are not supported: send JSON text'),
+        );
         return;
       }
       const parsed = parseRequest(data);
       if ('error' in parsed) {
-        send({ jsonrpc: '2.0', id: parsed.id, error: toRpcError(parsed.error) });
+        // A method the server does not know is counted as `invalid`: label values stay a
+        // closed set whatever clients send.
+        reject(parsed.id, 'invalid', parsed.error);
         return;
       }
       if (!helloDone && parsed.method !== 'session.hello') {
-        send({
-          jsonrpc: '2.0',
-          id: parsed.id,
-          error: toRpcError(new DlmError('HELLO_REQUIRED', 'send session.hello first')),
-        });
+        reject(
+          parsed.id,
+          parsed.method,
+          new DlmError('HELLO_REQUIRED', 'send session.hello first'),
+        );
         return;
       }
       if (inflight >= context.limits.maxInflight) {
-        send({
-          jsonrpc: '2.0',
-          id: parsed.id,
-          error: toRpcError(
-            new DlmError(
-              'LIMIT_EXCEEDED',
-              `at most ${context.limits.maxInflight} requests may be in flight`,
-            ),
+        reject(
+          parsed.id,
+          parsed.method,
+          new DlmError(
+            'LIMIT_EXCEEDED',
+            `at most ${context.limits.maxInflight} requests may be in flight`,
           ),
-        });
+        );
         return;
       }
       void serve(parsed);

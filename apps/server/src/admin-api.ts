@@ -1,0 +1,147 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { type Clock, DlmError, formatToken, type LockBackend, validateName } from '@dlm/core';
+import { withDeadline } from './deadline.js';
+import { sendError, sendJson, sendThrown } from './http-json.js';
+import type { Logger } from './logger.js';
+import type { ObservedService } from './observed-service.js';
+import { validatePrefix } from './prefix.js';
+
+export interface AdminContext {
+  service: ObservedService;
+  backend: LockBackend;
+  clock: Clock;
+  backendTimeoutMs: number;
+  logger: Logger;
+}
+
+export const LOCKS_PATH = '/v1/locks';
+
+/**
+ * The admin HTTP API:
+ * - `GET /v1/locks?prefix=P` lists held locks (needs a backend that can list: 501 otherwise);
+ * - `GET /v1/locks/{name}` reports one lock;
+ * - `DELETE /v1/locks/{name}` revokes it: its holder is told `lock.lost` (revoked) and the next
+ *   waiter is granted with a higher token. Every revocation writes an audit log line.
+ * `{name}` is URL-encoded (`encodeURIComponent`), so names may contain `/`.
+ */
+export async function handleAdmin(
+  context: AdminContext,
+  request: IncomingMessage,
+  response: ServerResponse,
+  path: string,
+  query: URLSearchParams,
+): Promise<void> {
+  try {
+    if (path === LOCKS_PATH || path === `${LOCKS_PATH}/`) {
+      if (request.method !== 'GET' && request.method !== 'HEAD') {
+        methodNotAllowed(response, request.method, 'GET');
+        return;
+      }
+      await listLocks(context, response, query);
+      return;
+    }
+    const name = decodeName(path.slice(LOCKS_PATH.length + 1), context);
+    if (request.method === 'GET' || request.method === 'HEAD') {
+      await getLock(context, response, name);
+    } else if (request.method === 'DELETE') {
+      await revokeLock(context, request, response, name);
+    } else {
+      methodNotAllowed(response, request.method, 'GET, DELETE');
+    }
+  } catch (error) {
+    sendThrown(response, error);
+  }
+}
+
+function methodNotAllowed(response: ServerResponse, method: string | undefined, allow: string) {
+  sendError(
+    response,
+    405,
+    'METHOD_NOT_FOUND',
+    `${method} is not allowed here (allowed: ${allow})`,
+    {},
+    { allow },
+  );
+}
+
+function decodeName(encoded: string, context: AdminContext): string {
+  let name: string;
+  try {
+    name = decodeURIComponent(encoded);
+  } catch {
+    throw new DlmError('INVALID_PARAMS', 'name is not validly URL-encoded', { field: 'name' });
+  }
+  return validateName(name, context.service.limits);
+}
+
+async function listLocks(context: AdminContext, response: ServerResponse, query: URLSearchParams) {
+  const { backend, service } = context;
+  const prefix = validatePrefix(query.get('prefix') ?? '', service.limits);
+  const list = backend.list?.bind(backend);
+  if (!list) {
+    sendError(
+      response,
+      501,
+      'METHOD_NOT_FOUND',
+      `the ${backend.kind} backend cannot list its locks; ask for one lock with GET ${LOCKS_PATH}/{name}`,
+    );
+    return;
+  }
+  const states = await withDeadline(context.clock, context.backendTimeoutMs, 'list', () =>
+    list(prefix),
+  );
+  const locks = states
+    .map((state) => ({
+      name: state.name,
+      owner: state.owner,
+      token: formatToken(state.token),
+      ttlRemainingMs: Math.max(0, Math.ceil(state.ttlRemainingMs)),
+      waiters: service.waiters(state.name),
+    }))
+    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  sendJson(response, 200, { locks });
+}
+
+async function getLock(context: AdminContext, response: ServerResponse, name: string) {
+  const { service } = context;
+  const state = await service.get(name);
+  const waiters = service.waiters(name);
+  sendJson(
+    response,
+    200,
+    state
+      ? {
+          name,
+          held: true,
+          owner: state.owner,
+          token: formatToken(state.token),
+          ttlRemainingMs: Math.max(0, Math.ceil(state.ttlRemainingMs)),
+          waiters,
+        }
+      : { name, held: false, waiters },
+  );
+}
+
+async function revokeLock(
+  context: AdminContext,
+  request: IncomingMessage,
+  response: ServerResponse,
+  name: string,
+) {
+  const revoked = await context.service.revoke(name);
+  if (!revoked) {
+    sendError(response, 404, 'NOT_FOUND', `lock ${JSON.stringify(name)} is not held`);
+    return;
+  }
+  const token = formatToken(revoked.token);
+  // The audit line is a warning so that it is kept at every log level short of silent.
+  context.logger.warn('lock revoked', {
+    audit: true,
+    name,
+    owner: revoked.owner,
+    token,
+    remoteAddress: request.socket.remoteAddress,
+    userAgent: request.headers['user-agent'],
+  });
+  sendJson(response, 200, { revoked: true, name, owner: revoked.owner, token });
+}

@@ -1,0 +1,229 @@
+import {
+  Counter,
+  collectDefaultMetrics,
+  Gauge,
+  Histogram,
+  type Registry as PromRegistry,
+  Registry,
+} from 'prom-client';
+
+/** A backend primitive, as timed by `instrumentBackend`. */
+export type BackendOperation = 'tryAcquire' | 'release' | 'extend' | 'inspect' | 'revoke' | 'list';
+/** How a waiting acquire (`waitMs` > 0) ended. */
+export type WaitOutcome = 'granted' | 'timeout' | 'cancelled' | 'error';
+/** How a lease granted through this server ended. */
+export type HoldEnd = 'released' | 'expired' | 'revoked';
+
+/** Read at scrape time, so that gauges cost nothing on the request path. */
+export interface GaugeSources {
+  sessions(): number;
+  heldLocks(): number;
+  waiters(): number;
+}
+
+/**
+ * The server's Prometheus metrics. Every label set is bound once (at start or on first use)
+ * and kept, so recording a request allocates nothing.
+ */
+export interface ServerMetrics {
+  /** `text/plain; version=0.0.4` */
+  readonly contentType: string;
+  /** The Prometheus text exposition: this server's metrics and the process's. */
+  render(): Promise<string>;
+  /** An answered request: method (`invalid` for a frame without one), `OK` or the error code. */
+  request(method: string, code: string): void;
+  /** Answer time of a try-lock acquire, a release or an extend. */
+  latency(method: TimedMethod, seconds: number): void;
+  /** How long an acquire with `waitMs` > 0 took to be granted or to give up. */
+  wait(outcome: WaitOutcome, seconds: number): void;
+  /** How long a lease granted through this server was held. */
+  hold(end: HoldEnd, seconds: number): void;
+  /** A `lock.lost` sent to a holder's session. */
+  lost(reason: 'expired' | 'revoked'): void;
+  backend(operation: BackendOperation, seconds: number, failed: boolean): void;
+}
+
+export type TimedMethod = 'lock.acquire' | 'lock.release' | 'lock.extend';
+
+const LATENCY_BUCKETS = [
+  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+];
+const WAIT_BUCKETS = [0.001, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+const HOLD_BUCKETS = [0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14_400, 86_400];
+
+// Node's own metrics (CPU, memory, event loop lag, GC, handles) describe the process, not one
+// server in it: one registry for them per process, however many servers a test starts.
+let processRegistry: PromRegistry | undefined;
+function processMetrics(): PromRegistry {
+  if (!processRegistry) {
+    processRegistry = new Registry();
+    collectDefaultMetrics({ register: processRegistry });
+  }
+  return processRegistry;
+}
+
+export function createMetrics(options: {
+  version: string;
+  backend: string;
+  gauges: GaugeSources;
+}): ServerMetrics {
+  const registry = new Registry();
+  const registers = [registry];
+  const { gauges } = options;
+
+  new Gauge({
+    name: 'dlm_build_info',
+    help: 'Always 1; the labels say which version serves which backend.',
+    labelNames: ['version', 'backend'] as const,
+    registers,
+  })
+    .labels(options.version, options.backend)
+    .set(1);
+
+  const requests = new Counter({
+    name: 'dlm_requests_total',
+    help: 'Protocol requests answered, by method and result code (OK or the error code).',
+    labelNames: ['method', 'code'] as const,
+    registers,
+  });
+  const requestDuration = new Histogram({
+    name: 'dlm_request_duration_seconds',
+    help: 'Time to answer lock.acquire (try-locks, waitMs 0), lock.release and lock.extend.',
+    labelNames: ['method'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers,
+  });
+  const waitDuration = new Histogram({
+    name: 'dlm_lock_wait_seconds',
+    help: 'Time an acquire with waitMs > 0 waited, by outcome (granted, timeout, cancelled, error).',
+    labelNames: ['outcome'] as const,
+    buckets: WAIT_BUCKETS,
+    registers,
+  });
+  const holdDuration = new Histogram({
+    name: 'dlm_lock_hold_seconds',
+    help: 'Time a lease granted through this server was held, by how it ended.',
+    labelNames: ['end'] as const,
+    buckets: HOLD_BUCKETS,
+    registers,
+  });
+  const lostCounter = new Counter({
+    name: 'dlm_locks_lost_total',
+    help: 'lock.lost notifications sent to holders, by reason (expired, revoked).',
+    labelNames: ['reason'] as const,
+    registers,
+  });
+  const backendDuration = new Histogram({
+    name: 'dlm_backend_duration_seconds',
+    help: 'Backend call latency, by operation.',
+    labelNames: ['operation'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers,
+  });
+  const backendErrors = new Counter({
+    name: 'dlm_backend_errors_total',
+    help: 'Backend calls that failed, by operation.',
+    labelNames: ['operation'] as const,
+    registers,
+  });
+  new Gauge({
+    name: 'dlm_sessions',
+    help: 'Open WebSocket sessions.',
+    registers,
+    collect() {
+      this.set(gauges.sessions());
+    },
+  });
+  new Gauge({
+    name: 'dlm_locks_held',
+    help: 'Locks currently held through this server.',
+    registers,
+    collect() {
+      this.set(gauges.heldLocks());
+    },
+  });
+  new Gauge({
+    name: 'dlm_lock_waiters',
+    help: 'Acquires currently queued on this server.',
+    registers,
+    collect() {
+      this.set(gauges.waiters());
+    },
+  });
+
+  // Bound children. The label values are closed sets, so all are bound up front and the
+  // series exist (at 0) from the first scrape; request counters bind per (method, code) pair
+  // on first use, since most pairs never occur.
+  const latencyBy = {
+    'lock.acquire': requestDuration.labels('lock.acquire'),
+    'lock.release': requestDuration.labels('lock.release'),
+    'lock.extend': requestDuration.labels('lock.extend'),
+  };
+  const waitBy = {
+    granted: waitDuration.labels('granted'),
+    timeout: waitDuration.labels('timeout'),
+    cancelled: waitDuration.labels('cancelled'),
+    error: waitDuration.labels('error'),
+  };
+  const holdBy = {
+    released: holdDuration.labels('released'),
+    expired: holdDuration.labels('expired'),
+    revoked: holdDuration.labels('revoked'),
+  };
+  const lostBy = { expired: lostCounter.labels('expired'), revoked: lostCounter.labels('revoked') };
+  lostBy.expired.inc(0);
+  lostBy.revoked.inc(0);
+  const operations: BackendOperation[] = [
+    'tryAcquire',
+    'release',
+    'extend',
+    'inspect',
+    'revoke',
+    'list',
+  ];
+  const backendBy = new Map(
+    operations.map((op) => {
+      const errors = backendErrors.labels(op);
+      errors.inc(0);
+      return [op, { duration: backendDuration.labels(op), errors }] as const;
+    }),
+  );
+  const requestBy = new Map<string, Map<string, ReturnType<typeof requests.labels>>>();
+
+  return {
+    contentType: registry.contentType,
+    async render() {
+      return `${await processMetrics().metrics()}\n${await registry.metrics()}`;
+    },
+    request(method, code) {
+      let byCode = requestBy.get(method);
+      if (!byCode) {
+        byCode = new Map();
+        requestBy.set(method, byCode);
+      }
+      let child = byCode.get(code);
+      if (!child) {
+        child = requests.labels(method, code);
+        byCode.set(code, child);
+      }
+      child.inc();
+    },
+    latency(method, seconds) {
+      latencyBy[method].observe(seconds);
+    },
+    wait(outcome, seconds) {
+      waitBy[outcome].observe(seconds);
+    },
+    hold(end, seconds) {
+      holdBy[end].observe(seconds);
+    },
+    lost(reason) {
+      lostBy[reason].inc();
+    },
+    backend(operation, seconds, failed) {
+      const bound = backendBy.get(operation)!;
+      bound.duration.observe(seconds);
+      if (failed) bound.errors.inc();
+    },
+  };
+}

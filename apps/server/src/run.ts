@@ -1,0 +1,52 @@
+import { ConfigError, parseConfig, usage } from './config.js';
+import { createLogger } from './logger.js';
+import { startServer } from './server.js';
+
+/**
+ * Runs the server as a program: flags and environment from `argv`, logs on stderr, graceful
+ * shutdown on SIGTERM/SIGINT. Exits 2 on a bad flag (with the usage), 1 when it cannot start.
+ * Used by `dlm-server` and by the CLI's `dlm serve`.
+ */
+export async function runServer(argv: string[], command = 'dlm-server'): Promise<void> {
+  let config: ReturnType<typeof parseConfig>;
+  try {
+    config = parseConfig(argv);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    process.stderr.write(`${command}: ${error.message}\n\n${usage(command)}`);
+    process.exit(2);
+  }
+  if (config === null) {
+    process.stdout.write(usage(command));
+    process.exit(0);
+  }
+
+  const logger = createLogger(config.logLevel);
+  const server = await startServer({
+    host: config.host,
+    port: config.port,
+    backendConfig: config.backend,
+    logger,
+  }).catch((error: unknown) => {
+    logger.error('could not start', {
+      error: error instanceof Error ? error.message : String(error),
+    });
+    process.exit(1);
+  });
+
+  let stopping = false;
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.on(signal, () => {
+      if (stopping) return;
+      stopping = true;
+      logger.info('shutting down', { signal });
+      server.close().then(
+        () => process.exit(0),
+        (error: unknown) => {
+          logger.error('shutdown failed', { error: String(error) });
+          process.exit(1);
+        },
+      );
+    });
+  }
+}

@@ -1,8 +1,19 @@
-// Writes dist/schema.json from the built schemas (run after tsc by `build`).
-import { writeFileSync } from 'node:fs';
+// Writes the published JSON documents from the built schemas (run after tsc by `build`):
+// dist/schema.json (the whole protocol), dist/asyncapi.json (AsyncAPI 3.0),
+// dist/schemas/<message>.json (one JSON Schema per message) and dist/transcript.schema.json
+// (the format of the golden transcripts).
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { messageSchemaFiles, protocolAsyncApi } from '../dist/asyncapi.js';
 import { protocolJsonSchema } from '../dist/json-schema.js';
+import { transcriptJsonSchema } from '../dist/transcript-format.js';
 
-writeFileSync(
-  new URL('../dist/schema.json', import.meta.url),
-  `${JSON.stringify(protocolJsonSchema(), null, 2)}\n`,
-);
+const dist = new URL('../dist/', import.meta.url);
+const write = (path, value) =>
+  writeFileSync(new URL(path, dist), `${JSON.stringify(value, null, 2)}\n`);
+
+write('schema.json', protocolJsonSchema());
+write('asyncapi.json', protocolAsyncApi());
+write('transcript.schema.json', transcriptJsonSchema());
+rmSync(new URL('schemas/', dist), { recursive: true, force: true });
+mkdirSync(new URL('schemas/', dist));
+for (const [file, schema] of Object.entries(messageSchemaFiles())) write(`schemas/${file}`, schema);

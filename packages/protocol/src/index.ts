@@ -1,6 +1,8 @@
+export { messageSchemaFiles, protocolAsyncApi } from './asyncapi.js';
 export { conforms } from './conforms.js';
 export { CLOSE_TOO_BIG, MAX_PAYLOAD_BYTES, PROTOCOL, SUBPROTOCOL, WS_PATH } from './constants.js';
 export { fromRpcError, toRpcError } from './errors.js';
+export { type ProtocolMessage, protocolMessages } from './frames.js';
 export { protocolJsonSchema } from './json-schema.js';
 export {
   type MethodName,

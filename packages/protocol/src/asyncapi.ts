@@ -1,0 +1,170 @@
+import { ERROR_CODES } from '@dlm/core';
+import { MAX_PAYLOAD_BYTES, PROTOCOL, SUBPROTOCOL, WS_PATH } from './constants.js';
+import { protocolMessages } from './frames.js';
+import { type MethodName, Methods, type NotificationName, Notifications } from './schemas.js';
+
+/** One line per method and notification; a method added later without one gets its name. */
+const SUMMARIES: Partial<Record<MethodName | NotificationName, string>> = {
+  'session.hello': 'Open the session: must be the first request on a connection.',
+  'session.ping': 'Check that the connection and the session are alive.',
+  'lock.acquire':
+    'Acquire a lock: a try-lock with waitMs 0, else wait server-side (FIFO) up to waitMs.',
+  'lock.release': 'Release a lock held with this token (NOT_HOLDER otherwise).',
+  'lock.extend': 'Restart the lease at ttlMs from now (NOT_HOLDER when it already ended).',
+  'lock.get': "Read a lock's current holder.",
+  'lock.watch': "Subscribe to a lock's grants, releases and expiries (lock.changed).",
+  'lock.unwatch': 'End a watch.',
+  'lock.watchPrefix':
+    'Extension: list the held locks under a name prefix, then report their changes (lock.changed).',
+  'lock.changed': 'A watched lock was granted, released or expired.',
+  'lock.lost': 'A lease this session acquired (or last extended) ended other than by release.',
+};
+
+const CHANNEL = 'v1';
+
+function summary(method: MethodName | NotificationName): string {
+  return SUMMARIES[method] ?? method;
+}
+
+function jsonCopy<T>(value: T): T {
+  // TypeBox schemas carry symbol keys; a JSON round trip leaves plain JSON Schema.
+  return JSON.parse(JSON.stringify(value)) as T;
+}
+
+/**
+ * The protocol as an AsyncAPI 3.0 document, describing the server: it receives requests on the
+ * one channel (`/v1/ws`) and replies on the same channel, and sends notifications. Every
+ * message payload is a whole JSON-RPC frame, composed from the TypeBox schemas the TypeScript
+ * types come from. Published as `@dlm/protocol/asyncapi.json`.
+ */
+export function protocolAsyncApi(): Record<string, unknown> {
+  const messages: Record<string, unknown> = {};
+  const channelMessages: Record<string, unknown> = {};
+  for (const message of protocolMessages()) {
+    const isError = message.name === 'error';
+    messages[message.name] = {
+      name: message.name,
+      title: (message.schema as { title?: string }).title ?? message.name,
+      summary: isError
+        ? 'The error reply to any request.'
+        : summary(message.name.replace(/\.(request|result)$/, '') as MethodName),
+      contentType: 'application/json',
+      ...(message.name.endsWith('.request') || message.name.endsWith('.result') || isError
+        ? { correlationId: { $ref: '#/components/correlationIds/requestId' } }
+        : {}),
+      payload: jsonCopy(message.schema),
+      ...(isError
+        ? {
+            // The stable error names (error.data.code), their JSON-RPC numbers and retryability.
+            'x-error-codes': Object.fromEntries(
+              Object.entries(ERROR_CODES).map(([code, { rpc, retryable }]) => [
+                code,
+                { rpc, retryable },
+              ]),
+            ),
+          }
+        : {}),
+    };
+    channelMessages[message.name] = { $ref: `#/components/messages/${message.name}` };
+  }
+
+  const channelRef = { $ref: `#/channels/${CHANNEL}` };
+  const messageRef = (name: string) => ({ $ref: `#/channels/${CHANNEL}/messages/${name}` });
+  const operations: Record<string, unknown> = {};
+  for (const method of Object.keys(Methods) as MethodName[]) {
+    operations[method] = {
+      action: 'receive',
+      channel: channelRef,
+      title: method,
+      summary: summary(method),
+      messages: [messageRef(`${method}.request`)],
+      reply: {
+        channel: channelRef,
+        messages: [messageRef(`${method}.result`), messageRef('error')],
+      },
+    };
+  }
+  for (const method of Object.keys(Notifications) as NotificationName[]) {
+    operations[method] = {
+      action: 'send',
+      channel: channelRef,
+      title: method,
+      summary: summary(method),
+      messages: [messageRef(method)],
+    };
+  }
+
+  return {
+    asyncapi: '3.0.0',
+    id: 'urn:dlm:protocol:v1',
+    info: {
+      title: 'dlm lock server',
+      version: '1.0.0',
+      description:
+        `dlm wire protocol ${PROTOCOL}: JSON-RPC 2.0 over WebSocket, one object per text frame, ` +
+        `subprotocol \`${SUBPROTOCOL}\`. This document describes the server. Requests are ` +
+        'correlated with replies by `id`; replies may arrive in any order. See SPEC.md and ' +
+        'GUIDE.md in @dlm/protocol.',
+      license: { name: 'MIT' },
+    },
+    defaultContentType: 'application/json',
+    servers: {
+      local: {
+        host: 'localhost:7070',
+        protocol: 'ws',
+        pathname: WS_PATH,
+        description: 'A dlm server with its default port (`wss` when it has TLS).',
+      },
+    },
+    channels: {
+      [CHANNEL]: {
+        address: WS_PATH,
+        title: `WebSocket endpoint, subprotocol ${SUBPROTOCOL}`,
+        description:
+          `Offer the subprotocol \`${SUBPROTOCOL}\`; a client offering only others is refused ` +
+          `with HTTP 400. A frame larger than ${MAX_PAYLOAD_BYTES} bytes closes the connection ` +
+          'with code 1009. Binary frames get INVALID_REQUEST.',
+        servers: [{ $ref: '#/servers/local' }],
+        messages: channelMessages,
+        bindings: {
+          ws: {
+            bindingVersion: '0.1.0',
+            method: 'GET',
+            headers: {
+              type: 'object',
+              properties: {
+                'Sec-WebSocket-Protocol': { type: 'string', const: SUBPROTOCOL },
+              },
+            },
+          },
+        },
+      },
+    },
+    operations,
+    components: {
+      correlationIds: {
+        requestId: {
+          description: 'A reply echoes the id of its request.',
+          location: '$message.payload#/id',
+        },
+      },
+      messages,
+    },
+  };
+}
+
+/**
+ * One JSON Schema document per message, keyed by file name (`lock.acquire.request.json`, ...),
+ * as published under `@dlm/protocol/schemas/`.
+ */
+export function messageSchemaFiles(): Record<string, Record<string, unknown>> {
+  const files: Record<string, Record<string, unknown>> = {};
+  for (const message of protocolMessages()) {
+    files[`${message.name}.json`] = {
+      $schema: 'https://json-schema.org/draft/2020-12/schema',
+      $id: `https://dlm.dev/protocol/v1/${message.name}.json`,
+      ...jsonCopy(message.schema as Record<string, unknown>),
+    };
+  }
+  return files;
+}

@@ -1,0 +1,1 @@
+export { type ZooKeeperBackendOptions, zookeeperBackend } from './zk-backend.js';

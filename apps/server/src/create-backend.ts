@@ -17,7 +17,17 @@ export async function createBackend(config: BackendConfig, logger: Logger): Prom
     }
     case 'redis': {
       const { redisBackend } = await import('@dlm/adapter-redis');
-      return redisBackend({ url: config.url });
+      const backend = redisBackend({ url: config.url });
+      // Its capabilities (expiry events) are final once it is ready; core reads them once.
+      // A Redis that is down now is not fatal: requests answer UNAVAILABLE until it is back,
+      // and without known expiry events core checks each lease at its deadline.
+      await backend.ready().catch((error: unknown) =>
+        logger.warn('backend not ready at start', {
+          backend: 'redis',
+          error: error instanceof Error ? error.message : String(error),
+        }),
+      );
+      return backend;
     }
     case 'redlock': {
       const { redlockBackend } = await import('@dlm/adapter-redlock');

@@ -54,7 +54,10 @@ export function instrumentBackend(
   const list = backend.list?.bind(backend);
   return {
     kind: backend.kind,
-    capabilities: backend.capabilities,
+    // A getter: some adapters settle their capabilities once connected (Redis expiry events).
+    get capabilities() {
+      return backend.capabilities;
+    },
     tryAcquire: timed('tryAcquire', (request: AcquireRequest) => backend.tryAcquire(request)),
     release: timed('release', (request: { name: string; token: bigint }) =>
       backend.release(request),

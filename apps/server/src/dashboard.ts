@@ -15,6 +15,7 @@ const ROUTES: Record<string, [file: string, type: string]> = {
   '/index.html': ['index.html', 'text/html; charset=utf-8'],
   '/dashboard.js': ['dashboard.js', 'text/javascript; charset=utf-8'],
   '/dashboard.css': ['dashboard.css', 'text/css; charset=utf-8'],
+  '/favicon.svg': ['favicon.svg', 'image/svg+xml'],
 };
 
 // The page loads only its own script and style and talks only to this server (fetch and the

@@ -1,0 +1,201 @@
+import { existsSync } from 'node:fs';
+import { findBinary, serviceAvailable } from '@dlm/test-services';
+import { type Browser, chromium, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RunningServer, startServer } from '../src/index.js';
+import { connect, type Peer } from './ws-peer.js';
+
+// Debian's chromium package (`apt-get install chromium`), driven by playwright-core: no
+// browser download. DLM_CHROMIUM points elsewhere.
+const CHROMIUM =
+  process.env.DLM_CHROMIUM ||
+  (existsSync('/usr/bin/chromium') ? '/usr/bin/chromium' : findBinary('chromium'));
+const available = serviceAvailable('chromium', CHROMIUM !== null && existsSync(CHROMIUM));
+
+/** Where the screenshots go (looked at by hand; not compared). */
+const SHOTS = process.env.DLM_SCREENSHOT_DIR ?? '/tmp';
+
+let server: RunningServer;
+let browser: Browser;
+const peers: Peer[] = [];
+
+async function session(): Promise<Peer> {
+  const peer = await connect(server.url);
+  await peer.hello();
+  peers.push(peer);
+  return peer;
+}
+
+async function openDashboard(options: { width: number; height: number }, query = '') {
+  const page = await browser.newPage({ viewport: options });
+  const problems: string[] = [];
+  page.on('pageerror', (error) => problems.push(`pageerror: ${error.message}`));
+  page.on('console', (message) => {
+    if (message.type() === 'error') problems.push(`console: ${message.text()}`);
+  });
+  await page.goto(`${server.httpUrl}/${query}`);
+  await page.locator('#status[data-state="live"]').waitFor();
+  return { page, problems };
+}
+
+const row = (page: Page, name: string) => page.locator(`#lock-rows tr[data-name="${name}"]`);
+
+describe.runIf(available)('the dashboard in headless Chromium', () => {
+  beforeAll(async () => {
+    server = await startServer({ port: 0 });
+    browser = await chromium.launch({
+      executablePath: CHROMIUM!,
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
+    });
+  });
+  afterAll(async () => {
+    for (const peer of peers) peer.close();
+    await browser?.close();
+    await server?.close();
+  });
+
+  it('shows a lock a client acquires, counts its TTL down, and drops it on release', async () => {
+    const { page, problems } = await openDashboard({ width: 1200, height: 800 });
+    expect(await page.locator('#empty').isVisible()).toBe(true);
+
+    const client = await session();
+    const lease = (
+      await client.call('lock.acquire', { name: 'ui/build', ttlMs: 30_000, owner: 'ci-runner-7' })
+    ).result;
+    const built = row(page, 'ui/build');
+    await built.waitFor();
+    expect(await built.locator('.owner').textContent()).toBe('ci-runner-7');
+    expect(await built.locator('.token').textContent()).toBe(lease.token);
+    expect(await page.locator('#lock-count').textContent()).toBe('1');
+    expect(await page.locator('#empty').isVisible()).toBe(false);
+
+    const ttlBefore = await built.locator('.ttl').textContent();
+    await page.waitForTimeout(1_200);
+    const ttlAfter = await built.locator('.ttl').textContent();
+    expect(ttlBefore).toMatch(/^\d+ s$/);
+    expect(ttlAfter).not.toBe(ttlBefore);
+
+    await client.call('lock.release', { name: 'ui/build', token: lease.token });
+    await built.waitFor({ state: 'detached' });
+    const feed = page.locator('#feed li');
+    expect(await feed.nth(0).textContent()).toContain('released');
+    expect(await feed.nth(0).textContent()).toContain('ui/build');
+    expect(await feed.nth(1).textContent()).toContain('granted');
+    // The page runs under its own strict CSP, WebSocket included, without a single error.
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
+  it('a revoke from the page, by keyboard, reaches the holder as lock.lost and hands the lock on', async () => {
+    const { page, problems } = await openDashboard({ width: 1200, height: 800 });
+    const holder = await session();
+    const waiter = await session();
+    const lease = (
+      await holder.call('lock.acquire', { name: 'ui/deploy', ttlMs: 60_000, owner: 'deployer' })
+    ).result;
+    const waiting = waiter.call('lock.acquire', {
+      name: 'ui/deploy',
+      ttlMs: 60_000,
+      waitMs: 30_000,
+      owner: 'next-in-line',
+    });
+    const deploy = row(page, 'ui/deploy');
+    await deploy.waitFor();
+    await deploy.locator('.waiters', { hasText: '1' }).waitFor();
+
+    page.once('dialog', (dialog) => {
+      expect(dialog.message()).toContain('ui/deploy');
+      void dialog.accept();
+    });
+    await page.getByRole('button', { name: 'Revoke lock ui/deploy' }).focus();
+    await page.keyboard.press('Enter');
+
+    const lost = await holder.nextNotification('lock.lost');
+    expect(lost.params).toEqual({ name: 'ui/deploy', token: lease.token, reason: 'revoked' });
+    const next = (await waiting).result;
+    expect(BigInt(next.token)).toBeGreaterThan(BigInt(lease.token));
+
+    await deploy.locator('.owner', { hasText: 'next-in-line' }).waitFor();
+    expect(await deploy.locator('.token').textContent()).toBe(next.token);
+    expect(await deploy.locator('.waiters').textContent()).toBe('0');
+    await page.locator('#feed li.revoked', { hasText: 'ui/deploy' }).waitFor();
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
+  it('filters by prefix from the keyboard, and reads on a narrow screen', async () => {
+    const { page, problems } = await openDashboard({ width: 1280, height: 760 });
+    // Activity after the page opened, so that the feed shows every kind of event.
+    const client = await session();
+    const held = [
+      ['jobs/nightly-backup', 'backup@db-2', 3_600_000],
+      ['jobs/reindex', 'worker-3', 120_000],
+      ['payments/ledger', 'settler-1', 45_000],
+      ['payments/invoices/2024-06', 'billing-7f3c', 20_000],
+      ['leader/scheduler', 'sched-a', 4_000],
+    ] as const;
+    for (const [name, owner, ttlMs] of held) {
+      await client.call('lock.acquire', { name, owner, ttlMs });
+    }
+    const report = (
+      await client.call('lock.acquire', { name: 'reports/daily', owner: 'cron-1', ttlMs: 10_000 })
+    ).result;
+    await client.call('lock.release', { name: 'reports/daily', token: report.token });
+    await client.call('lock.acquire', { name: 'cache/warmup', owner: 'warm-2', ttlMs: 200 });
+    await client.call('lock.acquire', { name: 'migrations', owner: 'stuck-pod', ttlMs: 60_000 });
+    await fetch(`${server.httpUrl}/v1/locks/migrations`, { method: 'DELETE' });
+    for (let i = 0; i < 2; i += 1) {
+      void (await session()).call('lock.acquire', {
+        name: 'payments/ledger',
+        ttlMs: 5_000,
+        waitMs: 60_000,
+      });
+    }
+
+    await row(page, 'leader/scheduler').waitFor();
+    await row(page, 'payments/ledger').locator('.waiters', { hasText: '2' }).waitFor();
+    await page.locator('#feed li.expired', { hasText: 'cache/warmup' }).waitFor();
+    await page.locator('#feed li.revoked', { hasText: 'migrations' }).waitFor();
+    await page.screenshot({ path: `${SHOTS}/dlm-dashboard.png`, fullPage: true });
+
+    await page.keyboard.press('/');
+    expect(await page.evaluate(() => document.activeElement?.id)).toBe('prefix');
+    await page.keyboard.type('payments/');
+    await row(page, 'jobs/reindex').waitFor({ state: 'detached' });
+    const names = await page
+      .locator('#lock-rows tr')
+      .evaluateAll((rows) => rows.map((r) => (r as HTMLElement).dataset.name));
+    expect(names).toEqual(['payments/invoices/2024-06', 'payments/ledger']);
+    expect(page.url()).toContain('prefix=payments%2F');
+    // A lock granted under the filter shows up; one outside it does not.
+    await client.call('lock.acquire', { name: 'payments/refunds', ttlMs: 30_000 });
+    await client.call('lock.acquire', { name: 'jobs/other', ttlMs: 30_000 });
+    await row(page, 'payments/refunds').waitFor();
+    expect(await row(page, 'jobs/other').count()).toBe(0);
+
+    await page.keyboard.press('Escape');
+    await row(page, 'jobs/other').waitFor();
+    await page.close();
+
+    const narrow = await openDashboard({ width: 390, height: 844 }, '?prefix=payments%2F');
+    await row(narrow.page, 'payments/ledger').waitFor();
+    // Cards, not a table: the header row is hidden and nothing scrolls sideways.
+    const overflow = await narrow.page.evaluate(
+      () => document.documentElement.scrollWidth - document.documentElement.clientWidth,
+    );
+    expect(overflow).toBeLessThanOrEqual(0);
+    expect(await narrow.page.locator('thead').boundingBox()).toMatchObject({ height: 1 });
+    await narrow.page.screenshot({ path: `${SHOTS}/dlm-dashboard-narrow.png`, fullPage: true });
+    expect([...problems, ...narrow.problems]).toEqual([]);
+    await narrow.page.close();
+  });
+});

@@ -247,3 +247,6 @@ export function startEtcd(options: EtcdOptions = {}): Promise<EtcdService> {
 export function startEtcdCluster(size = 3, options: EtcdOptions = {}): Promise<EtcdService> {
   return startMembers(size, options);
 }
+
+// For the container provider (etcd-container.ts), which builds the same service over containers.
+export { healthy as etcdHealthy, service as etcdService };

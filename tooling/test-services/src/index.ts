@@ -1,11 +1,7 @@
-export {
-  type EtcdMember,
-  type EtcdOptions,
-  type EtcdService,
-  etcdAvailable,
-  etcdManaged,
-  startEtcd,
-  startEtcdCluster,
+export type {
+  EtcdMember,
+  EtcdOptions,
+  EtcdService,
 } from './etcd.js';
 export {
   findBinary,
@@ -17,21 +13,30 @@ export {
   tempDir,
 } from './process.js';
 export {
-  pingRedis,
-  type RedisOptions,
-  type RedisService,
+  chooseProvider,
+  dockerAvailable,
+  PROVIDER_ENV,
+  type ServiceKind,
+  type ServiceProvider,
+} from './provider.js';
+export { pingRedis, type RedisOptions, type RedisService } from './redis.js';
+export {
+  etcdAvailable,
+  etcdManaged,
   redisAvailable,
   redisManaged,
+  startEtcd,
+  startEtcdCluster,
   startRedis,
   startRedisNodes,
-} from './redis.js';
-export {
-  fourLetterWord,
   startZooKeeper,
   startZooKeeperEnsemble,
-  type ZooKeeperMember,
-  type ZooKeeperService,
   zookeeperAvailable,
   zookeeperManaged,
+} from './services.js';
+export {
+  fourLetterWord,
+  type ZooKeeperMember,
+  type ZooKeeperService,
   zookeeperMode,
 } from './zookeeper.js';

@@ -1,4 +1,4 @@
-import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import {
@@ -41,7 +41,12 @@ export interface ZooKeeperService {
 }
 
 const ENV = 'DLM_TEST_ZK_CONNECT';
-const CLASSPATH = '/usr/share/java/*';
+const JARS = '/usr/share/java';
+// Debian ships several SLF4J bindings and the first one found (slf4j-nop) drops every line;
+// putting slf4j-simple first keeps ZooKeeper's warnings in the process output for diagnosis.
+const CLASSPATH = existsSync(`${JARS}/slf4j-simple.jar`)
+  ? `${JARS}/slf4j-simple.jar:${JARS}/*`
+  : `${JARS}/*`;
 const MAIN = 'org.apache.zookeeper.server.quorum.QuorumPeerMain';
 
 function externalConnect(): string | undefined {
@@ -61,7 +66,7 @@ export function zookeeperAvailable(): boolean {
 
 function hasZooKeeperJar(): boolean {
   try {
-    return readdirSync('/usr/share/java').some((file) => /^zookeeper.*\.jar$/.test(file));
+    return readdirSync(JARS).some((file) => /^zookeeper.*\.jar$/.test(file));
   } catch {
     return false;
   }
@@ -194,7 +199,14 @@ async function startMembers(size: number): Promise<ZooKeeperService> {
       const managed = await startProcess({
         name: `zookeeper ${spec.id}`,
         command: 'java',
-        args: ['-Xmx256m', '-cp', CLASSPATH, MAIN, config],
+        args: [
+          '-Xmx256m',
+          '-Dorg.slf4j.simpleLogger.defaultLogLevel=warn',
+          '-cp',
+          CLASSPATH,
+          MAIN,
+          config,
+        ],
         cwd: spec.dataDir,
         readyTimeoutMs: 60_000,
         // `ruok` says imok as soon as the process listens, before it serves; `srvr` names a
@@ -242,3 +254,7 @@ export function startZooKeeper(): Promise<ZooKeeperService> {
 export function startZooKeeperEnsemble(size = 3): Promise<ZooKeeperService> {
   return startMembers(size);
 }
+
+// For the container provider (zookeeper-container.ts), which builds the same service over
+// containers.
+export { service as zookeeperService };

@@ -1,0 +1,218 @@
+import type { AddressInfo } from 'node:net';
+import {
+  loadTranscripts,
+  runTranscript,
+  type Transcript,
+  TranscriptFailure,
+} from '@dlm/protocol/transcripts';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WebSocketServer } from 'ws';
+import { type RunningServer, startServer } from '../src/index.js';
+
+const transcripts = loadTranscripts();
+const byName = new Map(transcripts.map((t) => [t.name, t]));
+
+/** A deep copy of a shipped transcript with `edit` applied, for the runner's negative controls. */
+function variant(name: string, edit: (t: Transcript) => void): Transcript {
+  const copy = structuredClone(byName.get(name)!);
+  edit(copy);
+  return copy;
+}
+
+const HELLO = [
+  { connect: {} },
+  { send: { jsonrpc: '2.0', id: 0, method: 'session.hello' } },
+  { expect: { jsonrpc: '2.0', id: 0, result: { $any: 'object' } } },
+];
+
+// Every golden transcript in @dlm/protocol, replayed against a fresh in-process server (so no
+// name, token or session state carries over from one transcript to the next).
+describe('golden transcripts', () => {
+  it('there are transcripts to replay', () => {
+    expect(transcripts.length).toBeGreaterThanOrEqual(25);
+  });
+
+  for (const transcript of transcripts) {
+    it(`${transcript.name}: ${transcript.description}`, { timeout: 30_000 }, async () => {
+      const server = await startServer({ port: 0 });
+      try {
+        await runTranscript(server.url, transcript);
+      } finally {
+        await server.close();
+      }
+    });
+  }
+});
+
+// The runner must fail when the server does not do what a transcript says; otherwise the
+// replays above would prove nothing.
+describe('the transcript runner catches deviations', () => {
+  let server: RunningServer;
+  beforeAll(async () => {
+    server = await startServer({ port: 0 });
+  });
+  afterAll(async () => {
+    await server.close();
+  });
+
+  const fails = async (transcript: Transcript, message: RegExp) => {
+    const error = await runTranscript(server.url, transcript, { defaultTimeoutMs: 1_000 }).catch(
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(TranscriptFailure);
+    expect((error as Error).message).toMatch(message);
+  };
+
+  it('a token that should have increased but was expected equal', async () => {
+    await fails(
+      variant('tokens-increase', (t) => {
+        const step = t.steps.find(
+          (s) => 'expect' in s && JSON.stringify(s.expect).includes('"$capture":"t2"'),
+        ) as { expect: { result: { token: unknown } } };
+        step.expect.result.token = { $ref: 't1' };
+      }),
+      /is not t1/,
+    );
+  });
+
+  it('an equal token where a greater one is expected', async () => {
+    await fails(
+      {
+        name: 'gt-control',
+        description: 'the same owner gets the same token, which is not greater',
+        covers: ['runner'],
+        steps: [
+          ...HELLO,
+          {
+            send: {
+              jsonrpc: '2.0',
+              id: 1,
+              method: 'lock.acquire',
+              params: { name: '{{run}}/g', ttlMs: 10_000, owner: 'o' },
+            },
+          },
+          {
+            expect: {
+              jsonrpc: '2.0',
+              id: 1,
+              result: { name: '{{run}}/g', owner: 'o', token: { $capture: 't1' }, ttlMs: 10_000 },
+            },
+          },
+          {
+            send: {
+              jsonrpc: '2.0',
+              id: 2,
+              method: 'lock.acquire',
+              params: { name: '{{run}}/g', ttlMs: 10_000, owner: 'o' },
+            },
+          },
+          {
+            expect: {
+              jsonrpc: '2.0',
+              id: 2,
+              result: { name: '{{run}}/g', owner: 'o', token: { $gt: 't1' }, ttlMs: 10_000 },
+            },
+            timeoutMs: 300,
+          },
+        ],
+      },
+      /is not greater than t1/,
+    );
+  });
+
+  it('a wrong error code', async () => {
+    await fails(
+      variant('method-not-found', (t) => {
+        const step = t.steps.find((s) => 'expect' in s && JSON.stringify(s).includes('-32601'))!;
+        (step as { expect: { error: { code: number } } }).expect.error.code = -32600;
+        (step as { timeoutMs?: number }).timeoutMs = 300;
+      }),
+      /expected -32600, got -32601/,
+    );
+  });
+
+  it('a reply that arrives sooner than the transcript allows', async () => {
+    await fails(
+      variant('lock-lost', (t) => {
+        for (const s of t.steps) if ('elapsed' in s && s.elapsed) s.elapsed.min = 5_000;
+      }),
+      /before 5000/,
+    );
+  });
+
+  it('a frame nobody expected', async () => {
+    await fails(
+      {
+        name: 'extra-frame',
+        description: 'two pings, one expected',
+        covers: ['runner'],
+        steps: [
+          ...HELLO,
+          { send: { jsonrpc: '2.0', id: 1, method: 'session.ping' }, times: 2 },
+          { expect: { jsonrpc: '2.0', id: 1, result: {} } },
+          { sleep: 100 },
+        ],
+      },
+      /received frames no step expected/,
+    );
+  });
+
+  it('a frame that expectNone forbids', async () => {
+    await fails(
+      {
+        name: 'expect-none',
+        description: 'a reply arrives during expectNone',
+        covers: ['runner'],
+        steps: [
+          ...HELLO,
+          { send: { jsonrpc: '2.0', id: 1, method: 'session.ping' } },
+          { expectNone: { $any: 'value' }, forMs: 300 },
+        ],
+      },
+      /should not have/,
+    );
+  });
+
+  it('a wrong close code, and an upgrade that succeeds when it should be refused', async () => {
+    await fails(
+      variant('frame-size', (t) => {
+        for (const s of t.steps) if ('expectClose' in s) s.expectClose.code = 1000;
+      }),
+      /closed with code 1009, not 1000/,
+    );
+    await fails(
+      {
+        name: 'not-refused',
+        description: 'dlm.v1.json is accepted',
+        covers: ['runner'],
+        steps: [{ connect: { protocols: ['dlm.v1.json'], expectStatus: 400 } }],
+      },
+      /upgrade succeeded/,
+    );
+  });
+
+  it('a frame that does not match the protocol schema, even if the pattern accepts it', async () => {
+    const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+    wss.on('connection', (ws) =>
+      ws.on('message', (data) => {
+        const { id } = JSON.parse(data.toString()) as { id: number };
+        // A hello result without sessionId.
+        ws.send(JSON.stringify({ jsonrpc: '2.0', id, result: { protocol: 'dlm.v1' } }));
+      }),
+    );
+    await new Promise((resolve) => wss.once('listening', resolve));
+    const { port } = wss.address() as AddressInfo;
+    try {
+      const error = await runTranscript(`ws://127.0.0.1:${port}/v1/ws`, {
+        name: 'off-schema',
+        description: 'a fake server answering hello off-schema',
+        covers: ['runner'],
+        steps: HELLO as Transcript['steps'],
+      }).catch((e: unknown) => e);
+      expect((error as Error).message).toMatch(/session\.hello result off-schema/);
+    } finally {
+      for (const client of wss.clients) client.terminate();
+      await new Promise((resolve) => wss.close(resolve));
+    }
+  });
+});

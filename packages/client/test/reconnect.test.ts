@@ -50,7 +50,7 @@ describe('server restart on the same port, backend kept', () => {
     const autoName = lockName('restart-auto');
     const watchedName = lockName('restart-watched');
     const plain = await client.acquire(plainName, { ttlMs: 3_000 });
-    const auto = await client.acquire(autoName, { ttlMs: 600, autoExtend: true });
+    const auto = await client.acquire(autoName, { ttlMs: 1_000, autoExtend: true });
     const changes: LockChange[] = [];
     await client.watch(watchedName, (change) => changes.push(change));
     // Sent before the restart, and the server ends it as it shuts down.

@@ -29,9 +29,10 @@ describe('withLock', () => {
   it('keeps the lease extended past its TTL while fn runs, then releases it', async () => {
     const name = lockName('with-lock');
     let token = 0n;
-    const value = await a.withLock(name, { ttlMs: 300 }, async (signal, lease) => {
+    // TTLs in these tests leave room for a loaded CI machine's event-loop stalls.
+    const value = await a.withLock(name, { ttlMs: 500 }, async (signal, lease) => {
       token = lease.token;
-      await sleep(1_000);
+      await sleep(1_600);
       expect(signal.aborted).toBe(false);
       // Another client sees the same lease still held after more than three TTLs.
       expect(await b.get(name)).toMatchObject({ held: true, token: lease.token });
@@ -104,8 +105,8 @@ describe('await using', () => {
 describe('autoExtend', () => {
   it('an autoExtend lease outlives its TTL until released', async () => {
     const name = lockName('auto-extend');
-    const lease = await a.acquire(name, { ttlMs: 200, autoExtend: true });
-    await sleep(700);
+    const lease = await a.acquire(name, { ttlMs: 500, autoExtend: true });
+    await sleep(1_600);
     expect(lease.signal.aborted).toBe(false);
     expect(await b.get(name)).toMatchObject({ held: true, token: lease.token });
     expect(await lease.release()).toBe(true);
@@ -113,12 +114,13 @@ describe('autoExtend', () => {
 
   it('extend() moves the local deadline', async () => {
     const name = lockName('extend');
-    const lease = await a.acquire(name, { ttlMs: 300 });
-    await sleep(200);
-    await lease.extend(1_000);
-    expect(lease.ttlMs).toBe(1_000);
-    expect(lease.remainingMs()).toBeGreaterThan(900);
+    const lease = await a.acquire(name, { ttlMs: 1_000 });
     await sleep(300);
+    await lease.extend(3_000);
+    expect(lease.ttlMs).toBe(3_000);
+    // Without the move at most ~690 ms would be left.
+    expect(lease.remainingMs()).toBeGreaterThan(2_000);
+    await sleep(800); // past the first deadline
     expect(lease.signal.aborted).toBe(false);
     await lease.release();
   });

@@ -64,3 +64,20 @@ export function bounded<T>(
     );
   });
 }
+
+/** Waits for `promise` up to `ms`: true when it fulfilled in time, false on time-out or failure. */
+export function within(clock: Clock, promise: Promise<unknown>, ms: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const timer = clock.setTimer(() => resolve(false), ms);
+    promise.then(
+      () => {
+        timer.cancel();
+        resolve(true);
+      },
+      () => {
+        timer.cancel();
+        resolve(false);
+      },
+    );
+  });
+}

@@ -3,7 +3,7 @@
  * multiplexed event subscriber, the safe connection settings). Not a stable API: it follows
  * this package's internals and may change in any release.
  */
-export { bounded, type CallBounds } from './command-bounds.js';
+export { bounded, type CallBounds, within } from './command-bounds.js';
 export {
   commandConnectionOptions,
   createCommandConnection,
@@ -11,7 +11,7 @@ export {
   databaseOf,
   subscriberConnectionOptions,
 } from './connections.js';
-export { eventChannel, nameKeys, type NameKeys } from './key-encoding.js';
+export { eventChannel, type NameKeys, nameKeys } from './key-encoding.js';
 export {
   createLockEvents,
   type EventMode,
@@ -19,7 +19,7 @@ export {
   type LockEvents,
   type LockEventsOptions,
 } from './lock-events.js';
-export { checkCommonOptions, within } from './redis-backend.js';
+export { checkCommonOptions } from './redis-backend.js';
 export {
   createRedisNode,
   type NodeAcquireResult,

@@ -23,8 +23,8 @@ export type EventMode =
    */
   | 'single'
   /**
-   * Redlock: several nodes report the same change; duplicates are dropped, and `acquired` and
-   * `released` lose their token (a node may report its own counter rather than the grant's).
+   * Redlock: several nodes report the same change; duplicates are dropped, stale `acquired`
+   * news too, and `released` loses its token (it may carry one node's own counter).
    */
   | 'quorum';
 
@@ -41,6 +41,11 @@ export interface LockEventsOptions {
   keyspace: boolean;
   mode: EventMode;
   clock: Clock;
+  /**
+   * How many sources must have subscribed for `subscribed` to resolve (default all). Redlock
+   * needs only a quorum, so that one node down at start-up does not hold every call up.
+   */
+  sourcesNeeded?: number;
   /** Called after a source subscribed again following a disconnect (events may be missed). */
   onResubscribed?: (source: number) => void;
 }
@@ -57,7 +62,7 @@ export interface LockEvents {
   setLastToken(name: string, token: bigint | undefined): void;
   /** Records a token granted through a reply, so older `acquired` news is recognised as stale. */
   noteGrant(name: string, token: bigint): void;
-  /** Resolves once every source has subscribed for the first time. */
+  /** Resolves once `sourcesNeeded` sources have subscribed for the first time. */
   readonly subscribed: Promise<void>;
   readonly isSubscribed: boolean;
   /** True while every source has keyspace expiry notifications switched on. */
@@ -156,7 +161,13 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
     const { type, name, token, owner } = parsed;
     if (mode === 'quorum') {
       if (isDuplicate(entry, `${type}:${token}`)) return;
-      deliverTo(entry, type === 'revoked' ? { name, type, token, owner } : { name, type });
+      if (type === 'acquired') {
+        if (entry.highest !== undefined && token < entry.highest) return;
+        entry.highest = token;
+      }
+      // A release may come from a failed attempt's clean-up, labelled with one node's own
+      // counter: pass it on as a wake-up only.
+      deliverTo(entry, type === 'released' ? { name, type } : { name, type, token, owner });
       return;
     }
     if (type === 'acquired') {
@@ -215,7 +226,8 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
           return;
         }
         subscribedOnce[index] = true;
-        if (subscribedOnce.every(Boolean)) {
+        const needed = options.sourcesNeeded ?? options.sources.length;
+        if (!isSubscribed && subscribedOnce.filter(Boolean).length >= needed) {
           isSubscribed = true;
           resolveSubscribed();
         }

@@ -7,6 +7,7 @@ import {
   toUnavailable,
 } from '@dlm/core';
 import type { Redis } from 'ioredis';
+import { within } from './command-bounds.js';
 import { createCommandConnection, createSubscriberConnection, databaseOf } from './connections.js';
 import { createLockEvents } from './lock-events.js';
 import { createRedisNode } from './redis-node.js';
@@ -71,23 +72,6 @@ export function checkCommonOptions(options: { prefix?: string; commandTimeoutMs?
     });
   }
   return { prefix, commandTimeoutMs };
-}
-
-/** Waits for `promise` up to `ms`; resolves false on time-out instead of rejecting. */
-export function within(clock: Clock, promise: Promise<unknown>, ms: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const timer = clock.setTimer(() => resolve(false), ms);
-    promise.then(
-      () => {
-        timer.cancel();
-        resolve(true);
-      },
-      () => {
-        timer.cancel();
-        resolve(false);
-      },
-    );
-  });
 }
 
 /**
@@ -179,6 +163,7 @@ export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
 
     async ready() {
       assertOpen();
+      await node.whenConnected();
       if (!(await within(clock, events.subscribed, commandTimeoutMs))) {
         throw toUnavailable(
           new Error(`no subscription within ${commandTimeoutMs} ms`),

@@ -1,6 +1,6 @@
-import { type Clock, DlmError, type LockState } from '@dlm/core';
+import { type Clock, DlmError, type LockState, toUnavailable } from '@dlm/core';
 import type { Redis } from 'ioredis';
-import { bounded } from './command-bounds.js';
+import { bounded, within } from './command-bounds.js';
 import { eventChannel, lockKeyPattern, nameKeys, nameOfLockKey } from './key-encoding.js';
 import {
   ACQUIRE,
@@ -49,6 +49,8 @@ export interface RedisNode {
   /** Redlock: raise this node's counter to `token` and relabel `owner`'s lease with it. */
   adoptToken(name: string, owner: string, token: bigint, announce: boolean): Promise<boolean>;
   list(namePrefix: string): Promise<LockState[]>;
+  /** Resolves once the client has connected for the first time (UNAVAILABLE after the time-out). */
+  whenConnected(): Promise<void>;
   /** Stops listening to the client's events (does not close it). */
   detach(): void;
 }
@@ -70,12 +72,103 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
   const timeoutMs = options.commandTimeoutMs;
   const channel = eventChannel(prefix);
   const serverClock = createServerClock(clock);
-  // A new connection may reach another server (failover) whose clock we have not measured.
-  const onReady = () => serverClock.reset();
+  let everReady = client.status === 'ready';
+  const onReady = () => {
+    everReady = true;
+    // A new connection may reach another server (failover) whose clock we have not measured.
+    serverClock.reset();
+  };
   client.on('ready', onReady);
 
   /** Time left of a call's budget, for its next step. */
   const remaining = (startedAt: number) => Math.max(1, timeoutMs - (clock.now() - startedAt));
+
+  /**
+   * Resolves once the client's first connection is up. Only the first: afterwards, with the
+   * offline queue off, a command while disconnected fails at once, which is what we want.
+   */
+  const connectedOnce = () => everReady || client.status === 'ready';
+
+  function firstConnection(what: string, startedAt: number): Promise<void> | undefined {
+    if (connectedOnce()) return undefined;
+    if (client.status === 'wait') client.connect().catch(() => {});
+    return new Promise<void>((resolve, reject) => {
+      const done = (error?: unknown) => {
+        timer.cancel();
+        client.off('ready', onConnected);
+        client.off('error', onError);
+        if (error === undefined) resolve();
+        else reject(toUnavailable(error, what));
+      };
+      const onConnected = () => done();
+      const onError = (error: unknown) => done(error);
+      const timer = clock.setTimer(
+        () => done(new Error(`not connected within ${timeoutMs} ms`)),
+        remaining(startedAt),
+      );
+      client.once('ready', onConnected);
+      client.once('error', onError);
+    });
+  }
+
+  /** Measures the server's clock (one TIME round trip). */
+  async function calibrate(what: string, startedAt: number): Promise<void> {
+    const reply = await bounded({ clock, timeoutMs: remaining(startedAt) }, what, false, () =>
+      client.time(),
+    );
+    const [seconds, micros] = reply.map((part) => Number(part));
+    serverClock.observe((seconds ?? 0) * 1_000 + Math.floor((micros ?? 0) / 1_000), clock.now());
+  }
+
+  /**
+   * Commands must reach Redis in the order they were called: Redlock relabels a grant right
+   * after it, and a caller may release right after that. A command that has to wait before it
+   * can be sent (for the first connection, or to measure the server's clock) therefore holds
+   * back every later one until it has been handed to the client. When nothing waits, a command
+   * is sent synchronously, in the caller's turn.
+   */
+  let turn: Promise<void> | undefined;
+
+  function send(
+    what: string,
+    write: boolean,
+    startedAt: number,
+    script: LuaScript,
+    keys: string[],
+    args: (deadline: number) => Array<string | number>,
+    needsDeadline: boolean,
+  ): Promise<unknown> {
+    const dispatch = (deadline: number) =>
+      bounded({ clock, timeoutMs: remaining(startedAt) }, what, write, (abandoned) =>
+        runScript(client, script, keys, args(deadline), abandoned),
+      );
+    const budget = timeoutMs - (clock.now() - startedAt);
+    const known = needsDeadline ? serverClock.deadline(budget) : 0;
+    if (turn === undefined && known !== undefined && connectedOnce()) {
+      return dispatch(known);
+    }
+    const previous = turn;
+    let handedOver: () => void = () => {};
+    const mine = new Promise<void>((resolve) => {
+      handedOver = resolve;
+    });
+    turn = mine;
+    const prepared = (async () => {
+      try {
+        if (previous && !(await within(clock, previous, remaining(startedAt)))) {
+          throw new DlmError('UNAVAILABLE', `${what}: Redis did not take earlier commands in time`);
+        }
+        await firstConnection(what, startedAt);
+        if (!needsDeadline) return dispatch(0);
+        if (serverClock.deadline(budget) === undefined) await calibrate(what, startedAt);
+        return dispatch(serverClock.deadline(timeoutMs - (clock.now() - startedAt)) ?? 0);
+      } finally {
+        handedOver();
+        if (turn === mine) turn = undefined;
+      }
+    })();
+    return prepared;
+  }
 
   function call(
     what: string,
@@ -85,21 +178,7 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
     keys: string[],
     args: Array<string | number>,
   ): Promise<unknown> {
-    return bounded({ clock, timeoutMs: remaining(startedAt) }, what, write, (abandoned) =>
-      runScript(client, script, keys, args, abandoned),
-    );
-  }
-
-  /** The server-clock deadline for a write sent now, measuring the server's clock first if need be. */
-  async function deadlineFor(what: string, startedAt: number): Promise<number> {
-    const known = serverClock.deadline(timeoutMs - (clock.now() - startedAt));
-    if (known !== undefined) return known;
-    const reply = await bounded({ clock, timeoutMs: remaining(startedAt) }, what, false, () =>
-      client.time(),
-    );
-    const [seconds, micros] = reply.map((part) => Number(part));
-    serverClock.observe((seconds ?? 0) * 1_000 + Math.floor((micros ?? 0) / 1_000), clock.now());
-    return serverClock.deadline(timeoutMs - (clock.now() - startedAt)) ?? 0;
+    return send(what, write, startedAt, script, keys, () => args, false);
   }
 
   function observe(serverMs: unknown): void {
@@ -133,15 +212,15 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
 
     async acquire(name, owner, ttlMs, startedAt = clock.now()) {
       const keys = nameKeys(prefix, name);
-      const deadline = await deadlineFor('acquire', startedAt);
       const reply = asArray(
-        await call(
+        await send(
           'acquire',
           true,
           startedAt,
           ACQUIRE,
           [keys.lock, keys.fence],
-          [owner, ttlMs, deadline, options.publishAcquired ? channel : '', keys.hex],
+          (deadline) => [owner, ttlMs, deadline, options.publishAcquired ? channel : '', keys.hex],
+          true,
         ),
         'acquire',
       );
@@ -168,15 +247,15 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
 
     async extend(name, token, ttlMs, startedAt = clock.now()) {
       const keys = nameKeys(prefix, name);
-      const deadline = await deadlineFor('extend', startedAt);
       const reply = asArray(
-        await call(
+        await send(
           'extend',
           true,
           startedAt,
           EXTEND,
           [keys.lock],
-          [token.toString(), ttlMs, deadline],
+          (deadline) => [token.toString(), ttlMs, deadline],
+          true,
         ),
         'extend',
       );
@@ -230,6 +309,10 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
       // SCAN may return a key twice; keep one entry per name.
       const byName = new Map(found.map((state) => [state.name, state]));
       return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    },
+
+    async whenConnected() {
+      await firstConnection('connect', clock.now());
     },
 
     detach() {

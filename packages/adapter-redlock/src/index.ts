@@ -1,0 +1,5 @@
+export {
+  type RedlockBackend,
+  type RedlockBackendOptions,
+  redlockBackend,
+} from './redlock-backend.js';

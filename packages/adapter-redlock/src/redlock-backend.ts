@@ -1,0 +1,356 @@
+import {
+  checkCommonOptions,
+  createCommandConnection,
+  createLockEvents,
+  createRedisNode,
+  createSubscriberConnection,
+  databaseOf,
+  type RedisNode,
+  within,
+} from '@dlm/adapter-redis/internals';
+import {
+  type BackendCapabilities,
+  type Clock,
+  DlmError,
+  type LockBackend,
+  type LockState,
+  systemClock,
+  toUnavailable,
+} from '@dlm/core';
+import type { Redis } from 'ioredis';
+import { answers, firstError, gather, kthSmallest, type Outcome } from './quorum.js';
+
+export interface RedlockBackendOptions {
+  /** One URL per independent Redis node (`redis://host:port[/db]`). Not replicas of each other. */
+  urls?: string[];
+  /** Or your own ioredis clients, one per node (they stay yours; see adapter-redis for settings). */
+  clients?: Redis[];
+  /** Put in front of every key and the event channel. Default `dlm:`. */
+  prefix?: string;
+  /** The longest any call to one node may take. Default 2000. */
+  commandTimeoutMs?: number;
+  /** Clock drift allowed per ms of lease (Redlock's `driftFactor`). Default 0.01. */
+  driftFactor?: number;
+  /**
+   * Round-trip time the nodes' leases are lengthened by, so that a grant that took at most
+   * this long still has a validity of at least the requested ttl. Default 100.
+   */
+  latencyAllowanceMs?: number;
+  clock?: Clock;
+}
+
+export interface RedlockBackend extends LockBackend {
+  /** Resolves once a quorum of nodes' event subscriptions is in place; UNAVAILABLE otherwise. */
+  ready(): Promise<void>;
+  /** How many nodes must agree: ⌊N/2⌋+1. */
+  readonly quorum: number;
+}
+
+const CAPABILITIES: BackendCapabilities = Object.freeze({
+  // Independent nodes share no counter: see the README for what the token promises.
+  fencing: 'best-effort',
+  minTtlMs: 1,
+  ttlGranularityMs: 1,
+  durableAcrossRestart: false,
+  fairQueue: false,
+  // Each node expires its copy on its own; core checks each lease at its end instead.
+  expiryEvents: false,
+});
+
+/**
+ * A dlm backend running the Redlock algorithm over N independent Redis nodes: a lock is held
+ * when a majority of the nodes hold it, for the validity left after the time the grant took
+ * and the allowed clock drift. Survives the loss of a minority of nodes; fencing tokens are
+ * best-effort (see the README).
+ *
+ * @example
+ * const backend = redlockBackend({ urls: ['redis://a:6379', 'redis://b:6379', 'redis://c:6379'] });
+ * await backend.ready();
+ */
+export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
+  const { prefix, commandTimeoutMs } = checkCommonOptions(options);
+  const clock = options.clock ?? systemClock;
+  const driftFactor = options.driftFactor ?? 0.01;
+  const allowanceMs = options.latencyAllowanceMs ?? 100;
+  if (!(driftFactor >= 0 && driftFactor < 0.5)) {
+    throw new DlmError('INVALID_PARAMS', 'driftFactor must be in [0, 0.5)', {
+      field: 'driftFactor',
+    });
+  }
+  if (options.urls && options.clients) {
+    throw new DlmError('INVALID_PARAMS', 'give urls or clients, not both', { field: 'urls' });
+  }
+  const ownsClients = options.clients === undefined;
+  const clients =
+    options.clients ??
+    (options.urls ?? []).map((url) => createCommandConnection(url, commandTimeoutMs));
+  if (clients.length === 0) {
+    throw new DlmError('INVALID_PARAMS', 'redlock needs at least one Redis node', {
+      field: 'urls',
+    });
+  }
+  const nodes: RedisNode[] = clients.map((client) =>
+    // Grants are announced after the quorum (adoptToken), with the token the caller gets.
+    createRedisNode({ client, prefix, commandTimeoutMs, clock, publishAcquired: false }),
+  );
+  const total = nodes.length;
+  const quorum = Math.floor(total / 2) + 1;
+
+  const events = createLockEvents({
+    prefix,
+    sources: clients.map((client) => ({
+      subscriber: createSubscriberConnection(client, commandTimeoutMs),
+      db: databaseOf(client),
+    })),
+    keyspace: false,
+    mode: 'quorum',
+    clock,
+    sourcesNeeded: quorum,
+    // A node's stream was down: wake every waiter, who will ask for itself.
+    onResubscribed: () => {
+      for (const name of events.watchedNames()) events.deliver({ name, type: 'released' });
+    },
+  });
+
+  // Redlock's arithmetic. The nodes are asked for a lease a little longer than the caller's
+  // ttl, so that after the time the grant took (up to the allowance) and the clock drift, the
+  // validity is still at least the ttl asked for: the contract promises a lease ≥ the request.
+  const drift = (ttlMs: number) => ttlMs * driftFactor + 2;
+  const nodeTtl = (ttlMs: number) => Math.ceil((ttlMs + allowanceMs + 2) / (1 - driftFactor));
+  const validity = (ttlOnNodes: number, startedAt: number) =>
+    ttlOnNodes - (clock.now() - startedAt) - drift(ttlOnNodes);
+  /**
+   * A lease's remaining time as its holder counts it, from what the nodes have left: less the
+   * drift and the latency allowance that the nodes' copies outlast the lease by. Once that is
+   * used up but the copies still stand, their own time is what a waiter has to wait.
+   */
+  const leaseLeft = (nodeMs: number) => {
+    const left = Math.floor(nodeMs - drift(nodeMs) - allowanceMs);
+    return left > 0 ? left : nodeMs;
+  };
+
+  function unavailable<T>(what: string, outcomes: ReadonlyArray<Outcome<T> | undefined>): DlmError {
+    const answered = answers(outcomes).length;
+    return toUnavailable(
+      firstError(outcomes) ?? new Error('no answer'),
+      `${what}: only ${answered} of ${total} Redis nodes answered (${quorum} needed)`,
+    );
+  }
+
+  async function subscribedWithin(startedAt: number): Promise<void> {
+    if (events.isSubscribed) return;
+    await within(clock, events.subscribed, commandTimeoutMs - (clock.now() - startedAt));
+  }
+
+  let closed = false;
+  function assertOpen(): void {
+    if (closed) throw new DlmError('UNAVAILABLE', 'the Redlock backend is closed');
+  }
+
+  return {
+    kind: 'redlock',
+    capabilities: CAPABILITIES,
+    quorum,
+
+    async ready() {
+      assertOpen();
+      const connected = await Promise.allSettled(nodes.map((node) => node.whenConnected()));
+      if (connected.filter((result) => result.status === 'fulfilled').length < quorum) {
+        throw toUnavailable(
+          new Error(
+            `fewer than ${quorum} of ${total} nodes connected within ${commandTimeoutMs} ms`,
+          ),
+          'redlock backend',
+        );
+      }
+      if (!(await within(clock, events.subscribed, commandTimeoutMs))) {
+        throw toUnavailable(
+          new Error(
+            `fewer than ${quorum} of ${total} nodes subscribed within ${commandTimeoutMs} ms`,
+          ),
+          'redlock backend',
+        );
+      }
+    },
+
+    async tryAcquire({ name, owner, ttlMs }) {
+      assertOpen();
+      const startedAt = clock.now();
+      await subscribedWithin(startedAt);
+      const onNodes = nodeTtl(ttlMs);
+      const run = gather(
+        nodes,
+        (node) => node.acquire(name, owner, onNodes, startedAt),
+        (outcomes) => {
+          const granted = outcomes.filter((o) => o?.ok && o.value.granted).length;
+          const refused = outcomes.filter((o) => o && !(o.ok && o.value.granted)).length;
+          return granted >= quorum || refused > total - quorum;
+        },
+      );
+      const outcomes = await run.early;
+      const valid = validity(onNodes, startedAt);
+      const grants = answers(outcomes).flatMap((r) => (r.granted ? [r] : []));
+
+      if (grants.length >= quorum && valid > 0) {
+        // The least bad token: the largest of the quorum's counters. Any two quorums share a
+        // node, and adoptToken raises every node's counter to it, so tokens keep growing unless
+        // a node forgets its data or misses the adoption.
+        const token = grants.reduce((max, g) => (g.token > max ? g.token : max), 0n);
+        const announce = grants.some((g) => g.fresh);
+        // Not awaited: each node runs it before any later command on the same connection (a
+        // release, an extend, a re-acquire), which is the only ordering that matters.
+        for (const node of nodes) node.adoptToken(name, owner, token, announce).catch(() => {});
+        return { granted: true, grant: { name, owner, token, ttlMs: Math.floor(valid) } };
+      }
+
+      // Not granted: give back what we took, on every node, including stragglers that answer
+      // later. A refreshed lease (this owner already held it there) is left alone.
+      nodes.forEach((node, index) => {
+        void run.each[index]!.then((outcome) => {
+          if (outcome.ok && outcome.value.granted && outcome.value.fresh) {
+            node.release(name, outcome.value.token).catch(() => {});
+          }
+        });
+      });
+      if (grants.length >= quorum) {
+        throw new DlmError(
+          'UNAVAILABLE',
+          `acquire: the quorum answered after the lease's validity had run out (${Math.round(
+            clock.now() - startedAt,
+          )} ms)`,
+        );
+      }
+      const held = answers(outcomes).flatMap((r) => (r.granted ? [] : [r.ttlRemainingMs]));
+      if (held.length + grants.length < quorum) throw unavailable('acquire', outcomes);
+      // The lock frees for us once enough of the holders' copies expire to leave a quorum.
+      const nodeMs = kthSmallest(held, quorum - grants.length);
+      return nodeMs === undefined
+        ? { granted: false }
+        : { granted: false, ttlRemainingMs: leaseLeft(nodeMs) };
+    },
+
+    async release({ name, token }) {
+      assertOpen();
+      const { each } = gather(
+        nodes,
+        (node) => node.release(name, token),
+        () => false,
+      );
+      const outcomes = await Promise.all(each);
+      const released = answers(outcomes);
+      if (released.some(Boolean)) return true;
+      if (released.length >= quorum) return false;
+      throw unavailable('release', outcomes);
+    },
+
+    async extend({ name, token, ttlMs }) {
+      assertOpen();
+      const startedAt = clock.now();
+      const onNodes = nodeTtl(ttlMs);
+      const run = gather(
+        nodes,
+        (node) => node.extend(name, token, onNodes, startedAt),
+        (outcomes) => {
+          const extended = outcomes.filter((o) => o?.ok && o.value !== null).length;
+          const refused = outcomes.filter((o) => o && !(o.ok && o.value !== null)).length;
+          return extended >= quorum || refused > total - quorum;
+        },
+      );
+      const outcomes = await run.early;
+      const valid = validity(onNodes, startedAt);
+      const owners = answers(outcomes).flatMap((owner) => (owner === null ? [] : [owner]));
+      if (owners.length >= quorum) {
+        if (valid > 0) return { name, owner: owners[0]!, token, ttlMs: Math.floor(valid) };
+        throw new DlmError('UNAVAILABLE', 'extend: the quorum answered after the validity ran out');
+      }
+      if (answers(outcomes).length < quorum) throw unavailable('extend', outcomes);
+      return null;
+    },
+
+    async inspect(name) {
+      assertOpen();
+      const run = gather(
+        nodes,
+        (node) => node.inspect(name),
+        () => false,
+      );
+      const outcomes = await Promise.all(run.each);
+      const states = answers(outcomes);
+      if (states.length < quorum) throw unavailable('inspect', outcomes);
+      return agreed(name, states, quorum, leaseLeft);
+    },
+
+    async revoke(name) {
+      assertOpen();
+      const outcomes = await Promise.all(
+        gather(
+          nodes,
+          (node) => node.revoke(name),
+          () => false,
+        ).each,
+      );
+      const revoked = answers(outcomes);
+      if (revoked.some((r) => r !== null)) return true;
+      if (revoked.length >= quorum) return false;
+      throw unavailable('revoke', outcomes);
+    },
+
+    async list(namePrefix) {
+      assertOpen();
+      const outcomes = await Promise.all(
+        gather(
+          nodes,
+          (node) => node.list(namePrefix),
+          () => false,
+        ).each,
+      );
+      const lists = answers(outcomes);
+      if (lists.length < quorum) throw unavailable('list', outcomes);
+      const byName = new Map<string, Array<LockState | null>>();
+      for (const list of lists) {
+        for (const state of list)
+          byName.set(state.name, [...(byName.get(state.name) ?? []), state]);
+      }
+      return [...byName.entries()].flatMap(([name, states]) => {
+        const state = agreed(name, states, quorum, leaseLeft);
+        return state ? [state] : [];
+      });
+    },
+
+    watch(name, listener) {
+      return events.watch(name, listener);
+    },
+
+    async close() {
+      if (closed) return;
+      closed = true;
+      await events.close();
+      for (const node of nodes) node.detach();
+      // disconnect, not QUIT: a stalled node would never answer QUIT.
+      if (ownsClients) for (const client of clients) client.disconnect();
+    },
+  };
+}
+
+/**
+ * The holder a quorum of nodes agrees on, with the lease left until fewer than a quorum hold
+ * it; null when no owner holds a quorum.
+ */
+function agreed(
+  name: string,
+  states: ReadonlyArray<LockState | null>,
+  quorum: number,
+  leaseLeft: (nodeMs: number) => number,
+): LockState | null {
+  const byOwner = new Map<string, LockState[]>();
+  for (const state of states) {
+    if (state) byOwner.set(state.owner, [...(byOwner.get(state.owner) ?? []), state]);
+  }
+  for (const [owner, held] of byOwner) {
+    if (held.length < quorum) continue;
+    const token = held.reduce((max, s) => (s.token > max ? s.token : max), 0n);
+    const remaining = held.map((s) => s.ttlRemainingMs).sort((a, b) => b - a)[quorum - 1] ?? 0;
+    return { name, owner, token, ttlRemainingMs: leaseLeft(remaining) };
+  }
+  return null;
+}

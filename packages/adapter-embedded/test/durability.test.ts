@@ -170,6 +170,28 @@ describe('embedded backend durability (dataDir)', () => {
     expect(await third.inspect('torn')).toMatchObject({ owner: 'carol' });
   });
 
+  it('detects a complete record whose bytes changed by its checksum', async () => {
+    const dataDir = tempDir('embedded');
+    const first = await opened({ dataDir });
+    await grant(first, 'kept', 'alice', 60_000);
+    const flipped = await grant(first, 'flipped', 'bob', 60_000);
+    await first.close();
+    const path = journalOf(dataDir);
+    const bytes = readFileSync(path);
+    // Same length, valid JSON, different owner: only the checksum can tell.
+    const at = bytes.lastIndexOf(Buffer.from('"bob"'));
+    bytes.write('"bub"', at, 'utf8');
+    writeFileSync(path, bytes);
+
+    const logged: string[] = [];
+    const second = await opened({ dataDir, logger: (line) => logged.push(line) });
+    expect(logged).toHaveLength(1);
+    expect(logged[0]).toMatch(/checksum/);
+    expect(await second.inspect('kept')).toMatchObject({ owner: 'alice' });
+    expect(await second.inspect('flipped')).toBeNull();
+    expect((await grant(second, 'flipped', 'carol', 1000)).token).toBeGreaterThan(flipped.token);
+  });
+
   it('starts from nothing when the journal is garbage, without lowering the token high-water', async () => {
     const dataDir = tempDir('embedded');
     const first = await opened({ dataDir, tokenBlockSize: 5 });

@@ -27,10 +27,18 @@ describe('embedded backend after kill -9', () => {
 
   beforeAll(() => {
     // The child is plain Node (no TypeScript loader is installed), so it runs the built package.
+    const build = (project: string) => {
+      try {
+        execFileSync(tsc, ['-p', project], { encoding: 'utf8', stdio: 'pipe' });
+      } catch (error) {
+        const { stdout, stderr } = error as { stdout?: string; stderr?: string };
+        throw new Error(`tsc -p ${project} failed:\n${stdout ?? ''}${stderr ?? ''}`);
+      }
+    };
     if (!existsSync(join(repoDir, 'packages', 'core', 'dist', 'index.js'))) {
-      execFileSync(tsc, ['-p', join(repoDir, 'packages', 'core', 'tsconfig.build.json')]);
+      build(join(repoDir, 'packages', 'core', 'tsconfig.build.json'));
     }
-    execFileSync(tsc, ['-p', join(packageDir, 'tsconfig.build.json')]);
+    build(join(packageDir, 'tsconfig.build.json'));
   });
 
   afterAll(async () => {

@@ -1,0 +1,54 @@
+import { createClient } from '@dlm/client';
+import { COMMON_OPTIONS, type Command, parseFlags } from '../command.js';
+import { formatDuration } from '../duration.js';
+import { EXIT } from '../exit-codes.js';
+import { printError, printJson } from '../output.js';
+import { serverUrl } from '../server-url.js';
+import { UsageError } from '../usage-error.js';
+
+const USAGE = `Usage: dlm get NAME [--server URL] [--json]
+
+Prints who holds lock NAME, its fencing token and its remaining TTL, or that it is free.
+
+Options:
+  --server URL   the server (DLM_URL, default ws://127.0.0.1:7070/v1/ws)
+  --json         one JSON object: {"name","held","owner","token","ttlRemainingMs"}
+  -h, --help     print this help
+
+Exit status: 0 (held or free), 1 when the server could not answer, 2 on a usage error.
+`;
+
+export const getCommand: Command = {
+  name: 'get',
+  usage: USAGE,
+  async run(argv) {
+    const { values, positionals } = parseFlags(argv, COMMON_OPTIONS);
+    if (values.help) {
+      process.stdout.write(USAGE);
+      return EXIT.OK;
+    }
+    if (positionals.length !== 1) throw new UsageError('dlm get takes exactly one lock NAME');
+    const name = positionals[0]!;
+    const client = createClient({
+      url: serverUrl(values.server),
+      name: 'dlm-cli',
+      reconnect: false,
+    });
+    try {
+      const info = await client.get(name);
+      if (values.json) printJson(info);
+      else if (!info.held) process.stdout.write(`${name}: free\n`);
+      else {
+        process.stdout.write(
+          `${name}: held by ${info.owner}, token ${info.token}, ${formatDuration(info.ttlRemainingMs)} left\n`,
+        );
+      }
+      return EXIT.OK;
+    } catch (error) {
+      printError(error);
+      return EXIT.FAILURE;
+    } finally {
+      await client.close();
+    }
+  },
+};

@@ -1,0 +1,241 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { constants, hostname } from 'node:os';
+import { createClient, isDlmError, type Lease } from '@dlm/client';
+import { type Command, parseFlags } from '../command.js';
+import { formatDuration, parseDuration } from '../duration.js';
+import { EXIT } from '../exit-codes.js';
+import { printError } from '../output.js';
+import { serverUrl } from '../server-url.js';
+import { UsageError } from '../usage-error.js';
+
+const USAGE = `Usage: dlm lock NAME [options] -- CMD [ARGS...]
+
+Runs CMD while holding lock NAME: waits for the lock, runs CMD, renews the lease in the
+background while CMD runs, and releases it when CMD exits. If the lock is lost while CMD runs
+(it expired because it could not be renewed, or an operator revoked it), CMD gets SIGTERM,
+then SIGKILL after the grace period.
+
+Options:
+  --ttl DURATION     lease length; renewed at a third of it (default 30s)
+  --wait DURATION    how long to wait while another owner holds the lock (default 10s;
+                     0 = give up at once; at most the server's limit, 5m by default)
+  --grace DURATION   after losing the lock: time between SIGTERM and SIGKILL (default 10s)
+  --owner ID         the owner to hold it as (default HOSTNAME:PID:RANDOM)
+  --server URL       the server (DLM_URL, default ws://127.0.0.1:7070/v1/ws)
+  -v, --verbose      say on stderr when the lock is acquired and released
+  -h, --help         print this help
+Durations: 500ms, 30s, 5m, 1h, 1m30s.
+
+CMD's environment gets DLM_LOCK_NAME, DLM_FENCING_TOKEN (decimal) and DLM_LOCK_OWNER: pass
+the fencing token to whatever CMD writes to, so a stale holder's writes can be refused.
+SIGTERM and SIGHUP sent to dlm are passed on to CMD; so is SIGINT unless dlm runs in a
+terminal (where Ctrl-C reaches CMD directly).
+
+Exit status:
+  CMD's own status (128+N if CMD was killed by signal N)
+  123  the lock was lost while CMD ran; CMD was stopped
+  124  --wait ran out while another owner held the lock; CMD did not run
+  125  dlm failed (server unreachable, refused the request); CMD did not run
+  126  CMD could not be executed       127  CMD was not found
+  2    usage error
+`;
+
+const LOCK_OPTIONS = {
+  server: { type: 'string' },
+  ttl: { type: 'string' },
+  wait: { type: 'string' },
+  grace: { type: 'string' },
+  owner: { type: 'string' },
+  verbose: { type: 'boolean', short: 'v' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+const VALUE_FLAGS = new Set(['--server', '--ttl', '--wait', '--grace', '--owner']);
+
+/**
+ * Splits dlm's own arguments from CMD's: at the first `--`, or else at the first argument
+ * after NAME that is not a flag (so `dlm lock NAME make -j4` works too).
+ */
+function splitCommand(argv: string[]): { own: string[]; command: string[] } {
+  const separator = argv.indexOf('--');
+  if (separator >= 0) return { own: argv.slice(0, separator), command: argv.slice(separator + 1) };
+  let seenName = false;
+  for (let i = 0; i < argv.length; i += 1) {
+    const arg = argv[i]!;
+    if (arg.startsWith('-') && arg !== '-') {
+      if (VALUE_FLAGS.has(arg)) i += 1;
+      continue;
+    }
+    if (seenName) return { own: argv.slice(0, i), command: argv.slice(i) };
+    seenName = true;
+  }
+  return { own: argv, command: [] };
+}
+
+function duration(value: string | undefined, fallback: string, what: string): number {
+  try {
+    return parseDuration(value ?? fallback, what);
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+}
+
+function signalStatus(signal: NodeJS.Signals): number {
+  return 128 + (constants.signals[signal] ?? 0);
+}
+
+export const lockCommand: Command = {
+  name: 'lock',
+  usage: USAGE,
+  async run(argv) {
+    const { own, command } = splitCommand(argv);
+    const { values, positionals } = parseFlags(own, LOCK_OPTIONS);
+    if (values.help) {
+      process.stdout.write(USAGE);
+      return EXIT.OK;
+    }
+    if (positionals.length !== 1) throw new UsageError('dlm lock takes exactly one lock NAME');
+    if (command.length === 0 || command[0] === '') {
+      throw new UsageError('nothing to run: dlm lock NAME -- CMD [ARGS...]');
+    }
+    const name = positionals[0]!;
+    const ttlMs = duration(values.ttl, '30s', '--ttl');
+    const waitMs = duration(values.wait, '10s', '--wait');
+    const graceMs = duration(values.grace, '10s', '--grace');
+    if (ttlMs <= 0) throw new UsageError('--ttl must be more than 0');
+    const owner = values.owner ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+    const verbose = values.verbose === true;
+
+    const client = createClient({ url: serverUrl(values.server), name: 'dlm-cli' });
+    const lease = await acquire(client, name, { ttlMs, waitMs, owner });
+    if (typeof lease === 'number') return lease;
+    if (verbose) {
+      process.stderr.write(
+        `dlm: acquired ${name} (token ${lease.token}, ttl ${formatDuration(lease.ttlMs)})\n`,
+      );
+    }
+    if (lease.signal.aborted) {
+      process.stderr.write(`dlm: lost lock ${name} (${lease.lost}) before the command started\n`);
+      await client.close();
+      return EXIT.LOCK_LOST;
+    }
+
+    const status = await runUnderLease(command, lease, graceMs);
+    if (status.lost) {
+      await client.close();
+      return EXIT.LOCK_LOST;
+    }
+    try {
+      const released = await lease.release();
+      if (verbose && released) process.stderr.write(`dlm: released ${name}\n`);
+    } catch (error) {
+      process.stderr.write(`dlm: could not release ${name}; it will expire by itself\n`);
+      printError(error);
+    }
+    await client.close();
+    return status.code;
+  },
+};
+
+/** Acquires, or says why not and resolves with the exit code. SIGINT/SIGTERM end the wait. */
+async function acquire(
+  client: ReturnType<typeof createClient>,
+  name: string,
+  options: { ttlMs: number; waitMs: number; owner: string },
+): Promise<Lease | number> {
+  const interrupt = new AbortController();
+  let interruptedBy: NodeJS.Signals | undefined;
+  const onSignal = (signal: NodeJS.Signals) => {
+    interruptedBy = signal;
+    interrupt.abort();
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    return await client.acquire(name, { ...options, autoExtend: true, signal: interrupt.signal });
+  } catch (error) {
+    await client.close();
+    if (interruptedBy) return signalStatus(interruptedBy);
+    if (isDlmError(error, 'LOCK_HELD')) {
+      const left = error.details.ttlRemainingMs;
+      process.stderr.write(
+        `dlm: lock ${name} is held by another owner${options.waitMs ? ` (waited ${formatDuration(options.waitMs)})` : ''}${left === undefined ? '' : `; its lease has ${formatDuration(left)} left`}\n`,
+      );
+      return EXIT.WAIT_TIMEOUT;
+    }
+    printError(error);
+    return isDlmError(error, 'INVALID_PARAMS') ? EXIT.USAGE : EXIT.DLM_ERROR;
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}
+
+/**
+ * Runs `command` with the lease in its environment until it exits. Losing the lease stops it:
+ * SIGTERM, then SIGKILL after `graceMs`.
+ */
+function runUnderLease(
+  command: string[],
+  lease: Lease,
+  graceMs: number,
+): Promise<{ code: number; lost: boolean }> {
+  return new Promise((resolve) => {
+    let child: ChildProcess;
+    let done = false;
+    let lost = false;
+    let killTimer: NodeJS.Timeout | undefined;
+    const forwarded: NodeJS.Signals[] = process.stdin.isTTY
+      ? ['SIGTERM', 'SIGHUP']
+      : ['SIGTERM', 'SIGHUP', 'SIGINT'];
+    const forward = (signal: NodeJS.Signals) => child.kill(signal);
+    // In a terminal, Ctrl-C reaches CMD directly (same process group); dlm must not die of it.
+    const ignore = () => {};
+
+    const finish = (code: number) => {
+      if (done) return;
+      done = true;
+      clearTimeout(killTimer);
+      lease.signal.removeEventListener('abort', onLost);
+      for (const signal of forwarded) process.off(signal, forward);
+      process.off('SIGINT', ignore);
+      resolve({ code, lost });
+    };
+
+    const onLost = () => {
+      // The signal also aborts on our own release, which happens only after CMD exited.
+      if (done || lease.lost === undefined) return;
+      lost = true;
+      process.stderr.write(
+        `dlm: lost lock ${lease.name} (${lease.lost}); stopping the command (SIGTERM, SIGKILL in ${formatDuration(graceMs)})\n`,
+      );
+      child.kill('SIGTERM');
+      killTimer = setTimeout(() => {
+        process.stderr.write('dlm: the command did not stop in time: SIGKILL\n');
+        child.kill('SIGKILL');
+      }, graceMs);
+    };
+
+    child = spawn(command[0]!, command.slice(1), {
+      stdio: 'inherit',
+      env: {
+        ...process.env,
+        DLM_LOCK_NAME: lease.name,
+        DLM_FENCING_TOKEN: lease.token.toString(),
+        DLM_LOCK_OWNER: lease.owner,
+      },
+    });
+    child.once('error', (error: NodeJS.ErrnoException) => {
+      // Spawning failed: the command never ran.
+      process.stderr.write(`dlm: cannot run ${command[0]}: ${error.message}\n`);
+      finish(error.code === 'ENOENT' ? EXIT.NOT_FOUND : EXIT.NOT_EXECUTABLE);
+    });
+    child.once('exit', (code, signal) => {
+      finish(code ?? (signal ? signalStatus(signal) : EXIT.DLM_ERROR));
+    });
+    lease.signal.addEventListener('abort', onLost);
+    for (const signal of forwarded) process.on(signal, forward);
+    if (process.stdin.isTTY) process.on('SIGINT', ignore);
+  });
+}

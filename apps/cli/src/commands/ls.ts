@@ -1,0 +1,84 @@
+import { COMMON_OPTIONS, type Command, parseFlags } from '../command.js';
+import { formatDuration } from '../duration.js';
+import { EXIT } from '../exit-codes.js';
+import { formatTable, printError, printJson } from '../output.js';
+import { httpBase, serverUrl } from '../server-url.js';
+import { UsageError } from '../usage-error.js';
+
+const USAGE = `Usage: dlm ls [--prefix P] [--server URL] [--json]
+
+Lists held locks (name, holder, fencing token, remaining TTL, waiters on that server), from
+the server's admin API (GET /v1/locks). Needs a backend that can list its locks (embedded,
+redis, etcd).
+
+Options:
+  --prefix P     only locks whose names start with P
+  --server URL   the server (DLM_URL, default ws://127.0.0.1:7070/v1/ws); the admin API is
+                 on the same host and port
+  --json         one JSON object: {"locks":[{"name","owner","token","ttlRemainingMs","waiters"}]}
+  -h, --help     print this help
+
+Exit status: 0, 1 when the server could not answer, 2 on a usage error.
+`;
+
+interface ListedLock {
+  name: string;
+  owner: string;
+  token: string;
+  ttlRemainingMs: number;
+  waiters: number;
+}
+
+export const lsCommand: Command = {
+  name: 'ls',
+  usage: USAGE,
+  async run(argv) {
+    const { values, positionals } = parseFlags(argv, {
+      ...COMMON_OPTIONS,
+      prefix: { type: 'string' },
+    });
+    if (values.help) {
+      process.stdout.write(USAGE);
+      return EXIT.OK;
+    }
+    if (positionals.length) throw new UsageError(`unexpected argument ${positionals[0]}`);
+    const query = values.prefix ? `?prefix=${encodeURIComponent(values.prefix)}` : '';
+    const url = `${httpBase(serverUrl(values.server))}/v1/locks${query}`;
+    let body: { locks?: ListedLock[]; error?: { code: string; message: string } };
+    try {
+      const response = await fetch(url, { signal: AbortSignal.timeout(10_000) });
+      body = (await response.json()) as typeof body;
+    } catch (error) {
+      printError(new Error(`could not reach ${url}: ${(error as Error).message}`));
+      return EXIT.FAILURE;
+    }
+    if (body.error || !body.locks) {
+      printError(new Error(`${body.error?.message ?? 'unexpected answer'} (${body.error?.code})`));
+      return EXIT.FAILURE;
+    }
+    if (values.json) {
+      printJson({ locks: body.locks });
+      return EXIT.OK;
+    }
+    if (!body.locks.length) {
+      process.stdout.write(
+        values.prefix ? `no locks held under ${values.prefix}\n` : 'no locks held\n',
+      );
+      return EXIT.OK;
+    }
+    process.stdout.write(
+      formatTable(
+        ['NAME', 'OWNER', 'TOKEN', 'TTL', 'WAITERS'],
+        body.locks.map((lock) => [
+          lock.name,
+          lock.owner,
+          lock.token,
+          formatDuration(lock.ttlRemainingMs),
+          String(lock.waiters),
+        ]),
+        new Set([2, 3, 4]),
+      ),
+    );
+    return EXIT.OK;
+  },
+};

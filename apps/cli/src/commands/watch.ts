@@ -1,0 +1,67 @@
+import { createClient, type LockChange } from '@dlm/client';
+import { COMMON_OPTIONS, type Command, parseFlags } from '../command.js';
+import { EXIT } from '../exit-codes.js';
+import { printError, printJson } from '../output.js';
+import { serverUrl } from '../server-url.js';
+import { UsageError } from '../usage-error.js';
+
+const USAGE = `Usage: dlm watch NAME [--server URL] [--json]
+
+Prints lock NAME's state now, then a line each time it changes (granted, released, expired,
+revoked), until interrupted (Ctrl-C). Reconnects by itself if the connection drops; changes
+made while disconnected are not replayed, the state after reconnecting is printed instead.
+
+Options:
+  --server URL   the server (DLM_URL, default ws://127.0.0.1:7070/v1/ws)
+  --json         one JSON object per line: {"time","name","held","owner","token"}
+  -h, --help     print this help
+
+Exit status: 0 when interrupted, 1 when the watch could not start, 2 on a usage error.
+`;
+
+function print(change: LockChange, json: boolean | undefined): void {
+  const time = new Date().toISOString();
+  if (json) {
+    printJson({ time, ...change });
+    return;
+  }
+  process.stdout.write(
+    change.held
+      ? `${time}  ${change.name}  held by ${change.owner ?? '?'}${change.token === undefined ? '' : ` (token ${change.token})`}\n`
+      : `${time}  ${change.name}  free\n`,
+  );
+}
+
+export const watchCommand: Command = {
+  name: 'watch',
+  usage: USAGE,
+  async run(argv) {
+    const { values, positionals } = parseFlags(argv, COMMON_OPTIONS);
+    if (values.help) {
+      process.stdout.write(USAGE);
+      return EXIT.OK;
+    }
+    if (positionals.length !== 1) throw new UsageError('dlm watch takes exactly one lock NAME');
+    const name = positionals[0]!;
+    const client = createClient({ url: serverUrl(values.server), name: 'dlm-cli' });
+    client.on('disconnected', ({ willReconnect }) => {
+      if (willReconnect) process.stderr.write('dlm: connection lost; reconnecting…\n');
+    });
+    client.on('connected', ({ reconnected }) => {
+      if (reconnected) process.stderr.write('dlm: reconnected\n');
+    });
+    try {
+      await client.watch(name, (change) => print(change, values.json));
+    } catch (error) {
+      printError(error);
+      await client.close();
+      return EXIT.FAILURE;
+    }
+    await new Promise<void>((resolve) => {
+      process.once('SIGINT', resolve);
+      process.once('SIGTERM', resolve);
+    });
+    await client.close();
+    return EXIT.OK;
+  },
+};

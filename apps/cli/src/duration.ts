@@ -1,0 +1,35 @@
+const UNITS_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
+
+/**
+ * Parses a duration: a number with a unit, `500ms`, `30s`, `5m`, `1h`, or several in a row
+ * (`1m30s`); `0` alone means zero. Returns whole milliseconds, or throws with a message that
+ * names `what`.
+ */
+export function parseDuration(text: string, what: string): number {
+  const value = text.trim();
+  if (value === '0') return 0;
+  const part = /(\d+(?:\.\d+)?)(ms|s|m|h)/gy;
+  let total = 0;
+  let consumed = 0;
+  for (let match = part.exec(value); match; match = part.exec(value)) {
+    total += Number(match[1]) * UNITS_MS[match[2]!]!;
+    consumed = part.lastIndex;
+  }
+  if (consumed === 0 || consumed !== value.length) {
+    throw new Error(
+      `${what} must be a duration like 500ms, 30s, 5m or 1h, got ${JSON.stringify(text)}`,
+    );
+  }
+  return Math.round(total);
+}
+
+/** `1.2s`, `45s`, `3m05s`, `2h10m`: short and readable, for people. */
+export function formatDuration(ms: number): string {
+  if (ms < 1_000) return `${Math.max(0, Math.round(ms))}ms`;
+  if (ms < 10_000) return `${(ms / 1_000).toFixed(1)}s`;
+  const seconds = Math.round(ms / 1_000);
+  if (seconds < 60) return `${seconds}s`;
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) return `${minutes}m${String(seconds % 60).padStart(2, '0')}s`;
+  return `${Math.floor(minutes / 60)}h${String(minutes % 60).padStart(2, '0')}m`;
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env node
+import { readFileSync } from 'node:fs';
+import type { Command } from './command.js';
+import { EXIT } from './exit-codes.js';
+import { UsageError } from './usage-error.js';
+
+/** Each command's module is loaded only when it runs: `dlm get` need not load the server. */
+const COMMANDS: Array<{ name: string; summary: string; load: () => Promise<Command> }> = [
+  {
+    name: 'lock',
+    summary: 'run a command while holding a lock',
+    load: async () => (await import('./commands/lock.js')).lockCommand,
+  },
+  {
+    name: 'get',
+    summary: 'show who holds a lock',
+    load: async () => (await import('./commands/get.js')).getCommand,
+  },
+  {
+    name: 'ls',
+    summary: 'list held locks',
+    load: async () => (await import('./commands/ls.js')).lsCommand,
+  },
+  {
+    name: 'watch',
+    summary: 'print a lock’s changes as they happen',
+    load: async () => (await import('./commands/watch.js')).watchCommand,
+  },
+  {
+    name: 'serve',
+    summary: 'run the lock server (same flags and environment as dlm-server)',
+    load: async () => (await import('./commands/serve.js')).serveCommand,
+  },
+];
+
+function version(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+      version: string;
+    };
+    return pkg.version;
+  } catch {
+    return '0.0.0';
+  }
+}
+
+const HELP = `Usage: dlm COMMAND [options]
+
+Commands:
+${COMMANDS.map((command) => `  ${command.name.padEnd(7)}${command.summary}`).join('\n')}
+
+Run dlm COMMAND --help for a command's options. Every command that talks to a server takes
+--server URL (or DLM_URL; default ws://127.0.0.1:7070/v1/ws).
+
+Examples:
+  dlm serve --data-dir /var/lib/dlm
+  dlm lock nightly-backup --ttl 1m --wait 0 -- ./backup.sh
+  dlm ls --prefix jobs/
+  dlm get nightly-backup --json
+  dlm watch nightly-backup
+`;
+
+async function main(argv: string[]): Promise<number | undefined> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === '-h' || name === '--help' || name === 'help') {
+    const topic =
+      name === 'help' ? COMMANDS.find((command) => command.name === rest[0]) : undefined;
+    process.stdout.write(topic ? (await topic.load()).usage : HELP);
+    return name === undefined ? EXIT.USAGE : EXIT.OK;
+  }
+  if (name === '--version' || name === '-V') {
+    process.stdout.write(`${version()}\n`);
+    return EXIT.OK;
+  }
+  const entry = COMMANDS.find((candidate) => candidate.name === name);
+  if (!entry) {
+    process.stderr.write(`dlm: unknown command ${JSON.stringify(name)}\n\n${HELP}`);
+    return EXIT.USAGE;
+  }
+  const command = await entry.load();
+  try {
+    return await command.run(rest);
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    process.stderr.write(`dlm ${command.name}: ${error.message}\n\n${command.usage}`);
+    return EXIT.USAGE;
+  }
+}
+
+const code = await main(process.argv.slice(2));
+if (code !== undefined) process.exit(code);

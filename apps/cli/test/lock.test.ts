@@ -1,0 +1,189 @@
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createClient, type DlmClient } from '@dlm/client';
+import { type RunningServer, startServer } from '@dlm/server';
+import { tempDir } from '@dlm/test-services';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { assertBuilt, runDlm, startDlm } from './run-dlm.js';
+
+const COMMAND = fileURLToPath(new URL('./fixtures/command.mjs', import.meta.url));
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+let server: RunningServer;
+let client: DlmClient;
+let env: NodeJS.ProcessEnv;
+
+beforeAll(async () => {
+  assertBuilt();
+  server = await startServer({ port: 0 });
+  env = { DLM_URL: server.url };
+  client = createClient({ url: server.url });
+});
+afterAll(async () => {
+  await client.close();
+  await server.close();
+});
+
+/** The command's arguments, as `dlm lock` takes them after `--`. */
+function command(dir: string, mode: string, arg?: string | number): string[] {
+  return [process.execPath, COMMAND, dir, mode, ...(arg === undefined ? [] : [String(arg)])];
+}
+
+async function waitForFile(path: string, timeoutMs = 10_000): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  while (!existsSync(path)) {
+    if (Date.now() > deadline) throw new Error(`${path} did not appear`);
+    await sleep(20);
+  }
+  return readFileSync(path, 'utf8');
+}
+
+async function adminGet(name: string): Promise<Record<string, any>> {
+  const response = await fetch(`${server.httpUrl}/v1/locks/${encodeURIComponent(name)}`);
+  return (await response.json()) as Record<string, any>;
+}
+
+describe('dlm lock NAME -- CMD', () => {
+  it('runs CMD holding the lock, with DLM_LOCK_NAME and DLM_FENCING_TOKEN, then releases it and exits with its status', async () => {
+    const dir = tempDir('cli-env');
+    const run = startDlm(
+      ['lock', 'cli/env', '--ttl', '5s', '--', ...command(dir, 'wait-file', 7)],
+      env,
+    );
+    const seen = JSON.parse(await waitForFile(join(dir, 'env.json')));
+    expect(seen.name).toBe('cli/env');
+    expect(seen.token).toMatch(/^[1-9]\d*$/);
+    // The token CMD got is the one the server granted, to the owner CMD was told about.
+    expect(await adminGet('cli/env')).toMatchObject({
+      held: true,
+      token: seen.token,
+      owner: seen.owner,
+    });
+
+    writeFileSync(join(dir, 'go'), '');
+    const done = await run.finished;
+    expect(done.code).toBe(7);
+    expect(await adminGet('cli/env')).toMatchObject({ held: false });
+  });
+
+  it('exits 0 when CMD does, and 128+N when a signal kills CMD', async () => {
+    const ok = await runDlm(
+      ['lock', 'cli/status', '--', process.execPath, '-e', 'process.exit(0)'],
+      env,
+    );
+    expect(ok.code).toBe(0);
+    const killed = await runDlm(
+      ['lock', 'cli/status', '--', process.execPath, '-e', 'process.kill(process.pid, "SIGKILL")'],
+      env,
+    );
+    expect(killed.code).toBe(137);
+    expect((await adminGet('cli/status')).held).toBe(false);
+  });
+
+  it('renews the lease while CMD outlives its TTL', async () => {
+    const dir = tempDir('cli-renew');
+    const run = startDlm(
+      ['lock', 'cli/renew', '--ttl', '400ms', '--', ...command(dir, 'sleep', 1_500)],
+      env,
+    );
+    const seen = JSON.parse(await waitForFile(join(dir, 'env.json')));
+    await sleep(1_000);
+    // Well past the TTL, the same lease still holds it.
+    expect(await adminGet('cli/renew')).toMatchObject({ held: true, token: seen.token });
+    expect(await client.tryAcquire('cli/renew', { ttlMs: 1_000 })).toBeNull();
+    const done = await run.finished;
+    expect(done.code).toBe(0);
+    expect(done.stderr).toBe('');
+  });
+
+  it('a revoked lock stops CMD with SIGTERM and exits 123', async () => {
+    const dir = tempDir('cli-revoke');
+    const run = startDlm(['lock', 'cli/revoke', '--', ...command(dir, 'trap-term')], env);
+    const seen = JSON.parse(await waitForFile(join(dir, 'env.json')));
+    const response = await fetch(`${server.httpUrl}/v1/locks/cli%2Frevoke`, { method: 'DELETE' });
+    expect(response.status).toBe(200);
+    const done = await run.finished;
+    expect(done.code).toBe(123);
+    expect(readFileSync(join(dir, 'terminated'), 'utf8')).toBe('SIGTERM');
+    expect(done.stderr).toContain('lost lock cli/revoke (revoked)');
+    // The revoked lease is not released again by dlm: the lock stays free for the next owner.
+    const after = await adminGet('cli/revoke');
+    expect(after.held === false || after.token !== seen.token).toBe(true);
+  });
+
+  it('a CMD that ignores SIGTERM is killed after the grace period', async () => {
+    const dir = tempDir('cli-grace');
+    const run = startDlm(
+      ['lock', 'cli/grace', '--grace', '300ms', '--', ...command(dir, 'ignore-term')],
+      env,
+    );
+    await waitForFile(join(dir, 'env.json'));
+    const revokedAt = Date.now();
+    await fetch(`${server.httpUrl}/v1/locks/cli%2Fgrace`, { method: 'DELETE' });
+    const done = await run.finished;
+    expect(done.code).toBe(123);
+    expect(existsSync(join(dir, 'ignored'))).toBe(true);
+    expect(done.stderr).toContain('SIGKILL');
+    expect(Date.now() - revokedAt).toBeGreaterThanOrEqual(300);
+    expect(Date.now() - revokedAt).toBeLessThan(5_000);
+  });
+
+  it('waits for the holder, then runs CMD with a higher token', async () => {
+    const holder = await client.acquire('cli/queue', { ttlMs: 10_000 });
+    const dir = tempDir('cli-queue');
+    const run = startDlm(
+      ['lock', 'cli/queue', '--wait', '5s', '--', ...command(dir, 'sleep', 0)],
+      env,
+    );
+    await sleep(300);
+    expect(existsSync(join(dir, 'env.json'))).toBe(false);
+    await holder.release();
+    const done = await run.finished;
+    expect(done.code).toBe(0);
+    const seen = JSON.parse(readFileSync(join(dir, 'env.json'), 'utf8'));
+    expect(BigInt(seen.token)).toBeGreaterThan(holder.token);
+  });
+
+  it('exits 124 without running CMD when --wait runs out', async () => {
+    const holder = await client.acquire('cli/busy', { ttlMs: 10_000 });
+    const dir = tempDir('cli-busy');
+    const startedAt = Date.now();
+    const done = await runDlm(
+      ['lock', 'cli/busy', '--wait', '300ms', '--', ...command(dir, 'sleep', 0)],
+      env,
+    );
+    expect(done.code).toBe(124);
+    expect(Date.now() - startedAt).toBeGreaterThanOrEqual(300);
+    expect(existsSync(join(dir, 'env.json'))).toBe(false);
+    expect(done.stderr).toContain('lock cli/busy is held by another owner (waited 300ms)');
+    const tryOnce = await runDlm(['lock', 'cli/busy', '--wait', '0', '--', 'true'], env);
+    expect(tryOnce.code).toBe(124);
+    await holder.release();
+  });
+
+  it('exits 127 for a command that does not exist, and releases the lock', async () => {
+    const done = await runDlm(['lock', 'cli/missing', '--', '/nonexistent/command'], env);
+    expect(done.code).toBe(127);
+    expect(done.stderr).toContain('cannot run /nonexistent/command');
+    expect((await adminGet('cli/missing')).held).toBe(false);
+  });
+
+  it('takes CMD without -- too, and rejects bad usage with exit 2', async () => {
+    const plain = await runDlm(
+      ['lock', '--ttl', '2s', 'cli/plain', process.execPath, '-e', 'process.exit(3)'],
+      env,
+    );
+    expect(plain.code).toBe(3);
+    for (const args of [
+      ['lock', 'cli/x'],
+      ['lock', '--', 'true'],
+      ['lock', 'cli/x', '--ttl', '10 parsecs', '--', 'true'],
+      ['lock', 'cli/x', '--bogus', '--', 'true'],
+    ]) {
+      const done = await runDlm(args, env);
+      expect(done.code, args.join(' ')).toBe(2);
+      expect(done.stderr).toContain('Usage: dlm lock');
+    }
+  });
+});

@@ -1,0 +1,82 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+// These tests run the built CLI (`dist/main.js`) as its own process, as a user would: exit
+// codes, signals and the child command are real. `pnpm test` builds first.
+export const MAIN = fileURLToPath(new URL('../dist/main.js', import.meta.url));
+
+export function assertBuilt(): void {
+  if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: build first (pnpm build)`);
+}
+
+export interface Finished {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+export interface Running {
+  child: ChildProcess;
+  /** Everything printed so far. */
+  stdout(): string;
+  stderr(): string;
+  finished: Promise<Finished>;
+  /** Resolves once stdout has a line matching `pattern`. */
+  waitForOutput(pattern: RegExp, timeoutMs?: number): Promise<void>;
+}
+
+const live = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const child of live) child.kill('SIGKILL');
+});
+
+/** Starts `dlm ARGS` with `env` added to the environment. */
+export function startDlm(args: string[], env: NodeJS.ProcessEnv = {}): Running {
+  const child = spawn(process.execPath, [MAIN, ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  live.add(child);
+  let stdout = '';
+  let stderr = '';
+  const wakers = new Set<() => void>();
+  child.stdout!.on('data', (chunk: Buffer) => {
+    stdout += chunk.toString();
+    for (const wake of wakers) wake();
+  });
+  child.stderr!.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const finished = new Promise<Finished>((resolve) => {
+    child.once('close', (code, signal) => {
+      live.delete(child);
+      for (const wake of wakers) wake();
+      resolve({ code, signal, stdout, stderr });
+    });
+  });
+  return {
+    child,
+    stdout: () => stdout,
+    stderr: () => stderr,
+    finished,
+    async waitForOutput(pattern, timeoutMs = 10_000) {
+      const deadline = Date.now() + timeoutMs;
+      while (!pattern.test(stdout)) {
+        if (child.exitCode !== null || child.signalCode !== null)
+          throw new Error(`dlm exited before printing ${pattern}:\n${stdout}\n${stderr}`);
+        if (Date.now() > deadline) throw new Error(`no ${pattern} in time:\n${stdout}\n${stderr}`);
+        await new Promise<void>((resolve) => {
+          wakers.add(resolve);
+          setTimeout(resolve, 50);
+        }).finally(() => wakers.clear());
+      }
+    },
+  };
+}
+
+/** Runs `dlm ARGS` to the end. */
+export function runDlm(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Finished> {
+  return startDlm(args, env).finished;
+}

@@ -1,0 +1,172 @@
+import { createClient, type DlmClient } from '@dlm/client';
+import { type RunningServer, startServer } from '@dlm/server';
+import { freePort } from '@dlm/test-services';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { assertBuilt, runDlm, startDlm } from './run-dlm.js';
+
+let server: RunningServer;
+let client: DlmClient;
+let env: NodeJS.ProcessEnv;
+
+beforeAll(async () => {
+  assertBuilt();
+  server = await startServer({ port: 0 });
+  env = { DLM_URL: server.url };
+  client = createClient({ url: server.url });
+});
+afterAll(async () => {
+  await client.close();
+  await server.close();
+});
+
+describe('dlm get', () => {
+  it('says free or who holds it, and --json gives the fields with the token as a string', async () => {
+    const free = await runDlm(['get', 'get/a'], env);
+    expect(free).toMatchObject({ code: 0, stdout: 'get/a: free\n' });
+
+    const lease = await client.acquire('get/a', { ttlMs: 60_000, owner: 'worker-9' });
+    const held = await runDlm(['get', 'get/a'], env);
+    expect(held.code).toBe(0);
+    expect(held.stdout).toMatch(
+      new RegExp(`^get/a: held by worker-9, token ${lease.token}, (59|60)s left\\n$`),
+    );
+    const json = await runDlm(['get', 'get/a', '--json', '--server', server.url], {});
+    expect(JSON.parse(json.stdout)).toMatchObject({
+      name: 'get/a',
+      held: true,
+      owner: 'worker-9',
+      token: lease.token.toString(),
+    });
+    await lease.release();
+  });
+
+  it('exits 1 when the server cannot be reached', async () => {
+    const port = await freePort();
+    const done = await runDlm(['get', 'x', '--server', `ws://127.0.0.1:${port}`]);
+    expect(done.code).toBe(1);
+    expect(done.stderr).toContain('UNAVAILABLE');
+  });
+});
+
+describe('dlm ls', () => {
+  it('lists held locks as a table, filtered by prefix, or as JSON', async () => {
+    const a = await client.acquire('ls/alpha', { ttlMs: 60_000, owner: 'o-alpha' });
+    const b = await client.acquire('ls/beta', { ttlMs: 30_000, owner: 'o-beta' });
+    const c = await client.acquire('other/gamma', { ttlMs: 30_000 });
+
+    const table = await runDlm(['ls', '--prefix', 'ls/'], env);
+    expect(table.code).toBe(0);
+    const lines = table.stdout.trimEnd().split('\n');
+    expect(lines[0]).toMatch(/^NAME\s+OWNER\s+TOKEN\s+TTL\s+WAITERS$/);
+    expect(lines).toHaveLength(3);
+    expect(lines[1]).toMatch(new RegExp(`^ls/alpha\\s+o-alpha\\s+${a.token}\\s+\\d+s\\s+0$`));
+    expect(lines[2]).toMatch(/^ls\/beta\s+o-beta\s/);
+
+    const json = JSON.parse((await runDlm(['ls', '--json'], env)).stdout);
+    const names = json.locks.map((lock: { name: string }) => lock.name);
+    expect(names).toEqual(expect.arrayContaining(['ls/alpha', 'ls/beta', 'other/gamma']));
+    expect(json.locks.find((lock: { name: string }) => lock.name === 'ls/beta')).toMatchObject({
+      owner: 'o-beta',
+      token: b.token.toString(),
+      waiters: 0,
+    });
+
+    const none = await runDlm(['ls', '--prefix', 'nothing/'], env);
+    expect(none.stdout).toBe('no locks held under nothing/\n');
+    await Promise.all([a.release(), b.release(), c.release()]);
+  });
+});
+
+describe('dlm watch', () => {
+  it('prints the state, then each change as it happens, until interrupted', async () => {
+    const watch = startDlm(['watch', 'watch/a', '--json'], env);
+    await watch.waitForOutput(/"held":false/);
+    const lease = await client.acquire('watch/a', { ttlMs: 10_000, owner: 'w-1' });
+    await watch.waitForOutput(/"held":true/);
+    await lease.release();
+    await watch.waitForOutput(/"held":true.*\n.*"held":false/s);
+    watch.child.kill('SIGINT');
+    const done = await watch.finished;
+    expect(done.code).toBe(0);
+    const changes = done.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line));
+    expect(changes.map((change) => change.held)).toEqual([false, true, false]);
+    expect(changes[1]).toMatchObject({
+      name: 'watch/a',
+      owner: 'w-1',
+      token: lease.token.toString(),
+    });
+    expect(Date.parse(changes[1].time)).not.toBeNaN();
+  });
+
+  it('prints one readable line per change by default', async () => {
+    const watch = startDlm(['watch', 'watch/b'], env);
+    await watch.waitForOutput(/watch\/b {2}free/);
+    const lease = await client.acquire('watch/b', { ttlMs: 10_000, owner: 'w-2' });
+    await watch.waitForOutput(new RegExp(`watch/b {2}held by w-2 \\(token ${lease.token}\\)`));
+    watch.child.kill('SIGTERM');
+    expect((await watch.finished).code).toBe(0);
+    await lease.release();
+  });
+});
+
+describe('dlm serve', () => {
+  it('runs the server with dlm-server’s flags and stops cleanly on SIGTERM', async () => {
+    const port = await freePort();
+    const serve = startDlm(['serve', '--port', String(port), '--memory', '--log-level', 'info']);
+    const url = `ws://127.0.0.1:${port}/v1/ws`;
+    const deadline = Date.now() + 15_000;
+    for (;;) {
+      const ok = await fetch(`http://127.0.0.1:${port}/healthz`).then(
+        (response) => response.ok,
+        () => false,
+      );
+      if (ok) break;
+      if (Date.now() > deadline) throw new Error(`dlm serve did not start:\n${serve.stderr()}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    const get = await runDlm(['get', 'served', '--server', url]);
+    expect(get.stdout).toBe('served: free\n');
+    serve.child.kill('SIGTERM');
+    const done = await serve.finished;
+    expect(done.code).toBe(0);
+    const logs = done.stderr
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line));
+    expect(logs.map((line) => line.msg)).toEqual(
+      expect.arrayContaining(['listening', 'session opened', 'shutting down', 'stopped']),
+    );
+  });
+
+  it('a bad flag exits 2 with dlm serve’s usage', async () => {
+    const done = await runDlm(['serve', '--backend', 'mongo']);
+    expect(done.code).toBe(2);
+    expect(done.stderr).toContain('--backend must be');
+    expect(done.stderr).toContain('Usage: dlm serve');
+  });
+});
+
+describe('help', () => {
+  it('every command has --help, exiting 0', async () => {
+    for (const command of ['lock', 'get', 'ls', 'watch', 'serve']) {
+      const done = await runDlm([command, '--help']);
+      expect(done.code, command).toBe(0);
+      expect(done.stdout).toContain(`Usage: dlm ${command}`);
+    }
+    const top = await runDlm(['--help']);
+    expect(top.code).toBe(0);
+    for (const command of ['lock', 'get', 'ls', 'watch', 'serve']) {
+      expect(top.stdout).toContain(`  ${command} `);
+    }
+    expect((await runDlm(['help', 'ls'])).stdout).toContain('Usage: dlm ls');
+  });
+
+  it('an unknown command or a missing one exits 2', async () => {
+    expect((await runDlm(['frobnicate'])).code).toBe(2);
+    expect((await runDlm([])).code).toBe(2);
+    expect((await runDlm(['--version'])).stdout).toMatch(/^\d+\.\d+\.\d+\n$/);
+  });
+});

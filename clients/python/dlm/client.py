@@ -1,0 +1,501 @@
+"""The dlm client: locks over one WebSocket connection, reconnecting when it drops."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+from .connection import Connection
+from .errors import DlmError
+from .lease import Lease, drift_margin_ms
+from .watch import LockChange, Watch
+from .websocket import HandshakeError, WebSocket, WebSocketError
+
+__all__ = ["Client", "LockInfo"]
+
+_log = logging.getLogger("dlm")
+
+#: The subprotocol and path of protocol v1.
+SUBPROTOCOL = "dlm.v1.json"
+WS_PATH = "/v1/ws"
+VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """A lock's current state as the server sees it (``get``)."""
+
+    name: str
+    held: bool
+    owner: str | None = None
+    token: int | None = None
+    ttl_remaining_ms: int | None = None
+
+
+def _normalize_url(url: str) -> str:
+    parts = urlsplit(url)
+    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+    path = parts.path if parts.path not in ("", "/") else WS_PATH
+    return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
+
+
+def _token(value: Any) -> int | None:
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
+class Client:
+    """A client for a dlm server.
+
+    It connects on the first request (or :meth:`connect`), sends ``session.hello`` first on every
+    connection, and opens a new connection on the next request after one drops. Leases survive
+    a reconnect: the server keeps them until released or expired, and they are extended and
+    released by token. Thread-safe: any number of threads may share one client; replies are
+    matched to requests by id.
+
+    Example::
+
+        with Client("ws://127.0.0.1:7070") as client:
+            with client.lock("reports", ttl_ms=10_000, wait_ms=5_000) as lease:
+                write_report(fencing_token=lease.token)
+    """
+
+    def __init__(self, url: str, *, name: str = "dlm-python",
+                 auth: str | Callable[[], str] | None = None,
+                 request_timeout: float = 10.0, connect_timeout: float = 10.0) -> None:
+        self.url = _normalize_url(url)
+        self._name = name
+        self._auth = auth
+        self._request_timeout = request_timeout
+        self._connect_timeout = connect_timeout
+        self._connect_lock = threading.RLock()
+        self._state_lock = threading.Lock()
+        self._conn: Connection | None = None
+        self._session: dict[str, Any] | None = None
+        self._leases: dict[tuple[str, int], set[Lease]] = {}
+        self._watches: set[Watch] = set()
+        self._watches_by_id: dict[str, Watch] = {}
+        # Notifications for a watch id not registered yet (its lock.watch reply is in flight).
+        self._unrouted: dict[str, list[LockChange]] = {}
+        self._closed = False
+        self._events: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._dispatcher = threading.Thread(target=self._dispatch, name="dlm-dispatch",
+                                            daemon=True)
+        self._dispatcher.start()
+
+    # ------------------------------------------------------------------ connection
+
+    @property
+    def session(self) -> dict[str, Any] | None:
+        """The ``session.hello`` result of the current connection, while connected."""
+        conn = self._conn
+        return self._session if conn is not None and conn.alive else None
+
+    def connect(self) -> dict[str, Any]:
+        """Connects now (instead of on the first request) and returns the session."""
+        self._connection()
+        session = self.session
+        if session is None:
+            raise DlmError("UNAVAILABLE", "the connection dropped while connecting")
+        return session
+
+    def _connection(self) -> Connection:
+        if self._closed:
+            raise DlmError("CANCELLED", "the client is closed")
+        conn = self._conn
+        if conn is not None and conn.alive:
+            return conn
+        with self._connect_lock:
+            conn = self._conn
+            if conn is not None and conn.alive:
+                return conn
+            try:
+                ws = WebSocket.connect(self.url, [SUBPROTOCOL], timeout=self._connect_timeout)
+            except HandshakeError as error:
+                raise DlmError("UNAVAILABLE", f"the server refused the connection: {error}") \
+                    from error
+            except (OSError, WebSocketError) as error:
+                raise DlmError("UNAVAILABLE", f"cannot connect to {self.url}: {error}") \
+                    from error
+            conn = Connection(ws, self._on_frame, self._on_down)
+            params: dict[str, Any] = {"client": {"name": self._name, "version": VERSION}}
+            auth = self._auth() if callable(self._auth) else self._auth
+            if auth is not None:
+                params["auth"] = auth
+            try:
+                session, _ = conn.call("session.hello", params, self._request_timeout)
+            except DlmError:
+                conn.abort()
+                raise
+            self._session = session
+            self._conn = conn
+            for watch in list(self._watches):
+                if not watch.stopped:
+                    try:
+                        self._establish(conn, watch)
+                    except DlmError as error:
+                        _log.warning("could not watch %r again after reconnecting: %s",
+                                     watch.name, error)
+            return conn
+
+    def _call(self, method: str, params: dict[str, Any], *, timeout: float | None = None,
+              write: bool = False,
+              on_result: Callable[[Any], None] | None = None) -> tuple[Any, float]:
+        conn = self._connection()
+        return conn.call(method, params, self._request_timeout if timeout is None else timeout,
+                         write=write, on_result=on_result)
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Sends any request and returns its result (raises DlmError on an error reply)."""
+        result, _ = self._call(method, params or {})
+        return result
+
+    def close(self) -> None:
+        """Releases every lease still held (when connected), ends watches, and closes."""
+        if self._closed:
+            return
+        with self._state_lock:
+            leases = [lease for group in self._leases.values() for lease in group]
+            watches = list(self._watches)
+        for lease in leases:
+            try:
+                if self._conn is not None and self._conn.alive:
+                    lease.release()
+            except DlmError:
+                pass
+        for watch in watches:
+            watch.stop()
+        self._closed = True
+        conn = self._conn
+        if conn is not None:
+            conn.close()
+        self._events.put(None)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ frames
+
+    def _on_frame(self, kind: str, message: Any) -> None:
+        # On the reader thread: hand everything to the dispatch thread, in order, so that
+        # callbacks may call the client (which waits for replies the reader delivers).
+        if kind == "late":
+            method, params, reply = message
+            result = reply.get("result")
+            if method == "lock.acquire" and isinstance(result, dict):
+                token = _token(result.get("token"))
+                if token is not None:
+                    self._release_in_background(result.get("name", params["name"]), token)
+            return
+        method = message.get("method")
+        params = message.get("params") or {}
+        if method == "lock.lost":
+            self._events.put(lambda: self._on_lost(params))
+        elif method == "lock.changed":
+            self._events.put(lambda: self._on_changed(params))
+
+    def _on_down(self, code: int) -> None:
+        def forget_watch_ids() -> None:
+            with self._state_lock:
+                watches = list(self._watches)
+            for watch in watches:
+                watch.watch_id = None
+            self._watches_by_id.clear()
+            self._unrouted.clear()
+
+        self._events.put(forget_watch_ids)
+
+    def _dispatch(self) -> None:
+        while True:
+            event = self._events.get()
+            if event is None:
+                return
+            try:
+                event()
+            except Exception:  # noqa: BLE001 - a callback's failure must not stop the others
+                _log.exception("a dlm callback failed")
+
+    def _on_lost(self, params: dict[str, Any]) -> None:
+        token = _token(params.get("token"))
+        if token is None:
+            return
+        with self._state_lock:
+            leases = list(self._leases.get((params.get("name"), token), ()))
+        for lease in leases:
+            lease._lose(str(params.get("reason", "expired")))
+
+    def _on_changed(self, params: dict[str, Any]) -> None:
+        change = LockChange(name=params.get("name", ""), held=bool(params.get("held")),
+                            owner=params.get("owner"), token=_token(params.get("token")))
+        watch_id = params.get("watchId")
+        watch = self._watches_by_id.get(watch_id)
+        if watch is not None:
+            watch._deliver(change)
+        elif isinstance(watch_id, str):
+            with self._state_lock:
+                establishing = any(w.watch_id is None for w in self._watches)
+            if establishing:
+                self._unrouted.setdefault(watch_id, []).append(change)
+
+    # ------------------------------------------------------------------ leases
+
+    def _forget(self, lease: Lease) -> None:
+        with self._state_lock:
+            group = self._leases.get((lease.name, lease.token))
+            if group is not None:
+                group.discard(lease)
+                if not group:
+                    del self._leases[(lease.name, lease.token)]
+
+    def _release_in_background(self, name: str, token: int) -> None:
+        def release() -> None:
+            try:
+                self._call("lock.release", {"name": name, "token": str(token)}, write=True)
+            except DlmError:
+                pass
+
+        if not self._closed:
+            threading.Thread(target=release, name="dlm-release", daemon=True).start()
+
+    def _clean_up_orphan(self, name: str, owner: str, ttl_ms: int) -> None:
+        """An acquire whose reply was lost may have been granted: find out and free it."""
+
+        def clean() -> None:
+            until = time.monotonic() + ttl_ms / 1000
+            while time.monotonic() < until and not self._closed:
+                try:
+                    info = self.get(name)
+                    if info.held and info.owner == owner and info.token is not None:
+                        self._call("lock.release", {"name": name, "token": str(info.token)},
+                                   write=True)
+                    return
+                except DlmError as error:
+                    if error.code != "UNAVAILABLE":
+                        return
+                time.sleep(0.2)
+
+        threading.Thread(target=clean, name="dlm-orphan", daemon=True).start()
+
+    def acquire(self, name: str, ttl_ms: int, wait_ms: int = 0,
+                owner: str | None = None) -> Lease:
+        """Acquires ``name`` for ``ttl_ms``, waiting up to ``wait_ms`` (server-side, first come
+        first served) while another owner holds it.
+
+        Each call acquires as a fresh owner unless ``owner`` is given, so two threads sharing
+        this client never both "hold" a lock; pass the same owner again to re-enter on purpose
+        (same token, TTL refreshed) or to re-send an acquire whose reply was lost.
+
+        Raises DlmError: LOCK_HELD (``data["ttlRemainingMs"]`` when known) when the lock stays
+        held, UNAVAILABLE (``data["indeterminate"]`` when the request may have reached the
+        server) when there is no answer, INVALID_PARAMS for a bad argument.
+        """
+        chosen_owner = owner is not None
+        owner = owner if owner is not None else f"py-{uuid.uuid4().hex}"
+        params: dict[str, Any] = {"name": name, "ttlMs": ttl_ms, "owner": owner}
+        if wait_ms != 0:
+            params["waitMs"] = wait_ms
+        try:
+            result, sent_at = self._call("lock.acquire", params, write=True,
+                                         timeout=self._request_timeout + max(0, wait_ms) / 1000)
+        except DlmError as error:
+            # Only an owner this client made up is known to be nobody else's.
+            if error.code == "UNAVAILABLE" and error.data.get("indeterminate") and not chosen_owner:
+                self._clean_up_orphan(name, owner, ttl_ms)
+            raise
+        token = int(result["token"])
+        granted_ttl_ms = int(result["ttlMs"])
+        if wait_ms > 0 and time.monotonic() - sent_at > granted_ttl_ms / 10_000:
+            # The grant came at some moment during the wait, so the send time says little about
+            # when the lease ends. An immediate extend gives a send time that does.
+            try:
+                extended, sent_at = self._call(
+                    "lock.extend", {"name": name, "token": result["token"], "ttlMs": ttl_ms},
+                    write=True)
+                granted_ttl_ms = int(extended["ttlMs"])
+            except DlmError as error:
+                if error.code != "NOT_HOLDER":
+                    self._release_in_background(name, token)
+                    raise
+                raise DlmError("UNAVAILABLE",
+                               f"the lease on {name!r} ran out in transit") from error
+        if time.monotonic() >= sent_at + (granted_ttl_ms - drift_margin_ms(granted_ttl_ms)) / 1000:
+            self._release_in_background(name, token)
+            raise DlmError("UNAVAILABLE",
+                           f"the grant of {name!r} arrived after its lease had run out")
+        lease = Lease(self, result["name"], result["owner"], token, granted_ttl_ms, ttl_ms, sent_at)
+        with self._state_lock:
+            self._leases.setdefault((lease.name, token), set()).add(lease)
+        return lease
+
+    def try_acquire(self, name: str, ttl_ms: int, owner: str | None = None) -> Lease | None:
+        """Acquires ``name`` if it is free now; None when another owner holds it."""
+        try:
+            return self.acquire(name, ttl_ms, 0, owner)
+        except DlmError as error:
+            if error.code == "LOCK_HELD":
+                return None
+            raise
+
+    def release(self, lease: Lease) -> bool:
+        """Same as ``lease.release()``."""
+        return lease.release()
+
+    def extend(self, lease: Lease, ttl_ms: int | None = None) -> None:
+        """Same as ``lease.extend(ttl_ms)``."""
+        lease.extend(ttl_ms)
+
+    def get(self, name: str) -> LockInfo:
+        """The lock's current holder, as the server sees it."""
+        result, _ = self._call("lock.get", {"name": name})
+        if not result.get("held"):
+            return LockInfo(name=result["name"], held=False)
+        return LockInfo(name=result["name"], held=True, owner=result.get("owner"),
+                        token=_token(result.get("token")),
+                        ttl_remaining_ms=result.get("ttlRemainingMs"))
+
+    def lock(self, name: str, ttl_ms: int, wait_ms: int = 0,
+             owner: str | None = None) -> _LockContext:
+        """A context manager that acquires ``name``, keeps the lease extended in a background
+        thread (every third of its TTL) while the block runs, and releases it on exit.
+
+        Check ``lease.lost`` (a threading.Event) in long work: it is set if the lease ends
+        anyway (the server was unreachable for too long, or an operator revoked it).
+
+        Example::
+
+            with client.lock("ledger", ttl_ms=3_000, wait_ms=10_000) as lease:
+                for batch in batches:
+                    if lease.lost.is_set():
+                        raise RuntimeError("lost the ledger lock")
+                    ledger.write(batch, fencing_token=lease.token)
+        """
+        return _LockContext(self, name, ttl_ms, wait_ms, owner)
+
+    # ------------------------------------------------------------------ watches
+
+    def _establish(self, conn: Connection, watch: Watch) -> None:
+        def register(result: Any) -> None:
+            # On the reader thread, before any later frame: notifications for this id that
+            # arrive from now on are routed. Queued as one dispatch step with the initial state.
+            watch_id = result["watchId"]
+
+            def start() -> None:
+                if watch.stopped:
+                    return
+                watch.watch_id = watch_id
+                self._watches_by_id[watch_id] = watch
+                watch._deliver(LockChange(name=watch.name, held=bool(result.get("held")),
+                                          token=_token(result.get("token"))))
+                for change in self._unrouted.pop(watch_id, []):
+                    watch._deliver(change)
+
+            self._events.put(start)
+
+        with self._state_lock:
+            # Another thread's reconnect may be setting this watch up right now.
+            if watch._establishing:
+                return
+            watch._establishing = True
+        try:
+            result, _ = conn.call("lock.watch", {"name": watch.name}, self._request_timeout,
+                                  on_result=register)
+        finally:
+            watch._establishing = False
+        if watch.stopped:
+            self._unwatch_quietly(result["watchId"])
+
+    def watch(self, name: str, callback: Callable[[LockChange], None] | None = None) -> Watch:
+        """Watches ``name``: the state now, then every grant, release and expiry.
+
+        With ``callback`` it is called with each LockChange (on the dispatch thread); without,
+        iterate over the returned Watch. Stop it with ``watch.stop()`` (or ``with``).
+        """
+        watch = Watch(self, name, callback)
+        # Connect first: a new connection sets up again the watches already registered.
+        conn = self._connection()
+        with self._state_lock:
+            self._watches.add(watch)
+        try:
+            self._establish(conn, watch)
+        except DlmError:
+            with self._state_lock:
+                self._watches.discard(watch)
+            raise
+        return watch
+
+    def _unwatch_quietly(self, watch_id: str) -> None:
+        conn = self._conn
+        if conn is None or not conn.alive:
+            return
+        try:
+            conn.call("lock.unwatch", {"watchId": watch_id}, self._request_timeout)
+        except DlmError:
+            pass
+
+    def _stop_watch(self, watch: Watch) -> None:
+        with self._state_lock:
+            self._watches.discard(watch)
+
+        def forget() -> None:
+            if watch.watch_id is not None:
+                self._watches_by_id.pop(watch.watch_id, None)
+
+        self._events.put(forget)
+        if watch.watch_id is not None:
+            self._unwatch_quietly(watch.watch_id)
+
+
+class _LockContext:
+    def __init__(self, client: Client, name: str, ttl_ms: int, wait_ms: int,
+                 owner: str | None) -> None:
+        self._client = client
+        self._args = (name, ttl_ms, wait_ms, owner)
+        self._lease: Lease | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Lease:
+        name, ttl_ms, wait_ms, owner = self._args
+        self._lease = self._client.acquire(name, ttl_ms, wait_ms, owner)
+        self._thread = threading.Thread(target=self._keep_extended, name="dlm-extend",
+                                        daemon=True)
+        self._thread.start()
+        return self._lease
+
+    def _keep_extended(self) -> None:
+        lease = self._lease
+        assert lease is not None
+        delay = lease.ttl_ms / 3000
+        while not self._stop.wait(delay):
+            if not lease.held:
+                return
+            try:
+                lease.extend()
+                delay = lease.ttl_ms / 3000
+            except DlmError as error:
+                if error.code == "NOT_HOLDER" or not lease.held:
+                    return
+                # Unreachable for now: try again soon; the local deadline marks the lease lost
+                # if this goes on too long.
+                delay = max(0.05, min(lease.ttl_ms / 10_000, lease.remaining_ms() / 2000))
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._lease is not None:
+            try:
+                self._lease.release()
+            except DlmError as error:
+                _log.warning("could not release %r: %s", self._lease.name, error)
+
+    def __iter__(self) -> Iterator[Lease]:  # pragma: no cover - guards a common mistake
+        raise TypeError("use `with client.lock(...) as lease:`")

@@ -1,0 +1,173 @@
+"""One WebSocket connection to a dlm server: requests correlated with replies by id."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+import time
+from typing import Any, Callable
+
+from .errors import DlmError, from_rpc_error
+from .websocket import OP_TEXT, ConnectionClosed, WebSocket, WebSocketError
+
+__all__ = ["Connection", "dumps"]
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON, as JavaScript's JSON.stringify writes it (lone surrogates escaped)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _LONE_SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+
+
+class _Pending:
+    __slots__ = ("method", "params", "write", "on_result", "event", "result", "error")
+
+    def __init__(self, method: str, params: dict[str, Any], write: bool,
+                 on_result: Callable[[Any], None] | None) -> None:
+        self.method = method
+        self.params = params
+        self.write = write
+        self.on_result = on_result
+        self.event = threading.Event()
+        self.result: Any = None
+        self.error: DlmError | None = None
+
+
+class Connection:
+    """A connection and its reader thread.
+
+    ``on_frame(kind, message)`` is called on the reader thread, in frame order, for every
+    server notification (``kind`` "notification") and for a reply that arrived after its caller
+    stopped waiting (``kind`` "late", ``message`` = (method, params, reply)). ``on_down(code)``
+    is called once when the connection ends.
+    """
+
+    def __init__(self, ws: WebSocket, on_frame: Callable[[str, Any], None],
+                 on_down: Callable[[int], None]) -> None:
+        self._ws = ws
+        self._on_frame = on_frame
+        self._on_down = on_down
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._abandoned: dict[int, _Pending] = {}
+        self._alive = True
+        self.close_code: int | None = None
+        self._reader = threading.Thread(target=self._read, name="dlm-reader", daemon=True)
+        self._reader.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    def call(self, method: str, params: dict[str, Any], timeout: float, *, write: bool = False,
+             on_result: Callable[[Any], None] | None = None) -> tuple[Any, float]:
+        """Sends a request and waits up to ``timeout`` seconds for its reply.
+
+        Returns ``(result, sent_at)``, ``sent_at`` on ``time.monotonic()``. Raises the server's
+        error as DlmError, or UNAVAILABLE (``indeterminate`` for writes that were sent) when
+        there is no reply. ``on_result`` runs on the reader thread as the result arrives, before
+        any later frame is handled.
+        """
+        pending = _Pending(method, params, write, on_result)
+        with self._lock:
+            if not self._alive:
+                raise DlmError("UNAVAILABLE", "the connection is closed")
+            request_id = next(self._ids)
+            self._pending[request_id] = pending
+        frame = dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        sent_at = time.monotonic()
+        try:
+            self._ws.send_text(frame)
+        except (OSError, WebSocketError) as error:
+            with self._lock:
+                self._pending.pop(request_id, None)
+            self._ws.abort()
+            raise DlmError("UNAVAILABLE", f"could not send {method}: {error}",
+                           {"indeterminate": True} if write else {}) from error
+        if not pending.event.wait(timeout):
+            with self._lock:
+                if self._pending.pop(request_id, None) is not None:
+                    self._abandoned[request_id] = pending
+            if not pending.event.is_set():
+                raise DlmError("UNAVAILABLE", f"no reply to {method} within {timeout:g} s",
+                               {"indeterminate": True} if write else {})
+        if pending.error is not None:
+            raise pending.error
+        return pending.result, sent_at
+
+    def close(self) -> None:
+        """Closes the connection; pending requests fail with UNAVAILABLE."""
+        self._ws.close(1000)
+        # The reader ends when the server answers the close; do not wait on a silent peer.
+        threading.Timer(2.0, self._ws.abort).start()
+
+    def abort(self) -> None:
+        self._ws.abort()
+
+    def _read(self) -> None:
+        code = 1006
+        try:
+            while True:
+                message = self._ws.recv()
+                if message.opcode != OP_TEXT:
+                    continue
+                try:
+                    frame = json.loads(message.data)
+                except ValueError:
+                    continue
+                if isinstance(frame, dict):
+                    self._dispatch(frame)
+        except ConnectionClosed as closed:
+            code = closed.code
+        except Exception:  # noqa: BLE001 - any failure ends this connection, never the process
+            self._ws.abort()
+        finally:
+            self._down(code)
+
+    def _dispatch(self, frame: dict[str, Any]) -> None:
+        if "id" not in frame:
+            if isinstance(frame.get("method"), str):
+                self._on_frame("notification", frame)
+            return
+        request_id = frame.get("id")
+        with self._lock:
+            pending = self._pending.pop(request_id, None) if isinstance(request_id, int) else None
+            late = None
+            if pending is None and isinstance(request_id, int):
+                late = self._abandoned.pop(request_id, None)
+        if late is not None:
+            self._on_frame("late", (late.method, late.params, frame))
+            return
+        if pending is None:
+            return
+        if isinstance(frame.get("error"), dict):
+            pending.error = from_rpc_error(frame["error"])
+        else:
+            pending.result = frame.get("result")
+            if pending.on_result is not None:
+                try:
+                    pending.on_result(pending.result)
+                except Exception:  # noqa: BLE001 - a hook's failure must not kill the reader
+                    pass
+        pending.event.set()
+
+    def _down(self, code: int) -> None:
+        with self._lock:
+            self._alive = False
+            self.close_code = code
+            pending = list(self._pending.values())
+            self._pending.clear()
+            self._abandoned.clear()
+        for item in pending:
+            item.error = DlmError(
+                "UNAVAILABLE",
+                f"the connection closed ({code}) before the reply to {item.method}",
+                {"indeterminate": True} if item.write else {},
+            )
+            item.event.set()
+        self._on_down(code)

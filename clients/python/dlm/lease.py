@@ -1,0 +1,162 @@
+"""A held lock, with its local deadline and lost-lease signal."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from .errors import DlmError
+
+if TYPE_CHECKING:
+    from .client import Client
+
+__all__ = ["Lease", "drift_margin_ms"]
+
+
+def drift_margin_ms(ttl_ms: int) -> int:
+    """How much earlier than the server a client considers a lease over: max(10 ms, 1%)."""
+    return max(10, math.ceil(ttl_ms * 0.01))
+
+
+class Lease:
+    """A lock this client holds.
+
+    ``token`` is the fencing token (an ``int``): pass it to the resource you protect, which
+    must refuse tokens lower than the highest it has seen.
+
+    ``lost`` is a :class:`threading.Event` set as soon as this process must stop relying on the
+    lease: when the server says it ended (``lock.lost``, or NOT_HOLDER on extend) and, before the
+    server would expire it, when the local deadline passes. The local deadline is counted on
+    ``time.monotonic()`` from when the acquire (or the last successful extend) was *sent*, plus
+    the granted TTL, minus a drift margin of max(10 ms, 1% of the TTL). ``lost_reason`` is then
+    ``"deadline"``, ``"expired"`` or ``"revoked"``.
+
+    A lease is also a context manager that releases it on exit.
+    """
+
+    def __init__(self, client: Client, name: str, owner: str, token: int, ttl_ms: int,
+                 requested_ttl_ms: int, sent_at: float) -> None:
+        self._client = client
+        self.name = name
+        self.owner = owner
+        self.token = token
+        self.ttl_ms = ttl_ms
+        self._requested_ttl_ms = requested_ttl_ms
+        self.lost = threading.Event()
+        self.lost_reason: str | None = None
+        self._lock = threading.Lock()
+        self._extend_lock = threading.Lock()
+        self._ended = False
+        self._released = False
+        self._deadline = 0.0
+        self._timer: threading.Timer | None = None
+        self._arm(sent_at, ttl_ms)
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else f"lost:{self.lost_reason}" if self._ended else "held"
+        return f"Lease(name={self.name!r}, token={self.token}, ttl_ms={self.ttl_ms}, {state})"
+
+    @property
+    def held(self) -> bool:
+        """True until the lease is released or lost."""
+        return not self._ended
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def remaining_ms(self) -> float:
+        """Milliseconds left before the local deadline; 0 once the lease has ended."""
+        if self._ended:
+            return 0.0
+        return max(0.0, (self._deadline - time.monotonic()) * 1000)
+
+    def _arm(self, sent_at: float, granted_ttl_ms: int) -> None:
+        with self._lock:
+            if self._ended:
+                return
+            self.ttl_ms = granted_ttl_ms
+            self._deadline = sent_at + (granted_ttl_ms - drift_margin_ms(granted_ttl_ms)) / 1000
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = threading.Timer(max(0.0, self._deadline - time.monotonic()),
+                                          self._on_deadline)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _on_deadline(self) -> None:
+        with self._lock:
+            if self._ended or time.monotonic() < self._deadline:
+                return
+        # Nobody here relies on the lease any more, but the server may hold it a little longer:
+        # free it for the next holder.
+        if self._lose("deadline"):
+            self._client._release_in_background(self.name, self.token)
+
+    def _lose(self, reason: str) -> bool:
+        with self._lock:
+            if self._ended:
+                return False
+            self._ended = True
+            self.lost_reason = reason
+            if self._timer is not None:
+                self._timer.cancel()
+        self._client._forget(self)
+        self.lost.set()
+        return True
+
+    def extend(self, ttl_ms: int | None = None) -> None:
+        """Restarts the lease at ``ttl_ms`` (default: the TTL it was acquired with) from now.
+
+        Raises DlmError NOT_HOLDER when the lease has ended (and then ``lost`` is set), or
+        UNAVAILABLE when the server could not be reached (the lease may still run out).
+        """
+        ttl = self._requested_ttl_ms if ttl_ms is None else ttl_ms
+        # One extend at a time, so the deadline always comes from the newest one the server saw.
+        with self._extend_lock:
+            if self._ended:
+                raise DlmError("NOT_HOLDER", f"the lease on {self.name!r} has ended "
+                               f"({'released' if self._released else self.lost_reason})")
+            try:
+                result, sent_at = self._client._call(
+                    "lock.extend", {"name": self.name, "token": str(self.token), "ttlMs": ttl},
+                    write=True)
+            except DlmError as error:
+                if error.code == "NOT_HOLDER":
+                    self._lose("expired")
+                raise
+            if ttl_ms is not None:
+                self._requested_ttl_ms = ttl_ms
+            self._arm(sent_at, int(result["ttlMs"]))
+
+    def release(self) -> bool:
+        """Releases the lock: True when this call freed it, False when the lease had already
+        ended (released, expired, revoked). Raises UNAVAILABLE when the server could not be
+        reached; the lease then ends by itself when its TTL runs out."""
+        with self._lock:
+            if self._ended:
+                return False
+            self._ended = True
+            self._released = True
+            if self._timer is not None:
+                self._timer.cancel()
+        self._client._forget(self)
+        try:
+            self._client._call("lock.release", {"name": self.name, "token": str(self.token)},
+                               write=True)
+        except DlmError as error:
+            if error.code == "NOT_HOLDER":
+                return False
+            raise
+        return True
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            self.release()
+        except DlmError:
+            pass

@@ -1,0 +1,26 @@
+"""Shared test setup: the package on sys.path, the server under test, the transcripts."""
+
+from __future__ import annotations
+
+import os
+import sys
+import unittest
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+#: The server the tests run against, e.g. ws://127.0.0.1:7070/v1/ws (set by the repo's test).
+DLM_URL = os.environ.get("DLM_URL", "")
+#: The golden transcripts (override with DLM_TRANSCRIPTS).
+TRANSCRIPTS = Path(os.environ.get("DLM_TRANSCRIPTS")
+                   or ROOT.parents[1] / "packages" / "protocol" / "transcripts")
+
+requires_server = unittest.skipUnless(DLM_URL, "set DLM_URL to a running dlm server")
+
+
+def unique(prefix: str = "py") -> str:
+    """A lock name no other test uses."""
+    return f"{prefix}/{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,263 @@
+"""The Client against the live server at DLM_URL."""
+
+from __future__ import annotations
+
+import threading
+import time
+import unittest
+
+import support  # noqa: F401 - puts the package on sys.path
+from support import DLM_URL, requires_server, unique
+
+from dlm import Client, DlmError, LockChange
+
+
+@requires_server
+class ClientTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.client = Client(DLM_URL, name="dlm-python-tests")
+        self.other = Client(DLM_URL, name="dlm-python-tests-2")
+
+    def tearDown(self) -> None:
+        self.client.close()
+        self.other.close()
+
+    def test_connect_reports_the_session(self) -> None:
+        session = self.client.connect()
+        self.assertEqual(session["protocol"], "dlm.v1")
+        self.assertIsInstance(session["sessionId"], str)
+        self.assertGreater(session["limits"]["maxInflight"], 0)
+
+    def test_the_url_may_omit_the_path_or_use_http(self) -> None:
+        base = DLM_URL.removesuffix("/v1/ws")
+        for url in (base, base.replace("ws://", "http://") + "/"):
+            with Client(url) as client:
+                self.assertEqual(client.connect()["protocol"], "dlm.v1")
+
+    def test_acquire_gives_an_int_token_and_release_frees_the_lock(self) -> None:
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=10_000)
+        self.assertIsInstance(lease.token, int)
+        self.assertGreater(lease.token, 0)
+        self.assertEqual(lease.ttl_ms, 10_000)
+        self.assertTrue(lease.owner.startswith("py-"))
+        info = self.other.get(name)
+        self.assertTrue(info.held)
+        self.assertEqual((info.owner, info.token), (lease.owner, lease.token))
+        self.assertTrue(9_000 <= info.ttl_remaining_ms <= 10_000)
+        self.assertTrue(self.client.release(lease))
+        self.assertFalse(self.other.get(name).held)
+        self.assertFalse(lease.release(), "a second release reports the lease already ended")
+        self.assertFalse(lease.lost.is_set(), "a released lease is not lost")
+
+    def test_tokens_increase_per_name(self) -> None:
+        name = unique()
+        tokens = []
+        for _ in range(3):
+            lease = self.client.acquire(name, ttl_ms=5_000)
+            tokens.append(lease.token)
+            lease.release()
+        self.assertEqual(tokens, sorted(set(tokens)))
+
+    def test_every_acquire_is_a_fresh_owner_unless_one_is_given(self) -> None:
+        name = unique()
+        first = self.client.acquire(name, ttl_ms=5_000)
+        with self.assertRaises(DlmError) as caught:
+            self.client.acquire(name, ttl_ms=5_000)
+        self.assertEqual(caught.exception.code, "LOCK_HELD")
+        self.assertTrue(caught.exception.retryable)
+        self.assertTrue(0 < caught.exception.data["ttlRemainingMs"] <= 5_000)
+        again = self.client.acquire(name, ttl_ms=5_000, owner=first.owner)
+        self.assertEqual(again.token, first.token, "the same owner re-enters with the same token")
+        first.release()
+
+    def test_try_acquire_returns_none_when_held(self) -> None:
+        name = unique()
+        lease = self.client.try_acquire(name, ttl_ms=5_000)
+        assert lease is not None
+        self.assertIsNone(self.other.try_acquire(name, ttl_ms=5_000))
+        lease.release()
+        later = self.other.try_acquire(name, ttl_ms=5_000)
+        assert later is not None
+        self.assertGreater(later.token, lease.token)
+        later.release()
+
+    def test_a_wait_is_granted_when_the_holder_releases(self) -> None:
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=10_000)
+        threading.Timer(0.3, lease.release).start()
+        started = time.monotonic()
+        waited = self.other.acquire(name, ttl_ms=10_000, wait_ms=5_000)
+        elapsed = time.monotonic() - started
+        self.assertGreaterEqual(elapsed, 0.29)
+        self.assertLess(elapsed, 4.0)
+        self.assertGreater(waited.token, lease.token)
+        waited.release()
+
+    def test_a_wait_that_runs_out_is_lock_held(self) -> None:
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=10_000)
+        started = time.monotonic()
+        with self.assertRaises(DlmError) as caught:
+            self.other.acquire(name, ttl_ms=10_000, wait_ms=300)
+        self.assertGreaterEqual(time.monotonic() - started, 0.29)
+        self.assertEqual(caught.exception.code, "LOCK_HELD")
+        lease.release()
+
+    def test_bad_arguments_are_invalid_params_naming_the_field(self) -> None:
+        for kwargs, field in (({"ttl_ms": 5}, "ttlMs"), ({"ttl_ms": 1000, "wait_ms": -1}, "waitMs"),
+                              ({"ttl_ms": 1000, "owner": ""}, "owner")):
+            with self.assertRaises(DlmError) as caught:
+                self.client.acquire(unique(), **kwargs)
+            self.assertEqual(caught.exception.code, "INVALID_PARAMS")
+            self.assertFalse(caught.exception.retryable)
+            self.assertEqual(caught.exception.data["field"], field)
+            self.assertEqual(caught.exception.rpc_code, -32602)
+        with self.assertRaises(DlmError) as caught:
+            self.client.get("")
+        self.assertEqual(caught.exception.data["field"], "name")
+
+    def test_extend_moves_the_deadline_and_a_stale_lease_is_not_holder(self) -> None:
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=400)
+        lease.extend(5_000)
+        self.assertEqual(lease.ttl_ms, 5_000)
+        self.assertGreater(lease.remaining_ms(), 4_000)
+        time.sleep(0.6)
+        self.assertTrue(lease.held)
+        self.assertEqual(self.other.get(name).token, lease.token)
+        lease.release()
+        with self.assertRaises(DlmError) as caught:
+            lease.extend()
+        self.assertEqual(caught.exception.code, "NOT_HOLDER")
+
+    def test_lost_is_set_before_the_server_expires_the_lease(self) -> None:
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=300)
+        self.assertTrue(lease.lost.wait(2.0))
+        # The local deadline (send time + TTL - margin) passes before the server's expiry.
+        self.assertEqual(lease.lost_reason, "deadline")
+        self.assertFalse(lease.held)
+        with self.assertRaises(DlmError) as caught:
+            lease.extend()
+        self.assertEqual(caught.exception.code, "NOT_HOLDER")
+
+    def test_lock_lost_from_the_server_sets_lost(self) -> None:
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=5_000)
+        # Another holder extends the lease short; the server tells that session, and this
+        # client learns of it through NOT_HOLDER when it tries to extend after the expiry.
+        self.other.call("lock.extend", {"name": name, "token": str(lease.token), "ttlMs": 200})
+        time.sleep(0.4)
+        with self.assertRaises(DlmError):
+            lease.extend()
+        self.assertTrue(lease.lost.is_set())
+        self.assertEqual(lease.lost_reason, "expired")
+
+    def test_lock_context_keeps_the_lease_extended_and_releases_it(self) -> None:
+        name = unique()
+        with self.client.lock(name, ttl_ms=300) as lease:
+            time.sleep(1.0)  # more than three TTLs
+            self.assertFalse(lease.lost.is_set())
+            info = self.other.get(name)
+            self.assertTrue(info.held)
+            self.assertEqual(info.token, lease.token)
+        self.assertFalse(self.other.get(name).held)
+        self.assertTrue(lease.released)
+
+    def test_fenced_work_refuses_a_stale_token(self) -> None:
+        name = unique()
+        highest: dict[str, int] = {}
+
+        def write(key: str, token: int) -> bool:
+            if token < highest.get(key, 0):
+                return False
+            highest[key] = token
+            return True
+
+        first = self.client.acquire(name, ttl_ms=200)
+        self.assertTrue(write("row", first.token))
+        self.assertTrue(first.lost.wait(2.0))
+        second = self.other.acquire(name, ttl_ms=5_000, wait_ms=2_000)
+        self.assertTrue(write("row", second.token))
+        self.assertFalse(write("row", first.token), "the stale holder's write is refused")
+        second.release()
+
+    def test_watch_with_a_callback_and_as_an_iterator(self) -> None:
+        name = unique()
+        seen: list[LockChange] = []
+        got_three = threading.Event()
+
+        def on_change(change: LockChange) -> None:
+            seen.append(change)
+            if len(seen) == 3:
+                got_three.set()
+
+        watch = self.client.watch(name, on_change)
+        with self.client.watch(name) as iterated:
+            lease = self.other.acquire(name, ttl_ms=5_000)
+            lease.release()
+            self.assertTrue(got_three.wait(3.0))
+            changes = [iterated.get(3.0) for _ in range(3)]
+        watch.stop()
+        expected = [(False, None, None), (True, lease.owner, lease.token), (False, None, None)]
+        self.assertEqual([(c.held, c.owner, c.token) for c in seen], expected)
+        self.assertEqual([(c.held, c.owner, c.token) for c in changes if c], expected)
+        self.assertIsNone(iterated.get(0.1), "a stopped watch yields nothing more")
+
+    def test_many_threads_share_one_client(self) -> None:
+        names = [unique() for _ in range(8)]
+        errors: list[BaseException] = []
+        results: dict[str, int] = {}
+
+        def work(name: str) -> None:
+            try:
+                for _ in range(5):
+                    lease = self.client.acquire(name, ttl_ms=5_000, wait_ms=5_000)
+                    info = self.client.get(name)
+                    assert info.token == lease.token, (info, lease)
+                    results[name] = lease.token
+                    lease.release()
+            except BaseException as error:  # noqa: BLE001 - reported below
+                errors.append(error)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in names for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        self.assertEqual(errors, [])
+        self.assertEqual(set(results), set(names))
+
+    def test_a_lease_survives_a_dropped_connection(self) -> None:
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=10_000, owner="py-reconnect-" + name)
+        session = self.client.connect()["sessionId"]
+        self.client._conn.abort()  # the network drops
+        time.sleep(0.2)
+        lease.extend()  # on a new connection
+        self.assertNotEqual(self.client.connect()["sessionId"], session)
+        again = self.client.acquire(name, ttl_ms=10_000, owner=lease.owner)
+        self.assertEqual(again.token, lease.token, "a re-sent acquire gets the same lease back")
+        self.assertTrue(lease.release())
+
+    def test_close_releases_held_leases(self) -> None:
+        name = unique()
+        client = Client(DLM_URL)
+        client.acquire(name, ttl_ms=10_000)
+        client.close()
+        self.assertFalse(self.other.get(name).held)
+        with self.assertRaises(DlmError) as caught:
+            client.get(name)
+        self.assertEqual(caught.exception.code, "CANCELLED")
+
+    def test_an_unreachable_server_is_unavailable(self) -> None:
+        with Client("ws://127.0.0.1:9/v1/ws", connect_timeout=2.0) as client:
+            with self.assertRaises(DlmError) as caught:
+                client.get("x")
+        self.assertEqual(caught.exception.code, "UNAVAILABLE")
+        self.assertTrue(caught.exception.retryable)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -81,16 +81,35 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): LockBackend 
   // ---- the session's fate is the fate of the locks in it --------------------------------
 
   let suspendedTimer: NodeJS.Timeout | undefined;
+  /** Leases declared lost while disconnected, whose nodes may outlive that (same session). */
+  const abandoned = new Map<string, Holder>();
+
   function declareLost(): void {
     for (const [name, holder] of mine) {
+      abandoned.set(name, holder);
       watch.emit(name, { name, type: 'expired', token: holder.token, owner: holder.owner });
     }
     mine.clear();
   }
+
+  /** Back in the same session: delete what its holders were already told they lost. */
+  function dropAbandoned(): void {
+    for (const [name, holder] of abandoned) {
+      abandoned.delete(name);
+      const limit = budget('cleanup', commandTimeoutMs);
+      currentHolder(limit, name)
+        .then((current) =>
+          current?.token === holder.token ? endLease(limit, name, current, 'expired') : false,
+        )
+        .catch(() => {});
+    }
+  }
+
   session.onState((state) => {
     if (state === 'connected') {
       clearTimeout(suspendedTimer);
       suspendedTimer = undefined;
+      dropAbandoned();
       watch.refreshAll();
     } else if (state === 'disconnected') {
       // Like Curator's SUSPENDED → LOST: once the session may have expired on the server, no
@@ -99,8 +118,10 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): LockBackend 
       suspendedTimer = setTimeout(declareLost, session.sessionTimeoutMs());
       suspendedTimer.unref();
     } else {
+      // A new session: the old one's ephemeral nodes are gone with it.
       clearTimeout(suspendedTimer);
       declareLost();
+      abandoned.clear();
       watch.refreshAll();
     }
   });

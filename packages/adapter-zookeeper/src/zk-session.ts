@@ -75,6 +75,8 @@ const NOT_APPLIED = new Set([Exception.SESSION_EXPIRED, Exception.AUTH_FAILED]);
 
 export { CreateMode };
 
+const RECONNECT_WATCHDOG_MS = 1_000;
+
 export function openSession(connect: string, options: { sessionTimeoutMs: number }): ZkSession {
   const listeners = new Set<(state: SessionState) => void>();
   let client: Client;
@@ -99,9 +101,13 @@ export function openSession(connect: string, options: { sessionTimeoutMs: number
     client = created;
     created.on('state', (state: State) => {
       if (client !== created || closed) return;
-      if (state === State.SYNC_CONNECTED) emit('connected');
-      else if (state === State.DISCONNECTED) emit('disconnected');
-      else if (state === State.EXPIRED) {
+      if (state === State.SYNC_CONNECTED) {
+        clearTimeout(watchdog);
+        emit('connected');
+      } else if (state === State.DISCONNECTED) {
+        armWatchdog(created);
+        emit('disconnected');
+      } else if (state === State.EXPIRED) {
         // The session and every ephemeral node it owned are gone; this client cannot come
         // back. Start a new session for the requests to come.
         created.close();
@@ -110,6 +116,27 @@ export function openSession(connect: string, options: { sessionTimeoutMs: number
       }
     });
     created.connect();
+  }
+
+  /**
+   * node-zookeeper-client waits forever for the answer to its connect request. A server that
+   * accepted the TCP connection but never answers leaves it stuck (ZooKeeper 3.8 does that to
+   * connections that arrive while it starts up: closing them fails on a NullPointerException
+   * and the socket stays open). While disconnected, drop the socket every so often so the
+   * client tries afresh — in the same session.
+   */
+  let watchdog: NodeJS.Timeout | undefined;
+  function armWatchdog(watched: Client): void {
+    clearTimeout(watchdog);
+    watchdog = setTimeout(() => {
+      if (client !== watched || closed || watched.getState() === State.SYNC_CONNECTED) return;
+      const internals = watched as unknown as {
+        connectionManager?: { socket?: { destroy(): void } };
+      };
+      internals.connectionManager?.socket?.destroy();
+      armWatchdog(watched);
+    }, RECONNECT_WATCHDOG_MS);
+    watchdog.unref();
   }
 
   newClient();
@@ -236,6 +263,7 @@ export function openSession(connect: string, options: { sessionTimeoutMs: number
     async close() {
       if (closed) return;
       closed = true;
+      clearTimeout(watchdog);
       listeners.clear();
       const closing = client;
       await new Promise<void>((resolve) => {

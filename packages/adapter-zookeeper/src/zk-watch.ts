@@ -132,8 +132,11 @@ export function watchHolders(
     const limit = budget('watch', commandTimeoutMs);
     const parent = paths.parent(watch.name);
     const fire = () => schedule(watch);
+    // Only a children watch armed while the lock looked free means "a holder may have come
+    // and gone unseen"; one left over from a read that then found a holder means nothing.
+    let armedWhileFree = false;
     const fireChildren = () => {
-      watch.childrenChanged = true;
+      if (armedWhileFree) watch.childrenChanged = true;
       schedule(watch);
     };
     const childrenChanged = watch.childrenChanged;
@@ -151,7 +154,10 @@ export function watchHolders(
       if (!lowest) {
         children = await session.getChildren(limit, parent, fireChildren);
         lowest = contenders(children)[0];
-        if (!lowest) return observe(watch, undefined, childrenChanged);
+        if (!lowest) {
+          armedWhileFree = true;
+          return observe(watch, undefined, childrenChanged);
+        }
       }
       const path = `${parent}/${lowest}`;
       try {

@@ -1,0 +1,224 @@
+import { isDlmError, type LockBackend, type LockEvent } from '@dlm/core';
+import {
+  startZooKeeper,
+  type ZooKeeperService,
+  zookeeperAvailable,
+  zookeeperManaged,
+} from '@dlm/test-services';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { zookeeperBackend } from '../src/index.js';
+
+const run = zookeeperAvailable();
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+let unique = 0;
+const lockName = (label: string) => `zk-test/${label}/${process.pid}-${Date.now()}-${++unique}`;
+
+async function until(check: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!check() && performance.now() < deadline) await sleep(20);
+}
+
+async function granted(backend: LockBackend, name: string, owner: string, ttlMs: number) {
+  const result = await backend.tryAcquire({ name, owner, ttlMs });
+  if (!result.granted) throw new Error(`expected ${owner} to be granted ${name}`);
+  return result.grant;
+}
+
+describe.skipIf(!run)('zookeeper backend primitives', () => {
+  let zk: ZooKeeperService;
+  let a: LockBackend;
+  let b: LockBackend;
+  const extra: LockBackend[] = [];
+  const open = (commandTimeoutMs = 2_000) => {
+    const backend = zookeeperBackend({
+      connect: zk.connectString,
+      prefix: '/dlm-test',
+      sessionTimeoutMs: 2_000,
+      commandTimeoutMs,
+    });
+    extra.push(backend);
+    return backend;
+  };
+  beforeAll(async () => {
+    zk = await startZooKeeper();
+    a = open();
+    b = open();
+  });
+  afterAll(async () => {
+    await Promise.all(extra.map((backend) => backend.close()));
+    await zk?.stop();
+  });
+
+  it('declares strict fencing with millisecond leases and no expiry events', () => {
+    expect(a.kind).toBe('zookeeper');
+    expect(a.capabilities).toMatchObject({
+      fencing: 'strict',
+      minTtlMs: 100,
+      ttlGranularityMs: 1,
+      durableAcrossRestart: true,
+      fairQueue: false,
+      expiryEvents: false,
+    });
+  });
+
+  it('tokens are czxids: strictly increasing across sessions, the same for the same owner', async () => {
+    const name = lockName('tokens');
+    let last = 0n;
+    for (let i = 0; i < 8; i += 1) {
+      const backend = i % 2 ? a : b;
+      const grant = await granted(backend, name, `o${i}`, 5_000);
+      expect(grant.token).toBeGreaterThan(last);
+      last = grant.token;
+      // Same owner through the other session: same token, refreshed lease.
+      const again = await granted(i % 2 ? b : a, name, `o${i}`, 5_000);
+      expect(again.token).toBe(last);
+      expect(await backend.release({ name, token: last })).toBe(true);
+      expect(await backend.release({ name, token: last })).toBe(false);
+    }
+  });
+
+  it("leases run on ZooKeeper's clock: the next contender takes an expired lease over", async () => {
+    const name = lockName('expiry');
+    const first = await granted(a, name, 'first', 400);
+    const held = await b.tryAcquire({ name, owner: 'second', ttlMs: 5_000 });
+    expect(held.granted).toBe(false);
+    if (!held.granted) {
+      expect(held.ttlRemainingMs).toBeGreaterThan(0);
+      expect(held.ttlRemainingMs).toBeLessThanOrEqual(400);
+    }
+    expect((await b.inspect(name))?.owner).toBe('first');
+    await sleep(450);
+    // Nobody deleted the node yet, but on ZooKeeper's clock the lease is over.
+    expect(await b.inspect(name)).toBeNull();
+    expect(await a.extend({ name, token: first.token, ttlMs: 5_000 })).toBeNull();
+    const second = await granted(b, name, 'second', 5_000);
+    expect(second.token).toBeGreaterThan(first.token);
+    expect(await a.release({ name, token: first.token })).toBe(false);
+    expect((await a.inspect(name))?.token).toBe(second.token);
+  });
+
+  it('extend resets the lease and keeps the token; a wrong token is refused', async () => {
+    const name = lockName('extend');
+    const grant = await granted(a, name, 'x', 300);
+    const extended = await a.extend({ name, token: grant.token, ttlMs: 5_000 });
+    expect(extended).toMatchObject({ token: grant.token, owner: 'x', ttlMs: 5_000 });
+    await sleep(400);
+    const state = await b.inspect(name);
+    expect(state?.token).toBe(grant.token);
+    expect(state?.ttlRemainingMs).toBeGreaterThan(4_000);
+    expect(await a.extend({ name, token: grant.token + 1n, ttlMs: 5_000 })).toBeNull();
+  });
+
+  it('watch tells grants, releases, revocations and expiries apart', async () => {
+    const name = lockName('events');
+    const events: LockEvent[] = [];
+    const stop = b.watch(name, (event) => events.push(event));
+    await sleep(100);
+    const first = await granted(a, name, 'a', 5_000);
+    await until(() => events.length >= 1, 2_000);
+    await a.release({ name, token: first.token });
+    await until(() => events.length >= 2, 2_000);
+    const second = await granted(a, name, 'b', 5_000);
+    await until(() => events.length >= 3, 2_000);
+    expect(await a.revoke!(name)).toBe(true);
+    await until(() => events.length >= 4, 2_000);
+    const third = await granted(a, name, 'c', 200);
+    await until(() => events.length >= 5, 2_000);
+    await sleep(250);
+    const fourth = await granted(a, name, 'd', 5_000);
+    await until(() => events.length >= 7, 2_000);
+    stop();
+    expect(events).toEqual([
+      { name, type: 'acquired', token: first.token, owner: 'a' },
+      { name, type: 'released', token: first.token, owner: 'a' },
+      { name, type: 'acquired', token: second.token, owner: 'b' },
+      { name, type: 'revoked', token: second.token, owner: 'b' },
+      { name, type: 'acquired', token: third.token, owner: 'c' },
+      { name, type: 'expired', token: third.token, owner: 'c' },
+      { name, type: 'acquired', token: fourth.token, owner: 'd' },
+    ]);
+  });
+
+  it("closing a backend ends its session: its locks are free at once, seen as 'expired'", async () => {
+    const name = lockName('session');
+    const owner = open();
+    const grant = await granted(owner, name, 'gone', 30_000);
+    const events: LockEvent[] = [];
+    const stop = b.watch(name, (event) => events.push(event));
+    await sleep(100);
+    await owner.close();
+    await until(() => events.length >= 1, 2_000);
+    stop();
+    expect(events).toEqual([{ name, type: 'expired', token: grant.token, owner: 'gone' }]);
+    expect((await granted(b, name, 'next', 5_000)).token).toBeGreaterThan(grant.token);
+  });
+
+  it('list returns the live locks under a name prefix', async () => {
+    const base = lockName('list');
+    await granted(a, `${base}/1`, 'p', 5_000);
+    await granted(b, `${base}/2`, 'q', 5_000);
+    await granted(a, `${base}x`, 'r', 5_000);
+    await granted(a, `${base}/expired`, 's', 100);
+    await sleep(150);
+    const listed = await a.list!(`${base}/`);
+    expect(listed.map((state) => state.owner).sort()).toEqual(['p', 'q']);
+  });
+
+  describe.skipIf(!zookeeperManaged())('faults', () => {
+    it('a stalled ZooKeeper gives UNAVAILABLE in bounded time, and the unanswered create does not wedge the lock', async () => {
+      const name = lockName('stall');
+      const backend = open(500);
+      await granted(backend, lockName('warm-up'), 'w', 5_000);
+      const member = zk.members[0]!;
+      member.process.pause();
+      const started = performance.now();
+      const error = await backend.tryAcquire({ name, owner: 'stalled', ttlMs: 30_000 }).then(
+        () => undefined,
+        (failure: unknown) => failure,
+      );
+      const elapsed = performance.now() - started;
+      member.process.resume();
+      expect(isDlmError(error, 'UNAVAILABLE')).toBe(true);
+      expect(elapsed).toBeLessThan(1_000);
+      // The create reached ZooKeeper and ran once it resumed; the adapter finds its node by
+      // the attempt id and deletes it, so the lock is free, not held for 30 s by nobody.
+      let state = await b.inspect(name);
+      const deadline = performance.now() + 3_000;
+      while (state && performance.now() < deadline) {
+        await sleep(50);
+        state = await b.inspect(name);
+      }
+      expect(state).toBeNull();
+      expect((await granted(b, name, 'next', 5_000)).owner).toBe('next');
+    });
+
+    it('a lost ZooKeeper tells holders their locks are lost within the session timeout', async () => {
+      const name = lockName('lost');
+      const backend = open(500);
+      const grant = await granted(backend, name, 'holder', 60_000);
+      const events: LockEvent[] = [];
+      backend.watch(name, (event) => events.push(event));
+      const member = zk.members[0]!;
+      await member.process.kill();
+      const killed = performance.now();
+      const unavailable = await backend.tryAcquire({ name, owner: 'x', ttlMs: 5_000 }).then(
+        () => undefined,
+        (failure: unknown) => failure,
+      );
+      expect(isDlmError(unavailable, 'UNAVAILABLE')).toBe(true);
+      await until(() => events.some((event) => event.type === 'expired'), 6_000);
+      const lostAfterMs = performance.now() - killed;
+      expect(events).toContainEqual({ name, type: 'expired', token: grant.token, owner: 'holder' });
+      expect(lostAfterMs).toBeLessThan(5_000);
+      await member.process.start();
+      // Back in the same session, the adapter deletes the node its holder was told it lost.
+      let state = await b.inspect(name).catch(() => 'unknown' as const);
+      const deadline = performance.now() + 8_000;
+      while (state !== null && performance.now() < deadline) {
+        await sleep(50);
+        state = await b.inspect(name).catch(() => 'unknown' as const);
+      }
+      expect(state).toBeNull();
+    });
+  });
+});

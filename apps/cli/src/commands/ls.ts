@@ -8,8 +8,7 @@ import { UsageError } from '../usage-error.js';
 const USAGE = `Usage: dlm ls [--prefix P] [--server URL] [--json]
 
 Lists held locks (name, holder, fencing token, remaining TTL, waiters on that server), from
-the server's admin API (GET /v1/locks). Needs a backend that can list its locks (embedded,
-redis, etcd).
+the server's admin API (GET /v1/locks).
 
 Options:
   --prefix P     only locks whose names start with P

@@ -8,6 +8,7 @@ import {
   EXTEND,
   INSPECT,
   type LuaScript,
+  loadScripts,
   RELEASE,
   REVOKE,
   runScript,
@@ -73,8 +74,10 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
   const channel = eventChannel(prefix);
   const serverClock = createServerClock(clock);
   let everReady = client.status === 'ready';
+  if (everReady) loadScripts(client);
   const onReady = () => {
     everReady = true;
+    loadScripts(client);
     // A new connection may reach another server (failover) whose clock we have not measured.
     serverClock.reset();
   };

@@ -145,6 +145,25 @@ return 1
 `,
 );
 
+export const ALL_SCRIPTS: readonly LuaScript[] = [
+  ACQUIRE,
+  RELEASE,
+  EXTEND,
+  INSPECT,
+  REVOKE,
+  ADOPT_TOKEN,
+];
+
+/**
+ * Loads every script into the server's cache, ahead of any command on a new connection, so
+ * that EVALSHA finds them. The NOSCRIPT fallback in `runScript` would work too, but it sends
+ * the EVAL only after the NOSCRIPT reply, behind commands issued meanwhile, and Redlock relies
+ * on a connection's commands running in the order they were issued.
+ */
+export function loadScripts(client: Redis): void {
+  for (const lua of ALL_SCRIPTS) client.script('LOAD', lua.source).catch(() => {});
+}
+
 function isNoScript(error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('NOSCRIPT');
 }

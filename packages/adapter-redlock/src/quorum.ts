@@ -66,3 +66,10 @@ export function kthSmallest(values: readonly number[], k: number): number | unde
   if (k < 1 || k > values.length) return undefined;
   return [...values].sort((a, b) => a - b)[k - 1];
 }
+
+/** The largest token (Math.max does not take bigints). */
+export function maxToken(tokens: readonly bigint[]): bigint {
+  let max = 0n;
+  for (const token of tokens) if (token > max) max = token;
+  return max;
+}

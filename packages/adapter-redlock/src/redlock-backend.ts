@@ -18,7 +18,7 @@ import {
   toUnavailable,
 } from '@dlm/core';
 import type { Redis } from 'ioredis';
-import { answers, firstError, gather, kthSmallest, type Outcome } from './quorum.js';
+import { answers, firstError, gather, kthSmallest, maxToken, type Outcome } from './quorum.js';
 
 export interface RedlockBackendOptions {
   /** One URL per independent Redis node (`redis://host:port[/db]`). Not replicas of each other. */
@@ -195,7 +195,7 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
         // The least bad token: the largest of the quorum's counters. Any two quorums share a
         // node, and adoptToken raises every node's counter to it, so tokens keep growing unless
         // a node forgets its data or misses the adoption.
-        const token = grants.reduce((max, g) => (g.token > max ? g.token : max), 0n);
+        const token = maxToken(grants.map((g) => g.token));
         const announce = grants.some((g) => g.fresh);
         // Not awaited: each node runs it before any later command on the same connection (a
         // release, an extend, a re-acquire), which is the only ordering that matters.
@@ -348,7 +348,7 @@ function agreed(
   }
   for (const [owner, held] of byOwner) {
     if (held.length < quorum) continue;
-    const token = held.reduce((max, s) => (s.token > max ? s.token : max), 0n);
+    const token = maxToken(held.map((s) => s.token));
     const remaining = held.map((s) => s.ttlRemainingMs).sort((a, b) => b - a)[quorum - 1] ?? 0;
     return { name, owner, token, ttlRemainingMs: leaseLeft(remaining) };
   }

@@ -1,0 +1,239 @@
+import { nameKeys } from '@dlm/adapter-redis/internals';
+import { isDlmError, type LockEvent } from '@dlm/core';
+import {
+  type RedisService,
+  redisAvailable,
+  redisManaged,
+  startRedisNodes,
+} from '@dlm/test-services';
+import { Redis } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { type RedlockBackend, redlockBackend } from '../src/index.js';
+
+const enabled = redisAvailable() && redisManaged();
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Test-side waiting for an outside condition (the code under test never polls). */
+async function until(check: () => Promise<boolean> | boolean, timeoutMs: number): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!(await check())) {
+    if (performance.now() > deadline) throw new Error(`condition not met in ${timeoutMs} ms`);
+    await sleep(20);
+  }
+}
+
+let unique = 0;
+const lockName = (label: string) => `redlock-faults/${label}/${process.pid}-${++unique}`;
+
+describe.skipIf(!enabled)('redlock adapter under faults', () => {
+  const services: RedisService[] = [];
+  const backends: RedlockBackend[] = [];
+  const clients: Redis[] = [];
+
+  afterAll(async () => {
+    for (const service of services) service.resume();
+    await Promise.all(backends.map((backend) => backend.close()));
+    for (const client of clients) client.disconnect();
+    await Promise.all(services.map((service) => service.stop(1_000)));
+  });
+
+  async function nodes(count: number): Promise<RedisService[]> {
+    const started = await startRedisNodes(count);
+    services.push(...started);
+    return started;
+  }
+
+  async function backend(
+    on: RedisService[],
+    options: Partial<Parameters<typeof redlockBackend>[0]> = {},
+  ): Promise<RedlockBackend> {
+    const created = redlockBackend({ urls: on.map((node) => node.url), ...options });
+    backends.push(created);
+    await created.ready();
+    return created;
+  }
+
+  function raw(service: RedisService): Redis {
+    const client = new Redis(service.url, { maxRetriesPerRequest: 1 });
+    client.on('error', () => {});
+    clients.push(client);
+    return client;
+  }
+
+  async function grant(lock: RedlockBackend, name: string, owner: string, ttlMs = 10_000) {
+    const result = await lock.tryAcquire({ name, owner, ttlMs });
+    if (!result.granted) throw new Error(`${name} was not granted`);
+    return result.grant;
+  }
+
+  it('keeps granting, extending and releasing with 1 of 3 nodes killed', async () => {
+    const three = await nodes(3);
+    const lock = await backend(three, { commandTimeoutMs: 1_000 });
+    await three[0]!.kill();
+    const name = lockName('minority-down');
+    let last = 0n;
+    for (let i = 0; i < 3; i += 1) {
+      const started = performance.now();
+      const lease = await grant(lock, name, `o${i}`);
+      // The dead node refuses at once: no waiting for its time-out.
+      expect(performance.now() - started).toBeLessThan(500);
+      expect(lease.token).toBeGreaterThan(last);
+      last = lease.token;
+      expect(await lock.extend({ name, token: lease.token, ttlMs: 10_000 })).toMatchObject({
+        token: lease.token,
+      });
+      expect(await lock.inspect(name)).toMatchObject({ owner: `o${i}`, token: lease.token });
+      expect(await lock.release({ name, token: lease.token })).toBe(true);
+    }
+  });
+
+  it('grants nothing with 2 of 3 nodes killed, in bounded time, and leaves nothing on the survivor', async () => {
+    const three = await nodes(3);
+    const lock = await backend(three, { commandTimeoutMs: 1_000 });
+    await Promise.all([three[0]!.kill(), three[1]!.kill()]);
+    const name = lockName('majority-down');
+    const started = performance.now();
+    let outcome: string;
+    try {
+      const result = await lock.tryAcquire({ name, owner: 'a', ttlMs: 10_000 });
+      outcome = result.granted ? 'granted' : 'not granted';
+    } catch (error) {
+      outcome = isDlmError(error, 'UNAVAILABLE') ? 'unavailable' : String(error);
+    }
+    expect(outcome).toBe('unavailable');
+    expect(performance.now() - started).toBeLessThan(1_300);
+    const survivor = raw(three[2]!);
+    await until(async () => (await survivor.exists(nameKeys('dlm:', name).lock)) === 0, 2_000);
+  });
+
+  it('5 nodes: goes on with 2 killed, stops with 3 killed', async () => {
+    const five = await nodes(5);
+    const lock = await backend(five, { commandTimeoutMs: 1_000 });
+    expect(lock.quorum).toBe(3);
+    await Promise.all([five[0]!.kill(), five[1]!.kill()]);
+    const lease = await grant(lock, lockName('five'), 'a');
+    expect(await lock.release({ name: lease.name, token: lease.token })).toBe(true);
+    await five[2]!.kill();
+    await expect(
+      lock.tryAcquire({ name: lockName('five'), owner: 'b', ttlMs: 5_000 }),
+    ).rejects.toMatchObject({ code: 'UNAVAILABLE' });
+  });
+
+  it('a stalled minority node does not slow grants, and takes no late lock when it resumes', async () => {
+    const three = await nodes(3);
+    const lock = await backend(three, { commandTimeoutMs: 800 });
+    await grant(lock, lockName('warm'), 'w');
+    const stalled = raw(three[0]!);
+    const calls = async () =>
+      Number(/cmdstat_evalsha:calls=(\d+)/.exec(await stalled.info('commandstats'))?.[1] ?? 0);
+    const before = await calls();
+    three[0]!.pause();
+    const name = lockName('stalled-minority');
+    const started = performance.now();
+    await grant(lock, name, 'a');
+    // Decided by the quorum's answers, not after the stalled node's time-out.
+    expect(performance.now() - started).toBeLessThan(400);
+    await sleep(1_000);
+    three[0]!.resume();
+    // The acquire waiting in its socket runs now, after its deadline, and must do nothing.
+    await until(async () => (await calls()) > before, 3_000);
+    expect(await stalled.exists(nameKeys('dlm:', name).lock)).toBe(0);
+  });
+
+  it('a stalled majority gives UNAVAILABLE within commandTimeoutMs, and no node holds the lock after they resume', async () => {
+    const three = await nodes(3);
+    const lock = await backend(three, { commandTimeoutMs: 800 });
+    await grant(lock, lockName('warm'), 'w');
+    three[0]!.pause();
+    three[1]!.pause();
+    const name = lockName('stalled-majority');
+    const started = performance.now();
+    await expect(lock.tryAcquire({ name, owner: 'a', ttlMs: 60_000 })).rejects.toMatchObject({
+      code: 'UNAVAILABLE',
+    });
+    const elapsed = performance.now() - started;
+    expect(elapsed).toBeGreaterThanOrEqual(750);
+    expect(elapsed).toBeLessThan(1_300);
+    await sleep(300);
+    three[0]!.resume();
+    three[1]!.resume();
+    const keys = nameKeys('dlm:', name);
+    const observers = three.map(raw);
+    // Wait until the resumed nodes have run what was queued for them (their counters moved).
+    await until(async () => {
+      const fences = await Promise.all(observers.map((o) => o.get(keys.fence)));
+      return fences.every((fence) => fence !== null) || performance.now() - started > 2_500;
+    }, 4_000);
+    for (const observer of observers) expect(await observer.exists(keys.lock)).toBe(0);
+    expect(await lock.inspect(name)).toBeNull();
+  });
+
+  it('tokens keep growing when nodes restart empty one at a time (the adoption raises counters)', async () => {
+    const three = await nodes(3);
+    const [a, b, c] = three as [RedisService, RedisService, RedisService];
+    const lock = await backend(three, { commandTimeoutMs: 1_000 });
+    const name = lockName('restarts');
+    let last = 0n;
+    const cycle = async () => {
+      const lease = await grant(lock, name, `o${last}`);
+      expect(lease.token).toBeGreaterThan(last);
+      last = lease.token;
+      await lock.release({ name, token: lease.token });
+    };
+    for (let i = 0; i < 3; i += 1) await cycle();
+    await a.kill();
+    await a.start();
+    await until(async () => (await raw(a).ping()) === 'PONG', 3_000);
+    await sleep(200);
+    await cycle();
+    // Now only a (restarted once, then raised by adoption) and b (restarted empty) answer:
+    // without the adoption a's counter would be 2 and b's 1, below the last token.
+    await c.kill();
+    await b.kill();
+    await b.start();
+    await until(async () => {
+      try {
+        await cycle();
+        return true;
+      } catch {
+        return false;
+      }
+    }, 5_000);
+  });
+
+  it('each change is reported once, although every node announces it', async () => {
+    const three = await nodes(3);
+    const watcher = await backend(three);
+    const actor = await backend(three);
+    const name = lockName('dedupe');
+    const events: LockEvent[] = [];
+    watcher.watch(name, (event) => events.push(event));
+    const lease = await grant(actor, name, 'a');
+    await actor.release({ name, token: lease.token });
+    await until(() => events.some((event) => event.type === 'released'), 2_000);
+    await sleep(200);
+    expect(events.map((event) => event.type)).toEqual(['acquired', 'released']);
+    expect(events[0]).toMatchObject({ token: lease.token, owner: 'a' });
+    for (const node of three) {
+      const list = String(await raw(node).call('CLIENT', 'LIST', 'TYPE', 'pubsub'));
+      expect(list.trim().split('\n')).toHaveLength(2); // one per backend instance
+    }
+  });
+
+  it('the lease granted covers the ttl asked for, and the nodes hold it a little longer', async () => {
+    const three = await nodes(3);
+    const lock = await backend(three);
+    const name = lockName('validity');
+    const lease = await grant(lock, name, 'a', 5_000);
+    expect(lease.ttlMs).toBeGreaterThanOrEqual(5_000);
+    const pttls = await Promise.all(
+      three.map((node) => raw(node).pttl(nameKeys('dlm:', name).lock)),
+    );
+    for (const pttl of pttls) expect(pttl).toBeGreaterThan(lease.ttlMs);
+    // Without the latency allowance the validity is what Redlock's formula leaves: less.
+    const strict = await backend(three, { latencyAllowanceMs: 0 });
+    const tight = await grant(strict, lockName('validity'), 'b', 5_000);
+    expect(tight.ttlMs).toBeLessThan(5_000);
+    expect(tight.ttlMs).toBeGreaterThan(4_900);
+  });
+});

@@ -1,10 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import {
+  type AcquireRequest,
   type AcquireResult,
   type BackendCapabilities,
   DlmError,
   type LockBackend,
   type LockState,
+  toUnavailable,
 } from '@dlm/core';
 import { Exception, type Stat } from 'node-zookeeper-client';
 import { contenders, lockPaths } from './zk-paths.js';
@@ -41,6 +43,17 @@ const mtimeOf = (stat: Stat) => Number(stat.mtime.readBigInt64BE(0));
 /** The longest delay a timer takes; a lease without a readable TTL reports this. */
 const FOREVER_MS = 2 ** 31 - 1;
 const capped = (ms: number) => Math.min(ms, FOREVER_MS);
+
+/**
+ * Primitives reject only with DlmError. ZooKeeper's own answers (NO_NODE, BAD_VERSION…) are
+ * handled where they can occur; anything that still escapes is reported as UNAVAILABLE.
+ */
+function guard<A extends unknown[], R>(what: string, fn: (...args: A) => Promise<R>) {
+  return (...args: A): Promise<R> =>
+    fn(...args).catch((error: unknown) => {
+      throw toUnavailable(error, what);
+    });
+}
 
 /**
  * A dlm backend on Apache ZooKeeper.
@@ -243,29 +256,35 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): LockBackend 
     owner: string,
     ttlMs: number,
   ): Promise<{ path: string; token: bigint; nowMs: number }> {
-    const attemptId = randomBytes(8).toString('hex');
-    const prefix = paths.contender(name, attemptId);
-    await ensureParent(limit, name);
-    try {
-      const results = await session.multi(limit, (tx) =>
-        tx
-          .create(prefix, leaseData(owner, ttlMs), CreateMode.EPHEMERAL_SEQUENTIAL)
-          .setData(paths.clock, Buffer.alloc(0)),
-      );
-      const path = results[0]?.path;
-      const stat = results[1]?.stat;
-      if (!path || !stat) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
-      return { path, token: zxid(stat.mzxid), nowMs: mtimeOf(stat) };
-    } catch (error) {
-      if (isZkCode(error, Exception.NO_NODE)) {
-        // The parent (or root) was deleted by hand since we made it.
-        knownParents.delete(paths.parent(name));
-        rootsReady = false;
+    for (let attempt = 0; ; attempt += 1) {
+      const attemptId = randomBytes(8).toString('hex');
+      await ensureParent(limit, name);
+      try {
+        const results = await session.multi(limit, (tx) =>
+          tx
+            .create(
+              paths.contender(name, attemptId),
+              leaseData(owner, ttlMs),
+              CreateMode.EPHEMERAL_SEQUENTIAL,
+            )
+            .setData(paths.clock, Buffer.alloc(0)),
+        );
+        const path = results[0]?.path;
+        const stat = results[1]?.stat;
+        if (!path || !stat) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
+        return { path, token: zxid(stat.mzxid), nowMs: mtimeOf(stat) };
+      } catch (error) {
+        if (isZkCode(error, Exception.NO_NODE) && attempt === 0) {
+          // The name's node (or the root) was deleted by hand since we made it: make it again.
+          knownParents.delete(paths.parent(name));
+          rootsReady = false;
+          continue;
+        }
+        if (error instanceof DlmError && error.details.indeterminate) {
+          orphanCleanup(name, attemptId);
+        }
+        throw error;
       }
-      if (error instanceof DlmError && error.details.indeterminate) {
-        orphanCleanup(name, attemptId);
-      }
-      throw error;
     }
   }
 
@@ -298,65 +317,68 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): LockBackend 
     kind: 'zookeeper',
     capabilities,
 
-    async tryAcquire({ name, owner, ttlMs }): Promise<AcquireResult> {
-      assertOpen('acquire');
-      const limit = budget('acquire', commandTimeoutMs);
-      ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
-      const ours = await createContender(limit, name, owner, ttlMs);
-      let done = false;
-      try {
-        for (;;) {
-          const holder = await currentHolder(limit, name);
-          if (!holder || holder.path === ours.path) {
-            done = true;
-            const grant = { name, owner, token: ours.token, ttlMs };
-            mine.set(name, { path: ours.path, token: ours.token, owner });
-            watch.noteGrant(name, ours.token);
-            return { granted: true, grant };
-          }
-          const expiresAt = holder.mtimeMs + holder.ttlMs;
-          if (expiresAt <= ours.nowMs) {
-            // Expired on ZooKeeper's clock: take it over, then look again (our node may now
-            // be the lowest, or another contender's is).
-            await endLease(limit, name, holder, 'expired');
-            continue;
-          }
-          if (holder.owner === owner) {
-            // The same owner again: refresh its lease (version-checked) and drop our node, in
-            // one multi-op. The token stays the holder node's czxid.
-            try {
-              await session.multi(limit, (tx) =>
-                tx
-                  .setData(holder.path, leaseData(owner, ttlMs), holder.version)
-                  .remove(ours.path, -1),
-              );
-            } catch (error) {
-              if (isZkCode(error, Exception.BAD_VERSION) || isZkCode(error, Exception.NO_NODE)) {
-                continue;
-              }
-              throw error;
+    tryAcquire: guard(
+      'acquire',
+      async ({ name, owner, ttlMs }: AcquireRequest): Promise<AcquireResult> => {
+        assertOpen('acquire');
+        const limit = budget('acquire', commandTimeoutMs);
+        ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
+        const ours = await createContender(limit, name, owner, ttlMs);
+        let done = false;
+        try {
+          for (;;) {
+            const holder = await currentHolder(limit, name);
+            if (!holder || holder.path === ours.path) {
+              done = true;
+              const grant = { name, owner, token: ours.token, ttlMs };
+              mine.set(name, { path: ours.path, token: ours.token, owner });
+              watch.noteGrant(name, ours.token);
+              return { granted: true, grant };
             }
+            const expiresAt = holder.mtimeMs + holder.ttlMs;
+            if (expiresAt <= ours.nowMs) {
+              // Expired on ZooKeeper's clock: take it over, then look again (our node may now
+              // be the lowest, or another contender's is).
+              await endLease(limit, name, holder, 'expired');
+              continue;
+            }
+            if (holder.owner === owner) {
+              // The same owner again: refresh its lease (version-checked) and drop our node, in
+              // one multi-op. The token stays the holder node's czxid.
+              try {
+                await session.multi(limit, (tx) =>
+                  tx
+                    .setData(holder.path, leaseData(owner, ttlMs), holder.version)
+                    .remove(ours.path, -1),
+                );
+              } catch (error) {
+                if (isZkCode(error, Exception.BAD_VERSION) || isZkCode(error, Exception.NO_NODE)) {
+                  continue;
+                }
+                throw error;
+              }
+              done = true;
+              watch.noteGrant(name, holder.token);
+              return { granted: true, grant: { name, owner, token: holder.token, ttlMs } };
+            }
+            await removeQuietly(limit, ours.path);
             done = true;
-            watch.noteGrant(name, holder.token);
-            return { granted: true, grant: { name, owner, token: holder.token, ttlMs } };
+            watch.noteHeld(name);
+            return { granted: false, ttlRemainingMs: capped(Math.max(1, expiresAt - ours.nowMs)) };
           }
-          await removeQuietly(limit, ours.path);
-          done = true;
-          watch.noteHeld(name);
-          return { granted: false, ttlRemainingMs: capped(Math.max(1, expiresAt - ours.nowMs)) };
+        } finally {
+          // Whatever went wrong, our contender must not linger and later hold the lock for
+          // nobody: remove it in the background (it is ephemeral, so at worst it goes with the
+          // session).
+          if (!done) {
+            const path = ours.path;
+            removeQuietly(budget('cleanup', commandTimeoutMs), path).catch(() => {});
+          }
         }
-      } finally {
-        // Whatever went wrong, our contender must not linger and later hold the lock for
-        // nobody: remove it in the background (it is ephemeral, so at worst it goes with the
-        // session).
-        if (!done) {
-          const path = ours.path;
-          removeQuietly(budget('cleanup', commandTimeoutMs), path).catch(() => {});
-        }
-      }
-    },
+      },
+    ),
 
-    async release({ name, token }) {
+    release: guard('release', async ({ name, token }: { name: string; token: bigint }) => {
       assertOpen('release');
       const limit = budget('release', commandTimeoutMs);
       for (;;) {
@@ -364,39 +386,42 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): LockBackend 
         if (!holder || holder.token !== token) return false;
         if (await endLease(limit, name, holder, 'released')) return true;
       }
-    },
+    }),
 
-    async extend({ name, token, ttlMs }) {
-      assertOpen('extend');
-      const limit = budget('extend', commandTimeoutMs);
-      ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
-      for (;;) {
-        const holder = await currentHolder(limit, name);
-        if (!holder || holder.token !== token) return null;
-        let stat: Stat;
-        try {
-          stat = await session.setData(
-            limit,
-            holder.path,
-            leaseData(holder.owner, ttlMs),
-            holder.version,
-          );
-        } catch (error) {
-          if (isZkCode(error, Exception.BAD_VERSION)) continue;
-          if (isZkCode(error, Exception.NO_NODE)) return null;
-          throw error;
+    extend: guard(
+      'extend',
+      async ({ name, token, ttlMs }: { name: string; token: bigint; ttlMs: number }) => {
+        assertOpen('extend');
+        const limit = budget('extend', commandTimeoutMs);
+        ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
+        for (;;) {
+          const holder = await currentHolder(limit, name);
+          if (!holder || holder.token !== token) return null;
+          let stat: Stat;
+          try {
+            stat = await session.setData(
+              limit,
+              holder.path,
+              leaseData(holder.owner, ttlMs),
+              holder.version,
+            );
+          } catch (error) {
+            if (isZkCode(error, Exception.BAD_VERSION)) continue;
+            if (isZkCode(error, Exception.NO_NODE)) return null;
+            throw error;
+          }
+          // The write's own mtime is ZooKeeper's time of the extension: if the old lease had
+          // already run out by then, it was not ours to extend — end it instead.
+          if (holder.mtimeMs + holder.ttlMs <= mtimeOf(stat)) {
+            await endLease(limit, name, { ...holder, version: stat.version }, 'expired');
+            return null;
+          }
+          return { name, owner: holder.owner, token, ttlMs };
         }
-        // The write's own mtime is ZooKeeper's time of the extension: if the old lease had
-        // already run out by then, it was not ours to extend — end it instead.
-        if (holder.mtimeMs + holder.ttlMs <= mtimeOf(stat)) {
-          await endLease(limit, name, { ...holder, version: stat.version }, 'expired');
-          return null;
-        }
-        return { name, owner: holder.owner, token, ttlMs };
-      }
-    },
+      },
+    ),
 
-    async inspect(name): Promise<LockState | null> {
+    inspect: guard('inspect', async (name: string): Promise<LockState | null> => {
       assertOpen('inspect');
       const limit = budget('inspect', commandTimeoutMs);
       const holder = await currentHolder(limit, name);
@@ -409,13 +434,13 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): LockBackend 
         token: holder.token,
         ttlRemainingMs: capped(remaining),
       };
-    },
+    }),
 
     watch(name, listener) {
       return watch.subscribe(name, listener);
     },
 
-    async revoke(name) {
+    revoke: guard('revoke', async (name: string) => {
       assertOpen('revoke');
       const limit = budget('revoke', commandTimeoutMs);
       for (;;) {
@@ -423,9 +448,9 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): LockBackend 
         if (!holder) return false;
         if (await endLease(limit, name, holder, 'revoked')) return true;
       }
-    },
+    }),
 
-    async list(namePrefix) {
+    list: guard('list', async (namePrefix: string): Promise<LockState[]> => {
       assertOpen('list');
       const limit = budget('list', commandTimeoutMs);
       let parents: string[];
@@ -452,7 +477,7 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): LockBackend 
         }),
       );
       return states.filter((state) => state !== null);
-    },
+    }),
 
     async close() {
       if (closed) return;

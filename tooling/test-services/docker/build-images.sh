@@ -121,14 +121,20 @@ build_zookeeper() {
       --strip-debug --no-header-files --no-man-pages --output "$root/opt/java/openjdk"
   else
     mkdir -p "$root/opt/java/openjdk"
-    (cd "$java_home" && tar -ch --exclude=./jmods --exclude=./include --exclude=./man \
-      --exclude=./docs --exclude=./lib/src.zip bin conf lib) | tar -C "$root/opt/java/openjdk" -x
+    (cd "$java_home" && tar -ch --exclude=lib/src.zip bin conf lib) |
+      tar -C "$root/opt/java/openjdk" -x
   fi
   put_libraries "$root" "$root/opt/java/openjdk/bin/java" \
     $(find "$root/opt/java/openjdk" -name '*.so' -type f)
-  for jar in $(zookeeper_jars) /usr/share/java/slf4j-simple.jar; do
-    [ -f "$jar" ] && put "$root" "$jar"
-  done
+  if command -v unzip >/dev/null; then
+    for jar in $(zookeeper_jars) /usr/share/java/slf4j-simple.jar; do
+      if [ -f "$jar" ]; then put "$root" "$jar"; fi
+    done
+  else
+    # Without unzip to read the manifests: every jar (about 50 MB), as the local process uses.
+    mkdir -p "$root/usr/share/java"
+    cp -L /usr/share/java/*.jar "$root/usr/share/java/"
+  fi
   # A shell for the zkServer.sh stand-in.
   put "$root" "$(readlink -f /bin/sh)" /bin/sh
   put_libraries "$root" "$(readlink -f /bin/sh)"

@@ -1,5 +1,6 @@
 import type { LockBackend, LockEvent } from '@dlm/core';
-import { type EtcdService, etcdAvailable, startEtcd } from '@dlm/test-services';
+import { isDlmError } from '@dlm/core';
+import { type EtcdService, etcdAvailable, etcdManaged, startEtcd } from '@dlm/test-services';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { etcdBackend } from '../src/index.js';
 
@@ -117,4 +118,35 @@ describe.skipIf(!run)('etcd backend primitives', () => {
     const listed = await backend.list!(`${base}/`);
     expect(listed.map((state) => state.owner).sort()).toEqual(['a', 'b']);
   });
+
+  it.skipIf(!etcdManaged())(
+    'a stalled etcd gives UNAVAILABLE within commandTimeoutMs, then serves again',
+    async () => {
+      const quick = etcdBackend({
+        endpoints: etcd.endpoints,
+        minTtlMs: 1_000,
+        commandTimeoutMs: 500,
+      });
+      try {
+        const name = lockName('stall');
+        expect((await quick.tryAcquire({ name, owner: 'a', ttlMs: 5_000 })).granted).toBe(true);
+        const member = etcd.members[0]!;
+        member.process.pause();
+        const started = performance.now();
+        const error = await quick
+          .tryAcquire({ name: lockName('stalled'), owner: 'b', ttlMs: 5_000 })
+          .then(
+            () => undefined,
+            (failure: unknown) => failure,
+          );
+        const elapsed = performance.now() - started;
+        member.process.resume();
+        expect(isDlmError(error, 'UNAVAILABLE')).toBe(true);
+        expect(elapsed).toBeLessThan(900);
+        expect((await quick.inspect(name))?.owner).toBe('a');
+      } finally {
+        await quick.close();
+      }
+    },
+  );
 });

@@ -31,21 +31,70 @@ export function formatToken(token: bigint): string {
 /**
  * The resource-side half of fencing: remembers, per key, the highest token it accepted and
  * refuses anything lower. An equal token is accepted, so one holder may write many times.
+ *
+ * A lease can end while its holder is paused (a GC pause, a stopped VM, a slow network) and the
+ * holder may then write after the next holder did. The lock cannot stop that late write; the
+ * resource can, by refusing a token lower than one it has already seen (property S1). Tokens are
+ * per lock name, so key the guard by what the lock protects (usually the lock's name).
+ *
+ * This guard keeps its memory in-process: it protects a resource that lives in this process.
+ * A resource in a database or in Redis needs the same rule applied in the same atomic step as the
+ * write (a conditional `UPDATE`, a Lua script): the root README's "Fencing on the resource side"
+ * has tested recipes for PostgreSQL and Redis.
+ *
+ * @example
+ * const guard = createFenceGuard();
+ * function write(key: string, token: bigint, value: string) {
+ *   guard.assert(key, token); // NOT_HOLDER when a newer holder already wrote
+ *   store.set(key, value);
+ * }
  */
 export interface FenceGuard {
-  /** True (and recorded) when `token` is not older than the newest token seen for `key`. */
-  accept(key: string, token: bigint): boolean;
+  /**
+   * True (and recorded) when `token` is not older than the newest token accepted for `key`;
+   * false when it is. A string is read as the wire's decimal form (`parseToken`).
+   */
+  accept(key: string, token: bigint | string): boolean;
+  /**
+   * `accept`, throwing NOT_HOLDER when the token is stale. Returns the token as a bigint.
+   * Throws INVALID_PARAMS (field `token`) for something that is not a token.
+   */
+  assert(key: string, token: bigint | string): bigint;
+  /** The highest token accepted for `key`, if any. */
   highest(key: string): bigint | undefined;
 }
 
-export function createFenceGuard(): FenceGuard {
+export interface FenceGuardOptions {
+  /** Highest tokens to start from (restored from where the resource keeps them). */
+  initial?: Iterable<readonly [key: string, token: bigint]>;
+}
+
+/**
+ * A fence guard for a resource held in this process (see `FenceGuard`). Check and record happen
+ * in one synchronous step, so concurrent writers in one event loop cannot slip between them:
+ * call `accept`/`assert` immediately before the write, with no `await` in between.
+ */
+export function createFenceGuard(options: FenceGuardOptions = {}): FenceGuard {
   const highest = new Map<string, bigint>();
+  for (const [key, token] of options.initial ?? []) highest.set(key, parseToken(token));
+  function accept(key: string, token: bigint | string): boolean {
+    const value = parseToken(token);
+    const seen = highest.get(key);
+    if (seen !== undefined && value < seen) return false;
+    highest.set(key, value);
+    return true;
+  }
   return {
-    accept(key, token) {
-      const seen = highest.get(key);
-      if (seen !== undefined && token < seen) return false;
-      highest.set(key, token);
-      return true;
+    accept,
+    assert(key, token) {
+      const value = parseToken(token);
+      if (!accept(key, value)) {
+        throw new DlmError(
+          'NOT_HOLDER',
+          `stale fencing token ${value} for ${JSON.stringify(key)}: ${highest.get(key)} was already accepted`,
+        );
+      }
+      return value;
     },
     highest: (key) => highest.get(key),
   };

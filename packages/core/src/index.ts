@@ -27,6 +27,7 @@ export {
 export {
   createFenceGuard,
   type FenceGuard,
+  type FenceGuardOptions,
   formatToken,
   MAX_TOKEN,
   parseToken,
@@ -41,6 +42,21 @@ export {
   type LockServiceOptions,
   type LostEvent,
 } from './lock-service.js';
+export {
+  type Backoff,
+  type BackoffOptions,
+  backoffDelayMs,
+  createBackoff,
+  DEFAULT_RETRY,
+  isRetryable,
+  linkSignals,
+  type RetryAttempt,
+  type RetryOptions,
+  type RetryPolicy,
+  type RetryRunOptions,
+  retry,
+  retryPolicy,
+} from './retry.js';
 export {
   DEFAULT_LIMITS,
   type Limits,

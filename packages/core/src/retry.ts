@@ -1,0 +1,294 @@
+import { type Clock, systemClock, type Timer } from './clock.js';
+import { DlmError, isDlmError } from './errors.js';
+
+/**
+ * How to retry an operation that failed for a reason that may pass: how many tries, how long to
+ * wait between them (exponential backoff with full jitter, capped), an overall deadline, and a
+ * signal that stops it all.
+ */
+export interface RetryOptions {
+  /** Tries in all, the first one included (1 = no retry). `Infinity`: until the deadline or the signal. */
+  attempts?: number;
+  /** The cap of the first delay. Each retry doubles the cap, up to `maxDelayMs`. */
+  initialDelayMs?: number;
+  /** The largest delay cap. Every delay is drawn uniformly from [0, cap) ("full jitter"). */
+  maxDelayMs?: number;
+  /**
+   * Counted from the first try: no try starts, and no delay runs, past it. Callers also bound
+   * each try's own timeout by what is left. `Infinity`: no overall deadline.
+   */
+  deadlineMs?: number;
+  /** Stops retrying: the operation rejects with CANCELLED (the pending try gets the signal too). */
+  signal?: AbortSignal;
+  /**
+   * Retry LOCK_HELD as well. Off by default: a server already waits for a held lock (`waitMs`)
+   * in the order callers arrived, which client-side retries would only defeat.
+   */
+  onLockHeld?: boolean;
+}
+
+/** `RetryOptions` with every default filled in; `retryPolicy()` makes one. */
+export interface RetryPolicy {
+  readonly attempts: number;
+  readonly initialDelayMs: number;
+  readonly maxDelayMs: number;
+  readonly deadlineMs: number;
+  readonly onLockHeld: boolean;
+  /** Any of them aborting stops retrying (a client-wide signal and a per-call one, say). */
+  readonly signals: readonly AbortSignal[];
+}
+
+/** 3 tries, delays capped at 100 ms, 200 ms, … 2 s, no overall deadline, LOCK_HELD not retried. */
+export const DEFAULT_RETRY: RetryPolicy = Object.freeze({
+  attempts: 3,
+  initialDelayMs: 100,
+  maxDelayMs: 2_000,
+  deadlineMs: Number.POSITIVE_INFINITY,
+  onLockHeld: false,
+  signals: Object.freeze([]) as readonly AbortSignal[],
+});
+
+/**
+ * Resolves `options` on top of `base` (a client's policy under a call's options, say): fields
+ * given override, signals add up. `false` means a single try. Invalid values are INVALID_PARAMS
+ * naming the field (`retry.attempts`, …).
+ *
+ * @example
+ * const clientPolicy = retryPolicy({ attempts: 5, maxDelayMs: 1_000 });
+ * const callPolicy = retryPolicy({ deadlineMs: 3_000, signal }, clientPolicy);
+ */
+export function retryPolicy(
+  options?: RetryOptions | false,
+  base: RetryPolicy = DEFAULT_RETRY,
+): RetryPolicy {
+  if (options === false) return { ...base, attempts: 1 };
+  if (options === undefined) return base;
+  const attempts = options.attempts ?? base.attempts;
+  const initialDelayMs = options.initialDelayMs ?? base.initialDelayMs;
+  const maxDelayMs = options.maxDelayMs ?? base.maxDelayMs;
+  const deadlineMs = options.deadlineMs ?? base.deadlineMs;
+  if (!(attempts >= 1) || (Number.isFinite(attempts) && !Number.isInteger(attempts))) {
+    throw invalid('attempts', 'an integer ≥ 1 or Infinity');
+  }
+  if (!(initialDelayMs >= 0) || !Number.isFinite(initialDelayMs)) {
+    throw invalid('initialDelayMs', 'a finite number ≥ 0');
+  }
+  if (!(maxDelayMs >= 0) || !Number.isFinite(maxDelayMs)) {
+    throw invalid('maxDelayMs', 'a finite number ≥ 0');
+  }
+  if (!(deadlineMs > 0)) throw invalid('deadlineMs', 'a number > 0 or Infinity');
+  return {
+    attempts,
+    initialDelayMs,
+    maxDelayMs,
+    deadlineMs,
+    onLockHeld: options.onLockHeld ?? base.onLockHeld,
+    signals: options.signal ? [...base.signals, options.signal] : base.signals,
+  };
+}
+
+function invalid(field: string, what: string): DlmError {
+  return new DlmError('INVALID_PARAMS', `retry.${field} must be ${what}`, {
+    field: `retry.${field}`,
+  });
+}
+
+/**
+ * The delay before retry number `retry` (1 = before the second try): uniform in
+ * [0, min(maxDelayMs, initialDelayMs · 2^(retry-1))). Full jitter spreads out the clients that
+ * failed together (a server restart drops them all at once) instead of having them return in
+ * lockstep.
+ */
+export function backoffDelayMs(
+  policy: Pick<RetryPolicy, 'initialDelayMs' | 'maxDelayMs'>,
+  retry: number,
+  random: () => number = Math.random,
+): number {
+  const cap = Math.min(policy.maxDelayMs, policy.initialDelayMs * 2 ** Math.max(0, retry - 1));
+  return random() * cap;
+}
+
+/**
+ * Whether `error` is worth another try under `policy`: UNAVAILABLE (the service or the
+ * connection is down, a reply was lost, a timeout) and LIMIT_EXCEEDED (too many requests in
+ * flight), and LOCK_HELD only with `onLockHeld`. Everything else — NOT_HOLDER, INVALID_PARAMS,
+ * CANCELLED, … — would fail the same way again.
+ */
+export function isRetryable(error: unknown, policy: Pick<RetryPolicy, 'onLockHeld'>): boolean {
+  if (!isDlmError(error)) return false;
+  if (error.code === 'UNAVAILABLE' || error.code === 'LIMIT_EXCEEDED') return true;
+  return error.code === 'LOCK_HELD' && policy.onLockHeld;
+}
+
+/**
+ * The stateful half of a policy, for callers that drive their own tries (a connection that
+ * reconnects on its own events): each `next()` books one more try and says how long to wait
+ * before it.
+ */
+export interface Backoff {
+  /**
+   * The delay before the next try, or `undefined` when the policy allows none: tries used up,
+   * the deadline would pass during the delay, or a signal aborted.
+   */
+  next(): number | undefined;
+  /** Tries booked through `next()` so far. */
+  readonly retries: number;
+  /** Milliseconds left before the overall deadline (`Infinity` without one). */
+  remainingMs(): number;
+}
+
+export interface BackoffOptions {
+  clock?: Clock;
+  random?: () => number;
+  /**
+   * How many tries `next()` may book. Default `policy.attempts - 1`: the first try is made
+   * without asking (as `retry()` does). A reconnecting connection, whose every try is delayed,
+   * passes `policy.attempts`.
+   */
+  retries?: number;
+}
+
+/** Starts a backoff sequence under `policy`; the overall deadline counts from now. */
+export function createBackoff(policy: RetryPolicy, options: BackoffOptions = {}): Backoff {
+  const clock = options.clock ?? systemClock;
+  const random = options.random ?? Math.random;
+  const allowed = options.retries ?? policy.attempts - 1;
+  const deadlineAt = clock.now() + policy.deadlineMs;
+  let retries = 0;
+  return {
+    next() {
+      if (retries >= allowed || policy.signals.some((signal) => signal.aborted)) return undefined;
+      const delayMs = backoffDelayMs(policy, retries + 1, random);
+      if (clock.now() + delayMs >= deadlineAt) return undefined;
+      retries++;
+      return delayMs;
+    },
+    get retries() {
+      return retries;
+    },
+    remainingMs: () => deadlineAt - clock.now(),
+  };
+}
+
+/** What each try of `retry()` gets. */
+export interface RetryAttempt {
+  /** 1 for the first try. */
+  readonly number: number;
+  /** Before the overall deadline: bound the try's own timeout by it. `Infinity` without one. */
+  readonly remainingMs: number;
+  /** Aborts when the policy's signals do: pass it to the call. */
+  readonly signal: AbortSignal;
+}
+
+export interface RetryRunOptions {
+  clock?: Clock;
+  random?: () => number;
+  /** Overrides `isRetryable(error, policy)`. */
+  shouldRetry?(error: unknown, attempt: RetryAttempt): boolean;
+  /** Called before each delay, for logging. */
+  onRetry?(event: { error: unknown; attempt: RetryAttempt; delayMs: number }): void;
+}
+
+/**
+ * Runs `operation` until it succeeds, fails with an error not worth retrying, or the policy
+ * gives up; then rejects with the last error as it was (so callers still match on its `code`).
+ * An abort of the policy's signals rejects with CANCELLED (the last error, if any, as `cause`).
+ * Retries only make sense for operations that are safe to repeat: the caller's job (a client
+ * re-sends an acquire with the same owner, so a grant whose reply was lost comes back as the same
+ * lease).
+ *
+ * @example
+ * const value = await retry(
+ *   (attempt) => fetchState({ timeoutMs: Math.min(2_000, attempt.remainingMs), signal: attempt.signal }),
+ *   retryPolicy({ attempts: 5, deadlineMs: 10_000 }),
+ * );
+ */
+export async function retry<T>(
+  operation: (attempt: RetryAttempt) => Promise<T>,
+  policy: RetryPolicy,
+  options: RetryRunOptions = {},
+): Promise<T> {
+  const clock = options.clock ?? systemClock;
+  const backoff = createBackoff(policy, {
+    clock,
+    ...(options.random ? { random: options.random } : {}),
+  });
+  const stop = linkSignals(policy.signals);
+  let lastError: unknown;
+  try {
+    for (let number = 1; ; number++) {
+      if (stop.signal.aborted) throw cancelled(stop.signal, lastError);
+      const attempt: RetryAttempt = {
+        number,
+        remainingMs: backoff.remainingMs(),
+        signal: stop.signal,
+      };
+      try {
+        return await operation(attempt);
+      } catch (error) {
+        lastError = error;
+        const worthIt = options.shouldRetry
+          ? options.shouldRetry(error, attempt)
+          : isRetryable(error, policy);
+        if (!worthIt || stop.signal.aborted) throw error;
+        const delayMs = backoff.next();
+        if (delayMs === undefined) throw error;
+        options.onRetry?.({ error, attempt, delayMs });
+        await sleep(clock, delayMs, stop.signal);
+      }
+    }
+  } finally {
+    stop.dispose();
+  }
+}
+
+function cancelled(signal: AbortSignal, lastError: unknown): DlmError {
+  const reason: unknown = signal.reason;
+  if (isDlmError(reason, 'CANCELLED')) return reason;
+  return new DlmError('CANCELLED', 'retrying was cancelled', {
+    cause: lastError ?? reason,
+  });
+}
+
+/** Waits `delayMs` on `clock`; an abort ends the wait early (the loop then sees it). */
+function sleep(clock: Clock, delayMs: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    let timer: Timer | undefined;
+    const done = () => {
+      timer?.cancel();
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    signal.addEventListener('abort', done, { once: true });
+    timer = clock.setTimer(done, delayMs);
+  });
+}
+
+/**
+ * One signal that aborts when any of `signals` does, with listeners removed by `dispose()`.
+ * (Unlike `AbortSignal.any`, nothing stays attached to a long-lived signal, such as a
+ * client-wide one, after the operation ends.)
+ */
+export function linkSignals(signals: readonly (AbortSignal | undefined)[]): {
+  signal: AbortSignal;
+  dispose(): void;
+} {
+  const controller = new AbortController();
+  const sources = signals.filter((signal): signal is AbortSignal => signal !== undefined);
+  const already = sources.find((signal) => signal.aborted);
+  if (already) {
+    controller.abort(already.reason);
+    return { signal: controller.signal, dispose() {} };
+  }
+  const listeners = sources.map((source) => {
+    const listener = () => controller.abort(source.reason);
+    source.addEventListener('abort', listener, { once: true });
+    return () => source.removeEventListener('abort', listener);
+  });
+  return {
+    signal: controller.signal,
+    dispose() {
+      for (const remove of listeners) remove();
+    },
+  };
+}

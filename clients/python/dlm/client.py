@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import random
 import threading
 import time
 import uuid
@@ -212,6 +213,23 @@ class Client:
             self._unrouted.clear()
 
         self._events.put(forget_watch_ids)
+        if not self._closed and self._watches:
+            # Watches only hear of changes while connected: reconnect now rather than on the
+            # next request.
+            threading.Thread(target=self._reconnect_for_watches, name="dlm-reconnect",
+                             daemon=True).start()
+
+    def _reconnect_for_watches(self) -> None:
+        cap = 0.1
+        while not self._closed and self._watches:
+            time.sleep(random.uniform(0, cap))  # full jitter
+            try:
+                self._connection()
+                return
+            except DlmError as error:
+                if error.code == "CANCELLED":
+                    return
+            cap = min(cap * 2, 5.0)
 
     def _dispatch(self) -> None:
         while True:

@@ -205,6 +205,20 @@ class ClientTest(unittest.TestCase):
         self.assertEqual([(c.held, c.owner, c.token) for c in changes if c], expected)
         self.assertIsNone(iterated.get(0.1), "a stopped watch yields nothing more")
 
+    def test_a_watch_is_set_up_again_after_the_connection_drops(self) -> None:
+        name = unique()
+        with self.client.watch(name) as watch:
+            self.assertEqual(watch.get(3.0), LockChange(name=name, held=False))
+            self.client._conn.abort()  # the network drops; nothing else uses the client
+            again = watch.get(5.0)
+            self.assertEqual(again, LockChange(name=name, held=False), "the state on reconnect")
+            lease = self.other.acquire(name, ttl_ms=5_000)
+            change = watch.get(3.0)
+            assert change is not None
+            self.assertEqual((change.held, change.token), (True, lease.token))
+            lease.release()
+            self.assertEqual(watch.get(3.0), LockChange(name=name, held=False))
+
     def test_many_threads_share_one_client(self) -> None:
         names = [unique() for _ in range(8)]
         errors: list[BaseException] = []

@@ -72,7 +72,7 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
   const { client, prefix, clock } = options;
   const timeoutMs = options.commandTimeoutMs;
   const channel = eventChannel(prefix);
-  const serverClock = createServerClock(clock);
+  const serverClock = createServerClock(clock, timeoutMs);
   let everReady = client.status === 'ready';
   if (everReady) loadScripts(client);
   const onReady = () => {
@@ -269,15 +269,20 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
 
     async revoke(name) {
       const keys = nameKeys(prefix, name);
-      const reply = await call(
+      const reply = asArray(
+        await send(
+          'revoke',
+          true,
+          clock.now(),
+          REVOKE,
+          [keys.lock],
+          (deadline) => [channel, keys.hex, deadline],
+          true,
+        ),
         'revoke',
-        true,
-        clock.now(),
-        REVOKE,
-        [keys.lock],
-        [channel, keys.hex],
       );
-      return typeof reply === 'string' ? parseValue(reply) : null;
+      if (reply[0] === -1) throw stale('revoke');
+      return reply[0] === 1 ? parseValue(String(reply[1])) : null;
     },
 
     async adoptToken(name, owner, token, announce) {

@@ -7,7 +7,7 @@ import type { Redis } from 'ioredis';
  * so the first `:` splits it) with the lease as its PX expiry; tokens travel as decimal strings
  * so they stay exact. Event messages are `<type> <hex name> <token> <owner>`.
  *
- * The write scripts that a late arrival could make harmful (acquire, extend) take a deadline in
+ * The write scripts that a late arrival could make harmful (acquire, extend, revoke) take a deadline in
  * the server's own clock (see server-clock.ts) and do nothing once it has passed: a request
  * whose caller already gave up (timed out) cannot take a lock later, whether it was held up in
  * a stalled server's socket buffer or replayed by a client library after a reconnect.
@@ -104,18 +104,22 @@ return {current, redis.call('PTTL', KEYS[1])}
 `,
 );
 
-/** KEYS: lock. ARGV: channel, hex name. Returns the ended lease's value, or false when free. */
+/**
+ * KEYS: lock. ARGV: channel, hex name, deadline. Returns {1, value} when it ended a lease,
+ * {0} when free, {-1} stale (a late revoke would end whatever lease holds the lock by then).
+ */
 export const REVOKE = script(
   'revoke',
-  `
+  `${NOW}
+if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1} end
 local current = redis.call('GET', KEYS[1])
-if not current then return false end
+if not current then return {0} end
 redis.call('DEL', KEYS[1])
 if ARGV[1] ~= '' then
   local sep = string.find(current, ':', 1, true)
   redis.call('PUBLISH', ARGV[1], 'revoked ' .. ARGV[2] .. ' ' .. string.sub(current, 1, sep - 1) .. ' ' .. string.sub(current, sep + 1))
 end
-return current
+return {1, current}
 `,
 );
 

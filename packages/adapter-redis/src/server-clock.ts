@@ -26,7 +26,12 @@ export interface ServerClock {
 const MAX_AGE_MS = 5 * 60_000;
 const DRIFT_PER_MS = 0.001;
 
-export function createServerClock(clock: Clock): ServerClock {
+/**
+ * `maxRoundTripMs`: the longest a reply we observe can have taken (the command time-out). An
+ * observation lower than the current bound by more than that cannot be a slow reply: the
+ * server's clock was set back, and the bound follows it (or late commands would pass).
+ */
+export function createServerClock(clock: Clock, maxRoundTripMs: number): ServerClock {
   let offset: number | undefined;
   let observedAt = 0;
   return {
@@ -46,7 +51,7 @@ export function createServerClock(clock: Clock): ServerClock {
       // A fresher bound replaces an older one once the older has aged by more than the
       // difference; otherwise the tighter (larger) one wins.
       const current = offset === undefined ? undefined : offset - (now - observedAt) * DRIFT_PER_MS;
-      if (current === undefined || candidate >= current) {
+      if (current === undefined || candidate >= current || candidate < current - maxRoundTripMs) {
         offset = candidate;
         observedAt = receivedAt;
       }

@@ -231,12 +231,13 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
 
     async release({ name, token }) {
       assertOpen();
-      const { each } = gather(
+      // One node that held this token is enough to say it was ours; a quorum that did not hold
+      // it says it was not. Either way a stalled minority does not hold the answer up.
+      const outcomes = await gather(
         nodes,
         (node) => node.release(name, token),
-        () => false,
-      );
-      const outcomes = await Promise.all(each);
+        (so) => so.some((o) => o?.ok && o.value) || so.filter((o) => o?.ok).length >= quorum,
+      ).early;
       const released = answers(outcomes);
       if (released.some(Boolean)) return true;
       if (released.length >= quorum) return false;
@@ -269,12 +270,20 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
 
     async inspect(name) {
       assertOpen();
-      const run = gather(
+      const outcomes = await gather(
         nodes,
         (node) => node.inspect(name),
-        () => false,
-      );
-      const outcomes = await Promise.all(run.each);
+        (so) => {
+          // Decided once one owner holds a quorum, or no owner can reach one any more.
+          const counts = new Map<string, number>();
+          for (const state of answers(so)) {
+            if (state) counts.set(state.owner, (counts.get(state.owner) ?? 0) + 1);
+          }
+          const pending = so.filter((o) => o === undefined).length;
+          const best = Math.max(0, ...counts.values());
+          return best >= quorum || (best + pending < quorum && answers(so).length >= quorum);
+        },
+      ).early;
       const states = answers(outcomes);
       if (states.length < quorum) throw unavailable('inspect', outcomes);
       return agreed(name, states, quorum, leaseLeft);
@@ -282,13 +291,11 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
 
     async revoke(name) {
       assertOpen();
-      const outcomes = await Promise.all(
-        gather(
-          nodes,
-          (node) => node.revoke(name),
-          () => false,
-        ).each,
-      );
+      const outcomes = await gather(
+        nodes,
+        (node) => node.revoke(name),
+        (so) => so.filter((o) => o?.ok).length >= quorum,
+      ).early;
       const revoked = answers(outcomes);
       if (revoked.some((r) => r !== null)) return true;
       if (revoked.length >= quorum) return false;

@@ -147,7 +147,13 @@ export function runConformance(name: string, target: ConformanceTarget): void {
         const name = lockName('trylock');
         await service.acquire({ name, owner: 'holder', ttlMs: 10_000 });
         const started = performance.now();
-        const error = await failure(service.acquire({ name, owner: 'other', ttlMs: 1_000 }));
+        const error = await failure(
+          service.acquire({
+            name,
+            owner: 'other',
+            ttlMs: Math.max(1_000, service.limits.minTtlMs),
+          }),
+        );
         expect(error.code).toBe('LOCK_HELD');
         expect(error.retryable).toBe(true);
         expect(performance.now() - started).toBeLessThan(1_000);
@@ -311,6 +317,37 @@ export function runConformance(name: string, target: ConformanceTarget): void {
             }),
         );
         await sleep(100);
+        await service.release({ name, token: holder.token });
+        await Promise.all(waiters);
+        expect(order).toEqual(['w0', 'w1', 'w2', 'w3', 'w4', 'w5']);
+      });
+
+      it('with a fair queue, waiters on different service instances are granted in arrival order', async (ctx) => {
+        if (!caps.fairQueue) ctx.skip();
+        const name = lockName('fair-across');
+        const services = [service];
+        for (let i = 0; i < 2; i += 1) {
+          const other = createLockService({ backend: await target.backend() });
+          extraServices.push(other);
+          services.push(other);
+        }
+        const holder = await service.acquire({ name, owner: 'holder', ttlMs: 30_000 });
+        const order: string[] = [];
+        const waiters: Promise<void>[] = [];
+        for (let i = 0; i < 6; i += 1) {
+          const svc = services[i % services.length]!;
+          waiters.push(
+            svc
+              .acquire({ name, owner: `w${i}`, ttlMs: 10_000, waitMs: 30_000 })
+              .then(async (lease) => {
+                order.push(lease.owner);
+                await sleep(10);
+                await svc.release({ name, token: lease.token });
+              }),
+          );
+          // Let each waiter take its place in the backend's queue before the next arrives.
+          await sleep(150);
+        }
         await service.release({ name, token: holder.token });
         await Promise.all(waiters);
         expect(order).toEqual(['w0', 'w1', 'w2', 'w3', 'w4', 'w5']);

@@ -22,7 +22,10 @@ export interface BackendCapabilities {
   ttlGranularityMs: number;
   /** Held locks and the token high-water mark survive a restart of the backend. */
   durableAcrossRestart: boolean;
-  /** The backend itself orders waiters, so FIFO holds across several dlm servers. */
+  /**
+   * The backend itself orders waiters (it implements `acquireQueued`), so FIFO holds across
+   * several dlm servers, not only among one server's waiters.
+   */
   fairQueue: boolean;
   /** `watch` reports expiries as they happen (not only releases). */
   expiryEvents: boolean;
@@ -88,6 +91,14 @@ export interface LockBackend {
    * every release; it may deliver extra events.
    */
   watch(name: string, listener: (event: LockEvent) => void): Unsubscribe;
+  /**
+   * Only with `capabilities.fairQueue`: waits in the backend's own queue (etcd revisions,
+   * ZooKeeper sequence numbers), so that waiters on several dlm servers are served in order.
+   * Resolves with the grant, or `{ granted: false }` once `signal` aborts (the wait's deadline or
+   * its caller's cancellation); the adapter removes its queue entry either way. Before resolving
+   * a grant it re-checks that the lease still runs (etcd-io/etcd#11456).
+   */
+  acquireQueued?(request: AcquireRequest & { signal: AbortSignal }): Promise<AcquireResult>;
   /** Forcibly ends the current lease, whoever holds it (admin use). False when free. */
   revoke?(name: string): Promise<boolean>;
   /** Lists held locks whose names start with `prefix` (admin use). */

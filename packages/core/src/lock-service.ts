@@ -125,6 +125,8 @@ interface NameState {
   pumping: boolean;
   /** Calls in flight for this name (acquire/extend): the state must outlive them. */
   busy: number;
+  /** Waits this service has parked in the backend's own queue (`acquireQueued`). */
+  queuedInBackend: Set<AbortController>;
   /** A backend event arrived while the head's attempt was in flight: ask again. */
   again: boolean;
   retryTimer: Timer | undefined;
@@ -167,6 +169,7 @@ export function createLockService(options: LockServiceOptions): LockService {
       unsubscribe: () => {},
       pumping: false,
       busy: 0,
+      queuedInBackend: new Set(),
       again: false,
       retryTimer: undefined,
     };
@@ -186,22 +189,23 @@ export function createLockService(options: LockServiceOptions): LockService {
   }
 
   /** Races a backend call against the backstop timeout. */
-  function bounded<T>(what: string, call: () => Promise<T>, onLateResult?: (value: T) => void) {
+  function bounded<T>(
+    what: string,
+    call: () => Promise<T>,
+    onLateResult?: (value: T) => void,
+    timeoutMs = backendTimeoutMs,
+  ) {
     return new Promise<T>((resolve, reject) => {
       let done = false;
       const timer = clock.setTimer(() => {
         if (done) return;
         done = true;
         reject(
-          new DlmError(
-            'UNAVAILABLE',
-            `${what}: the backend did not answer in ${backendTimeoutMs} ms`,
-            {
-              indeterminate: true,
-            },
-          ),
+          new DlmError('UNAVAILABLE', `${what}: the backend did not answer in ${timeoutMs} ms`, {
+            indeterminate: true,
+          }),
         );
-      }, backendTimeoutMs);
+      }, timeoutMs);
       call().then(
         (value) => {
           timer.cancel();
@@ -474,6 +478,61 @@ export function createLockService(options: LockServiceOptions): LockService {
     });
   }
 
+  /**
+   * A wait in the backend's own queue (fair across servers). The deadline and the caller's
+   * signal abort it; the adapter dequeues and answers `granted: false`.
+   */
+  async function waitInBackend(
+    state: NameState,
+    options: AcquireOptions,
+    request: AcquireRequest,
+    waitMs: number,
+  ): Promise<Lease> {
+    if (state.queuedInBackend.size >= maxWaiters) {
+      throw new DlmError(
+        'LIMIT_EXCEEDED',
+        `too many waiters for lock ${JSON.stringify(request.name)}`,
+      );
+    }
+    const controller = new AbortController();
+    const cancelled = new DlmError('CANCELLED', 'the wait was cancelled');
+    const deadline = clock.setTimer(
+      () => controller.abort(lockHeld(request.name, undefined)),
+      waitMs,
+    );
+    const onAbort = () => controller.abort(cancelled);
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    state.queuedInBackend.add(controller);
+    try {
+      // The backend call may run as long as the wait; the backstop counts from the deadline.
+      const result = await bounded(
+        'acquire',
+        () => backend.acquireQueued!({ ...request, signal: controller.signal }),
+        (late) => {
+          if (late.granted) releaseQuietly(late.grant);
+        },
+        waitMs + backendTimeoutMs,
+      );
+      if (result.granted && controller.signal.aborted) {
+        // Granted just as the wait ended: nobody will use it.
+        releaseQuietly(result.grant);
+      }
+      if (!result.granted || controller.signal.aborted) {
+        const reason: unknown = controller.signal.reason;
+        if (isDlmError(reason) && reason.code === 'LOCK_HELD' && !result.granted) {
+          throw lockHeld(request.name, result.ttlRemainingMs);
+        }
+        throw isDlmError(reason) ? reason : lockHeld(request.name, undefined);
+      }
+      track(state, result.grant, clock.now(), options.onLost);
+      return toLease(result.grant);
+    } finally {
+      deadline.cancel();
+      options.signal?.removeEventListener('abort', onAbort);
+      state.queuedInBackend.delete(controller);
+    }
+  }
+
   function checkToken(token: bigint): bigint {
     if (typeof token !== 'bigint' || token < 1n || token > MAX_TOKEN) {
       throw new DlmError('INVALID_PARAMS', 'token must be an integer in [1, 2^63-1]', {
@@ -499,10 +558,14 @@ export function createLockService(options: LockServiceOptions): LockService {
       state.busy += 1;
       try {
         const isHolder = state.lease?.owner === owner;
-        if (waitMs > 0 && !isHolder) return await enqueue(state, options, request, waitMs);
+        if (waitMs > 0 && !isHolder) {
+          return backend.capabilities.fairQueue && backend.acquireQueued
+            ? await waitInBackend(state, options, request, waitMs)
+            : await enqueue(state, options, request, waitMs);
+        }
         // A try-lock does not jump the queue: while others wait here, only the holder's
         // idempotent re-acquire goes to the backend.
-        if (state.queue.length && !isHolder) {
+        if ((state.queue.length || state.queuedInBackend.size) && !isHolder) {
           throw lockHeld(name, state.queue[0]?.ttlRemainingMs);
         }
         const result = await attempt(state, request, options.onLost);
@@ -590,7 +653,8 @@ export function createLockService(options: LockServiceOptions): LockService {
     },
 
     waiters(name) {
-      return names.get(name)?.queue.length ?? 0;
+      const state = names.get(name);
+      return state ? state.queue.length + state.queuedInBackend.size : 0;
     },
 
     async close() {
@@ -598,6 +662,7 @@ export function createLockService(options: LockServiceOptions): LockService {
       const cancelled = new DlmError('CANCELLED', 'the server is shutting down');
       for (const state of [...names.values()]) {
         for (const waiter of [...state.queue]) settle(state, waiter, null, cancelled);
+        for (const controller of state.queuedInBackend) controller.abort(cancelled);
         state.retryTimer?.cancel();
         untrack(state);
         state.watchers.clear();

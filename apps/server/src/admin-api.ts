@@ -1,5 +1,12 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { type Clock, DlmError, formatToken, type LockBackend, validateName } from '@dlm/core';
+import {
+  type Clock,
+  DlmError,
+  formatToken,
+  isDlmError,
+  type LockBackend,
+  validateName,
+} from '@dlm/core';
 import { withDeadline } from './deadline.js';
 import { sendError, sendJson, sendThrown } from './http-json.js';
 import type { Logger } from './logger.js';
@@ -49,6 +56,13 @@ export async function handleAdmin(
       methodNotAllowed(response, request.method, 'GET, DELETE');
     }
   } catch (error) {
+    if (!isDlmError(error)) {
+      context.logger.error('admin request failed with an internal error', {
+        method: request.method,
+        path,
+        error: error instanceof Error ? error.message : String(error),
+      });
+    }
     sendThrown(response, error);
   }
 }

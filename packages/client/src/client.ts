@@ -1,13 +1,30 @@
-import { type Clock, DlmError, isDlmError, parseToken, systemClock } from '@dlm/core';
-import { type ParamsOf, type ResultOf, WS_PATH } from '@dlm/protocol';
+import {
+  type Clock,
+  DlmError,
+  isDlmError,
+  parseToken,
+  type RetryOptions,
+  type RetryPolicy,
+  retry,
+  retryPolicy,
+  systemClock,
+} from '@dlm/core';
+import { type MethodName, type ParamsOf, type ResultOf, WS_PATH } from '@dlm/protocol';
 import {
   type Connection,
   createConnection,
   type HelloResult,
-  type ReconnectOptions,
   type ServerNotification,
 } from './connection.js';
 import { createEmitter } from './emitter.js';
+import {
+  type CampaignOptions,
+  campaign,
+  type Leader,
+  type Leadership,
+  type ObserveOptions,
+  observe,
+} from './leadership.js';
 import {
   createLease,
   driftMarginMs,
@@ -43,11 +60,21 @@ export interface ClientOptions {
    */
   pingIntervalMs?: number;
   /**
-   * Backoff for reconnecting after the connection drops: full jitter, the cap doubling from
-   * `initialDelayMs` (default 100) up to `maxDelayMs` (default 5 000). `false`: no automatic
-   * reconnect; the next request opens a new connection.
+   * The retry policy of every request (`@dlm/core`'s: attempts, full-jitter exponential backoff,
+   * cap, deadline, signal); calls can override it with their own `retry`. Retried: UNAVAILABLE
+   * (a dropped connection, a timeout, a backend that is down) and LIMIT_EXCEEDED; LOCK_HELD only
+   * with `onLockHeld`. Default `{ attempts: 3, initialDelayMs: 100, maxDelayMs: 2_000 }`;
+   * `false`: one try.
    */
-  reconnect?: Partial<ReconnectOptions> | false;
+  retry?: RetryOptions | false;
+  /**
+   * The same kind of policy for reconnecting after the connection drops: each connection
+   * attempt of an outage waits a full-jitter delay; after `attempts` of them the client stops
+   * until the next request. Default `{ attempts: Infinity, initialDelayMs: 100,
+   * maxDelayMs: 5_000 }`. `false`: no automatic reconnect; the next request opens a new
+   * connection.
+   */
+  reconnect?: RetryOptions | false;
   /** A WHATWG-compatible `WebSocket` constructor. Default: `ws` under Node, else the global. */
   WebSocket?: WebSocketConstructor;
   /** Monotonic time and timers; tests inject `createManualClock()` from `@dlm/core`. */
@@ -72,9 +99,23 @@ export interface AcquireOptions {
   owner?: string;
   /** Extend the lease in the background (at a third of its TTL) until it is released. */
   autoExtend?: boolean;
+  /**
+   * Overrides the client's `retry` for this acquire. A retry re-sends the acquire with the same
+   * owner, so a grant whose reply was lost comes back as the same lease (same token) instead
+   * of leaving a second lock behind; a retry waits only for what is left of `waitMs`.
+   */
+  retry?: RetryOptions | false;
 }
 
 export type WithLockOptions = Omit<AcquireOptions, 'autoExtend'>;
+
+/** Options of `get`, `watch` and `connect`. */
+export interface RequestOptions {
+  /** Overrides the client's `retry` for this call. */
+  retry?: RetryOptions | false;
+  /** Stops waiting, rejecting with CANCELLED. */
+  signal?: AbortSignal;
+}
 
 /** What `get` reports. */
 export type LockInfo =
@@ -116,7 +157,7 @@ export interface DlmClient extends AsyncDisposable {
    * otherwise connects lazily; once connected it stays connected (reconnecting after drops)
    * until `close()`.
    */
-  connect(): Promise<SessionInfo>;
+  connect(options?: RequestOptions): Promise<SessionInfo>;
   /**
    * Acquires `name`, waiting up to `waitMs` while another owner holds it. Rejects with
    * LOCK_HELD when the wait ends without the lock, CANCELLED when `signal` aborts, and
@@ -156,7 +197,7 @@ export interface DlmClient extends AsyncDisposable {
     fn: (signal: AbortSignal, lease: Lease) => Promise<T>,
   ): Promise<T>;
   /** The lock's current holder, as the server sees it. */
-  get(name: string): Promise<LockInfo>;
+  get(name: string, options?: RequestOptions): Promise<LockInfo>;
   /**
    * Calls `onChange` with the lock's state now, then on every change, until `stop()`. After a
    * reconnect the watch is set up again and `onChange` gets the state at that moment (changes
@@ -167,7 +208,34 @@ export interface DlmClient extends AsyncDisposable {
    * // later
    * await watch.stop();
    */
-  watch(name: string, onChange: (change: LockChange) => void): Promise<LockWatch>;
+  watch(
+    name: string,
+    onChange: (change: LockChange) => void,
+    options?: RequestOptions,
+  ): Promise<LockWatch>;
+  /**
+   * Runs for leadership of `name` and resolves once this client leads (holds the lock).
+   * Leadership is renewed in the background; its `signal` aborts the moment it is lost, which
+   * is an event (also the client's `lost`), never an exception. `term` is the lock's fencing
+   * token: strictly greater than every earlier leader's, so pass it to what the leader writes.
+   *
+   * @example
+   * for (;;) {
+   *   const leadership = await client.campaign('scheduler', { ttlMs: 5_000 });
+   *   await runScheduler({ term: leadership.term, signal: leadership.signal }); // until lost
+   * }
+   */
+  campaign(name: string, options: CampaignOptions): Promise<Leadership>;
+  /**
+   * The leader of `name` now and after every change — `{ owner, term }`, or `null` while nobody
+   * leads — for followers. Built on `watch`; it survives reconnects.
+   *
+   * @example
+   * for await (const leader of client.observe('scheduler')) {
+   *   console.log(leader ? `${leader.owner} leads (term ${leader.term})` : 'no leader');
+   * }
+   */
+  observe(name: string, options?: ObserveOptions): AsyncIterable<Leader | null>;
   /**
    * Subscribes to a client event; returns the unsubscribe function.
    *
@@ -188,6 +256,7 @@ export interface DlmClient extends AsyncDisposable {
 interface WatchState {
   name: string;
   onChange: (change: LockChange) => void;
+  retry: RetryPolicy;
   watchId: string | undefined;
   establishing: boolean;
   stopped: boolean;
@@ -198,7 +267,17 @@ type Cleanup =
   | { kind: 'release'; name: string; token: bigint; untilMs: number }
   | { kind: 'orphan'; name: string; owner: string; untilMs: number };
 
-const DEFAULT_RECONNECT: ReconnectOptions = { initialDelayMs: 100, maxDelayMs: 5_000 };
+const DEFAULT_RECONNECT: RetryOptions = {
+  attempts: Number.POSITIVE_INFINITY,
+  initialDelayMs: 100,
+  maxDelayMs: 5_000,
+};
+
+/** What acquire knows beyond its options. */
+interface AcquireInternals {
+  /** The owner was made up here (not the caller's), so whatever it holds is nobody else's. */
+  ownerIsOurs?: boolean;
+}
 
 /**
  * Creates a client for a dlm server. It connects on the first request (or `connect()`),
@@ -216,6 +295,7 @@ const DEFAULT_RECONNECT: ReconnectOptions = { initialDelayMs: 100, maxDelayMs: 5
 export function createClient(options: ClientOptions): DlmClient {
   const clock = options.clock ?? systemClock;
   const requestTimeoutMs = options.requestTimeoutMs ?? 10_000;
+  const clientRetry = retryPolicy(options.retry);
   const events = createEmitter<ClientEvents>((error, event) => {
     if (event !== 'error') events.emit('error', asError(error));
   });
@@ -231,7 +311,10 @@ export function createClient(options: ClientOptions): DlmClient {
     clock,
     requestTimeoutMs,
     pingIntervalMs: options.pingIntervalMs ?? 10_000,
-    reconnect: options.reconnect === false ? false : { ...DEFAULT_RECONNECT, ...options.reconnect },
+    reconnect:
+      options.reconnect === false
+        ? false
+        : retryPolicy(options.reconnect, retryPolicy(DEFAULT_RECONNECT)),
     helloParams: async () => {
       const auth = typeof options.auth === 'function' ? await options.auth() : options.auth;
       return {
@@ -262,6 +345,7 @@ export function createClient(options: ClientOptions): DlmClient {
   const leaseContext: LeaseContext = {
     clock,
     requestTimeoutMs,
+    retry: clientRetry,
     call: connection.call,
     releaseInBackground,
     onEnded(handle) {
@@ -311,10 +395,11 @@ export function createClient(options: ClientOptions): DlmClient {
     }
   }
 
-  async function establish(watch: WatchState): Promise<void> {
+  async function establish(watch: WatchState, signal?: AbortSignal): Promise<void> {
     watch.establishing = true;
     try {
-      const result = await connection.call('lock.watch', { name: watch.name });
+      const policy = signal ? retryPolicy({ signal }, watch.retry) : watch.retry;
+      const result = await request('lock.watch', { name: watch.name }, policy);
       if (watch.stopped) {
         connection.call('lock.unwatch', { watchId: result.watchId }).catch(() => {});
         return;
@@ -365,6 +450,15 @@ export function createClient(options: ClientOptions): DlmClient {
     }
   }
 
+  /** An acquire by `owner` may have been granted unseen: free it once it can be looked up. */
+  function orphaned(name: string, owner: string, ownerIsOurs: boolean, ttlMs: number): void {
+    // Only an owner this client made up is known to be nobody else's.
+    if (ownerIsOurs && !closed) {
+      cleanups.push({ kind: 'orphan', name, owner, untilMs: clock.now() + ttlMs });
+      if (connection.session) runCleanups();
+    }
+  }
+
   /** A grant that arrived after its caller stopped waiting: give it back. */
   function discardGrant(result: ResultOf<'lock.acquire'>, ttlMs: number): void {
     let token: bigint;
@@ -378,29 +472,97 @@ export function createClient(options: ClientOptions): DlmClient {
     releaseInBackground(result.name, token, ttlMs);
   }
 
-  async function acquire(name: string, acquireOptions: AcquireOptions): Promise<Lease> {
+  /** The client's policy under a call's `retry` option, with the call's `signal` added. */
+  function policyFor(
+    retryOptions: RetryOptions | false | undefined,
+    signal?: AbortSignal,
+  ): RetryPolicy {
+    return retryPolicy(retryOptions, signal ? retryPolicy({ signal }, clientRetry) : clientRetry);
+  }
+
+  /** A request that is safe to repeat (a read, a watch, a ping), retried under `policy`. */
+  function request<M extends MethodName>(
+    method: M,
+    params: ParamsOf<M>,
+    policy: RetryPolicy,
+  ): Promise<ResultOf<M>> {
+    return retry(
+      (attempt) =>
+        connection.call(method, params, {
+          timeoutMs: Math.max(1, Math.min(requestTimeoutMs, attempt.remainingMs)),
+          signal: attempt.signal,
+        }),
+      policy,
+      { clock },
+    );
+  }
+
+  async function acquire(
+    name: string,
+    acquireOptions: AcquireOptions,
+    internals: AcquireInternals = {},
+  ): Promise<Lease> {
     if (closed) throw closedError();
-    const { ttlMs, signal } = acquireOptions;
+    const { ttlMs } = acquireOptions;
     const waitMs = acquireOptions.waitMs ?? 0;
-    const chosenOwner = acquireOptions.owner !== undefined;
+    // One owner for every try: the server answers a re-sent acquire by this owner with the lease
+    // it already granted (same token), so a grant whose reply was lost is not granted twice.
     const owner = acquireOptions.owner ?? freshOwner();
-    const params: ParamsOf<'lock.acquire'> = { name, ttlMs, owner };
-    if (waitMs > 0) params.waitMs = waitMs;
+    const ownerIsOurs = internals.ownerIsOurs ?? acquireOptions.owner === undefined;
+    const policy = policyFor(acquireOptions.retry, acquireOptions.signal);
+    const startedAt = clock.now();
+    // Tries that may have been granted without the reply reaching us: a drop or a timeout.
+    let outcome: 'pending' | 'granted' | 'failed' = 'pending';
+    let grantedToken: string | undefined;
+    let maybeGranted = false;
+    const lateGrants: ResultOf<'lock.acquire'>[] = [];
     let sentAt = Number.NaN;
-    const result = await connection.call('lock.acquire', params, {
-      write: true,
-      timeoutMs: requestTimeoutMs + waitMs,
-      ...(signal === undefined ? {} : { signal }),
-      onSent: (at) => {
-        sentAt = at;
-      },
-      onLateResult: (late) => discardGrant(late, late.ttlMs),
-      onDropped: () => {
-        // Only an owner this client made up is known to be nobody else's.
-        if (!chosenOwner)
-          cleanups.push({ kind: 'orphan', name, owner, untilMs: clock.now() + ttlMs });
-      },
-    });
+    let result: ResultOf<'lock.acquire'>;
+    try {
+      result = await retry(
+        (attempt) => {
+          let wait = Math.max(0, waitMs - (clock.now() - startedAt));
+          if (Number.isFinite(attempt.remainingMs)) {
+            // Leave the reply time to arrive before the overall deadline.
+            const replyAllowanceMs = Math.min(requestTimeoutMs, 1_000, attempt.remainingMs / 2);
+            wait = Math.min(wait, Math.max(0, attempt.remainingMs - replyAllowanceMs));
+          }
+          wait = Math.floor(wait);
+          const params: ParamsOf<'lock.acquire'> = { name, ttlMs, owner };
+          if (wait > 0) params.waitMs = wait;
+          return connection.call('lock.acquire', params, {
+            write: true,
+            timeoutMs: Math.max(1, Math.min(requestTimeoutMs + wait, attempt.remainingMs)),
+            signal: attempt.signal,
+            onSent: (at) => {
+              sentAt = at;
+            },
+            onLateResult: (late) => {
+              if (outcome === 'pending') lateGrants.push(late);
+              // The same token is the lease a later try got: ours, in use.
+              else if (outcome === 'failed' || late.token !== grantedToken) {
+                discardGrant(late, late.ttlMs);
+              }
+            },
+            onDropped: () => {
+              if (outcome === 'pending') maybeGranted = true;
+              else if (outcome === 'failed') orphaned(name, owner, ownerIsOurs, ttlMs);
+            },
+          });
+        },
+        policy,
+        { clock },
+      );
+    } catch (error) {
+      outcome = 'failed';
+      for (const late of lateGrants) discardGrant(late, late.ttlMs);
+      // Decided only now: while tries went on, a later one could still get this same lease.
+      if (maybeGranted) orphaned(name, owner, ownerIsOurs, ttlMs);
+      throw error;
+    }
+    outcome = 'granted';
+    grantedToken = result.token;
+    for (const late of lateGrants) if (late.token !== result.token) discardGrant(late, late.ttlMs);
     const token = parseToken(result.token);
     let grantedTtlMs = result.ttlMs;
     if (waitMs > 0 && clock.now() - sentAt > grantedTtlMs / 10) {
@@ -457,9 +619,9 @@ export function createClient(options: ClientOptions): DlmClient {
       return connection.session;
     },
 
-    async connect() {
+    async connect(connectOptions = {}) {
       if (closed) throw closedError();
-      await connection.call('session.ping', {});
+      await request('session.ping', {}, policyFor(connectOptions.retry, connectOptions.signal));
       const session = connection.session;
       if (!session) throw new DlmError('UNAVAILABLE', 'the connection dropped while connecting');
       return session;
@@ -488,8 +650,12 @@ export function createClient(options: ClientOptions): DlmClient {
       }
     },
 
-    async get(name) {
-      const state = await connection.call('lock.get', { name });
+    async get(name, getOptions = {}) {
+      const state = await request(
+        'lock.get',
+        { name },
+        policyFor(getOptions.retry, getOptions.signal),
+      );
       if (!state.held) return { name: state.name, held: false };
       return {
         name: state.name,
@@ -500,18 +666,20 @@ export function createClient(options: ClientOptions): DlmClient {
       };
     },
 
-    async watch(name, onChange) {
+    async watch(name, onChange, watchOptions = {}) {
       if (closed) throw closedError();
       const watch: WatchState = {
         name,
         onChange,
+        // The signal bounds setting the watch up, not the watch: not kept for re-establishing.
+        retry: policyFor(watchOptions.retry),
         watchId: undefined,
         establishing: false,
         stopped: false,
       };
       watches.add(watch);
       try {
-        await establish(watch);
+        await establish(watch, watchOptions.signal);
       } catch (error) {
         watches.delete(watch);
         throw error;
@@ -531,6 +699,42 @@ export function createClient(options: ClientOptions): DlmClient {
         },
       };
     },
+
+    campaign: (name, campaignOptions) =>
+      campaign(
+        {
+          clock,
+          retry: clientRetry,
+          async maxWaitMs(signal, retry) {
+            const session =
+              connection.session ??
+              (await client.connect({ retry, ...(signal ? { signal } : {}) }));
+            return session.limits.maxWaitMs;
+          },
+          acquireLeaderLease: (leaderName, { ownerIsOurs, signal, ...rest }) =>
+            acquire(
+              leaderName,
+              { ...rest, autoExtend: true, ...(signal ? { signal } : {}) },
+              { ownerIsOurs },
+            ),
+        },
+        name,
+        campaignOptions,
+      ),
+
+    observe: (name, observeOptions) =>
+      observe(
+        {
+          watch: (watchedName, onChange) => client.watch(watchedName, onChange),
+          async holder(heldName) {
+            const info = await client.get(heldName);
+            return info.held ? { owner: info.owner, term: info.token } : null;
+          },
+          reportError: (error) => events.emit('error', asError(error)),
+        },
+        name,
+        observeOptions,
+      ),
 
     on: (event, listener) => events.on(event, listener),
 

@@ -1,4 +1,11 @@
-import { type Clock, DlmError, type Timer } from '@dlm/core';
+import {
+  type Backoff,
+  type Clock,
+  createBackoff,
+  DlmError,
+  type RetryPolicy,
+  type Timer,
+} from '@dlm/core';
 import {
   fromRpcError,
   type MethodName,
@@ -18,20 +25,18 @@ export type ServerNotification = {
   [N in NotificationName]: { method: N; params: NotificationParams<N> };
 }[NotificationName];
 
-export interface ReconnectOptions {
-  /** Cap of the first reconnect delay; each failed attempt doubles it. */
-  initialDelayMs: number;
-  /** The largest delay cap. Delays are drawn uniformly from [0, cap) ("full jitter"). */
-  maxDelayMs: number;
-}
-
 export interface ConnectionOptions {
   url: string;
   WebSocket: WebSocketConstructor;
   clock: Clock;
   requestTimeoutMs: number;
   pingIntervalMs: number;
-  reconnect: ReconnectOptions | false;
+  /**
+   * How to reconnect after a drop (core's retry policy): every connection attempt of an outage
+   * waits a full-jitter delay first; `attempts` connection attempts per outage, then the
+   * connection gives up until the next request. `false`: never on its own.
+   */
+  reconnect: RetryPolicy | false;
   helloParams(): ParamsOf<'session.hello'> | Promise<ParamsOf<'session.hello'>>;
   onReady(session: HelloResult, reconnected: boolean): void;
   /** A connection that had a session went down. */
@@ -92,7 +97,8 @@ export function createConnection(options: ConnectionOptions): Connection {
   let socket: WebSocketLike | undefined;
   let session: HelloResult | undefined;
   let everReady = false;
-  let attempt = 0;
+  /** The current outage's backoff; a new one after every session. */
+  let backoff: Backoff | undefined;
   let nextId = 1;
   const queue: Pending[] = [];
   const inflight = new Map<number, Pending>();
@@ -165,7 +171,7 @@ export function createConnection(options: ConnectionOptions): Connection {
         connectTimer?.cancel();
         session = result as HelloResult;
         state = 'ready';
-        attempt = 0;
+        backoff = undefined;
         const reconnected = everReady;
         everReady = true;
         schedulePing(ws);
@@ -194,6 +200,7 @@ export function createConnection(options: ConnectionOptions): Connection {
     teardown(error.message);
     if (state === 'closed') return;
     state = 'idle';
+    backoff = undefined;
     for (const pending of queue.splice(0)) settle(pending, error);
     // Callbacks last: a listener may call into the client, which must see the new state.
     options.onError(error);
@@ -231,25 +238,34 @@ export function createConnection(options: ConnectionOptions): Connection {
     const wasReady = state === 'ready';
     teardown(reason || `close code ${code}`);
     if (state === 'closed') return;
-    if (options.reconnect) {
-      scheduleReconnect(options.reconnect);
-    } else {
+    const willReconnect = options.reconnect !== false && scheduleReconnect(options.reconnect);
+    if (!willReconnect) {
       state = 'idle';
-      const error = unavailable(`not connected to ${options.url} (reconnect is off)`);
+      const error = unavailable(
+        options.reconnect === false
+          ? `not connected to ${options.url} (reconnect is off)`
+          : `gave up reconnecting to ${options.url} after ${backoff?.retries ?? 0} attempts`,
+      );
+      backoff = undefined;
       for (const pending of queue.splice(0)) settle(pending, error);
     }
     // Callbacks last: a listener may call into the client, which must see the new state.
-    if (wasReady) options.onDown({ code, reason, willReconnect: options.reconnect !== false });
+    if (wasReady) options.onDown({ code, reason, willReconnect });
   }
 
-  function scheduleReconnect({ initialDelayMs, maxDelayMs }: ReconnectOptions): void {
+  /** Books the next connection attempt of this outage; false when the policy says stop. */
+  function scheduleReconnect(policy: RetryPolicy): boolean {
+    // Every attempt of an outage is delayed, the first included: clients dropped together by a
+    // server restart must not all come back in the same instant.
+    backoff ??= createBackoff(policy, { clock, retries: policy.attempts });
+    const delayMs = backoff.next();
+    if (delayMs === undefined) return false;
     state = 'backoff';
-    const cap = Math.min(maxDelayMs, initialDelayMs * 2 ** attempt);
-    attempt++;
     backoffTimer = clock.setTimer(() => {
       backoffTimer = undefined;
       if (state === 'backoff') open();
-    }, Math.random() * cap);
+    }, delayMs);
+    return true;
   }
 
   function schedulePing(ws: WebSocketLike): void {

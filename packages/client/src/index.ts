@@ -1,4 +1,4 @@
-export { DlmError, type ErrorCode, isDlmError } from '@dlm/core';
+export { DlmError, type ErrorCode, isDlmError, type RetryOptions } from '@dlm/core';
 export {
   type AcquireOptions,
   type ClientEvents,
@@ -8,9 +8,10 @@ export {
   type LockChange,
   type LockInfo,
   type LockWatch,
+  type RequestOptions,
   type SessionInfo,
   type WithLockOptions,
 } from './client.js';
-export type { ReconnectOptions } from './connection.js';
-export type { Lease, LostReason } from './lease.js';
+export type { CampaignOptions, Leader, Leadership, ObserveOptions } from './leadership.js';
+export type { Lease, LeaseCallOptions, LostReason } from './lease.js';
 export type { WebSocketConstructor, WebSocketLike } from './websocket.js';

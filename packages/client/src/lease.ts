@@ -1,4 +1,14 @@
-import { type Clock, DlmError, formatToken, isDlmError, type Timer } from '@dlm/core';
+import {
+  type Clock,
+  DlmError,
+  formatToken,
+  isDlmError,
+  type RetryOptions,
+  type RetryPolicy,
+  retry,
+  retryPolicy,
+  type Timer,
+} from '@dlm/core';
 import type { Connection } from './connection.js';
 
 // Node 20.20 and current browsers define Symbol.asyncDispose. Older runtimes get the symbol Node
@@ -14,6 +24,12 @@ import type { Connection } from './connection.js';
  * - `revoked`: an administrator ended it.
  */
 export type LostReason = 'deadline' | 'expired' | 'revoked';
+
+/** Per-call options of `lease.extend` and `lease.release`. */
+export interface LeaseCallOptions {
+  /** Overrides the client's `retry` for this call (`false`: one try). */
+  retry?: RetryOptions | false;
+}
 
 /**
  * A held lock. Its `signal` aborts as soon as this process must stop relying on it: on
@@ -43,17 +59,21 @@ export interface Lease extends AsyncDisposable {
   remainingMs(): number;
   /**
    * Resets the lease to `ttlMs` (default: the TTL it was acquired with) and moves the local
-   * deadline, counted from when this extend was sent. Rejects with NOT_HOLDER when the lease
-   * has ended (and then the lease is lost), UNAVAILABLE when the server could not be reached.
+   * deadline, counted from when the extend that succeeded was sent. Retried under the client's
+   * retry policy, never past the local deadline (an extend is idempotent: a re-sent one only
+   * restarts the lease again). Rejects with NOT_HOLDER when the lease has ended (and then the
+   * lease is lost), UNAVAILABLE when the server could not be reached in time.
    */
-  extend(ttlMs?: number): Promise<void>;
+  extend(ttlMs?: number, options?: LeaseCallOptions): Promise<void>;
   /**
    * Releases the lock. `signal` aborts before the release is sent: from that moment another
    * holder may get the lock. Resolves `true` when this call freed it, `false` when the lease
-   * had already ended (released, expired, revoked). Rejects only when the server could not
+   * had already ended (released, expired, revoked). Retried under the client's retry policy;
+   * when a try's reply was lost and a retry then finds the lease gone (NOT_HOLDER), the lost
+   * try is what freed it, and the result is `true` too. Rejects only when the server could not
    * be reached; the client then retries the release after reconnecting.
    */
-  release(): Promise<boolean>;
+  release(options?: LeaseCallOptions): Promise<boolean>;
   /** `release()`, never rejecting (errors go to the client's `error` event). */
   [Symbol.asyncDispose](): Promise<void>;
 }
@@ -62,6 +82,8 @@ export interface Lease extends AsyncDisposable {
 export interface LeaseContext {
   clock: Clock;
   requestTimeoutMs: number;
+  /** The client's retry policy: calls layer their own options over it. */
+  retry: RetryPolicy;
   call: Connection['call'];
   /** Releases without a waiting caller; retried after a reconnect while it can still matter. */
   releaseInBackground(name: string, token: bigint, ttlMs: number): void;
@@ -163,22 +185,34 @@ export function createLease(context: LeaseContext, grant: LeaseGrant): LeaseHand
     }
   }
 
-  async function extendOnce(requested: number): Promise<void> {
+  async function extendOnce(requested: number, options: LeaseCallOptions): Promise<void> {
     assertLive();
+    const policy = retryPolicy(options.retry, context.retry);
     let sentAt = Number.NaN;
     let result: { ttlMs: number };
     try {
-      result = await context.call(
-        'lock.extend',
-        { name, token: wireToken, ttlMs: requested },
-        {
-          write: true,
-          // Past the deadline an answer no longer helps: the lease is over locally either way.
-          timeoutMs: Math.max(1, Math.min(context.requestTimeoutMs, deadline - clock.now())),
-          onSent: (at) => {
-            sentAt = at;
-          },
+      result = await retry(
+        (attempt) => {
+          // A lease that ended between tries (lock.lost, its deadline) is not extended again.
+          assertLive();
+          return context.call(
+            'lock.extend',
+            { name, token: wireToken, ttlMs: requested },
+            {
+              write: true,
+              timeoutMs: Math.max(1, Math.min(context.requestTimeoutMs, attempt.remainingMs)),
+              signal: attempt.signal,
+              // The reply of the try that succeeded anchors the deadline: a server that applied an
+              // earlier, lost try as well only holds the lease longer than the client thinks.
+              onSent: (at) => {
+                sentAt = at;
+              },
+            },
+          );
         },
+        // Past the local deadline an answer no longer helps: the lease is over locally anyway.
+        { ...policy, deadlineMs: Math.min(policy.deadlineMs, deadline - clock.now()) },
+        { clock },
       );
     } catch (error) {
       if (isDlmError(error, 'NOT_HOLDER')) end('expired');
@@ -189,9 +223,9 @@ export function createLease(context: LeaseContext, grant: LeaseGrant): LeaseHand
     assertLive();
   }
 
-  function extend(requested = requestedTtlMs): Promise<void> {
+  function extend(requested = requestedTtlMs, options: LeaseCallOptions = {}): Promise<void> {
     extendsPending++;
-    const run = extendChain.then(() => extendOnce(requested));
+    const run = extendChain.then(() => extendOnce(requested, options));
     const settled = run.finally(() => {
       extendsPending--;
     });
@@ -208,22 +242,53 @@ export function createLease(context: LeaseContext, grant: LeaseGrant): LeaseHand
     if (ended) return;
     extendTimer?.cancel();
     extendTimer = undefined;
-    extend().catch(() => {
-      // Transient failures (no connection, a slow backend) are retried until the local
-      // deadline decides; a NOT_HOLDER has already ended the lease.
-      if (!ended) scheduleAutoExtend(Math.max(10, Math.min(1_000, ttlMs / 10)));
-    });
+    // Transient failures (no connection, a slow backend) are retried until the local deadline
+    // decides (the extend's retry deadline is the lease's), at delays short enough for several
+    // tries before it. When that fails, the deadline timer ends the lease; a NOT_HOLDER already
+    // has; CANCELLED means the client is closing.
+    const { initialDelayMs, maxDelayMs } = context.retry;
+    extend(undefined, {
+      retry: {
+        attempts: Number.POSITIVE_INFINITY,
+        initialDelayMs: Math.min(initialDelayMs, ttlMs / 20),
+        maxDelayMs: Math.max(10, Math.min(maxDelayMs, ttlMs / 10)),
+      },
+    }).catch(() => {});
   }
 
-  async function release(): Promise<boolean> {
+  async function release(options: LeaseCallOptions = {}): Promise<boolean> {
     if (releaseRequested) return false;
     releaseRequested = true;
+    const wasLive = !ended;
     end('released');
+    let maybeApplied = false;
     try {
-      await context.call('lock.release', { name, token: wireToken }, { write: true });
+      await retry(
+        (attempt) =>
+          context
+            .call(
+              'lock.release',
+              { name, token: wireToken },
+              {
+                write: true,
+                timeoutMs: Math.max(1, Math.min(context.requestTimeoutMs, attempt.remainingMs)),
+                signal: attempt.signal,
+              },
+            )
+            .catch((error: unknown) => {
+              if (isDlmError(error) && error.details.indeterminate) maybeApplied = true;
+              throw error;
+            }),
+        retryPolicy(options.retry, context.retry),
+        { clock },
+      );
       return true;
     } catch (error) {
-      if (isDlmError(error, 'NOT_HOLDER')) return false;
+      // The lease was live when release() was called (its local deadline, S6, comes before the
+      // server's expiry), so a NOT_HOLDER after a try whose reply was lost most likely means that
+      // try freed it. It may instead have run out or been revoked between the tries; the caller
+      // cannot act on the difference: either way this holder no longer holds it.
+      if (isDlmError(error, 'NOT_HOLDER')) return maybeApplied && wasLive;
       if (isDlmError(error, 'UNAVAILABLE')) context.releaseInBackground(name, token, ttlMs);
       throw error;
     }

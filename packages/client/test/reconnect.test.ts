@@ -53,8 +53,9 @@ describe('server restart on the same port, backend kept', () => {
     const auto = await client.acquire(autoName, { ttlMs: 1_000, autoExtend: true });
     const changes: LockChange[] = [];
     await client.watch(watchedName, (change) => changes.push(change));
-    // Sent before the restart, and the server ends it as it shuts down.
-    const pendingWait = client.acquire(plainName, { ttlMs: 1_000, waitMs: 10_000 });
+    // Sent before the restart, and the server ends it as it shuts down. (Not retried, so the
+    // test sees what a dropped wait looks like; retries are retry.test.ts's subject.)
+    const pendingWait = client.acquire(plainName, { ttlMs: 1_000, waitMs: 10_000, retry: false });
     pendingWait.catch(() => {});
 
     await first.close();
@@ -129,8 +130,8 @@ describe('network faults', () => {
     clients.push(direct);
     const holder = await direct.acquire(holderName, { ttlMs: 5_000 });
     await a.connect();
-    const waiting = a.acquire(holderName, { ttlMs: 1_000, waitMs: 5_000 });
-    const reading = a.get(lockName('drop-get'));
+    const waiting = a.acquire(holderName, { ttlMs: 1_000, waitMs: 5_000, retry: false });
+    const reading = a.get(lockName('drop-get'), { retry: false });
     proxy.blackhole('replies');
     await sleep(50);
     proxy.dropConnections();
@@ -147,12 +148,12 @@ describe('network faults', () => {
     await holder.release();
   });
 
-  it('an acquire whose reply was lost is found and released after reconnecting', async () => {
+  it('an acquire whose reply was lost (and not retried) is found and released after reconnecting', async () => {
     const a = viaProxy();
     const name = lockName('orphan');
     await a.connect();
     proxy.blackhole('replies');
-    const acquiring = a.acquire(name, { ttlMs: 30_000 });
+    const acquiring = a.acquire(name, { ttlMs: 30_000, retry: false });
     acquiring.catch(() => {});
     // The server grants it, but the reply never arrives.
     await eventually(async () => (await backend.inspect(name)) !== null, 2_000);
@@ -171,7 +172,9 @@ describe('network faults', () => {
     await a.connect();
     proxy.blackhole('replies');
     const started = performance.now();
-    await expect(a.acquire(lockName('timeout'), { ttlMs: 30_000 })).rejects.toMatchObject({
+    await expect(
+      a.acquire(lockName('timeout'), { ttlMs: 30_000, retry: false }),
+    ).rejects.toMatchObject({
       code: 'UNAVAILABLE',
       details: { indeterminate: true },
     });
@@ -192,7 +195,7 @@ describe('network faults', () => {
     const errors: Error[] = [];
     c.on('error', (error) => errors.push(error));
     const started = performance.now();
-    await expect(c.get('x')).rejects.toMatchObject({ code: 'UNAVAILABLE' });
+    await expect(c.get('x', { retry: false })).rejects.toMatchObject({ code: 'UNAVAILABLE' });
     expect(performance.now() - started).toBeLessThan(600);
     expect(errors.length).toBeGreaterThan(0);
   });

@@ -68,7 +68,7 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
 
   it('keeps granting, extending and releasing with 1 of 3 nodes killed', async () => {
     const three = await nodes(3);
-    const lock = await backend(three, { commandTimeoutMs: 1_000 });
+    const lock = await backend(three, { commandTimeoutMs: 2_000 });
     await three[0]!.kill();
     const name = lockName('minority-down');
     let last = 0n;
@@ -76,7 +76,7 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
       const started = performance.now();
       const lease = await grant(lock, name, `o${i}`);
       // The dead node refuses at once: no waiting for its time-out.
-      expect(performance.now() - started).toBeLessThan(500);
+      expect(performance.now() - started).toBeLessThan(1_000);
       expect(lease.token).toBeGreaterThan(last);
       last = lease.token;
       expect(await lock.extend({ name, token: lease.token, ttlMs: 10_000 })).toMatchObject({
@@ -121,7 +121,7 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
 
   it('a stalled minority node does not slow grants, and takes no late lock when it resumes', async () => {
     const three = await nodes(3);
-    const lock = await backend(three, { commandTimeoutMs: 800 });
+    const lock = await backend(three, { commandTimeoutMs: 1_500 });
     await grant(lock, lockName('warm'), 'w');
     const stalled = raw(three[0]!);
     const calls = async () =>
@@ -132,8 +132,8 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
     const started = performance.now();
     await grant(lock, name, 'a');
     // Decided by the quorum's answers, not after the stalled node's time-out.
-    expect(performance.now() - started).toBeLessThan(400);
-    await sleep(1_000);
+    expect(performance.now() - started).toBeLessThan(750);
+    await sleep(1_700);
     three[0]!.resume();
     // The acquire waiting in its socket runs now, after its deadline, and must do nothing.
     await until(async () => (await calls()) > before, 3_000);

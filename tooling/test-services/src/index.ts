@@ -4,6 +4,14 @@ export type {
   EtcdService,
 } from './etcd.js';
 export {
+  type PostgresService,
+  pingPostgres,
+  postgresAvailable,
+  postgresBinDir,
+  postgresManaged,
+  startPostgres,
+} from './postgres.js';
+export {
   findBinary,
   freePort,
   type ManagedProcess,

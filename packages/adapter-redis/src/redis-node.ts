@@ -86,12 +86,12 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
   /** Time left of a call's budget, for its next step. */
   const remaining = (startedAt: number) => Math.max(1, timeoutMs - (clock.now() - startedAt));
 
+  const connectedOnce = () => everReady || client.status === 'ready';
+
   /**
    * Resolves once the client's first connection is up. Only the first: afterwards, with the
    * offline queue off, a command while disconnected fails at once, which is what we want.
    */
-  const connectedOnce = () => everReady || client.status === 'ready';
-
   function firstConnection(what: string, startedAt: number): Promise<void> | undefined {
     if (connectedOnce()) return undefined;
     if (client.status === 'wait') client.connect().catch(() => {});
@@ -164,7 +164,10 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
         await firstConnection(what, startedAt);
         if (!needsDeadline) return dispatch(0);
         if (serverClock.deadline(budget) === undefined) await calibrate(what, startedAt);
-        return dispatch(serverClock.deadline(timeoutMs - (clock.now() - startedAt)) ?? 0);
+        const deadline = serverClock.deadline(timeoutMs - (clock.now() - startedAt));
+        // Never send a write without its deadline: that is what keeps a late one harmless.
+        if (deadline === undefined) throw new DlmError('UNAVAILABLE', `${what}: no server time`);
+        return dispatch(deadline);
       } finally {
         handedOver();
         if (turn === mine) turn = undefined;

@@ -1,0 +1,178 @@
+import { join } from 'node:path';
+import type { BackendCapabilities } from '@dlm/core';
+import { tempDir } from '@dlm/test-services';
+import { PROPERTIES, type Property } from './checker.js';
+import { type DlmServer, startDlmServer } from './dlm-server.js';
+import { expectedReason } from './expectations.js';
+import { NEMESES, type Nemesis, nemesisNamed } from './nemeses.js';
+import { runSegment, type SegmentResult, type WorkloadOptions } from './segment.js';
+import { type BackendVariant, startTopology } from './topology.js';
+
+export interface CampaignOptions extends WorkloadOptions {
+  backends: BackendVariant[];
+  /** Nemesis names per backend; `all` is every nemesis that applies to the backend. */
+  nemeses: (backend: BackendVariant) => string[] | 'all';
+  /** Per nemesis (one segment each). */
+  durationMs: number;
+  /** The resource's fencing check for every segment (off: everything is a negative control). */
+  fencing: boolean;
+  /**
+   * Add the negative control: client pauses with the resource's fencing check off, on the
+   * first backend. The campaign fails unless the checker reports lost updates there.
+   */
+  negativeControl: boolean;
+  historyDir?: string;
+  log?: (line: string) => void;
+}
+
+export interface SegmentReport extends SegmentResult {
+  kind: string;
+  capabilities: BackendCapabilities;
+  negativeControl: boolean;
+  /** Per property with violations: why they are expected, or null when they are a failure. */
+  expected: Partial<Record<Property, string | null>>;
+  /** Violations that no declared capability explains. */
+  unexpected: number;
+}
+
+export interface CampaignResult {
+  startedAt: string;
+  finishedAt: string;
+  options: Omit<CampaignOptions, 'nemeses' | 'log'> & { plan: Record<string, string[]> };
+  segments: SegmentReport[];
+  /** Startup failures and the like, per backend. */
+  errors: string[];
+  negativeControl: { run: boolean; detected: boolean; lostUpdates: number } | undefined;
+  /** No unexpected violation anywhere, and the negative control (if run) detected. */
+  passed: boolean;
+}
+
+function annotate(
+  result: SegmentResult,
+  server: DlmServer,
+  negativeControl: boolean,
+): SegmentReport {
+  const expected: SegmentReport['expected'] = {};
+  let unexpected = 0;
+  for (const property of PROPERTIES) {
+    const count = result.check.counts[property];
+    if (!count) continue;
+    const reason = expectedReason(property, {
+      capabilities: server.capabilities,
+      kind: server.kind,
+      nemesis: result.nemesis,
+      fencing: result.fencing,
+    });
+    expected[property] = reason ?? null;
+    if (!reason) unexpected += count;
+  }
+  return {
+    ...result,
+    kind: server.kind,
+    capabilities: server.capabilities,
+    negativeControl,
+    expected,
+    unexpected,
+  };
+}
+
+function planFor(backend: BackendVariant, options: CampaignOptions): Nemesis[] {
+  const wanted = options.nemeses(backend);
+  if (wanted === 'all') {
+    return NEMESES.filter((nemesis) => nemesis.name !== 'none' && nemesis.appliesTo(backend));
+  }
+  return wanted.map((name) => {
+    const nemesis = nemesisNamed(name);
+    if (!nemesis) throw new Error(`unknown nemesis ${JSON.stringify(name)}`);
+    return nemesis;
+  });
+}
+
+/**
+ * Runs every planned (backend, nemesis) segment: per backend, its processes and one dlm
+ * server are started once and shared by its segments; each segment has fresh lock names,
+ * resource and workers.
+ */
+export async function runCampaign(options: CampaignOptions): Promise<CampaignResult> {
+  const log = options.log ?? (() => {});
+  const startedAt = new Date().toISOString();
+  const historyDir = options.historyDir ?? tempDir('faults-history');
+  const segments: SegmentReport[] = [];
+  const errors: string[] = [];
+  const plan: Record<string, string[]> = {};
+  for (const backend of options.backends) {
+    plan[backend] = planFor(backend, options)
+      .filter((nemesis) => nemesis.appliesTo(backend))
+      .map((nemesis) => nemesis.name);
+  }
+
+  for (const [index, backend] of options.backends.entries()) {
+    const nemeses = planFor(backend, options).filter((nemesis) => {
+      if (nemesis.appliesTo(backend)) return true;
+      log(`${backend}: ${nemesis.name} does not apply, skipped`);
+      return false;
+    });
+    const control = options.negativeControl && index === 0;
+    if (!nemeses.length && !control) continue;
+    log(`${backend}: starting`);
+    let topology: Awaited<ReturnType<typeof startTopology>> | undefined;
+    let server: DlmServer | undefined;
+    try {
+      topology = await startTopology(backend);
+      server = await startDlmServer(topology);
+      const runs: { nemesis: Nemesis; fencing: boolean; control: boolean }[] = nemeses.map(
+        (nemesis) => ({ nemesis, fencing: options.fencing, control: false }),
+      );
+      if (control) {
+        runs.push({ nemesis: nemesisNamed('client-pause')!, fencing: false, control: true });
+      }
+      for (const run of runs) {
+        const label = `${backend} × ${run.nemesis.name}${run.control ? ' (fencing off)' : ''}`;
+        log(`${label}: ${Math.round(options.durationMs / 1000)} s`);
+        const result = await runSegment(topology, server, {
+          ...options,
+          nemesis: run.nemesis,
+          fencing: run.fencing,
+          dir: join(historyDir, backend, `${run.nemesis.name}${run.control ? '-fencing-off' : ''}`),
+          log,
+        });
+        const report = annotate(result, server, run.control);
+        segments.push(report);
+        const shown = PROPERTIES.filter((p) => report.check.counts[p])
+          .map((p) => `${p}=${report.check.counts[p]}${report.expected[p] ? ' (expected)' : ''}`)
+          .join(' ');
+        log(
+          `${label}: ${report.check.stats.ops} ops, ${report.check.stats.grants} grants, ${report.check.stats.faults} faults; ${shown || 'no violations'}`,
+        );
+      }
+    } catch (error) {
+      errors.push(`${backend}: ${(error as Error).stack ?? String(error)}`);
+      log(`${backend}: FAILED: ${(error as Error).message}`);
+    } finally {
+      await server?.process.kill().catch(() => {});
+      await topology?.stop().catch(() => {});
+    }
+  }
+
+  const controlSegment = segments.find((segment) => segment.negativeControl);
+  const negativeControl = options.negativeControl
+    ? {
+        run: controlSegment !== undefined,
+        detected: (controlSegment?.check.counts.S3 ?? 0) > 0,
+        lostUpdates: controlSegment?.check.counts.S3 ?? 0,
+      }
+    : undefined;
+  const { nemeses: _nemeses, log: _log, ...rest } = options;
+  return {
+    startedAt,
+    finishedAt: new Date().toISOString(),
+    options: { ...rest, historyDir, plan },
+    segments,
+    errors,
+    negativeControl,
+    passed:
+      errors.length === 0 &&
+      segments.every((segment) => segment.unexpected === 0) &&
+      (negativeControl === undefined || negativeControl.detected),
+  };
+}

@@ -1,0 +1,572 @@
+import type {
+  FaultEvent,
+  HistoryEvent,
+  LostEvent,
+  OpEvent,
+  ProcessEvent,
+  ResourceEvent,
+} from './history.js';
+
+/**
+ * The properties of the architecture (ARCHITECTURE.md, "Properties the tests hold the system
+ * to") as checked from a history:
+ *
+ * - S1: the fenced resource never accepts a token lower than one it already accepted.
+ * - S2: per name, grants' tokens are unique and increase in real-time order.
+ * - S3: no lost update on the fenced counter.
+ * - S4: a stale holder's release or extend never succeeds once a newer holder was granted.
+ * - S5: no grant is reported already over.
+ * - S6: no client believes it holds a lease while a newer holder has been granted the lock
+ *   (the client's local deadline ends before the backend's expiry).
+ * - L1: after a holder dies (killed or paused), the lock is free again within its lease
+ *   plus `l1BoundMs`.
+ * - L4: a client reports a lease lost within its local deadline (or, if it was paused then,
+ *   its resumption) plus `l4BoundMs`.
+ */
+export const PROPERTIES = ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'L1', 'L4'] as const;
+export type Property = (typeof PROPERTIES)[number];
+
+export interface Violation {
+  property: Property;
+  name: string;
+  /** When it showed (the history's time line). */
+  t: number;
+  message: string;
+  /** How many violations this entry stands for (lost updates on one key), default 1. */
+  count?: number;
+}
+
+export interface CheckOptions {
+  /** L1: how long past the lease's end the next holder may take to get the lock. */
+  l1BoundMs: number;
+  /** L4: how long past the local deadline (or the resumption) the client may take to say so. */
+  l4BoundMs: number;
+  /** The resource's counters at the end, per key (name). */
+  finalValues?: Record<string, number>;
+}
+
+export interface CheckStats {
+  /** Operations invoked. */
+  ops: number;
+  okOps: number;
+  /** Acquires that returned a lease. */
+  grants: number;
+  /** Writes acknowledged by the resource. */
+  writes: number;
+  /** Reads and writes the resource refused as stale. */
+  staleRefused: number;
+  /** Operations whose outcome is unknown (info, or never completed). */
+  unknown: number;
+  /** Leases the clients reported lost. */
+  lost: number;
+  /** Faults injected. */
+  faults: number;
+}
+
+export interface CheckResult {
+  violations: Violation[];
+  counts: Record<Property, number>;
+  stats: CheckStats;
+  /** Per fault, ms from its end to the next acknowledged write (null: none before the end). */
+  recoveryMs: (number | null)[];
+  /** Per dead or paused holder (L1), ms from its lease's end to the next grant of the lock. */
+  takeoverMs: number[];
+}
+
+interface Op {
+  proc: string;
+  f: OpEvent['f'];
+  name: string;
+  token: bigint | undefined;
+  invoke: OpEvent;
+  done: OpEvent | undefined;
+}
+
+interface Grant {
+  op: Op;
+  proc: string;
+  name: string;
+  token: bigint;
+  invokeT: number;
+  okT: number;
+  ttlMs: number;
+  /** Successful renewals (the acquire's own ok first), ordered by time. */
+  renewals: { okT: number; deadline: number }[];
+  releaseInvokeT: number | undefined;
+  lostT: number | undefined;
+}
+
+const INF = Number.POSITIVE_INFINITY;
+const token = (text: string | undefined) => (text === undefined ? undefined : BigInt(text));
+
+/** Pairs each invoke with its completion. */
+function collectOps(events: HistoryEvent[]): Op[] {
+  const open = new Map<string, Op>();
+  const ops: Op[] = [];
+  for (const event of events) {
+    if (event.kind !== 'op') continue;
+    const key = `${event.proc}#${event.op}`;
+    if (event.type === 'invoke') {
+      const op: Op = {
+        proc: event.proc,
+        f: event.f,
+        name: event.name,
+        token: token(event.token),
+        invoke: event,
+        done: undefined,
+      };
+      open.set(key, op);
+      ops.push(op);
+    } else {
+      const op = open.get(key);
+      if (!op) continue;
+      open.delete(key);
+      op.done = event;
+      if (op.token === undefined && event.token !== undefined) op.token = token(event.token);
+    }
+  }
+  return ops;
+}
+
+function intervalsOf(events: HistoryEvent[]) {
+  const pauses = new Map<string, [number, number][]>();
+  const killed = new Map<string, number>();
+  const stopped = new Map<string, number>();
+  const pausedSince = new Map<string, number>();
+  const linkFaults = new Map<string, [number, number][]>();
+  const faultStarts = new Map<number, FaultEvent>();
+  for (const event of events) {
+    if (event.kind === 'process') {
+      const p = event as ProcessEvent;
+      if (p.what === 'pause') pausedSince.set(p.target, p.t);
+      else if (p.what === 'resume') {
+        const since = pausedSince.get(p.target);
+        if (since !== undefined) {
+          pausedSince.delete(p.target);
+          pauses.set(p.target, [...(pauses.get(p.target) ?? []), [since, p.t]]);
+        }
+      } else if (p.what === 'kill') {
+        if (!killed.has(p.target)) killed.set(p.target, p.t);
+      } else if (p.what === 'stop') {
+        if (!stopped.has(p.target)) stopped.set(p.target, p.t);
+      }
+    } else if (event.kind === 'fault' && event.nemesis.startsWith('client-net') && event.target) {
+      if (event.phase === 'start') faultStarts.set(event.id, event);
+      else {
+        const start = faultStarts.get(event.id);
+        if (start) {
+          linkFaults.set(event.target, [
+            ...(linkFaults.get(event.target) ?? []),
+            [start.t, event.t],
+          ]);
+        }
+      }
+    }
+  }
+  // A pause without a resume lasts to the end of the history.
+  for (const [target, since] of pausedSince) {
+    pauses.set(target, [...(pauses.get(target) ?? []), [since, INF]]);
+  }
+  return { pauses, killed, stopped, linkFaults };
+}
+
+const overlaps = (list: [number, number][] | undefined, from: number, to: number) =>
+  (list ?? []).some(([start, end]) => start <= to && end >= from);
+
+function groupBy<T>(items: T[], key: (item: T) => string): Map<string, T[]> {
+  const groups = new Map<string, T[]>();
+  for (const item of items) {
+    const k = key(item);
+    let group = groups.get(k);
+    if (!group) {
+      group = [];
+      groups.set(k, group);
+    }
+    group.push(item);
+  }
+  return groups;
+}
+
+/**
+ * For each item ordered by `start`, the highest `value` among the items that completed
+ * (`end`) strictly before it started: the real-time order check of S1 and S2.
+ */
+function highestCompletedBefore<T>(
+  items: T[],
+  start: (item: T) => number,
+  end: (item: T) => number,
+  value: (item: T) => bigint,
+  visit: (item: T, highest: bigint | undefined, by: T | undefined) => void,
+): void {
+  const byEnd = [...items].sort((a, b) => end(a) - end(b));
+  const byStart = [...items].sort((a, b) => start(a) - start(b));
+  let index = 0;
+  let highest: bigint | undefined;
+  let by: T | undefined;
+  for (const item of byStart) {
+    while (index < byEnd.length && end(byEnd[index]!) < start(item)) {
+      const candidate = byEnd[index]!;
+      if (highest === undefined || value(candidate) > highest) {
+        highest = value(candidate);
+        by = candidate;
+      }
+      index++;
+    }
+    visit(item, highest, by);
+  }
+}
+
+/** Checks a merged history (see `readHistoryDir`) against S1–S6, L1 and L4. */
+export function checkHistory(events: HistoryEvent[], options: CheckOptions): CheckResult {
+  const violations: Violation[] = [];
+  const flag = (violation: Violation) => violations.push(violation);
+  const ops = collectOps(events);
+  const { pauses, killed, stopped, linkFaults } = intervalsOf(events);
+  const resourceEvents = events.filter((e): e is ResourceEvent => e.kind === 'resource');
+  const lostEvents = events.filter((e): e is LostEvent => e.kind === 'lost');
+  const faults = events.filter((e): e is FaultEvent => e.kind === 'fault');
+  const endOfHistory = events.length ? events[events.length - 1]!.t : 0;
+
+  // ---- grants and what became of them ----------------------------------------------------
+  const grants: Grant[] = [];
+  const grantIndex = new Map<string, Grant>();
+  const grantKey = (proc: string, name: string, t: bigint) => `${proc}\u0000${name}\u0000${t}`;
+  for (const op of ops) {
+    if (op.f !== 'acquire' || op.done?.type !== 'ok' || op.token === undefined) continue;
+    const grant: Grant = {
+      op,
+      proc: op.proc,
+      name: op.name,
+      token: op.token,
+      invokeT: op.invoke.t,
+      okT: op.done.t,
+      ttlMs: op.done.ttlMs ?? 0,
+      renewals: [
+        { okT: op.done.t, deadline: op.done.deadline ?? op.done.t + (op.done.ttlMs ?? 0) },
+      ],
+      releaseInvokeT: undefined,
+      lostT: undefined,
+    };
+    grants.push(grant);
+    grantIndex.set(grantKey(op.proc, op.name, op.token), grant);
+  }
+  for (const op of ops) {
+    if (op.token === undefined) continue;
+    const grant = grantIndex.get(grantKey(op.proc, op.name, op.token));
+    if (!grant) continue;
+    if (op.f === 'extend' && op.done?.type === 'ok') {
+      grant.renewals.push({
+        okT: op.done.t,
+        deadline: op.done.deadline ?? op.done.t + (op.done.ttlMs ?? grant.ttlMs),
+      });
+    } else if (op.f === 'release') {
+      grant.releaseInvokeT = Math.min(grant.releaseInvokeT ?? INF, op.invoke.t);
+    }
+  }
+  for (const lost of lostEvents) {
+    const grant = grantIndex.get(grantKey(lost.proc, lost.name, BigInt(lost.token)));
+    if (grant) grant.lostT = Math.min(grant.lostT ?? INF, lost.t);
+  }
+  const grantsByName = groupBy(grants, (g) => g.name);
+
+  // ---- S1: no stale token accepted --------------------------------------------------------
+  if (resourceEvents.length) {
+    // The resource's own log is complete and in its order of handling.
+    for (const [name, list] of groupBy(resourceEvents, (e) => e.name)) {
+      let highest: bigint | undefined;
+      for (const event of list) {
+        if (!event.accepted) continue;
+        const t = BigInt(event.token);
+        if (highest !== undefined && t < highest) {
+          flag({
+            property: 'S1',
+            name,
+            t: event.t,
+            message: `resource accepted a ${event.f} with token ${t} after token ${highest}`,
+          });
+        } else highest = t;
+      }
+    }
+  } else {
+    // From the clients' side: an access acknowledged with token t although an access with a
+    // higher token had been acknowledged before it was even sent.
+    const accesses = ops.filter(
+      (op) => (op.f === 'read' || op.f === 'write') && op.done?.type === 'ok' && op.token,
+    );
+    for (const [name, list] of groupBy(accesses, (op) => op.name)) {
+      highestCompletedBefore(
+        list,
+        (op) => op.invoke.t,
+        (op) => op.done!.t,
+        (op) => op.token!,
+        (op, highest, by) => {
+          if (highest !== undefined && highest > op.token!) {
+            flag({
+              property: 'S1',
+              name,
+              t: op.done!.t,
+              message: `${op.proc}'s ${op.f} with token ${op.token} was accepted after ${by!.proc}'s ${by!.f} with token ${highest} had been`,
+            });
+          }
+        },
+      );
+    }
+  }
+
+  // ---- S2: tokens unique and increasing ---------------------------------------------------
+  for (const [name, list] of grantsByName) {
+    const seen = new Map<bigint, Grant>();
+    for (const grant of list) {
+      const earlier = seen.get(grant.token);
+      if (earlier) {
+        flag({
+          property: 'S2',
+          name,
+          t: grant.okT,
+          message: `token ${grant.token} granted twice (${earlier.proc} and ${grant.proc})`,
+        });
+      } else seen.set(grant.token, grant);
+    }
+    highestCompletedBefore(
+      list,
+      (g) => g.invokeT,
+      (g) => g.okT,
+      (g) => g.token,
+      (grant, highest, by) => {
+        if (highest !== undefined && highest > grant.token) {
+          flag({
+            property: 'S2',
+            name,
+            t: grant.okT,
+            message: `${grant.proc} was granted token ${grant.token} after ${by!.proc} had been granted ${highest}`,
+          });
+        }
+      },
+    );
+  }
+
+  // ---- S3: no lost update -------------------------------------------------------------------
+  const ackedWrites = ops.filter((op) => op.f === 'write' && op.done?.type === 'ok');
+  const ackedByName = groupBy(ackedWrites, (op) => op.name);
+  const resourceWritesByName = groupBy(
+    resourceEvents.filter((e) => e.f === 'write' && e.accepted),
+    (e) => e.name,
+  );
+  const names = new Set([
+    ...ackedByName.keys(),
+    ...resourceWritesByName.keys(),
+    ...Object.keys(options.finalValues ?? {}),
+  ]);
+  for (const name of names) {
+    const acked = ackedByName.get(name) ?? [];
+    const details: string[] = [];
+    // Two acknowledged writes of the same value read the same value: one overwrote the other.
+    let duplicates = 0;
+    for (const [value, list] of groupBy(acked, (op) => String(op.invoke.value))) {
+      if (list.length > 1) {
+        duplicates += list.length - 1;
+        details.push(`${list.length} acknowledged writes of ${value}`);
+      }
+    }
+    // In the resource's order, every accepted write must add one to what was there.
+    let overwrites = 0;
+    for (const write of resourceWritesByName.get(name) ?? []) {
+      if (write.previous !== undefined && write.value !== write.previous + 1) overwrites++;
+    }
+    if (overwrites) details.push(`${overwrites} accepted writes did not add one to the counter`);
+    const final = options.finalValues?.[name];
+    let missing = 0;
+    if (final !== undefined) {
+      missing = Math.max(0, acked.length - final);
+      const accepted = resourceWritesByName.get(name)?.length;
+      if (accepted !== undefined) missing = Math.max(missing, accepted - final);
+      if (missing) {
+        details.push(
+          `final counter ${final} < ${accepted ?? acked.length} ${accepted === undefined ? 'acknowledged' : 'accepted'} writes`,
+        );
+      }
+    }
+    const lost = Math.max(duplicates, overwrites, missing);
+    if (lost) {
+      flag({
+        property: 'S3',
+        name,
+        t: acked.at(-1)?.done?.t ?? endOfHistory,
+        message: `${lost} lost update(s): ${details.join('; ')}`,
+        count: lost,
+      });
+    }
+  }
+
+  // ---- S4: stale release/extend -----------------------------------------------------------
+  for (const op of ops) {
+    if ((op.f !== 'release' && op.f !== 'extend') || op.done?.type !== 'ok') continue;
+    if (op.f === 'release' && op.done.released !== true) continue;
+    if (op.token === undefined) continue;
+    const newer = (grantsByName.get(op.name) ?? []).find(
+      (g) => g.token > op.token! && g.okT < op.invoke.t,
+    );
+    if (newer) {
+      flag({
+        property: 'S4',
+        name: op.name,
+        t: op.done.t,
+        message: `${op.proc}'s ${op.f} with token ${op.token} succeeded after ${newer.proc} was granted ${newer.token}`,
+      });
+    }
+  }
+
+  // ---- S5: no grant reported already over; S6: no overlap as the clients see it ---------------
+  for (const [name, list] of grantsByName) {
+    for (const grant of list) {
+      // A client that was paused, or whose link was faulty, while the reply was on its way
+      // cannot tell when the server sent it: S5 is judged only where the reply came straight.
+      const clean =
+        !overlaps(pauses.get(grant.proc), grant.invokeT, grant.okT) &&
+        !overlaps(linkFaults.get(grant.proc), grant.invokeT, grant.okT);
+      if (clean) {
+        const over = grant.renewals[0]!.deadline <= grant.okT;
+        const newer = list.find((g) => g.token > grant.token && g.okT < grant.okT);
+        if (over || newer) {
+          flag({
+            property: 'S5',
+            name,
+            t: grant.okT,
+            message: over
+              ? `${grant.proc}'s grant of token ${grant.token} arrived with no time left`
+              : `${grant.proc}'s grant of token ${grant.token} arrived after ${newer!.proc} had been granted ${newer!.token}`,
+          });
+        }
+      }
+      const believedUntil = Math.min(
+        Math.max(...grant.renewals.map((r) => r.deadline)),
+        grant.releaseInvokeT ?? INF,
+        grant.lostT ?? INF,
+        killed.get(grant.proc) ?? INF,
+      );
+      const overlapping = list.find(
+        (g) => g.token > grant.token && g.okT >= grant.okT && g.okT < believedUntil,
+      );
+      if (overlapping) {
+        flag({
+          property: 'S6',
+          name,
+          t: overlapping.okT,
+          message: `${overlapping.proc} was granted token ${overlapping.token} while ${grant.proc} still held ${grant.token} by its own deadline (${Math.round(believedUntil - overlapping.okT)} ms left)`,
+        });
+      }
+    }
+  }
+
+  // ---- L1: a dead or paused holder's lock comes free -----------------------------------------
+  const takeoverMs: number[] = [];
+  const acquiresByName = groupBy(
+    ops.filter((op) => op.f === 'acquire'),
+    (op) => op.name,
+  );
+  for (const fault of faults) {
+    if (fault.phase !== 'start' || !fault.holding || !fault.target) continue;
+    if (fault.nemesis !== 'client-kill' && fault.nemesis !== 'client-pause') continue;
+    const { name } = fault.holding;
+    const grant = grantIndex.get(grantKey(fault.target, name, BigInt(fault.holding.token)));
+    if (!grant) continue;
+    const renewal = grant.renewals.filter((r) => r.okT <= fault.t).at(-1) ?? grant.renewals[0]!;
+    const leaseEnd = renewal.okT + grant.ttlMs;
+    const releasedAt = ops.find(
+      (op) =>
+        op.f === 'release' &&
+        op.proc === grant.proc &&
+        op.token === grant.token &&
+        op.done?.type === 'ok' &&
+        op.done.released === true,
+    )?.done?.t;
+    const freeAt = Math.min(leaseEnd, releasedAt ?? INF);
+    const others = (acquiresByName.get(name) ?? []).filter((op) => op.proc !== fault.target);
+    const contender = others
+      .filter((op) => (op.done?.t ?? INF) > freeAt)
+      .sort((a, b) => a.invoke.t - b.invoke.t)[0];
+    if (!contender) continue;
+    const from = Math.max(freeAt, contender.invoke.t);
+    const next = (grantsByName.get(name) ?? [])
+      .filter((g) => g.token > grant.token)
+      .sort((a, b) => a.okT - b.okT)[0];
+    if (next) {
+      takeoverMs.push(Math.max(0, next.okT - freeAt));
+      if (next.okT > from + options.l1BoundMs) {
+        flag({
+          property: 'L1',
+          name,
+          t: next.okT,
+          message: `after ${fault.nemesis} of ${fault.target} (token ${grant.token}), the next grant came ${Math.round(next.okT - from)} ms after the lock should have been free`,
+        });
+      }
+    } else if (endOfHistory > from + options.l1BoundMs) {
+      flag({
+        property: 'L1',
+        name,
+        t: endOfHistory,
+        message: `after ${fault.nemesis} of ${fault.target} (token ${grant.token}), nobody got the lock again (${Math.round(endOfHistory - from)} ms)`,
+      });
+    }
+  }
+
+  // ---- L4: a lost lease is reported in time --------------------------------------------------
+  for (const grant of grants) {
+    const deadline = Math.max(...grant.renewals.map((r) => r.deadline));
+    if ((grant.releaseInvokeT ?? INF) < deadline) continue;
+    // A process paused at its deadline can only say so once it runs again.
+    let due = deadline;
+    for (let changed = true; changed; ) {
+      changed = false;
+      for (const [start, end] of pauses.get(grant.proc) ?? []) {
+        if (start <= due + options.l4BoundMs && end > due) {
+          due = end;
+          changed = true;
+        }
+      }
+    }
+    const limit = due + options.l4BoundMs;
+    const gone = Math.min(killed.get(grant.proc) ?? INF, stopped.get(grant.proc) ?? INF);
+    if (gone <= limit || endOfHistory <= limit) continue;
+    if (grant.lostT !== undefined && grant.lostT <= limit) continue;
+    flag({
+      property: 'L4',
+      name: grant.name,
+      t: limit,
+      message:
+        grant.lostT !== undefined
+          ? `${grant.proc} reported token ${grant.token} lost ${Math.round(grant.lostT - due)} ms after its deadline`
+          : `${grant.proc} never reported token ${grant.token} lost (deadline passed${grant.releaseInvokeT === undefined ? '' : `, released ${Math.round(grant.releaseInvokeT - deadline)} ms after it`})`,
+    });
+  }
+
+  // ---- stats and recovery ------------------------------------------------------------------
+  const writesByOk = ackedWrites.map((op) => op.done!.t).sort((a, b) => a - b);
+  const recoveryMs = faults
+    .filter((fault) => fault.phase === 'end')
+    .map((fault) => {
+      const next = writesByOk.find((t) => t > fault.t);
+      return next === undefined ? null : next - fault.t;
+    });
+  const counts = Object.fromEntries(PROPERTIES.map((p) => [p, 0])) as Record<Property, number>;
+  for (const violation of violations) counts[violation.property] += violation.count ?? 1;
+  return {
+    violations,
+    counts,
+    stats: {
+      ops: ops.length,
+      okOps: ops.filter((op) => op.done?.type === 'ok').length,
+      grants: grants.length,
+      writes: ackedWrites.length,
+      staleRefused: resourceEvents.length
+        ? resourceEvents.filter((e) => !e.accepted).length
+        : ops.filter((op) => (op.f === 'read' || op.f === 'write') && op.done?.type === 'fail')
+            .length,
+      unknown: ops.filter((op) => !op.done || op.done.type === 'info').length,
+      lost: lostEvents.length,
+      faults: faults.filter((fault) => fault.phase === 'start').length,
+    },
+    recoveryMs,
+    takeoverMs,
+  };
+}

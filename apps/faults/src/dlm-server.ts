@@ -1,0 +1,81 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { BackendCapabilities } from '@dlm/core';
+import { freePort, type ManagedProcess, startProcess, tempDir } from '@dlm/test-services';
+import { entryPoint } from './paths.js';
+import type { Topology } from './topology.js';
+
+/** The dlm server child process (server-entry.js) with its clock control. */
+export interface DlmServer {
+  process: ManagedProcess;
+  port: number;
+  /** `ws://127.0.0.1:PORT/v1/ws` */
+  url: string;
+  capabilities: BackendCapabilities;
+  kind: string;
+  clock(command: { jumpMs?: number; rate?: number }): Promise<void>;
+}
+
+async function healthy(port: number): Promise<boolean> {
+  try {
+    const response = await fetch(`http://127.0.0.1:${port}/healthz`, {
+      signal: AbortSignal.timeout(1_000),
+    });
+    return response.ok;
+  } catch {
+    return false;
+  }
+}
+
+/** Starts the dlm server on a free port, its backend as `topology` says (through the proxies). */
+export async function startDlmServer(topology: Topology): Promise<DlmServer> {
+  const port = await freePort();
+  const controlPort = await freePort();
+  const infoPath = join(tempDir('faults-server'), 'info.json');
+  const managed = await startProcess({
+    name: `dlm-server (${topology.variant})`,
+    command: process.execPath,
+    args: [
+      entryPoint('server-entry.js'),
+      '--port',
+      String(port),
+      '--log-level',
+      'warn',
+      ...topology.serverArgs,
+    ],
+    env: {
+      ...topology.serverEnv,
+      DLM_FAULTS_CONTROL_PORT: String(controlPort),
+      DLM_FAULTS_INFO: infoPath,
+    },
+    ready: () => healthy(port),
+  });
+  return finish(managed, port, controlPort, infoPath);
+}
+
+function finish(
+  managed: ManagedProcess,
+  port: number,
+  controlPort: number,
+  infoPath: string,
+): DlmServer {
+  const info = JSON.parse(readFileSync(infoPath, 'utf8')) as {
+    kind: string;
+    capabilities: BackendCapabilities;
+  };
+  return {
+    process: managed,
+    port,
+    url: `ws://127.0.0.1:${port}/v1/ws`,
+    capabilities: info.capabilities,
+    kind: info.kind,
+    async clock(command) {
+      const response = await fetch(`http://127.0.0.1:${controlPort}/clock`, {
+        method: 'POST',
+        body: JSON.stringify(command),
+        signal: AbortSignal.timeout(5_000),
+      });
+      if (!response.ok) throw new Error(`clock command failed: ${await response.text()}`);
+    },
+  };
+}

@@ -1,0 +1,36 @@
+export {
+  type CampaignOptions,
+  type CampaignResult,
+  runCampaign,
+  type SegmentReport,
+} from './campaign.js';
+export {
+  type CheckOptions,
+  type CheckResult,
+  type CheckStats,
+  checkHistory,
+  PROPERTIES,
+  type Property,
+  type Violation,
+} from './checker.js';
+export { expectedReason } from './expectations.js';
+export {
+  createHistoryWriter,
+  type FaultEvent,
+  type HistoryEvent,
+  type HistoryWriter,
+  type LostEvent,
+  mergeHistories,
+  type OpEvent,
+  type ProcessEvent,
+  parseHistory,
+  type ResourceEvent,
+  readHistoryDir,
+} from './history.js';
+export { NEMESES, type Nemesis, nemesisNamed } from './nemeses.js';
+export { renderMarkdown, toJson, writeReport } from './report.js';
+export { createFencedCounter, type FencedCounter } from './resource.js';
+export { createSkewClock, type SkewClock } from './skew-clock.js';
+export { createTcpProxy, type ProxyMode, type TcpProxy } from './tcp-proxy.js';
+export { monoNow, parseDurationMs } from './time.js';
+export { BACKENDS, type BackendVariant, startTopology } from './topology.js';

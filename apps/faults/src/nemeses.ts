@@ -1,0 +1,377 @@
+import type { ManagedProcess } from '@dlm/test-services';
+import type { FaultEvent } from './history.js';
+import type { ProxyMode, TcpProxy } from './tcp-proxy.js';
+import { sleep } from './time.js';
+import type { BackendVariant, Member, Topology } from './topology.js';
+import type { WorkerStatus } from './worker-config.js';
+
+/** A workload process as the nemesis sees it. */
+export interface WorkerHandle {
+  proc: string;
+  process: ManagedProcess;
+  /** Its own proxy to the dlm server: the client ↔ server link. */
+  proxy: TcpProxy;
+  status(): WorkerStatus | undefined;
+}
+
+/** What a nemesis may act on during a segment. */
+export interface NemesisContext {
+  ttlMs: number;
+  topology: Topology;
+  server: ManagedProcess;
+  /** Sends a clock command to the dlm server (`{ jumpMs }` or `{ rate }`). */
+  clock(command: { jumpMs?: number; rate?: number }): Promise<void>;
+  workers(): WorkerHandle[];
+  /** Kills nothing; starts a new process in place of a dead worker (new proc id, same proxy). */
+  replaceWorker(worker: WorkerHandle): Promise<void>;
+  /** Records the start of a fault; call the result to record its end. */
+  fault(start: Omit<FaultEvent, 'kind' | 't' | 'proc' | 'id' | 'phase'>): () => void;
+  /** Records what happened to a worker process (pause, resume, kill). */
+  processEvent(target: string, what: 'pause' | 'resume' | 'kill'): void;
+}
+
+export interface Nemesis {
+  name: string;
+  /** What it does, for the report. */
+  description: string;
+  appliesTo(variant: BackendVariant): boolean;
+  /** Injects the n-th fault (n = 0, 1, …) and heals it; resolves once healed. */
+  inject(context: NemesisContext, n: number): Promise<void>;
+}
+
+const cycle = <T>(values: T[], n: number): T => values[n % values.length]!;
+const random = <T>(values: T[]): T | undefined => values[Math.floor(Math.random() * values.length)];
+
+/**
+ * A worker that holds a lock now, preferring one that has read and not yet written (a pause
+ * there leaves a stale write behind). Waits up to `waitMs` for one; falls back to any worker.
+ */
+async function pickHolder(
+  context: NemesisContext,
+  waitMs = 3_000,
+): Promise<{ worker: WorkerHandle; holding: { name: string; token: string } | undefined }> {
+  const deadline = performance.now() + waitMs;
+  let anyHolder: WorkerHandle | undefined;
+  for (;;) {
+    const live = context.workers().filter((worker) => worker.process.running);
+    const holders = live.filter((worker) => worker.status()?.holding);
+    const afterRead = holders.filter((worker) => worker.status()?.holding?.phase === 'read');
+    anyHolder = random(holders) ?? anyHolder;
+    const chosen = random(afterRead) ?? (performance.now() > deadline ? anyHolder : undefined);
+    if (chosen) {
+      const holding = chosen.status()?.holding;
+      return {
+        worker: chosen,
+        holding: holding ? { name: holding.name, token: holding.token } : undefined,
+      };
+    }
+    if (performance.now() > deadline) return { worker: random(live)!, holding: undefined };
+    await sleep(10);
+  }
+}
+
+const ALL = () => true;
+const EXTERNAL = (variant: BackendVariant) => variant !== 'embedded';
+const SINGLE_OR_REDLOCK = (variant: BackendVariant) =>
+  variant === 'redis' || variant === 'redis-noaof' || variant === 'redlock';
+const CLUSTER = (variant: BackendVariant) => variant === 'etcd' || variant === 'zookeeper';
+
+async function restartMember(context: NemesisContext, member: Member, downMs: number) {
+  await member.process.kill();
+  await sleep(downMs);
+  await member.process.start();
+  await context.topology.settled();
+}
+
+function clientPause(): Nemesis {
+  return {
+    name: 'client-pause',
+    description:
+      'SIGSTOP a lock holder (just after its read) for 2, 0.5, 1 and 10 × TTL, then SIGCONT',
+    appliesTo: ALL,
+    async inject(context, n) {
+      const factor = cycle([2, 0.5, 1, 10], n);
+      const { worker, holding } = await pickHolder(context);
+      const end = context.fault({
+        nemesis: 'client-pause',
+        target: worker.proc,
+        ...(holding ? { holding } : {}),
+        detail: `${factor}×TTL`,
+      });
+      context.processEvent(worker.proc, 'pause');
+      worker.process.pause();
+      await sleep(factor * context.ttlMs);
+      worker.process.resume();
+      context.processEvent(worker.proc, 'resume');
+      end();
+    },
+  };
+}
+
+function clientKill(): Nemesis {
+  return {
+    name: 'client-kill',
+    description: 'kill -9 a lock holder; a new worker process takes its place',
+    appliesTo: ALL,
+    async inject(context, _n) {
+      const { worker, holding } = await pickHolder(context);
+      const end = context.fault({
+        nemesis: 'client-kill',
+        target: worker.proc,
+        ...(holding ? { holding } : {}),
+      });
+      context.processEvent(worker.proc, 'kill');
+      await worker.process.kill();
+      await sleep(300);
+      await context.replaceWorker(worker);
+      end();
+    },
+  };
+}
+
+function serverKill(): Nemesis {
+  return {
+    name: 'server-kill',
+    description: 'kill -9 the dlm server, restart it after 1 s (embedded: same data dir)',
+    appliesTo: ALL,
+    async inject(context) {
+      const end = context.fault({ nemesis: 'server-kill', target: 'server' });
+      await context.server.kill();
+      await sleep(1_000);
+      await context.server.start();
+      end();
+    },
+  };
+}
+
+function serverPause(): Nemesis {
+  return {
+    name: 'server-pause',
+    description: 'SIGSTOP the dlm server for 0.5 and 1.5 × TTL',
+    appliesTo: ALL,
+    async inject(context, n) {
+      const factor = cycle([0.5, 1.5], n);
+      const end = context.fault({
+        nemesis: 'server-pause',
+        target: 'server',
+        detail: `${factor}×TTL`,
+      });
+      context.server.pause();
+      await sleep(factor * context.ttlMs);
+      context.server.resume();
+      end();
+    },
+  };
+}
+
+function backendKill(): Nemesis {
+  return {
+    name: 'backend-kill',
+    description: 'kill -9 the Redis (a random Redlock node), restart it after 1 s',
+    appliesTo: SINGLE_OR_REDLOCK,
+    async inject(context) {
+      const member = random(context.topology.members)!;
+      const end = context.fault({ nemesis: 'backend-kill', target: member.id });
+      await restartMember(context, member, 1_000);
+      end();
+    },
+  };
+}
+
+function backendPause(): Nemesis {
+  return {
+    name: 'backend-pause',
+    description: 'SIGSTOP the Redis (a random Redlock node) for 0.5, 1.5 and 3 × TTL',
+    appliesTo: SINGLE_OR_REDLOCK,
+    async inject(context, n) {
+      const factor = cycle([0.5, 1.5, 3], n);
+      const member = random(context.topology.members)!;
+      const end = context.fault({
+        nemesis: 'backend-pause',
+        target: member.id,
+        detail: `${factor}×TTL`,
+      });
+      member.process.pause();
+      await sleep(factor * context.ttlMs);
+      member.process.resume();
+      end();
+    },
+  };
+}
+
+async function pickMember(context: NemesisContext, role: 'leader' | 'follower') {
+  const leader = await context.topology.leader();
+  if (role === 'leader') return leader ?? random(context.topology.members)!;
+  return random(context.topology.members.filter((member) => member !== leader))!;
+}
+
+function memberKill(role: 'leader' | 'follower'): Nemesis {
+  return {
+    name: `${role}-kill`,
+    description: `kill -9 the ${role} of the 3-member cluster, restart it after 1 s`,
+    appliesTo: CLUSTER,
+    async inject(context) {
+      const member = await pickMember(context, role);
+      const end = context.fault({ nemesis: `${role}-kill`, target: member.id });
+      await restartMember(context, member, 1_000);
+      end();
+    },
+  };
+}
+
+function memberPause(role: 'leader' | 'follower'): Nemesis {
+  return {
+    name: `${role}-pause`,
+    description: `SIGSTOP the ${role} of the 3-member cluster for 1 and 3 × TTL`,
+    appliesTo: CLUSTER,
+    async inject(context, n) {
+      const factor = cycle([1, 3], n);
+      const member = await pickMember(context, role);
+      const end = context.fault({
+        nemesis: `${role}-pause`,
+        target: member.id,
+        detail: `${factor}×TTL`,
+      });
+      member.process.pause();
+      await sleep(factor * context.ttlMs);
+      member.process.resume();
+      await context.topology.settled();
+      end();
+    },
+  };
+}
+
+type NetFault = 'drop' | 'blackhole' | 'delay' | 'delay-long' | 'reset';
+
+function netMode(fault: NetFault, ttlMs: number): { mode: ProxyMode; windowMs: number } {
+  switch (fault) {
+    case 'drop':
+      return { mode: { kind: 'drop' }, windowMs: 2 * ttlMs };
+    case 'blackhole':
+      return { mode: { kind: 'blackhole' }, windowMs: 2 * ttlMs };
+    case 'delay':
+      return { mode: { kind: 'delay', meanMs: 75, jitterMs: 50 }, windowMs: 3 * ttlMs };
+    case 'delay-long':
+      return { mode: { kind: 'delay', meanMs: 1.5 * ttlMs, jitterMs: 0 }, windowMs: 2 * ttlMs };
+    case 'reset':
+      return { mode: { kind: 'reset' }, windowMs: 1_000 };
+  }
+}
+
+const NET_DESCRIPTION: Record<NetFault, string> = {
+  drop: 'drop both ways (partition) for 2 × TTL',
+  blackhole: 'requests arrive, replies are lost, for 2 × TTL',
+  delay: 'delay every chunk 75 ± 50 ms for 3 × TTL',
+  'delay-long': 'delay every chunk 1.5 × TTL for 2 × TTL',
+  reset: 'reset every connection (and new ones for 1 s)',
+};
+
+function clientNet(fault: NetFault): Nemesis {
+  return {
+    name: `client-net-${fault}`,
+    description: `one client ↔ server link (a holder's): ${NET_DESCRIPTION[fault]}`,
+    appliesTo: ALL,
+    async inject(context) {
+      const { worker, holding } = await pickHolder(context, 1_000);
+      const { mode, windowMs } = netMode(fault, context.ttlMs);
+      const end = context.fault({
+        nemesis: `client-net-${fault}`,
+        target: worker.proc,
+        ...(holding ? { holding } : {}),
+      });
+      worker.proxy.setMode(mode);
+      await sleep(windowMs);
+      worker.proxy.heal();
+      end();
+    },
+  };
+}
+
+function backendNet(fault: NetFault): Nemesis {
+  return {
+    name: `backend-net-${fault}`,
+    description: `every server ↔ backend link: ${NET_DESCRIPTION[fault]}`,
+    appliesTo: EXTERNAL,
+    async inject(context) {
+      const { mode, windowMs } = netMode(fault, context.ttlMs);
+      const end = context.fault({ nemesis: `backend-net-${fault}`, target: 'backend-links' });
+      for (const proxy of context.topology.proxies) proxy.setMode(mode);
+      await sleep(windowMs);
+      for (const proxy of context.topology.proxies) proxy.heal();
+      end();
+    },
+  };
+}
+
+function clockJump(): Nemesis {
+  return {
+    name: 'clock-jump',
+    description: "the dlm server's clock jumps 2 × TTL forward, or stands still for 1 × TTL",
+    appliesTo: ALL,
+    async inject(context, n) {
+      if (n % 2 === 0) {
+        const end = context.fault({ nemesis: 'clock-jump', target: 'server', detail: '+2×TTL' });
+        await context.clock({ jumpMs: 2 * context.ttlMs });
+        end();
+        return;
+      }
+      const end = context.fault({ nemesis: 'clock-jump', target: 'server', detail: 'stop 1×TTL' });
+      await context.clock({ rate: 0 });
+      await sleep(context.ttlMs);
+      await context.clock({ rate: 1 });
+      end();
+    },
+  };
+}
+
+function clockSkew(): Nemesis {
+  return {
+    name: 'clock-skew',
+    description: "the dlm server's clock runs 2× fast, or 0.5× slow, for 3 × TTL",
+    appliesTo: ALL,
+    async inject(context, n) {
+      const rate = cycle([2, 0.5], n);
+      const end = context.fault({
+        nemesis: 'clock-skew',
+        target: 'server',
+        detail: `rate ${rate}`,
+      });
+      await context.clock({ rate });
+      await sleep(3 * context.ttlMs);
+      await context.clock({ rate: 1 });
+      end();
+    },
+  };
+}
+
+/** No fault at all: the baseline. */
+function none(): Nemesis {
+  return {
+    name: 'none',
+    description: 'no faults (baseline)',
+    appliesTo: ALL,
+    async inject() {},
+  };
+}
+
+export const NEMESES: Nemesis[] = [
+  none(),
+  clientPause(),
+  clientKill(),
+  serverKill(),
+  serverPause(),
+  backendKill(),
+  backendPause(),
+  memberKill('leader'),
+  memberPause('leader'),
+  memberKill('follower'),
+  memberPause('follower'),
+  ...(['drop', 'blackhole', 'delay', 'delay-long', 'reset'] as const).map(clientNet),
+  ...(['drop', 'blackhole', 'delay', 'delay-long', 'reset'] as const).map(backendNet),
+  clockJump(),
+  clockSkew(),
+];
+
+export function nemesisNamed(name: string): Nemesis | undefined {
+  return NEMESES.find((nemesis) => nemesis.name === name);
+}

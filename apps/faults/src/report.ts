@@ -1,0 +1,158 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { CampaignResult, SegmentReport } from './campaign.js';
+import { PROPERTIES, type Property, type Violation } from './checker.js';
+import { NEMESES } from './nemeses.js';
+
+function percentile(values: number[], p: number): number | undefined {
+  if (!values.length) return undefined;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
+}
+
+const ms = (value: number | undefined) => (value === undefined ? '–' : `${Math.round(value)}`);
+
+export function recoverySummary(segment: SegmentReport) {
+  const recovered = segment.check.recoveryMs.filter((v): v is number => v !== null);
+  return {
+    p50: percentile(recovered, 0.5),
+    max: recovered.length ? Math.max(...recovered) : undefined,
+    notRecovered: segment.check.recoveryMs.length - recovered.length,
+    takeoverMax: segment.check.takeoverMs.length
+      ? Math.max(...segment.check.takeoverMs)
+      : undefined,
+  };
+}
+
+function cell(segment: SegmentReport, property: Property): string {
+  const count = segment.check.counts[property];
+  if (!count) return '0';
+  return segment.expected[property] ? `${count} (exp.)` : `**${count}** ✗`;
+}
+
+/** The report as Markdown: the table, what was run, and examples of every violation. */
+export function renderMarkdown(result: CampaignResult): string {
+  const { options } = result;
+  const lines: string[] = [];
+  lines.push('# dlm fault-injection campaign', '');
+  lines.push(
+    `${result.startedAt} → ${result.finishedAt}. ${options.workers} workload processes on ${options.keys} lock names per segment, TTL ${options.ttlMs} ms, ${Math.round(options.durationMs / 1000)} s of faults per segment (then TTL + 3 s to recover). L1 bound ${options.l1BoundMs} ms, L4 bound ${options.l4BoundMs} ms.`,
+    '',
+  );
+  lines.push(
+    `**Result: ${result.passed ? 'PASSED' : 'FAILED'}** — ${result.segments.reduce((n, s) => n + s.unexpected, 0)} unexpected violations` +
+      (result.negativeControl
+        ? `; negative control ${result.negativeControl.detected ? `detected (${result.negativeControl.lostUpdates} lost updates reported with fencing off)` : 'NOT detected'}`
+        : '') +
+      '.',
+    '',
+  );
+  lines.push(
+    '| backend | nemesis | ops | grants | writes | faults | S1 | S2 | S3 | S4 | S5 | S6 | L1 | L4 | recovery p50 / max ms | L1 takeover max ms |',
+    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+  );
+  for (const segment of result.segments) {
+    const { stats } = segment.check;
+    const recovery = recoverySummary(segment);
+    const recoveryCell =
+      stats.faults === 0
+        ? '–'
+        : `${ms(recovery.p50)} / ${ms(recovery.max)}${recovery.notRecovered ? ` (${recovery.notRecovered} not)` : ''}`;
+    lines.push(
+      `| ${segment.backend} | ${segment.nemesis}${segment.negativeControl ? ' **(fencing off)**' : ''} | ${stats.ops} | ${stats.grants} | ${stats.writes} | ${stats.faults} | ${PROPERTIES.map((p) => cell(segment, p)).join(' | ')} | ${recoveryCell} | ${ms(recovery.takeoverMax)} |`,
+    );
+  }
+  lines.push('');
+  lines.push(
+    "`(exp.)`: expected from what the backend declares (see Notes); **✗**: a failure. Recovery: from the end of each fault to the next acknowledged write. L1 takeover: from a dead or paused holder's lease end to the next grant of its lock.",
+    '',
+  );
+
+  const notes = new Map<string, string[]>();
+  for (const segment of result.segments) {
+    for (const [property, reason] of Object.entries(segment.expected)) {
+      if (!reason) continue;
+      const key = `${segment.backend}: ${reason}`;
+      notes.set(key, [...(notes.get(key) ?? []), `${segment.nemesis} ${property}`]);
+    }
+  }
+  if (notes.size) {
+    lines.push('## Notes', '');
+    for (const [key, where] of notes) lines.push(`- ${key} (${[...new Set(where)].join(', ')})`);
+    lines.push('');
+  }
+
+  lines.push('## Properties', '');
+  lines.push(
+    '- S1: the fenced resource never accepts a token lower than one it accepted (its own log).',
+    "- S2: per lock, grants' tokens are unique and increase in real-time order.",
+    '- S3: no lost update: every accepted write adds one to the counter, no two acknowledged writes read the same value, and the final counter is not below the writes.',
+    '- S4: a release or extend with a token succeeds only if no newer grant had completed before it was sent.',
+    '- S5: no grant arrives after a newer grant of the lock completed, or with no time left (judged where the client was not paused and its link was clean while the reply was on its way).',
+    '- S6: no grant completes while an older holder still holds the lock by its own local deadline (and has not released it).',
+    `- L1: after a holder is killed or paused, the next waiter gets the lock within ${options.l1BoundMs} ms of the holder's lease end (counted from the last renewal's reply).`,
+    `- L4: a client reports a lease lost within ${options.l4BoundMs} ms of its local deadline, or of its resumption when it was paused then.`,
+    '',
+  );
+
+  lines.push('## Nemeses', '');
+  const used = new Set(result.segments.map((segment) => segment.nemesis));
+  for (const nemesis of NEMESES) {
+    if (used.has(nemesis.name)) lines.push(`- \`${nemesis.name}\`: ${nemesis.description}`);
+  }
+  lines.push('');
+
+  const withViolations = result.segments.filter(
+    (s) => s.check.violations.length || s.errors.length,
+  );
+  if (withViolations.length || result.errors.length) {
+    lines.push('## Violations and errors (first 5 per property)', '');
+    for (const error of result.errors) lines.push(`- error: ${error.split('\n')[0]}`);
+    for (const segment of withViolations) {
+      lines.push(
+        `### ${segment.backend} × ${segment.nemesis}${segment.negativeControl ? ' (fencing off)' : ''}`,
+        '',
+      );
+      for (const error of segment.errors) lines.push(`- injection error: ${error}`);
+      for (const property of PROPERTIES) {
+        const list = segment.check.violations.filter((v) => v.property === property);
+        for (const violation of list.slice(0, 5)) {
+          lines.push(`- ${property} \`${violation.name}\`: ${violation.message}`);
+        }
+        if (list.length > 5) lines.push(`- ${property}: … ${list.length - 5} more`);
+      }
+      lines.push('');
+    }
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/** The JSON form: everything in the Markdown, with at most 20 violations per property kept. */
+export function toJson(result: CampaignResult): unknown {
+  return {
+    ...result,
+    segments: result.segments.map((segment) => {
+      const examples: Violation[] = [];
+      for (const property of PROPERTIES) {
+        examples.push(
+          ...segment.check.violations.filter((v) => v.property === property).slice(0, 20),
+        );
+      }
+      return {
+        ...segment,
+        recovery: recoverySummary(segment),
+        check: { ...segment.check, violations: examples },
+      };
+    }),
+  };
+}
+
+/** Writes `<label>.md` and `<label>.json` into `dir`; returns their paths. */
+export function writeReport(result: CampaignResult, dir: string, label: string) {
+  mkdirSync(dir, { recursive: true });
+  const markdown = join(dir, `${label}.md`);
+  const json = join(dir, `${label}.json`);
+  writeFileSync(markdown, renderMarkdown(result));
+  writeFileSync(json, `${JSON.stringify(toJson(result), null, 2)}\n`);
+  return { markdown, json };
+}

@@ -1,0 +1,227 @@
+import { mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { freePort, type ManagedProcess, startProcess } from '@dlm/test-services';
+import { type CheckResult, checkHistory } from './checker.js';
+import type { DlmServer } from './dlm-server.js';
+import { createHistoryWriter, readHistoryDir } from './history.js';
+import type { Nemesis, NemesisContext, WorkerHandle } from './nemeses.js';
+import { entryPoint } from './paths.js';
+import { createTcpProxy } from './tcp-proxy.js';
+import { monoNow, sleep } from './time.js';
+import type { Topology } from './topology.js';
+import type { WorkerConfig, WorkerStatus } from './worker-config.js';
+
+export interface WorkloadOptions {
+  ttlMs: number;
+  /** Workload processes. */
+  workers: number;
+  /** Lock names (= resource keys) they share. */
+  keys: number;
+  l1BoundMs: number;
+  l4BoundMs: number;
+}
+
+export interface SegmentOptions extends WorkloadOptions {
+  nemesis: Nemesis;
+  durationMs: number;
+  /** The resource's fencing check; off is the negative control. */
+  fencing: boolean;
+  /** Where this segment's histories go. */
+  dir: string;
+  log: (line: string) => void;
+}
+
+export interface SegmentResult {
+  backend: string;
+  nemesis: string;
+  fencing: boolean;
+  durationMs: number;
+  check: CheckResult;
+  finalValues: Record<string, number>;
+  /** Faults whose injection failed (a member that would not restart…). */
+  errors: string[];
+}
+
+async function resourceState(port: number): Promise<Record<string, number>> {
+  const response = await fetch(`http://127.0.0.1:${port}/state`, {
+    signal: AbortSignal.timeout(5_000),
+  });
+  const state = (await response.json()) as { keys: Record<string, { value: number }> };
+  return Object.fromEntries(Object.entries(state.keys).map(([key, { value }]) => [key, value]));
+}
+
+/**
+ * One row of the report: a fresh resource and fresh workers on fresh lock names, the nemesis
+ * injecting one bounded fault after another for `durationMs`, then everything healed, a
+ * settling period (TTL + 3 s) in which the system must recover, the workers stopped, and the
+ * merged history checked.
+ */
+export async function runSegment(
+  topology: Topology,
+  server: DlmServer,
+  options: SegmentOptions,
+): Promise<SegmentResult> {
+  const { dir, ttlMs } = options;
+  mkdirSync(dir, { recursive: true });
+  const tag = `${options.nemesis.name}-${Math.random().toString(36).slice(2, 7)}`;
+  const names = Array.from({ length: options.keys }, (_, i) => `${tag}/k${i + 1}`);
+  const errors: string[] = [];
+
+  const resourcePort = await freePort();
+  const resource = await startProcess({
+    name: 'fenced resource',
+    command: process.execPath,
+    args: [
+      entryPoint('resource-entry.js'),
+      '--port',
+      String(resourcePort),
+      ...(options.fencing ? [] : ['--no-fencing']),
+    ],
+    env: { DLM_FAULTS_HISTORY: join(dir, 'resource.jsonl') },
+    ready: async () => {
+      try {
+        return (await fetch(`http://127.0.0.1:${resourcePort}/state`)).ok;
+      } catch {
+        return false;
+      }
+    },
+  });
+
+  const nemesisLog = createHistoryWriter(join(dir, 'nemesis.jsonl'), 'nemesis');
+  const workers: WorkerHandle[] = [];
+  const replacements = new Map<string, number>();
+
+  async function startWorker(proc: string, proxy: WorkerHandle['proxy']): Promise<WorkerHandle> {
+    const statusPath = join(dir, `${proc}.status.json`);
+    const config: WorkerConfig = {
+      proc,
+      url: `ws://127.0.0.1:${proxy.port}/v1/ws`,
+      resourceUrl: `http://127.0.0.1:${resourcePort}`,
+      names,
+      ttlMs,
+      waitMs: 3 * ttlMs,
+      historyPath: join(dir, `${proc}.jsonl`),
+      statusPath,
+      holdMs: [10, 100],
+      thinkMs: [0, 50],
+      extendProbability: 0.25,
+      requestTimeoutMs: 5_000,
+    };
+    const managed: ManagedProcess = await startProcess({
+      name: `worker ${proc}`,
+      command: process.execPath,
+      args: [entryPoint('worker-entry.js')],
+      env: { DLM_FAULTS_WORKER: JSON.stringify(config) },
+      ready: async () => true,
+    });
+    nemesisLog.record({ kind: 'process', target: proc, what: 'start' });
+    return {
+      proc,
+      process: managed,
+      proxy,
+      status() {
+        try {
+          return JSON.parse(readFileSync(statusPath, 'utf8')) as WorkerStatus;
+        } catch {
+          return undefined;
+        }
+      },
+    };
+  }
+
+  for (let i = 1; i <= options.workers; i++) {
+    const proxy = await createTcpProxy({ targetPort: server.port });
+    workers.push(await startWorker(`w${i}`, proxy));
+  }
+
+  let faultSeq = 0;
+  const context: NemesisContext = {
+    ttlMs,
+    topology,
+    server: server.process,
+    clock: (command) => server.clock(command),
+    workers: () => workers,
+    async replaceWorker(dead) {
+      const base = dead.proc.split('.')[0]!;
+      const n = (replacements.get(base) ?? 0) + 1;
+      replacements.set(base, n);
+      const fresh = await startWorker(`${base}.${n}`, dead.proxy);
+      workers[workers.indexOf(dead)] = fresh;
+    },
+    fault(start) {
+      const id = ++faultSeq;
+      nemesisLog.record({ kind: 'fault', id, phase: 'start', ...start });
+      return () => {
+        nemesisLog.record({
+          kind: 'fault',
+          id,
+          phase: 'end',
+          nemesis: start.nemesis,
+          ...(start.target === undefined ? {} : { target: start.target }),
+        });
+      };
+    },
+    processEvent(target, what) {
+      nemesisLog.record({ kind: 'process', target, what });
+    },
+  };
+
+  const startedAt = monoNow();
+  await sleep(1_500);
+  for (let n = 0; options.nemesis.name !== 'none'; n++) {
+    if (monoNow() - startedAt >= options.durationMs) break;
+    try {
+      await options.nemesis.inject(context, n);
+    } catch (error) {
+      errors.push(`${options.nemesis.name} #${n}: ${(error as Error).message}`);
+      options.log(`  ! ${errors.at(-1)}`);
+    }
+    await sleep(Math.max(2_000, ttlMs) + Math.random() * 1_000);
+  }
+  if (options.nemesis.name === 'none') await sleep(options.durationMs);
+
+  // Heal whatever a failed injection may have left broken.
+  for (const worker of workers) worker.proxy.heal();
+  for (const proxy of topology.proxies) proxy.heal();
+  try {
+    if (!server.process.running) await server.process.start();
+    server.process.resume();
+    await server.clock({ rate: 1 });
+    for (const member of topology.members) {
+      member.process.resume();
+      if (!member.process.running) await member.process.start();
+    }
+    await topology.settled();
+  } catch (error) {
+    errors.push(`heal: ${(error as Error).message}`);
+  }
+  await sleep(ttlMs + 3_000);
+
+  for (const worker of workers)
+    nemesisLog.record({ kind: 'process', target: worker.proc, what: 'stop' });
+  await Promise.all(workers.map((worker) => worker.process.stop(8_000)));
+  let finalValues: Record<string, number> = {};
+  try {
+    finalValues = await resourceState(resourcePort);
+  } catch (error) {
+    errors.push(`resource state: ${(error as Error).message}`);
+  }
+  await resource.stop();
+  nemesisLog.close();
+  await Promise.all(workers.map((worker) => worker.proxy.close()));
+
+  const check = checkHistory(readHistoryDir(dir), {
+    l1BoundMs: options.l1BoundMs,
+    l4BoundMs: options.l4BoundMs,
+    finalValues,
+  });
+  return {
+    backend: topology.variant,
+    nemesis: options.nemesis.name,
+    fencing: options.fencing,
+    durationMs: options.durationMs,
+    check,
+    finalValues,
+    errors,
+  };
+}

@@ -1,0 +1,175 @@
+import {
+  type ManagedProcess,
+  startEtcdCluster,
+  startRedis,
+  startRedisNodes,
+  startZooKeeperEnsemble,
+  tempDir,
+} from '@dlm/test-services';
+import { createTcpProxy, type TcpProxy } from './tcp-proxy.js';
+
+/** The backends the harness runs against; Redis twice, with and without its AOF. */
+export const BACKENDS = [
+  'embedded',
+  'redis',
+  'redis-noaof',
+  'redlock',
+  'etcd',
+  'zookeeper',
+] as const;
+export type BackendVariant = (typeof BACKENDS)[number];
+
+export function isBackendVariant(text: string): text is BackendVariant {
+  return (BACKENDS as readonly string[]).includes(text);
+}
+
+/** A backend process the nemesis can kill or pause. */
+export interface Member {
+  /** `redis`, `r2` (a Redlock node), `n1` (etcd), `zk3`. */
+  id: string;
+  process: ManagedProcess;
+}
+
+/**
+ * The backend side of a run: the backend's processes, and one TCP proxy per member between
+ * the dlm server and it, which the network nemeses act on.
+ */
+export interface Topology {
+  variant: BackendVariant;
+  /** Flags for the dlm server: the backend, pointed at the proxies. */
+  serverArgs: string[];
+  serverEnv: Record<string, string>;
+  members: Member[];
+  proxies: TcpProxy[];
+  /** The member leading now (etcd, ZooKeeper), if any answers. */
+  leader(): Promise<Member | undefined>;
+  /** Resolves once the backend serves again after a member restart (a leader elected). */
+  settled(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+async function proxiesFor(ports: number[]): Promise<TcpProxy[]> {
+  return Promise.all(ports.map((targetPort) => createTcpProxy({ targetPort })));
+}
+
+const portOf = (url: string) => Number(new URL(url).port);
+
+/** Starts the backend's processes (a 3-member cluster for etcd and ZooKeeper, 3 Redlock nodes). */
+export async function startTopology(variant: BackendVariant): Promise<Topology> {
+  const none = async () => undefined;
+  const nothing = async () => {};
+  switch (variant) {
+    case 'embedded': {
+      const dataDir = tempDir('faults-embedded');
+      return {
+        variant,
+        serverArgs: ['--backend', 'embedded', '--data-dir', dataDir],
+        serverEnv: {},
+        members: [],
+        proxies: [],
+        leader: none,
+        settled: nothing,
+        stop: nothing,
+      };
+    }
+    case 'redis':
+    case 'redis-noaof': {
+      const redis = await startRedis({ aof: variant === 'redis' });
+      const proxies = await proxiesFor([redis.port]);
+      return {
+        variant,
+        serverArgs: ['--backend', 'redis', '--redis-url', `redis://127.0.0.1:${proxies[0]!.port}`],
+        serverEnv: variant === 'redis' ? { DLM_FAULTS_REDIS_DURABLE: '1' } : {},
+        members: [{ id: 'redis', process: redis }],
+        proxies,
+        leader: none,
+        settled: nothing,
+        async stop() {
+          await Promise.all(proxies.map((proxy) => proxy.close()));
+          await redis.kill();
+        },
+      };
+    }
+    case 'redlock': {
+      const nodes = await startRedisNodes(3);
+      const proxies = await proxiesFor(nodes.map((node) => node.port));
+      return {
+        variant,
+        serverArgs: [
+          '--backend',
+          'redlock',
+          '--redlock-urls',
+          proxies.map((proxy) => `redis://127.0.0.1:${proxy.port}`).join(','),
+        ],
+        serverEnv: {},
+        members: nodes.map((node, i) => ({ id: `r${i + 1}`, process: node })),
+        proxies,
+        leader: none,
+        settled: nothing,
+        async stop() {
+          await Promise.all(proxies.map((proxy) => proxy.close()));
+          await Promise.all(nodes.map((node) => node.kill()));
+        },
+      };
+    }
+    case 'etcd': {
+      const etcd = await startEtcdCluster(3);
+      const proxies = await proxiesFor(etcd.members.map((member) => portOf(member.clientUrl)));
+      const members = etcd.members.map((member) => ({ id: member.name, process: member.process }));
+      return {
+        variant,
+        serverArgs: [
+          '--backend',
+          'etcd',
+          '--etcd-endpoints',
+          proxies.map((proxy) => `http://127.0.0.1:${proxy.port}`).join(','),
+        ],
+        serverEnv: {},
+        members,
+        proxies,
+        async leader() {
+          const leader = await etcd.leader();
+          return members.find((member) => member.id === leader?.name);
+        },
+        async settled() {
+          await etcd.waitForLeader(30_000);
+        },
+        async stop() {
+          await Promise.all(proxies.map((proxy) => proxy.close()));
+          await etcd.stop();
+        },
+      };
+    }
+    case 'zookeeper': {
+      const zk = await startZooKeeperEnsemble(3);
+      const proxies = await proxiesFor(zk.members.map((member) => member.clientPort));
+      const members = zk.members.map((member) => ({
+        id: `zk${member.id}`,
+        process: member.process,
+      }));
+      return {
+        variant,
+        serverArgs: [
+          '--backend',
+          'zookeeper',
+          '--zk-connect',
+          proxies.map((proxy) => `127.0.0.1:${proxy.port}`).join(','),
+        ],
+        serverEnv: {},
+        members,
+        proxies,
+        async leader() {
+          const leader = await zk.leader();
+          return members.find((member) => member.id === `zk${leader?.id}`);
+        },
+        async settled() {
+          await zk.waitForLeader(60_000);
+        },
+        async stop() {
+          await Promise.all(proxies.map((proxy) => proxy.close()));
+          await zk.stop();
+        },
+      };
+    }
+  }
+}

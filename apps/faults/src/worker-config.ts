@@ -1,0 +1,32 @@
+/** What the harness tells a workload process (as JSON in `DLM_FAULTS_WORKER`). */
+export interface WorkerConfig {
+  /** This process's id in the history (`w1`, `w2`, and `w2.1` for w2's replacement). */
+  proc: string;
+  /** The dlm server, through this worker's own proxy. */
+  url: string;
+  /** The fenced resource (`http://127.0.0.1:PORT`). */
+  resourceUrl: string;
+  /** Lock names; each is also the resource key it guards. One is picked per iteration. */
+  names: string[];
+  ttlMs: number;
+  waitMs: number;
+  /** Where to append the history (JSONL). */
+  historyPath: string;
+  /** Where to write what it holds now, for the nemesis to pick a holder. */
+  statusPath: string;
+  /** Random delay between the read and the write, ms. */
+  holdMs: [number, number];
+  /** Random pause between iterations, ms. */
+  thinkMs: [number, number];
+  /** Chance of an extend between the read and the write. */
+  extendProbability: number;
+  /** The client's bound on one request. */
+  requestTimeoutMs: number;
+}
+
+/** What a worker holds right now, as written to its status file. */
+export interface WorkerStatus {
+  proc: string;
+  pid: number;
+  holding: { name: string; token: string; phase: 'acquired' | 'read' | 'written' } | null;
+}

@@ -1,0 +1,248 @@
+import { describe, expect, it } from 'vitest';
+import { type CheckOptions, checkHistory } from '../src/checker.js';
+import type { HistoryEvent } from '../src/history.js';
+import { cleanHistory, historyBuilder } from './history-builder.js';
+
+const OPTIONS: CheckOptions = { l1BoundMs: 500, l4BoundMs: 200, finalValues: { x: 2 } };
+
+function check(events: HistoryEvent[], options: Partial<CheckOptions> = {}) {
+  return checkHistory(
+    [...events].sort((a, b) => a.t - b.t),
+    { ...OPTIONS, ...options },
+  );
+}
+
+/** The properties with violations, for exact assertions. */
+function flagged(events: HistoryEvent[], options: Partial<CheckOptions> = {}) {
+  const result = check(events, options);
+  return Object.entries(result.counts)
+    .filter(([, count]) => count > 0)
+    .map(([property]) => property);
+}
+
+describe('checker on hand-made histories', () => {
+  it('finds nothing wrong in a clean history, and counts what happened', () => {
+    const result = check(cleanHistory().end(5_000).events);
+    expect(result.violations).toEqual([]);
+    expect(result.stats).toMatchObject({ grants: 2, writes: 2, staleRefused: 0, unknown: 0 });
+  });
+
+  it('S1: the resource accepting an older token after a newer one (its own log)', () => {
+    const h = cleanHistory().resource(30, 'write', 'x', 1, 2, true, 2).end(5_000);
+    expect(flagged(h.events, { finalValues: { x: 2 } })).toContain('S1');
+  });
+
+  it('S1: a stale access acknowledged, seen from the clients alone', () => {
+    // No resource log: p1's write with token 1 is sent after p2's read with token 2 came back.
+    const events = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .read('p1', 'x', 2, 3, 1, 0)
+      .acquire('p2', 'x', 5, 1_100, 2)
+      .read('p2', 'x', 1_101, 1_102, 2, 0)
+      .write('p1', 'x', 1_200, 1_201, 1, 1)
+      .end(5_000).events;
+    expect(flagged(events, { finalValues: {} })).toContain('S1');
+    // The same accesses in the other order are fine.
+    const fine = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .read('p1', 'x', 2, 3, 1, 0)
+      .write('p1', 'x', 4, 5, 1, 1)
+      .acquire('p2', 'x', 5, 1_100, 2)
+      .read('p2', 'x', 1_101, 1_102, 2, 1)
+      .end(5_000).events;
+    expect(flagged(fine, { finalValues: {} })).not.toContain('S1');
+  });
+
+  it('S2: a token granted twice', () => {
+    const h = cleanHistory().acquire('p3', 'x', 30, 31, 2).release('p3', 'x', 32, 33, 2).end(5_000);
+    const result = check(h.events);
+    expect(result.counts.S2).toBeGreaterThanOrEqual(1);
+    expect(result.violations.find((v) => v.property === 'S2')?.message).toMatch(/granted twice/);
+  });
+
+  it('S2: a lower token granted after a higher grant completed', () => {
+    const h = cleanHistory().acquire('p3', 'x', 30, 31, 1).release('p3', 'x', 32, 33, 1).end(5_000);
+    expect(flagged(h.events)).toContain('S2');
+    // Concurrent acquires may complete in either order: no violation.
+    const concurrent = historyBuilder()
+      .acquire('p1', 'x', 0, 10, 2)
+      .release('p1', 'x', 11, 12, 2)
+      .acquire('p2', 'x', 1, 20, 1)
+      .release('p2', 'x', 21, 22, 1);
+    expect(check(concurrent.end(5_000).events, { finalValues: {} }).counts.S2).toBe(0);
+  });
+
+  it('S3: two acknowledged writes that read the same value', () => {
+    // p1 read 0 with token 1, stalled; p2 read 0 with token 2 and wrote 1; p1's write of 1 lands.
+    const events = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .read('p1', 'x', 2, 3, 1, 0)
+      .acquire('p2', 'x', 5, 1_100, 2)
+      .read('p2', 'x', 1_101, 1_102, 2, 0)
+      .write('p2', 'x', 1_103, 1_104, 2, 1)
+      .write('p1', 'x', 1_200, 1_201, 1, 1)
+      .end(5_000).events;
+    const result = check(events, { finalValues: { x: 1 } });
+    expect(result.counts.S3).toBe(1);
+  });
+
+  it('S3: a final counter below the acknowledged writes', () => {
+    expect(flagged(cleanHistory().end(5_000).events, { finalValues: { x: 1 } })).toEqual(['S3']);
+  });
+
+  it('S3: an accepted write that does not add one (the resource log)', () => {
+    const h = cleanHistory().resource(30, 'write', 'x', 2, 1, true, 2).end(5_000);
+    expect(flagged(h.events, { finalValues: { x: 1 } })).toContain('S3');
+  });
+
+  it("S4: a stale holder's release succeeding after a newer grant", () => {
+    // p1's lease ran out (deadline 990); p2 got token 2 at 1 100; p1 then "releases" it.
+    const h = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .lost('p1', 'x', 990, 1)
+      .acquire('p2', 'x', 5, 1_100, 2)
+      .release('p1', 'x', 1_200, 1_201, 1, true)
+      .release('p2', 'x', 1_300, 1_301, 2, false)
+      .end(5_000);
+    expect(flagged(h.events, { finalValues: {} })).toEqual(['S4']);
+    // The same release answered "not released" is what should happen.
+    const fine = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .lost('p1', 'x', 990, 1)
+      .acquire('p2', 'x', 5, 1_100, 2)
+      .release('p1', 'x', 1_200, 1_201, 1, false)
+      .release('p2', 'x', 1_300, 1_301, 2, true)
+      .end(5_000);
+    expect(flagged(fine.events, { finalValues: {} })).toEqual([]);
+  });
+
+  it("S4: a stale holder's extend succeeding after a newer grant", () => {
+    const h = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .lost('p1', 'x', 990, 1)
+      .acquire('p2', 'x', 5, 1_100, 2)
+      .extend('p1', 'x', 1_200, 1_201, 1, 2_190)
+      .release('p2', 'x', 1_300, 1_301, 2)
+      .release('p1', 'x', 1_400, 1_401, 1, false)
+      .end(5_000);
+    expect(flagged(h.events, { finalValues: {} })).toContain('S4');
+  });
+
+  it('S5: a grant that arrives with no time left', () => {
+    const h = historyBuilder()
+      .acquire('p1', 'x', 0, 1_000, 1, { deadline: 990 })
+      .lost('p1', 'x', 1_000, 1)
+      .end(5_000);
+    expect(flagged(h.events, { finalValues: {} })).toEqual(['S5']);
+  });
+
+  it('S5: a grant that arrives after a newer grant of the lock completed', () => {
+    const h = historyBuilder()
+      .acquire('p1', 'x', 0, 2_500, 1, { deadline: 990 + 1_500 })
+      .acquire('p2', 'x', 5, 1_100, 2)
+      .release('p2', 'x', 1_200, 1_201, 2)
+      .release('p1', 'x', 2_501, 2_502, 1, false)
+      .end(5_000);
+    expect(flagged(h.events, { finalValues: {} })).toContain('S5');
+  });
+
+  it('S5 is not judged for a client that was paused while the reply was on its way', () => {
+    const h = historyBuilder()
+      .process(100, 'p1', 'pause')
+      .process(2_400, 'p1', 'resume')
+      .acquire('p1', 'x', 0, 2_500, 1, { deadline: 990 })
+      .lost('p1', 'x', 2_500, 1)
+      .end(5_000);
+    expect(flagged(h.events, { finalValues: {} })).toEqual([]);
+  });
+
+  it('S6: a newer grant while the older holder still holds it by its deadline', () => {
+    // p1's deadline is 990 and it has not released; p2 is granted at 500.
+    const h = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .acquire('p2', 'x', 5, 500, 2)
+      .release('p2', 'x', 600, 601, 2)
+      .release('p1', 'x', 700, 701, 1, false)
+      .end(5_000);
+    expect(flagged(h.events, { finalValues: {} })).toEqual(['S6']);
+  });
+
+  it('L1: a dead holder whose lock is not free again within its lease + the bound', () => {
+    const holding = { name: 'x', token: '1' };
+    const late = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .fault(100, 1, 'client-kill', 'start', 'p1', holding)
+      .process(100, 'p1', 'kill')
+      .fault(400, 1, 'client-kill', 'end', 'p1')
+      .acquire('p2', 'x', 50, 3_000, 2)
+      .release('p2', 'x', 3_100, 3_101, 2)
+      .end(5_000);
+    const result = check(late.events, { finalValues: {} });
+    expect(result.counts.L1).toBe(1);
+    expect(result.takeoverMs).toEqual([2_000 - 1]); // lease end = 1 + 1000, next grant at 3000
+    const prompt = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .fault(100, 1, 'client-kill', 'start', 'p1', holding)
+      .process(100, 'p1', 'kill')
+      .fault(400, 1, 'client-kill', 'end', 'p1')
+      .acquire('p2', 'x', 50, 1_200, 2)
+      .release('p2', 'x', 1_300, 1_301, 2)
+      .end(5_000);
+    expect(check(prompt.events, { finalValues: {} }).counts.L1).toBe(0);
+  });
+
+  it('L1: nobody gets the lock again although somebody keeps asking', () => {
+    const h = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .fault(100, 1, 'client-pause', 'start', 'p1', { name: 'x', token: '1' })
+      .process(100, 'p1', 'pause')
+      .end(5_000);
+    // p2's wait ends without the lock at 4 000.
+    h.events.push(
+      { kind: 'op', t: 50, proc: 'p2', op: 99, f: 'acquire', type: 'invoke', name: 'x' },
+      {
+        kind: 'op',
+        t: 4_000,
+        proc: 'p2',
+        op: 99,
+        f: 'acquire',
+        type: 'fail',
+        name: 'x',
+        error: 'LOCK_HELD',
+      },
+    );
+    expect(flagged(h.events, { finalValues: {} })).toContain('L1');
+  });
+
+  it('L4: a lease whose deadline passed and that the client never reported lost', () => {
+    const h = historyBuilder().acquire('p1', 'x', 0, 1, 1).end(5_000);
+    expect(flagged(h.events, { finalValues: {} })).toEqual(['L4']);
+    const reported = historyBuilder().acquire('p1', 'x', 0, 1, 1).lost('p1', 'x', 1_000, 1);
+    expect(flagged(reported.end(5_000).events, { finalValues: {} })).toEqual([]);
+  });
+
+  it('L4: a paused client must report the loss on resuming, not later', () => {
+    const onResume = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .process(500, 'p1', 'pause')
+      .process(3_000, 'p1', 'resume')
+      .lost('p1', 'x', 3_050, 1)
+      .end(6_000);
+    expect(flagged(onResume.events, { finalValues: {} })).toEqual([]);
+    const late = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .process(500, 'p1', 'pause')
+      .process(3_000, 'p1', 'resume')
+      .lost('p1', 'x', 3_500, 1)
+      .end(6_000);
+    expect(flagged(late.events, { finalValues: {} })).toEqual(['L4']);
+  });
+
+  it('recovery: from the end of each fault to the next acknowledged write', () => {
+    const h = cleanHistory().fault(4, 1, 'server-kill', 'start', 'server');
+    h.fault(8, 1, 'server-kill', 'end', 'server').end(5_000);
+    const result = check(h.events);
+    expect(result.recoveryMs).toEqual([3]); // next write acknowledged at 11
+    expect(result.stats.faults).toBe(1);
+  });
+});

@@ -343,8 +343,13 @@ export function createLockService(options: LockServiceOptions): LockService {
       if (event.token === lease.token) {
         if (event.type === 'expired' || event.type === 'revoked') lose(state, event.type);
         else if (event.type === 'released') untrack(state);
-      } else if (event.type === 'acquired' && event.token !== undefined) {
-        // Somebody else holds it now, so our lease ended without us seeing it end.
+      } else if (
+        event.type === 'acquired' &&
+        event.token !== undefined &&
+        event.token > lease.token
+      ) {
+        // Somebody else holds it now, so our lease ended without us seeing it end. An older
+        // grant's event may arrive late (events and replies travel apart): ignore those.
         lose(state, 'expired');
       }
     }

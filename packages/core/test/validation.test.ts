@@ -17,7 +17,7 @@ describe('validation', () => {
   it('accepts names of 1-256 UTF-8 bytes and rejects the rest, naming the field', () => {
     expect(validateName('a')).toBe('a');
     expect(validateName('é'.repeat(128))).toBe('é'.repeat(128));
-    expect(fieldOf(() => validateName('é'.repeat(128) + 'x'))).toBe('name');
+    expect(fieldOf(() => validateName(`${'é'.repeat(128)}x`))).toBe('name');
     expect(fieldOf(() => validateName(''))).toBe('name');
     expect(fieldOf(() => validateName(42))).toBe('name');
     expect(fieldOf(() => validateName('a\nb'))).toBe('name');

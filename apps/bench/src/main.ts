@@ -1,0 +1,320 @@
+#!/usr/bin/env node
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Target } from './lockers/locker.js';
+import { machineInfo, packageVersions, serviceVersions } from './machine.js';
+import { combine, type Metrics, metricsOf, type TargetRun } from './metrics.js';
+import { type BenchOptions, parseOptions, USAGE, UsageError } from './options.js';
+import {
+  CPU_COLUMNS,
+  checkTargets,
+  renderChecks,
+  renderMarkdown,
+  renderScale,
+  renderText,
+  type TargetFigures,
+  tableRows,
+} from './report.js';
+import { createTargets, selectSpecs, startServices, stopServices, TARGET_IDS } from './targets.js';
+import { runContention } from './workloads/contention.js';
+import { runScale, type ScaleResult } from './workloads/scale.js';
+import { runThroughput } from './workloads/throughput.js';
+import { runUncontended } from './workloads/uncontended.js';
+
+const log = (line: string) => process.stderr.write(`${line}\n`);
+const seconds = (ms: number) => `${(ms / 1_000).toFixed(1)} s`;
+
+async function runTarget(
+  target: Target,
+  options: BenchOptions,
+  prefix: string,
+): Promise<TargetRun> {
+  const run: TargetRun = {};
+  const running = await target.start();
+  try {
+    const ttlMs = options.ttlMs;
+    if (options.workloads.includes('uncontended')) {
+      run.uncontended = await runUncontended(running, prefix, { ...options.uncontended, ttlMs });
+    }
+    if (options.workloads.includes('throughput')) {
+      run.throughput = await runThroughput(
+        running,
+        prefix,
+        { ...options.throughput, ttlMs },
+        { server: running.serverPid, backend: target.backendPids?.() ?? [] },
+      );
+    }
+    if (options.workloads.includes('contention')) {
+      run.contention = await runContention(running, prefix, { ...options.contention, ttlMs });
+    }
+  } catch (error) {
+    run.error = error instanceof Error ? error.message : String(error);
+  } finally {
+    await running.stop();
+  }
+  return run;
+}
+
+function describeRun(run: TargetRun): string {
+  const parts: string[] = [];
+  const f = (v: number) => (Number.isFinite(v) ? v.toFixed(3) : '–');
+  if (run.uncontended) parts.push(`acq p50 ${f(run.uncontended.acquire.p50)} ms`);
+  if (run.throughput) {
+    const cpu = run.throughput.cpuUsPerPair;
+    const us = (v: number) => (Number.isFinite(v) ? Math.round(v).toString() : '–');
+    parts.push(
+      `${Math.round(run.throughput.pairsPerSecond)} pairs/s (CPU µs/pair: client ${us(cpu.client)}, server ${us(cpu.server)}, services ${us(cpu.backend)})`,
+    );
+  }
+  if (run.contention) {
+    parts.push(
+      `${Math.round(run.contention.handoffsPerSecond)} handoffs/s, fairness ${run.contention.fairness.toFixed(2)}, violations ${run.contention.violations}`,
+    );
+  }
+  if (run.error) parts.push(`ERROR ${run.error}`);
+  return parts.join('; ');
+}
+
+interface Results {
+  mode: 'full' | 'smoke';
+  command: string;
+  startedAt: string;
+  durationSeconds: number;
+  machine: ReturnType<typeof machineInfo> & { loadAverageAtEnd: number[] };
+  versions: { packages: Record<string, string>; services: Record<string, string> };
+  settings: Omit<BenchOptions, 'outDir' | 'profileDir'>;
+  targets: Record<string, { label: string; kind: string; median: Metrics; runs: TargetRun[] }>;
+  scale?: ScaleResult | { error: string };
+  checks: ReturnType<typeof checkTargets>;
+}
+
+function loadNote(machine: Results['machine']): string {
+  const busy = Math.max(machine.loadAverage[0] ?? 0, machine.loadAverageAtEnd[0] ?? 0);
+  return busy > machine.cores * 0.5
+    ? `**Measured on a shared, loaded machine**: the 1-minute load average was ${machine.loadAverage[0]} at the start and ${machine.loadAverageAtEnd[0]} at the end, on ${machine.cores} cores (other jobs were running). Absolute figures are noisy and pessimistic; the ratios, measured in the same run, are the more meaningful part.`
+    : `Load average ${machine.loadAverage.join(' / ')} at the start and ${machine.loadAverageAtEnd.join(' / ')} at the end (1/5/15 min), on ${machine.cores} cores.`;
+}
+
+function markdown(results: Results, rows: string[][], cpuRows: string[][]): string {
+  const m = results.machine;
+  const s = results.settings;
+  const scale = results.scale;
+  return `# dlm benchmark results
+
+Written by \`${results.command}\` (apps/bench) on ${results.startedAt}, ${results.mode} run, ${results.durationSeconds.toFixed(0)} s.
+Regenerate with \`pnpm bench\` from the repository root.
+
+## Machine
+
+- CPU: ${m.cpuModel}, ${m.cores} cores; memory ${m.memoryGiB} GiB; ${m.platform}
+- Node ${m.node}
+- ${loadNote(m)}
+- Services (all on loopback, started by @dlm/test-services): ${Object.entries(
+    results.versions.services,
+  )
+    .map(([name, version]) => `${name} ${version}`)
+    .join(', ')}
+- Packages: ${Object.entries(results.versions.packages)
+    .map(([name, version]) => `${name} ${version}`)
+    .join(', ')}
+
+## Settings
+
+${s.repeat} run(s) of workloads 1–3 per target, medians shown (violations, errors: sums).
+1 uncontended: ${s.uncontended.count} sequential acquire+release on fresh names after ${s.uncontended.warmup} untimed.
+2 throughput: ${s.throughput.clients} clients, each on its own lock, ${s.throughput.durationMs} ms measured after ${s.throughput.warmupMs} ms run-in.
+3 contention: ${s.contention.clients} clients on one lock, wait ≤ ${s.contention.waitMs} ms, hold ${s.contention.holdMs === 0 ? 'one event-loop turn' : `${s.contention.holdMs} ms`}, ${s.contention.durationMs} ms measured.
+Lease ${s.ttlMs} ms. Polling peers (raw Redis, redlock, redis-semaphore, etcd3 Lock) retry every ${s.pollMs} ms.
+Every dlm target is a separate server process (\`apps/server/dist/main.js\`) driven by @dlm/client over WebSocket, one connection per simulated client; every peer client has its own connection(s).
+
+## Workloads 1–3
+
+Latencies in ms. Ratios are dlm ÷ peer: below 1 is better for ↓ columns, above 1 for ↑ columns.
+
+${renderMarkdown(rows)}
+
+Columns: **1** uncontended (acquire and release latency), **2** throughput (${s.throughput.clients} clients on their own locks: acquire+release pairs per second, pair and acquire latency), **3** contention (${s.contention.clients} clients on one lock: grants/s, handoffs/s = grants to another client than the previous holder, handoff latency = previous holder's release call → next grant, fairness = smallest client's share of grants ÷ an equal share, violations = grants while another client held the lock). Errors: failed operations (not counting waits that ran out).
+
+### Where the CPU went (workload 2)
+
+CPU time per acquire+release pair in the measured window, from /proc (10 ms ticks): the benchmark process (all clients), the dlm server process, and the services (redis-server, etcd, ZooKeeper). On a shared machine these are the steadier figures: they do not count time spent waiting for a core.
+
+${renderMarkdown(cpuRows)}
+
+## Workload 4: scale (embedded server, in memory)
+
+${
+  scale === undefined
+    ? 'Not run.'
+    : 'error' in scale
+      ? `Failed: ${scale.error}`
+      : renderScale(scale)
+          .map((line) => `- ${line}`)
+          .join('\n')
+}
+
+## Targets from issue 5
+
+${renderChecks(results.checks, true)}
+`;
+}
+
+async function main(): Promise<number> {
+  let parsed: ReturnType<typeof parseOptions>;
+  try {
+    parsed = parseOptions(process.argv.slice(2));
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    process.stderr.write(`bench: ${error.message}\n\n${USAGE}`);
+    return 2;
+  }
+  if ('help' in parsed) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  if ('list' in parsed) {
+    process.stdout.write(`${TARGET_IDS.join('\n')}\n`);
+    return 0;
+  }
+  const options = parsed;
+  const started = performance.now();
+  const startedAt = new Date().toISOString();
+  const machine = machineInfo();
+  log(
+    `bench: ${machine.cpuModel}, ${machine.cores} cores, load ${machine.loadAverage.join(' ')}, node ${machine.node}`,
+  );
+
+  const specs = selectSpecs(options.only);
+  const targetWorkloads = options.workloads.some((w) => w !== 'scale');
+  const runId = randomBytes(4).toString('hex');
+  log('bench: starting services…');
+  const services = targetWorkloads ? await startServices(specs) : {};
+  const versions = { packages: packageVersions(), services: await serviceVersions(services) };
+  const runs = new Map<string, TargetRun[]>();
+  let targets: Target[] = [];
+  let scale: ScaleResult | { error: string } | undefined;
+  try {
+    targets = targetWorkloads
+      ? createTargets(specs, services, {
+          pollMs: options.pollMs,
+          profileDir: options.profileDir,
+          runId,
+        })
+      : [];
+    for (let repeat = 1; repeat <= options.repeat; repeat++) {
+      for (const target of targets) {
+        const t0 = performance.now();
+        const run = await runTarget(target, options, `bench:${runId}:${target.id}:${repeat}`);
+        runs.set(target.id, [...(runs.get(target.id) ?? []), run]);
+        log(
+          `[${repeat}/${options.repeat}] ${target.id.padEnd(21)} ${seconds(performance.now() - t0).padStart(6)}  ${describeRun(run)}`,
+        );
+      }
+    }
+    if (options.workloads.includes('scale')) {
+      log(`bench: scale, ${options.scale.sessions} sessions and ${options.scale.locks} locks…`);
+      try {
+        scale = await runScale(`bench:${runId}:scale`, {
+          ...options.scale,
+          profileDir: options.profileDir,
+        });
+        for (const line of renderScale(scale)) log(`  ${line}`);
+      } catch (error) {
+        scale = { error: error instanceof Error ? error.message : String(error) };
+        log(`  scale failed: ${scale.error}`);
+      }
+    }
+  } finally {
+    await stopServices(services);
+  }
+
+  const figures = new Map<string, TargetFigures>();
+  for (const target of targets) {
+    const targetRuns = runs.get(target.id) ?? [];
+    figures.set(target.id, {
+      id: target.id,
+      label: target.label,
+      metrics: combine(targetRuns.map(metricsOf)),
+    });
+  }
+  const scaleResult = scale && !('error' in scale) ? scale : undefined;
+  const checks = checkTargets(figures, scaleResult);
+  const rows = tableRows(figures);
+  const cpuRows = tableRows(figures, CPU_COLUMNS);
+  const results: Results = {
+    mode: options.smoke ? 'smoke' : 'full',
+    command: `pnpm bench ${process.argv.slice(2).join(' ')}`.trim(),
+    startedAt,
+    durationSeconds: (performance.now() - started) / 1_000,
+    machine: { ...machine, loadAverageAtEnd: machineInfo().loadAverage },
+    versions,
+    settings: (({ outDir: _o, profileDir: _p, ...rest }) => rest)(options),
+    targets: Object.fromEntries(
+      targets.map((target) => [
+        target.id,
+        {
+          label: target.label,
+          kind: target.kind,
+          median: figures.get(target.id)!.metrics,
+          runs: runs.get(target.id) ?? [],
+        },
+      ]),
+    ),
+    ...(scale ? { scale } : {}),
+    checks,
+  };
+  if (targets.length) {
+    process.stdout.write(`\n${renderText(rows)}\n`);
+    process.stdout.write(
+      'Latencies in ms; ratios dlm ÷ peer (↓ lower is better, ↑ higher is better).\n',
+    );
+    process.stdout.write(`\nCPU per pair in workload 2 (µs):\n${renderText(cpuRows)}\n`);
+  }
+  if (scaleResult) process.stdout.write(`\nScale: ${renderScale(scaleResult).join('\n       ')}\n`);
+  process.stdout.write(`\nTargets:\n${renderChecks(checks, false)}\n`);
+
+  const benchDir = fileURLToPath(new URL('..', import.meta.url));
+  const outDir = options.outDir ?? join(benchDir, 'results', ...(options.smoke ? ['smoke'] : []));
+  mkdirSync(outDir, { recursive: true });
+  // bigint-free by construction; NaN (not measured) becomes null in JSON.
+  writeFileSync(join(outDir, 'latest.json'), `${JSON.stringify(results, null, 2)}\n`);
+  writeFileSync(join(outDir, 'RESULTS.md'), markdown(results, rows, cpuRows));
+  log(
+    `\nbench: wrote ${join(outDir, 'latest.json')} and RESULTS.md (${seconds(performance.now() - started)})`,
+  );
+
+  // A broken target, an exclusion violation or a failed scale run fails the command (and CI).
+  const failed = [...runs.values()].flat().some((run) => run.error !== undefined);
+  const violations = [...figures.values()].some((f) => f.metrics.contentionViolations > 0);
+  const scaleFailed = scale !== undefined && 'error' in scale;
+  // Zero grants under contention is a broken wait for dlm; for a polling peer on a slow
+  // machine a short window can legitimately end without one.
+  const empty = targets.some((target) => {
+    const m = figures.get(target.id)!.metrics;
+    return (
+      (options.workloads.includes('throughput') && !(m.throughputPairsPerSecond > 0)) ||
+      (target.kind === 'dlm' &&
+        options.workloads.includes('contention') &&
+        !(m.contentionGrantsPerSecond > 0))
+    );
+  });
+  if (failed || violations || scaleFailed || empty) {
+    log(
+      `bench: FAILED (${[failed && 'a target failed', violations && 'mutual-exclusion violations', scaleFailed && 'scale failed', empty && 'a workload completed nothing'].filter(Boolean).join(', ')})`,
+    );
+    return 1;
+  }
+  return 0;
+}
+
+process.on('SIGINT', () => process.exit(130));
+process.on('SIGTERM', () => process.exit(143));
+main().then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    log(`bench: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+    process.exit(1);
+  },
+);

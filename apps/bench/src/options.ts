@@ -1,0 +1,171 @@
+import { parseArgs } from 'node:util';
+
+export const WORKLOADS = ['uncontended', 'throughput', 'contention', 'scale'] as const;
+export type Workload = (typeof WORKLOADS)[number];
+
+export interface BenchOptions {
+  smoke: boolean;
+  /** Each target's workloads 1–3 are run this many times; the table shows medians. */
+  repeat: number;
+  /** Target ids to run (all when empty). */
+  only: string[];
+  workloads: Workload[];
+  uncontended: { count: number; warmup: number; maxMs: number };
+  throughput: { clients: number; durationMs: number; warmupMs: number };
+  contention: {
+    clients: number;
+    durationMs: number;
+    warmupMs: number;
+    holdMs: number;
+    waitMs: number;
+  };
+  ttlMs: number;
+  /** The retry interval of every polling peer (raw Redis, redlock, redis-semaphore, etcd3). */
+  pollMs: number;
+  scale: {
+    sessions: number;
+    locks: number;
+    probeAtLocks: number;
+    probeCount: number;
+    sessionsPerWorker: number;
+    phaseTimeoutMs: number;
+  };
+  /** Where latest.json and RESULTS.md go. */
+  outDir: string | undefined;
+  /** Run every dlm server under `node --cpu-prof`, profiles written here. */
+  profileDir: string | undefined;
+}
+
+export const USAGE = `Usage: pnpm bench [options]          (from the repo root: builds, then runs)
+       node apps/bench/dist/main.js [options]
+
+Starts redis-server (1 + 3 nodes), etcd and ZooKeeper on free loopback ports, then drives the
+same workloads through dlm (a server process per adapter, over WebSocket with @dlm/client) and
+through the peer libraries directly. Prints one table; writes results/latest.json and
+results/RESULTS.md (--smoke: results/smoke/).
+
+  --smoke                 tiny counts, about a second per workload, every backend (CI)
+  --repeat N              runs of workloads 1-3 per target; medians reported (default 3, smoke 1)
+  --only ID,ID            targets to run (ids: see --list); default all
+  --workloads W,W         uncontended,throughput,contention,scale (default all)
+  --count N               workload 1: timed pairs (default 1000; at most 10 s)
+  --warmup N              workload 1: untimed pairs first (default 100)
+  --clients N             workload 2: concurrent clients (default 32)
+  --contenders N          workload 3: clients on the one lock (default 8)
+  --duration-ms MS        workloads 2 and 3: measured window (default 2000)
+  --warmup-ms MS          workloads 2 and 3: untimed run-in (default 500)
+  --hold-ms MS            workload 3: hold time; 0 = one event-loop turn (default 0)
+  --wait-ms MS            workload 3: wait per acquire (default 5000)
+  --ttl-ms MS             lease length everywhere (default 10000)
+  --poll-ms MS            retry interval of the polling peers (default 10)
+  --scale-sessions N      workload 4: sessions (default 10000)
+  --scale-locks N         workload 4: held locks (default 100000)
+  --scale-probe-at N      workload 4: held locks at the first latency probe (default 1000)
+  --probe-count N         workload 4: acquires per probe (default 1000)
+  --out DIR               where to write the results
+  --profile-dir DIR       run each dlm server under node --cpu-prof, profiles written to DIR
+  --list                  print the target ids and exit
+  -h, --help
+`;
+
+export class UsageError extends Error {}
+
+function positive(value: string | undefined, fallback: number, flag: string, min = 1): number {
+  if (value === undefined) return fallback;
+  const parsed = Number(value);
+  if (!Number.isInteger(parsed) || parsed < min) {
+    throw new UsageError(`--${flag} must be an integer ≥ ${min}, got ${value}`);
+  }
+  return parsed;
+}
+
+/** The options, or which of --help / --list was asked for. */
+export function parseOptions(argv: string[]): BenchOptions | { help: true } | { list: true } {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      strict: true,
+      options: {
+        smoke: { type: 'boolean' },
+        repeat: { type: 'string' },
+        only: { type: 'string' },
+        workloads: { type: 'string' },
+        count: { type: 'string' },
+        warmup: { type: 'string' },
+        clients: { type: 'string' },
+        contenders: { type: 'string' },
+        'duration-ms': { type: 'string' },
+        'warmup-ms': { type: 'string' },
+        'hold-ms': { type: 'string' },
+        'wait-ms': { type: 'string' },
+        'ttl-ms': { type: 'string' },
+        'poll-ms': { type: 'string' },
+        'scale-sessions': { type: 'string' },
+        'scale-locks': { type: 'string' },
+        'scale-probe-at': { type: 'string' },
+        'probe-count': { type: 'string' },
+        out: { type: 'string' },
+        'profile-dir': { type: 'string' },
+        list: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }));
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+  if (values.help) return { help: true };
+  if (values.list) return { list: true };
+  const flag = (name: string) => values[name] as string | undefined;
+  const smoke = values.smoke === true;
+  const workloads = (flag('workloads') ?? WORKLOADS.join(','))
+    .split(',')
+    .map((w) => w.trim())
+    .filter(Boolean);
+  for (const workload of workloads) {
+    if (!(WORKLOADS as readonly string[]).includes(workload)) {
+      throw new UsageError(`--workloads: unknown ${workload} (${WORKLOADS.join(', ')})`);
+    }
+  }
+  const durationMs = positive(flag('duration-ms'), smoke ? 1_000 : 2_000, 'duration-ms');
+  const warmupMs = positive(flag('warmup-ms'), smoke ? 200 : 500, 'warmup-ms', 0);
+  const sessions = positive(flag('scale-sessions'), smoke ? 200 : 10_000, 'scale-sessions');
+  return {
+    smoke,
+    repeat: positive(flag('repeat'), smoke ? 1 : 3, 'repeat'),
+    only: (flag('only') ?? '')
+      .split(',')
+      .map((id) => id.trim())
+      .filter(Boolean),
+    workloads: workloads as Workload[],
+    uncontended: {
+      count: positive(flag('count'), smoke ? 50 : 1_000, 'count'),
+      warmup: positive(flag('warmup'), smoke ? 10 : 100, 'warmup', 0),
+      maxMs: smoke ? 5_000 : 10_000,
+    },
+    throughput: {
+      clients: positive(flag('clients'), 32, 'clients'),
+      durationMs,
+      warmupMs,
+    },
+    contention: {
+      clients: positive(flag('contenders'), 8, 'contenders', 2),
+      durationMs,
+      warmupMs,
+      holdMs: positive(flag('hold-ms'), 0, 'hold-ms', 0),
+      waitMs: positive(flag('wait-ms'), 5_000, 'wait-ms'),
+    },
+    ttlMs: positive(flag('ttl-ms'), 10_000, 'ttl-ms'),
+    pollMs: positive(flag('poll-ms'), 10, 'poll-ms'),
+    scale: {
+      sessions,
+      locks: positive(flag('scale-locks'), smoke ? 2_000 : 100_000, 'scale-locks'),
+      probeAtLocks: positive(flag('scale-probe-at'), smoke ? 200 : 1_000, 'scale-probe-at'),
+      probeCount: positive(flag('probe-count'), smoke ? 100 : 1_000, 'probe-count'),
+      sessionsPerWorker: 2_500,
+      phaseTimeoutMs: smoke ? 60_000 : 180_000,
+    },
+    outDir: flag('out'),
+    profileDir: flag('profile-dir'),
+  };
+}

@@ -1,0 +1,65 @@
+import { createClient, type DlmClient, type Lease } from '@dlm/client';
+import type { FromWorker, ToWorker } from './workloads/scale-protocol.js';
+
+/**
+ * A child process of the scale workload: holds a share of the 10,000 sessions (one
+ * `@dlm/client` each) and acquires locks on them when told. Several of these spread the
+ * connections over processes (file descriptors, event-loop time). Held leases are never
+ * released: the parent stops the server, then kills this process.
+ */
+
+const clients: DlmClient[] = [];
+const leases: Lease[] = [];
+let cursor = 0;
+let lockSerial = 0;
+
+function send(message: FromWorker): void {
+  process.send?.(message);
+}
+
+/** Runs `task(i)` for i in 0..count-1 with at most `limit` in flight; counts the failures. */
+async function pool(
+  count: number,
+  limit: number,
+  task: (index: number) => Promise<void>,
+): Promise<{ ok: number; failed: number; error?: string }> {
+  let next = 0;
+  let ok = 0;
+  let failed = 0;
+  let firstError: string | undefined;
+  const lane = async () => {
+    while (next < count) {
+      const index = next++;
+      try {
+        await task(index);
+        ok += 1;
+      } catch (error) {
+        failed += 1;
+        firstError ??= error instanceof Error ? error.message : String(error);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, count) }, lane));
+  return firstError === undefined ? { ok, failed } : { ok, failed, error: firstError };
+}
+
+process.on('message', (message: ToWorker) => {
+  if (message.type === 'connect') {
+    // Pings off: 10,000 sessions pinging every 10 s would be 1,000 requests/s of background
+    // load in the p99 measurement; a real fleet's ping rate is a deployment choice.
+    void pool(message.sessions, 64, async () => {
+      const client = createClient({ url: message.url, pingIntervalMs: 0, name: 'bench-scale' });
+      await client.connect();
+      clients.push(client);
+    }).then((result) => send({ type: 'connected', ...result }));
+  } else if (message.type === 'acquire') {
+    const { count, ttlMs, prefix } = message;
+    void pool(count, 256, async () => {
+      const client = clients[cursor++ % clients.length]!;
+      const lease = await client.acquire(`${prefix}:${process.pid}:${lockSerial++}`, { ttlMs });
+      leases.push(lease);
+    }).then((result) => send({ type: 'acquired', ...result }));
+  }
+});
+
+process.on('disconnect', () => process.exit(0));

@@ -1,0 +1,196 @@
+import {
+  type EtcdService,
+  type RedisService,
+  startEtcd,
+  startRedis,
+  startRedisNodes,
+  startZooKeeper,
+  tempDir,
+  type ZooKeeperService,
+} from '@dlm/test-services';
+import { dlmTarget } from './lockers/dlm.js';
+import { etcdLockTarget } from './lockers/etcd-lock.js';
+import type { PollOptions, Target } from './lockers/locker.js';
+import { rawRedisTarget } from './lockers/redis-raw.js';
+import { redisSemaphoreTarget } from './lockers/redis-semaphore.js';
+import { redlockTarget } from './lockers/redlock.js';
+import { zookeeperRecipeTarget } from './lockers/zookeeper-recipe.js';
+
+/** The real servers every target runs against, started once for the whole run. */
+export interface Services {
+  redis?: RedisService;
+  redisNodes?: RedisService[];
+  etcd?: EtcdService;
+  zookeeper?: ZooKeeperService;
+}
+
+type Need = keyof Services;
+
+interface TargetSpec {
+  id: string;
+  needs: Need[];
+  create(services: Required<Services>, settings: TargetSettings): Target;
+}
+
+export interface TargetSettings extends PollOptions {
+  profileDir?: string | undefined;
+  /** Makes keys and znodes of this run distinct from any earlier run's. */
+  runId: string;
+}
+
+const dlm = (
+  id: string,
+  label: string,
+  needs: Need[],
+  backendArgs: (services: Required<Services>) => string[],
+): TargetSpec => ({
+  id,
+  needs,
+  create: (services, settings) =>
+    dlmTarget({
+      id,
+      label,
+      backendArgs: () => backendArgs(services),
+      profileDir: settings.profileDir,
+    }),
+});
+
+/** In table order: each dlm adapter, then the peers. */
+const SPECS: TargetSpec[] = [
+  dlm('dlm-embedded-memory', 'dlm embedded (memory)', [], () => [
+    '--backend',
+    'embedded',
+    '--memory',
+  ]),
+  dlm('dlm-embedded-disk', 'dlm embedded (data dir)', [], () => [
+    '--backend',
+    'embedded',
+    '--data-dir',
+    tempDir('bench-embedded'),
+  ]),
+  dlm('dlm-redis', 'dlm redis', ['redis'], (s) => [
+    '--backend',
+    'redis',
+    '--redis-url',
+    s.redis.url,
+  ]),
+  dlm('dlm-redlock', 'dlm redlock (3 nodes)', ['redisNodes'], (s) => [
+    '--backend',
+    'redlock',
+    '--redlock-urls',
+    s.redisNodes.map((node) => node.url).join(','),
+  ]),
+  dlm('dlm-etcd', 'dlm etcd', ['etcd'], (s) => [
+    '--backend',
+    'etcd',
+    '--etcd-endpoints',
+    s.etcd.endpoints.join(','),
+  ]),
+  dlm('dlm-zookeeper', 'dlm zookeeper', ['zookeeper'], (s) => [
+    '--backend',
+    'zookeeper',
+    '--zk-connect',
+    s.zookeeper.connectString,
+  ]),
+  {
+    id: 'peer-raw-redis',
+    needs: ['redis'],
+    create: (s, settings) => rawRedisTarget(s.redis.url, settings),
+  },
+  {
+    id: 'peer-redis-semaphore',
+    needs: ['redis'],
+    create: (s, settings) => redisSemaphoreTarget(s.redis.url, settings),
+  },
+  {
+    id: 'peer-redlock',
+    needs: ['redisNodes'],
+    create: (s, settings) =>
+      redlockTarget(
+        s.redisNodes.map((node) => node.url),
+        settings,
+      ),
+  },
+  {
+    id: 'peer-etcd3-lock',
+    needs: ['etcd'],
+    create: (s, settings) => etcdLockTarget(s.etcd.endpoints, settings),
+  },
+  {
+    id: 'peer-zk-recipe',
+    needs: ['zookeeper'],
+    create: (s, settings) =>
+      zookeeperRecipeTarget(s.zookeeper.connectString, `/bench-peer-${settings.runId}`),
+  },
+];
+
+export const TARGET_IDS: readonly string[] = SPECS.map((spec) => spec.id);
+
+/** Which dlm adapter is compared with which peer, in table order. */
+export const PAIRS: ReadonlyArray<{ dlm: string; peers: string[] }> = [
+  { dlm: 'dlm-embedded-memory', peers: ['peer-raw-redis'] },
+  { dlm: 'dlm-embedded-disk', peers: ['peer-raw-redis'] },
+  { dlm: 'dlm-redis', peers: ['peer-raw-redis', 'peer-redis-semaphore'] },
+  { dlm: 'dlm-redlock', peers: ['peer-redlock'] },
+  { dlm: 'dlm-etcd', peers: ['peer-etcd3-lock'] },
+  { dlm: 'dlm-zookeeper', peers: ['peer-zk-recipe'] },
+];
+
+export function selectSpecs(only: string[]): TargetSpec[] {
+  const unknown = only.filter((id) => !TARGET_IDS.includes(id));
+  if (unknown.length)
+    throw new Error(`unknown target ${unknown.join(', ')}; ids: ${TARGET_IDS.join(', ')}`);
+  return only.length ? SPECS.filter((spec) => only.includes(spec.id)) : SPECS;
+}
+
+/** Starts the services the selected targets need, in parallel. */
+export async function startServices(specs: TargetSpec[]): Promise<Services> {
+  const needs = new Set(specs.flatMap((spec) => spec.needs));
+  const [redis, redisNodes, etcd, zookeeper] = await Promise.all([
+    needs.has('redis') ? startRedis() : undefined,
+    needs.has('redisNodes') ? startRedisNodes(3) : undefined,
+    needs.has('etcd') ? startEtcd() : undefined,
+    needs.has('zookeeper') ? startZooKeeper() : undefined,
+  ]);
+  return {
+    ...(redis ? { redis } : {}),
+    ...(redisNodes ? { redisNodes } : {}),
+    ...(etcd ? { etcd } : {}),
+    ...(zookeeper ? { zookeeper } : {}),
+  };
+}
+
+export async function stopServices(services: Services): Promise<void> {
+  await Promise.allSettled([
+    services.redis?.stop(),
+    ...(services.redisNodes ?? []).map((node) => node.stop()),
+    services.etcd?.stop(),
+    services.zookeeper?.stop(),
+  ]);
+}
+
+function servicePids(services: Services, needs: Need[]): number[] {
+  const pids: Array<number | undefined> = [];
+  for (const need of needs) {
+    if (need === 'redis') pids.push(services.redis?.pid);
+    if (need === 'redisNodes') pids.push(...(services.redisNodes ?? []).map((node) => node.pid));
+    if (need === 'etcd') pids.push(...(services.etcd?.members ?? []).map((m) => m.process.pid));
+    if (need === 'zookeeper') {
+      pids.push(...(services.zookeeper?.members ?? []).map((m) => m.process.pid));
+    }
+  }
+  return pids.filter((pid): pid is number => pid !== undefined);
+}
+
+export function createTargets(
+  specs: TargetSpec[],
+  services: Services,
+  settings: TargetSettings,
+): Target[] {
+  // Only the services a spec needs were started; it reads no others.
+  return specs.map((spec) => {
+    const target = spec.create(services as Required<Services>, settings);
+    target.backendPids = () => servicePids(services, spec.needs);
+    return target;
+  });
+}

@@ -9,6 +9,9 @@ import {
 import type { Etcd3, IKeyValue, ITxnResponse } from 'etcd3';
 import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.js';
 import { createEtcdClient } from './etcd-client.js';
+import { etcdKeys, prefixEnd } from './etcd-keys.js';
+import { fairQueue } from './etcd-queue.js';
+import { waiterSession } from './etcd-session.js';
 import { watchPrefix } from './etcd-watch.js';
 
 export interface EtcdBackendOptions {
@@ -33,6 +36,13 @@ export interface EtcdBackendOptions {
    * timeout.
    */
   minTtlMs?: number;
+  /**
+   * The TTL of the lease that waiters' queue keys are attached to, kept alive while the dlm
+   * server runs: when a server dies or stalls, its waiters leave every queue within this time
+   * (until then the waiters behind them wait too). Whole seconds, at least `minTtlMs`.
+   * Default 5000.
+   */
+  waiterLeaseTtlMs?: number;
 }
 
 const SECOND = 1_000;
@@ -66,13 +76,12 @@ function remainingMs(ttl: string, grantedTtl: string): number {
  * const service = createLockService({ backend });
  */
 export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
-  const prefix = options.prefix ?? 'dlm/';
-  const lockPrefix = `${prefix}lock/`;
-  const markerKey = `${prefix}event`;
+  const keys = etcdKeys(options.prefix ?? 'dlm/');
+  const { lockPrefix, markerKey } = keys;
   const commandTimeoutMs = options.commandTimeoutMs ?? 2_000;
   const ownClient = options.client === undefined;
   const client = options.client ?? createEtcdClient(options.endpoints ?? ['http://127.0.0.1:2379']);
-  const watch = watchPrefix(client, { prefix, lockPrefix, markerKey });
+  const watch = watchPrefix(client, keys);
   let closed = false;
 
   const capabilities: BackendCapabilities = {
@@ -80,11 +89,16 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
     minTtlMs: options.minTtlMs ?? 2_000,
     ttlGranularityMs: SECOND,
     durableAcrossRestart: true,
-    fairQueue: false,
+    fairQueue: true,
     expiryEvents: true,
   };
+  const session = waiterSession(
+    client,
+    ttlSeconds(Math.max(options.waiterLeaseTtlMs ?? 5_000, capabilities.minTtlMs)),
+    commandTimeoutMs,
+  );
 
-  const keyOf = (name: string) => Buffer.from(lockPrefix + name);
+  const keyOf = keys.lock;
 
   function assertOpen(what: string): void {
     if (closed) throw new DlmError('UNAVAILABLE', `${what}: the etcd backend is closed`);
@@ -167,6 +181,21 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
     }));
   }
 
+  const queue = fairQueue({
+    client,
+    keys,
+    watch,
+    session,
+    commandTimeoutMs,
+    minTtlMs: capabilities.minTtlMs,
+    isClosed: () => closed,
+    grantLease,
+    dropLease,
+    remainingOf,
+    watchEstablished,
+    txn,
+  });
+
   return {
     kind: 'etcd',
     capabilities,
@@ -178,13 +207,25 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
       const key = keyOf(name);
       const value = Buffer.from(owner);
       const lease = await grantLease(limit, Math.max(ttlMs, capabilities.minTtlMs));
-      // One transaction: create the key if absent; else, if the same owner holds it, move it to
-      // the new lease (keeping its create revision, hence its token); else read the holder.
+      // One transaction: create the key if absent and nobody queues for it (a try-lock never
+      // jumps the queue); else, if the same owner holds it, move it to the new lease (keeping
+      // its create revision, hence its token); else read the holder.
       // Sending it twice is harmless, so it may be retried after a lost reply.
+      const waiters = keys.queue(name);
       let response: ITxnResponse;
       try {
         response = await txn(limit, 'idempotent', {
-          compare: [{ key, target: 'Create', result: 'Equal', create_revision: 0 }],
+          compare: [
+            { key, target: 'Create', result: 'Equal', create_revision: 0 },
+            // Over a range: true when no key in it has a create revision, i.e. none exists.
+            {
+              key: waiters,
+              range_end: prefixEnd(waiters),
+              target: 'Create',
+              result: 'Equal',
+              create_revision: 0,
+            },
+          ],
           success: [{ request_put: { key, value, lease: lease.id } }],
           failure: [
             {
@@ -270,6 +311,8 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
       return kv ? stateOf(limit, name, kv) : null;
     },
 
+    acquireQueued: queue.acquireQueued,
+
     watch(name, listener) {
       return watch.subscribe(name, listener);
     },
@@ -306,20 +349,10 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
     async close() {
       if (closed) return;
       closed = true;
+      queue.wakeAll();
+      await session.close();
       await watch.close();
       if (ownClient) client.close();
     },
   };
-}
-
-/** The smallest key greater than every key that starts with `prefix` (etcd's range_end). */
-function prefixEnd(prefix: Buffer): Buffer {
-  const end = Buffer.from(prefix);
-  for (let i = end.length - 1; i >= 0; i -= 1) {
-    if (end[i]! < 0xff) {
-      end[i]! += 1;
-      return end.subarray(0, i + 1);
-    }
-  }
-  return Buffer.from([0]);
 }

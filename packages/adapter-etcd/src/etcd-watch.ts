@@ -1,7 +1,10 @@
 import type { LockEvent, Unsubscribe } from '@dlm/core';
 import type { Etcd3, IWatchResponse, Watcher } from 'etcd3';
+import type { EtcdKeys } from './etcd-keys.js';
 
 type Listener = (event: LockEvent) => void;
+/** Told the key of a deleted waiter, or undefined when events may have been missed. */
+type QueueListener = (deletedKey: string | undefined) => void;
 
 /**
  * One etcd watch on the adapter's whole prefix, dispatched to per-name listeners: one gRPC
@@ -16,19 +19,29 @@ export interface PrefixWatch {
   /** Resolves once the watch stream is established (it replays from there on reconnects). */
   ready(): Promise<void>;
   subscribe(name: string, listener: Listener): Unsubscribe;
+  /** Deletions of waiter keys in `name`'s queue (a waiter watches its predecessor's). */
+  subscribeQueue(name: string, listener: QueueListener): Unsubscribe;
   close(): Promise<void>;
 }
 
-export interface PrefixWatchKeys {
-  /** Everything watched: the lock keys and the marker key live under it. */
-  prefix: string;
-  /** Lock keys are `lockPrefix + name`. */
-  lockPrefix: string;
-  markerKey: string;
+function addTo<T>(map: Map<string, Set<T>>, name: string, listener: T): Unsubscribe {
+  let set = map.get(name);
+  if (!set) {
+    set = new Set();
+    map.set(name, set);
+  }
+  set.add(listener);
+  return () => {
+    const current = map.get(name);
+    if (!current) return;
+    current.delete(listener);
+    if (current.size === 0) map.delete(name);
+  };
 }
 
-export function watchPrefix(client: Etcd3, keys: PrefixWatchKeys): PrefixWatch {
+export function watchPrefix(client: Etcd3, keys: EtcdKeys): PrefixWatch {
   const listeners = new Map<string, Set<Listener>>();
+  const queueListeners = new Map<string, Set<QueueListener>>();
   let watcher: Watcher | undefined;
   let closed = false;
   let markReady: () => void = () => {};
@@ -48,6 +61,14 @@ export function watchPrefix(client: Etcd3, keys: PrefixWatchKeys): PrefixWatch {
     }
   }
 
+  function emitQueue(name: string, deletedKey: string | undefined): void {
+    for (const listener of [...(queueListeners.get(name) ?? [])]) {
+      try {
+        listener(deletedKey);
+      } catch {}
+    }
+  }
+
   function onData(response: IWatchResponse): void {
     const markers = new Map<string, 'released' | 'revoked'>();
     for (const event of response.events ?? []) {
@@ -58,6 +79,11 @@ export function watchPrefix(client: Etcd3, keys: PrefixWatchKeys): PrefixWatch {
     }
     for (const event of response.events ?? []) {
       const key = event.kv.key.toString();
+      if (event.type === 'Delete' && key.startsWith(keys.queuePrefix)) {
+        const name = keys.nameOfQueueKey(key);
+        if (name !== undefined) emitQueue(name, key);
+        continue;
+      }
       if (!key.startsWith(keys.lockPrefix)) continue;
       const name = key.slice(keys.lockPrefix.length);
       if (!listeners.has(name)) continue;
@@ -87,6 +113,7 @@ export function watchPrefix(client: Etcd3, keys: PrefixWatchKeys): PrefixWatch {
   /** After a gap in what we saw, every waiter must ask again: tell them "something changed". */
   function wakeEveryone(): void {
     for (const name of listeners.keys()) emit(name, { name, type: 'released' });
+    for (const name of queueListeners.keys()) emitQueue(name, undefined);
   }
 
   function start(afterGap: boolean): void {
@@ -112,23 +139,12 @@ export function watchPrefix(client: Etcd3, keys: PrefixWatchKeys): PrefixWatch {
 
   return {
     ready: () => readyPromise,
-    subscribe(name, listener) {
-      let set = listeners.get(name);
-      if (!set) {
-        set = new Set();
-        listeners.set(name, set);
-      }
-      set.add(listener);
-      return () => {
-        const current = listeners.get(name);
-        if (!current) return;
-        current.delete(listener);
-        if (current.size === 0) listeners.delete(name);
-      };
-    },
+    subscribe: (name, listener) => addTo(listeners, name, listener),
+    subscribeQueue: (name, listener) => addTo(queueListeners, name, listener),
     async close() {
       closed = true;
       listeners.clear();
+      queueListeners.clear();
       const current = watcher;
       watcher = undefined;
       current?.removeAllListeners('data');

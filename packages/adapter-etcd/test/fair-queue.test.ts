@@ -1,0 +1,182 @@
+import type { AcquireResult, LockBackend } from '@dlm/core';
+import { type EtcdService, etcdAvailable, startEtcd } from '@dlm/test-services';
+import { Etcd3 } from 'etcd3';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { etcdBackend } from '../src/index.js';
+
+const run = etcdAvailable();
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+let unique = 0;
+const lockName = (label: string) => `etcd-queue/${label}/${process.pid}-${Date.now()}-${++unique}`;
+const prefix = 'queue-test/';
+
+async function granted(backend: LockBackend, name: string, owner: string, ttlMs = 10_000) {
+  const result = await backend.tryAcquire({ name, owner, ttlMs });
+  if (!result.granted) throw new Error(`expected ${owner} to be granted ${name}`);
+  return result.grant;
+}
+
+describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
+  let etcd: EtcdService;
+  let raw: Etcd3;
+  const opened: LockBackend[] = [];
+  const open = (options: { client?: Etcd3; waiterLeaseTtlMs?: number } = {}) => {
+    const backend = etcdBackend({
+      endpoints: etcd.endpoints,
+      minTtlMs: 1_000,
+      prefix,
+      ...options,
+    });
+    opened.push(backend);
+    return backend;
+  };
+  /** The waiter keys of `name`'s queue, oldest first. */
+  const queueKeys = async (name: string) =>
+    (await raw.getAll().prefix(`${prefix}queue/${name}\0`).sort('Create', 'Ascend').keys()).map(
+      (key) => key.toString(),
+    );
+  const queued = (backend: LockBackend, name: string, owner: string, signal: AbortSignal) =>
+    backend.acquireQueued!({ name, owner, ttlMs: 5_000, signal });
+  async function untilQueued(name: string, count: number): Promise<void> {
+    const deadline = performance.now() + 5_000;
+    while ((await queueKeys(name)).length < count) {
+      if (performance.now() > deadline) throw new Error(`expected ${count} waiters in ${name}`);
+      await sleep(20);
+    }
+  }
+
+  beforeAll(async () => {
+    etcd = await startEtcd({ heartbeatIntervalMs: 50, electionTimeoutMs: 500 });
+    raw = new Etcd3({ hosts: etcd.endpoints });
+  });
+  afterAll(async () => {
+    await Promise.all(opened.map((backend) => backend.close()));
+    raw?.close();
+    await etcd?.stop();
+  });
+
+  it('declares a fair queue', () => {
+    expect(open().capabilities.fairQueue).toBe(true);
+  });
+
+  it('a free lock with an empty queue is granted at once, without leaving a queue key', async () => {
+    const backend = open();
+    const name = lockName('free');
+    const result = await queued(backend, name, 'a', new AbortController().signal);
+    expect(result.granted).toBe(true);
+    expect(await queueKeys(name)).toEqual([]);
+  });
+
+  it('a try-lock does not take a free lock while anyone is queued for it', async () => {
+    const backend = open();
+    const name = lockName('no-barging');
+    // A waiter at the head of the queue that has not taken the free lock yet (it is between the
+    // release it was woken by and its own transaction).
+    const waiterKey = `${prefix}queue/${name}\0head`;
+    await raw.put(waiterKey).value('waiter');
+    const barger = await backend.tryAcquire({ name, owner: 'barger', ttlMs: 5_000 });
+    expect(barger.granted).toBe(false);
+    expect(await backend.inspect(name)).toBeNull();
+    await raw.delete().key(waiterKey);
+    expect((await granted(backend, name, 'barger')).owner).toBe('barger');
+  });
+
+  it('waiters on two servers are granted in the order they queued', async () => {
+    const [a, b] = [open(), open()];
+    const name = lockName('order');
+    const holder = await granted(a, name, 'holder');
+    const order: string[] = [];
+    const waits: Promise<void>[] = [];
+    for (let i = 0; i < 4; i += 1) {
+      const backend = i % 2 ? b : a;
+      waits.push(
+        queued(backend, name, `w${i}`, new AbortController().signal).then(async (result) => {
+          if (!result.granted) throw new Error('expected a grant');
+          order.push(result.grant.owner);
+          await backend.release({ name, token: result.grant.token });
+        }),
+      );
+      await untilQueued(name, i + 1);
+    }
+    await a.release({ name, token: holder.token });
+    await Promise.all(waits);
+    expect(order).toEqual(['w0', 'w1', 'w2', 'w3']);
+    expect(await queueKeys(name)).toEqual([]);
+  });
+
+  it('an aborted wait removes its queue key and answers granted: false', async () => {
+    const backend = open();
+    const name = lockName('abort');
+    await granted(backend, name, 'holder');
+    const controller = new AbortController();
+    const waiting = queued(backend, name, 'quitter', controller.signal);
+    await untilQueued(name, 1);
+    controller.abort();
+    const result: AcquireResult = await waiting;
+    expect(result.granted).toBe(false);
+    if (!result.granted) expect(result.ttlRemainingMs).toBeGreaterThan(0);
+    expect(await queueKeys(name)).toEqual([]);
+  });
+
+  it('a waiter whose queue entry vanished while it slept is not granted as if still queued (etcd-io/etcd#11456)', async () => {
+    const backend = open();
+    const name = lockName('vanished');
+    await granted(backend, name, 'holder');
+    let outcome: AcquireResult | undefined;
+    const waiting = queued(backend, name, 'sleeper', new AbortController().signal).then(
+      (result) => {
+        outcome = result;
+        return result;
+      },
+    );
+    await untilQueued(name, 1);
+    const [sleeperKey] = await queueKeys(name);
+    // In one revision: the sleeper's entry goes (as when its lease runs out), the lock is freed,
+    // and a later waiter queues. The sleeper wakes at the head of nothing: nobody older than
+    // it waits and the lock is free, yet it is no longer queued, so it must queue again behind
+    // the later waiter rather than take the lock.
+    const laterKey = `${prefix}queue/${name}\0later`;
+    await raw
+      .if(sleeperKey!, 'Create', '>', 0)
+      .then(
+        raw.delete().key(sleeperKey!),
+        raw.delete().key(`${prefix}lock/${name}`),
+        raw.put(laterKey).value('later'),
+      )
+      .commit();
+    await sleep(500);
+    expect(outcome).toBeUndefined();
+    expect(await backend.inspect(name)).toBeNull();
+    expect((await queueKeys(name))[0]).toBe(laterKey);
+    await raw.delete().key(laterKey);
+    const result = await waiting;
+    expect(result.granted && result.grant.owner).toBe('sleeper');
+  });
+
+  it("when a server's waiter lease ends (it stalled or died), its waiters leave the queue and the next waiter goes first", async () => {
+    const name = lockName('lease-ended');
+    const [a, b] = [open(), open()];
+    const holder = await granted(a, name, 'holder');
+    const order: string[] = [];
+    const track = (backend: LockBackend, owner: string) =>
+      queued(backend, name, owner, new AbortController().signal).then(async (result) => {
+        if (!result.granted) throw new Error('expected a grant');
+        order.push(result.grant.owner);
+        await sleep(20);
+        await backend.release({ name, token: result.grant.token });
+      });
+    const stalled = track(b, 'stalled');
+    await untilQueued(name, 1);
+    const next = track(a, 'next');
+    await untilQueued(name, 2);
+    // What etcd does when b's keepalives stop for the lease's TTL: the lease and its keys go.
+    const [stalledKey] = await queueKeys(name);
+    const lease = (await raw.get(stalledKey!).exec()).kvs[0]!.lease;
+    await raw.leaseClient.leaseRevoke({ ID: lease });
+    await a.release({ name, token: holder.token });
+    // b's waiter noticed its entry was gone and queued again (on a new lease), behind `next`.
+    await Promise.all([stalled, next]);
+    expect(order).toEqual(['next', 'stalled']);
+    expect(await queueKeys(name)).toEqual([]);
+  });
+});

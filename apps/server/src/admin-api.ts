@@ -11,6 +11,7 @@ import { withDeadline } from './deadline.js';
 import { sendError, sendJson, sendThrown } from './http-json.js';
 import type { Logger } from './logger.js';
 import type { ObservedService } from './observed-service.js';
+import { allows, allowsPrefix, type Principal } from './permissions.js';
 import { validatePrefix } from './prefix.js';
 
 export interface AdminContext {
@@ -29,10 +30,12 @@ export const LOCKS_PATH = '/v1/locks';
  * - `GET /v1/locks/{name}` reports one lock;
  * - `DELETE /v1/locks/{name}` revokes it: its holder is told `lock.lost` (revoked) and the next
  *   waiter is granted with a higher token. Every revocation writes an audit log line.
- * `{name}` is URL-encoded (`encodeURIComponent`), so names may contain `/`.
+ * `{name}` is URL-encoded (`encodeURIComponent`), so names may contain `/`. Every route needs a
+ * principal with `admin` on the names it touches.
  */
 export async function handleAdmin(
   context: AdminContext,
+  principal: Principal,
   request: IncomingMessage,
   response: ServerResponse,
   path: string,
@@ -44,14 +47,15 @@ export async function handleAdmin(
         methodNotAllowed(response, request.method, 'GET');
         return;
       }
-      await listLocks(context, response, query);
+      await listLocks(context, principal, response, query);
       return;
     }
     const name = decodeName(path.slice(LOCKS_PATH.length + 1), context);
+    if (!allows(principal, 'admin', name)) throw forbidden(principal, JSON.stringify(name));
     if (request.method === 'GET' || request.method === 'HEAD') {
       await getLock(context, response, name);
     } else if (request.method === 'DELETE') {
-      await revokeLock(context, request, response, name);
+      await revokeLock(context, principal, request, response, name);
     } else {
       methodNotAllowed(response, request.method, 'GET, DELETE');
     }
@@ -65,6 +69,13 @@ export async function handleAdmin(
     }
     sendThrown(response, error);
   }
+}
+
+function forbidden(principal: Principal, what: string): DlmError {
+  return new DlmError(
+    'FORBIDDEN',
+    `token ${JSON.stringify(principal.name)} may not administer ${what}`,
+  );
 }
 
 function methodNotAllowed(response: ServerResponse, method: string | undefined, allow: string) {
@@ -88,9 +99,16 @@ function decodeName(encoded: string, context: AdminContext): string {
   return validateName(name, context.service.limits);
 }
 
-async function listLocks(context: AdminContext, response: ServerResponse, query: URLSearchParams) {
+async function listLocks(
+  context: AdminContext,
+  principal: Principal,
+  response: ServerResponse,
+  query: URLSearchParams,
+) {
   const { backend, service } = context;
   const prefix = validatePrefix(query.get('prefix') ?? '', service.limits);
+  if (!allowsPrefix(principal, 'admin', prefix))
+    throw forbidden(principal, `the prefix ${JSON.stringify(prefix)}`);
   const list = backend.list?.bind(backend);
   if (!list) {
     sendError(
@@ -138,6 +156,7 @@ async function getLock(context: AdminContext, response: ServerResponse, name: st
 
 async function revokeLock(
   context: AdminContext,
+  principal: Principal,
   request: IncomingMessage,
   response: ServerResponse,
   name: string,
@@ -154,6 +173,7 @@ async function revokeLock(
     name,
     owner: revoked.owner,
     token,
+    by: principal.name,
     remoteAddress: request.socket.remoteAddress,
     userAgent: request.headers['user-agent'],
   });

@@ -1,6 +1,9 @@
+import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { AuthConfigError, parseTokenFile, type TokenGrant } from './auth.js';
+import { DEFAULT_SERVER_LIMITS, LIMIT_FLAGS, limitEnvName, type ServerLimits } from './limits.js';
 import { isLogLevel, type LogLevel } from './logger.js';
 
 export type BackendConfig =
@@ -15,6 +18,24 @@ export interface ServerConfig {
   port: number;
   backend: BackendConfig;
   logLevel: LogLevel;
+  /** Bearer tokens from `--auth-file` or `DLM_AUTH_TOKENS`; empty: no authentication. */
+  auth: TokenGrant[];
+  /** Allow a non-loopback host without tokens. */
+  insecure: boolean;
+  /** PEM certificate and key, read from `--tls-cert` and `--tls-key`. */
+  tls: { cert: Buffer; key: Buffer } | null;
+  allowedOrigins: string[];
+  /** The limits set by flag or environment; the rest keep their defaults. */
+  limits: Partial<ServerLimits>;
+}
+
+function limitLines(): string {
+  return (Object.keys(LIMIT_FLAGS) as (keyof ServerLimits)[])
+    .map((key) => {
+      const flag = `--${LIMIT_FLAGS[key]} N`;
+      return `  ${flag.padEnd(33)}(${limitEnvName(LIMIT_FLAGS[key])}, default ${DEFAULT_SERVER_LIMITS[key]})`;
+    })
+    .join('\n');
 }
 
 /** The help text, for the command that runs the server (`dlm-server`, `dlm serve`). */
@@ -37,6 +58,20 @@ Options (each has an environment variable; flags win):
   --zk-connect H:P,H:P     zookeeper: connect string (DLM_ZK_CONNECT)
   --log-level LEVEL        debug | info | warn | error | silent (DLM_LOG_LEVEL, default info);
                            JSON lines on stderr, one per session, revocation, backend change
+
+Security (see the README's Security section):
+  --auth-file FILE         bearer tokens, by SHA-256, with their prefixes and actions
+                           (DLM_AUTH_FILE; or the file's content in DLM_AUTH_TOKENS)
+  --new-token              print a new random token, its SHA-256 and a token-file line, and exit
+  --insecure               listen on a non-loopback address without tokens (DLM_INSECURE=1)
+  --tls-cert FILE          PEM certificate chain: serve wss:// and https:// (DLM_TLS_CERT)
+  --tls-key FILE           its PEM private key (DLM_TLS_KEY)
+  --allowed-origins O1,O2  browser origins allowed besides the server's own; * for any
+                           (DLM_ALLOWED_ORIGINS)
+
+Limits (positive integers):
+${limitLines()}
+
   -h, --help               print this help
 `;
 }
@@ -81,6 +116,14 @@ export function parseConfig(
         'etcd-endpoints': { type: 'string' },
         'zk-connect': { type: 'string' },
         'log-level': { type: 'string' },
+        'auth-file': { type: 'string' },
+        insecure: { type: 'boolean' },
+        'tls-cert': { type: 'string' },
+        'tls-key': { type: 'string' },
+        'allowed-origins': { type: 'string' },
+        ...Object.fromEntries(
+          Object.values(LIMIT_FLAGS).map((flag) => [flag, { type: 'string' as const }]),
+        ),
         help: { type: 'boolean', short: 'h' },
       },
     }));
@@ -136,5 +179,65 @@ export function parseConfig(
     default:
       throw new ConfigError(`--backend must be embedded|redis|redlock|etcd|zookeeper, got ${kind}`);
   }
-  return { host, port, backend, logLevel };
+  const limits: Partial<ServerLimits> = {};
+  for (const [key, name] of Object.entries(LIMIT_FLAGS) as [keyof ServerLimits, string][]) {
+    const text = flag(name) ?? env[limitEnvName(name)];
+    if (text === undefined) continue;
+    const value = Number(text);
+    if (!/^\d+$/.test(text) || !Number.isSafeInteger(value) || value < 1)
+      throw new ConfigError(`--${name} must be a positive integer, got ${text}`);
+    limits[key] = value;
+  }
+  const headersTimeoutMs = limits.headersTimeoutMs ?? DEFAULT_SERVER_LIMITS.headersTimeoutMs;
+  const requestTimeoutMs = limits.requestTimeoutMs ?? DEFAULT_SERVER_LIMITS.requestTimeoutMs;
+  if (headersTimeoutMs > requestTimeoutMs)
+    throw new ConfigError('--headers-timeout-ms must not exceed --request-timeout-ms');
+
+  return {
+    host,
+    port,
+    backend,
+    logLevel,
+    auth: readAuth(flag('auth-file') ?? env.DLM_AUTH_FILE, env.DLM_AUTH_TOKENS),
+    insecure: values.insecure === true || env.DLM_INSECURE === '1' || env.DLM_INSECURE === 'true',
+    tls: readTls(flag('tls-cert') ?? env.DLM_TLS_CERT, flag('tls-key') ?? env.DLM_TLS_KEY),
+    allowedOrigins: (flag('allowed-origins') ?? env.DLM_ALLOWED_ORIGINS ?? '')
+      .split(',')
+      .map((origin) => origin.trim())
+      .filter(Boolean),
+    limits,
+  };
+}
+
+function readFile(path: string, what: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (error) {
+    throw new ConfigError(`cannot read ${what} ${path}: ${(error as Error).message}`);
+  }
+}
+
+function readAuth(file: string | undefined, inline: string | undefined): TokenGrant[] {
+  if (file !== undefined && inline !== undefined)
+    throw new ConfigError(
+      'give tokens in --auth-file (DLM_AUTH_FILE) or DLM_AUTH_TOKENS, not both',
+    );
+  if (file === undefined && inline === undefined) return [];
+  const source = file === undefined ? 'DLM_AUTH_TOKENS' : file;
+  const text = file === undefined ? inline! : readFile(file, 'the token file').toString('utf8');
+  try {
+    const grants = parseTokenFile(text);
+    if (!grants.length) throw new AuthConfigError('no tokens in it');
+    return grants;
+  } catch (error) {
+    if (error instanceof AuthConfigError) throw new ConfigError(`${source}: ${error.message}`);
+    throw error;
+  }
+}
+
+function readTls(cert: string | undefined, key: string | undefined) {
+  if (cert === undefined && key === undefined) return null;
+  if (cert === undefined || key === undefined)
+    throw new ConfigError('--tls-cert and --tls-key go together');
+  return { cert: readFile(cert, 'the TLS certificate'), key: readFile(key, 'the TLS key') };
 }

@@ -1,18 +1,59 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type AdminContext, handleAdmin, LOCKS_PATH } from './admin-api.js';
+import { type Authenticator, bearerToken } from './auth.js';
 import { type Dashboard, serveDashboard } from './dashboard.js';
 import { sendError, sendJson, sendThrown } from './http-json.js';
 import type { ServerMetrics } from './metrics.js';
+import type { OriginPolicy } from './origin-policy.js';
+import { ANONYMOUS, type Principal } from './permissions.js';
 
 export interface HttpContext extends AdminContext {
   metrics: ServerMetrics;
   dashboard: Dashboard;
+  authenticator: Authenticator;
+  origins: OriginPolicy;
   health(): Record<string, unknown>;
 }
 
 /**
- * Everything on the server's port that is not the WebSocket: `/healthz`, `/metrics`, the admin
- * API under `/v1/locks` and the dashboard at `/`.
+ * Whom the request's bearer token stands for (everyone is ANONYMOUS without tokens), or null
+ * after answering 401 (no valid token) or 403 (a browser page from an origin not allowed).
+ */
+function authenticate(
+  context: HttpContext,
+  request: IncomingMessage,
+  response: ServerResponse,
+): Principal | null {
+  if (!context.origins.allows(request.headers.origin, request.headers.host)) {
+    sendError(response, 403, 'FORBIDDEN', 'this origin is not allowed');
+    return null;
+  }
+  if (!context.authenticator.required) return ANONYMOUS;
+  const token = bearerToken(request.headers.authorization);
+  const principal = token ? context.authenticator.verify(token) : null;
+  if (!principal) {
+    context.logger.warn('authentication failed', {
+      path: request.url,
+      remoteAddress: request.socket.remoteAddress,
+    });
+    sendError(
+      response,
+      401,
+      'UNAUTHENTICATED',
+      token === undefined
+        ? 'this server requires a token: send Authorization: Bearer <token>'
+        : 'the bearer token is not valid',
+      {},
+      { 'www-authenticate': 'Bearer realm="dlm"' },
+    );
+  }
+  return principal;
+}
+
+/**
+ * Everything on the server's port that is not the WebSocket: `/healthz` and the dashboard's files
+ * (open to all), `/metrics` (any valid token) and the admin API under `/v1/locks` (a token with
+ * `admin` for the names concerned).
  */
 export function createHttpHandler(context: HttpContext) {
   return (request: IncomingMessage, response: ServerResponse): void => {
@@ -27,6 +68,7 @@ export function createHttpHandler(context: HttpContext) {
       return;
     }
     if (path === '/metrics' && get) {
+      if (!authenticate(context, request, response)) return;
       context.metrics.render().then(
         (text) => {
           response.writeHead(200, { 'content-type': context.metrics.contentType });
@@ -37,8 +79,10 @@ export function createHttpHandler(context: HttpContext) {
       return;
     }
     if (path === LOCKS_PATH || path.startsWith(`${LOCKS_PATH}/`)) {
+      const principal = authenticate(context, request, response);
+      if (!principal) return;
       const query = new URLSearchParams(queryAt < 0 ? '' : url.slice(queryAt + 1));
-      void handleAdmin(context, request, response, path, query);
+      void handleAdmin(context, principal, request, response, path, query);
       return;
     }
     if (serveDashboard(context.dashboard, request.method, path, response)) return;

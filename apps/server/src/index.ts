@@ -1,4 +1,14 @@
 export {
+  AuthConfigError,
+  type Authenticator,
+  createAuthenticator,
+  hashToken,
+  newToken,
+  parseTokenFile,
+  type TokenGrant,
+} from './auth.js';
+export { CLOSE } from './close-codes.js';
+export {
   type BackendConfig,
   ConfigError,
   parseConfig,
@@ -6,6 +16,8 @@ export {
   USAGE,
   usage,
 } from './config.js';
+export { DEFAULT_SERVER_LIMITS, type ServerLimits } from './limits.js';
 export { createLogger, type Logger, type LogLevel, pinoLogger } from './logger.js';
+export type { Action, Principal } from './permissions.js';
 export { runServer } from './run.js';
 export { type RunningServer, type ServerOptions, startServer } from './server.js';

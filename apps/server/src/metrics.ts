@@ -14,6 +14,32 @@ export type WaitOutcome = 'granted' | 'timeout' | 'cancelled' | 'error';
 /** How a lease granted through this server ended. */
 export type HoldEnd = 'released' | 'expired' | 'revoked';
 
+/**
+ * Why the server refused a WebSocket upgrade or ended a connection itself: bad credentials, an
+ * origin not allowed, a connection limit, no hello in time, a message rate far over the limit,
+ * a peer that stopped reading, or one that stopped answering pings.
+ */
+export type ConnectionRejection =
+  | 'unauthenticated'
+  | 'origin'
+  | 'address_limit'
+  | 'connection_limit'
+  | 'hello_timeout'
+  | 'message_rate'
+  | 'slow_reader'
+  | 'no_pong';
+
+const REJECTIONS: readonly ConnectionRejection[] = [
+  'unauthenticated',
+  'origin',
+  'address_limit',
+  'connection_limit',
+  'hello_timeout',
+  'message_rate',
+  'slow_reader',
+  'no_pong',
+];
+
 /** Read at scrape time, so that gauges cost nothing on the request path. */
 export interface GaugeSources {
   sessions(): number;
@@ -41,6 +67,8 @@ export interface ServerMetrics {
   /** A `lock.lost` sent to a holder's session. */
   lost(reason: 'expired' | 'revoked'): void;
   backend(operation: BackendOperation, seconds: number, failed: boolean): void;
+  /** A connection refused at the upgrade or ended by the server for `reason`. */
+  connectionEnded(reason: ConnectionRejection): void;
 }
 
 export type TimedMethod = 'lock.acquire' | 'lock.release' | 'lock.extend';
@@ -126,6 +154,12 @@ export function createMetrics(options: {
     labelNames: ['operation'] as const,
     registers,
   });
+  const rejections = new Counter({
+    name: 'dlm_connections_rejected_total',
+    help: 'WebSocket connections refused at the upgrade or ended by the server, by reason.',
+    labelNames: ['reason'] as const,
+    registers,
+  });
   new Gauge({
     name: 'dlm_sessions',
     help: 'Open WebSocket sessions.',
@@ -189,6 +223,13 @@ export function createMetrics(options: {
     }),
   );
   const requestBy = new Map<string, Map<string, ReturnType<typeof requests.labels>>>();
+  const rejectionBy = new Map(
+    REJECTIONS.map((reason) => {
+      const child = rejections.labels(reason);
+      child.inc(0);
+      return [reason, child] as const;
+    }),
+  );
 
   return {
     contentType: registry.contentType,
@@ -224,6 +265,9 @@ export function createMetrics(options: {
       const bound = backendBy.get(operation)!;
       bound.duration.observe(seconds);
       if (failed) bound.errors.inc();
+    },
+    connectionEnded(reason) {
+      rejectionBy.get(reason)!.inc();
     },
   };
 }

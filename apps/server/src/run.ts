@@ -1,3 +1,4 @@
+import { hashToken, newToken } from './auth.js';
 import { ConfigError, parseConfig, usage } from './config.js';
 import { createLogger } from './logger.js';
 import { startServer } from './server.js';
@@ -8,6 +9,14 @@ import { startServer } from './server.js';
  * Used by `dlm-server` and by the CLI's `dlm serve`.
  */
 export async function runServer(argv: string[], command = 'dlm-server'): Promise<void> {
+  if (argv.includes('--new-token')) {
+    const token = newToken();
+    const sha256 = hashToken(token);
+    process.stdout.write(
+      `token:  ${token}\nsha256: ${sha256}\n\nA line for the token file (give the token to the client, keep only the hash):\nNAME ${sha256} lock,watch PREFIX/\n`,
+    );
+    process.exit(0);
+  }
   let config: ReturnType<typeof parseConfig>;
   try {
     config = parseConfig(argv);
@@ -27,6 +36,11 @@ export async function runServer(argv: string[], command = 'dlm-server'): Promise
     port: config.port,
     backendConfig: config.backend,
     logger,
+    auth: config.auth,
+    insecure: config.insecure,
+    ...(config.tls ? { tls: config.tls } : {}),
+    allowedOrigins: config.allowedOrigins,
+    limits: config.limits,
   }).catch((error: unknown) => {
     logger.error('could not start', {
       error: error instanceof Error ? error.message : String(error),

@@ -1,6 +1,8 @@
 import { readFileSync } from 'node:fs';
-import { createServer, type IncomingMessage } from 'node:http';
+import { createServer, type ServerOptions as HttpOptions, type IncomingMessage } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
+import { performance } from 'node:perf_hooks';
 import type { Duplex } from 'node:stream';
 import {
   createLockService,
@@ -10,15 +12,21 @@ import {
 } from '@dlm/core';
 import { MAX_PAYLOAD_BYTES, SUBPROTOCOL, WS_PATH } from '@dlm/protocol';
 import { type WebSocket, WebSocketServer } from 'ws';
+import { bearerToken, createAuthenticator, type TokenGrant } from './auth.js';
+import { CLOSE } from './close-codes.js';
 import type { BackendConfig } from './config.js';
 import { createBackend, describeBackend } from './create-backend.js';
 import { loadDashboard } from './dashboard.js';
 import { createHttpHandler } from './http-handler.js';
 import { instrumentBackend } from './instrumented-backend.js';
+import { DEFAULT_SERVER_LIMITS, type ServerLimits } from './limits.js';
 import { createLockFeed } from './lock-feed.js';
 import { createLogger, type Logger } from './logger.js';
-import { createMetrics } from './metrics.js';
+import { isLoopbackHost } from './loopback.js';
+import { type ConnectionRejection, createMetrics } from './metrics.js';
 import { observeService } from './observed-service.js';
+import { createOriginPolicy } from './origin-policy.js';
+import type { Principal } from './permissions.js';
 import { createSession, type Session } from './session.js';
 
 export interface ServerOptions {
@@ -30,19 +38,38 @@ export interface ServerOptions {
   /** Or the backend to open (and close on shutdown). Default: embedded, in memory. */
   backendConfig?: BackendConfig;
   logger?: Logger;
-  /** Requests one connection may have in flight, waits included. */
+  /** What one client may take; each limit defaults to `DEFAULT_SERVER_LIMITS`'s. */
+  limits?: Partial<ServerLimits>;
+  /** The same as `limits.maxInflight`. */
   maxInflight?: number;
-  /** Passed to the lock service (limits, clock, timeouts). */
+  /**
+   * Bearer tokens (their SHA-256 and what each grants). With any, every WebSocket session and
+   * every admin and metrics request must present one. Without, the server binds only loopback
+   * addresses unless `insecure` is set.
+   */
+  auth?: readonly TokenGrant[];
+  /** Listen on a non-loopback address without tokens (a warning is logged). */
+  insecure?: boolean;
+  /** PEM certificate (chain) and key: serve `wss://` and `https://` on the same port. */
+  tls?: { cert: string | Buffer; key: string | Buffer };
+  /**
+   * Browser origins allowed besides the server's own pages (`https://ops.example.com`); `*`
+   * allows any. Requests without an `Origin` header (not from a browser) are not affected.
+   */
+  allowedOrigins?: readonly string[];
+  /** Passed to the lock service (limits, clock, timeouts); `limits.maxWaitersPerLock` wins. */
   service?: Omit<LockServiceOptions, 'backend'>;
 }
 
 export interface RunningServer {
   readonly host: string;
   readonly port: number;
-  /** `ws://host:port/v1/ws` */
+  /** `ws://host:port/v1/ws` (`wss://` with TLS) */
   readonly url: string;
-  /** `http://host:port`: the dashboard, `/metrics`, `/healthz` and the admin API. */
+  /** `http://host:port` (`https://` with TLS): the dashboard, `/metrics`, `/healthz`, the admin API. */
   readonly httpUrl: string;
+  /** The limits in force. */
+  readonly limits: Readonly<ServerLimits>;
   readonly backend: LockBackend;
   /**
    * Graceful shutdown: stop accepting, end pending waits with CANCELLED, close connections,
@@ -62,10 +89,17 @@ const VERSION: string = (() => {
   }
 })();
 
-function refuse(socket: Duplex, status: string, reason: string): void {
+function refuse(socket: Duplex, status: string, reason: string, headers = ''): void {
   socket.end(
-    `HTTP/1.1 ${status}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(reason)}\r\n\r\n${reason}`,
+    `HTTP/1.1 ${status}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(reason)}\r\n${headers}\r\n${reason}`,
   );
+}
+
+/** One accepted WebSocket connection, as the heartbeat sees it. */
+interface Connection {
+  session: Session;
+  /** Answered a ping (or sent anything) since the last ping. */
+  alive: boolean;
 }
 
 /**
@@ -80,6 +114,26 @@ function refuse(socket: Duplex, status: string, reason: string): void {
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
   const logger = options.logger ?? createLogger('silent');
   const host = options.host ?? '127.0.0.1';
+  const limits: ServerLimits = {
+    ...DEFAULT_SERVER_LIMITS,
+    ...(options.maxInflight === undefined ? {} : { maxInflight: options.maxInflight }),
+    ...(options.service?.maxWaitersPerName === undefined
+      ? {}
+      : { maxWaitersPerLock: options.service.maxWaitersPerName }),
+    ...options.limits,
+  };
+  const authenticator = createAuthenticator(options.auth ?? []);
+  const loopback = isLoopbackHost(host);
+  if (!authenticator.required && !loopback && !options.insecure) {
+    throw new Error(
+      `refusing to listen on ${host} without authentication: configure tokens (--auth-file), ` +
+        'bind a loopback address, or pass --insecure',
+    );
+  }
+  const origins = createOriginPolicy({
+    allowedOrigins: options.allowedOrigins ?? [],
+    authRequired: authenticator.required,
+  });
   const backendConfig: BackendConfig = options.backendConfig ?? { kind: 'embedded', dataDir: null };
   const ownsBackend = options.backend === undefined;
   const rawBackend = options.backend ?? (await createBackend(backendConfig, logger));
@@ -89,8 +143,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   );
   const clock = options.service?.clock ?? systemClock;
   const backendTimeoutMs = options.service?.backendTimeoutMs ?? 10_000;
-  const maxInflight = options.maxInflight ?? 256;
-  const sessions = new Map<WebSocket, Session>();
+  const sessions = new Map<WebSocket, Connection>();
+  // Upgrades in progress count too, so a burst of handshakes cannot overshoot the limits.
+  let connections = 0;
+  const perAddress = new Map<string, number>();
 
   // Gauges read these at scrape time; they are all assigned before the server listens.
   const metrics = createMetrics({
@@ -103,7 +159,11 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     },
   });
   const backend = instrumentBackend(rawBackend, metrics, logger);
-  const core = createLockService({ ...options.service, backend });
+  const core = createLockService({
+    ...options.service,
+    backend,
+    maxWaitersPerName: limits.maxWaitersPerLock,
+  });
   const feed = createLockFeed({
     backend,
     clock,
@@ -113,18 +173,47 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   });
   const service = observeService(core, feed, metrics, logger);
 
-  const http = createServer(
-    createHttpHandler({
-      service,
-      backend,
-      clock,
-      backendTimeoutMs,
-      logger,
-      metrics,
-      dashboard: loadDashboard(),
-      health: () => ({ status: 'ok', backend: backend.kind, sessions: sessions.size }),
-    }),
-  );
+  const handler = createHttpHandler({
+    service,
+    backend,
+    clock,
+    backendTimeoutMs,
+    logger,
+    metrics,
+    authenticator,
+    origins,
+    dashboard: loadDashboard(),
+    health: () => ({ status: 'ok', backend: backend.kind, sessions: sessions.size }),
+  });
+  // Against slowloris: a client must send its request head within headersTimeoutMs and the
+  // whole request within requestTimeoutMs (Node checks every connectionsCheckingInterval).
+  const httpOptions: HttpOptions = {
+    headersTimeout: limits.headersTimeoutMs,
+    requestTimeout: limits.requestTimeoutMs,
+    connectionsCheckingInterval: Math.max(
+      50,
+      Math.min(30_000, Math.floor(limits.headersTimeoutMs / 4)),
+    ),
+  };
+  const http = options.tls
+    ? createHttpsServer(
+        {
+          ...httpOptions,
+          cert: options.tls.cert,
+          key: options.tls.key,
+          // A TLS handshake that never finishes is the same attack one layer down.
+          handshakeTimeout: limits.headersTimeoutMs,
+        },
+        handler,
+      )
+    : createServer(httpOptions, handler);
+  if (options.tls) {
+    // A failed handshake (a plain-HTTP client, a bad certificate on the other side) is the
+    // client's problem: without a listener Node would only print it.
+    http.on('tlsClientError', (error) =>
+      logger.debug('TLS handshake failed', { error: error.message }),
+    );
+  }
 
   const wss = new WebSocketServer({
     noServer: true,
@@ -132,6 +221,17 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     perMessageDeflate: false,
     handleProtocols: (protocols) => (protocols.has(SUBPROTOCOL) ? SUBPROTOCOL : false),
   });
+
+  function rejectUpgrade(
+    socket: Duplex,
+    reason: ConnectionRejection,
+    status: string,
+    text: string,
+    headers = '',
+  ): void {
+    metrics.connectionEnded(reason);
+    refuse(socket, status, text, headers);
+  }
 
   http.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on('error', () => {});
@@ -145,38 +245,141 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       refuse(socket, '400 Bad Request', `unsupported subprotocol: offer ${SUBPROTOCOL}`);
       return;
     }
-    wss.handleUpgrade(request, socket, head, (ws) => accept(ws));
+    const address = request.socket.remoteAddress ?? 'unknown';
+    if (!origins.allows(request.headers.origin, request.headers.host)) {
+      logger.warn('connection refused: origin not allowed', {
+        origin: request.headers.origin,
+        remoteAddress: address,
+      });
+      rejectUpgrade(socket, 'origin', '403 Forbidden', 'this origin is not allowed');
+      return;
+    }
+    // A bearer token in the upgrade request authenticates the session at once; without one the
+    // client may still send it in session.hello.
+    const token = bearerToken(request.headers.authorization);
+    let principal: Principal | null = null;
+    if (token === null || (token !== undefined && authenticator.required)) {
+      principal = token ? authenticator.verify(token) : null;
+      if (!principal) {
+        logger.warn('authentication failed', { remoteAddress: address });
+        rejectUpgrade(
+          socket,
+          'unauthenticated',
+          '401 Unauthorized',
+          'UNAUTHENTICATED: the bearer token is not valid',
+          'WWW-Authenticate: Bearer realm="dlm"\r\n',
+        );
+        return;
+      }
+    }
+    if (connections >= limits.maxConnections) {
+      rejectUpgrade(
+        socket,
+        'connection_limit',
+        '503 Service Unavailable',
+        `LIMIT_EXCEEDED: the server has ${limits.maxConnections} connections`,
+        'Retry-After: 1\r\n',
+      );
+      return;
+    }
+    const fromAddress = perAddress.get(address) ?? 0;
+    if (fromAddress >= limits.maxConnectionsPerAddress) {
+      rejectUpgrade(
+        socket,
+        'address_limit',
+        '429 Too Many Requests',
+        `LIMIT_EXCEEDED: at most ${limits.maxConnectionsPerAddress} connections per address`,
+        'Retry-After: 1\r\n',
+      );
+      return;
+    }
+    connections += 1;
+    perAddress.set(address, fromAddress + 1);
+    socket.once('close', () => {
+      connections -= 1;
+      const left = (perAddress.get(address) ?? 1) - 1;
+      if (left > 0) perAddress.set(address, left);
+      else perAddress.delete(address);
+    });
+    wss.handleUpgrade(request, socket, head, (ws) => accept(ws, principal, address));
   });
 
-  function accept(ws: WebSocket): void {
-    const session = createSession({
+  function drop(ws: WebSocket, session: Session, reason: ConnectionRejection): void {
+    metrics.connectionEnded(reason);
+    logger.warn(
+      reason === 'slow_reader'
+        ? 'connection dropped: it does not read what it is sent'
+        : 'connection dropped: no answer to ping',
+      { session: session.id },
+    );
+    ws.terminate();
+  }
+
+  function accept(ws: WebSocket, principal: Principal | null, address: string): void {
+    const helloTimer = setTimeout(() => {
+      metrics.connectionEnded('hello_timeout');
+      logger.info('connection closed: no session.hello in time', { session: session.id });
+      ws.close(CLOSE.HELLO_TIMEOUT, 'no session.hello in time');
+    }, limits.helloTimeoutMs);
+    const session: Session = createSession({
       service,
-      limits: { maxPayloadBytes: MAX_PAYLOAD_BYTES, maxInflight },
+      limits: { ...limits, maxPayloadBytes: MAX_PAYLOAD_BYTES },
       serverVersion: VERSION,
       logger,
       feed,
       metrics,
+      authenticator,
+      principal,
+      remoteAddress: address,
+      now: () => performance.now(),
       send: (text) => {
         if (ws.readyState !== ws.OPEN) return false;
         ws.send(text);
+        // What the peer has not read stays in this process: past the bound, let it go.
+        if (ws.bufferedAmount > limits.maxBufferedBytes) {
+          drop(ws, session, 'slow_reader');
+          return false;
+        }
         return true;
       },
+      end: (code, reason) => ws.close(code, reason),
+      onHello: () => clearTimeout(helloTimer),
     });
-    sessions.set(ws, session);
-    logger.info('session opened', { session: session.id });
+    const connection: Connection = { session, alive: true };
+    sessions.set(ws, connection);
+    logger.info('session opened', { session: session.id, remoteAddress: address });
     ws.on('message', (data, isBinary) => {
+      connection.alive = true;
       session.handleFrame(isBinary ? null : data.toString());
+    });
+    ws.on('pong', () => {
+      connection.alive = true;
     });
     // ws closes an oversize frame's connection with 1009 itself; the error is expected.
     ws.on('error', (error) =>
       logger.debug('connection error', { session: session.id, error: error.message }),
     );
     ws.on('close', (code) => {
+      clearTimeout(helloTimer);
       sessions.delete(ws);
       session.close();
       logger.info('session closed', { session: session.id, code });
     });
   }
+
+  // One timer for all connections: each gets a ping per interval, and one that has neither
+  // answered the last ping nor sent anything since is dropped (so within two intervals).
+  const heartbeat = setInterval(() => {
+    for (const [ws, connection] of sessions) {
+      if (!connection.alive) {
+        drop(ws, connection.session, 'no_pong');
+        continue;
+      }
+      connection.alive = false;
+      ws.ping();
+    }
+  }, limits.pingIntervalMs);
+  heartbeat.unref();
 
   await new Promise<void>((resolve, reject) => {
     http.once('error', reject);
@@ -187,26 +390,43 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   });
   const port = (http.address() as AddressInfo).port;
   const urlHost = host.includes(':') ? `[${host}]` : host;
+  const [wsScheme, httpScheme] = options.tls ? ['wss', 'https'] : ['ws', 'http'];
   logger.info('listening', {
-    url: `ws://${urlHost}:${port}${WS_PATH}`,
+    url: `${wsScheme}://${urlHost}:${port}${WS_PATH}`,
+    auth: authenticator.required ? `${options.auth?.length} tokens` : 'none',
     ...describeBackend(backendConfig),
   });
+  if (!authenticator.required && !loopback) {
+    logger.warn(
+      'no authentication on a non-loopback address (--insecure): anyone who can reach it can take and break locks',
+      { host },
+    );
+  } else if (!options.tls && !loopback) {
+    logger.warn(
+      'tokens travel in cleartext: serve TLS (--tls-cert, --tls-key) or put TLS in front',
+      {
+        host,
+      },
+    );
+  }
 
   let closing: Promise<void> | undefined;
   return {
     host,
     port,
-    url: `ws://${urlHost}:${port}${WS_PATH}`,
-    httpUrl: `http://${urlHost}:${port}`,
+    url: `${wsScheme}://${urlHost}:${port}${WS_PATH}`,
+    httpUrl: `${httpScheme}://${urlHost}:${port}`,
     backend: rawBackend,
+    limits,
     close() {
       closing ??= (async () => {
+        clearInterval(heartbeat);
         http.close();
         // Pending waits answer CANCELLED before their connections close.
         await service.close();
         feed.close();
         await new Promise((resolve) => setImmediate(resolve));
-        for (const ws of sessions.keys()) ws.close(1001, 'server shutting down');
+        for (const ws of sessions.keys()) ws.close(CLOSE.GOING_AWAY, 'server shutting down');
         const deadline = Date.now() + 2_000;
         while (sessions.size && Date.now() < deadline)
           await new Promise((resolve) => setTimeout(resolve, 10));

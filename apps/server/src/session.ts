@@ -16,16 +16,25 @@ import {
   type RpcRequestId,
   toRpcError,
 } from '@dlm/protocol';
+import type { Authenticator } from './auth.js';
+import { CLOSE } from './close-codes.js';
+import type { ServerLimits } from './limits.js';
 import type { FeedEvent, LockFeed } from './lock-feed.js';
 import type { Logger } from './logger.js';
 import type { ServerMetrics } from './metrics.js';
+import { type Action, ANONYMOUS, allows, allowsPrefix, type Principal } from './permissions.js';
 import { validatePrefix } from './prefix.js';
 import { parseRequest, type RpcRequest } from './rpc.js';
+import { createTokenBucket } from './token-bucket.js';
 
-export interface SessionLimits {
-  maxPayloadBytes: number;
-  maxInflight: number;
-}
+export type SessionLimits = Pick<
+  ServerLimits,
+  | 'maxInflight'
+  | 'maxLocksPerSession'
+  | 'maxWatchesPerSession'
+  | 'messagesPerSecond'
+  | 'messageBurst'
+> & { maxPayloadBytes: number };
 
 export interface SessionContext {
   service: LockService;
@@ -35,8 +44,20 @@ export interface SessionContext {
   /** The server's live view of held locks, for `lock.watchPrefix`. */
   feed: LockFeed;
   metrics: ServerMetrics;
+  /** Checks the token a `session.hello` carries. */
+  authenticator: Authenticator;
+  /** Whom the upgrade's `Authorization` header authenticated, if it had one. */
+  principal: Principal | null;
+  /** For the log lines about this connection. */
+  remoteAddress: string | undefined;
+  /** Monotonic milliseconds, for the message-rate bucket. */
+  now: () => number;
   /** Sends one text frame; false once the connection is gone. */
   send: (text: string) => boolean;
+  /** Closes the connection with `code` after the frames already sent. */
+  end: (code: number, reason: string) => void;
+  /** `session.hello` succeeded. */
+  onHello?: (principal: Principal) => void;
 }
 
 /** One WebSocket connection speaking protocol v1. */
@@ -52,12 +73,21 @@ type Handler = (params: Record<string, unknown>, signal: AbortSignal) => Promise
 export function createSession(context: SessionContext): Session {
   const { service, logger, feed, metrics } = context;
   const id = randomUUID();
+  const { limits } = context;
   let helloDone = false;
+  let principal: Principal = ANONYMOUS;
   let open = true;
   let inflight = 0;
   let watchSeq = 0;
   const waits = new Set<AbortController>();
   const watches = new Map<string, () => void>();
+  // The leases this session holds (acquired, or adopted by extending them), by name, and its
+  // acquires in flight: together at most maxLocksPerSession.
+  const held = new Map<string, bigint>();
+  let acquiring = 0;
+  const bucket = createTokenBucket(limits.messagesPerSecond, limits.messageBurst, context.now);
+  // Frames refused for the rate in a row; another whole burst of them ends the connection.
+  let strikes = 0;
 
   function send(message: Record<string, unknown>): void {
     if (!open) return;
@@ -69,6 +99,7 @@ export function createSession(context: SessionContext): Session {
   }
 
   const onLost = (event: LostEvent) => {
+    forget(event.name, event.token);
     notify('lock.lost', {
       name: event.name,
       token: formatToken(event.token),
@@ -80,24 +111,85 @@ export function createSession(context: SessionContext): Session {
     return params.owner === undefined ? id : (params.owner as string);
   }
 
+  function forget(name: string, token: bigint): void {
+    if (held.get(name) === token) held.delete(name);
+  }
+
+  /** The name a lock method is about, checked, and that the principal may `actions` on it. */
+  function permittedName(params: Record<string, unknown>, ...actions: Action[]): string {
+    const name = validateName(params.name, service.limits);
+    if (!actions.some((action) => allows(principal, action, name))) {
+      throw new DlmError(
+        'FORBIDDEN',
+        `token ${JSON.stringify(principal.name)} may not ${actions.join(' or ')} ${JSON.stringify(name)}`,
+      );
+    }
+    return name;
+  }
+
+  /** Makes room for one more acquire, or says why there is none. */
+  function reserveLock(name: string): void {
+    if (held.has(name) || held.size + acquiring < limits.maxLocksPerSession) return;
+    // Leases released through another session leave no trace here: drop those the server no
+    // longer sees held with our token before refusing.
+    for (const [heldName, token] of held) {
+      if (feed.tokenOf(heldName) !== token) held.delete(heldName);
+    }
+    if (held.size + acquiring >= limits.maxLocksPerSession) {
+      throw new DlmError(
+        'LIMIT_EXCEEDED',
+        `a session may hold at most ${limits.maxLocksPerSession} locks (acquires in flight included)`,
+      );
+    }
+  }
+
+  function reserveWatch(): void {
+    if (watches.size >= limits.maxWatchesPerSession) {
+      throw new DlmError(
+        'LIMIT_EXCEEDED',
+        `a session may have at most ${limits.maxWatchesPerSession} watches`,
+      );
+    }
+  }
+
   const handlers: Record<RpcRequest['method'], Handler> = {
-    'session.hello': async () => {
+    'session.hello': async (params) => {
       if (helloDone)
         throw new DlmError('INVALID_REQUEST', 'session.hello was already sent on this connection');
+      const { authenticator } = context;
+      let who = context.principal;
+      if (params.auth !== undefined) {
+        if (typeof params.auth !== 'string') {
+          throw new DlmError('INVALID_PARAMS', 'auth must be a string', { field: 'auth' });
+        }
+        // A server without tokens ignores credentials.
+        if (authenticator.required) {
+          who = authenticator.verify(params.auth);
+          if (!who) throw new DlmError('UNAUTHENTICATED', 'the token in auth is not valid');
+        }
+      }
+      if (authenticator.required && !who) {
+        throw new DlmError(
+          'UNAUTHENTICATED',
+          'this server requires a token: send it as session.hello auth or as Authorization: Bearer',
+        );
+      }
+      principal = who ?? ANONYMOUS;
       helloDone = true;
-      const { limits } = service;
+      context.onHello?.(principal);
+      const bounds = service.limits;
       return {
         sessionId: id,
         protocol: PROTOCOL,
         server: { name: 'dlm', version: context.serverVersion },
         backend: service.backend.kind,
         limits: {
-          maxPayloadBytes: context.limits.maxPayloadBytes,
-          maxNameBytes: limits.maxNameBytes,
-          minTtlMs: limits.minTtlMs,
-          maxTtlMs: limits.maxTtlMs,
-          maxWaitMs: limits.maxWaitMs,
-          maxInflight: context.limits.maxInflight,
+          maxPayloadBytes: limits.maxPayloadBytes,
+          maxNameBytes: bounds.maxNameBytes,
+          minTtlMs: bounds.minTtlMs,
+          maxTtlMs: bounds.maxTtlMs,
+          maxWaitMs: bounds.maxWaitMs,
+          maxInflight: limits.maxInflight,
         },
       };
     },
@@ -105,14 +197,24 @@ export function createSession(context: SessionContext): Session {
     'session.ping': async () => ({}),
 
     'lock.acquire': async (params, signal) => {
-      const lease = await service.acquire({
-        name: params.name as string,
-        ttlMs: params.ttlMs as number,
-        waitMs: params.waitMs as number,
-        owner: optionalOwner(params),
-        signal,
-        onLost,
-      });
+      const name = permittedName(params, 'lock');
+      reserveLock(name);
+      acquiring += 1;
+      let lease: Awaited<ReturnType<LockService['acquire']>>;
+      try {
+        lease = await service.acquire({
+          name,
+          ttlMs: params.ttlMs as number,
+          waitMs: params.waitMs as number,
+          owner: optionalOwner(params),
+          signal,
+          onLost,
+        });
+      } finally {
+        acquiring -= 1;
+      }
+      // A grant that arrives after the connection closed belongs to nobody here.
+      if (open) held.set(lease.name, lease.token);
       return {
         name: lease.name,
         owner: lease.owner,
@@ -122,24 +224,35 @@ export function createSession(context: SessionContext): Session {
     },
 
     'lock.release': async (params) => {
-      const name = validateName(params.name, service.limits);
-      await service.release({ name, token: parseToken(params.token) });
+      const name = permittedName(params, 'lock');
+      const token = parseToken(params.token);
+      try {
+        await service.release({ name, token });
+      } catch (error) {
+        if (isDlmError(error, 'NOT_HOLDER')) forget(name, token);
+        throw error;
+      }
+      forget(name, token);
       return { released: true };
     },
 
     'lock.extend': async (params) => {
-      const name = validateName(params.name, service.limits);
-      const lease = await service.extend({
-        name,
-        token: parseToken(params.token),
-        ttlMs: params.ttlMs as number,
-        onLost,
-      });
+      const name = permittedName(params, 'lock');
+      const token = parseToken(params.token);
+      let lease: Awaited<ReturnType<LockService['extend']>>;
+      try {
+        lease = await service.extend({ name, token, ttlMs: params.ttlMs as number, onLost });
+      } catch (error) {
+        if (isDlmError(error, 'NOT_HOLDER')) forget(name, token);
+        throw error;
+      }
+      // Extending adopts the lease: its lock.lost now comes here, and it counts as held here.
+      if (open) held.set(lease.name, lease.token);
       return { name: lease.name, token: formatToken(lease.token), ttlMs: lease.ttlMs };
     },
 
     'lock.get': async (params) => {
-      const name = validateName(params.name, service.limits);
+      const name = permittedName(params, 'lock', 'watch');
       const state = await service.get(name);
       if (!state) return { name, held: false };
       return {
@@ -152,7 +265,8 @@ export function createSession(context: SessionContext): Session {
     },
 
     'lock.watch': async (params) => {
-      const name = validateName(params.name, service.limits);
+      const name = permittedName(params, 'watch');
+      reserveWatch();
       watchSeq += 1;
       const watchId = `w${watchSeq}`;
       // Subscribe before reading the state, so no change between the two is missed.
@@ -180,6 +294,13 @@ export function createSession(context: SessionContext): Session {
 
     'lock.watchPrefix': async (params) => {
       const prefix = validatePrefix(params.prefix, service.limits);
+      if (!allowsPrefix(principal, 'watch', prefix)) {
+        throw new DlmError(
+          'FORBIDDEN',
+          `token ${JSON.stringify(principal.name)} may not watch the prefix ${JSON.stringify(prefix)}`,
+        );
+      }
+      reserveWatch();
       // Locks granted through other servers on a shared backend join the feed first.
       await feed.seed(prefix);
       watchSeq += 1;
@@ -270,6 +391,14 @@ export function createSession(context: SessionContext): Session {
       const rpcError = toRpcError(error);
       send({ jsonrpc: '2.0', id: request.id, error: rpcError });
       record(request, rpcError.data.code, startedAt);
+      if (rpcError.data.code === 'UNAUTHENTICATED') {
+        metrics.connectionEnded('unauthenticated');
+        logger.warn('authentication failed', {
+          session: id,
+          remoteAddress: context.remoteAddress,
+        });
+        context.end(CLOSE.UNAUTHENTICATED, 'unauthenticated');
+      }
     } finally {
       inflight -= 1;
       waits.delete(controller);
@@ -286,6 +415,31 @@ export function createSession(context: SessionContext): Session {
     id,
 
     handleFrame(data) {
+      if (!open) return;
+      if (!bucket.take()) {
+        strikes += 1;
+        if (strikes > limits.messageBurst) {
+          logger.warn('connection closed: message rate', {
+            session: id,
+            remoteAddress: context.remoteAddress,
+          });
+          metrics.connectionEnded('message_rate');
+          context.end(CLOSE.LIMIT_EXCEEDED, 'message rate exceeded');
+          close();
+          return;
+        }
+        const parsed = data === null ? null : parseRequest(data);
+        reject(
+          parsed === null ? null : parsed.id,
+          parsed === null || 'error' in parsed ? 'invalid' : parsed.method,
+          new DlmError(
+            'LIMIT_EXCEEDED',
+            `at most ${limits.messagesPerSecond} messages per second (bursts of ${limits.messageBurst})`,
+          ),
+        );
+        return;
+      }
+      strikes = 0;
       if (data === null) {
         reject(
           null,
@@ -309,27 +463,27 @@ export function createSession(context: SessionContext): Session {
         );
         return;
       }
-      if (inflight >= context.limits.maxInflight) {
+      if (inflight >= limits.maxInflight) {
         reject(
           parsed.id,
           parsed.method,
-          new DlmError(
-            'LIMIT_EXCEEDED',
-            `at most ${context.limits.maxInflight} requests may be in flight`,
-          ),
+          new DlmError('LIMIT_EXCEEDED', `at most ${limits.maxInflight} requests may be in flight`),
         );
         return;
       }
       void serve(parsed);
     },
 
-    close() {
-      if (!open) return;
-      open = false;
-      for (const controller of waits) controller.abort();
-      waits.clear();
-      for (const stop of watches.values()) stop();
-      watches.clear();
-    },
+    close,
   };
+
+  function close(): void {
+    if (!open) return;
+    open = false;
+    for (const controller of waits) controller.abort();
+    waits.clear();
+    for (const stop of watches.values()) stop();
+    watches.clear();
+    held.clear();
+  }
 }

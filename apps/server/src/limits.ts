@@ -1,0 +1,70 @@
+/**
+ * What one client may take from the server. Every limit is configurable (`startServer({ limits })`,
+ * a flag and an environment variable) and documented with its default in the README; each
+ * guards a resource a misbehaving or hostile client could otherwise exhaust.
+ */
+export interface ServerLimits {
+  /** Unanswered requests per connection, waits included; past it LIMIT_EXCEEDED. */
+  maxInflight: number;
+  /** Leases a session holds (acquired or adopted by extend) plus its acquires in flight. */
+  maxLocksPerSession: number;
+  /** `lock.watch` and `lock.watchPrefix` subscriptions per session. */
+  maxWatchesPerSession: number;
+  /** Waiters queued for one lock name on this server. */
+  maxWaitersPerLock: number;
+  /** WebSocket connections from one remote address; past it the upgrade gets HTTP 429. */
+  maxConnectionsPerAddress: number;
+  /** WebSocket connections in all; past it the upgrade gets HTTP 503. */
+  maxConnections: number;
+  /** Frames per second per connection, sustained (token bucket refill rate). */
+  messagesPerSecond: number;
+  /** Frames a connection may send at once above the rate (token bucket size). */
+  messageBurst: number;
+  /** Time from the upgrade to a successful `session.hello`; then close 4008. */
+  helloTimeoutMs: number;
+  /** WebSocket ping interval; a connection that has not answered the previous ping is dropped. */
+  pingIntervalMs: number;
+  /** Bytes queued for a connection that does not read; past it the connection is dropped. */
+  maxBufferedBytes: number;
+  /** Time for a client to send a whole HTTP request head (Node's `server.headersTimeout`). */
+  headersTimeoutMs: number;
+  /** Time for a client to send a whole HTTP request (Node's `server.requestTimeout`). */
+  requestTimeoutMs: number;
+}
+
+export const DEFAULT_SERVER_LIMITS: Readonly<ServerLimits> = {
+  maxInflight: 256,
+  maxLocksPerSession: 1_000,
+  maxWatchesPerSession: 1_000,
+  maxWaitersPerLock: 10_000,
+  maxConnectionsPerAddress: 1_000,
+  maxConnections: 20_000,
+  messagesPerSecond: 5_000,
+  messageBurst: 5_000,
+  helloTimeoutMs: 10_000,
+  pingIntervalMs: 30_000,
+  maxBufferedBytes: 16 * 1024 * 1024,
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 30_000,
+};
+
+/** The flag and environment variable of each limit (`--max-inflight`, `DLM_MAX_INFLIGHT`). */
+export const LIMIT_FLAGS: Readonly<Record<keyof ServerLimits, string>> = {
+  maxInflight: 'max-inflight',
+  maxLocksPerSession: 'max-locks-per-session',
+  maxWatchesPerSession: 'max-watches-per-session',
+  maxWaitersPerLock: 'max-waiters-per-lock',
+  maxConnectionsPerAddress: 'max-connections-per-address',
+  maxConnections: 'max-connections',
+  messagesPerSecond: 'messages-per-second',
+  messageBurst: 'message-burst',
+  helloTimeoutMs: 'hello-timeout-ms',
+  pingIntervalMs: 'ping-interval-ms',
+  maxBufferedBytes: 'max-buffered-bytes',
+  headersTimeoutMs: 'headers-timeout-ms',
+  requestTimeoutMs: 'request-timeout-ms',
+};
+
+export function limitEnvName(flag: string): string {
+  return `DLM_${flag.toUpperCase().replaceAll('-', '_')}`;
+}

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -77,9 +78,27 @@ function describeRun(run: TargetRun): string {
   return parts.join('; ');
 }
 
+/** The command as a reader would type it (where the files went is not part of it). */
+function shownCommand(argv: string[]): string {
+  const shown = argv.filter((arg, i) => arg !== '--out' && argv[i - 1] !== '--out');
+  return ['pnpm bench', ...shown].join(' ');
+}
+
+/** The commit measured, with `+changes` when the working tree differs from it. */
+function gitCommit(): string {
+  const run = (args: string[]) =>
+    spawnSync('git', args, { cwd: fileURLToPath(new URL('.', import.meta.url)), encoding: 'utf8' });
+  const head = run(['rev-parse', '--short', 'HEAD']).stdout.trim();
+  if (!head) return 'unknown';
+  const dirty = run(['status', '--porcelain', '--untracked-files=no']).stdout.trim() !== '';
+  return dirty ? `${head}+changes` : head;
+}
+
 interface Results {
   mode: 'full' | 'smoke';
   command: string;
+  /** `git rev-parse --short HEAD`, `+changes` when the tree had uncommitted changes. */
+  commit: string;
   startedAt: string;
   durationSeconds: number;
   machine: ReturnType<typeof machineInfo> & { loadAverageAtEnd: number[] };
@@ -103,7 +122,7 @@ function markdown(results: Results, rows: string[][], cpuRows: string[][]): stri
   const scale = results.scale;
   return `# dlm benchmark results
 
-Written by \`${results.command}\` (apps/bench) on ${results.startedAt}, ${results.mode} run, ${results.durationSeconds.toFixed(0)} s.
+Written by \`${results.command}\` (apps/bench) at commit ${results.commit} on ${results.startedAt}, ${results.mode} run, ${results.durationSeconds.toFixed(0)} s.
 Regenerate with \`pnpm bench\` from the repository root.
 
 ## Machine
@@ -245,7 +264,8 @@ async function main(): Promise<number> {
   const cpuRows = tableRows(figures, CPU_COLUMNS);
   const results: Results = {
     mode: options.smoke ? 'smoke' : 'full',
-    command: `pnpm bench ${process.argv.slice(2).join(' ')}`.trim(),
+    command: shownCommand(process.argv.slice(2)),
+    commit: gitCommit(),
     startedAt,
     durationSeconds: (performance.now() - started) / 1_000,
     machine: { ...machine, loadAverageAtEnd: machineInfo().loadAverage },

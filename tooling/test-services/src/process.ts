@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,9 +26,30 @@ export function freePort(): Promise<number> {
 }
 
 const tempDirs = new Set<string>();
+const STALE_AFTER_MS = 3 * 60 * 60 * 1000;
+let swept = false;
+
+/**
+ * Test runners do not always let a worker run its exit hooks (vitest ends its workers without
+ * them), so directories of earlier runs are swept here: any `dlm-*` directory in the temp dir
+ * untouched for three hours belongs to no running test.
+ */
+function sweepStaleDirs(): void {
+  if (swept) return;
+  swept = true;
+  const cutoff = Date.now() - STALE_AFTER_MS;
+  for (const entry of readdirSync(tmpdir())) {
+    if (!entry.startsWith('dlm-')) continue;
+    const path = join(tmpdir(), entry);
+    try {
+      if (statSync(path).mtimeMs < cutoff) rmSync(path, { recursive: true, force: true });
+    } catch {}
+  }
+}
 
 /** A new empty directory under the OS temp dir, removed when the process exits. */
 export function tempDir(prefix: string): string {
+  sweepStaleDirs();
   const dir = mkdtempSync(join(tmpdir(), `dlm-${prefix}-`));
   tempDirs.add(dir);
   return dir;

@@ -14,7 +14,8 @@ export interface Peer {
   call(method: string, params?: unknown): Promise<Record<string, any>>;
   /** Sends raw text or bytes and resolves with the next frame that has the given id. */
   raw(data: string | Buffer, id?: unknown): Promise<Record<string, any>>;
-  hello(): Promise<Record<string, any>>;
+  /** `session.hello`, with `auth` when given; rejects unless it succeeds. */
+  hello(auth?: string): Promise<Record<string, any>>;
   notifications: Array<Record<string, any>>;
   nextNotification(method: string, timeoutMs?: number): Promise<Record<string, any>>;
   closed: Promise<{ code: number; reason: string }>;
@@ -24,8 +25,9 @@ export interface Peer {
 export async function connect(
   url: string,
   protocols: string[] | undefined = [SUBPROTOCOL],
+  options: WebSocket.ClientOptions = {},
 ): Promise<Peer> {
-  const ws = new WebSocket(url, protocols);
+  const ws = new WebSocket(url, protocols, options);
   const frames: Array<Record<string, any>> = [];
   const notifications: Array<Record<string, any>> = [];
   const waiters: Array<() => void> = [];
@@ -96,8 +98,11 @@ export async function connect(
       ws.send(data);
       return take(id);
     },
-    async hello() {
-      const reply = await peer.call('session.hello', { client: { name: 'test', version: '0' } });
+    async hello(auth?: string) {
+      const reply = await peer.call('session.hello', {
+        client: { name: 'test', version: '0' },
+        ...(auth === undefined ? {} : { auth }),
+      });
       if (!reply.result) throw new Error(`hello failed: ${JSON.stringify(reply)}`);
       return reply.result;
     },

@@ -98,6 +98,19 @@ export TESTCONTAINERS_RYUK_DISABLED=true
 # Host networking: the services are on loopback (see src/docker-engine.ts).
 export TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1
 
+# Every test step runs, so one failure does not hide the others; the stage fails at the end.
+failures=()
+run_tests() {
+  local label="$1"
+  shift
+  if "$@"; then
+    step "$label"
+  else
+    failures+=("$label")
+    step "$label (FAILED)"
+  fi
+}
+
 projects=()
 for adapter in redis redlock etcd zookeeper; do
   if [ -f "packages/adapter-$adapter/test/conformance.test.ts" ]; then
@@ -106,12 +119,14 @@ for adapter in redis redlock etcd zookeeper; do
     echo "ci-docker: packages/adapter-$adapter/test/conformance.test.ts does not exist: skipped" >&2
   fi
 done
-npx vitest run "${projects[@]}" test/conformance.test.ts
-step "the adapters' conformance suites on containers"
-
+run_tests "the adapters' conformance suites on containers" \
+  npx vitest run "${projects[@]}" test/conformance.test.ts
 # The provider's own tests: kill (docker kill), pause (docker pause) and start of containers.
-npx vitest run --project test-services
-step "test-services' tests on containers"
+run_tests "test-services' tests on containers" npx vitest run --project test-services \
+  test/redis.test.ts test/etcd.test.ts test/zookeeper.test.ts
+run_tests "examples/third-party-adapter" bash -c 'cd examples/third-party-adapter && npx vitest run'
 
-(cd examples/third-party-adapter && npx vitest run)
-step "examples/third-party-adapter"
+if [ ${#failures[@]} -gt 0 ]; then
+  echo "ci-docker: failed: ${failures[*]}" >&2
+  exit 1
+fi

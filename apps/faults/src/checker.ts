@@ -229,8 +229,15 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
 
   // ---- grants and what became of them ----------------------------------------------------
   const grants: Grant[] = [];
-  const grantIndex = new Map<string, Grant>();
+  // A backend that forgets its counters (Redis without AOF) can grant one process the same
+  // token twice: an extend, release or loss belongs to that process's latest such grant.
+  const grantIndex = new Map<string, Grant[]>();
   const grantKey = (proc: string, name: string, t: bigint) => `${proc}\u0000${name}\u0000${t}`;
+  const grantAt = (proc: string, name: string, t: bigint, at: number) =>
+    grantIndex
+      .get(grantKey(proc, name, t))
+      ?.filter((grant) => grant.okT <= at)
+      .at(-1);
   for (const op of ops) {
     if (op.f !== 'acquire' || op.done?.type !== 'ok' || op.token === undefined) continue;
     const grant: Grant = {
@@ -248,11 +255,13 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
       lostT: undefined,
     };
     grants.push(grant);
-    grantIndex.set(grantKey(op.proc, op.name, op.token), grant);
+    const key = grantKey(op.proc, op.name, op.token);
+    grantIndex.set(key, [...(grantIndex.get(key) ?? []), grant]);
   }
+  for (const list of grantIndex.values()) list.sort((a, b) => a.okT - b.okT);
   for (const op of ops) {
-    if (op.token === undefined) continue;
-    const grant = grantIndex.get(grantKey(op.proc, op.name, op.token));
+    if (op.token === undefined || op.f === 'acquire') continue;
+    const grant = grantAt(op.proc, op.name, op.token, op.invoke.t);
     if (!grant) continue;
     if (op.f === 'extend' && op.done?.type === 'ok') {
       grant.renewals.push({
@@ -264,7 +273,7 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
     }
   }
   for (const lost of lostEvents) {
-    const grant = grantIndex.get(grantKey(lost.proc, lost.name, BigInt(lost.token)));
+    const grant = grantAt(lost.proc, lost.name, BigInt(lost.token), lost.t);
     if (grant) grant.lostT = Math.min(grant.lostT ?? INF, lost.t);
   }
   const grantsByName = groupBy(grants, (g) => g.name);
@@ -399,12 +408,15 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
   }
 
   // ---- S4: stale release/extend -----------------------------------------------------------
+  // "Newer" is by time, not by token: a backend that forgot its counters hands out low tokens
+  // again, and a release that frees such a newer holder's lock is exactly the hazard.
   for (const op of ops) {
     if ((op.f !== 'release' && op.f !== 'extend') || op.done?.type !== 'ok') continue;
     if (op.f === 'release' && op.done.released !== true) continue;
     if (op.token === undefined) continue;
+    const own = grantAt(op.proc, op.name, op.token, op.invoke.t);
     const newer = (grantsByName.get(op.name) ?? []).find(
-      (g) => g.token > op.token! && g.okT < op.invoke.t,
+      (g) => g !== own && g.okT > (own?.okT ?? -INF) && g.okT < op.invoke.t,
     );
     if (newer) {
       flag({
@@ -426,7 +438,11 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
         !overlaps(linkFaults.get(grant.proc), grant.invokeT, grant.okT);
       if (clean) {
         const over = grant.renewals[0]!.deadline <= grant.okT;
-        const newer = list.find((g) => g.token > grant.token && g.okT < grant.okT);
+        // A newer grant that completed while this one was on its way (one that completed
+        // before this one was even asked for is S2's business).
+        const newer = list.find(
+          (g) => g.token > grant.token && g.okT > grant.invokeT && g.okT < grant.okT,
+        );
         if (over || newer) {
           flag({
             property: 'S5',
@@ -468,7 +484,7 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
     if (fault.phase !== 'start' || !fault.holding || !fault.target) continue;
     if (fault.nemesis !== 'client-kill' && fault.nemesis !== 'client-pause') continue;
     const { name } = fault.holding;
-    const grant = grantIndex.get(grantKey(fault.target, name, BigInt(fault.holding.token)));
+    const grant = grantAt(fault.target, name, BigInt(fault.holding.token), fault.t);
     if (!grant) continue;
     const renewal = grant.renewals.filter((r) => r.okT <= fault.t).at(-1) ?? grant.renewals[0]!;
     const leaseEnd = renewal.okT + grant.ttlMs;
@@ -477,6 +493,7 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
         op.f === 'release' &&
         op.proc === grant.proc &&
         op.token === grant.token &&
+        op.invoke.t >= grant.okT &&
         op.done?.type === 'ok' &&
         op.done.released === true,
     )?.done?.t;

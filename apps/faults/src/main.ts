@@ -54,7 +54,6 @@ function positive(text: string | undefined, fallback: number, flag: string): num
   return value;
 }
 
-let values: ReturnType<typeof parseArgs<{ options: typeof OPTIONS }>>['values'];
 const OPTIONS = {
   backend: { type: 'string' },
   nemesis: { type: 'string' },
@@ -72,6 +71,7 @@ const OPTIONS = {
   'history-dir': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
+let values: ReturnType<typeof parseArgs<{ options: typeof OPTIONS }>>['values'];
 try {
   ({ values } = parseArgs({
     options: OPTIONS,

@@ -48,8 +48,8 @@ export function renderMarkdown(result: CampaignResult): string {
     '',
   );
   lines.push(
-    '| backend | nemesis | ops | grants | writes | faults | S1 | S2 | S3 | S4 | S5 | S6 | L1 | L4 | recovery p50 / max ms | L1 takeover max ms |',
-    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    '| backend | nemesis | ops | unknown | grants | writes | refused | faults | S1 | S2 | S3 | S4 | S5 | S6 | L1 | L4 | recovery p50 / max ms | L1 takeover max ms |',
+    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
   );
   for (const segment of result.segments) {
     const { stats } = segment.check;
@@ -59,7 +59,7 @@ export function renderMarkdown(result: CampaignResult): string {
         ? '–'
         : `${ms(recovery.p50)} / ${ms(recovery.max)}${recovery.notRecovered ? ` (${recovery.notRecovered} not)` : ''}`;
     lines.push(
-      `| ${segment.backend} | ${segment.nemesis}${segment.negativeControl ? ' **(fencing off)**' : ''} | ${stats.ops} | ${stats.grants} | ${stats.writes} | ${stats.faults} | ${PROPERTIES.map((p) => cell(segment, p)).join(' | ')} | ${recoveryCell} | ${ms(recovery.takeoverMax)} |`,
+      `| ${segment.backend} | ${segment.nemesis}${segment.negativeControl ? ' **(fencing off)**' : ''} | ${stats.ops} | ${stats.unknown} | ${stats.grants} | ${stats.writes} | ${stats.staleRefused} | ${stats.faults} | ${PROPERTIES.map((p) => cell(segment, p)).join(' | ')} | ${recoveryCell} | ${ms(recovery.takeoverMax)} |`,
     );
   }
   lines.push('');

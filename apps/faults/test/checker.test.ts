@@ -238,6 +238,17 @@ describe('checker on hand-made histories', () => {
     expect(flagged(late.events, { finalValues: {} })).toEqual(['L4']);
   });
 
+  it('a token granted twice to one process (a backend that forgot its counter) is two leases', () => {
+    // Both leases ran out and both losses were reported: S2 is violated, L4 is not.
+    const h = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .lost('p1', 'x', 991, 1)
+      .acquire('p1', 'x', 2_000, 2_001, 1)
+      .lost('p1', 'x', 2_991, 1)
+      .end(6_000);
+    expect(flagged(h.events, { finalValues: {} })).toEqual(['S2']);
+  });
+
   it('recovery: from the end of each fault to the next acknowledged write', () => {
     const h = cleanHistory().fault(4, 1, 'server-kill', 'start', 'server');
     h.fault(8, 1, 'server-kill', 'end', 'server').end(5_000);

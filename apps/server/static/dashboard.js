@@ -18,6 +18,17 @@ const rows = $('lock-rows');
 const emptyNote = $('empty');
 const lockCount = $('lock-count');
 const feedList = $('feed');
+const authForm = $('auth');
+const authNote = $('auth-note');
+const tokenInput = $('token');
+
+// With tokens configured the server wants one in session.hello (browsers cannot set headers on
+// a WebSocket) and in the admin API's Authorization header. It lives in this tab's
+// sessionStorage: gone when the tab closes, never sent anywhere but this server.
+const TOKEN_KEY = 'dlm-token';
+let token = sessionStorage.getItem(TOKEN_KEY) ?? '';
+/** Set when the server refused the token: wait for a new one instead of reconnecting. */
+let awaitingToken = false;
 
 /** name -> { name, owner, token, expiresAt (performance.now() ms), waiters, row, cells } */
 const locks = new Map();
@@ -42,6 +53,26 @@ function call(method, params) {
   });
 }
 
+/** Shows the token form; the next connection waits for it. */
+function askForToken(note) {
+  awaitingToken = true;
+  authNote.textContent = note;
+  authForm.hidden = false;
+  tokenInput.focus();
+  setStatus('error', 'Needs a token');
+}
+
+authForm.addEventListener('submit', (event) => {
+  event.preventDefault();
+  token = tokenInput.value.trim();
+  tokenInput.value = '';
+  sessionStorage.setItem(TOKEN_KEY, token);
+  authForm.hidden = true;
+  awaitingToken = false;
+  if (socket && socket.readyState !== WebSocket.CLOSED) socket.close();
+  else connect();
+});
+
 function connect() {
   const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
   socket = new WebSocket(`${scheme}//${location.host}/v1/ws`, SUBPROTOCOL);
@@ -49,12 +80,23 @@ function connect() {
     try {
       const hello = await call('session.hello', {
         client: { name: 'dlm-dashboard', version: '1' },
+        ...(token ? { auth: token } : {}),
       });
       reconnectDelayMs = 500;
       serverInfo = `${hello.backend} backend · dlm ${hello.server.version}`;
       await watch(prefix);
     } catch (error) {
-      setStatus('error', `Could not start: ${error.message}`);
+      if (error.code === 'UNAUTHENTICATED') {
+        askForToken(
+          token
+            ? 'The server did not accept that token. Paste another one.'
+            : 'Paste a token with watch (and admin to revoke). It is kept in this tab only.',
+        );
+      } else if (error.code === 'FORBIDDEN') {
+        setStatus('error', `This token may not watch “${prefix}”: filter by one of its prefixes`);
+      } else {
+        setStatus('error', `Could not start: ${error.message}`);
+      }
     }
   });
   socket.addEventListener('message', (message) => onFrame(JSON.parse(message.data)));
@@ -62,6 +104,7 @@ function connect() {
     for (const { reject } of pending.values()) reject(new Error('connection closed'));
     pending.clear();
     watchId = undefined;
+    if (awaitingToken) return;
     setStatus(
       'offline',
       `Disconnected; reconnecting in ${Math.round(reconnectDelayMs / 100) / 10} s…`,
@@ -76,8 +119,11 @@ function onFrame(frame) {
     const waiter = pending.get(frame.id);
     if (!waiter) return;
     pending.delete(frame.id);
-    if (frame.error) waiter.reject(new Error(frame.error.message));
-    else waiter.resolve(frame.result);
+    if (frame.error) {
+      const error = new Error(frame.error.message);
+      error.code = frame.error.data?.code;
+      waiter.reject(error);
+    } else waiter.resolve(frame.result);
     return;
   }
   if (frame.method === 'lock.changed' && frame.params.watchId === watchId) {
@@ -257,6 +303,7 @@ async function revokeLock(lock) {
   try {
     const response = await fetch(`/v1/locks/${encodeURIComponent(lock.name)}`, {
       method: 'DELETE',
+      headers: token ? { authorization: `Bearer ${token}` } : {},
     });
     if (!response.ok) {
       const body = await response.json().catch(() => ({}));
@@ -277,7 +324,14 @@ prefixInput.addEventListener('input', () => {
     else url.searchParams.delete('prefix');
     history.replaceState(null, '', url);
     if (socket?.readyState === WebSocket.OPEN && serverInfo) {
-      watch(prefix).catch((error) => setStatus('error', `Filter failed: ${error.message}`));
+      watch(prefix).catch((error) =>
+        setStatus(
+          'error',
+          error.code === 'FORBIDDEN'
+            ? `This token may not watch “${prefix}”`
+            : `Filter failed: ${error.message}`,
+        ),
+      );
     }
   }, 200);
 });

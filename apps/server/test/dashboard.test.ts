@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { findBinary, serviceAvailable } from '@dlm/test-services';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningServer, startServer } from '../src/index.js';
+import { hashToken, newToken, type RunningServer, startServer } from '../src/index.js';
 import { connect, type Peer } from './ws-peer.js';
 
 // Debian's chromium package (`apt-get install chromium`), driven by playwright-core: no
@@ -130,6 +130,63 @@ describe.runIf(available)('the dashboard in headless Chromium', () => {
     await page.locator('#feed li.revoked', { hasText: 'ui/deploy' }).waitFor();
     expect(problems).toEqual([]);
     await page.close();
+  });
+
+  it('on a server with tokens, asks for one, keeps it for the tab, and revokes with it', async () => {
+    const admin = newToken();
+    const viewer = newToken();
+    const guarded = await startServer({
+      port: 0,
+      auth: [
+        { name: 'ops', sha256: hashToken(admin), actions: ['watch', 'admin', 'lock'] },
+        { name: 'viewer', sha256: hashToken(viewer), actions: ['watch'], prefixes: ['team/'] },
+      ],
+    });
+    try {
+      const holder = await connect(guarded.url);
+      peers.push(holder);
+      await holder.hello(admin);
+      const lease = (await holder.call('lock.acquire', { name: 'team/db', ttlMs: 60_000 })).result;
+
+      const page = await browser.newPage({ viewport: { width: 1200, height: 800 } });
+      const errors: string[] = [];
+      page.on('pageerror', (error) => errors.push(error.message));
+      await page.goto(`${guarded.httpUrl}/`);
+      await page.locator('#auth:not([hidden])').waitFor();
+      expect(await page.locator('#status').getAttribute('data-state')).toBe('error');
+
+      await page.locator('#token').fill('not-a-token');
+      await page.keyboard.press('Enter');
+      await page.locator('#auth-note', { hasText: 'did not accept' }).waitFor();
+
+      // A watch-only token on another prefix: the page says what it may not watch.
+      await page.locator('#token').fill(viewer);
+      await page.keyboard.press('Enter');
+      await page.locator('#status', { hasText: 'may not watch' }).waitFor();
+      await page.goto(`${guarded.httpUrl}/?prefix=team%2F`);
+      await row(page, 'team/db').waitFor();
+      // The token survived the reload (sessionStorage); revoking needs admin, which it lacks.
+      page.once('dialog', (dialog) => void dialog.accept());
+      await page.getByRole('button', { name: 'Revoke lock team/db' }).click();
+      await page.locator('#feed li.error', { hasText: 'may not administer' }).waitFor();
+
+      await page.evaluate(`sessionStorage.setItem('dlm-token', ${JSON.stringify(admin)})`);
+      await page.reload();
+      await row(page, 'team/db').waitFor();
+      page.once('dialog', (dialog) => void dialog.accept());
+      await page.getByRole('button', { name: 'Revoke lock team/db' }).click();
+      expect((await holder.nextNotification('lock.lost')).params).toEqual({
+        name: 'team/db',
+        token: lease.token,
+        reason: 'revoked',
+      });
+      await row(page, 'team/db').waitFor({ state: 'detached' });
+      await page.screenshot({ path: `${SHOTS}/dlm-dashboard-token.png` });
+      expect(errors).toEqual([]);
+      await page.close();
+    } finally {
+      await guarded.close();
+    }
   });
 
   it('filters by prefix from the keyboard, and reads on a narrow screen', async () => {

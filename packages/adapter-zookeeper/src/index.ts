@@ -1,1 +1,5 @@
-export { type ZooKeeperBackendOptions, zookeeperBackend } from './zk-backend.js';
+export {
+  type ZooKeeperBackend,
+  type ZooKeeperBackendOptions,
+  zookeeperBackend,
+} from './zk-backend.js';

@@ -3,12 +3,20 @@
  *
  * - `<root>/clock`: touched (setData) to read ZooKeeper's time from the reply's `mtime`, and
  *   to learn the zxid of a multi-op it is part of.
- * - `<root>/locks/<encoded name>`: one persistent node per lock name. Its data is the last
- *   "end marker" (`released:<token>`, `revoked:<token>`, `expired:<token>`), written in the
- *   same multi-op that deleted a holder, so watchers can tell why a holder went away.
- * - `<root>/locks/<encoded name>/<attempt id>-lock-<sequence>`: ephemeral sequential nodes,
- *   one per contender; the lowest sequence holds the lock. The attempt id in the name lets a
- *   create whose reply was lost be found again (ZOOKEEPER-1262).
+ * - `<root>/locks/<encoded name>`: one persistent node per lock name (the "name node"). Its
+ *   data is the last end marker (`released:<token>`, `revoked:<token>`, `expired:<token>`),
+ *   written in the same multi-op that deleted a holder, so watchers can tell why a holder went
+ *   away. Its data *version* guards grants: every multi-op that creates a holder also rewrites
+ *   the name node at the version it read, so two contenders that both saw the lock free cannot
+ *   both create one.
+ * - `<name node>/<attempt id>-lock-<sequence>`: the holder, persistent (ephemeral with the
+ *   `ephemeral` option); at most one exists. Sequential, so that every lease has a path of its
+ *   own and a versioned delete of an old lease can never hit a newer one.
+ * - `<name node>/<attempt id>-wait-<sequence>`: one ephemeral sequential node per waiter; the
+ *   sequence orders the queue.
+ *
+ * The attempt id in a child's name lets a create whose reply was lost be found again
+ * (ZOOKEEPER-1262).
  */
 
 export interface LockPaths {
@@ -16,9 +24,11 @@ export interface LockPaths {
   clock: string;
   locks: string;
   parent(name: string): string;
-  /** The path prefix a new contender node is created with (ZooKeeper appends the sequence). */
-  contender(name: string, attemptId: string): string;
-  /** The lock name a parent's child list belongs to, from the parent's node name. */
+  /** The path prefix a new holder node is created with (ZooKeeper appends the sequence). */
+  holder(name: string, attemptId: string): string;
+  /** The path prefix a new waiter node is created with. */
+  waiter(name: string, attemptId: string): string;
+  /** The lock name a name node belongs to, from the name node's own name. */
   nameOf(encoded: string): string;
 }
 
@@ -34,25 +44,32 @@ function encodeName(name: string): string {
 export function lockPaths(root: string): LockPaths {
   const base = root.endsWith('/') ? root.slice(0, -1) : root;
   const locks = `${base}/locks`;
+  const parent = (name: string) => `${locks}/${encodeName(name)}`;
   return {
     root: base,
     clock: `${base}/clock`,
     locks,
-    parent: (name) => `${locks}/${encodeName(name)}`,
-    contender: (name, attemptId) => `${locks}/${encodeName(name)}/${attemptId}-lock-`,
+    parent,
+    holder: (name, attemptId) => `${parent(name)}/${attemptId}-lock-`,
+    waiter: (name, attemptId) => `${parent(name)}/${attemptId}-wait-`,
     nameOf: (encoded) => decodeURIComponent(encoded),
   };
 }
 
-const SEQUENCE = /-lock-(\d{10})$/;
+const HOLDER = /-lock-(\d{10})$/;
+const WAITER = /-wait-(\d{10})$/;
 
-/** Contender nodes among `children`, lowest sequence (the holder) first. */
-export function contenders(children: string[]): string[] {
-  return children
-    .filter((child) => SEQUENCE.test(child))
-    .sort((a, b) => sequenceOf(a) - sequenceOf(b));
+function sorted(children: string[], pattern: RegExp): string[] {
+  const sequence = (child: string) => Number(pattern.exec(child)?.[1] ?? Number.NaN);
+  return children.filter((child) => pattern.test(child)).sort((a, b) => sequence(a) - sequence(b));
 }
 
-function sequenceOf(child: string): number {
-  return Number(SEQUENCE.exec(child)?.[1] ?? Number.NaN);
+/** Holder nodes among `children`, lowest sequence first (normally there is at most one). */
+export function holders(children: string[]): string[] {
+  return sorted(children, HOLDER);
+}
+
+/** Waiter nodes among `children`, in queue order. */
+export function waiters(children: string[]): string[] {
+  return sorted(children, WAITER);
 }

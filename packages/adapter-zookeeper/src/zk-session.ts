@@ -42,14 +42,57 @@ export interface OpResult {
 
 export type Watcher = (event: Event) => void;
 
+/**
+ * A multi-op under construction. Versions are exact: node-zookeeper-client's own transaction
+ * builder turns version 0 into -1 ("any version"), which would make a versioned delete of a
+ * node nobody modified yet unconditional.
+ */
+export interface Ops {
+  create(path: string, data: Buffer, mode: number): Ops;
+  /** `version` -1 writes whatever the version. */
+  setData(path: string, data: Buffer, version: number): Ops;
+  /** `version` -1 deletes whatever the version. */
+  remove(path: string, version: number): Ops;
+}
+
+function exactOps(transaction: Transaction): Ops {
+  const raw = transaction as unknown as { ops: Array<{ version?: number }> };
+  const pin = (version: number) => {
+    const last = raw.ops[raw.ops.length - 1];
+    if (last) last.version = version;
+  };
+  const ops: Ops = {
+    create(path, data, mode) {
+      transaction.create(path, data, mode);
+      return ops;
+    },
+    setData(path, data, version) {
+      transaction.setData(path, data, version);
+      pin(version);
+      return ops;
+    },
+    remove(path, version) {
+      transaction.remove(path, version);
+      pin(version);
+      return ops;
+    },
+  };
+  return ops;
+}
+
 export interface ZkSession {
-  getChildren(limit: Budget, path: string, watcher?: Watcher): Promise<string[]>;
+  /** The children's names and the parent's own stat (its data version, mtime…). */
+  getChildren(
+    limit: Budget,
+    path: string,
+    watcher?: Watcher,
+  ): Promise<{ children: string[]; stat: Stat }>;
   getData(limit: Budget, path: string, watcher?: Watcher): Promise<{ data: Buffer; stat: Stat }>;
   exists(limit: Budget, path: string, watcher?: Watcher): Promise<Stat | null>;
   setData(limit: Budget, path: string, data: Buffer, version?: number): Promise<Stat>;
   /** Creates `path` and its missing ancestors as persistent nodes; existing ones are fine. */
   mkdirp(limit: Budget, path: string): Promise<void>;
-  multi(limit: Budget, build: (transaction: Transaction) => Transaction): Promise<OpResult[]>;
+  multi(limit: Budget, build: (ops: Ops) => Ops): Promise<OpResult[]>;
   isConnected(): boolean;
   /** The session timeout the server granted (the requested one until connected). */
   sessionTimeoutMs(): number;
@@ -76,11 +119,14 @@ const NOT_APPLIED = new Set([Exception.SESSION_EXPIRED, Exception.AUTH_FAILED]);
 export { CreateMode };
 
 const RECONNECT_WATCHDOG_MS = 1_000;
+/** node-zookeeper-client's ConnectionManager state for "closing": a closed socket is not retried. */
+const CLOSING_STATE = -1;
 
 export function openSession(connect: string, options: { sessionTimeoutMs: number }): ZkSession {
   const listeners = new Set<(state: SessionState) => void>();
   let client: Client;
   let closed = false;
+  let closeOnce: Promise<void> | undefined;
 
   function emit(state: SessionState): void {
     for (const listener of [...listeners]) {
@@ -223,11 +269,12 @@ export function openSession(connect: string, options: { sessionTimeoutMs: number
 
   return {
     getChildren: (limit, path, watcher) =>
-      run<string[]>(limit, false, (c, done) =>
-        watcher
-          ? c.getChildren(path, watcher, (error, children) => done(error, children))
-          : c.getChildren(path, (error, children) => done(error, children)),
-      ),
+      run<{ children: string[]; stat: Stat }>(limit, false, (c, done) => {
+        const callback = (error: Error | Exception | null, children: string[], stat: Stat) =>
+          done(error, { children: children ?? [], stat });
+        if (watcher) c.getChildren(path, watcher, callback);
+        else c.getChildren(path, callback);
+      }),
     getData: (limit, path, watcher) =>
       run<{ data: Buffer; stat: Stat }>(limit, false, (c, done) => {
         const callback = (error: Error | Exception | null, data: Buffer, stat: Stat) =>
@@ -251,32 +298,61 @@ export function openSession(connect: string, options: { sessionTimeoutMs: number
         c.mkdirp(path, (error, created) => done(error, created)),
       ).then(() => {}),
     multi: (limit, build) =>
-      run<OpResult[]>(limit, true, (c, done) =>
-        build(c.transaction()).commit((error, results: OpResult[]) => done(error, results)),
-      ),
+      run<OpResult[]>(limit, true, (c, done) => {
+        const transaction = c.transaction();
+        build(exactOps(transaction));
+        transaction.commit((error, results: OpResult[]) => done(error, results));
+      }),
     isConnected: connected,
     sessionTimeoutMs: () => client.getSessionTimeout(),
     onState(listener) {
       listeners.add(listener);
       return () => listeners.delete(listener);
     },
-    async close() {
-      if (closed) return;
-      closed = true;
-      clearTimeout(watchdog);
-      listeners.clear();
-      const closing = client;
-      await new Promise<void>((resolve) => {
-        // CLOSE_SESSION ends the session at once (its ephemeral nodes go with it); do not let a
-        // dead ensemble hold close() up.
-        const timer = setTimeout(resolve, 1_000);
-        timer.unref();
-        closing.once('disconnected', () => {
-          clearTimeout(timer);
-          resolve();
-        });
-        closing.close();
-      });
+    close() {
+      closeOnce ??= closeSession();
+      return closeOnce;
     },
   };
+
+  async function closeSession(): Promise<void> {
+    const closing = client;
+    // A session still being set up cannot be closed (the client writes CLOSE_SESSION to a
+    // socket it may not have yet): give it a moment to connect first.
+    if (!connected()) {
+      await waitConnected(budget('close', 1_000)).catch(() => {});
+    }
+    closed = true;
+    clearTimeout(watchdog);
+    listeners.clear();
+    if (closing.getState() !== State.SYNC_CONNECTED) {
+      // Never connected (nothing to end on the server): stop the client's reconnecting.
+      const manager = (
+        closing as unknown as {
+          connectionManager?: {
+            connect(): void;
+            setState(state: number): void;
+            socket?: { destroy(): void };
+          };
+        }
+      ).connectionManager;
+      if (manager) {
+        manager.connect = () => {};
+        manager.setState(CLOSING_STATE);
+        manager.socket?.destroy();
+      }
+      return;
+    }
+    await new Promise<void>((resolve) => {
+      // CLOSE_SESSION ends the session at once (its ephemeral nodes go with it); do not let a
+      // dead ensemble hold close() up.
+      const timer = setTimeout(resolve, 1_000);
+      timer.unref();
+      closing.once('disconnected', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      closing.close();
+    });
+  }
 }

@@ -1,6 +1,6 @@
 import type { LockEvent, Unsubscribe } from '@dlm/core';
 import { Exception } from 'node-zookeeper-client';
-import { contenders, type LockPaths } from './zk-paths.js';
+import { holders, type LockPaths } from './zk-paths.js';
 import { budget, isZkCode, type ZkSession } from './zk-session.js';
 
 type Listener = (event: LockEvent) => void;
@@ -48,6 +48,7 @@ interface NameWatch {
 
 const MARKER = /^(released|revoked|expired):(\d+)$/;
 
+/** A holder node's data: its owner and lease length (ZooKeeper's mtime says from when). */
 export function parseData(data: Buffer): { owner: string; ttlMs: number } | undefined {
   try {
     const parsed = JSON.parse(data.toString('utf8')) as { o?: unknown; t?: unknown };
@@ -56,6 +57,10 @@ export function parseData(data: Buffer): { owner: string; ttlMs: number } | unde
     }
   } catch {}
   return undefined;
+}
+
+export function leaseData(owner: string, ttlMs: number): Buffer {
+  return Buffer.from(JSON.stringify({ o: owner, t: ttlMs }));
 }
 
 export function zxid(value: Buffer): bigint {
@@ -144,16 +149,16 @@ export function watchHolders(
     for (;;) {
       let children: string[];
       try {
-        children = await session.getChildren(limit, parent);
+        ({ children } = await session.getChildren(limit, parent));
       } catch (error) {
         if (!isZkCode(error, Exception.NO_NODE)) throw error;
         if (await session.exists(limit, parent, fire)) continue;
         return observe(watch, undefined, childrenChanged);
       }
-      let lowest = contenders(children)[0];
+      let lowest = holders(children)[0];
       if (!lowest) {
-        children = await session.getChildren(limit, parent, fireChildren);
-        lowest = contenders(children)[0];
+        ({ children } = await session.getChildren(limit, parent, fireChildren));
+        lowest = holders(children)[0];
         if (!lowest) {
           armedWhileFree = true;
           return observe(watch, undefined, childrenChanged);

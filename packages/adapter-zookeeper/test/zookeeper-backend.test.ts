@@ -29,12 +29,13 @@ describe.skipIf(!run)('zookeeper backend primitives', () => {
   let a: LockBackend;
   let b: LockBackend;
   const extra: LockBackend[] = [];
-  const open = (commandTimeoutMs = 2_000) => {
+  const open = (commandTimeoutMs = 2_000, more: { ephemeral?: boolean } = {}) => {
     const backend = zookeeperBackend({
       connect: zk.connectString,
       prefix: '/dlm-test',
       sessionTimeoutMs: 2_000,
       commandTimeoutMs,
+      ...more,
     });
     extra.push(backend);
     return backend;
@@ -49,14 +50,14 @@ describe.skipIf(!run)('zookeeper backend primitives', () => {
     await zk?.stop();
   });
 
-  it('declares strict fencing with millisecond leases and no expiry events', () => {
+  it('declares strict fencing with millisecond leases, a fair queue and no expiry events', () => {
     expect(a.kind).toBe('zookeeper');
     expect(a.capabilities).toMatchObject({
       fencing: 'strict',
       minTtlMs: 100,
       ttlGranularityMs: 1,
       durableAcrossRestart: true,
-      fairQueue: false,
+      fairQueue: true,
       expiryEvents: false,
     });
   });
@@ -139,9 +140,24 @@ describe.skipIf(!run)('zookeeper backend primitives', () => {
     ]);
   });
 
-  it("closing a backend ends its session: its locks are free at once, seen as 'expired'", async () => {
+  it('a lock outlives the backend (and session) that granted it: another extends and releases it by token', async () => {
+    const name = lockName('outlives');
+    const first = open();
+    const grant = await granted(first, name, 'holder', 30_000);
+    await first.close();
+    await sleep(300);
+    const state = await b.inspect(name);
+    expect(state?.token).toBe(grant.token);
+    expect((await b.tryAcquire({ name, owner: 'intruder', ttlMs: 5_000 })).granted).toBe(false);
+    const extended = await b.extend({ name, token: grant.token, ttlMs: 30_000 });
+    expect(extended?.token).toBe(grant.token);
+    expect(await b.release({ name, token: grant.token })).toBe(true);
+    expect(await b.inspect(name)).toBeNull();
+  });
+
+  it("with ephemeral: true, closing a backend ends its session: its locks are free at once, seen as 'expired'", async () => {
     const name = lockName('session');
-    const owner = open();
+    const owner = open(2_000, { ephemeral: true });
     const grant = await granted(owner, name, 'gone', 30_000);
     const events: LockEvent[] = [];
     const stop = b.watch(name, (event) => events.push(event));
@@ -162,6 +178,32 @@ describe.skipIf(!run)('zookeeper backend primitives', () => {
     await sleep(150);
     const listed = await a.list!(`${base}/`);
     expect(listed.map((state) => state.owner).sort()).toEqual(['p', 'q']);
+  });
+
+  it('sweep ends expired leases of names nobody contends for, then deletes the unused name nodes', async () => {
+    const backend = zookeeperBackend({
+      connect: zk.connectString,
+      prefix: `/dlm-sweep-${process.pid}-${Date.now()}`,
+      sessionTimeoutMs: 2_000,
+      // No timer: this test sweeps by hand (and a name node counts as unused at once).
+      sweepIntervalMs: 0,
+    });
+    extra.push(backend);
+    const abandoned = lockName('abandoned');
+    const live = lockName('live');
+    await granted(backend, abandoned, 'gone', 100);
+    const held = await granted(backend, live, 'here', 30_000);
+    await sleep(150);
+    // First sweep: the expired holder goes (marker `expired`); the live one stays.
+    expect(await backend.sweep()).toBe(1);
+    expect((await backend.list!(''))?.map((state) => state.name)).toEqual([live]);
+    // The next sweep finds the name node unused (no children, idle for the interval): it goes.
+    expect(await backend.sweep()).toBe(1);
+    expect(await backend.sweep()).toBe(0);
+    // A contender for the swept name makes its node again; tokens still grow.
+    const again = await granted(backend, abandoned, 'back', 5_000);
+    expect(again.token).toBeGreaterThan(held.token);
+    expect((await backend.inspect(live))?.token).toBe(held.token);
   });
 
   describe.skipIf(!zookeeperManaged())('faults', () => {
@@ -192,9 +234,9 @@ describe.skipIf(!run)('zookeeper backend primitives', () => {
       expect((await granted(b, name, 'next', 5_000)).owner).toBe('next');
     });
 
-    it('a lost ZooKeeper tells holders their locks are lost within the session timeout', async () => {
+    it('with ephemeral: true, a lost ZooKeeper tells holders their locks are lost within the session timeout', async () => {
       const name = lockName('lost');
-      const backend = open(500);
+      const backend = open(500, { ephemeral: true });
       const grant = await granted(backend, name, 'holder', 60_000);
       const events: LockEvent[] = [];
       backend.watch(name, (event) => events.push(event));

@@ -1,0 +1,187 @@
+import type { AcquireResult, LockBackend } from '@dlm/core';
+import { startZooKeeper, type ZooKeeperService, zookeeperAvailable } from '@dlm/test-services';
+import { type Client, CreateMode, createClient } from 'node-zookeeper-client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { zookeeperBackend } from '../src/index.js';
+import { lockPaths } from '../src/zk-paths.js';
+
+const run = zookeeperAvailable();
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+let unique = 0;
+const lockName = (label: string) => `zk-queue/${label}/${process.pid}-${Date.now()}-${++unique}`;
+const prefix = '/dlm-queue-test';
+const paths = lockPaths(prefix);
+
+async function granted(backend: LockBackend, name: string, owner: string, ttlMs = 10_000) {
+  const result = await backend.tryAcquire({ name, owner, ttlMs });
+  if (!result.granted) throw new Error(`expected ${owner} to be granted ${name}`);
+  return result.grant;
+}
+
+describe.skipIf(!run)('zookeeper fair queue (acquireQueued)', () => {
+  let zk: ZooKeeperService;
+  let raw: Client;
+  const opened: LockBackend[] = [];
+  const open = () => {
+    const backend = zookeeperBackend({
+      connect: zk.connectString,
+      prefix,
+      sessionTimeoutMs: 2_000,
+    });
+    opened.push(backend);
+    return backend;
+  };
+  const rawCall = <T>(fn: (done: (error: unknown, value?: T) => void) => void) =>
+    new Promise<T>((resolve, reject) =>
+      fn((error, value) => (error ? reject(error) : resolve(value as T))),
+    );
+  /** The waiter nodes of `name`'s queue, in queue order. */
+  const waiterNodes = async (name: string) => {
+    const children = await rawCall<string[]>((done) =>
+      raw.getChildren(paths.parent(name), (error, list) => done(error, list)),
+    ).catch(() => [] as string[]);
+    const sequence = (child: string) => Number(/-wait-(\d+)$/.exec(child)?.[1]);
+    return children
+      .filter((child) => /-wait-\d+$/.test(child))
+      .sort((x, y) => sequence(x) - sequence(y));
+  };
+  async function untilQueued(name: string, count: number): Promise<void> {
+    const deadline = performance.now() + 5_000;
+    while ((await waiterNodes(name)).length < count) {
+      if (performance.now() > deadline) throw new Error(`expected ${count} waiters in ${name}`);
+      await sleep(20);
+    }
+  }
+  const queued = (backend: LockBackend, name: string, owner: string, signal: AbortSignal) =>
+    backend.acquireQueued!({ name, owner, ttlMs: 5_000, signal });
+
+  beforeAll(async () => {
+    zk = await startZooKeeper();
+    raw = createClient(zk.connectString, { sessionTimeout: 4_000 });
+    await new Promise<void>((resolve) => {
+      raw.once('connected', () => resolve());
+      raw.connect();
+    });
+  });
+  afterAll(async () => {
+    await Promise.all(opened.map((backend) => backend.close()));
+    raw?.close();
+    await zk?.stop();
+  });
+
+  it('a try-lock does not take a free lock while a waiter is queued for it', async () => {
+    const backend = open();
+    const name = lockName('no-barging');
+    const holder = await granted(backend, name, 'holder');
+    await backend.release({ name, token: holder.token });
+    // A waiter at the head of the queue that has not taken the free lock yet.
+    const waiter = await rawCall<string>((done) =>
+      raw.create(
+        `${paths.parent(name)}/raw-wait-`,
+        Buffer.from('waiter'),
+        CreateMode.EPHEMERAL_SEQUENTIAL,
+        (error, path) => done(error, path),
+      ),
+    );
+    expect((await backend.tryAcquire({ name, owner: 'barger', ttlMs: 5_000 })).granted).toBe(false);
+    await rawCall((done) => raw.remove(waiter, -1, (error) => done(error)));
+    expect((await granted(backend, name, 'barger')).owner).toBe('barger');
+  });
+
+  it('waiters on two servers are granted in the order they queued, and leave no nodes behind', async () => {
+    const [a, b] = [open(), open()];
+    const name = lockName('order');
+    const holder = await granted(a, name, 'holder');
+    const order: string[] = [];
+    const waits: Promise<void>[] = [];
+    for (let i = 0; i < 4; i += 1) {
+      const backend = i % 2 ? b : a;
+      waits.push(
+        queued(backend, name, `w${i}`, new AbortController().signal).then(async (result) => {
+          if (!result.granted) throw new Error('expected a grant');
+          order.push(result.grant.owner);
+          await backend.release({ name, token: result.grant.token });
+        }),
+      );
+      await untilQueued(name, i + 1);
+    }
+    await a.release({ name, token: holder.token });
+    await Promise.all(waits);
+    expect(order).toEqual(['w0', 'w1', 'w2', 'w3']);
+    expect(await waiterNodes(name)).toEqual([]);
+  });
+
+  it('an aborted wait removes its waiter node and answers granted: false with the remaining lease', async () => {
+    const backend = open();
+    const name = lockName('abort');
+    await granted(backend, name, 'holder');
+    const controller = new AbortController();
+    const waiting = queued(backend, name, 'quitter', controller.signal);
+    await untilQueued(name, 1);
+    controller.abort();
+    const result: AcquireResult = await waiting;
+    expect(result.granted).toBe(false);
+    if (!result.granted) expect(result.ttlRemainingMs).toBeGreaterThan(0);
+    expect(await waiterNodes(name)).toEqual([]);
+  });
+
+  it("a dead server's waiters leave the queue with its session; the next waiter goes first", async () => {
+    const name = lockName('dead-server');
+    const a = open();
+    const doomed = open();
+    const holder = await granted(a, name, 'holder');
+    const orphan = queued(doomed, name, 'orphan', new AbortController().signal).catch(
+      (error: unknown) => error,
+    );
+    await untilQueued(name, 1);
+    const survivor = queued(a, name, 'survivor', new AbortController().signal);
+    await untilQueued(name, 2);
+    // close() ends the session at once, as its expiry would after a crash.
+    await doomed.close();
+    await orphan;
+    await a.release({ name, token: holder.token });
+    const result = await survivor;
+    expect(result.granted && result.grant.owner).toBe('survivor');
+  });
+
+  it('a waiter whose node vanished while it slept queues again behind later waiters', async () => {
+    const backend = open();
+    const name = lockName('vanished');
+    const holder = await granted(backend, name, 'holder');
+    let outcome: AcquireResult | undefined;
+    const waiting = queued(backend, name, 'sleeper', new AbortController().signal).then(
+      (result) => {
+        outcome = result;
+        return result;
+      },
+    );
+    await untilQueued(name, 1);
+    const [sleeperNode] = await waiterNodes(name);
+    const children = await rawCall<string[]>((done) =>
+      raw.getChildren(paths.parent(name), (error, list) => done(error, list)),
+    );
+    const holderNode = children.find((child) => child.includes('-lock-'))!;
+    // In one multi-op: the sleeper's node goes (as with an expired session), the lock is
+    // released, and a later waiter queues. The sleeper is no longer queued, so it must queue
+    // again behind the later waiter rather than take the free lock.
+    const later = await rawCall<Array<{ path?: string }>>((done) =>
+      raw
+        .transaction()
+        .remove(`${paths.parent(name)}/${sleeperNode}`, -1)
+        .setData(paths.parent(name), Buffer.from(`released:${holder.token}`), -1)
+        .remove(`${paths.parent(name)}/${holderNode}`, -1)
+        .create(
+          `${paths.parent(name)}/raw-wait-`,
+          Buffer.from('later'),
+          CreateMode.EPHEMERAL_SEQUENTIAL,
+        )
+        .commit((error, results) => done(error, results)),
+    );
+    await sleep(500);
+    expect(outcome).toBeUndefined();
+    expect(await backend.inspect(name)).toBeNull();
+    await rawCall((done) => raw.remove(later[3]!.path!, -1, (error) => done(error)));
+    const result = await waiting;
+    expect(result.granted && result.grant.owner).toBe('sleeper');
+  });
+});

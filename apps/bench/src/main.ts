@@ -308,7 +308,7 @@ async function main(): Promise<number> {
   // A broken target, an exclusion violation or a failed scale run fails the command (and CI).
   const failed = [...runs.values()].flat().some((run) => run.error !== undefined);
   const violations = [...figures.values()].some((f) => f.metrics.contentionViolations > 0);
-  const scaleFailed = scale !== undefined && 'error' in scale;
+  const scaleFailed = scale !== undefined && ('error' in scale || scale.errors > 0);
   // Zero grants under contention is a broken wait for dlm; for a polling peer on a slow
   // machine a short window can legitimately end without one.
   const empty = targets.some((target) => {

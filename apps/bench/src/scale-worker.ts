@@ -27,8 +27,11 @@ async function pool(
   let ok = 0;
   let failed = 0;
   let firstError: string | undefined;
+  // Past a few failures something is wrong (a limit, the server gone): stop rather than let
+  // every remaining task wait out its own timeout.
+  const maxFailures = Math.max(10, Math.ceil(count / 100));
   const lane = async () => {
-    while (next < count) {
+    while (next < count && failed < maxFailures) {
       const index = next++;
       try {
         await task(index);
@@ -40,6 +43,7 @@ async function pool(
     }
   };
   await Promise.all(Array.from({ length: Math.min(limit, count) }, lane));
+  failed += count - ok - failed;
   return firstError === undefined ? { ok, failed } : { ok, failed, error: firstError };
 }
 

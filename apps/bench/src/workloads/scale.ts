@@ -134,8 +134,19 @@ export async function runScale(prefix: string, options: ScaleOptions): Promise<S
   const workerCount = Math.ceil(sessions / perWorker);
   const locks = Math.max(options.locks, options.probeAtLocks);
 
+  // The server's per-address connection limit (1,000 by default) guards against one client
+  // host taking every connection; here every session comes from 127.0.0.1 on purpose.
+  const connectionLimit = String(sessions + 64);
   const server = await startServerProcess({
-    backendArgs: ['--backend', 'embedded', '--memory'],
+    backendArgs: [
+      '--backend',
+      'embedded',
+      '--memory',
+      '--max-connections-per-address',
+      connectionLimit,
+      '--max-connections',
+      connectionLimit,
+    ],
     openFiles,
     profileDir: options.profileDir,
     profileName: 'dlm-embedded-scale',

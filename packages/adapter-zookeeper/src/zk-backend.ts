@@ -126,7 +126,6 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
     session,
     paths,
     store,
-    contend,
     commandTimeoutMs,
     minTtlMs: capabilities.minTtlMs,
     isClosed: () => closed,

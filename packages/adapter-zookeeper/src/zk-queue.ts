@@ -1,8 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { type AcquireRequest, type AcquireResult, DlmError, type Grant } from '@dlm/core';
 import { Exception } from 'node-zookeeper-client';
-import type { Contend } from './zk-contend.js';
-import type { LockStore } from './zk-locks.js';
+import type { Current, LockStore } from './zk-locks.js';
 import type { LockPaths } from './zk-paths.js';
 import { type Budget, budget, CreateMode, isZkCode, type ZkSession } from './zk-session.js';
 
@@ -20,7 +19,6 @@ export interface QueueContext {
   session: ZkSession;
   paths: LockPaths;
   store: LockStore;
-  contend: Contend;
   commandTimeoutMs: number;
   minTtlMs: number;
   isClosed(): boolean;
@@ -92,6 +90,7 @@ export function fairQueue(context: QueueContext) {
     let missed = false;
     let wake: () => void = () => {};
     let ttlRemainingMs: number | undefined;
+    let ownerChecked = false;
     // One function for every watch this waiter sets: ZooKeeper clients keep one registration
     // per function and path, so looking again does not pile up watchers.
     const onWatch = () => {
@@ -104,11 +103,25 @@ export function fairQueue(context: QueueContext) {
       return { kind: 'granted', grant: { name, owner, token, ttlMs: leaseTtlMs } };
     };
 
-    /** Not queued: take the free lock (or our own again), else join the queue. */
+    /**
+     * Not queued: take the lock when nothing is under its name node (the uncontended case:
+     * one read, one multi-op), else join the queue at once — a waiter's place is its arrival,
+     * so everything else (our own lock again, an expired holder) is settled by `look`.
+     */
     async function join(limit: Budget): Promise<Step> {
-      const outcome = await context.contend(limit, { name, owner, ttlMs: leaseTtlMs });
-      if (outcome.kind === 'granted') return grantOf(outcome.token, outcome.path);
-      if (outcome.kind === 'held') ttlRemainingMs = outcome.ttlRemainingMs;
+      await store.ensureParent(limit, name);
+      const node = await store.nameNode(limit, name);
+      if (!node) {
+        store.forgetParent(name);
+        return { kind: 'again' };
+      }
+      if (node.numChildren === 0) {
+        const attemptId = randomBytes(8).toString('hex');
+        const created = await store.createHolder(limit, name, node, owner, leaseTtlMs, attemptId);
+        return created.kind === 'created'
+          ? grantOf(created.token, created.path)
+          : { kind: 'again' };
+      }
       const attemptId = randomBytes(8).toString('hex');
       try {
         const [created] = await session.multi(limit, (ops) =>
@@ -120,6 +133,7 @@ export function fairQueue(context: QueueContext) {
         );
         if (!created?.path) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
         myPath = created.path;
+        ownerChecked = false;
         return { kind: 'again' };
       } catch (error) {
         if (isZkCode(error, Exception.NO_NODE)) {
@@ -132,6 +146,20 @@ export function fairQueue(context: QueueContext) {
         }
         throw error;
       }
+    }
+
+    /** The lock is already this owner's: refresh it (same token) and leave the queue. */
+    async function refreshOwn(limit: Budget, holder: Current, mine: string): Promise<Step> {
+      const refreshed = await store.refresh(limit, holder, leaseTtlMs, (ops) =>
+        ops.remove(mine, -1),
+      );
+      if (!refreshed) return { kind: 'again' };
+      myPath = undefined;
+      if (refreshed.expired) {
+        await store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
+        return { kind: 'again' };
+      }
+      return grantOf(holder.token, holder.path);
     }
 
     /** Queued: sleep on our predecessor, or at the head take the lock or sleep on its holder. */
@@ -147,6 +175,13 @@ export function fairQueue(context: QueueContext) {
         myPath = undefined;
         return { kind: 'again' };
       }
+      if (!ownerChecked && position > 0 && children.holders[0]) {
+        // Once after joining: if the lock is already ours (granted to this owner through another
+        // dlm server, whose reply was lost), waiting behind others for it would never end.
+        ownerChecked = true;
+        const holder = await store.readHolder(limit, `${parent}/${children.holders[0]}`);
+        if (holder?.owner === owner) return refreshOwn(limit, holder, mine);
+      }
       if (position > 0) {
         const predecessor = `${parent}/${children.waiters[position - 1]}`;
         const stat = await session.exists(limit, predecessor, onWatch);
@@ -156,18 +191,7 @@ export function fairQueue(context: QueueContext) {
       if (holderName) {
         const holder = await store.readHolder(limit, `${parent}/${holderName}`, onWatch);
         if (!holder) return { kind: 'again' };
-        if (holder.owner === owner) {
-          const refreshed = await store.refresh(limit, holder, leaseTtlMs, (ops) =>
-            ops.remove(mine, -1),
-          );
-          if (!refreshed) return { kind: 'again' };
-          myPath = undefined;
-          if (refreshed.expired) {
-            await store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
-            return { kind: 'again' };
-          }
-          return grantOf(holder.token, holder.path);
-        }
+        if (holder.owner === owner) return refreshOwn(limit, holder, mine);
         const nowMs = await store.zkNow(limit);
         const expiresAt = holder.mtimeMs + holder.ttlMs;
         if (expiresAt <= nowMs) {

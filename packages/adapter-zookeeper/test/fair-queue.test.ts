@@ -111,6 +111,21 @@ describe.skipIf(!run)('zookeeper fair queue (acquireQueued)', () => {
     expect(await waiterNodes(name)).toEqual([]);
   });
 
+  it("the holder's own owner, waiting through another server behind queued waiters, gets its lease back at once", async () => {
+    const [a, b] = [open(), open()];
+    const name = lockName('own-again');
+    const holder = await granted(a, name, 'holder');
+    const other = queued(a, name, 'other', new AbortController().signal);
+    await untilQueued(name, 1);
+    // As when a grant's reply was lost with its dlm server and the client re-sends the acquire
+    // (same owner) through another one.
+    const again = await queued(b, name, 'holder', new AbortController().signal);
+    expect(again.granted && again.grant.token).toBe(holder.token);
+    expect(await b.release({ name, token: holder.token })).toBe(true);
+    const next = await other;
+    expect(next.granted && next.grant.owner).toBe('other');
+  });
+
   it('an aborted wait removes its waiter node and answers granted: false with the remaining lease', async () => {
     const backend = open();
     const name = lockName('abort');

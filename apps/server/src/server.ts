@@ -315,11 +315,23 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     ws.terminate();
   }
 
+  /**
+   * Ends a connection the server gave up on: the close frame goes out after what is already
+   * queued, and nothing more is read from the peer (a flooding client would otherwise keep the
+   * server parsing its frames until the closing handshake times out). The socket goes a second
+   * later whether or not the peer answered the close.
+   */
+  function closeAndStopReading(ws: WebSocket, code: number, reason: string): void {
+    ws.close(code, reason);
+    ws.pause();
+    setTimeout(() => ws.terminate(), 1_000).unref();
+  }
+
   function accept(ws: WebSocket, principal: Principal | null, address: string): void {
     const helloTimer = setTimeout(() => {
       metrics.connectionEnded('hello_timeout');
       logger.info('connection closed: no session.hello in time', { session: session.id });
-      ws.close(CLOSE.HELLO_TIMEOUT, 'no session.hello in time');
+      closeAndStopReading(ws, CLOSE.HELLO_TIMEOUT, 'no session.hello in time');
     }, limits.helloTimeoutMs);
     const session: Session = createSession({
       service,
@@ -342,7 +354,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
         }
         return true;
       },
-      end: (code, reason) => ws.close(code, reason),
+      end: (code, reason) => closeAndStopReading(ws, code, reason),
       onHello: () => clearTimeout(helloTimer),
     });
     const connection: Connection = { session, alive: true };

@@ -86,8 +86,14 @@ export function createSession(context: SessionContext): Session {
   const held = new Map<string, bigint>();
   let acquiring = 0;
   const bucket = createTokenBucket(limits.messagesPerSecond, limits.messageBurst, context.now);
-  // Frames refused for the rate in a row; another whole burst of them ends the connection.
-  let strikes = 0;
+  // Frames refused for the rate draw on a second bucket of the same size that refills at a
+  // tenth of the rate: a client that backs off when told LIMIT_EXCEEDED never empties it, one
+  // that keeps sending regardless does, and is disconnected.
+  const overflow = createTokenBucket(
+    limits.messagesPerSecond / 10,
+    limits.messageBurst,
+    context.now,
+  );
 
   function send(message: Record<string, unknown>): void {
     if (!open) return;
@@ -417,8 +423,7 @@ export function createSession(context: SessionContext): Session {
     handleFrame(data) {
       if (!open) return;
       if (!bucket.take()) {
-        strikes += 1;
-        if (strikes > limits.messageBurst) {
+        if (!overflow.take()) {
           logger.warn('connection closed: message rate', {
             session: id,
             remoteAddress: context.remoteAddress,
@@ -439,7 +444,6 @@ export function createSession(context: SessionContext): Session {
         );
         return;
       }
-      strikes = 0;
       if (data === null) {
         reject(
           null,

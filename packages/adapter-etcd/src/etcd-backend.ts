@@ -69,7 +69,8 @@ function remainingMs(ttl: string, grantedTtl: string): number {
  * of the requested TTL (whole seconds). The fencing token is the key's create revision: Raft
  * orders all revisions, so every later grant has a higher token, across expiry, release,
  * member crashes and leader changes. Every primitive is one transaction guarded by the create
- * revision. Waits are woken by one watch on the prefix.
+ * revision. Waiters queue in etcd itself (`acquireQueued`, etcd-queue.ts), so FIFO holds across
+ * dlm servers; they are woken by one watch on the prefix.
  *
  * @example
  * const backend = etcdBackend({ endpoints: ['http://127.0.0.1:2379'] });

@@ -34,7 +34,7 @@ import {
   type LostReason,
   leaseKey,
 } from './lease.js';
-import { defaultWebSocket, type WebSocketConstructor } from './websocket.js';
+import { defaultWebSocket, type TlsOptions, type WebSocketConstructor } from './websocket.js';
 
 /** The version this package reports in `session.hello`. */
 const CLIENT_VERSION = '0.1.0';
@@ -77,6 +77,12 @@ export interface ClientOptions {
   reconnect?: RetryOptions | false;
   /** A WHATWG-compatible `WebSocket` constructor. Default: `ws` under Node, else the global. */
   WebSocket?: WebSocketConstructor;
+  /**
+   * For `wss://` under Node: `ca`, the PEM certificate(s) of the CA that issued the server's
+   * certificate when Node does not trust it already. Passed to `ws`; not used with a
+   * `WebSocket` of your own, nor in browsers.
+   */
+  tls?: TlsOptions;
   /** Monotonic time and timers; tests inject `createManualClock()` from `@dlm/core`. */
   clock?: Clock;
 }
@@ -307,7 +313,7 @@ export function createClient(options: ClientOptions): DlmClient {
 
   const connection: Connection = createConnection({
     url: normalizeUrl(options.url),
-    WebSocket: options.WebSocket ?? defaultWebSocket(),
+    WebSocket: options.WebSocket ?? defaultWebSocket(options.tls),
     clock,
     requestTimeoutMs,
     pingIntervalMs: options.pingIntervalMs ?? 10_000,

@@ -14,4 +14,4 @@ export {
 } from './client.js';
 export type { CampaignOptions, Leader, Leadership, ObserveOptions } from './leadership.js';
 export type { Lease, LeaseCallOptions, LostReason } from './lease.js';
-export type { WebSocketConstructor, WebSocketLike } from './websocket.js';
+export type { TlsOptions, WebSocketConstructor, WebSocketLike } from './websocket.js';

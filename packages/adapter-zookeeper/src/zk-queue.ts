@@ -256,7 +256,8 @@ export function fairQueue(context: QueueContext) {
           wake = done;
           sleepers.add(done);
           // Nobody announces an expiry: look again when the holder's lease should be over.
-          if (sleptOn.kind === 'lock') timer = setTimeout(done, sleptOn.ttlRemainingMs + 50);
+          if (sleptOn.kind === 'lock')
+            timer = setTimeout(done, Math.min(sleptOn.ttlRemainingMs + 50, 2 ** 31 - 1));
           void aborted.then(done);
         });
         if (context.isClosed()) {

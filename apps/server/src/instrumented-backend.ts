@@ -52,6 +52,8 @@ export function instrumentBackend(
 
   const revoke = backend.revoke?.bind(backend);
   const list = backend.list?.bind(backend);
+  // Passed through untimed: its duration is mostly the wait, not the backend's latency.
+  const acquireQueued = backend.acquireQueued?.bind(backend);
   return {
     kind: backend.kind,
     // A getter: some adapters settle their capabilities once connected (Redis expiry events).
@@ -69,6 +71,7 @@ export function instrumentBackend(
     watch: (name, listener) => backend.watch(name, listener),
     ...(revoke ? { revoke: timed('revoke', revoke) } : {}),
     ...(list ? { list: timed('list', list) } : {}),
+    ...(acquireQueued ? { acquireQueued } : {}),
     close: () => backend.close(),
   };
 }

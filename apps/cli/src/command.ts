@@ -1,4 +1,5 @@
 import { type ParseArgsConfig, parseArgs } from 'node:util';
+import { CONNECTION_FLAGS } from './connection-options.js';
 import { UsageError } from './usage-error.js';
 
 /** One `dlm` subcommand. */
@@ -17,7 +18,7 @@ type Options = NonNullable<ParseArgsConfig['options']>;
 
 /** Flags every command takes. */
 export const COMMON_OPTIONS = {
-  server: { type: 'string' },
+  ...CONNECTION_FLAGS,
   json: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const satisfies Options;

@@ -50,7 +50,8 @@ Commands:
 ${COMMANDS.map((command) => `  ${command.name.padEnd(7)}${command.summary}`).join('\n')}
 
 Run dlm COMMAND --help for a command's options. Every command that talks to a server takes
---server URL (or DLM_URL; default ws://127.0.0.1:7070/v1/ws).
+--server URL (or DLM_URL; default ws://127.0.0.1:7070/v1/ws), and for a server with tokens
+and TLS its token (DLM_TOKEN, or --token-file FILE) and --ca FILE (DLM_CA).
 
 Examples:
   dlm serve --data-dir /var/lib/dlm

@@ -1,9 +1,9 @@
 import { createClient } from '@dlm/client';
 import { COMMON_OPTIONS, type Command, parseFlags } from '../command.js';
+import { CONNECTION_USAGE, clientOptions, connectionOptions } from '../connection-options.js';
 import { formatDuration } from '../duration.js';
 import { EXIT } from '../exit-codes.js';
 import { printError, printJson } from '../output.js';
-import { serverUrl } from '../server-url.js';
 import { UsageError } from '../usage-error.js';
 
 const USAGE = `Usage: dlm get NAME [--server URL] [--json]
@@ -11,9 +11,9 @@ const USAGE = `Usage: dlm get NAME [--server URL] [--json]
 Prints who holds lock NAME, its fencing token and its remaining TTL, or that it is free.
 
 Options:
-  --server URL   the server (DLM_URL, default ws://127.0.0.1:7070/v1/ws)
-  --json         one JSON object: {"name","held","owner","token","ttlRemainingMs"}
-  -h, --help     print this help
+${CONNECTION_USAGE}
+  --json             one JSON object: {"name","held","owner","token","ttlRemainingMs"}
+  -h, --help         print this help
 
 Exit status: 0 (held or free), 1 when the server could not answer, 2 on a usage error.
 `;
@@ -30,7 +30,7 @@ export const getCommand: Command = {
     if (positionals.length !== 1) throw new UsageError('dlm get takes exactly one lock NAME');
     const name = positionals[0]!;
     const client = createClient({
-      url: serverUrl(values.server),
+      ...clientOptions(connectionOptions(values)),
       name: 'dlm-cli',
       reconnect: false,
     });

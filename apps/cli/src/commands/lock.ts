@@ -3,10 +3,15 @@ import { randomBytes } from 'node:crypto';
 import { constants, hostname } from 'node:os';
 import { createClient, isDlmError, type Lease } from '@dlm/client';
 import { type Command, parseFlags } from '../command.js';
+import {
+  CONNECTION_FLAGS,
+  CONNECTION_USAGE,
+  clientOptions,
+  connectionOptions,
+} from '../connection-options.js';
 import { formatDuration, parseDuration } from '../duration.js';
 import { EXIT } from '../exit-codes.js';
 import { printError } from '../output.js';
-import { serverUrl } from '../server-url.js';
 import { UsageError } from '../usage-error.js';
 
 const USAGE = `Usage: dlm lock NAME [options] -- CMD [ARGS...]
@@ -22,7 +27,7 @@ Options:
                      0 = give up at once; at most the server's limit, 5m by default)
   --grace DURATION   after losing the lock: time between SIGTERM and SIGKILL (default 10s)
   --owner ID         the owner to hold it as (default HOSTNAME:PID:RANDOM)
-  --server URL       the server (DLM_URL, default ws://127.0.0.1:7070/v1/ws)
+${CONNECTION_USAGE}
   -v, --verbose      say on stderr when the lock is acquired and released
   -h, --help         print this help
 Durations: 500ms, 30s, 5m, 1h, 1m30s.
@@ -42,7 +47,7 @@ Exit status:
 `;
 
 const LOCK_OPTIONS = {
-  server: { type: 'string' },
+  ...CONNECTION_FLAGS,
   ttl: { type: 'string' },
   wait: { type: 'string' },
   grace: { type: 'string' },
@@ -51,7 +56,15 @@ const LOCK_OPTIONS = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
-const VALUE_FLAGS = new Set(['--server', '--ttl', '--wait', '--grace', '--owner']);
+const VALUE_FLAGS = new Set([
+  '--server',
+  '--token-file',
+  '--ca',
+  '--ttl',
+  '--wait',
+  '--grace',
+  '--owner',
+]);
 
 /**
  * Splits dlm's own arguments from CMD's: at the first `--`, or else at the first argument
@@ -107,7 +120,7 @@ export const lockCommand: Command = {
     const owner = values.owner ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     const verbose = values.verbose === true;
 
-    const client = createClient({ url: serverUrl(values.server), name: 'dlm-cli' });
+    const client = createClient({ ...clientOptions(connectionOptions(values)), name: 'dlm-cli' });
     const lease = await acquire(client, name, { ttlMs, waitMs, owner });
     if (typeof lease === 'number') return lease;
     if (verbose) {

@@ -1,8 +1,10 @@
 import { COMMON_OPTIONS, type Command, parseFlags } from '../command.js';
+import { CONNECTION_USAGE, connectionOptions } from '../connection-options.js';
 import { formatDuration } from '../duration.js';
 import { EXIT } from '../exit-codes.js';
+import { getJson } from '../http-get.js';
 import { formatTable, printError, printJson } from '../output.js';
-import { httpBase, serverUrl } from '../server-url.js';
+import { httpBase } from '../server-url.js';
 import { UsageError } from '../usage-error.js';
 
 const USAGE = `Usage: dlm ls [--prefix P] [--server URL] [--json]
@@ -11,11 +13,12 @@ Lists held locks (name, holder, fencing token, remaining TTL, waiters on that se
 the server's admin API (GET /v1/locks).
 
 Options:
-  --prefix P     only locks whose names start with P
-  --server URL   the server (DLM_URL, default ws://127.0.0.1:7070/v1/ws); the admin API is
-                 on the same host and port
-  --json         one JSON object: {"locks":[{"name","owner","token","ttlRemainingMs","waiters"}]}
-  -h, --help     print this help
+  --prefix P         only locks whose names start with P
+${CONNECTION_USAGE}
+                     (the admin API is on the server's host and port; with tokens, it needs
+                     one with admin)
+  --json             one JSON object: {"locks":[{"name","owner","token","ttlRemainingMs","waiters"}]}
+  -h, --help         print this help
 
 Exit status: 0, 1 when the server could not answer, 2 on a usage error.
 `;
@@ -42,11 +45,11 @@ export const lsCommand: Command = {
     }
     if (positionals.length) throw new UsageError(`unexpected argument ${positionals[0]}`);
     const query = values.prefix ? `?prefix=${encodeURIComponent(values.prefix)}` : '';
-    const url = `${httpBase(serverUrl(values.server))}/v1/locks${query}`;
+    const connection = connectionOptions(values);
+    const url = `${httpBase(connection.url)}/v1/locks${query}`;
     let body: { locks?: ListedLock[]; error?: { code: string; message: string } };
     try {
-      const response = await fetch(url, { signal: AbortSignal.timeout(10_000) });
-      body = (await response.json()) as typeof body;
+      body = (await getJson(url, connection, 10_000)).body as typeof body;
     } catch (error) {
       printError(new Error(`could not reach ${url}: ${(error as Error).message}`));
       return EXIT.FAILURE;

@@ -1,8 +1,8 @@
 import { createClient, type LockChange } from '@dlm/client';
 import { COMMON_OPTIONS, type Command, parseFlags } from '../command.js';
+import { CONNECTION_USAGE, clientOptions, connectionOptions } from '../connection-options.js';
 import { EXIT } from '../exit-codes.js';
 import { printError, printJson } from '../output.js';
-import { serverUrl } from '../server-url.js';
 import { UsageError } from '../usage-error.js';
 
 const USAGE = `Usage: dlm watch NAME [--server URL] [--json]
@@ -12,9 +12,9 @@ revoked), until interrupted (Ctrl-C). Reconnects by itself if the connection dro
 made while disconnected are not replayed, the state after reconnecting is printed instead.
 
 Options:
-  --server URL   the server (DLM_URL, default ws://127.0.0.1:7070/v1/ws)
-  --json         one JSON object per line: {"time","name","held","owner","token"}
-  -h, --help     print this help
+${CONNECTION_USAGE}
+  --json             one JSON object per line: {"time","name","held","owner","token"}
+  -h, --help         print this help
 
 Exit status: 0 when interrupted, 1 when the watch could not start, 2 on a usage error.
 `;
@@ -43,7 +43,7 @@ export const watchCommand: Command = {
     }
     if (positionals.length !== 1) throw new UsageError('dlm watch takes exactly one lock NAME');
     const name = positionals[0]!;
-    const client = createClient({ url: serverUrl(values.server), name: 'dlm-cli' });
+    const client = createClient({ ...clientOptions(connectionOptions(values)), name: 'dlm-cli' });
     client.on('disconnected', ({ willReconnect }) => {
       if (willReconnect) process.stderr.write('dlm: connection lost; reconnecting…\n');
     });

@@ -38,7 +38,10 @@ export function cpuSnapshot(pids: CpuPids): CpuSnapshot {
   return {
     client: (self.user + self.system) / 1_000,
     server: pids.server === undefined ? Number.NaN : processCpuMs(pids.server),
-    backend: pids.backend.reduce((sum, pid) => sum + processCpuMs(pid), 0),
+    // No services (the embedded backend): not measured rather than zero.
+    backend: pids.backend.length
+      ? pids.backend.reduce((sum, pid) => sum + processCpuMs(pid), 0)
+      : Number.NaN,
   };
 }
 

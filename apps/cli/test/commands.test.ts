@@ -28,7 +28,7 @@ describe('dlm get', () => {
     const held = await runDlm(['get', 'get/a'], env);
     expect(held.code).toBe(0);
     expect(held.stdout).toMatch(
-      new RegExp(`^get/a: held by worker-9, token ${lease.token}, (59|60)s left\\n$`),
+      new RegExp(`^get/a: held by worker-9, token ${lease.token}, (59s|1m00s) left\\n$`),
     );
     const json = await runDlm(['get', 'get/a', '--json', '--server', server.url], {});
     expect(JSON.parse(json.stdout)).toMatchObject({
@@ -59,7 +59,7 @@ describe('dlm ls', () => {
     const lines = table.stdout.trimEnd().split('\n');
     expect(lines[0]).toMatch(/^NAME\s+OWNER\s+TOKEN\s+TTL\s+WAITERS$/);
     expect(lines).toHaveLength(3);
-    expect(lines[1]).toMatch(new RegExp(`^ls/alpha\\s+o-alpha\\s+${a.token}\\s+\\d+s\\s+0$`));
+    expect(lines[1]).toMatch(new RegExp(`^ls/alpha\\s+o-alpha\\s+${a.token}\\s+(\\d+s|1m00s)\\s+0$`));
     expect(lines[2]).toMatch(/^ls\/beta\s+o-beta\s/);
 
     const json = JSON.parse((await runDlm(['ls', '--json'], env)).stdout);

@@ -59,7 +59,9 @@ describe('dlm ls', () => {
     const lines = table.stdout.trimEnd().split('\n');
     expect(lines[0]).toMatch(/^NAME\s+OWNER\s+TOKEN\s+TTL\s+WAITERS$/);
     expect(lines).toHaveLength(3);
-    expect(lines[1]).toMatch(new RegExp(`^ls/alpha\\s+o-alpha\\s+${a.token}\\s+(\\d+s|1m00s)\\s+0$`));
+    expect(lines[1]).toMatch(
+      new RegExp(`^ls/alpha\\s+o-alpha\\s+${a.token}\\s+(\\d+s|1m00s)\\s+0$`),
+    );
     expect(lines[2]).toMatch(/^ls\/beta\s+o-beta\s/);
 
     const json = JSON.parse((await runDlm(['ls', '--json'], env)).stdout);

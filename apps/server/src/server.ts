@@ -256,10 +256,11 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     }
     // A bearer token in the upgrade request authenticates the session at once; without one the
     // client may still send it in session.hello.
-    const token = bearerToken(request.headers.authorization);
+    // A server without tokens ignores credentials, as it ignores hello's auth.
+    const token = authenticator.required ? bearerToken(request.headers.authorization) : undefined;
     let principal: Principal | null = null;
-    if (token === null || (token !== undefined && authenticator.required)) {
-      principal = token ? authenticator.verify(token) : null;
+    if (token !== undefined) {
+      principal = token === null ? null : authenticator.verify(token);
       if (!principal) {
         logger.warn('authentication failed', { remoteAddress: address });
         rejectUpgrade(

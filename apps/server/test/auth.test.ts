@@ -282,6 +282,22 @@ describe('binding without tokens', () => {
     await withTokens.close();
   });
 
+  it('a server without tokens ignores credentials, in the header and in hello', async () => {
+    const open = await startServer({ port: 0 });
+    try {
+      expect(await upgrade(open.url, { headers: { authorization: 'Basic whatever' } })).toBe(
+        'open',
+      );
+      const peer = await connect(open.url, undefined, {
+        headers: { authorization: 'Bearer not-a-token' },
+      });
+      peers.push(peer);
+      expect((await peer.hello('anything')).sessionId).toBeTruthy();
+    } finally {
+      await open.close();
+    }
+  });
+
   it('parseConfig reads --insecure and DLM_INSECURE', () => {
     expect(parseConfig(['--insecure'], {})?.insecure).toBe(true);
     expect(parseConfig([], { DLM_INSECURE: '1' })?.insecure).toBe(true);

@@ -1,4 +1,4 @@
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort, type ManagedProcess, startProcess, tempDir } from '@dlm/test-services';
@@ -119,5 +119,48 @@ describe('the server process on the embedded backend with a data directory', () 
     expect(result.status).toBe(2);
     expect(result.stderr).toContain('--backend must be');
     expect(result.stderr).toContain('Usage: dlm-server');
+  });
+});
+
+describe('the server process with tokens', () => {
+  it('--new-token prints a token and its SHA-256; --auth-file takes it; a wrong one is closed with 4004', async () => {
+    const { spawnSync } = await import('node:child_process');
+    const { createHash } = await import('node:crypto');
+    const made = spawnSync(process.execPath, [MAIN, '--new-token'], { encoding: 'utf8' });
+    expect(made.status).toBe(0);
+    const token = /^token: +(\S+)$/m.exec(made.stdout)![1]!;
+    const sha256 = /^sha256: +([0-9a-f]{64})$/m.exec(made.stdout)![1]!;
+    expect(createHash('sha256').update(token).digest('hex')).toBe(sha256);
+
+    const file = join(tempDir('server-auth'), 'tokens.txt');
+    writeFileSync(file, `ops ${sha256} lock,watch,admin\n`);
+    const server = await serve(['--memory', '--auth-file', file]);
+    const ok = await connect(server.url);
+    expect((await ok.hello(token)).sessionId).toBeTruthy();
+    ok.close();
+    const refused = await connect(server.url);
+    const reply = await refused.call('session.hello', { auth: `${token}x` });
+    expect(reply.error.data.code).toBe('UNAUTHENTICATED');
+    expect((await refused.closed).code).toBe(4004);
+    const metrics = await fetch(`http://127.0.0.1:${server.port}/metrics`, {
+      headers: { authorization: `Bearer ${token}` },
+    });
+    expect(metrics.status).toBe(200);
+  });
+
+  it('without tokens it will not listen beyond loopback: exits 1 unless --insecure', async () => {
+    const { spawnSync } = await import('node:child_process');
+    const result = spawnSync(
+      process.execPath,
+      [MAIN, '--memory', '--host', '0.0.0.0', '--port', '0'],
+      {
+        encoding: 'utf8',
+        timeout: 20_000,
+      },
+    );
+    expect(result.status).toBe(1);
+    expect(result.stderr).toContain('refusing to listen on 0.0.0.0 without authentication');
+    const insecure = await serve(['--memory', '--host', '0.0.0.0', '--insecure']);
+    expect(insecure.proc.output()).toContain('no authentication on a non-loopback address');
   });
 });

@@ -6,7 +6,10 @@
 export interface ServerLimits {
   /** Unanswered requests per connection, waits included; past it LIMIT_EXCEEDED. */
   maxInflight: number;
-  /** Leases a session holds (acquired or adopted by extend) plus its acquires in flight. */
+  /**
+   * Leases a session holds (acquired, or adopted by extend) plus its acquires in flight. A lease
+   * stops counting when it ends, whichever session released it.
+   */
   maxLocksPerSession: number;
   /** `lock.watch` and `lock.watchPrefix` subscriptions per session. */
   maxWatchesPerSession: number;
@@ -18,7 +21,11 @@ export interface ServerLimits {
   maxConnections: number;
   /** Frames per second per connection, sustained (token bucket refill rate). */
   messagesPerSecond: number;
-  /** Frames a connection may send at once above the rate (token bucket size). */
+  /**
+   * Frames a connection may send at once above the rate (token bucket size). Refused frames draw
+   * on a second bucket of this size refilled at a tenth of the rate; when it is empty the
+   * connection is closed with 4006.
+   */
   messageBurst: number;
   /** Time from the upgrade to a successful `session.hello`; then close 4008. */
   helloTimeoutMs: number;

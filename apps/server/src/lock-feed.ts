@@ -74,8 +74,6 @@ export interface LockFeed {
   seed(prefix: string): Promise<void>;
   /** Held locks under `prefix`, by name. */
   snapshot(prefix: string): FeedLock[];
-  /** The token of the lease the feed sees holding `name`, if any. */
-  tokenOf(name: string): bigint | undefined;
   /** Calls `listener` for every change under `prefix` until the returned function is called. */
   subscribe(prefix: string, listener: (event: FeedEvent) => void): () => void;
   /** Leases granted (or extended) through this server that are still held. */
@@ -353,10 +351,6 @@ export function createLockFeed(options: LockFeedOptions): LockFeed {
         });
       }
       return locks.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-    },
-
-    tokenOf(name) {
-      return entries.get(name)?.token;
     },
 
     subscribe(prefix, listener) {

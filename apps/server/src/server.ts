@@ -27,7 +27,7 @@ import { type ConnectionRejection, createMetrics } from './metrics.js';
 import { observeService } from './observed-service.js';
 import { createOriginPolicy } from './origin-policy.js';
 import type { Principal } from './permissions.js';
-import { createSession, type Session } from './session.js';
+import { createSession, type LeaseRegistry, type Session } from './session.js';
 
 export interface ServerOptions {
   host?: string;
@@ -147,6 +147,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   // Upgrades in progress count too, so a burst of handshakes cannot overshoot the limits.
   let connections = 0;
   const perAddress = new Map<string, number>();
+  const leases: LeaseRegistry = new Map();
 
   // Gauges read these at scrape time; they are all assigned before the server listens.
   const metrics = createMetrics({
@@ -341,6 +342,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       logger,
       feed,
       metrics,
+      leases,
       authenticator,
       principal,
       remoteAddress: address,

@@ -36,6 +36,17 @@ export type SessionLimits = Pick<
   | 'messageBurst'
 > & { maxPayloadBytes: number };
 
+/**
+ * Which session holds each lease granted (or adopted by extend) through this server, keyed by
+ * `leaseKey(name, token)`: the holder's function that drops it from its count. A release through
+ * any session (the token is the capability) calls it, so the holder's slot is freed at once.
+ */
+export type LeaseRegistry = Map<string, () => void>;
+
+export function leaseKey(name: string, token: bigint): string {
+  return `${token}\u0000${name}`;
+}
+
 export interface SessionContext {
   service: LockService;
   limits: SessionLimits;
@@ -44,6 +55,8 @@ export interface SessionContext {
   /** The server's live view of held locks, for `lock.watchPrefix`. */
   feed: LockFeed;
   metrics: ServerMetrics;
+  /** Shared by all sessions of a server. */
+  leases: LeaseRegistry;
   /** Checks the token a `session.hello` carries. */
   authenticator: Authenticator;
   /** Whom the upgrade's `Authorization` header authenticated, if it had one. */
@@ -117,8 +130,38 @@ export function createSession(context: SessionContext): Session {
     return params.owner === undefined ? id : (params.owner as string);
   }
 
+  const droppers = new Map<string, () => void>();
+
+  /** Counts a lease as this session's, and no longer as any other session's. */
+  function hold(name: string, token: bigint): void {
+    const previous = held.get(name);
+    if (previous !== undefined && previous !== token) forget(name, previous);
+    held.set(name, token);
+    const key = leaseKey(name, token);
+    let drop = droppers.get(key);
+    if (!drop) {
+      drop = () => forget(name, token);
+      droppers.set(key, drop);
+    }
+    const other = context.leases.get(key);
+    if (other !== drop) {
+      other?.();
+      context.leases.set(key, drop);
+    }
+  }
+
   function forget(name: string, token: bigint): void {
     if (held.get(name) === token) held.delete(name);
+    const key = leaseKey(name, token);
+    const drop = droppers.get(key);
+    if (!drop) return;
+    droppers.delete(key);
+    if (context.leases.get(key) === drop) context.leases.delete(key);
+  }
+
+  /** A lease ended through this session: whichever session held it drops it. */
+  function ended(name: string, token: bigint): void {
+    context.leases.get(leaseKey(name, token))?.();
   }
 
   /** The name a lock method is about, checked, and that the principal may `actions` on it. */
@@ -135,13 +178,7 @@ export function createSession(context: SessionContext): Session {
 
   /** Makes room for one more acquire, or says why there is none. */
   function reserveLock(name: string): void {
-    if (held.has(name) || held.size + acquiring < limits.maxLocksPerSession) return;
-    // Leases released through another session leave no trace here: drop those the server no
-    // longer sees held with our token before refusing.
-    for (const [heldName, token] of held) {
-      if (feed.tokenOf(heldName) !== token) held.delete(heldName);
-    }
-    if (held.size + acquiring >= limits.maxLocksPerSession) {
+    if (!held.has(name) && held.size + acquiring >= limits.maxLocksPerSession) {
       throw new DlmError(
         'LIMIT_EXCEEDED',
         `a session may hold at most ${limits.maxLocksPerSession} locks (acquires in flight included)`,
@@ -220,7 +257,7 @@ export function createSession(context: SessionContext): Session {
         acquiring -= 1;
       }
       // A grant that arrives after the connection closed belongs to nobody here.
-      if (open) held.set(lease.name, lease.token);
+      if (open) hold(lease.name, lease.token);
       return {
         name: lease.name,
         owner: lease.owner,
@@ -235,10 +272,10 @@ export function createSession(context: SessionContext): Session {
       try {
         await service.release({ name, token });
       } catch (error) {
-        if (isDlmError(error, 'NOT_HOLDER')) forget(name, token);
+        if (isDlmError(error, 'NOT_HOLDER')) ended(name, token);
         throw error;
       }
-      forget(name, token);
+      ended(name, token);
       return { released: true };
     },
 
@@ -249,11 +286,11 @@ export function createSession(context: SessionContext): Session {
       try {
         lease = await service.extend({ name, token, ttlMs: params.ttlMs as number, onLost });
       } catch (error) {
-        if (isDlmError(error, 'NOT_HOLDER')) forget(name, token);
+        if (isDlmError(error, 'NOT_HOLDER')) ended(name, token);
         throw error;
       }
       // Extending adopts the lease: its lock.lost now comes here, and it counts as held here.
-      if (open) held.set(lease.name, lease.token);
+      if (open) hold(lease.name, lease.token);
       return { name: lease.name, token: formatToken(lease.token), ttlMs: lease.ttlMs };
     },
 
@@ -488,6 +525,6 @@ export function createSession(context: SessionContext): Session {
     waits.clear();
     for (const stop of watches.values()) stop();
     watches.clear();
-    held.clear();
+    for (const [name, token] of [...held]) forget(name, token);
   }
 }

@@ -85,6 +85,26 @@ describe('per-session limits', () => {
     expect((await other.call('lock.acquire', { name: 'l/6', ttlMs: 30_000 })).result).toBeDefined();
   });
 
+  it('maxLocksPerSession: a lease adopted by another session (extend) counts there, not here', async () => {
+    const server = await serve({ maxLocksPerSession: 1 });
+    const first = await session(server);
+    const lease = (await first.call('lock.acquire', { name: 'a/1', ttlMs: 30_000 })).result;
+    expect((await first.call('lock.acquire', { name: 'a/2', ttlMs: 30_000 })).error.data.code).toBe(
+      'LIMIT_EXCEEDED',
+    );
+    const second = await session(server);
+    await second.call('lock.extend', { name: 'a/1', token: lease.token, ttlMs: 30_000 });
+    expect((await first.call('lock.acquire', { name: 'a/2', ttlMs: 30_000 })).result).toBeDefined();
+    expect(
+      (await second.call('lock.acquire', { name: 'a/3', ttlMs: 30_000 })).error.data.code,
+    ).toBe('LIMIT_EXCEEDED');
+    // Closing a session does not release its leases, and frees nothing elsewhere.
+    second.close();
+    await second.closed;
+    const third = await session(server);
+    expect((await third.call('lock.acquire', { name: 'a/3', ttlMs: 30_000 })).result).toBeDefined();
+  });
+
   it('maxLocksPerSession counts acquires still waiting', async () => {
     const server = await serve({ maxLocksPerSession: 1 });
     const holder = await session(server);

@@ -12,8 +12,10 @@ export interface CampaignOptions extends WorkloadOptions {
   backends: BackendVariant[];
   /** Nemesis names per backend; `all` is every nemesis that applies to the backend. */
   nemeses: (backend: BackendVariant) => string[] | 'all';
-  /** Per nemesis (one segment each). */
+  /** Faults per segment (one segment per nemesis). */
   durationMs: number;
+  /** Per-backend overrides of `durationMs`. */
+  durationsMs?: Partial<Record<BackendVariant, number>>;
   /** The resource's fencing check for every segment (off: everything is a negative control). */
   fencing: boolean;
   /**
@@ -128,9 +130,11 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
       }
       for (const run of runs) {
         const label = `${backend} × ${run.nemesis.name}${run.control ? ' (fencing off)' : ''}`;
-        log(`${label}: ${Math.round(options.durationMs / 1000)} s`);
+        const durationMs = options.durationsMs?.[backend] ?? options.durationMs;
+        log(`${label}: ${Math.round(durationMs / 1000)} s`);
         const result = await runSegment(topology, server, {
           ...options,
+          durationMs,
           nemesis: run.nemesis,
           fencing: run.fencing,
           dir: join(historyDir, backend, `${run.nemesis.name}${run.control ? '-fencing-off' : ''}`),

@@ -530,7 +530,6 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
   // ---- L4: a lost lease is reported in time --------------------------------------------------
   for (const grant of grants) {
     const deadline = Math.max(...grant.renewals.map((r) => r.deadline));
-    if ((grant.releaseInvokeT ?? INF) < deadline) continue;
     // A process paused at its deadline can only say so once it runs again.
     let due = deadline;
     for (let changed = true; changed; ) {
@@ -543,6 +542,9 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
       }
     }
     const limit = due + options.l4BoundMs;
+    // Released before a report of the loss was due: the holder let go in time (a late event
+    // loop may run the release before the deadline's timer; the lease is over either way).
+    if ((grant.releaseInvokeT ?? INF) <= limit) continue;
     const gone = Math.min(killed.get(grant.proc) ?? INF, stopped.get(grant.proc) ?? INF);
     if (gone <= limit || endOfHistory <= limit) continue;
     if (grant.lostT !== undefined && grant.lostT <= limit) continue;

@@ -1,9 +1,10 @@
 #!/usr/bin/env node
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { runCampaign } from './campaign.js';
 import { NEMESES } from './nemeses.js';
-import { renderMarkdown, writeReport } from './report.js';
+import { mergeReports, renderMarkdown, writeReport } from './report.js';
 import { parseDurationMs } from './time.js';
 import { BACKENDS, type BackendVariant, isBackendVariant } from './topology.js';
 
@@ -15,7 +16,8 @@ faults, checks the history (S1-S6, L1, L4) and writes a report (Markdown + JSON)
   --backend LIST        ${BACKENDS.join(', ')} or all (default all)
   --nemesis LIST        nemeses to run, one segment each, or all (default: all that apply):
                         ${NEMESES.map((n) => n.name).join(', ')}
-  --duration D          faults per segment, e.g. 30s, 2m (default 30s)
+  --duration D          faults per segment, e.g. 30s, 2m (default 30s); per backend with
+                        BACKEND=D items: --duration 30s,embedded=60s
   --ttl-ms N            lease TTL asked for (default 2000; etcd's minimum)
   --workers N           workload processes (default 3)
   --keys N              lock names they share (default 2)
@@ -27,6 +29,7 @@ faults, checks the history (S1-S6, L1, L4) and writes a report (Markdown + JSON)
   --out DIR             where the report goes (default apps/faults/results)
   --label NAME          report file name (default campaign-<time>)
   --history-dir DIR     keep the histories there (default: a temp dir, removed at exit)
+  --merge A.json,B.json no campaign: merge the JSON reports of earlier runs (--out, --label)
   -h, --help
 
 Exit status: 0 when no unexpected violation was found (and the negative control, if run, was
@@ -69,6 +72,7 @@ const OPTIONS = {
   out: { type: 'string' },
   label: { type: 'string' },
   'history-dir': { type: 'string' },
+  merge: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 let values: ReturnType<typeof parseArgs<{ options: typeof OPTIONS }>>['values'];
@@ -86,6 +90,21 @@ if (values.help) {
   process.exit(0);
 }
 
+const label =
+  values.label ??
+  `${values.short ? 'short' : values.merge ? 'merged' : 'campaign'}-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+const out = values.out ?? fileURLToPath(new URL('../results/', import.meta.url));
+const log = (line: string) =>
+  process.stderr.write(`[faults ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
+
+if (values.merge) {
+  const merged = mergeReports(values.merge.split(',').map((file) => readFileSync(file, 'utf8')));
+  const files = writeReport(merged, out, label);
+  process.stdout.write(renderMarkdown(merged));
+  log(`report: ${files.markdown} and ${files.json}`);
+  process.exit(merged.passed ? 0 : 1);
+}
+
 const short = values.short === true;
 const backendList =
   !values.backend || values.backend === 'all' ? [...BACKENDS] : values.backend.split(',');
@@ -100,24 +119,25 @@ if (nemesisList !== 'all') {
     if (!NEMESES.some((n) => n.name === name)) fail(`unknown nemesis ${JSON.stringify(name)}`);
   }
 }
-let durationMs: number;
+// `--duration 30s,embedded=60s`: a default and per-backend overrides.
+let durationMs = parseDurationMs(short ? '15s' : '30s');
+const durationsMs: Partial<Record<BackendVariant, number>> = {};
 try {
-  durationMs = parseDurationMs(values.duration ?? (short ? '15s' : '30s'));
+  for (const item of (values.duration ?? '').split(',').filter(Boolean)) {
+    const [backend, text] = item.includes('=') ? item.split('=') : [undefined, item];
+    if (backend === undefined) durationMs = parseDurationMs(text!);
+    else if (isBackendVariant(backend)) durationsMs[backend] = parseDurationMs(text!);
+    else fail(`unknown backend ${JSON.stringify(backend)} in --duration`);
+  }
 } catch (error) {
   fail((error as Error).message);
 }
-
-const label =
-  values.label ??
-  `${short ? 'short' : 'campaign'}-${new Date().toISOString().replace(/[:.]/g, '-')}`;
-const out = values.out ?? fileURLToPath(new URL('../results/', import.meta.url));
-const log = (line: string) =>
-  process.stderr.write(`[faults ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
 
 const result = await runCampaign({
   backends,
   nemeses: (backend) => (short && !values.nemesis ? SHORT_PLAN[backend] : nemesisList),
   durationMs,
+  durationsMs,
   ttlMs: positive(values['ttl-ms'], 2_000, '--ttl-ms'),
   workers: positive(values.workers, 3, '--workers'),
   keys: positive(values.keys, 2, '--keys'),

@@ -36,7 +36,7 @@ export function renderMarkdown(result: CampaignResult): string {
   const lines: string[] = [];
   lines.push('# dlm fault-injection campaign', '');
   lines.push(
-    `${result.startedAt} → ${result.finishedAt}. ${options.workers} workload processes on ${options.keys} lock names per segment, TTL ${options.ttlMs} ms, ${Math.round(options.durationMs / 1000)} s of faults per segment (then TTL + 3 s to recover). L1 bound ${options.l1BoundMs} ms, L4 bound ${options.l4BoundMs} ms.`,
+    `${result.startedAt} → ${result.finishedAt}. ${options.workers} workload processes on ${options.keys} lock names per segment, TTL ${options.ttlMs} ms; each segment injects faults for the time in column \`s\`, then heals everything and gives the system TTL + 3 s to recover. L1 bound ${options.l1BoundMs} ms, L4 bound ${options.l4BoundMs} ms.`,
     '',
   );
   lines.push(
@@ -48,8 +48,8 @@ export function renderMarkdown(result: CampaignResult): string {
     '',
   );
   lines.push(
-    '| backend | nemesis | ops | unknown | grants | writes | refused | faults | S1 | S2 | S3 | S4 | S5 | S6 | L1 | L4 | recovery p50 / max ms | L1 takeover max ms |',
-    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    '| backend | nemesis | s | ops | unknown | grants | writes | refused | faults | S1 | S2 | S3 | S4 | S5 | S6 | L1 | L4 | recovery p50 / max ms | L1 takeover max ms |',
+    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
   );
   for (const segment of result.segments) {
     const { stats } = segment.check;
@@ -59,7 +59,7 @@ export function renderMarkdown(result: CampaignResult): string {
         ? '–'
         : `${ms(recovery.p50)} / ${ms(recovery.max)}${recovery.notRecovered ? ` (${recovery.notRecovered} not)` : ''}`;
     lines.push(
-      `| ${segment.backend} | ${segment.nemesis}${segment.negativeControl ? ' **(fencing off)**' : ''} | ${stats.ops} | ${stats.unknown} | ${stats.grants} | ${stats.writes} | ${stats.staleRefused} | ${stats.faults} | ${PROPERTIES.map((p) => cell(segment, p)).join(' | ')} | ${recoveryCell} | ${ms(recovery.takeoverMax)} |`,
+      `| ${segment.backend} | ${segment.nemesis}${segment.negativeControl ? ' **(fencing off)**' : ''} | ${Math.round(segment.durationMs / 1000)} | ${stats.ops} | ${stats.unknown} | ${stats.grants} | ${stats.writes} | ${stats.staleRefused} | ${stats.faults} | ${PROPERTIES.map((p) => cell(segment, p)).join(' | ')} | ${recoveryCell} | ${ms(recovery.takeoverMax)} |`,
     );
   }
   lines.push('');
@@ -155,4 +155,36 @@ export function writeReport(result: CampaignResult, dir: string, label: string) 
   writeFileSync(markdown, renderMarkdown(result));
   writeFileSync(json, `${JSON.stringify(toJson(result), null, 2)}\n`);
   return { markdown, json };
+}
+
+/**
+ * Several reports (the JSON files of `writeReport`) as one, for a long campaign run backend by
+ * backend. Each file keeps at most 20 violations per property: the rest are counted, not listed.
+ */
+export function mergeReports(jsons: string[]): CampaignResult {
+  const parts = jsons.map((text) => JSON.parse(text) as CampaignResult);
+  const first = parts[0];
+  if (!first) throw new Error('nothing to merge');
+  const controls = parts.flatMap((part) => (part.negativeControl ? [part.negativeControl] : []));
+  return {
+    startedAt: parts.map((part) => part.startedAt).sort()[0]!,
+    finishedAt: parts
+      .map((part) => part.finishedAt)
+      .sort()
+      .at(-1)!,
+    options: {
+      ...first.options,
+      plan: Object.assign({}, ...parts.map((part) => part.options.plan)),
+    },
+    segments: parts.flatMap((part) => part.segments),
+    errors: parts.flatMap((part) => part.errors),
+    negativeControl: controls.length
+      ? {
+          run: controls.some((c) => c.run),
+          detected: controls.some((c) => c.detected),
+          lostUpdates: controls.reduce((n, c) => n + c.lostUpdates, 0),
+        }
+      : undefined,
+    passed: parts.every((part) => part.passed),
+  };
 }

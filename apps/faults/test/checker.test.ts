@@ -219,6 +219,16 @@ describe('checker on hand-made histories', () => {
     expect(flagged(h.events, { finalValues: {} })).toEqual(['L4']);
     const reported = historyBuilder().acquire('p1', 'x', 0, 1, 1).lost('p1', 'x', 1_000, 1);
     expect(flagged(reported.end(5_000).events, { finalValues: {} })).toEqual([]);
+    // Released a little after the deadline (a busy event loop): over in time, no report due.
+    const releasedLate = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .release('p1', 'x', 1_100, 1_101, 1, false);
+    expect(flagged(releasedLate.end(5_000).events, { finalValues: {} })).toEqual([]);
+    // Released long after, and never reported lost in between.
+    const releasedTooLate = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .release('p1', 'x', 2_000, 2_001, 1, false);
+    expect(flagged(releasedTooLate.end(5_000).events, { finalValues: {} })).toEqual(['L4']);
   });
 
   it('L4: a paused client must report the loss on resuming, not later', () => {

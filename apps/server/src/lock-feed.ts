@@ -91,6 +91,8 @@ interface Entry {
   grantedAt: number | undefined;
   local: boolean;
   unwatch: Unsubscribe;
+  /** Subscribed to the backend's events about this name. */
+  watching: boolean;
   deadline: Timer | undefined;
 }
 
@@ -161,14 +163,34 @@ export function createLockFeed(options: LockFeedOptions): LockFeed {
       grantedAt: local && type === 'acquired' ? clock.now() : undefined,
       local,
       unwatch: () => {},
+      watching: false,
       deadline: undefined,
     };
     entries.set(state.name, entry);
     touch(state.name);
     if (local) localHeld += 1;
-    entry.unwatch = backend.watch(state.name, onBackendEvent);
+    if (!local || subscribers.size > 0) watchBackend(entry);
     scheduleDeadline(entry, state.ttlRemainingMs + DEADLINE_GRACE_MS);
     if (type) emit(type, state.name, entry, true);
+  }
+
+  /**
+   * Subscribes to the backend's events about `entry`'s name. Leases granted elsewhere always
+   * need it; those granted here only while someone watches a prefix (their release and loss are
+   * reported by this server's lock service, and the deadline check backs that up), so a grant
+   * costs no backend subscription when nobody looks.
+   */
+  function watchBackend(entry: Entry): void {
+    if (entry.watching) return;
+    entry.watching = true;
+    entry.unwatch = backend.watch(entry.name, onBackendEvent);
+  }
+
+  function unwatchBackend(entry: Entry): void {
+    if (!entry.watching) return;
+    entry.watching = false;
+    entry.unwatch();
+    entry.unwatch = () => {};
   }
 
   function refresh(entry: Entry, ttlRemainingMs: number): void {
@@ -182,7 +204,7 @@ export function createLockFeed(options: LockFeedOptions): LockFeed {
     entries.delete(entry.name);
     touch(entry.name);
     entry.deadline?.cancel();
-    entry.unwatch();
+    unwatchBackend(entry);
     if (entry.local) {
       localHeld -= 1;
       if (entry.grantedAt !== undefined)
@@ -355,9 +377,13 @@ export function createLockFeed(options: LockFeedOptions): LockFeed {
 
     subscribe(prefix, listener) {
       const subscriber: Subscriber = { prefix, listener };
+      if (subscribers.size === 0 && !closed) {
+        for (const entry of entries.values()) watchBackend(entry);
+      }
       subscribers.add(subscriber);
       return () => {
-        subscribers.delete(subscriber);
+        if (!subscribers.delete(subscriber) || subscribers.size > 0) return;
+        for (const entry of entries.values()) if (entry.local) unwatchBackend(entry);
       };
     },
 
@@ -370,7 +396,7 @@ export function createLockFeed(options: LockFeedOptions): LockFeed {
       if (waitersFlush) clearImmediate(waitersFlush);
       for (const entry of entries.values()) {
         entry.deadline?.cancel();
-        entry.unwatch();
+        unwatchBackend(entry);
       }
       entries.clear();
       subscribers.clear();

@@ -81,7 +81,10 @@ export interface Session {
   close(): void;
 }
 
-type Handler = (params: Record<string, unknown>, signal: AbortSignal) => Promise<unknown>;
+type Handler = (
+  params: Record<string, unknown>,
+  signal: AbortSignal | undefined,
+) => Promise<unknown>;
 
 export function createSession(context: SessionContext): Session {
   const { service, logger, feed, metrics } = context;
@@ -250,7 +253,7 @@ export function createSession(context: SessionContext): Session {
           ttlMs: params.ttlMs as number,
           waitMs: params.waitMs as number,
           owner: optionalOwner(params),
-          signal,
+          ...(signal ? { signal } : {}),
           onLost,
         });
       } finally {
@@ -416,11 +419,14 @@ export function createSession(context: SessionContext): Session {
 
   async function serve(request: RpcRequest): Promise<void> {
     const startedAt = performance.now();
-    const controller = new AbortController();
-    waits.add(controller);
+    // Only an acquire that waits can be cancelled (by the connection closing): only it gets a
+    // controller, the other requests finish on their own within the backend's bound.
+    const waitMs = request.method === 'lock.acquire' ? request.params.waitMs : undefined;
+    const controller = typeof waitMs === 'number' && waitMs > 0 ? new AbortController() : undefined;
+    if (controller) waits.add(controller);
     inflight += 1;
     try {
-      const result = await handlers[request.method](request.params, controller.signal);
+      const result = await handlers[request.method](request.params, controller?.signal);
       send({ jsonrpc: '2.0', id: request.id, result });
       record(request, 'OK', startedAt);
     } catch (error) {
@@ -444,7 +450,7 @@ export function createSession(context: SessionContext): Session {
       }
     } finally {
       inflight -= 1;
-      waits.delete(controller);
+      if (controller) waits.delete(controller);
     }
   }
 

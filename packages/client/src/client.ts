@@ -496,7 +496,8 @@ export function createClient(options: ClientOptions): DlmClient {
       (attempt) =>
         connection.call(method, params, {
           timeoutMs: Math.max(1, Math.min(requestTimeoutMs, attempt.remainingMs)),
-          signal: attempt.signal,
+          // Without a signal in the policy nothing can abort the attempt's: skip it.
+          ...(policy.signals.length ? { signal: attempt.signal } : {}),
         }),
       policy,
       { clock },
@@ -539,7 +540,7 @@ export function createClient(options: ClientOptions): DlmClient {
           return connection.call('lock.acquire', params, {
             write: true,
             timeoutMs: Math.max(1, Math.min(requestTimeoutMs + wait, attempt.remainingMs)),
-            signal: attempt.signal,
+            ...(policy.signals.length ? { signal: attempt.signal } : {}),
             onSent: (at) => {
               sentAt = at;
             },

@@ -324,9 +324,28 @@ export function createConnection(options: ConnectionOptions): Connection {
     pending.reject(error);
   }
 
+  let corked = false;
+
+  /**
+   * Under Node's `ws`, holds the TCP socket's writes until the current turn's promise jobs have
+   * run, so requests sent in one turn leave in one write instead of one syscall each.
+   */
+  function cork(ws: WebSocketLike): void {
+    if (corked) return;
+    const raw = (ws as { _socket?: Partial<CorkableSocket> })._socket;
+    if (typeof raw?.cork !== 'function' || typeof raw.uncork !== 'function') return;
+    corked = true;
+    raw.cork();
+    process.nextTick(() => {
+      corked = false;
+      raw.uncork!();
+    });
+  }
+
   function transmit(ws: WebSocketLike, pending: Pending): void {
     if (ws.readyState !== OPEN) return; // its close event is on the way and fails the request
     try {
+      cork(ws);
       ws.send(pending.frame);
     } catch {
       drop(ws, 'send failed');
@@ -435,6 +454,11 @@ export function createConnection(options: ConnectionOptions): Connection {
       return closing;
     },
   };
+}
+
+interface CorkableSocket {
+  cork(): void;
+  uncork(): void;
 }
 
 function frame(id: number, method: string, params: unknown): string {

@@ -130,7 +130,10 @@ export function createLease(context: LeaseContext, grant: LeaseGrant): LeaseHand
   const { clock } = context;
   const { name, owner, token, requestedTtlMs, autoExtend } = grant;
   const wireToken = formatToken(token);
-  const controller = new AbortController();
+  // Made when somebody reads `lease.signal`: most leases are acquired and released without it.
+  let controller: AbortController | undefined;
+  // Why the lease ended, built only for a signal that exists or is read later.
+  let endReason: (() => DlmError) | undefined;
   let ttlMs = grant.ttlMs;
   let deadline = 0;
   let deadlineTimer: Timer | undefined;
@@ -165,13 +168,14 @@ export function createLease(context: LeaseContext, grant: LeaseGrant): LeaseHand
     extendTimer?.cancel();
     context.onEnded(handle);
     if (reason === 'released') {
-      controller.abort(new DlmError('CANCELLED', `lease on ${JSON.stringify(name)} ${message}`));
+      endReason = () => new DlmError('CANCELLED', `lease on ${JSON.stringify(name)} ${message}`);
+      controller?.abort(endReason());
       return;
     }
     lost = reason;
-    controller.abort(
-      new DlmError('NOT_HOLDER', `lease on ${JSON.stringify(name)} lost (${reason})`),
-    );
+    endReason = () =>
+      new DlmError('NOT_HOLDER', `lease on ${JSON.stringify(name)} lost (${reason})`);
+    controller?.abort(endReason());
     context.onLost(lease, reason);
   }
 
@@ -262,6 +266,9 @@ export function createLease(context: LeaseContext, grant: LeaseGrant): LeaseHand
     const wasLive = !ended;
     end('released');
     let maybeApplied = false;
+    const policy = retryPolicy(options.retry, context.retry);
+    // Without a signal in the policy nothing can abort the attempt's: skip it (no allocation).
+    const withSignal = policy.signals.length > 0;
     try {
       await retry(
         (attempt) =>
@@ -272,14 +279,14 @@ export function createLease(context: LeaseContext, grant: LeaseGrant): LeaseHand
               {
                 write: true,
                 timeoutMs: Math.max(1, Math.min(context.requestTimeoutMs, attempt.remainingMs)),
-                signal: attempt.signal,
+                ...(withSignal ? { signal: attempt.signal } : {}),
               },
             )
             .catch((error: unknown) => {
               if (isDlmError(error) && error.details.indeterminate) maybeApplied = true;
               throw error;
             }),
-        retryPolicy(options.retry, context.retry),
+        policy,
         { clock },
       );
       return true;
@@ -301,7 +308,13 @@ export function createLease(context: LeaseContext, grant: LeaseGrant): LeaseHand
     get ttlMs() {
       return ttlMs;
     },
-    signal: controller.signal,
+    get signal() {
+      if (!controller) {
+        controller = new AbortController();
+        if (endReason) controller.abort(endReason());
+      }
+      return controller.signal;
+    },
     get lost() {
       return lost;
     },

@@ -209,19 +209,33 @@ export async function retry<T>(
   options: RetryRunOptions = {},
 ): Promise<T> {
   const clock = options.clock ?? systemClock;
-  const backoff = createBackoff(policy, {
-    clock,
-    ...(options.random ? { random: options.random } : {}),
-  });
-  const stop = linkSignals(policy.signals);
+  const { signals } = policy;
+  const startedAt = clock.now();
+  // The common case, a first attempt that succeeds, allocates no backoff and links no signals:
+  // one signal is passed through as it is, and several are linked only once an attempt reads
+  // `signal` (nothing else can abort the linked one, so creating it late changes nothing).
+  let linked: { signal: AbortSignal; dispose(): void } | undefined;
+  const signal = (): AbortSignal => {
+    if (signals.length === 1) return signals[0]!;
+    linked ??= linkSignals(signals);
+    return linked.signal;
+  };
+  const aborted = (): AbortSignal | undefined => {
+    for (const source of signals) if (source.aborted) return source;
+    return undefined;
+  };
+  let backoff: Backoff | undefined;
   let lastError: unknown;
   try {
     for (let number = 1; ; number++) {
-      if (stop.signal.aborted) throw cancelled(stop.signal, lastError);
+      const stopped = aborted();
+      if (stopped) throw cancelled(stopped, lastError);
       const attempt: RetryAttempt = {
         number,
-        remainingMs: backoff.remainingMs(),
-        signal: stop.signal,
+        remainingMs: startedAt + policy.deadlineMs - clock.now(),
+        get signal() {
+          return signal();
+        },
       };
       try {
         return await operation(attempt);
@@ -230,15 +244,20 @@ export async function retry<T>(
         const worthIt = options.shouldRetry
           ? options.shouldRetry(error, attempt)
           : isRetryable(error, policy);
-        if (!worthIt || stop.signal.aborted) throw error;
+        if (!worthIt || aborted()) throw error;
+        // Made at the first failure, with the deadline still counted from the first attempt.
+        backoff ??= createBackoff(
+          { ...policy, deadlineMs: startedAt + policy.deadlineMs - clock.now() },
+          { clock, ...(options.random ? { random: options.random } : {}) },
+        );
         const delayMs = backoff.next();
         if (delayMs === undefined) throw error;
         options.onRetry?.({ error, attempt, delayMs });
-        await sleep(clock, delayMs, stop.signal);
+        await sleep(clock, delayMs, signal());
       }
     }
   } finally {
-    stop.dispose();
+    linked?.dispose();
   }
 }
 

@@ -16,6 +16,7 @@ import {
   type RpcErrorObject,
   SUBPROTOCOL,
 } from '@dlm/protocol';
+import { deadlineQueue } from './deadline-queue.js';
 import { OPEN, type WebSocketConstructor, type WebSocketLike } from './websocket.js';
 
 export type HelloResult = ResultOf<'session.hello'>;
@@ -93,6 +94,7 @@ type State = 'idle' | 'connecting' | 'ready' | 'backoff' | 'closed';
  */
 export function createConnection(options: ConnectionOptions): Connection {
   const { clock, requestTimeoutMs } = options;
+  const timeouts = deadlineQueue(clock, requestTimeoutMs);
   let state: State = 'idle';
   let socket: WebSocketLike | undefined;
   let session: HelloResult | undefined;
@@ -370,10 +372,10 @@ export function createConnection(options: ConnectionOptions): Connection {
     return new Promise<ResultOf<M>>((resolve, reject) => {
       const id = nextId++;
       const timeoutMs = callOptions.timeoutMs ?? requestTimeoutMs;
-      let timer: Timer | undefined;
+      let cancelTimeout: (() => void) | undefined;
       let onAbort: (() => void) | undefined;
       const finish = () => {
-        timer?.cancel();
+        cancelTimeout?.();
         if (onAbort) signal?.removeEventListener('abort', onAbort);
       };
       const pending: Pending = {
@@ -396,7 +398,7 @@ export function createConnection(options: ConnectionOptions): Connection {
         if (queued >= 0) queue.splice(queued, 1);
         settle(pending, error);
       };
-      timer = clock.setTimer(() => {
+      const onTimeout = () => {
         stopWaiting(
           pending.sent
             ? unavailable(
@@ -406,7 +408,14 @@ export function createConnection(options: ConnectionOptions): Connection {
               )
             : unavailable(`no session with ${options.url} within ${timeoutMs} ms`),
         );
-      }, timeoutMs);
+      };
+      // Most calls use the connection's own timeout: those share one timer (per clock, across
+      // connections); the others get their own.
+      if (timeoutMs === requestTimeoutMs) cancelTimeout = timeouts.add(onTimeout);
+      else {
+        const timer = clock.setTimer(onTimeout, timeoutMs);
+        cancelTimeout = () => timer.cancel();
+      }
       if (signal) {
         onAbort = () => stopWaiting(cancelled());
         signal.addEventListener('abort', onAbort, { once: true });

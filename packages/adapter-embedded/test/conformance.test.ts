@@ -1,9 +1,9 @@
 import { runConformance } from '@dlm/conformance';
 import type { LockBackend } from '@dlm/core';
-import { afterAll } from 'vitest';
 // @dlm/test-services is not among this package's dependencies; its process helpers are
 // imported by path so temp dirs are still made (and removed) in the one shared place.
 import { tempDir } from '@dlm/test-services';
+import { afterAll } from 'vitest';
 import { embeddedBackend } from '../src/index.js';
 
 // The embedded backend is the service under test itself: "another instance connected to the

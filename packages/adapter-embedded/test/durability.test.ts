@@ -2,10 +2,10 @@ import { appendFileSync, readFileSync, statSync, truncateSync, writeFileSync } f
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { LockBackend } from '@dlm/core';
-import { afterEach, describe, expect, it } from 'vitest';
 // @dlm/test-services is not among this package's dependencies; its process helpers are
 // imported by path so temp dirs are still made (and removed) in the one shared place.
 import { tempDir } from '@dlm/test-services';
+import { afterEach, describe, expect, it } from 'vitest';
 import { embeddedBackend } from '../src/index.js';
 import { parseJournal } from '../src/journal-format.js';
 

@@ -2,10 +2,10 @@ import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { createManualClock, type LockBackend } from '@dlm/core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 // @dlm/test-services is not among this package's dependencies; its process helpers are
 // imported by path so temp dirs are still made (and removed) in the one shared place.
 import { tempDir } from '@dlm/test-services';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { embeddedBackend } from '../src/index.js';
 
 const packageDir = join(import.meta.dirname, '..');

@@ -20,7 +20,7 @@ interface PromValue {
 /**
  * A histogram with one label, in the text format prom-client writes for its own: the hot path
  * (`observe`) hashes no label object and allocates nothing, where prom-client's labelled child
- * builds and hashes a label object on every call. Series exist once asked for (and show zeros).
+ * builds and hashes a label object on every call. A series shows from its first observation.
  */
 export function fastHistogram(
   registry: Registry,
@@ -37,6 +37,8 @@ export function fastHistogram(
     async get() {
       const values: PromValue[] = [];
       for (const [labelValue, data] of series) {
+        // Like prom-client's, a series shows once something was observed in it.
+        if (data.count === 0) continue;
         const shared = { [labelName]: labelValue };
         let cumulative = 0;
         for (let index = 0; index < bounds.length; index++) {

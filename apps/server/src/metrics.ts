@@ -2,7 +2,6 @@ import {
   Counter,
   collectDefaultMetrics,
   Gauge,
-  Histogram,
   type Registry as PromRegistry,
   Registry,
 } from 'prom-client';
@@ -121,19 +120,17 @@ export function createMetrics(options: {
     labelName: 'method',
     buckets: LATENCY_BUCKETS,
   });
-  const waitDuration = new Histogram({
+  const waitDuration = fastHistogram(registry, {
     name: 'dlm_lock_wait_seconds',
     help: 'Time an acquire with waitMs > 0 waited, by outcome (granted, timeout, cancelled, error).',
-    labelNames: ['outcome'] as const,
+    labelName: 'outcome',
     buckets: WAIT_BUCKETS,
-    registers,
   });
-  const holdDuration = new Histogram({
+  const holdDuration = fastHistogram(registry, {
     name: 'dlm_lock_hold_seconds',
     help: 'Time a lease granted through this server was held, by how it ended.',
-    labelNames: ['end'] as const,
+    labelName: 'end',
     buckets: HOLD_BUCKETS,
-    registers,
   });
   const lostCounter = new Counter({
     name: 'dlm_locks_lost_total',

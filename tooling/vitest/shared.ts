@@ -16,6 +16,9 @@ export function projectConfig(dir: string, overrides: { testTimeoutMs?: number }
       include: ['test/**/*.test.ts'],
       testTimeout: overrides.testTimeoutMs ?? 20_000,
       hookTimeout: 60_000,
+      // In CI, 2 shared cores run real servers with timing-sensitive tests: one retry keeps a
+      // scheduling hiccup from failing the run, while a real bug still fails both attempts.
+      retry: process.env.CI === 'true' ? 1 : 0,
     },
   });
 }

@@ -35,7 +35,7 @@ export function expectedReason(
   }
   if (
     !capabilities.durableAcrossRestart &&
-    nemesis === 'backend-kill' &&
+    (nemesis === 'backend-kill' || nemesis === 'majority-kill') &&
     SAFETY.includes(property)
   ) {
     return 'the backend forgets locks and tokens on restart (declared: not durable)';

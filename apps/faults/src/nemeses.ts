@@ -199,6 +199,25 @@ function backendPause(): Nemesis {
   };
 }
 
+function majorityKill(): Nemesis {
+  return {
+    name: 'majority-kill',
+    description: 'kill -9 two of the three Redlock nodes at once, restart them after 1 s',
+    appliesTo: (variant) => variant === 'redlock',
+    async inject(context) {
+      const members = [...context.topology.members].sort(() => Math.random() - 0.5).slice(0, 2);
+      const end = context.fault({
+        nemesis: 'majority-kill',
+        target: members.map((member) => member.id).join('+'),
+      });
+      await Promise.all(members.map((member) => member.process.kill()));
+      await sleep(1_000);
+      await Promise.all(members.map((member) => member.process.start()));
+      end();
+    },
+  };
+}
+
 async function pickMember(context: NemesisContext, role: 'leader' | 'follower') {
   const leader = await context.topology.leader();
   if (role === 'leader') return leader ?? random(context.topology.members)!;
@@ -362,6 +381,7 @@ export const NEMESES: Nemesis[] = [
   serverPause(),
   backendKill(),
   backendPause(),
+  majorityKill(),
   memberKill('leader'),
   memberPause('leader'),
   memberKill('follower'),

@@ -40,7 +40,7 @@ const SHORT_PLAN: Record<BackendVariant, string[]> = {
   embedded: ['client-pause', 'server-kill'],
   redis: ['backend-kill'],
   'redis-noaof': ['backend-kill'],
-  redlock: ['backend-kill'],
+  redlock: ['backend-kill', 'majority-kill'],
   etcd: ['leader-kill'],
   zookeeper: ['leader-kill'],
 };

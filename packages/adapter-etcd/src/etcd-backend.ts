@@ -10,6 +10,7 @@ import type { Etcd3, IKeyValue, ITxnResponse } from 'etcd3';
 import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.js';
 import { createEtcdClient } from './etcd-client.js';
 import { etcdKeys, prefixEnd } from './etcd-keys.js';
+import { leasePool, ttlSeconds } from './etcd-leases.js';
 import { fairQueue } from './etcd-queue.js';
 import { waiterSession } from './etcd-session.js';
 import { watchPrefix } from './etcd-watch.js';
@@ -46,10 +47,6 @@ export interface EtcdBackendOptions {
 }
 
 const SECOND = 1_000;
-
-function ttlSeconds(ttlMs: number): number {
-  return Math.max(1, Math.ceil(ttlMs / SECOND));
-}
 
 /**
  * etcd reports a lease's remaining time in whole seconds, rounded down; the true remainder is
@@ -114,26 +111,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
     return withRetries(limit, mode, write, fn);
   }
 
-  async function grantLease(limit: Budget, ttlMs: number): Promise<{ id: string; ttlMs: number }> {
-    // Granting twice (a retry after a lost reply) only leaves an unused lease, which etcd
-    // drops when it runs out.
-    const response = await call(limit, 'idempotent', false, (deadline) =>
-      client.leaseClient.leaseGrant({ TTL: ttlSeconds(ttlMs) }, { deadline }),
-    );
-    if (response.error) {
-      throw new DlmError('UNAVAILABLE', `${limit.what}: lease grant failed: ${response.error}`);
-    }
-    return { id: response.ID, ttlMs: Number(response.TTL) * SECOND };
-  }
-
-  /** Revokes a lease nothing needs any more. Best effort: an unrevoked lease just runs out. */
-  function dropLease(id: string | undefined): void {
-    if (!id || id === '0' || closed) return;
-    const limit = budget('revoke lease', commandTimeoutMs);
-    call(limit, 'once', true, (deadline) =>
-      client.leaseClient.leaseRevoke({ ID: id }, { deadline }),
-    ).catch(() => {});
-  }
+  const leases = leasePool(client, commandTimeoutMs);
 
   async function remainingOf(limit: Budget, kv: IKeyValue): Promise<number | undefined> {
     if (!kv.lease || kv.lease === '0') return undefined;
@@ -190,8 +168,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
     commandTimeoutMs,
     minTtlMs: capabilities.minTtlMs,
     isClosed: () => closed,
-    grantLease,
-    dropLease,
+    leases,
     remainingOf,
     watchEstablished,
     txn,
@@ -207,7 +184,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
       await watchEstablished(limit);
       const key = keyOf(name);
       const value = Buffer.from(owner);
-      const lease = await grantLease(limit, Math.max(ttlMs, capabilities.minTtlMs));
+      const lease = await leases.take(limit, Math.max(ttlMs, capabilities.minTtlMs));
       // One transaction: create the key if absent and nobody queues for it (a try-lock never
       // jumps the queue); else, if the same owner holds it, move it to the new lease (keeping
       // its create revision, hence its token); else read the holder.
@@ -239,7 +216,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
           ],
         });
       } catch (error) {
-        if (!(error instanceof DlmError && error.details.indeterminate)) dropLease(lease.id);
+        if (!(error instanceof DlmError && error.details.indeterminate)) leases.detached(lease.id);
         throw error;
       }
       const grant = (token: bigint): Grant => ({ name, owner, token, ttlMs: lease.ttlMs });
@@ -249,10 +226,10 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
       if (nested?.succeeded) {
         const previous = nested.responses[0]?.response_put.prev_kv;
         if (!previous) throw new DlmError('INTERNAL', 'etcd: re-acquire returned no previous key');
-        if (previous.lease !== lease.id) dropLease(previous.lease);
+        if (previous.lease !== lease.id) leases.detached(previous.lease);
         return { granted: true, grant: grant(BigInt(previous.create_revision)) };
       }
-      dropLease(lease.id);
+      leases.detached(lease.id);
       const holder = nested?.responses[0]?.response_range.kvs[0];
       const ttlRemainingMs = holder ? await remainingOf(limit, holder) : undefined;
       return ttlRemainingMs === undefined ? { granted: false } : { granted: false, ttlRemainingMs };
@@ -271,7 +248,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
         failure: [],
       });
       if (!response.succeeded) return false;
-      dropLease(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
+      leases.detached(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
       return true;
     },
 
@@ -281,7 +258,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
       const key = keyOf(name);
       // An etcd lease can only be renewed to the TTL it was granted with, so a new TTL means a
       // new lease: move the key onto it (a put keeps the key's create revision, so the token).
-      const lease = await grantLease(limit, Math.max(ttlMs, capabilities.minTtlMs));
+      const lease = await leases.take(limit, Math.max(ttlMs, capabilities.minTtlMs));
       let response: ITxnResponse;
       try {
         response = await txn(limit, 'idempotent', {
@@ -290,15 +267,15 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
           failure: [],
         });
       } catch (error) {
-        if (!(error instanceof DlmError && error.details.indeterminate)) dropLease(lease.id);
+        if (!(error instanceof DlmError && error.details.indeterminate)) leases.detached(lease.id);
         throw error;
       }
       if (!response.succeeded) {
-        dropLease(lease.id);
+        leases.detached(lease.id);
         return null;
       }
       const previous = response.responses[0]?.response_put.prev_kv;
-      if (previous && previous.lease !== lease.id) dropLease(previous.lease);
+      if (previous && previous.lease !== lease.id) leases.detached(previous.lease);
       return { name, owner: previous?.value.toString() ?? '', token, ttlMs: lease.ttlMs };
     },
 
@@ -331,7 +308,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
         failure: [],
       });
       if (!response.succeeded) return false;
-      dropLease(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
+      leases.detached(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
       return true;
     },
 
@@ -351,6 +328,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
       if (closed) return;
       closed = true;
       queue.wakeAll();
+      leases.close();
       await session.close();
       await watch.close();
       if (ownClient) client.close();

@@ -9,6 +9,7 @@ import {
 } from 'etcd3';
 import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.js';
 import { type EtcdKeys, prefixEnd } from './etcd-keys.js';
+import type { LeasePool, LockLease } from './etcd-leases.js';
 import type { WaiterSession } from './etcd-session.js';
 import type { PrefixWatch } from './etcd-watch.js';
 
@@ -21,8 +22,7 @@ export interface QueueContext {
   commandTimeoutMs: number;
   minTtlMs: number;
   isClosed(): boolean;
-  grantLease(limit: Budget, ttlMs: number): Promise<{ id: string; ttlMs: number }>;
-  dropLease(id: string | undefined): void;
+  leases: LeasePool;
   remainingOf(limit: Budget, kv: IKeyValue): Promise<number | undefined>;
   watchEstablished(limit: Budget): Promise<void>;
   txn(
@@ -154,7 +154,7 @@ export function fairQueue(context: QueueContext) {
       ),
     );
 
-    const grantOf = (token: string, lease: { ttlMs: number }): Grant => ({
+    const grantOf = (token: string, lease: LockLease): Grant => ({
       name,
       owner,
       token: BigInt(token),
@@ -163,8 +163,7 @@ export function fairQueue(context: QueueContext) {
 
     /** Not queued: take the free lock, refresh our own, or join the queue. */
     async function join(limit: Budget): Promise<Step> {
-      const lease = await context.grantLease(limit, leaseTtlMs);
-      const startedAt = performance.now();
+      const lease = await context.leases.take(limit, leaseTtlMs);
       const sessionLease = await context.session.leaseId(limit);
       myKey = Buffer.concat([queueStart, Buffer.from(randomBytes(8).toString('hex'))]);
       let response: ITxnResponse;
@@ -200,7 +199,7 @@ export function fairQueue(context: QueueContext) {
         });
       } catch (error) {
         if (error instanceof DlmError && error.cause instanceof EtcdLeaseInvalidError) {
-          context.dropLease(lease.id);
+          context.leases.detached(lease.id);
           // The waiter lease ran out (this server or etcd stalled for its TTL) before its
           // keepalive noticed: join again on a new one, once.
           if (leaseRenewed) throw error;
@@ -209,21 +208,19 @@ export function fairQueue(context: QueueContext) {
           return { kind: 'again' };
         }
         if (!(error instanceof DlmError && error.details.indeterminate))
-          context.dropLease(lease.id);
+          context.leases.detached(lease.id);
         else void dequeue(myKey);
         throw error;
       }
-      if (response.succeeded) {
-        return checked(grantOf(response.header.revision, lease), startedAt, lease.id);
-      }
+      if (response.succeeded) return checked(grantOf(response.header.revision, lease), lease);
       const nested = response.responses[0]?.response_txn;
       if (nested?.succeeded) {
         const previous = nested.responses[0]?.response_put.prev_kv;
         if (!previous) throw new DlmError('INTERNAL', 'etcd: re-acquire returned no previous key');
-        if (previous.lease !== lease.id) context.dropLease(previous.lease);
-        return checked(grantOf(previous.create_revision, lease), startedAt, lease.id);
+        if (previous.lease !== lease.id) context.leases.detached(previous.lease);
+        return checked(grantOf(previous.create_revision, lease), lease);
       }
-      context.dropLease(lease.id);
+      context.leases.detached(lease.id);
       const newest = nested?.responses[1]?.response_range.kvs ?? [];
       const ours = newest[0];
       if (!ours?.key.equals(myKey)) {
@@ -248,8 +245,7 @@ export function fairQueue(context: QueueContext) {
 
     /** Queued: take the lock if we are at the head and it is free; else learn what to wait on. */
     async function takeFromHead(limit: Budget, revision: bigint): Promise<Step> {
-      const lease = await context.grantLease(limit, leaseTtlMs);
-      const startedAt = performance.now();
+      const lease = await context.leases.take(limit, leaseTtlMs);
       let response: ITxnResponse;
       try {
         response = await context.txn(limit, 'idempotent', {
@@ -288,14 +284,14 @@ export function fairQueue(context: QueueContext) {
         });
       } catch (error) {
         if (!(error instanceof DlmError && error.details.indeterminate))
-          context.dropLease(lease.id);
+          context.leases.detached(lease.id);
         throw error;
       }
       if (response.succeeded) {
         myRevision = undefined;
-        return checked(grantOf(response.header.revision, lease), startedAt, lease.id);
+        return checked(grantOf(response.header.revision, lease), lease);
       }
-      context.dropLease(lease.id);
+      context.leases.detached(lease.id);
       if (!response.responses[0]?.response_range.kvs.length) {
         // Our entry is gone (its lease ran out while etcd or this server stalled, or a retried
         // transaction had in fact taken the lock): start over; join() also finds a lock that
@@ -311,19 +307,22 @@ export function fairQueue(context: QueueContext) {
     }
 
     /** No grant is reported whose lease may already have run out (S5). */
-    async function checked(grant: Grant, startedAt: number, leaseId: string): Promise<Step> {
-      if (performance.now() - startedAt < grant.ttlMs) return { kind: 'granted', grant };
+    async function checked(grant: Grant, lease: LockLease): Promise<Step> {
+      if (performance.now() - lease.sentAt < grant.ttlMs) return { kind: 'granted', grant };
       const limit = budget('release', commandTimeoutMs);
-      await context
+      const response = await context
         .txn(limit, 'once', {
           compare: [
             { key: lockKey, target: 'Create', result: 'Equal', create_revision: `${grant.token}` },
           ],
-          success: [{ request_delete_range: { key: lockKey } }],
+          success: [{ request_delete_range: { key: lockKey, prev_kv: true } }],
           failure: [],
         })
-        .catch(() => {});
-      context.dropLease(leaseId);
+        .catch(() => undefined);
+      // Only a lease this transaction took the key off is known to be free (it is running out).
+      if (response?.succeeded) {
+        context.leases.detached(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
+      }
       throw new DlmError('UNAVAILABLE', 'etcd answered after the lease had already run out', {
         indeterminate: true,
       });

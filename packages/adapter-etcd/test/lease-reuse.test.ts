@@ -1,0 +1,86 @@
+import type { LockBackend } from '@dlm/core';
+import { type EtcdService, etcdAvailable, startEtcd } from '@dlm/test-services';
+import { Etcd3 } from 'etcd3';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { etcdBackend } from '../src/index.js';
+
+const run = etcdAvailable();
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+let unique = 0;
+const lockName = (label: string) => `lease-test/${label}/${process.pid}-${Date.now()}-${++unique}`;
+const prefix = 'leases/';
+
+describe.skipIf(!run)('etcd backend: leases of released locks are reused', () => {
+  let etcd: EtcdService;
+  let backend: LockBackend;
+  let raw: Etcd3;
+  beforeAll(async () => {
+    etcd = await startEtcd({ heartbeatIntervalMs: 50, electionTimeoutMs: 500 });
+    backend = etcdBackend({ endpoints: etcd.endpoints, minTtlMs: 1_000, prefix });
+    raw = new Etcd3({ hosts: etcd.endpoints });
+  });
+  afterAll(async () => {
+    await backend?.close();
+    raw?.close();
+    await etcd?.stop();
+  });
+
+  const leaseOf = async (name: string) =>
+    (await raw.get(`${prefix}lock/${name}`).exec()).kvs[0]?.lease;
+  const remainingSeconds = async (id: string) =>
+    Number((await raw.leaseClient.leaseTimeToLive({ ID: id })).TTL);
+  const grant = async (name: string, ttlMs: number) => {
+    const result = await backend.tryAcquire({ name, owner: 'o', ttlMs });
+    if (!result.granted) throw new Error('expected a grant');
+    return result.grant;
+  };
+
+  it("the next grant of the same TTL takes a released lock's lease, renewed to its full length, and it still runs out", async () => {
+    const first = lockName('first');
+    const a = await grant(first, 3_000);
+    const lease = await leaseOf(first);
+    expect(await backend.release({ name: first, token: a.token })).toBe(true);
+    await sleep(1_200);
+    const second = lockName('second');
+    const b = await grant(second, 3_000);
+    expect(b.ttlMs).toBe(3_000);
+    expect(await leaseOf(second)).toBe(lease);
+    // Not renewed, 1.8 s would be left (reported as 1): the keepalive restarted the full 3 s.
+    expect(await remainingSeconds(lease!)).toBeGreaterThanOrEqual(2);
+    // Nothing keeps it alive after that: the lock ends with its lease.
+    const started = performance.now();
+    while ((await backend.inspect(second)) && performance.now() - started < 5_000) await sleep(100);
+    expect(await backend.inspect(second)).toBeNull();
+    expect(performance.now() - started).toBeLessThan(4_000);
+  });
+
+  it('a pooled lease that is gone (revoked, ran out) is not reused: the grant takes a new one', async () => {
+    const first = lockName('revoked');
+    const a = await grant(first, 4_000);
+    const lease = await leaseOf(first);
+    expect(await backend.release({ name: first, token: a.token })).toBe(true);
+    await raw.leaseClient.leaseRevoke({ ID: lease! });
+    const second = lockName('after-revoke');
+    const b = await grant(second, 4_000);
+    const next = await leaseOf(second);
+    expect(next).toBeDefined();
+    expect(next).not.toBe(lease);
+    expect((await backend.inspect(second))?.token).toBe(b.token);
+    expect(await backend.release({ name: second, token: b.token })).toBe(true);
+  });
+
+  it('a lease is not shared: a lock held when another is released keeps its own lease', async () => {
+    const held = lockName('held');
+    const other = lockName('other');
+    const h = await grant(held, 5_000);
+    const o = await grant(other, 5_000);
+    const heldLease = await leaseOf(held);
+    expect(await backend.release({ name: other, token: o.token })).toBe(true);
+    const third = lockName('third');
+    const t = await grant(third, 5_000);
+    expect(await leaseOf(third)).not.toBe(heldLease);
+    expect(await backend.release({ name: third, token: t.token })).toBe(true);
+    expect((await backend.inspect(held))?.token).toBe(h.token);
+    expect(await backend.release({ name: held, token: h.token })).toBe(true);
+  });
+});

@@ -28,6 +28,7 @@ import { observeService } from './observed-service.js';
 import { createOriginPolicy } from './origin-policy.js';
 import type { Principal } from './permissions.js';
 import { createSession, type LeaseRegistry, type Session } from './session.js';
+import { sendTextFrame } from './text-frame.js';
 
 export interface ServerOptions {
   host?: string;
@@ -361,7 +362,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       send: (text) => {
         if (ws.readyState !== ws.OPEN) return false;
         cork(ws);
-        ws.send(text);
+        sendTextFrame(ws, text);
         // What the peer has not read stays in this process: past the bound, let it go.
         if (ws.bufferedAmount > limits.maxBufferedBytes) {
           drop(ws, session, 'slow_reader');

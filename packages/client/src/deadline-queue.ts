@@ -13,8 +13,9 @@ export interface DeadlineQueue {
 
 interface Entry {
   deadline: number;
-  done: boolean;
-  expire: () => void;
+  expire: (() => void) | undefined;
+  prev: Entry | undefined;
+  next: Entry | undefined;
 }
 
 const shared = new WeakMap<Clock, Map<number, DeadlineQueue>>();
@@ -35,29 +36,26 @@ export function deadlineQueue(clock: Clock, delayMs: number): DeadlineQueue {
 }
 
 export function createDeadlineQueue(clock: Clock, delayMs: number): DeadlineQueue {
-  const entries: Entry[] = [];
-  let head = 0;
+  // A doubly linked list in deadline order: a finished entry is unlinked at once, so nothing it
+  // refers to (the request, its promise) outlives it — an array that kept finished entries until
+  // the front moved on kept thousands of them alive into the old generation.
+  let first: Entry | undefined;
+  let last: Entry | undefined;
   let timer: Timer | undefined;
   let timerAt = Number.POSITIVE_INFINITY;
 
-  function dropFinished(): void {
-    while (head < entries.length && entries[head]!.done) head++;
-    if (head === entries.length) {
-      entries.length = 0;
-      head = 0;
-      timer?.cancel();
-      timer = undefined;
-      timerAt = Number.POSITIVE_INFINITY;
-    } else if (head > 1024 && head * 2 > entries.length) {
-      entries.splice(0, head);
-      head = 0;
-    }
+  function unlink(entry: Entry): void {
+    if (entry.prev) entry.prev.next = entry.next;
+    else first = entry.next;
+    if (entry.next) entry.next.prev = entry.prev;
+    else last = entry.prev;
+    entry.prev = undefined;
+    entry.next = undefined;
+    entry.expire = undefined;
   }
 
   function arm(): void {
-    const first = entries[head];
-    if (!first) return;
-    if (timer && timerAt <= first.deadline) return;
+    if (!first || (timer && timerAt <= first.deadline)) return;
     timer?.cancel();
     timerAt = first.deadline;
     timer = clock.setTimer(onTimer, Math.max(0, first.deadline - clock.now()));
@@ -67,13 +65,11 @@ export function createDeadlineQueue(clock: Clock, delayMs: number): DeadlineQueu
     timer = undefined;
     timerAt = Number.POSITIVE_INFINITY;
     const now = clock.now();
-    for (;;) {
-      dropFinished();
-      const first = entries[head];
-      if (!first || first.deadline > now) break;
-      first.done = true;
+    while (first && first.deadline <= now) {
+      const { expire } = first;
+      unlink(first);
       try {
-        first.expire();
+        expire?.();
       } catch {
         // One request's failure must not stop the others' deadlines.
       }
@@ -83,13 +79,20 @@ export function createDeadlineQueue(clock: Clock, delayMs: number): DeadlineQueu
 
   return {
     add(expire) {
-      const entry: Entry = { deadline: clock.now() + delayMs, done: false, expire };
-      entries.push(entry);
+      const entry: Entry = { deadline: clock.now() + delayMs, expire, prev: last, next: undefined };
+      if (last) last.next = entry;
+      else first = entry;
+      last = entry;
       arm();
       return () => {
-        if (entry.done) return;
-        entry.done = true;
-        if (entries[head] === entry) dropFinished();
+        if (!entry.expire) return;
+        unlink(entry);
+        if (!first) {
+          // Nothing pending: no timer left behind to keep the process alive.
+          timer?.cancel();
+          timer = undefined;
+          timerAt = Number.POSITIVE_INFINITY;
+        }
       };
     },
   };

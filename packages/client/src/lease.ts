@@ -3,6 +3,7 @@ import {
   DlmError,
   formatToken,
   isDlmError,
+  type RetryAttempt,
   type RetryOptions,
   type RetryPolicy,
   retry,
@@ -127,70 +128,101 @@ export function leaseKey(name: string, token: bigint): string {
 }
 
 export function createLease(context: LeaseContext, grant: LeaseGrant): LeaseHandle {
-  const { clock } = context;
-  const { name, owner, token, requestedTtlMs, autoExtend } = grant;
-  const wireToken = formatToken(token);
+  return new LeaseState(context, grant);
+}
+
+/**
+ * One lease's state and behaviour. A class rather than a closure per method: a client acquires
+ * and releases thousands of leases a second, and per-lease closures were the largest share of
+ * what it allocated. The public `Lease` is a small facade over it.
+ */
+class LeaseState implements LeaseHandle {
+  readonly lease: Lease;
+  readonly key: string;
+  readonly name: string;
+  readonly owner: string;
+  readonly token: bigint;
+  readonly wireToken: string;
   // Made when somebody reads `lease.signal`: most leases are acquired and released without it.
-  let controller: AbortController | undefined;
+  controller: AbortController | undefined;
   // Why the lease ended, built only for a signal that exists or is read later.
-  let endReason: (() => DlmError) | undefined;
-  let ttlMs = grant.ttlMs;
-  let deadline = 0;
-  let deadlineTimer: Timer | undefined;
-  let extendTimer: Timer | undefined;
-  let ended = false;
-  let releaseRequested = false;
-  let lost: LostReason | undefined;
-  let extendsPending = 0;
+  endReason: (() => DlmError) | undefined;
+  ttlMs: number;
+  deadline = 0;
+  lost: LostReason | undefined;
+  ended = false;
+  private deadlineTimer: Timer | undefined;
+  private extendTimer: Timer | undefined;
+  private releaseRequested = false;
+  private extendsPending = 0;
   // Extends go one at a time, so the deadline always comes from the newest one the server saw.
-  let extendChain: Promise<unknown> = Promise.resolve();
-
-  function arm(sentAt: number, grantedTtlMs: number): void {
-    ttlMs = grantedTtlMs;
-    deadline = sentAt + grantedTtlMs - driftMarginMs(grantedTtlMs);
-    deadlineTimer?.cancel();
-    deadlineTimer = clock.setTimer(onDeadline, deadline - clock.now());
-    if (autoExtend) scheduleAutoExtend(sentAt + grantedTtlMs / 3 - clock.now());
-  }
-
-  function onDeadline(): void {
-    if (ended) return;
+  private extendChain: Promise<unknown> | undefined;
+  private readonly onDeadline = (): void => {
+    if (this.ended) return;
     // Nobody here relies on the lease any more, but the server may hold it a little longer
     // (the margin, or a whole TTL if an extend is in flight): free it for the next holder.
-    context.releaseInBackground(name, token, ttlMs);
-    end('deadline');
+    this.context.releaseInBackground(this.name, this.token, this.ttlMs);
+    this.end('deadline');
+  };
+
+  constructor(
+    readonly context: LeaseContext,
+    private readonly grant: LeaseGrant,
+  ) {
+    this.name = grant.name;
+    this.owner = grant.owner;
+    this.token = grant.token;
+    this.wireToken = formatToken(grant.token);
+    this.ttlMs = grant.ttlMs;
+    this.key = leaseKey(grant.name, grant.token);
+    this.lease = new LeaseFacade(this);
+    this.arm(grant.sentAt, grant.ttlMs);
   }
 
-  function end(reason: LostReason | 'released', message = 'released'): void {
-    if (ended) return;
-    ended = true;
-    deadlineTimer?.cancel();
-    extendTimer?.cancel();
-    context.onEnded(handle);
+  arm(sentAt: number, grantedTtlMs: number): void {
+    const { clock } = this.context;
+    this.ttlMs = grantedTtlMs;
+    this.deadline = sentAt + grantedTtlMs - driftMarginMs(grantedTtlMs);
+    this.deadlineTimer?.cancel();
+    this.deadlineTimer = clock.setTimer(this.onDeadline, this.deadline - clock.now());
+    if (this.grant.autoExtend) this.scheduleAutoExtend(sentAt + grantedTtlMs / 3 - clock.now());
+  }
+
+  end(reason: LostReason | 'released', message = 'released'): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.deadlineTimer?.cancel();
+    this.extendTimer?.cancel();
+    this.context.onEnded(this);
+    const { name } = this;
     if (reason === 'released') {
-      endReason = () => new DlmError('CANCELLED', `lease on ${JSON.stringify(name)} ${message}`);
-      controller?.abort(endReason());
+      this.endReason = () =>
+        new DlmError('CANCELLED', `lease on ${JSON.stringify(name)} ${message}`);
+      this.controller?.abort(this.endReason());
       return;
     }
-    lost = reason;
-    endReason = () =>
+    this.lost = reason;
+    this.endReason = () =>
       new DlmError('NOT_HOLDER', `lease on ${JSON.stringify(name)} lost (${reason})`);
-    controller?.abort(endReason());
-    context.onLost(lease, reason);
+    this.controller?.abort(this.endReason());
+    this.context.onLost(this.lease, reason);
   }
 
-  function assertLive(): void {
-    if (!ended && clock.now() >= deadline) onDeadline(); // the timer is late (busy event loop)
-    if (ended) {
+  assertLive(): void {
+    // The timer is late (busy event loop).
+    if (!this.ended && this.context.clock.now() >= this.deadline) this.onDeadline();
+    if (this.ended) {
       throw new DlmError(
         'NOT_HOLDER',
-        `lease on ${JSON.stringify(name)} has ended (${lost ?? 'released'})`,
+        `lease on ${JSON.stringify(this.name)} has ended (${this.lost ?? 'released'})`,
       );
     }
   }
 
-  async function extendOnce(requested: number, options: LeaseCallOptions): Promise<void> {
-    assertLive();
+  async extendOnce(requested: number, options: LeaseCallOptions): Promise<void> {
+    this.assertLive();
+    const { context } = this;
+    const { clock } = context;
     const policy = retryPolicy(options.retry, context.retry);
     let sentAt = Number.NaN;
     let result: { ttlMs: number };
@@ -198,10 +230,10 @@ export function createLease(context: LeaseContext, grant: LeaseGrant): LeaseHand
       result = await retry(
         (attempt) => {
           // A lease that ended between tries (lock.lost, its deadline) is not extended again.
-          assertLive();
+          this.assertLive();
           return context.call(
             'lock.extend',
-            { name, token: wireToken, ttlMs: requested },
+            { name: this.name, token: this.wireToken, ttlMs: requested },
             {
               write: true,
               timeoutMs: Math.max(1, Math.min(context.requestTimeoutMs, attempt.remainingMs)),
@@ -215,43 +247,45 @@ export function createLease(context: LeaseContext, grant: LeaseGrant): LeaseHand
           );
         },
         // Past the local deadline an answer no longer helps: the lease is over locally anyway.
-        { ...policy, deadlineMs: Math.min(policy.deadlineMs, deadline - clock.now()) },
+        { ...policy, deadlineMs: Math.min(policy.deadlineMs, this.deadline - clock.now()) },
         { clock },
       );
     } catch (error) {
-      if (isDlmError(error, 'NOT_HOLDER')) end('expired');
+      if (isDlmError(error, 'NOT_HOLDER')) this.end('expired');
       throw error;
     }
-    assertLive();
-    arm(sentAt, result.ttlMs);
-    assertLive();
+    this.assertLive();
+    this.arm(sentAt, result.ttlMs);
+    this.assertLive();
   }
 
-  function extend(requested = requestedTtlMs, options: LeaseCallOptions = {}): Promise<void> {
-    extendsPending++;
-    const run = extendChain.then(() => extendOnce(requested, options));
+  extend(requested = this.grant.requestedTtlMs, options: LeaseCallOptions = {}): Promise<void> {
+    this.extendsPending++;
+    const previous = this.extendChain ?? Promise.resolve();
+    const run = previous.then(() => this.extendOnce(requested, options));
     const settled = run.finally(() => {
-      extendsPending--;
+      this.extendsPending--;
     });
-    extendChain = settled.catch(() => {});
+    this.extendChain = settled.catch(() => {});
     return settled;
   }
 
-  function scheduleAutoExtend(delayMs: number): void {
-    extendTimer?.cancel();
-    extendTimer = clock.setTimer(autoExtendNow, delayMs);
+  private scheduleAutoExtend(delayMs: number): void {
+    this.extendTimer?.cancel();
+    this.extendTimer = this.context.clock.setTimer(() => this.autoExtendNow(), delayMs);
   }
 
-  function autoExtendNow(): void {
-    if (ended) return;
-    extendTimer?.cancel();
-    extendTimer = undefined;
+  private autoExtendNow(): void {
+    if (this.ended) return;
+    this.extendTimer?.cancel();
+    this.extendTimer = undefined;
     // Transient failures (no connection, a slow backend) are retried until the local deadline
     // decides (the extend's retry deadline is the lease's), at delays short enough for several
     // tries before it. When that fails, the deadline timer ends the lease; a NOT_HOLDER already
     // has; CANCELLED means the client is closing.
-    const { initialDelayMs, maxDelayMs } = context.retry;
-    extend(undefined, {
+    const { initialDelayMs, maxDelayMs } = this.context.retry;
+    const { ttlMs } = this;
+    this.extend(undefined, {
       retry: {
         attempts: Number.POSITIVE_INFINITY,
         initialDelayMs: Math.min(initialDelayMs, ttlMs / 20),
@@ -260,86 +294,122 @@ export function createLease(context: LeaseContext, grant: LeaseGrant): LeaseHand
     }).catch(() => {});
   }
 
-  async function release(options: LeaseCallOptions = {}): Promise<boolean> {
-    if (releaseRequested) return false;
-    releaseRequested = true;
-    const wasLive = !ended;
-    end('released');
-    let maybeApplied = false;
+  async release(options: LeaseCallOptions = {}): Promise<boolean> {
+    if (this.releaseRequested) return false;
+    this.releaseRequested = true;
+    const wasLive = !this.ended;
+    this.end('released');
+    const { context } = this;
     const policy = retryPolicy(options.retry, context.retry);
-    // Without a signal in the policy nothing can abort the attempt's: skip it (no allocation).
-    const withSignal = policy.signals.length > 0;
+    const attempt = new ReleaseAttempt(this, policy.signals.length > 0);
     try {
-      await retry(
-        (attempt) =>
-          context
-            .call(
-              'lock.release',
-              { name, token: wireToken },
-              {
-                write: true,
-                timeoutMs: Math.max(1, Math.min(context.requestTimeoutMs, attempt.remainingMs)),
-                ...(withSignal ? { signal: attempt.signal } : {}),
-              },
-            )
-            .catch((error: unknown) => {
-              if (isDlmError(error) && error.details.indeterminate) maybeApplied = true;
-              throw error;
-            }),
-        policy,
-        { clock },
-      );
+      await retry(attempt.run, policy, { clock: context.clock });
       return true;
     } catch (error) {
       // The lease was live when release() was called (its local deadline, S6, comes before the
       // server's expiry), so a NOT_HOLDER after a try whose reply was lost most likely means that
       // try freed it. It may instead have run out or been revoked between the tries; the caller
       // cannot act on the difference: either way this holder no longer holds it.
-      if (isDlmError(error, 'NOT_HOLDER')) return maybeApplied && wasLive;
-      if (isDlmError(error, 'UNAVAILABLE')) context.releaseInBackground(name, token, ttlMs);
+      if (isDlmError(error, 'NOT_HOLDER')) return attempt.maybeApplied && wasLive;
+      if (isDlmError(error, 'UNAVAILABLE')) {
+        context.releaseInBackground(this.name, this.token, this.ttlMs);
+      }
       throw error;
     }
   }
 
-  const lease: Lease = {
-    name,
-    owner,
-    token,
-    get ttlMs() {
-      return ttlMs;
-    },
-    get signal() {
-      if (!controller) {
-        controller = new AbortController();
-        if (endReason) controller.abort(endReason());
-      }
-      return controller.signal;
-    },
-    get lost() {
-      return lost;
-    },
-    remainingMs: () => (ended ? 0 : Math.max(0, deadline - clock.now())),
-    extend,
-    release,
-    async [Symbol.asyncDispose]() {
-      try {
-        await release();
-      } catch (error) {
-        context.reportError(error);
-      }
-    },
-  };
+  lose(reason: LostReason): void {
+    this.end(reason);
+  }
 
-  const handle: LeaseHandle = {
-    lease,
-    key: leaseKey(name, token),
-    lose: (reason) => end(reason),
-    forget: () => end('released', 'given up: the client closed'),
-    reconnected() {
-      if (autoExtend && !ended && extendsPending === 0) autoExtendNow();
-    },
-  };
+  forget(): void {
+    this.end('released', 'given up: the client closed');
+  }
 
-  arm(grant.sentAt, grant.ttlMs);
-  return handle;
+  reconnected(): void {
+    if (this.grant.autoExtend && !this.ended && this.extendsPending === 0) this.autoExtendNow();
+  }
+}
+
+/** The tries of one release: whether one whose reply was lost may have freed the lock. */
+class ReleaseAttempt {
+  maybeApplied = false;
+
+  constructor(
+    private readonly state: LeaseState,
+    // Without a signal in the policy nothing can abort the attempt's: skip it (no allocation).
+    private readonly withSignal: boolean,
+  ) {}
+
+  readonly run = (attempt: RetryAttempt): Promise<unknown> => {
+    const { state } = this;
+    const { context } = state;
+    return context
+      .call(
+        'lock.release',
+        { name: state.name, token: state.wireToken },
+        {
+          write: true,
+          timeoutMs: Math.max(1, Math.min(context.requestTimeoutMs, attempt.remainingMs)),
+          ...(this.withSignal ? { signal: attempt.signal } : {}),
+        },
+      )
+      .catch((error: unknown) => {
+        if (isDlmError(error) && error.details.indeterminate) this.maybeApplied = true;
+        throw error;
+      });
+  };
+}
+
+/** The public face of a lease: what `Lease` promises, and nothing of the state behind it. */
+class LeaseFacade implements Lease {
+  readonly #state: LeaseState;
+  readonly name: string;
+  readonly owner: string;
+  readonly token: bigint;
+
+  constructor(state: LeaseState) {
+    this.#state = state;
+    this.name = state.name;
+    this.owner = state.owner;
+    this.token = state.token;
+  }
+
+  get ttlMs(): number {
+    return this.#state.ttlMs;
+  }
+
+  get signal(): AbortSignal {
+    const state = this.#state;
+    if (!state.controller) {
+      state.controller = new AbortController();
+      if (state.endReason) state.controller.abort(state.endReason());
+    }
+    return state.controller.signal;
+  }
+
+  get lost(): LostReason | undefined {
+    return this.#state.lost;
+  }
+
+  remainingMs(): number {
+    const state = this.#state;
+    return state.ended ? 0 : Math.max(0, state.deadline - state.context.clock.now());
+  }
+
+  extend(ttlMs?: number, options?: LeaseCallOptions): Promise<void> {
+    return this.#state.extend(ttlMs, options);
+  }
+
+  release(options?: LeaseCallOptions): Promise<boolean> {
+    return this.#state.release(options);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    try {
+      await this.#state.release();
+    } catch (error) {
+      this.#state.context.reportError(error);
+    }
+  }
 }

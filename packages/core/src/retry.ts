@@ -203,61 +203,109 @@ export interface RetryRunOptions {
  *   retryPolicy({ attempts: 5, deadlineMs: 10_000 }),
  * );
  */
-export async function retry<T>(
+export function retry<T>(
   operation: (attempt: RetryAttempt) => Promise<T>,
   policy: RetryPolicy,
   options: RetryRunOptions = {},
 ): Promise<T> {
   const clock = options.clock ?? systemClock;
-  const { signals } = policy;
-  const startedAt = clock.now();
-  // The common case, a first attempt that succeeds, allocates no backoff and links no signals:
-  // one signal is passed through as it is, and several are linked only once an attempt reads
-  // `signal` (nothing else can abort the linked one, so creating it late changes nothing).
-  let linked: { signal: AbortSignal; dispose(): void } | undefined;
-  const signal = (): AbortSignal => {
-    if (signals.length === 1) return signals[0]!;
-    linked ??= linkSignals(signals);
-    return linked.signal;
-  };
-  const aborted = (): AbortSignal | undefined => {
-    for (const source of signals) if (source.aborted) return source;
-    return undefined;
-  };
-  let backoff: Backoff | undefined;
-  let lastError: unknown;
+  const run = new RetryRun(operation, policy, options, clock);
+  // The common case, a first attempt that succeeds, runs no async function and allocates no
+  // backoff: the first attempt is called directly, and only its failure enters the loop.
+  const stopped = run.aborted();
+  if (stopped) return Promise.reject(cancelled(stopped, undefined));
+  const attempt = run.attempt(1);
+  let first: Promise<T>;
   try {
-    for (let number = 1; ; number++) {
-      const stopped = aborted();
-      if (stopped) throw cancelled(stopped, lastError);
-      const attempt: RetryAttempt = {
-        number,
-        remainingMs: startedAt + policy.deadlineMs - clock.now(),
-        get signal() {
-          return signal();
-        },
-      };
-      try {
-        return await operation(attempt);
-      } catch (error) {
-        lastError = error;
+    first = operation(attempt);
+  } catch (error) {
+    first = Promise.reject(error);
+  }
+  return first.then(
+    (value) => {
+      run.dispose();
+      return value;
+    },
+    (error: unknown) => run.afterFailure(error, attempt),
+  );
+}
+
+/** The state of one `retry()`, kept out of closures so the first attempt allocates little. */
+class RetryRun<T> {
+  readonly startedAt: number;
+  // One signal is passed through as it is; several are linked only once an attempt reads
+  // `signal` (nothing else can abort the linked one, so creating it late changes nothing).
+  private linked: { signal: AbortSignal; dispose(): void } | undefined;
+  private backoff: Backoff | undefined;
+
+  constructor(
+    private readonly operation: (attempt: RetryAttempt) => Promise<T>,
+    private readonly policy: RetryPolicy,
+    private readonly options: RetryRunOptions,
+    private readonly clock: Clock,
+  ) {
+    this.startedAt = clock.now();
+  }
+
+  signal(): AbortSignal {
+    const { signals } = this.policy;
+    if (signals.length === 1) return signals[0]!;
+    this.linked ??= linkSignals(signals);
+    return this.linked.signal;
+  }
+
+  aborted(): AbortSignal | undefined {
+    for (const source of this.policy.signals) if (source.aborted) return source;
+    return undefined;
+  }
+
+  attempt(number: number): RetryAttempt {
+    const run = this;
+    return {
+      number,
+      remainingMs: this.startedAt + this.policy.deadlineMs - this.clock.now(),
+      get signal() {
+        return run.signal();
+      },
+    };
+  }
+
+  dispose(): void {
+    this.linked?.dispose();
+  }
+
+  /** Decides after a failed attempt: the error as it is, or the next tries. */
+  async afterFailure(error: unknown, attempt: RetryAttempt): Promise<T> {
+    try {
+      let lastError = error;
+      let failed = attempt;
+      for (;;) {
+        const { options, policy, clock } = this;
         const worthIt = options.shouldRetry
-          ? options.shouldRetry(error, attempt)
-          : isRetryable(error, policy);
-        if (!worthIt || aborted()) throw error;
+          ? options.shouldRetry(lastError, failed)
+          : isRetryable(lastError, policy);
+        if (!worthIt || this.aborted()) throw lastError;
         // Made at the first failure, with the deadline still counted from the first attempt.
-        backoff ??= createBackoff(
-          { ...policy, deadlineMs: startedAt + policy.deadlineMs - clock.now() },
+        this.backoff ??= createBackoff(
+          { ...policy, deadlineMs: this.startedAt + policy.deadlineMs - clock.now() },
           { clock, ...(options.random ? { random: options.random } : {}) },
         );
-        const delayMs = backoff.next();
-        if (delayMs === undefined) throw error;
-        options.onRetry?.({ error, attempt, delayMs });
-        await sleep(clock, delayMs, signal());
+        const delayMs = this.backoff.next();
+        if (delayMs === undefined) throw lastError;
+        options.onRetry?.({ error: lastError, attempt: failed, delayMs });
+        await sleep(clock, delayMs, this.signal());
+        const stopped = this.aborted();
+        if (stopped) throw cancelled(stopped, lastError);
+        failed = this.attempt(failed.number + 1);
+        try {
+          return await this.operation(failed);
+        } catch (next) {
+          lastError = next;
+        }
       }
+    } finally {
+      this.dispose();
     }
-  } finally {
-    linked?.dispose();
   }
 }
 

@@ -49,7 +49,7 @@ results/RESULTS.md (--smoke: results/smoke/).
   --only ID,ID            targets to run (ids: see --list); default all
   --workloads W,W         uncontended,throughput,contention,scale (default all)
   --count N               workload 1: timed pairs (default 1000; at most 10 s)
-  --warmup N              workload 1: untimed pairs first (default 100)
+  --warmup N              workload 1: untimed pairs first (default 2000: a fresh server's JIT)
   --clients N             workload 2: concurrent clients (default 32)
   --contenders N          workload 3: clients on the one lock (default 8)
   --duration-ms MS        workloads 2 and 3: measured window (default 2000)
@@ -140,7 +140,7 @@ export function parseOptions(argv: string[]): BenchOptions | { help: true } | { 
     workloads: workloads as Workload[],
     uncontended: {
       count: positive(flag('count'), smoke ? 50 : 1_000, 'count'),
-      warmup: positive(flag('warmup'), smoke ? 10 : 100, 'warmup', 0),
+      warmup: positive(flag('warmup'), smoke ? 10 : 2_000, 'warmup', 0),
       maxMs: smoke ? 5_000 : 10_000,
     },
     throughput: {

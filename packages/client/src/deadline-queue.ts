@@ -1,22 +1,4 @@
-import type { Clock, Timer } from '@dlm/core';
-
-/**
- * Deadlines that all lie the same `delayMs` after they are added, so they fall due in the order
- * they were added: one timer, armed for the oldest pending one, serves them all, where a timer
- * per request was a measurable share of the client's CPU. Entries removed before they are due
- * leave the front at once, and with nothing pending no timer is left behind.
- */
-export interface DeadlineQueue {
-  /** Calls `expire` `delayMs` from now unless the returned function is called first. */
-  add(expire: () => void): () => void;
-}
-
-interface Entry {
-  deadline: number;
-  expire: (() => void) | undefined;
-  prev: Entry | undefined;
-  next: Entry | undefined;
-}
+import { type Clock, createDeadlineQueue, type DeadlineQueue } from '@dlm/core';
 
 const shared = new WeakMap<Clock, Map<number, DeadlineQueue>>();
 
@@ -35,65 +17,4 @@ export function deadlineQueue(clock: Clock, delayMs: number): DeadlineQueue {
   return queue;
 }
 
-export function createDeadlineQueue(clock: Clock, delayMs: number): DeadlineQueue {
-  // A doubly linked list in deadline order: a finished entry is unlinked at once, so nothing it
-  // refers to (the request, its promise) outlives it — an array that kept finished entries until
-  // the front moved on kept thousands of them alive into the old generation.
-  let first: Entry | undefined;
-  let last: Entry | undefined;
-  let timer: Timer | undefined;
-  let timerAt = Number.POSITIVE_INFINITY;
-
-  function unlink(entry: Entry): void {
-    if (entry.prev) entry.prev.next = entry.next;
-    else first = entry.next;
-    if (entry.next) entry.next.prev = entry.prev;
-    else last = entry.prev;
-    entry.prev = undefined;
-    entry.next = undefined;
-    entry.expire = undefined;
-  }
-
-  function arm(): void {
-    if (!first || (timer && timerAt <= first.deadline)) return;
-    timer?.cancel();
-    timerAt = first.deadline;
-    timer = clock.setTimer(onTimer, Math.max(0, first.deadline - clock.now()));
-  }
-
-  function onTimer(): void {
-    timer = undefined;
-    timerAt = Number.POSITIVE_INFINITY;
-    const now = clock.now();
-    while (first && first.deadline <= now) {
-      const { expire } = first;
-      unlink(first);
-      try {
-        expire?.();
-      } catch {
-        // One request's failure must not stop the others' deadlines.
-      }
-    }
-    arm();
-  }
-
-  return {
-    add(expire) {
-      const entry: Entry = { deadline: clock.now() + delayMs, expire, prev: last, next: undefined };
-      if (last) last.next = entry;
-      else first = entry;
-      last = entry;
-      arm();
-      return () => {
-        if (!entry.expire) return;
-        unlink(entry);
-        if (!first) {
-          // Nothing pending: no timer left behind to keep the process alive.
-          timer?.cancel();
-          timer = undefined;
-          timerAt = Number.POSITIVE_INFINITY;
-        }
-      };
-    },
-  };
-}
+export type { DeadlineQueue };

@@ -8,6 +8,7 @@ import type {
 } from './backend.js';
 import { type Clock, systemClock, type Timer } from './clock.js';
 import { DlmError, isDlmError } from './errors.js';
+import { createDeadlineQueue } from './deadline-queue.js';
 import { MAX_TOKEN } from './fencing.js';
 import {
   DEFAULT_LIMITS,
@@ -189,56 +190,9 @@ export function createLockService(options: LockServiceOptions): LockService {
   }
 
   // The backstop of calls with the default timeout: their deadlines come in the order the calls
-  // start, so one timer armed for the oldest pending call serves them all (a timer per call was a
-  // measurable share of the server's CPU). Calls that finish leave the front of the queue at once.
-  interface Backstop {
-    deadline: number;
-    done: boolean;
-    expire: () => void;
-  }
-  const backstops: Backstop[] = [];
-  let backstopHead = 0;
-  let backstopTimer: Timer | undefined;
-  let backstopTimerAt = Number.POSITIVE_INFINITY;
-
-  function dropFinishedBackstops(): void {
-    while (backstopHead < backstops.length && backstops[backstopHead]!.done) backstopHead++;
-    if (backstopHead === backstops.length) {
-      backstops.length = 0;
-      backstopHead = 0;
-      // Nothing pending: no timer left behind to keep the process up.
-      backstopTimer?.cancel();
-      backstopTimer = undefined;
-      backstopTimerAt = Number.POSITIVE_INFINITY;
-    } else if (backstopHead > 1024 && backstopHead * 2 > backstops.length) {
-      backstops.splice(0, backstopHead);
-      backstopHead = 0;
-    }
-  }
-
-  function armBackstop(): void {
-    const head = backstops[backstopHead];
-    if (!head) return;
-    // An armed timer due no later than the head serves it: when it fires it re-arms.
-    if (backstopTimer && backstopTimerAt <= head.deadline) return;
-    backstopTimer?.cancel();
-    backstopTimerAt = head.deadline;
-    backstopTimer = clock.setTimer(onBackstopTimer, Math.max(0, head.deadline - clock.now()));
-  }
-
-  function onBackstopTimer(): void {
-    backstopTimer = undefined;
-    backstopTimerAt = Number.POSITIVE_INFINITY;
-    const now = clock.now();
-    for (;;) {
-      dropFinishedBackstops();
-      const head = backstops[backstopHead];
-      if (!head || head.deadline > now) break;
-      head.done = true;
-      head.expire();
-    }
-    armBackstop();
-  }
+  // start, so one queue and one timer serve them all (a timer per call was a measurable share of
+  // the server's CPU).
+  const backstops = createDeadlineQueue(clock, backendTimeoutMs);
 
   /** Races a backend call against the backstop timeout. */
   function bounded<T>(
@@ -260,13 +214,7 @@ export function createLockService(options: LockServiceOptions): LockService {
       };
       let cancel: () => void;
       if (timeoutMs === backendTimeoutMs) {
-        const backstop: Backstop = { deadline: clock.now() + timeoutMs, done: false, expire };
-        backstops.push(backstop);
-        armBackstop();
-        cancel = () => {
-          backstop.done = true;
-          if (backstops[backstopHead] === backstop) dropFinishedBackstops();
-        };
+        cancel = backstops.add(expire);
       } else {
         const timer = clock.setTimer(expire, timeoutMs);
         cancel = () => timer.cancel();

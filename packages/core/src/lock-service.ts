@@ -7,8 +7,8 @@ import type {
   LockState,
 } from './backend.js';
 import { type Clock, systemClock, type Timer } from './clock.js';
-import { DlmError, isDlmError } from './errors.js';
 import { createDeadlineQueue } from './deadline-queue.js';
+import { DlmError, isDlmError } from './errors.js';
 import { MAX_TOKEN } from './fencing.js';
 import {
   DEFAULT_LIMITS,

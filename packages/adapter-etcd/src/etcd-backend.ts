@@ -7,6 +7,7 @@ import {
   type LockState,
 } from '@dlm/core';
 import type { Etcd3, IKeyValue, ITxnResponse } from 'etcd3';
+import { txnSender } from './etcd-batch.js';
 import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.js';
 import { createEtcdClient } from './etcd-client.js';
 import { etcdKeys, prefixEnd } from './etcd-keys.js';
@@ -112,6 +113,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
   }
 
   const leases = leasePool(client, commandTimeoutMs);
+  const sender = txnSender(client, markerKey);
 
   async function remainingOf(limit: Budget, kv: IKeyValue): Promise<number | undefined> {
     if (!kv.lease || kv.lease === '0') return undefined;
@@ -192,7 +194,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
       const waiters = keys.queue(name);
       let response: ITxnResponse;
       try {
-        response = await txn(limit, 'idempotent', {
+        response = await sender.send(limit, 'idempotent', name, {
           compare: [
             { key, target: 'Create', result: 'Equal', create_revision: 0 },
             // Over a range: true when no key in it has a create revision, i.e. none exists.
@@ -239,14 +241,17 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
       assertOpen('release');
       const limit = budget('release', commandTimeoutMs);
       const key = keyOf(name);
-      const response = await txn(limit, 'once', {
-        compare: [{ key, target: 'Create', result: 'Equal', create_revision: token.toString() }],
-        success: [
-          { request_delete_range: { key, prev_kv: true } },
-          { request_put: { key: Buffer.from(markerKey), value: Buffer.from('released') } },
-        ],
-        failure: [],
-      });
+      const response = await sender.send(
+        limit,
+        'once',
+        name,
+        {
+          compare: [{ key, target: 'Create', result: 'Equal', create_revision: token.toString() }],
+          success: [{ request_delete_range: { key, prev_kv: true } }],
+          failure: [],
+        },
+        true,
+      );
       if (!response.succeeded) return false;
       leases.detached(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
       return true;

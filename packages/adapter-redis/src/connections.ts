@@ -8,8 +8,12 @@ import { Redis, type RedisOptions } from 'ioredis';
  * - `autoResendUnfulfilledCommands: false`: commands in flight when the connection dropped are
  *   not sent again after reconnecting (a replayed acquire would take a lock nobody holds).
  * - `maxRetriesPerRequest: 0`: those in-flight commands are rejected at the first disconnect.
- * - `commandTimeout`/`socketTimeout`: a command without a reply fails, and a connection that
- *   stays silent is torn down and rebuilt (a half-open TCP connection would otherwise hang).
+ * - `socketTimeout`: a connection that owes replies and stays silent is torn down and rebuilt
+ *   (a half-open TCP connection would otherwise hang). No `commandTimeout`: the adapter bounds
+ *   every call itself (command-bounds.ts), and ioredis's would cost a timer per command.
+ * - No auto-pipelining: the adapter batches the writes of one event-loop turn itself
+ *   (`batchWrites` in redis-node.ts), without ioredis's pipeline object and promise per command,
+ *   and without holding a turn's commands back until the previous batch is answered.
  *
  * The adapter also bounds every call itself and guards writes with a server-side deadline, so a
  * user-supplied client with other settings still cannot orphan a lock; it only fails slower.
@@ -19,10 +23,9 @@ export function commandConnectionOptions(timeoutMs: number): RedisOptions {
     enableOfflineQueue: false,
     autoResendUnfulfilledCommands: false,
     maxRetriesPerRequest: 0,
-    commandTimeout: timeoutMs,
     socketTimeout: timeoutMs,
     connectTimeout: timeoutMs,
-    enableAutoPipelining: true,
+    enableAutoPipelining: false,
     lazyConnect: false,
   };
 }

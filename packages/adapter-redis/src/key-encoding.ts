@@ -14,8 +14,19 @@ export interface NameKeys {
   hex: string;
 }
 
+// Names repeat (a lock is taken again and again): remembering recent encodings spares a Buffer
+// per call. Cleared when full rather than kept in LRU order: refilling it is cheap.
+const encoded = new Map<string, string>();
+const ENCODED_MAX = 4_096;
+
 export function encodeName(name: string): string {
-  return Buffer.from(name, 'utf8').toString('hex');
+  let hex = encoded.get(name);
+  if (hex === undefined) {
+    hex = Buffer.from(name, 'utf8').toString('hex');
+    if (encoded.size >= ENCODED_MAX) encoded.clear();
+    encoded.set(name, hex);
+  }
+  return hex;
 }
 
 export function decodeName(hex: string): string {

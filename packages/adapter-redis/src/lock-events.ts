@@ -1,7 +1,7 @@
 import type { Clock, LockEvent, Unsubscribe } from '@dlm/core';
 import type { Redis } from 'ioredis';
 import {
-  decodeName,
+  encodeName,
   eventChannel,
   keyspaceChannelPrefix,
   keyspacePattern,
@@ -71,37 +71,44 @@ export interface LockEvents {
 }
 
 interface WatchEntry {
+  name: string;
+  /** The name as event messages carry it. */
+  hex: string;
   listeners: Set<(event: LockEvent) => void>;
   lastToken: bigint | undefined;
   highest: bigint | undefined;
   /** 'quorum' mode: recently delivered event keys and when, for deduplication. */
-  recent: Map<string, number>;
+  recent: Map<string, number> | undefined;
 }
 
 const DEDUPE_WINDOW_MS = 5_000;
 
 interface Parsed {
   type: 'acquired' | 'released' | 'revoked';
-  name: string;
+  entry: WatchEntry;
   token: bigint;
   owner: string;
 }
 
-function parseMessage(message: string): Parsed | undefined {
+const DIGITS = /^[0-9]+$/;
+
+/**
+ * Parses `<type> <hex name> <token> <owner>`, looking the name up before anything else: every
+ * server hears every lock's events, and most are about names nobody watches here, which then
+ * cost no decoding.
+ */
+function parseMessage(message: string, byHex: Map<string, WatchEntry>): Parsed | undefined {
   const first = message.indexOf(' ');
   const second = message.indexOf(' ', first + 1);
   const third = message.indexOf(' ', second + 1);
   if (first < 0 || second < 0 || third < 0) return undefined;
+  const entry = byHex.get(message.slice(first + 1, second));
+  if (!entry) return undefined;
   const type = message.slice(0, first);
   if (type !== 'acquired' && type !== 'released' && type !== 'revoked') return undefined;
   const digits = message.slice(second + 1, third);
-  if (!/^[0-9]+$/.test(digits)) return undefined;
-  return {
-    type,
-    name: decodeName(message.slice(first + 1, second)),
-    token: BigInt(digits),
-    owner: message.slice(third + 1),
-  };
+  if (!DIGITS.test(digits)) return undefined;
+  return { type, entry, token: BigInt(digits), owner: message.slice(third + 1) };
 }
 
 /** Adds `K` and `x` to the server's notify-keyspace-events flags; false if not allowed. */
@@ -126,6 +133,7 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
   const { prefix, mode, clock } = options;
   const channel = eventChannel(prefix);
   const entries = new Map<string, WatchEntry>();
+  const byHex = new Map<string, WatchEntry>();
   const expiryOn = options.sources.map(() => false);
   const subscribedOnce = options.sources.map(() => false);
   let closed = false;
@@ -147,6 +155,7 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
 
   function isDuplicate(entry: WatchEntry, key: string): boolean {
     const now = clock.now();
+    entry.recent ??= new Map();
     for (const [seen, at] of entry.recent) {
       if (now - at > DEDUPE_WINDOW_MS) entry.recent.delete(seen);
     }
@@ -156,9 +165,9 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
   }
 
   function onLockMessage(parsed: Parsed): void {
-    const entry = entries.get(parsed.name);
-    if (!entry) return;
-    const { type, name, token, owner } = parsed;
+    const { type, entry, token, owner } = parsed;
+    if (entries.get(entry.name) !== entry) return;
+    const name = entry.name;
     if (mode === 'quorum') {
       if (isDuplicate(entry, `${type}:${token}`)) return;
       if (type === 'acquired') {
@@ -201,7 +210,7 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
     const keyspacePrefix = keyspaceChannelPrefix(db);
     subscriber.on('message', (from: string, message: string) => {
       if (from !== channel) return;
-      const parsed = parseMessage(message);
+      const parsed = parseMessage(message, byHex);
       if (parsed) onLockMessage(parsed);
     });
     subscriber.on('pmessage', (_pattern: string, from: string, message: string) => {
@@ -247,12 +256,15 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
       let entry = entries.get(name);
       if (!entry) {
         entry = {
+          name,
+          hex: encodeName(name),
           listeners: new Set(),
           lastToken: undefined,
           highest: undefined,
-          recent: new Map(),
+          recent: undefined,
         };
         entries.set(name, entry);
+        byHex.set(entry.hex, entry);
       }
       const own = entry;
       // A wrapper per call, so the same function watched twice is two subscriptions.
@@ -260,7 +272,10 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
       own.listeners.add(wrapped);
       return () => {
         own.listeners.delete(wrapped);
-        if (own.listeners.size === 0 && entries.get(name) === own) entries.delete(name);
+        if (own.listeners.size === 0 && entries.get(name) === own) {
+          entries.delete(name);
+          byHex.delete(own.hex);
+        }
       };
     },
     deliver(event) {
@@ -289,6 +304,7 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
     async close() {
       closed = true;
       entries.clear();
+      byHex.clear();
       // disconnect, not QUIT: a stalled server would never answer QUIT.
       for (const { subscriber } of options.sources) subscriber.disconnect();
     },

@@ -175,7 +175,7 @@ export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
     async tryAcquire({ name, owner, ttlMs }) {
       assertOpen();
       const startedAt = clock.now();
-      await subscribedWithin(startedAt);
+      if (!events.isSubscribed) await subscribedWithin(startedAt);
       const result = await node.acquire(name, owner, ttlMs, startedAt);
       if (!result.granted) return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
       events.noteGrant(name, result.token);

@@ -114,6 +114,9 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
       watch.noteEnd(token, reason);
       for (const [name, holder] of mine) if (holder.token === token) mine.delete(name);
     },
+    claimWatch: (name) => watch.claim(name),
+    claimed: (name, watcher, read) => watch.claimed(name, watcher, read),
+    onWrite: (name, delta) => watch.writing(name, delta),
   });
   const contend = contender(store, paths);
 
@@ -226,6 +229,9 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
     release: guard('release', async ({ name, token }: { name: string; token: bigint }) => {
       assertOpen('release');
       const limit = budget('release', commandTimeoutMs);
+      // A lease granted here: one multi-op on its known path (fails if it changed elsewhere).
+      const own = store.ownLease(name, token);
+      if (own && (await store.endLease(limit, name, own, 'released'))) return true;
       for (;;) {
         const holder = await store.currentHolder(limit, name);
         if (!holder || holder.token !== token) return false;
@@ -239,10 +245,13 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
         assertOpen('extend');
         const limit = budget('extend', commandTimeoutMs);
         ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
+        // A lease granted or extended here is tried at its known path and version first.
+        let known = store.ownLease(name, token);
         for (;;) {
-          const holder = await store.currentHolder(limit, name);
+          const holder = known ?? (await store.currentHolder(limit, name));
+          known = undefined;
           if (!holder || holder.token !== token) return null;
-          const refreshed = await store.refresh(limit, holder, ttlMs);
+          const refreshed = await store.refresh(limit, name, holder, ttlMs);
           if (!refreshed) continue;
           if (refreshed.expired) {
             // The old lease had already run out by the time of the write: not ours to extend.

@@ -41,7 +41,7 @@ export function contender(store: LockStore, paths: LockPaths): Contend {
           const holder = await store.readHolder(limit, `${paths.parent(name)}/${holderName}`);
           if (!holder) continue;
           if (holder.owner === owner) {
-            const refreshed = await store.refresh(limit, holder, ttlMs);
+            const refreshed = await store.refresh(limit, name, holder, ttlMs);
             if (!refreshed) continue;
             if (!refreshed.expired)
               return { kind: 'granted', token: holder.token, path: holder.path };
@@ -49,9 +49,8 @@ export function contender(store: LockStore, paths: LockPaths): Contend {
             await store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
             continue;
           }
-          const nowMs = await store.zkNow(limit);
-          const expiresAt = holder.mtimeMs + holder.ttlMs;
-          if (expiresAt <= nowMs) {
+          const left = await store.leaseLeft(limit, holder);
+          if (left.expired) {
             // Expired on ZooKeeper's clock: take it over (a versioned delete, so an extension
             // in between wins), then look again.
             await store.endLease(limit, name, holder, 'expired');
@@ -59,7 +58,7 @@ export function contender(store: LockStore, paths: LockPaths): Contend {
           }
           return {
             kind: 'held',
-            ttlRemainingMs: Math.min(Math.max(1, expiresAt - nowMs), FOREVER_MS),
+            ttlRemainingMs: Math.min(Math.max(1, left.remainingMs), FOREVER_MS),
           };
         }
         if (children?.waiters.length) return { kind: 'queued' };

@@ -1,5 +1,14 @@
 import { DlmError } from '@dlm/core';
 import { Exception, type Stat } from 'node-zookeeper-client';
+import {
+  type EndReason,
+  endData,
+  grantData,
+  leaseData,
+  mtimeOf,
+  parseData,
+  zxid,
+} from './zk-data.js';
 import { holders, type LockPaths, waiters } from './zk-paths.js';
 import {
   type Budget,
@@ -7,15 +16,21 @@ import {
   CreateMode,
   isZkCode,
   type Ops,
+  type Watcher,
   type ZkSession,
 } from './zk-session.js';
-import { type Holder, leaseData, parseData, zxid } from './zk-watch.js';
+import type { Holder } from './zk-watch.js';
 
 /** The holder node of a name, as read: its lease runs until `mtimeMs + ttlMs` on ZooKeeper's clock. */
 export interface Current extends Holder {
   version: number;
   mtimeMs: number;
   ttlMs: number;
+  /**
+   * The node is persistent: it only goes away by an end, which rewrites the name node (an
+   * ephemeral one also goes with its session, without that write). Undefined: not read.
+   */
+  persistent?: boolean;
 }
 
 /** A name node: its end marker, and the data version that guards grants. */
@@ -26,7 +41,7 @@ export interface NameNode {
   mtimeMs: number;
 }
 
-export type EndReason = 'released' | 'revoked' | 'expired';
+export type { EndReason };
 
 export type CreateOutcome =
   | { kind: 'created'; path: string; token: bigint; nowMs: number }
@@ -35,7 +50,25 @@ export type CreateOutcome =
   /** A node the create needs is gone (the name node was swept, our waiter node expired). */
   | { kind: 'missing' };
 
-export const mtimeOf = (stat: Stat) => Number(stat.mtime.readBigInt64BE(0));
+export { mtimeOf };
+
+/** A name node's children, with the name node's data version at the same moment. */
+export interface Children {
+  holders: string[];
+  waiters: string[];
+  all: string[];
+  version: number;
+}
+
+/**
+ * How close to its end (by the estimate of ZooKeeper's clock) a lease must be before a
+ * decision about it asks ZooKeeper for the exact time.
+ */
+const ESTIMATE_MARGIN_MS = 500;
+/** The oldest clock sample an estimate is made from. */
+const SAMPLE_MAX_AGE_MS = 10_000;
+/** The most leases granted here that are remembered for a release or extend in one step. */
+const OWN_LEASES_MAX = 10_000;
 
 export interface LockStoreOptions {
   commandTimeoutMs: number;
@@ -44,6 +77,12 @@ export interface LockStoreOptions {
   isClosed(): boolean;
   /** Told the token and reason of every lease this store ends (for the watch's events). */
   onEnd(token: bigint, reason: EndReason): void;
+  /** A name-node read may leave the watch of `name` armed: its watcher, if it wants one. */
+  claimWatch?(name: string): (() => void) | undefined;
+  /** The result of a read made with that watcher (undefined: it failed or found no node). */
+  claimed?(name: string, watcher: () => void, read: { data: Buffer; stat: Stat } | undefined): void;
+  /** A write on `name`'s nodes starts (+1) or ends (-1): its own watch events can wait. */
+  onWrite?(name: string, delta: 1 | -1): void;
 }
 
 /**
@@ -53,6 +92,16 @@ export interface LockStoreOptions {
 export function lockStore(session: ZkSession, paths: LockPaths, options: LockStoreOptions) {
   const knownParents = new Set<string>();
   let rootsReady = false;
+  /**
+   * Leases this store granted or refreshed, by name, as they were after that write: a release
+   * or an extend by their token is then one multi-op on the known path and version (any change
+   * made elsewhere fails it, and the caller looks again).
+   */
+  const ownLeases = new Map<string, Current>();
+  /** Persistent holder nodes this store created lately (whether or not they still exist). */
+  const createdHere = new Set<string>();
+  /** ZooKeeper's time of our last write, and our monotonic time when its reply came. */
+  let clockSample: { zkMs: number; localMs: number } | undefined;
 
   async function ensureRoots(limit: Budget): Promise<void> {
     if (rootsReady) return;
@@ -75,10 +124,15 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
     rootsReady = false;
   }
 
+  function noteClock(stat: Stat | undefined): void {
+    if (stat) clockSample = { zkMs: mtimeOf(stat), localMs: performance.now() };
+  }
+
   /** ZooKeeper's time now: the mtime of a write to the clock node. */
   async function zkNow(limit: Budget): Promise<number> {
+    let stat: Stat;
     try {
-      return mtimeOf(await session.setData(limit, paths.clock, Buffer.alloc(0)));
+      stat = await session.setData(limit, paths.clock, Buffer.alloc(0));
     } catch (error) {
       // Touching the clock changes nothing anyone reads: a lost reply is no ambiguity.
       if (error instanceof DlmError)
@@ -86,27 +140,64 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
       if (!isZkCode(error, Exception.NO_NODE)) throw error;
       rootsReady = false;
       await ensureRoots(limit);
-      return mtimeOf(await session.setData(limit, paths.clock, Buffer.alloc(0)));
+      stat = await session.setData(limit, paths.clock, Buffer.alloc(0));
     }
+    noteClock(stat);
+    return mtimeOf(stat);
   }
 
+  /**
+   * Whether `holder`'s lease is over on ZooKeeper's clock, and how much of it is left. Far from
+   * its end, the estimate from our last write's mtime decides (it can only lag ZooKeeper's
+   * clock, by that write's round trip: it never calls a running lease over); near its end, or
+   * without a recent sample, a write to the clock node tells the exact time. So only a lease
+   * judged expired by the exact time is ever taken over.
+   */
+  async function leaseLeft(
+    limit: Budget,
+    holder: Current,
+  ): Promise<{ expired: boolean; remainingMs: number }> {
+    const expiresAt = holder.mtimeMs + holder.ttlMs;
+    const sample = clockSample;
+    if (sample) {
+      const ageMs = performance.now() - sample.localMs;
+      const remainingMs = expiresAt - (sample.zkMs + ageMs);
+      if (ageMs < SAMPLE_MAX_AGE_MS && remainingMs > ESTIMATE_MARGIN_MS) {
+        return { expired: false, remainingMs };
+      }
+    }
+    const remainingMs = expiresAt - (await zkNow(limit));
+    return { expired: remainingMs <= 0, remainingMs };
+  }
+
+  /**
+   * The name node's data, version and child count. When the name's watch wants arming, this
+   * read arms it (a data watch on the name node) and hands the watch what it read.
+   */
   async function nameNode(limit: Budget, name: string): Promise<NameNode | undefined> {
+    const watcher = options.claimWatch?.(name);
     try {
-      const { data, stat } = await session.getData(limit, paths.parent(name));
+      const read = await session.getData(limit, paths.parent(name), watcher);
+      if (watcher) options.claimed?.(name, watcher, read);
+      const { data, stat } = read;
       return { data, version: stat.version, numChildren: stat.numChildren, mtimeMs: mtimeOf(stat) };
     } catch (error) {
+      if (watcher) options.claimed?.(name, watcher, undefined);
       if (isZkCode(error, Exception.NO_NODE)) return undefined;
       throw error;
     }
   }
 
-  async function childrenOf(
-    limit: Budget,
-    name: string,
-  ): Promise<{ holders: string[]; waiters: string[]; all: string[] } | undefined> {
+  /** The children, and the name node's version in the same reply (one consistent snapshot). */
+  async function childrenOf(limit: Budget, name: string): Promise<Children | undefined> {
     try {
-      const { children } = await session.getChildren(limit, paths.parent(name));
-      return { holders: holders(children), waiters: waiters(children), all: children };
+      const { children, stat } = await session.getChildren(limit, paths.parent(name));
+      return {
+        holders: holders(children),
+        waiters: waiters(children),
+        all: children,
+        version: stat.version,
+      };
     } catch (error) {
       if (isZkCode(error, Exception.NO_NODE)) return undefined;
       throw error;
@@ -117,7 +208,7 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
   async function readHolder(
     limit: Budget,
     path: string,
-    watcher?: () => void,
+    watcher?: Watcher,
   ): Promise<Current | undefined> {
     try {
       const { data, stat } = await session.getData(limit, path, watcher);
@@ -130,6 +221,7 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
         mtimeMs: mtimeOf(stat),
         // A node without a readable lease (written by something else) never expires by TTL.
         ttlMs: lease?.ttlMs ?? Number.POSITIVE_INFINITY,
+        persistent: stat.ephemeralOwner.readBigInt64BE(0) === 0n,
       };
     } catch (error) {
       if (isZkCode(error, Exception.NO_NODE)) return undefined;
@@ -148,6 +240,46 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
     }
   }
 
+  /** The lease with `token` on `name` as this store last wrote it, if it did. */
+  function ownLease(name: string, token: bigint): Current | undefined {
+    const lease = ownLeases.get(name);
+    return lease?.token === token ? lease : undefined;
+  }
+
+  /** The owner of the holder node at `path`, when this store granted it and it still runs. */
+  function knownOwner(name: string, path: string): string | undefined {
+    const lease = ownLeases.get(name);
+    return lease?.path === path ? lease.owner : undefined;
+  }
+
+  /**
+   * The holder node at `path` was created persistent by this store: it only goes away by an
+   * end, which rewrites the name node (see the queue's take-over).
+   */
+  function persistentHere(path: string): boolean {
+    return createdHere.has(path);
+  }
+
+  function rememberLease(name: string, lease: Current): void {
+    ownLeases.delete(name);
+    ownLeases.set(name, lease);
+    if (ownLeases.size > OWN_LEASES_MAX) ownLeases.delete(ownLeases.keys().next().value!);
+  }
+
+  function forgetLease(name: string, token: bigint): void {
+    if (ownLeases.get(name)?.token === token) ownLeases.delete(name);
+  }
+
+  /** Runs a write on `name`'s nodes, telling the watch while it is in flight. */
+  async function writing<T>(name: string, write: () => Promise<T>): Promise<T> {
+    options.onWrite?.(name, 1);
+    try {
+      return await write();
+    } finally {
+      options.onWrite?.(name, -1);
+    }
+  }
+
   /**
    * Deletes `holder` (version-checked, so an extension or a takeover in between wins) and
    * records why in the name node's end marker, in one multi-op. False when it had changed.
@@ -158,16 +290,23 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
     holder: Current,
     reason: EndReason,
   ): Promise<boolean> {
-    options.onEnd(holder.token, reason);
     try {
-      await session.multi(limit, (ops) =>
-        ops
-          .setData(paths.parent(name), Buffer.from(`${reason}:${holder.token}`), -1)
-          .remove(holder.path, holder.version),
+      const results = await writing(name, () =>
+        session.multi(limit, (ops) =>
+          ops
+            .setData(paths.parent(name), endData(reason, holder.token), -1)
+            .remove(holder.path, holder.version),
+        ),
       );
+      noteClock(results[0]?.stat);
+      forgetLease(name, holder.token);
+      // Before the watch looks (it waits for our writes to end): the event will say why.
+      options.onEnd(holder.token, reason);
       return true;
     } catch (error) {
       if (isZkCode(error, Exception.BAD_VERSION) || isZkCode(error, Exception.NO_NODE)) {
+        // Changed elsewhere: what we remembered of it is stale.
+        forgetLease(name, holder.token);
         return false;
       }
       throw error;
@@ -175,17 +314,17 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
   }
 
   /**
-   * Creates a holder node for `owner`, in one multi-op with: a rewrite of the name node at the
+   * Creates a holder node for `owner`, in one multi-op with a rewrite of the name node at the
    * version read in `node` (so that no other grant or end happened since, and none can happen
-   * concurrently: this is what keeps holders unique), a touch of the clock node (every op of a
-   * multi shares one zxid, so the clock's new mzxid is the holder's czxid, the token; its
-   * mtime is ZooKeeper's time of the grant), and `extra` (a waiter leaving the queue).
-   * The name node keeps its data: watchers may still have to read the last end marker.
+   * concurrently: this is what keeps holders unique) and `extra` (a waiter leaving the queue).
+   * Every op of a multi shares one zxid, so the name node's new mzxid is the holder's czxid, the
+   * token, and its mtime ZooKeeper's time of the grant. The name node's new data records the
+   * holder (owner, attempt id) and keeps the last end marker: watchers read both from it.
    */
   async function createHolder(
     limit: Budget,
     name: string,
-    node: NameNode,
+    node: Pick<NameNode, 'data' | 'version'>,
     owner: string,
     ttlMs: number,
     attemptId: string,
@@ -195,18 +334,32 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
       ? CreateMode.EPHEMERAL_SEQUENTIAL
       : CreateMode.PERSISTENT_SEQUENTIAL;
     try {
-      const results = await session.multi(limit, (ops) =>
-        extra(
-          ops
-            .setData(paths.parent(name), node.data, node.version)
-            .create(paths.holder(name, attemptId), leaseData(owner, ttlMs), mode)
-            .setData(paths.clock, Buffer.alloc(0), -1),
+      const results = await writing(name, () =>
+        session.multi(limit, (ops) =>
+          extra(
+            ops
+              .setData(
+                paths.parent(name),
+                grantData(node.data, owner, attemptId, options.ephemeral),
+                node.version,
+              )
+              .create(paths.holder(name, attemptId), leaseData(owner, ttlMs), mode),
+          ),
         ),
       );
+      const stat = results[0]?.stat;
       const path = results[1]?.path;
-      const stat = results[2]?.stat;
       if (!path || !stat) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
-      return { kind: 'created', path, token: zxid(stat.mzxid), nowMs: mtimeOf(stat) };
+      noteClock(stat);
+      const token = zxid(stat.mzxid);
+      const nowMs = mtimeOf(stat);
+      rememberLease(name, { path, token, owner, version: 0, mtimeMs: nowMs, ttlMs });
+      if (!options.ephemeral) {
+        createdHere.add(path);
+        if (createdHere.size > OWN_LEASES_MAX)
+          createdHere.delete(createdHere.values().next().value!);
+      }
+      return { kind: 'created', path, token, nowMs };
     } catch (error) {
       if (isZkCode(error, Exception.BAD_VERSION)) return { kind: 'conflict' };
       if (isZkCode(error, Exception.NO_NODE)) {
@@ -226,19 +379,28 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
    */
   async function refresh(
     limit: Budget,
+    name: string,
     holder: Current,
     ttlMs: number,
     extra: (ops: Ops) => Ops = (ops) => ops,
   ): Promise<{ expired: boolean; version: number } | undefined> {
     try {
-      const results = await session.multi(limit, (ops) =>
-        extra(ops.setData(holder.path, leaseData(holder.owner, ttlMs), holder.version)),
+      const results = await writing(name, () =>
+        session.multi(limit, (ops) =>
+          extra(ops.setData(holder.path, leaseData(holder.owner, ttlMs), holder.version)),
+        ),
       );
       const stat = results[0]?.stat;
       if (!stat) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
-      return { expired: holder.mtimeMs + holder.ttlMs <= mtimeOf(stat), version: stat.version };
+      noteClock(stat);
+      const nowMs = mtimeOf(stat);
+      const expired = holder.mtimeMs + holder.ttlMs <= nowMs;
+      if (expired) forgetLease(name, holder.token);
+      else rememberLease(name, { ...holder, version: stat.version, mtimeMs: nowMs, ttlMs });
+      return { expired, version: stat.version };
     } catch (error) {
       if (isZkCode(error, Exception.BAD_VERSION) || isZkCode(error, Exception.NO_NODE)) {
+        forgetLease(name, holder.token);
         return undefined;
       }
       throw error;
@@ -304,6 +466,7 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
     ensureParent,
     forgetParent,
     zkNow,
+    leaseLeft,
     nameNode,
     childrenOf,
     readHolder,
@@ -311,6 +474,9 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
     endLease,
     createHolder,
     refresh,
+    ownLease,
+    knownOwner,
+    persistentHere,
     removeQuietly,
     removeLater,
     orphanCleanup,

@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { type AcquireRequest, type AcquireResult, DlmError, type Grant } from '@dlm/core';
-import { Exception } from 'node-zookeeper-client';
-import type { Current, LockStore } from './zk-locks.js';
+import { Event, Exception } from 'node-zookeeper-client';
+import { recordedHolder } from './zk-data.js';
+import type { Current, LockStore, NameNode } from './zk-locks.js';
 import type { LockPaths } from './zk-paths.js';
 import { type Budget, budget, CreateMode, isZkCode, type ZkSession } from './zk-session.js';
 
@@ -42,6 +43,8 @@ export function fairQueue(context: QueueContext) {
   const { session, paths, store, commandTimeoutMs } = context;
   const sleepers = new Set<() => void>();
   const joining = new Map<string, Promise<void>>();
+  /** Waiter nodes this backend has in each name's queue. */
+  const queuedHere = new Map<string, number>();
 
   // Watches may not survive a lost session, and the session's waiter nodes do not: after a
   // reconnect or a new session, every waiter looks again.
@@ -84,19 +87,44 @@ export function fairQueue(context: QueueContext) {
     const turn = takeTurn(name);
     const parent = paths.parent(name);
     const leaseTtlMs = Math.max(ttlMs, context.minTtlMs);
-    /** Our waiter node's path while we are queued. */
+    /** Our waiter node's path while we are queued (set through `setQueued`). */
     let myPath: string | undefined;
+    const setQueued = (path: string | undefined) => {
+      const count = (queuedHere.get(name) ?? 0) + (path ? 1 : 0) - (myPath ? 1 : 0);
+      if (count > 0) queuedHere.set(name, count);
+      else queuedHere.delete(name);
+      myPath = path;
+    };
+    /** The holder the name node recorded when we joined: who it is, if it still holds. */
+    let joinedBehind: { owner: string; attemptId: string } | undefined;
     let inFlight = false;
     let missed = false;
     let wake: () => void = () => {};
     let ttlRemainingMs: number | undefined;
     let ownerChecked = false;
+    /**
+     * The next look will probably grant (we are at the head, and slept on the holder): read the
+     * name node's data (for the grant) together with the children, in one round trip.
+     */
+    let likelyGrant = false;
     // One function for every watch this waiter sets: ZooKeeper clients keep one registration
     // per function and path, so looking again does not pile up watchers.
-    const onWatch = () => {
+    const onWatch = (event: Event) => {
+      if (sleptOn && event.getType() === Event.NODE_DELETED && event.getPath() === sleptOn.path) {
+        sleptOn.gone = true;
+      }
       if (inFlight) missed = true;
       else wake();
     };
+    /**
+     * At the head, the persistent holder we sleep on, and the name node's version when we saw
+     * it (in the same snapshot as the children). Such a holder only goes by an end, which is
+     * the name node's next write: once its node is deleted, the name node at exactly the next
+     * version means nothing else happened since — no grant, and we are still at the head (no
+     * waiter queues ahead of one that was first) — so we take the lock at that version at
+     * once, without reading again. Anything else in between fails the multi-op: look again.
+     */
+    let sleptOn: { path: string; version: number; gone: boolean } | undefined;
 
     const grantOf = (token: bigint, path: string): Step => {
       context.onGrant(name, owner, path, token);
@@ -110,12 +138,15 @@ export function fairQueue(context: QueueContext) {
      */
     async function join(limit: Budget): Promise<Step> {
       await store.ensureParent(limit, name);
-      const node = await store.nameNode(limit, name);
-      if (!node) {
+      // Others of ours already queue for it: it is neither free nor uncontended, so join the
+      // queue without reading the name node first.
+      const contended = (queuedHere.get(name) ?? 0) > 0;
+      const node = contended ? undefined : await store.nameNode(limit, name);
+      if (!node && !contended) {
         store.forgetParent(name);
         return { kind: 'again' };
       }
-      if (node.numChildren === 0) {
+      if (node?.numChildren === 0) {
         const attemptId = randomBytes(8).toString('hex');
         const created = await store.createHolder(limit, name, node, owner, leaseTtlMs, attemptId);
         return created.kind === 'created'
@@ -132,8 +163,10 @@ export function fairQueue(context: QueueContext) {
           ),
         );
         if (!created?.path) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
-        myPath = created.path;
+        setQueued(created.path);
+        joinedBehind = node && recordedHolder(node.data);
         ownerChecked = false;
+        likelyGrant = false;
         return { kind: 'again' };
       } catch (error) {
         if (isZkCode(error, Exception.NO_NODE)) {
@@ -150,11 +183,11 @@ export function fairQueue(context: QueueContext) {
 
     /** The lock is already this owner's: refresh it (same token) and leave the queue. */
     async function refreshOwn(limit: Budget, holder: Current, mine: string): Promise<Step> {
-      const refreshed = await store.refresh(limit, holder, leaseTtlMs, (ops) =>
+      const refreshed = await store.refresh(limit, name, holder, leaseTtlMs, (ops) =>
         ops.remove(mine, -1),
       );
       if (!refreshed) return { kind: 'again' };
-      myPath = undefined;
+      setQueued(undefined);
       if (refreshed.expired) {
         await store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
         return { kind: 'again' };
@@ -163,24 +196,75 @@ export function fairQueue(context: QueueContext) {
     }
 
     /** Queued: sleep on our predecessor, or at the head take the lock or sleep on its holder. */
+    /** The holder we slept on was deleted: take the lock if its end was the only write. */
+    async function takeOver(
+      limit: Budget,
+      mine: string,
+      version: number,
+    ): Promise<Step | undefined> {
+      const attemptId = randomBytes(8).toString('hex');
+      const created = await store.createHolder(
+        limit,
+        name,
+        // The end marker's reason is not known here: watchers that missed it fall back on
+        // what they know themselves (or `expired`).
+        { data: Buffer.alloc(0), version },
+        owner,
+        leaseTtlMs,
+        attemptId,
+        (ops) => ops.remove(mine, -1),
+      );
+      if (created.kind !== 'created') return undefined;
+      setQueued(undefined);
+      return grantOf(created.token, created.path);
+    }
+
     async function look(limit: Budget, mine: string): Promise<Step> {
-      // The name node first: its version guards the grant below against anything granted
-      // after this read.
-      const node = await store.nameNode(limit, name);
-      const children = node && (await store.childrenOf(limit, name));
+      const slept = sleptOn;
+      sleptOn = undefined;
+      if (slept?.gone) {
+        const taken = await takeOver(limit, mine, slept.version + 1);
+        if (taken) return taken;
+        likelyGrant = true;
+      }
+      // The children come with the name node's version in the same reply: that version guards
+      // the grant below against anything granted after this read. When a grant is likely, the
+      // name node's data (which the grant rewrites) is read in the same round trip, before.
+      const expectGrant = likelyGrant;
+      likelyGrant = false;
+      let node: NameNode | undefined;
+      let children: Awaited<ReturnType<LockStore['childrenOf']>>;
+      if (expectGrant) {
+        [node, children] = await Promise.all([
+          store.nameNode(limit, name),
+          store.childrenOf(limit, name),
+        ]);
+      } else {
+        children = await store.childrenOf(limit, name);
+      }
       const myName = mine.slice(parent.length + 1);
       const position = children?.waiters.indexOf(myName) ?? -1;
-      if (!node || !children || position < 0) {
+      if (!children || position < 0) {
         // Our node is gone (the session that held it expired): we are no longer queued.
-        myPath = undefined;
+        setQueued(undefined);
         return { kind: 'again' };
       }
       if (!ownerChecked && position > 0 && children.holders[0]) {
         // Once after joining: if the lock is already ours (granted to this owner through another
         // dlm server, whose reply was lost), waiting behind others for it would never end.
         ownerChecked = true;
-        const holder = await store.readHolder(limit, `${parent}/${children.holders[0]}`);
-        if (holder?.owner === owner) return refreshOwn(limit, holder, mine);
+        const holderName = children.holders[0];
+        const holderPath = `${parent}/${holderName}`;
+        // Known without a read: a lease granted here, or the holder recorded when we joined.
+        const knownOwner =
+          store.knownOwner(name, holderPath) ??
+          (joinedBehind && holderName.startsWith(`${joinedBehind.attemptId}-`)
+            ? joinedBehind.owner
+            : undefined);
+        if (knownOwner === undefined || knownOwner === owner) {
+          const holder = await store.readHolder(limit, holderPath);
+          if (holder?.owner === owner) return refreshOwn(limit, holder, mine);
+        }
       }
       if (position > 0) {
         const predecessor = `${parent}/${children.waiters[position - 1]}`;
@@ -189,17 +273,36 @@ export function fairQueue(context: QueueContext) {
       }
       const holderName = children.holders[0];
       if (holderName) {
-        const holder = await store.readHolder(limit, `${parent}/${holderName}`, onWatch);
-        if (!holder) return { kind: 'again' };
+        const holderPath = `${parent}/${holderName}`;
+        const holder = await store.readHolder(limit, holderPath, onWatch);
+        likelyGrant = true;
+        if (!holder) {
+          // Gone since the children were read. If it was persistent, its end was the name
+          // node's next write (as when it goes while we sleep on it): try that version.
+          if (store.persistentHere(holderPath)) {
+            const taken = await takeOver(limit, mine, children.version + 1);
+            if (taken) return taken;
+          }
+          return { kind: 'again' };
+        }
         if (holder.owner === owner) return refreshOwn(limit, holder, mine);
-        const nowMs = await store.zkNow(limit);
-        const expiresAt = holder.mtimeMs + holder.ttlMs;
-        if (expiresAt <= nowMs) {
+        const left = await store.leaseLeft(limit, holder);
+        if (left.expired) {
           await store.endLease(limit, name, holder, 'expired');
           return { kind: 'again' };
         }
-        ttlRemainingMs = Math.min(expiresAt - nowMs, 2 ** 31 - 1);
+        if (holder.persistent) {
+          sleptOn = { path: holderPath, version: children.version, gone: false };
+        }
+        ttlRemainingMs = Math.min(left.remainingMs, 2 ** 31 - 1);
         return { kind: 'lock', ttlRemainingMs };
+      }
+      // At the head, and free: the grant rewrites the name node's data, read at the version the
+      // children were read at (if it moved, something was granted or ended: look again).
+      node ??= await store.nameNode(limit, name);
+      if (!node || node.version !== children.version) {
+        likelyGrant = true;
+        return { kind: 'again' };
       }
       const attemptId = randomBytes(8).toString('hex');
       const created = await store.createHolder(
@@ -211,8 +314,11 @@ export function fairQueue(context: QueueContext) {
         attemptId,
         (ops) => ops.remove(mine, -1),
       );
-      if (created.kind !== 'created') return { kind: 'again' };
-      myPath = undefined;
+      if (created.kind !== 'created') {
+        likelyGrant = true;
+        return { kind: 'again' };
+      }
+      setQueued(undefined);
       return grantOf(created.token, created.path);
     }
 
@@ -269,6 +375,7 @@ export function fairQueue(context: QueueContext) {
       turn.done();
       if (myPath !== undefined) {
         const path = myPath;
+        setQueued(undefined);
         await store
           .removeQuietly(budget('dequeue', commandTimeoutMs), path)
           .catch(() => store.removeLater(path));

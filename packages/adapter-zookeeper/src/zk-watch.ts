@@ -1,10 +1,10 @@
 import type { LockEvent, Unsubscribe } from '@dlm/core';
-import { Exception } from 'node-zookeeper-client';
+import { Exception, type Stat } from 'node-zookeeper-client';
+import { type EndMarker, type EndReason, parseNameNode, type RecordedHolder } from './zk-data.js';
 import { holders, type LockPaths } from './zk-paths.js';
 import { budget, isZkCode, type ZkSession } from './zk-session.js';
 
 type Listener = (event: LockEvent) => void;
-type EndReason = 'released' | 'revoked' | 'expired';
 
 export interface Holder {
   path: string;
@@ -13,10 +13,17 @@ export interface Holder {
 }
 
 /**
- * Per-name watches on the lock holder. ZooKeeper watches fire once, so each firing re-reads
- * and re-arms. While a lock is held only the holder's node is watched (a data watch fires on
- * its extension and on its deletion), so contenders coming and going wake nobody; while it is
- * free the parent's children are watched, to see the next holder.
+ * Per-name watches on the lock's name node. Every grant and every end rewrites the name node in
+ * the same multi-op as the holder change (a grant records the holder's owner, its token being the
+ * node's mzxid; an end writes its marker), so one data watch on it, and one read per firing, tells
+ * every change of holder; extensions and waiters coming and going do not touch it and wake nobody.
+ * Only an ephemeral holder can vanish without such a write (its session ended): while one holds,
+ * its node is watched too.
+ *
+ * ZooKeeper watches fire once, so each firing re-reads and re-arms, unless nobody subscribes any
+ * more. A read the adapter makes of the name node anyway (the first step of an acquire) arms the
+ * watch when it wants arming, and a firing caused by a write of this adapter is looked at once
+ * that write has answered: a release's firing finds its subscriber gone, and costs nothing.
  */
 export interface HolderWatch {
   subscribe(name: string, listener: Listener): Unsubscribe;
@@ -28,6 +35,12 @@ export interface HolderWatch {
   noteHeld(name: string): void;
   /** A token this adapter granted: later events about older holders are stale. */
   noteGrant(name: string, token: bigint): void;
+  /** The watcher for a read of `name`'s name node about to be made, if the watch wants arming. */
+  claim(name: string): (() => void) | undefined;
+  /** What the read made with `watcher` found (undefined: it failed, or there was no node). */
+  claimed(name: string, watcher: () => void, read: { data: Buffer; stat: Stat } | undefined): void;
+  /** A write on `name`'s nodes starts (+1) or ends (-1). */
+  writing(name: string, delta: 1 | -1): void;
   /** Re-reads every watched name (after a reconnect or a new session). */
   refreshAll(): void;
   close(): void;
@@ -36,35 +49,24 @@ export interface HolderWatch {
 interface NameWatch {
   name: string;
   listeners: Set<Listener>;
-  holder: Holder | undefined;
+  holder: { token: bigint; owner: string } | undefined;
+  /** The name node's data version at the last read (undefined: no node). */
+  version: number | undefined;
   initialized: boolean;
   /** A caller was told "held" before the first read of the holder completed. */
   heldBeforeFirstRead: boolean;
-  /** The children watch fired since the last read: a contender came or went. */
-  childrenChanged: boolean;
+  /** A watch this NameWatch set is pending in ZooKeeper. */
+  armed: boolean;
+  /** A read of the adapter's own is arming it. */
+  claimed: boolean;
+  /** A look is due once this adapter's writes on the name have answered. */
+  deferred: boolean;
+  /** A look is scheduled (setImmediate). */
+  queued: boolean;
   running: boolean;
   again: boolean;
-}
-
-const MARKER = /^(released|revoked|expired):(\d+)$/;
-
-/** A holder node's data: its owner and lease length (ZooKeeper's mtime says from when). */
-export function parseData(data: Buffer): { owner: string; ttlMs: number } | undefined {
-  try {
-    const parsed = JSON.parse(data.toString('utf8')) as { o?: unknown; t?: unknown };
-    if (typeof parsed.o === 'string' && typeof parsed.t === 'number') {
-      return { owner: parsed.o, ttlMs: parsed.t };
-    }
-  } catch {}
-  return undefined;
-}
-
-export function leaseData(owner: string, ttlMs: number): Buffer {
-  return Buffer.from(JSON.stringify({ o: owner, t: ttlMs }));
-}
-
-export function zxid(value: Buffer): bigint {
-  return value.readBigInt64BE(0);
+  /** The one function every watch of this NameWatch is set with (the client dedupes by it). */
+  fire: () => void;
 }
 
 export function watchHolders(
@@ -75,7 +77,11 @@ export function watchHolders(
   const names = new Map<string, NameWatch>();
   const ends = new Map<bigint, EndReason>();
   const granted = new Map<string, bigint>();
+  /** Writes of this adapter in flight, per name. */
+  const writes = new Map<string, number>();
   let closed = false;
+
+  const current = (watch: NameWatch) => !closed && names.get(watch.name) === watch;
 
   function emit(watch: NameWatch, event: LockEvent): void {
     for (const listener of [...watch.listeners]) {
@@ -85,101 +91,101 @@ export function watchHolders(
     }
   }
 
-  /** Why `holder` went away: this adapter knows, or the end marker on the parent says. */
-  async function reasonFor(name: string, holder: Holder): Promise<EndReason> {
+  /** Why `holder` went away: this adapter knows, or the end marker read with the change says. */
+  function reasonFor(holder: { token: bigint }, end: EndMarker | undefined): EndReason {
     const known = ends.get(holder.token);
     if (known) {
       ends.delete(holder.token);
       return known;
     }
-    try {
-      const { data } = await session.getData(budget('watch', commandTimeoutMs), paths.parent(name));
-      const marker = MARKER.exec(data.toString('utf8'));
-      if (marker && BigInt(marker[2]!) === holder.token) return marker[1] as EndReason;
-    } catch {}
+    if (end?.token === holder.token) return end.reason;
     // Nothing says it was released: its session ended (dlm server gone) or it was taken over
     // after expiring. Either way the lease ended without its holder releasing it.
     return 'expired';
   }
 
-  async function observe(
+  function observe(
     watch: NameWatch,
-    current: Holder | undefined,
-    childrenChanged: boolean,
-  ): Promise<void> {
+    now: { token: bigint; owner: string } | undefined,
+    end: EndMarker | undefined,
+    version: number | undefined,
+  ): void {
     const previous = watch.holder;
     const first = !watch.initialized;
-    watch.holder = current;
+    // Created (version 0) is no change; a rewrite since the last read is.
+    const versionChanged = version !== undefined && version > (watch.version ?? 0);
+    watch.holder = now;
+    watch.version = version;
     watch.initialized = true;
-    if (previous && previous.token !== current?.token) {
-      const type = await reasonFor(watch.name, previous);
+    if (previous && previous.token !== now?.token) {
+      const type = reasonFor(previous, end);
       emit(watch, { name: watch.name, type, token: previous.token, owner: previous.owner });
     }
-    if (!current && !previous && (first ? watch.heldBeforeFirstRead : childrenChanged)) {
+    if (!now && !previous && (first ? watch.heldBeforeFirstRead : versionChanged)) {
       // A holder came and went between two reads (or before the first one), unseen by this
       // watch but maybe seen by a caller now waiting: wake it, to look again.
       emit(watch, { name: watch.name, type: 'released' });
     }
     const newest = granted.get(watch.name) ?? 0n;
-    if (!first && current && current.token !== previous?.token && current.token >= newest) {
-      granted.set(watch.name, current.token);
-      emit(watch, {
-        name: watch.name,
-        type: 'acquired',
-        token: current.token,
-        owner: current.owner,
-      });
+    if (!first && now && now.token !== previous?.token && now.token >= newest) {
+      granted.set(watch.name, now.token);
+      emit(watch, { name: watch.name, type: 'acquired', token: now.token, owner: now.owner });
     }
   }
 
-  /** Reads the holder and leaves exactly the watch that will tell of its next change. */
-  async function evaluate(watch: NameWatch): Promise<void> {
+  /** An ephemeral holder's node may be gone without a name-node write: watch it as well. */
+  async function ephemeralAlive(watch: NameWatch, holder: RecordedHolder): Promise<boolean> {
     const limit = budget('watch', commandTimeoutMs);
     const parent = paths.parent(watch.name);
-    const fire = () => schedule(watch);
-    // Only a children watch armed while the lock looked free means "a holder may have come
-    // and gone unseen"; one left over from a read that then found a holder means nothing.
-    let armedWhileFree = false;
-    const fireChildren = () => {
-      if (armedWhileFree) watch.childrenChanged = true;
-      schedule(watch);
-    };
-    const childrenChanged = watch.childrenChanged;
-    watch.childrenChanged = false;
+    let children: string[];
+    try {
+      ({ children } = await session.getChildren(limit, parent));
+    } catch (error) {
+      if (isZkCode(error, Exception.NO_NODE)) return false;
+      throw error;
+    }
+    const node = holders(children).find((child) => child.startsWith(`${holder.attemptId}-`));
+    return (
+      node !== undefined && (await session.exists(limit, `${parent}/${node}`, watch.fire)) !== null
+    );
+  }
+
+  async function seen(watch: NameWatch, data: Buffer, stat: Stat): Promise<void> {
+    const record = parseNameNode(data, stat);
+    let holder = record.holder;
+    if (holder?.ephemeral && !(await ephemeralAlive(watch, holder))) holder = undefined;
+    if (!current(watch)) return;
+    observe(
+      watch,
+      holder && { token: holder.token, owner: holder.owner },
+      record.end,
+      stat.version,
+    );
+  }
+
+  /** Reads the name node, leaving the watch that will tell of its next change. */
+  async function evaluate(watch: NameWatch): Promise<void> {
+    if (watch.armed || watch.claimed) return;
+    const limit = budget('watch', commandTimeoutMs);
+    const parent = paths.parent(watch.name);
     for (;;) {
-      let children: string[];
+      let read: { data: Buffer; stat: Stat };
       try {
-        ({ children } = await session.getChildren(limit, parent));
+        read = await session.getData(limit, parent, watch.fire);
       } catch (error) {
         if (!isZkCode(error, Exception.NO_NODE)) throw error;
-        if (await session.exists(limit, parent, fire)) continue;
-        return observe(watch, undefined, childrenChanged);
+        // No name node (never used, or swept): watch for its creation.
+        if (await session.exists(limit, parent, watch.fire)) continue;
+        watch.armed = true;
+        return observe(watch, undefined, undefined, undefined);
       }
-      let lowest = holders(children)[0];
-      if (!lowest) {
-        ({ children } = await session.getChildren(limit, parent, fireChildren));
-        lowest = holders(children)[0];
-        if (!lowest) {
-          armedWhileFree = true;
-          return observe(watch, undefined, childrenChanged);
-        }
-      }
-      const path = `${parent}/${lowest}`;
-      try {
-        const { data, stat } = await session.getData(limit, path, fire);
-        return observe(
-          watch,
-          { path, token: zxid(stat.czxid), owner: parseData(data)?.owner ?? '' },
-          childrenChanged,
-        );
-      } catch (error) {
-        if (!isZkCode(error, Exception.NO_NODE)) throw error;
-      }
+      watch.armed = true;
+      return seen(watch, read.data, read.stat);
     }
   }
 
   function schedule(watch: NameWatch): void {
-    if (closed || names.get(watch.name) !== watch) return;
+    if (!current(watch)) return;
     if (watch.running) {
       watch.again = true;
       return;
@@ -192,28 +198,56 @@ export function watchHolders(
           await evaluate(watch);
         } catch {
           // Unreachable right now: refreshAll() runs again once the session is back.
+          watch.armed = false;
         }
-      } while (watch.again && !closed && names.get(watch.name) === watch);
+      } while (watch.again && current(watch));
       watch.running = false;
     })();
+  }
+
+  /**
+   * Looks at `name` soon: after this adapter's writes on it have answered (the change was ours,
+   * and whoever asked for it may unsubscribe first), and after this turn of the event loop.
+   */
+  function lookSoon(watch: NameWatch): void {
+    if (!current(watch)) return;
+    if ((writes.get(watch.name) ?? 0) > 0) {
+      watch.deferred = true;
+      return;
+    }
+    if (watch.queued) return;
+    watch.queued = true;
+    setImmediate(() => {
+      watch.queued = false;
+      schedule(watch);
+    });
   }
 
   return {
     subscribe(name, listener) {
       let watch = names.get(name);
       if (!watch) {
-        watch = {
+        const created: NameWatch = {
           name,
           listeners: new Set(),
           holder: undefined,
+          version: undefined,
           initialized: false,
           heldBeforeFirstRead: false,
-          childrenChanged: false,
+          armed: false,
+          claimed: false,
+          deferred: false,
+          queued: false,
           running: false,
           again: false,
+          fire: () => {
+            created.armed = false;
+            lookSoon(created);
+          },
         };
-        names.set(name, watch);
-        schedule(watch);
+        watch = created;
+        names.set(name, created);
+        lookSoon(created);
       }
       watch.listeners.add(listener);
       const subscribed = watch;
@@ -240,8 +274,45 @@ export function watchHolders(
       if ((granted.get(name) ?? 0n) < token) granted.set(name, token);
       if (granted.size > 10_000) granted.delete(granted.keys().next().value!);
     },
+    claim(name) {
+      const watch = names.get(name);
+      if (!watch || closed || watch.armed || watch.claimed || watch.running) return undefined;
+      watch.claimed = true;
+      return watch.fire;
+    },
+    claimed(name, watcher, read) {
+      const watch = names.get(name);
+      // Only the NameWatch that claimed: another one subscribed since has a watcher of its own.
+      if (!watch?.claimed || watch.fire !== watcher) return;
+      watch.claimed = false;
+      if (!read) {
+        lookSoon(watch);
+        return;
+      }
+      watch.armed = true;
+      seen(watch, read.data, read.stat).catch(() => {
+        watch.armed = false;
+        lookSoon(watch);
+      });
+    },
+    writing(name, delta) {
+      const count = (writes.get(name) ?? 0) + delta;
+      if (count > 0) {
+        writes.set(name, count);
+        return;
+      }
+      writes.delete(name);
+      const watch = names.get(name);
+      if (watch?.deferred) {
+        watch.deferred = false;
+        lookSoon(watch);
+      }
+    },
     refreshAll() {
-      for (const watch of names.values()) schedule(watch);
+      for (const watch of names.values()) {
+        watch.armed = false;
+        schedule(watch);
+      }
     },
     close() {
       closed = true;

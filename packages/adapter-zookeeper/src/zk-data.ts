@@ -1,0 +1,122 @@
+import type { Stat } from 'node-zookeeper-client';
+
+export type EndReason = 'released' | 'revoked' | 'expired';
+
+/** A lease that ended, as its end marker records it. */
+export interface EndMarker {
+  reason: EndReason;
+  token: bigint;
+}
+
+/** The holder a name node records: its grant was the name node's last write. */
+export interface RecordedHolder {
+  /** The grant's zxid (the name node's mzxid): the holder node's czxid, the fencing token. */
+  token: bigint;
+  owner: string;
+  /** The attempt id at the start of the holder node's name. */
+  attemptId: string;
+  /** The holder node is ephemeral: it may vanish with its session, without a name-node write. */
+  ephemeral: boolean;
+}
+
+/** What a name node says: who holds the lock (if anyone), and why the lease before ended. */
+export interface NameRecord {
+  holder: RecordedHolder | undefined;
+  end: EndMarker | undefined;
+}
+
+const MARKER = /^(released|revoked|expired):(\d+)$/;
+
+export function zxid(value: Buffer): bigint {
+  return value.readBigInt64BE(0);
+}
+
+export const mtimeOf = (stat: Stat) => Number(stat.mtime.readBigInt64BE(0));
+
+/** A holder node's data: its owner and lease length (ZooKeeper's mtime says from when). */
+export function parseData(data: Buffer): { owner: string; ttlMs: number } | undefined {
+  try {
+    const parsed = JSON.parse(data.toString('utf8')) as { o?: unknown; t?: unknown };
+    if (typeof parsed.o === 'string' && typeof parsed.t === 'number') {
+      return { owner: parsed.o, ttlMs: parsed.t };
+    }
+  } catch {}
+  return undefined;
+}
+
+export function leaseData(owner: string, ttlMs: number): Buffer {
+  return Buffer.from(JSON.stringify({ o: owner, t: ttlMs }));
+}
+
+/** The name node's data after an end: the plain marker, `released:<token>` (and so on). */
+export function endData(reason: EndReason, token: bigint): Buffer {
+  return Buffer.from(`${reason}:${token}`);
+}
+
+function parseMarker(text: string | undefined): EndMarker | undefined {
+  const marker = text === undefined ? null : MARKER.exec(text);
+  return marker ? { reason: marker[1] as EndReason, token: BigInt(marker[2]!) } : undefined;
+}
+
+/**
+ * The name node's data after a grant: the holder's owner and attempt id (so that watchers learn
+ * the new holder from this one node, its token being the node's mzxid), and the end marker it
+ * replaces (so that a watcher that missed the end between two reads still learns its reason).
+ */
+export function grantData(
+  previous: Buffer,
+  owner: string,
+  attemptId: string,
+  ephemeral: boolean,
+): Buffer {
+  const text = previous.toString('utf8');
+  const end = MARKER.test(text) ? text : parseJson(text)?.e;
+  return Buffer.from(
+    JSON.stringify({
+      h: owner,
+      a: attemptId,
+      ...(ephemeral ? { x: 1 } : {}),
+      ...(typeof end === 'string' ? { e: end } : {}),
+    }),
+  );
+}
+
+function parseJson(
+  text: string,
+): { h?: unknown; a?: unknown; x?: unknown; e?: unknown } | undefined {
+  if (!text.startsWith('{')) return undefined;
+  try {
+    return JSON.parse(text) as { h?: unknown; a?: unknown; x?: unknown; e?: unknown };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Reads a name node. Only grants and ends write it, each in the same multi-op as the holder
+ * change, so its last write tells the current holder — except an ephemeral holder that vanished
+ * with its session (flagged, for the reader to check), and data written by something else (an
+ * older adapter version copied the end marker forward on a grant): those read as "no holder
+ * recorded", and a reader that must be sure looks at the children.
+ */
+export function parseNameNode(data: Buffer, stat: Stat): NameRecord {
+  const text = data.toString('utf8');
+  const plain = parseMarker(text);
+  if (plain) return { holder: undefined, end: plain };
+  const json = parseJson(text);
+  if (!json) return { holder: undefined, end: undefined };
+  const end = parseMarker(typeof json.e === 'string' ? json.e : undefined);
+  if (typeof json.h !== 'string' || typeof json.a !== 'string') return { holder: undefined, end };
+  return {
+    holder: { token: zxid(stat.mzxid), owner: json.h, attemptId: json.a, ephemeral: json.x === 1 },
+    end,
+  };
+}
+
+/** The holder a name node records (owner and attempt id), if it records one. */
+export function recordedHolder(data: Buffer): { owner: string; attemptId: string } | undefined {
+  const json = parseJson(data.toString('utf8'));
+  return typeof json?.h === 'string' && typeof json.a === 'string'
+    ? { owner: json.h, attemptId: json.a }
+    : undefined;
+}

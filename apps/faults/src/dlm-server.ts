@@ -44,7 +44,6 @@ export async function startDlmServer(topology: Topology): Promise<DlmServer> {
       ...topology.serverArgs,
     ],
     env: {
-      ...topology.serverEnv,
       DLM_FAULTS_CONTROL_PORT: String(controlPort),
       DLM_FAULTS_INFO: infoPath,
     },

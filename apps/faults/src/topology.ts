@@ -38,7 +38,6 @@ export interface Topology {
   variant: BackendVariant;
   /** Flags for the dlm server: the backend, pointed at the proxies. */
   serverArgs: string[];
-  serverEnv: Record<string, string>;
   members: Member[];
   proxies: TcpProxy[];
   /** The member leading now (etcd, ZooKeeper), if any answers. */
@@ -64,7 +63,6 @@ export async function startTopology(variant: BackendVariant): Promise<Topology> 
       return {
         variant,
         serverArgs: ['--backend', 'embedded', '--data-dir', dataDir],
-        serverEnv: {},
         members: [],
         proxies: [],
         leader: none,
@@ -78,8 +76,14 @@ export async function startTopology(variant: BackendVariant): Promise<Topology> 
       const proxies = await proxiesFor([redis.port]);
       return {
         variant,
-        serverArgs: ['--backend', 'redis', '--redis-url', `redis://127.0.0.1:${proxies[0]!.port}`],
-        serverEnv: variant === 'redis' ? { DLM_FAULTS_REDIS_DURABLE: '1' } : {},
+        serverArgs: [
+          '--backend',
+          'redis',
+          '--redis-url',
+          `redis://127.0.0.1:${proxies[0]!.port}`,
+          // AOF with appendfsync always: the server may declare it durable.
+          ...(variant === 'redis' ? ['--redis-durable'] : []),
+        ],
         members: [{ id: 'redis', process: redis }],
         proxies,
         leader: none,
@@ -101,7 +105,6 @@ export async function startTopology(variant: BackendVariant): Promise<Topology> 
           '--redlock-urls',
           proxies.map((proxy) => `redis://127.0.0.1:${proxy.port}`).join(','),
         ],
-        serverEnv: {},
         members: nodes.map((node, i) => ({ id: `r${i + 1}`, process: node })),
         proxies,
         leader: none,
@@ -124,7 +127,6 @@ export async function startTopology(variant: BackendVariant): Promise<Topology> 
           '--etcd-endpoints',
           proxies.map((proxy) => `http://127.0.0.1:${proxy.port}`).join(','),
         ],
-        serverEnv: {},
         members,
         proxies,
         async leader() {
@@ -155,7 +157,6 @@ export async function startTopology(variant: BackendVariant): Promise<Topology> 
           '--zk-connect',
           proxies.map((proxy) => `127.0.0.1:${proxy.port}`).join(','),
         ],
-        serverEnv: {},
         members,
         proxies,
         async leader() {

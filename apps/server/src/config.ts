@@ -8,7 +8,7 @@ import { isLogLevel, type LogLevel } from './logger.js';
 
 export type BackendConfig =
   | { kind: 'embedded'; dataDir: string | null }
-  | { kind: 'redis'; url: string }
+  | { kind: 'redis'; url: string; durable?: boolean }
   | { kind: 'redlock'; urls: string[] }
   | { kind: 'etcd'; endpoints: string[] }
   | { kind: 'zookeeper'; connect: string };
@@ -53,6 +53,8 @@ Options (each has an environment variable; flags win):
                            default $XDG_STATE_HOME/dlm or ~/.local/state/dlm)
   --memory                 embedded: keep nothing on disk (DLM_MEMORY=1)
   --redis-url URL          redis: e.g. redis://127.0.0.1:6379 (DLM_REDIS_URL)
+  --redis-durable          redis: it runs with appendonly yes + appendfsync always, so locks and
+                           fencing tokens survive its restart (DLM_REDIS_DURABLE=1)
   --redlock-urls U1,U2,U3  redlock: independent Redis nodes (DLM_REDLOCK_URLS)
   --etcd-endpoints E1,E2   etcd: client URLs (DLM_ETCD_ENDPOINTS)
   --zk-connect H:P,H:P     zookeeper: connect string (DLM_ZK_CONNECT)
@@ -112,6 +114,7 @@ export function parseConfig(
         'data-dir': { type: 'string' },
         memory: { type: 'boolean' },
         'redis-url': { type: 'string' },
+        'redis-durable': { type: 'boolean' },
         'redlock-urls': { type: 'string' },
         'etcd-endpoints': { type: 'string' },
         'zk-connect': { type: 'string' },
@@ -156,7 +159,14 @@ export function parseConfig(
       break;
     }
     case 'redis':
-      backend = { kind, url: list(flag('redis-url') ?? env.DLM_REDIS_URL, '--redis-url')[0]! };
+      backend = {
+        kind,
+        url: list(flag('redis-url') ?? env.DLM_REDIS_URL, '--redis-url')[0]!,
+        durable:
+          values['redis-durable'] === true ||
+          env.DLM_REDIS_DURABLE === '1' ||
+          env.DLM_REDIS_DURABLE === 'true',
+      };
       break;
     case 'redlock':
       backend = {

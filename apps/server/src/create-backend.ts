@@ -1,37 +1,54 @@
-import type { LockBackend } from '@dlm/core';
+import type { Clock, LockBackend } from '@dlm/core';
 import type { BackendConfig } from './config.js';
 import type { Logger } from './logger.js';
+
+export interface CreateBackendOptions {
+  /**
+   * The lock service's clock, for the adapters that keep time themselves (embedded leases, the
+   * Redis adapters' own deadlines). Default: the system clock.
+   */
+  clock?: Clock;
+}
 
 /**
  * Opens the configured backend. Adapters are imported on demand, so a server on the embedded
  * backend never loads ioredis, etcd3 or the ZooKeeper client.
  */
-export async function createBackend(config: BackendConfig, logger: Logger): Promise<LockBackend> {
+export async function createBackend(
+  config: BackendConfig,
+  logger: Logger,
+  options: CreateBackendOptions = {},
+): Promise<LockBackend> {
+  const clock = options.clock ? { clock: options.clock } : {};
+  // Capabilities some adapters learn on connecting (Redis expiry events) are final once they
+  // are ready, and core reads them once. A backend that is down now is not fatal: requests
+  // answer UNAVAILABLE until it is back.
+  const notReady = (backend: string) => (error: unknown) =>
+    logger.warn('backend not ready at start', {
+      backend,
+      error: error instanceof Error ? error.message : String(error),
+    });
   switch (config.kind) {
     case 'embedded': {
       const { embeddedBackend } = await import('@dlm/adapter-embedded');
       return embeddedBackend({
+        ...clock,
         ...(config.dataDir === null ? {} : { dataDir: config.dataDir }),
         logger: (line: string) => logger.warn(line, { component: 'embedded' }),
       });
     }
     case 'redis': {
       const { redisBackend } = await import('@dlm/adapter-redis');
-      const backend = redisBackend({ url: config.url });
-      // Its capabilities (expiry events) are final once it is ready; core reads them once.
-      // A Redis that is down now is not fatal: requests answer UNAVAILABLE until it is back,
-      // and without known expiry events core checks each lease at its deadline.
-      await backend.ready().catch((error: unknown) =>
-        logger.warn('backend not ready at start', {
-          backend: 'redis',
-          error: error instanceof Error ? error.message : String(error),
-        }),
-      );
+      const backend = redisBackend({ url: config.url, durable: config.durable ?? false, ...clock });
+      // Without known expiry events core checks each lease at its deadline.
+      await backend.ready().catch(notReady('redis'));
       return backend;
     }
     case 'redlock': {
       const { redlockBackend } = await import('@dlm/adapter-redlock');
-      return redlockBackend({ urls: config.urls });
+      const backend = redlockBackend({ urls: config.urls, ...clock });
+      await backend.ready().catch(notReady('redlock'));
+      return backend;
     }
     case 'etcd': {
       const { etcdBackend } = await import('@dlm/adapter-etcd');
@@ -61,7 +78,7 @@ export function describeBackend(config: BackendConfig): Record<string, unknown> 
     case 'embedded':
       return { backend: 'embedded', dataDir: config.dataDir ?? '(memory only)' };
     case 'redis':
-      return { backend: 'redis', url: redact(config.url) };
+      return { backend: 'redis', url: redact(config.url), durable: config.durable ?? false };
     case 'redlock':
       return { backend: 'redlock', urls: config.urls.map(redact) };
     case 'etcd':

@@ -137,12 +137,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   });
   const backendConfig: BackendConfig = options.backendConfig ?? { kind: 'embedded', dataDir: null };
   const ownsBackend = options.backend === undefined;
-  const rawBackend = options.backend ?? (await createBackend(backendConfig, logger));
+  const clock = options.service?.clock ?? systemClock;
+  const rawBackend = options.backend ?? (await createBackend(backendConfig, logger, { clock }));
   logger.info(
     ownsBackend ? 'backend connected' : 'backend attached',
     ownsBackend ? describeBackend(backendConfig) : { backend: rawBackend.kind },
   );
-  const clock = options.service?.clock ?? systemClock;
   const backendTimeoutMs = options.service?.backendTimeoutMs ?? 10_000;
   const sessions = new Map<WebSocket, Connection>();
   // Upgrades in progress count too, so a burst of handshakes cannot overshoot the limits.

@@ -78,6 +78,9 @@ function keepAliveChannel(client: Etcd3) {
   function open(): Promise<KeepAliveStream> {
     const opened: Promise<KeepAliveStream> = client.leaseClient.leaseKeepAlive().then((stream) => {
       stream.on('data', (response) => {
+        // A late answer on a stream given up on may be about an earlier keepalive of a lease
+        // asked for again since: only the current stream's answers count.
+        if (current !== opened) return;
         const waiter = pending.get(response.ID);
         if (!waiter) return;
         pending.delete(response.ID);

@@ -1,3 +1,4 @@
+import type { Writable } from 'node:stream';
 import { DlmError } from '@dlm/core';
 import {
   type Client,
@@ -218,6 +219,25 @@ export function openSession(connect: string, options: { sessionTimeoutMs: number
   type Callback<T> = (error: Error | Exception | null, value?: T) => void;
 
   /**
+   * node-zookeeper-client writes every request to its socket at once, one system call each.
+   * Corked for the rest of this turn of the event loop, the requests sent in it (many callers
+   * at once; a pipelined pair of reads) leave in one write.
+   */
+  let corked: { uncork(): void } | undefined;
+  function corkForThisTurn(c: Client): void {
+    if (corked) return;
+    const socket = (c as unknown as { connectionManager?: { socket?: Writable } }).connectionManager
+      ?.socket;
+    if (!socket || typeof socket.cork !== 'function') return;
+    socket.cork();
+    corked = socket;
+    process.nextTick(() => {
+      corked = undefined;
+      socket.uncork();
+    });
+  }
+
+  /**
    * Sends one request and waits for its answer within the budget. Reads are sent again after
    * a connection loss; writes are not (the caller decides, knowing what the write was).
    */
@@ -242,6 +262,7 @@ export function openSession(connect: string, options: { sessionTimeoutMs: number
             Math.max(0, limit.remainingMs()),
           );
           try {
+            corkForThisTurn(client);
             op(client, (error, value) => {
               clearTimeout(timer);
               if (error) reject(error);

@@ -1,14 +1,15 @@
 /**
  * Where things live under the adapter's root (`/dlm` by default):
  *
- * - `<root>/clock`: touched (setData) to read ZooKeeper's time from the reply's `mtime`, and
- *   to learn the zxid of a multi-op it is part of.
- * - `<root>/locks/<encoded name>`: one persistent node per lock name (the "name node"). Its
- *   data is the last end marker (`released:<token>`, `revoked:<token>`, `expired:<token>`),
- *   written in the same multi-op that deleted a holder, so watchers can tell why a holder went
- *   away. Its data *version* guards grants: every multi-op that creates a holder also rewrites
- *   the name node at the version it read, so two contenders that both saw the lock free cannot
- *   both create one.
+ * - `<root>/clock`: touched (setData) to read ZooKeeper's exact time from the reply's `mtime`.
+ * - `<root>/locks/<encoded name>`: one persistent node per lock name (the "name node"). After
+ *   an end its data is the end marker (`released:<token>`, `revoked:<token>`,
+ *   `expired:<token>`), written in the same multi-op that deleted the holder; after a grant it
+ *   is the holder's owner and attempt id (and the last end marker), written in the multi-op
+ *   that created the holder, whose token is then the name node's mzxid (see zk-data.ts). So
+ *   watchers learn every change of holder, and why, from this one node. Its data *version*
+ *   guards grants: every multi-op that creates a holder also rewrites the name node at the
+ *   version it read, so two contenders that both saw the lock free cannot both create one.
  * - `<name node>/<attempt id>-lock-<sequence>`: the holder, persistent (ephemeral with the
  *   `ephemeral` option); at most one exists. Sequential, so that every lease has a path of its
  *   own and a versioned delete of an old lease can never hit a newer one.

@@ -1,4 +1,4 @@
-import { type Clock, DlmError, type Timer, toUnavailable } from '@dlm/core';
+import { type Clock, createDeadlineQueue, DlmError, type Timer, toUnavailable } from '@dlm/core';
 
 /**
  * Bounds every call to Redis in time and turns whatever went wrong into UNAVAILABLE, marked
@@ -28,96 +28,15 @@ export interface Deadlines {
   add(delayMs: number, expire: () => void): Timer;
 }
 
-interface Deadline {
-  at: number;
-  expire: (() => void) | undefined;
-}
-
 /**
- * One timer for the time-outs of every call in flight on a connection: a timer per command was
- * a measurable share of the adapter's CPU. Calls mostly end in the order they start, so the
- * queue is kept sorted by appending (an out-of-order deadline is inserted in place), and the one
- * timer is armed for the earliest pending deadline. A cancelled call leaves the queue when it
- * reaches the front; when nothing is pending the timer is cancelled, so none is left behind.
+ * One timer for the time-outs of every call in flight on a connection (core's deadline queue):
+ * a timer per command was a measurable share of the adapter's CPU.
  */
 export function createDeadlines(clock: Clock): Deadlines {
-  const queue: Deadline[] = [];
-  let head = 0;
-  let timer: Timer | undefined;
-  let timerAt = Number.POSITIVE_INFINITY;
-
-  function dropSettled(): void {
-    while (head < queue.length && queue[head]!.expire === undefined) head++;
-    if (head === queue.length) {
-      queue.length = 0;
-      head = 0;
-    } else if (head > 1024 && head * 2 > queue.length) {
-      queue.splice(0, head);
-      head = 0;
-    }
-  }
-
-  function arm(): void {
-    const first = queue[head];
-    if (!first) {
-      timer?.cancel();
-      timer = undefined;
-      timerAt = Number.POSITIVE_INFINITY;
-      return;
-    }
-    // A timer due no later than the front serves it: when it fires, it re-arms.
-    if (timer && timerAt <= first.at) return;
-    timer?.cancel();
-    timerAt = first.at;
-    timer = clock.setTimer(fire, Math.max(0, first.at - clock.now()));
-  }
-
-  function fire(): void {
-    timer = undefined;
-    timerAt = Number.POSITIVE_INFINITY;
-    const now = clock.now();
-    for (;;) {
-      dropSettled();
-      const first = queue[head];
-      if (!first || first.at > now) break;
-      const expire = first.expire;
-      first.expire = undefined;
-      expire?.();
-    }
-    arm();
-  }
-
-  function insert(entry: Deadline): void {
-    const last = queue[queue.length - 1];
-    if (queue.length === head || (last && last.at <= entry.at)) {
-      queue.push(entry);
-      return;
-    }
-    let low = head;
-    let high = queue.length;
-    while (low < high) {
-      const middle = (low + high) >>> 1;
-      if (queue[middle]!.at <= entry.at) low = middle + 1;
-      else high = middle;
-    }
-    queue.splice(low, 0, entry);
-  }
-
+  const queue = createDeadlineQueue(clock, 0);
   return {
     add(delayMs, expire) {
-      const entry: Deadline = { at: clock.now() + Math.max(0, delayMs), expire };
-      insert(entry);
-      arm();
-      return {
-        cancel() {
-          if (entry.expire === undefined) return;
-          entry.expire = undefined;
-          if (queue[head] === entry) {
-            dropSettled();
-            arm();
-          }
-        },
-      };
+      return { cancel: queue.add(expire, delayMs) };
     },
   };
 }

@@ -1,15 +1,19 @@
 import type { Clock, Timer } from './clock.js';
 
 /**
- * Deadlines that all lie the same `delayMs` after they are added, so they fall due in the order
- * they were added: one timer, armed for the oldest pending one, serves them all, where a timer
- * per call was a measurable share of CPU (the client's per request, the lock service's per
- * backend call). Entries removed before they are due are unlinked at once, and with nothing
- * pending no timer is left behind.
+ * Time-outs of many calls in flight, served by one timer armed for the earliest: a timer per
+ * call was a measurable share of CPU (the client's per request, the lock service's per backend
+ * call, the Redis adapter's per command). Deadlines mostly come in the order they are added
+ * (most share the queue's `delayMs`), so an entry is linked in from the back, which is where it
+ * almost always belongs. Entries removed before they are due are unlinked at once, and with
+ * nothing pending no timer is left behind.
  */
 export interface DeadlineQueue {
-  /** Calls `expire` `delayMs` from now unless the returned function is called first. */
-  add(expire: () => void): () => void;
+  /**
+   * Calls `expire` `delayMs` (default: the queue's) from now unless the returned function is
+   * called first.
+   */
+  add(expire: () => void, delayMs?: number): () => void;
 }
 
 interface Entry {
@@ -62,11 +66,17 @@ export function createDeadlineQueue(clock: Clock, delayMs: number): DeadlineQueu
   }
 
   return {
-    add(expire) {
-      const entry: Entry = { deadline: clock.now() + delayMs, expire, prev: last, next: undefined };
-      if (last) last.next = entry;
+    add(expire, entryDelayMs = delayMs) {
+      const deadline = clock.now() + Math.max(0, entryDelayMs);
+      // After the last entry due no later than this one (equal deadlines keep their order).
+      let before = last;
+      while (before && before.deadline > deadline) before = before.prev;
+      const after = before ? before.next : first;
+      const entry: Entry = { deadline, expire, prev: before, next: after };
+      if (before) before.next = entry;
       else first = entry;
-      last = entry;
+      if (after) after.prev = entry;
+      else last = entry;
       arm();
       return () => {
         if (!entry.expire) return;

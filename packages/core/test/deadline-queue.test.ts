@@ -89,4 +89,25 @@ describe('createDeadlineQueue', () => {
     advance(10);
     expect(fired).toEqual(['second']);
   });
+
+  it('puts an entry with its own delay in deadline order, re-arming for an earlier one', () => {
+    const { clock, advance, pending } = countingClock();
+    const queue = createDeadlineQueue(clock, 100);
+    const fired: Array<[string, number]> = [];
+    const at = (name: string) => () => fired.push([name, clock.now()]);
+    queue.add(at('default-100'));
+    queue.add(at('late-300'), 300);
+    queue.add(at('early-20'), 20);
+    queue.add(at('tie-100'), 100);
+    const removeMiddle = queue.add(at('removed-50'), 50);
+    removeMiddle();
+    expect(pending()).toBe(1);
+    advance(20);
+    expect(fired).toEqual([['early-20', 20]]);
+    advance(80);
+    expect(fired.map(([name]) => name)).toEqual(['early-20', 'default-100', 'tie-100']);
+    advance(200);
+    expect(fired.at(-1)).toEqual(['late-300', 300]);
+    expect(pending()).toBe(0);
+  });
 });

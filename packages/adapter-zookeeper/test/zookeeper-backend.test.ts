@@ -110,6 +110,18 @@ describe.skipIf(!run)('zookeeper backend primitives', () => {
     expect(await a.extend({ name, token: grant.token + 1n, ttlMs: 5_000 })).toBeNull();
   });
 
+  it('a lease extended through another backend is still released and extended by token where it was granted', async () => {
+    const name = lockName('known-lease');
+    const grant = await granted(a, name, 'holder', 5_000);
+    // b moves the holder node's version past what a remembers of its own grant.
+    expect((await b.extend({ name, token: grant.token, ttlMs: 5_000 }))?.token).toBe(grant.token);
+    expect((await a.extend({ name, token: grant.token, ttlMs: 6_000 }))?.ttlMs).toBe(6_000);
+    expect((await b.extend({ name, token: grant.token, ttlMs: 5_000 }))?.token).toBe(grant.token);
+    expect(await a.release({ name, token: grant.token })).toBe(true);
+    expect(await a.release({ name, token: grant.token })).toBe(false);
+    expect(await b.inspect(name)).toBeNull();
+  });
+
   it('watch tells grants, releases, revocations and expiries apart', async () => {
     const name = lockName('events');
     const events: LockEvent[] = [];

@@ -116,10 +116,14 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
   const sender = txnSender(client, markerKey);
 
   async function remainingOf(limit: Budget, kv: IKeyValue): Promise<number | undefined> {
-    if (!kv.lease || kv.lease === '0') return undefined;
+    return remainingOfLease(limit, kv.lease);
+  }
+
+  async function remainingOfLease(limit: Budget, lease: string): Promise<number | undefined> {
+    if (!lease || lease === '0') return undefined;
     try {
       const response = await call(limit, 'idempotent', false, (deadline) =>
-        client.leaseClient.leaseTimeToLive({ ID: kv.lease }, { deadline }),
+        client.leaseClient.leaseTimeToLive({ ID: lease }, { deadline }),
       );
       return remainingMs(response.TTL, response.grantedTTL);
     } catch {
@@ -172,6 +176,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
     isClosed: () => closed,
     leases,
     remainingOf,
+    remainingOfLease,
     watchEstablished,
     txn,
   });
@@ -297,7 +302,8 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
     acquireQueued: queue.acquireQueued,
 
     watch(name, listener) {
-      return watch.subscribe(name, listener);
+      // Only the event: the watch's second argument (the lease) is for the queue.
+      return watch.subscribe(name, (event) => listener(event));
     },
 
     async revoke(name) {

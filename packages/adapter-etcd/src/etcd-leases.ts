@@ -39,11 +39,31 @@ export interface LeasePool {
   /** A lease of `ttlMs` (rounded up to whole seconds) that runs from now: reused or fresh. */
   take(limit: Budget, ttlMs: number): Promise<LockLease>;
   /**
+   * A pooled lease of `ttlMs` (rounded up to whole seconds) for a transaction sent before its
+   * renewal is confirmed (with the renewal, or before it); undefined when none is pooled. It is
+   * not reused until given back with `detached`.
+   */
+  reserve(ttlMs: number): ReservedLease | undefined;
+  /**
    * A transaction of this backend took the last key off this lease, or the lease was taken
    * for a transaction that did not put its key. Reused when it is ours; revoked otherwise.
    */
   detached(id: string | undefined): void;
   close(): void;
+}
+
+/** A pooled lease handed out before its renewal (see `LeasePool.reserve`). */
+export interface ReservedLease {
+  id: string;
+  /**
+   * Sends the renewal (once; later calls give the same answer): the lease counted from when it
+   * was sent once etcd restarted its TTL, or undefined when it did not (the lease ran out or
+   * was revoked, or no answer came in time). A key put on the lease must not be reported held
+   * before the renewal is confirmed; without confirmation it has to move to another lease. A
+   * transaction etcd refused because the lease is gone applied nothing. Give the lease back
+   * only once a renewal that was sent has settled.
+   */
+  renew(limit: Budget): Promise<LockLease | undefined>;
 }
 
 /** Leases closer than this to running out are not reused (etcd's lessor checks every 500 ms). */
@@ -180,26 +200,44 @@ export function leasePool(client: Etcd3, commandTimeoutMs: number): LeasePool {
     return undefined;
   }
 
+  /** Renews a pooled lease: the lease counted from when the keepalive was sent, or undefined. */
+  async function renew(limit: Budget, id: string, seconds: number): Promise<LockLease | undefined> {
+    const sentAt = performance.now();
+    try {
+      const timeoutMs = Math.min(KEEPALIVE_TIMEOUT_MS, limit.remainingMs() / 2);
+      const ttl = timeoutMs > 0 ? await keepAlive.renew(id, timeoutMs) : 0;
+      if (ttl > 0) {
+        const lease = { id, ttlMs: ttl * SECOND, sentAt };
+        note(id, { seconds, ttlMs: lease.ttlMs, sentAt });
+        return lease;
+      }
+    } catch {
+      // Not renewed (or not known to be): it runs out by itself.
+    }
+    known.delete(id);
+    return undefined;
+  }
+
   return {
     async take(limit, ttlMs) {
       const seconds = ttlSeconds(ttlMs);
       const reused = pooledLease(seconds);
-      if (reused !== undefined) {
-        const sentAt = performance.now();
-        try {
-          const timeoutMs = Math.min(KEEPALIVE_TIMEOUT_MS, limit.remainingMs() / 2);
-          const ttl = timeoutMs > 0 ? await keepAlive.renew(reused, timeoutMs) : 0;
-          if (ttl > 0) {
-            const lease = { id: reused, ttlMs: ttl * SECOND, sentAt };
-            note(reused, { seconds, ttlMs: lease.ttlMs, sentAt });
-            return lease;
-          }
-        } catch {
-          // Not renewed (or not known to be): it runs out by itself; grant a new one.
-        }
-        known.delete(reused);
-      }
-      return grant(limit, seconds);
+      const renewed = reused === undefined ? undefined : await renew(limit, reused, seconds);
+      return renewed ?? grant(limit, seconds);
+    },
+
+    reserve(ttlMs) {
+      const seconds = ttlSeconds(ttlMs);
+      const id = pooledLease(seconds);
+      if (id === undefined) return undefined;
+      let renewed: Promise<LockLease | undefined> | undefined;
+      return {
+        id,
+        renew(limit) {
+          renewed ??= renew(limit, id, seconds);
+          return renewed;
+        },
+      };
     },
 
     detached(id) {

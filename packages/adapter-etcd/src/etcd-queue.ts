@@ -9,7 +9,7 @@ import {
 } from 'etcd3';
 import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.js';
 import { type EtcdKeys, prefixEnd } from './etcd-keys.js';
-import type { LeasePool, LockLease } from './etcd-leases.js';
+import type { LeasePool, LockLease, ReservedLease } from './etcd-leases.js';
 import type { WaiterSession } from './etcd-session.js';
 import type { PrefixWatch } from './etcd-watch.js';
 
@@ -24,6 +24,8 @@ export interface QueueContext {
   isClosed(): boolean;
   leases: LeasePool;
   remainingOf(limit: Budget, kv: IKeyValue): Promise<number | undefined>;
+  /** The remaining time of this lease (undefined when unknown). */
+  remainingOfLease(limit: Budget, lease: string): Promise<number | undefined>;
   watchEstablished(limit: Budget): Promise<void>;
   txn(
     limit: Budget,
@@ -133,26 +135,50 @@ export function fairQueue(context: QueueContext) {
     let myRevision: bigint | undefined;
     let sleepingOn: Step = { kind: 'again' };
     let inFlight = false;
-    let missed = false;
+    /** What the watch reported while a look was in flight (it may be about what the look read). */
+    const seen = { lockFreed: false, reset: false, deleted: new Set<string>() };
     let wake: () => void = () => {};
     let ttlRemainingMs: number | undefined;
     let leaseRenewed = false;
+    /** A pooled lease turned out to be gone: take the next one only once etcd renewed it. */
+    let confirmedLease = false;
 
-    // Events that arrive while a look is in flight may be about what it read: look again.
-    const notice = (relevant: boolean) => {
-      if (inFlight) missed = true;
-      else if (relevant) wake();
-    };
-    const stopLock = watch.subscribe(name, (event) => {
-      if (event.type !== 'acquired') notice(sleepingOn.kind === 'lock');
+    /** Whether `step` may be out of date because of an event seen while its look was in flight. */
+    const missedFor = (step: Step): boolean =>
+      seen.reset ||
+      seen.deleted.has(myKey.toString()) ||
+      (step.kind === 'lock' && seen.lockFreed) ||
+      (step.kind === 'predecessor' && seen.deleted.has(step.key));
+    /** The lock as the last event about it left it: granted at this revision, on this lease. */
+    let lastGrant: { revision: string; lease: string | undefined } | undefined;
+    /**
+     * Our predecessor's key went in the revision that granted the lock (it was the head and
+     * took the lock): we are at the head now, and the lock is held.
+     */
+    let promoted: string | undefined;
+    const stopLock = watch.subscribe(name, (event, lease) => {
+      if (event.type === 'acquired') {
+        lastGrant = { revision: `${event.token}`, lease };
+        return;
+      }
+      lastGrant = undefined;
+      if (inFlight) seen.lockFreed = true;
+      else if (sleepingOn.kind === 'lock') wake();
     });
-    const stopQueue = watch.subscribeQueue(name, (deletedKey) =>
-      notice(
+    const stopQueue = watch.subscribeQueue(name, (deletedKey, revision) => {
+      if (inFlight) {
+        if (deletedKey === undefined) seen.reset = true;
+        else seen.deleted.add(deletedKey);
+      } else if (
         deletedKey === undefined ||
-          (sleepingOn.kind === 'predecessor' && deletedKey === sleepingOn.key) ||
-          deletedKey === myKey.toString(),
-      ),
-    );
+        (sleepingOn.kind === 'predecessor' && deletedKey === sleepingOn.key) ||
+        deletedKey === myKey.toString()
+      ) {
+        promoted =
+          sleepingOn.kind === 'predecessor' && deletedKey === sleepingOn.key ? revision : undefined;
+        wake();
+      }
+    });
 
     const grantOf = (token: string, lease: LockLease): Grant => ({
       name,
@@ -163,7 +189,10 @@ export function fairQueue(context: QueueContext) {
 
     /** Not queued: take the free lock, refresh our own, or join the queue. */
     async function join(limit: Budget): Promise<Step> {
-      const lease = await context.leases.take(limit, leaseTtlMs);
+      // Under contention the lock is held and the lease not used: a pooled lease is renewed
+      // only once the transaction took the lock (see `reported`).
+      const early = confirmedLease ? undefined : context.leases.reserve(leaseTtlMs);
+      const lease = early ?? (await context.leases.take(limit, leaseTtlMs));
       const sessionLease = await context.session.leaseId(limit);
       myKey = Buffer.concat([queueStart, Buffer.from(randomBytes(8).toString('hex'))]);
       let response: ITxnResponse;
@@ -198,6 +227,13 @@ export function fairQueue(context: QueueContext) {
           ],
         });
       } catch (error) {
+        if (early && error instanceof DlmError && error.cause instanceof EtcdLeaseInvalidError) {
+          // Most likely the pooled lease was gone (the waiter lease is tried next): the branch
+          // that puts the lock key on it applied nothing. Join again on a confirmed lease.
+          confirmedLease = true;
+          void dequeue(myKey);
+          return { kind: 'again' };
+        }
         if (error instanceof DlmError && error.cause instanceof EtcdLeaseInvalidError) {
           context.leases.detached(lease.id);
           // The waiter lease ran out (this server or etcd stalled for its TTL) before its
@@ -212,13 +248,13 @@ export function fairQueue(context: QueueContext) {
         else void dequeue(myKey);
         throw error;
       }
-      if (response.succeeded) return checked(grantOf(response.header.revision, lease), lease);
+      if (response.succeeded) return reported(limit, response.header.revision, lease, early);
       const nested = response.responses[0]?.response_txn;
       if (nested?.succeeded) {
         const previous = nested.responses[0]?.response_put.prev_kv;
         if (!previous) throw new DlmError('INTERNAL', 'etcd: re-acquire returned no previous key');
         if (previous.lease !== lease.id) context.leases.detached(previous.lease);
-        return checked(grantOf(previous.create_revision, lease), lease);
+        return reported(limit, previous.create_revision, lease, early);
       }
       context.leases.detached(lease.id);
       const newest = nested?.responses[1]?.response_range.kvs ?? [];
@@ -243,9 +279,31 @@ export function fairQueue(context: QueueContext) {
       return kv ? BigInt(kv.create_revision) : undefined;
     }
 
-    /** Queued: take the lock if we are at the head and it is free; else learn what to wait on. */
-    async function takeFromHead(limit: Budget, revision: bigint): Promise<Step> {
-      const lease = await context.leases.take(limit, leaseTtlMs);
+    /**
+     * Queued: take the lock if we are at the head and it is free; else learn what to wait on.
+     *
+     * This is the handoff path, so a pooled lease is not renewed before the transaction: when
+     * the lock was seen free (we slept at the head), the renewal goes out with the transaction
+     * (one round trip fewer between a release and the next grant); otherwise (we just moved up
+     * the queue, and most likely find the lock held) only once the transaction took the lock.
+     * The grant is reported only once etcd confirmed the renewal, counted from when it was
+     * sent; a transaction refused because the lease is gone is tried again on a confirmed
+     * lease, and a key put on a lease whose renewal was not confirmed moves to another lease
+     * first.
+     */
+    async function takeFromHead(
+      limit: Budget,
+      revision: bigint,
+      lockSeenFree: boolean,
+    ): Promise<Step> {
+      const early = confirmedLease ? undefined : context.leases.reserve(leaseTtlMs);
+      const renewing = early && lockSeenFree ? early.renew(limit) : undefined;
+      const lease = early ?? (await context.leases.take(limit, leaseTtlMs));
+      /** Gives the lease back for reuse (once a renewal sent has settled). */
+      const giveBack = () => {
+        if (renewing) void renewing.then(() => context.leases.detached(lease.id));
+        else context.leases.detached(lease.id);
+      };
       let response: ITxnResponse;
       try {
         response = await context.txn(limit, 'idempotent', {
@@ -283,15 +341,20 @@ export function fairQueue(context: QueueContext) {
           ],
         });
       } catch (error) {
-        if (!(error instanceof DlmError && error.details.indeterminate))
-          context.leases.detached(lease.id);
+        if (early && error instanceof DlmError && error.cause instanceof EtcdLeaseInvalidError) {
+          // The pooled lease was gone: nothing was applied (or, after a lost reply, what was
+          // went with the lease). Look again on a lease whose renewal etcd confirmed first.
+          confirmedLease = true;
+          return { kind: 'again' };
+        }
+        if (!(error instanceof DlmError && error.details.indeterminate)) giveBack();
         throw error;
       }
       if (response.succeeded) {
         myRevision = undefined;
-        return checked(grantOf(response.header.revision, lease), lease);
+        return reported(limit, response.header.revision, lease, early);
       }
-      context.leases.detached(lease.id);
+      giveBack();
       if (!response.responses[0]?.response_range.kvs.length) {
         // Our entry is gone (its lease ran out while etcd or this server stalled, or a retried
         // transaction had in fact taken the lock): start over; join() also finds a lock that
@@ -304,6 +367,66 @@ export function fairQueue(context: QueueContext) {
       const holder = response.responses[2]?.response_range.kvs[0];
       if (!holder) return { kind: 'again' };
       return { kind: 'lock', ttlRemainingMs: await context.remainingOf(limit, holder) };
+    }
+
+    /**
+     * We took the lock (`token`) on `lease`: report it once the lease is known to run its TTL
+     * from a known moment. A pooled lease sent before its renewal was confirmed (`early`) is
+     * renewed now if that was not sent yet, and the grant counts from when it was sent.
+     */
+    async function reported(
+      limit: Budget,
+      token: string,
+      lease: LockLease | ReservedLease,
+      early: ReservedLease | undefined,
+    ): Promise<Step> {
+      if (!early) return checked(grantOf(token, lease as LockLease), lease as LockLease);
+      const renewed = await early.renew(limit);
+      return renewed ? checked(grantOf(token, renewed), renewed) : moved(token, early.id);
+    }
+
+    /**
+     * We took the lock on a pooled lease whose renewal etcd did not confirm: move the key to a
+     * confirmed lease before reporting the grant. If the key is gone, it went with its lease
+     * and the lock was never reported: queue again.
+     */
+    async function moved(token: string, unconfirmed: string): Promise<Step> {
+      const limit = budget('acquire', commandTimeoutMs);
+      const ours: ICompare = {
+        key: lockKey,
+        target: 'Create',
+        result: 'Equal',
+        create_revision: token,
+      };
+      let lease: LockLease | undefined;
+      let response: ITxnResponse;
+      try {
+        lease = await context.leases.take(limit, leaseTtlMs);
+        response = await context.txn(limit, 'idempotent', {
+          compare: [ours],
+          success: [{ request_put: { key: lockKey, value, lease: lease.id } }],
+          failure: [],
+        });
+      } catch (error) {
+        if (lease && !(error instanceof DlmError && error.details.indeterminate))
+          context.leases.detached(lease.id);
+        // Not reported, so nobody will release it: give it back if etcd answers.
+        void context
+          .txn(budget('release', commandTimeoutMs), 'once', {
+            compare: [ours],
+            success: [{ request_delete_range: { key: lockKey } }],
+            failure: [],
+          })
+          .catch(() => undefined);
+        throw error;
+      }
+      if (!response.succeeded) {
+        context.leases.detached(lease.id);
+        return { kind: 'again' };
+      }
+      // Nothing of ours is left on the unconfirmed lease (not known any more: revoked).
+      context.leases.detached(unconfirmed);
+      return checked(grantOf(token, lease), lease);
     }
 
     /** No grant is reported whose lease may already have run out (S5). */
@@ -329,10 +452,22 @@ export function fairQueue(context: QueueContext) {
     }
 
     async function look(): Promise<Step> {
+      const grant = lastGrant;
+      const promotedAt = promoted;
+      promoted = undefined;
+      if (myRevision !== undefined && promotedAt !== undefined && grant?.revision === promotedAt) {
+        // Our predecessor took the lock and no event since says it was freed: sleep on the
+        // lock without asking etcd (a transaction) what the watch already told us. Only what
+        // we sleep on depends on it; the grant's transaction checks everything again. A
+        // release seen while we ask for the holder's remaining lease makes us look again.
+        const limit = budget('acquire', commandTimeoutMs);
+        const holder = grant.lease ? await context.remainingOfLease(limit, grant.lease) : undefined;
+        return { kind: 'lock', ttlRemainingMs: holder };
+      }
       if (myRevision !== undefined) {
         const limit = budget('acquire', commandTimeoutMs);
         await context.watchEstablished(limit);
-        return takeFromHead(limit, myRevision);
+        return takeFromHead(limit, myRevision, sleepingOn.kind === 'lock');
       }
       await turn.ready;
       const limit = budget('acquire', commandTimeoutMs);
@@ -351,7 +486,9 @@ export function fairQueue(context: QueueContext) {
     try {
       for (;;) {
         if (signal.aborted) break;
-        missed = false;
+        seen.lockFreed = false;
+        seen.reset = false;
+        seen.deleted.clear();
         inFlight = true;
         let step: Step;
         try {
@@ -363,7 +500,9 @@ export function fairQueue(context: QueueContext) {
         if (step.kind === 'granted') return { granted: true, grant: step.grant };
         sleepingOn = step;
         if (step.kind === 'lock') ttlRemainingMs = step.ttlRemainingMs;
-        if (step.kind === 'again' || missed || signal.aborted) continue;
+        // Only an event about what this step sleeps on means looking again at once: the others
+        // (keys behind ours, other waiters' grants) change nothing for it.
+        if (step.kind === 'again' || missedFor(step) || signal.aborted) continue;
         await new Promise<void>((resolve) => {
           let timer: NodeJS.Timeout | undefined;
           const done = () => {

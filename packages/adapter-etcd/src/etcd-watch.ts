@@ -2,9 +2,11 @@ import type { LockEvent, Unsubscribe } from '@dlm/core';
 import type { Etcd3, IWatchResponse, Watcher } from 'etcd3';
 import type { EtcdKeys } from './etcd-keys.js';
 
-type Listener = (event: LockEvent) => void;
+/** `lease`: for `acquired`, the lease the lock key was put on. */
+type Listener = (event: LockEvent, lease?: string) => void;
 /** Told the key of a deleted waiter, or undefined when events may have been missed. */
-type QueueListener = (deletedKey: string | undefined) => void;
+/** `revision`: the revision that deleted the key. */
+type QueueListener = (deletedKey: string | undefined, revision?: string) => void;
 
 /**
  * One etcd watch on the adapter's whole prefix, dispatched to per-name listeners: one gRPC
@@ -49,22 +51,22 @@ export function watchPrefix(client: Etcd3, keys: EtcdKeys): PrefixWatch {
     markReady = resolve;
   });
 
-  function emit(name: string, event: LockEvent): void {
+  function emit(name: string, event: LockEvent, lease?: string): void {
     const set = listeners.get(name);
     if (!set) return;
     for (const listener of [...set]) {
       try {
-        listener(event);
+        listener(event, lease);
       } catch {
         // One listener's failure must not keep the others from hearing the event.
       }
     }
   }
 
-  function emitQueue(name: string, deletedKey: string | undefined): void {
+  function emitQueue(name: string, deletedKey: string | undefined, revision?: string): void {
     for (const listener of [...(queueListeners.get(name) ?? [])]) {
       try {
-        listener(deletedKey);
+        listener(deletedKey, revision);
       } catch {}
     }
   }
@@ -81,7 +83,7 @@ export function watchPrefix(client: Etcd3, keys: EtcdKeys): PrefixWatch {
       const key = event.kv.key.toString();
       if (event.type === 'Delete' && key.startsWith(keys.queuePrefix)) {
         const name = keys.nameOfQueueKey(key);
-        if (name !== undefined) emitQueue(name, key);
+        if (name !== undefined) emitQueue(name, key, event.kv.mod_revision);
         continue;
       }
       if (!key.startsWith(keys.lockPrefix)) continue;
@@ -91,12 +93,16 @@ export function watchPrefix(client: Etcd3, keys: EtcdKeys): PrefixWatch {
         // version 1 is the put that created the key: a grant. Later puts only move the key to
         // a fresh lease (re-acquire, extend): the same lease, nothing to report.
         if (event.kv.version !== '1') continue;
-        emit(name, {
+        emit(
           name,
-          type: 'acquired',
-          token: BigInt(event.kv.create_revision),
-          owner: event.kv.value.toString(),
-        });
+          {
+            name,
+            type: 'acquired',
+            token: BigInt(event.kv.create_revision),
+            owner: event.kv.value.toString(),
+          },
+          event.kv.lease,
+        );
       } else {
         const previous = event.prev_kv;
         emit(name, {

@@ -85,4 +85,57 @@ describe.skipIf(!run)('etcd backend: leases of released locks are reused', () =>
     expect((await backend.inspect(held))?.token).toBe(h.token);
     expect(await backend.release({ name: held, token: h.token })).toBe(true);
   });
+
+  /** Pools a lease of `ttlMs` (a grant released) and revokes it behind the backend's back. */
+  const pooledThenRevoked = async (ttlMs: number) => {
+    const name = lockName('pooled');
+    const a = await grant(name, ttlMs);
+    const lease = await leaseOf(name);
+    expect(await backend.release({ name, token: a.token })).toBe(true);
+    await raw.leaseClient.leaseRevoke({ ID: lease! });
+    return lease!;
+  };
+
+  it('a waiter at the head whose pooled lease is gone (sent with its renewal) is granted on a new lease', async () => {
+    const name = lockName('head');
+    // Held by someone else on no lease, so the waiter sleeps at the head; freed without a dlm
+    // release, so the released lock's lease does not go to the pool ahead of the revoked one.
+    await raw.put(`${prefix}lock/${name}`).value('other');
+    const dead = await pooledThenRevoked(4_000);
+    const waiting = backend.acquireQueued!({
+      name,
+      owner: 'b',
+      ttlMs: 4_000,
+      signal: new AbortController().signal,
+    });
+    await sleep(300);
+    await raw.delete().key(`${prefix}lock/${name}`);
+    const result = await waiting;
+    if (!result.granted) throw new Error('expected a grant');
+    expect(result.grant.ttlMs).toBe(4_000);
+    const lease = await leaseOf(name);
+    expect(lease).toBeDefined();
+    expect(lease).not.toBe(dead);
+    expect(await remainingSeconds(lease!)).toBeGreaterThanOrEqual(3);
+    expect((await backend.inspect(name))?.token).toBe(result.grant.token);
+    expect(await backend.release({ name, token: result.grant.token })).toBe(true);
+  });
+
+  it('a waited acquire of a free lock whose pooled lease is gone is granted on a new lease', async () => {
+    const name = lockName('free');
+    const dead = await pooledThenRevoked(4_000);
+    const result = await backend.acquireQueued!({
+      name,
+      owner: 'c',
+      ttlMs: 4_000,
+      signal: new AbortController().signal,
+    });
+    if (!result.granted) throw new Error('expected a grant');
+    const lease = await leaseOf(name);
+    expect(lease).toBeDefined();
+    expect(lease).not.toBe(dead);
+    expect(await remainingSeconds(lease!)).toBeGreaterThanOrEqual(3);
+    expect((await backend.inspect(name))?.token).toBe(result.grant.token);
+    expect(await backend.release({ name, token: result.grant.token })).toBe(true);
+  });
 });

@@ -5,6 +5,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Duplex } from 'node:stream';
 import {
+  corkUntil,
   createLockService,
   type LockBackend,
   type LockServiceOptions,
@@ -336,9 +337,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
    */
   function cork(ws: WebSocket): void {
     const socket = (ws as unknown as { _socket?: Socket })._socket;
-    if (!socket || socket.writableCorked > 0) return;
-    socket.cork();
-    process.nextTick(() => socket.uncork());
+    if (socket) corkUntil(socket, process.nextTick);
   }
 
   function accept(ws: WebSocket, principal: Principal | null, address: string): void {

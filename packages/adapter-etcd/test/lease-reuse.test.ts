@@ -86,6 +86,16 @@ describe.skipIf(!run)('etcd backend: leases of released locks are reused', () =>
     expect(await backend.release({ name: held, token: h.token })).toBe(true);
   });
 
+  /** The lock is held with `token` on a live lease other than `dead`, and releases. */
+  const expectOnNewLease = async (name: string, token: bigint, dead: string | undefined) => {
+    const lease = await leaseOf(name);
+    expect(lease).toBeDefined();
+    expect(lease).not.toBe(dead);
+    expect(await remainingSeconds(lease!)).toBeGreaterThanOrEqual(3);
+    expect((await backend.inspect(name))?.token).toBe(token);
+    expect(await backend.release({ name, token })).toBe(true);
+  };
+
   /** Pools a lease of `ttlMs` (a grant released) and revokes it behind the backend's back. */
   const pooledThenRevoked = async (ttlMs: number) => {
     const name = lockName('pooled');
@@ -113,12 +123,7 @@ describe.skipIf(!run)('etcd backend: leases of released locks are reused', () =>
     const result = await waiting;
     if (!result.granted) throw new Error('expected a grant');
     expect(result.grant.ttlMs).toBe(4_000);
-    const lease = await leaseOf(name);
-    expect(lease).toBeDefined();
-    expect(lease).not.toBe(dead);
-    expect(await remainingSeconds(lease!)).toBeGreaterThanOrEqual(3);
-    expect((await backend.inspect(name))?.token).toBe(result.grant.token);
-    expect(await backend.release({ name, token: result.grant.token })).toBe(true);
+    await expectOnNewLease(name, result.grant.token, dead);
   });
 
   it('a waited acquire of a free lock whose pooled lease is gone is granted on a new lease', async () => {
@@ -131,11 +136,6 @@ describe.skipIf(!run)('etcd backend: leases of released locks are reused', () =>
       signal: new AbortController().signal,
     });
     if (!result.granted) throw new Error('expected a grant');
-    const lease = await leaseOf(name);
-    expect(lease).toBeDefined();
-    expect(lease).not.toBe(dead);
-    expect(await remainingSeconds(lease!)).toBeGreaterThanOrEqual(3);
-    expect((await backend.inspect(name))?.token).toBe(result.grant.token);
-    expect(await backend.release({ name, token: result.grant.token })).toBe(true);
+    await expectOnNewLease(name, result.grant.token, dead);
   });
 });

@@ -1,4 +1,4 @@
-import { type Clock, createDeadlineQueue, DlmError, type Timer, toUnavailable } from '@dlm/core';
+import { type Clock, type DeadlineQueue, DlmError, toUnavailable } from '@dlm/core';
 
 /**
  * Bounds every call to Redis in time and turns whatever went wrong into UNAVAILABLE, marked
@@ -18,27 +18,11 @@ function nothingRan(error: unknown): boolean {
 export interface CallBounds {
   clock: Clock;
   timeoutMs: number;
-  /** Shares one timer among calls (see `createDeadlines`); without it each call has its own. */
-  deadlines?: Deadlines;
-}
-
-/** Time-outs of many concurrent calls served by one timer. */
-export interface Deadlines {
-  /** Calls `expire` after `delayMs` unless the returned timer is cancelled first. */
-  add(delayMs: number, expire: () => void): Timer;
-}
-
-/**
- * One timer for the time-outs of every call in flight on a connection (core's deadline queue):
- * a timer per command was a measurable share of the adapter's CPU.
- */
-export function createDeadlines(clock: Clock): Deadlines {
-  const queue = createDeadlineQueue(clock, 0);
-  return {
-    add(delayMs, expire) {
-      return { cancel: queue.add(expire, delayMs) };
-    },
-  };
+  /**
+   * Shares one timer among the calls in flight (core's deadline queue): a timer per command was
+   * a measurable share of the adapter's CPU. Without it each call has its own.
+   */
+  deadlines?: DeadlineQueue;
 }
 
 /**
@@ -63,9 +47,12 @@ export function bounded<T>(
         }),
       );
     };
-    const timer = bounds.deadlines
-      ? bounds.deadlines.add(bounds.timeoutMs, onTimeout)
-      : bounds.clock.setTimer(onTimeout, bounds.timeoutMs);
+    let cancelTimeout: () => void;
+    if (bounds.deadlines) cancelTimeout = bounds.deadlines.add(onTimeout, bounds.timeoutMs);
+    else {
+      const timer = bounds.clock.setTimer(onTimeout, bounds.timeoutMs);
+      cancelTimeout = () => timer.cancel();
+    }
     let pending: Promise<T>;
     try {
       pending = call(() => settled);
@@ -74,13 +61,13 @@ export function bounded<T>(
     }
     pending.then(
       (value) => {
-        timer.cancel();
+        cancelTimeout();
         if (settled) return;
         settled = true;
         resolve(value);
       },
       (error: unknown) => {
-        timer.cancel();
+        cancelTimeout();
         if (settled) return;
         settled = true;
         reject(toUnavailable(error, what, write && !nothingRan(error)));

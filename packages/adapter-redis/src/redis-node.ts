@@ -1,6 +1,13 @@
-import { type Clock, DlmError, type LockState, toUnavailable } from '@dlm/core';
+import {
+  type Clock,
+  corkUntil,
+  createDeadlineQueue,
+  DlmError,
+  type LockState,
+  toUnavailable,
+} from '@dlm/core';
 import type { Redis } from 'ioredis';
-import { bounded, createDeadlines, within } from './command-bounds.js';
+import { bounded, within } from './command-bounds.js';
 import {
   eventChannel,
   lockKeyPattern,
@@ -80,7 +87,7 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
   const timeoutMs = options.commandTimeoutMs;
   const channel = eventChannel(prefix);
   const serverClock = createServerClock(clock, timeoutMs);
-  const deadlines = createDeadlines(clock);
+  const deadlines = createDeadlineQueue(clock, timeoutMs);
   // A name's keys, for the names in use (a lock is acquired and released by name, again and
   // again); cleared when full.
   const keyCache = new Map<string, NameKeys>();
@@ -142,16 +149,9 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
    * commands held back until the previous batch is answered). Order on the connection is kept.
    * A client that auto-pipelines batches by itself.
    */
-  let corked = false;
   function batchWrites(): void {
-    if (corked || client.options.enableAutoPipelining || client.status !== 'ready') return;
-    const stream = client.stream;
-    corked = true;
-    stream.cork();
-    setImmediate(() => {
-      corked = false;
-      stream.uncork();
-    });
+    if (client.options.enableAutoPipelining || client.status !== 'ready') return;
+    corkUntil(client.stream, setImmediate);
   }
 
   /** Measures the server's clock (one TIME round trip). */

@@ -1,5 +1,5 @@
 import type { Writable } from 'node:stream';
-import { DlmError } from '@dlm/core';
+import { corkUntil, DlmError } from '@dlm/core';
 import {
   type Client,
   CreateMode,
@@ -223,18 +223,10 @@ export function openSession(connect: string, options: { sessionTimeoutMs: number
    * Corked for the rest of this turn of the event loop, the requests sent in it (many callers
    * at once; a pipelined pair of reads) leave in one write.
    */
-  let corked: { uncork(): void } | undefined;
   function corkForThisTurn(c: Client): void {
-    if (corked) return;
     const socket = (c as unknown as { connectionManager?: { socket?: Writable } }).connectionManager
       ?.socket;
-    if (!socket || typeof socket.cork !== 'function') return;
-    socket.cork();
-    corked = socket;
-    process.nextTick(() => {
-      corked = undefined;
-      socket.uncork();
-    });
+    if (socket && typeof socket.cork === 'function') corkUntil(socket, process.nextTick);
   }
 
   /**

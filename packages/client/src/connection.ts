@@ -1,6 +1,8 @@
 import {
   type Backoff,
   type Clock,
+  type Corkable,
+  corkUntil,
   createBackoff,
   DlmError,
   type RetryPolicy,
@@ -326,22 +328,14 @@ export function createConnection(options: ConnectionOptions): Connection {
     pending.reject(error);
   }
 
-  let corked = false;
-
   /**
    * Under Node's `ws`, holds the TCP socket's writes until the current turn's promise jobs have
    * run, so requests sent in one turn leave in one write instead of one syscall each.
    */
   function cork(ws: WebSocketLike): void {
-    if (corked) return;
-    const raw = (ws as { _socket?: Partial<CorkableSocket> })._socket;
+    const raw = (ws as { _socket?: Partial<Corkable> })._socket;
     if (typeof raw?.cork !== 'function' || typeof raw.uncork !== 'function') return;
-    corked = true;
-    raw.cork();
-    process.nextTick(() => {
-      corked = false;
-      raw.uncork!();
-    });
+    corkUntil(raw as Corkable, process.nextTick);
   }
 
   function transmit(ws: WebSocketLike, pending: Pending): void {
@@ -463,11 +457,6 @@ export function createConnection(options: ConnectionOptions): Connection {
       return closing;
     },
   };
-}
-
-interface CorkableSocket {
-  cork(): void;
-  uncork(): void;
 }
 
 function frame(id: number, method: string, params: unknown): string {

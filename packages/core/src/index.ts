@@ -15,6 +15,7 @@ export {
   systemClock,
   type Timer,
 } from './clock.js';
+export { type Corkable, corkUntil } from './cork.js';
 export { createDeadlineQueue, type DeadlineQueue } from './deadline-queue.js';
 export {
   DlmError,

@@ -8,7 +8,7 @@ import type {
 } from './history.js';
 
 /**
- * The properties of the architecture (ARCHITECTURE.md, "Properties the tests hold the system
+ * The properties of the architecture (docs/architecture.md, "Properties the tests hold the system
  * to") as checked from a history:
  *
  * - S1: the fenced resource never accepts a token lower than one it already accepted.

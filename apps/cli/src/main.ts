@@ -4,7 +4,10 @@ import type { Command } from './command.js';
 import { EXIT } from './exit-codes.js';
 import { UsageError } from './usage-error.js';
 
-/** Each command's module is loaded only when it runs: `dlm get` need not load the server. */
+/**
+ * Each command's module is loaded only when it runs: `dlm get` need not load the server (which
+ * is an optional peer: `dlm serve` says what to install when it is absent).
+ */
 const COMMANDS: Array<{ name: string; summary: string; load: () => Promise<Command> }> = [
   {
     name: 'lock',
@@ -29,7 +32,7 @@ const COMMANDS: Array<{ name: string; summary: string; load: () => Promise<Comma
   {
     name: 'serve',
     summary: 'run the lock server (same flags and environment as dlm-server)',
-    load: async () => (await import('./commands/serve.js')).serveCommand,
+    load: async () => (await import('./commands/serve.js')).loadServeCommand(),
   },
 ];
 
@@ -62,7 +65,8 @@ Examples:
 `;
 
 async function main(argv: string[]): Promise<number | undefined> {
-  const [name, ...rest] = argv;
+  // `pnpm dlm -- ls` hands the `--` on (pnpm 12): before the command name it is no argument.
+  const [name, ...rest] = argv[0] === '--' ? argv.slice(1) : argv;
   if (name === undefined || name === '-h' || name === '--help' || name === 'help') {
     const topic =
       name === 'help' ? COMMANDS.find((command) => command.name === rest[0]) : undefined;

@@ -20,7 +20,9 @@ function workspaceDirs() {
   const globs = [...yaml.matchAll(/^\s*-\s*["']?([^"'\s]+)\/\*["']?\s*$/gm)].map((m) => m[1]);
   return globs.flatMap((dir) =>
     readdirSync(join(root, dir), { withFileTypes: true })
-      .filter((entry) => entry.isDirectory() && existsSync(join(root, dir, entry.name, 'package.json')))
+      .filter(
+        (entry) => entry.isDirectory() && existsSync(join(root, dir, entry.name, 'package.json')),
+      )
       .map((entry) => join(root, dir, entry.name)),
   );
 }

@@ -6,8 +6,8 @@ export default defineConfig({
       'packages/*/vitest.config.ts',
       'apps/*/vitest.config.ts',
       'tooling/*/vitest.config.ts',
-      // Not examples/*: the third-party example needs Docker and runs in CI's Docker stage.
-      'examples/fencing-recipes/vitest.config.ts',
+      // Both examples take their services from @dlm/test-services (local binaries first).
+      'examples/*/vitest.config.ts',
     ],
   },
 });

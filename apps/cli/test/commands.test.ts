@@ -171,4 +171,12 @@ describe('help', () => {
     expect((await runDlm([])).code).toBe(2);
     expect((await runDlm(['--version'])).stdout).toMatch(/^\d+\.\d+\.\d+\n$/);
   });
+
+  it('a leading -- (as pnpm dlm -- … passes it on) is not a command', async () => {
+    expect((await runDlm(['--', '--version'])).stdout).toMatch(/^\d+\.\d+\.\d+\n$/);
+    const get = await runDlm(['--', 'get', 'dashdash', '--server', server.url]);
+    expect(get).toMatchObject({ code: 0, stdout: 'dashdash: free\n' });
+    // Only before the command: after it, `--` keeps its meaning (dlm lock NAME -- CMD).
+    expect((await runDlm(['--', '--', 'get', 'x'])).code).toBe(2);
+  });
 });

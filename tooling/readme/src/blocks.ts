@@ -98,3 +98,33 @@ export function allBlocks(root: string): CodeBlock[] {
 export function blockName(block: CodeBlock): string {
   return `${block.file}:${block.line} (${[block.language, ...block.words].join(' ')})`;
 }
+
+export interface Link {
+  file: string;
+  line: number;
+  target: string;
+}
+
+/** The relative links (`[text](target)`) of one Markdown text, outside its code blocks. */
+export function relativeLinks(file: string, markdown: string): Link[] {
+  const links: Link[] = [];
+  let fence: string | undefined;
+  markdown.split('\n').forEach((text, index) => {
+    const open = /^\s*(`{3,}|~{3,})/.exec(text);
+    if (open) {
+      if (fence === undefined) fence = open[1];
+      else if (text.trim().replace(/[`~]/g, '') === '' && text.trim().startsWith(fence))
+        fence = undefined;
+      return;
+    }
+    if (fence !== undefined) return;
+    // Inline code spans are not links.
+    const prose = text.replace(/`[^`]*`/g, '');
+    for (const match of prose.matchAll(/\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g)) {
+      const target = match[1] ?? '';
+      if (/^([a-z][a-z0-9+.-]*:|#)/i.test(target)) continue;
+      links.push({ file, line: index + 1, target });
+    }
+  });
+  return links;
+}

@@ -31,7 +31,7 @@ const COMMANDS: Array<{ name: string; summary: string; load: () => Promise<Comma
   },
   {
     name: 'serve',
-    summary: 'run the lock server (same flags and environment as dlm-server)',
+    summary: 'run the lock server (same flags and environment as dlm-server; needs @dlm/server)',
     load: async () => (await import('./commands/serve.js')).loadServeCommand(),
   },
 ];

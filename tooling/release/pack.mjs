@@ -43,7 +43,12 @@ for (const { dir, manifest } of published) {
 function pnpm(args) {
   const execPath = process.env.npm_execpath;
   if (execPath && /pnpm/.test(execPath)) {
-    return spawnSync(process.execPath, [execPath, ...args], { cwd: root, stdio: ['ignore', 2, 2] });
+    // pnpm 12 is a native executable; older ones are a script for node.
+    const script = /\.[cm]?js$/.test(execPath);
+    return spawnSync(script ? process.execPath : execPath, script ? [execPath, ...args] : args, {
+      cwd: root,
+      stdio: ['ignore', 2, 2],
+    });
   }
   const pinned = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).packageManager;
   return spawnSync('npx', ['-y', pinned, ...args], { cwd: root, stdio: ['ignore', 2, 2] });

@@ -36,6 +36,7 @@ export function formatDuration(ms: number): string {
 
 /** A bound as the user would type it: `100ms`, `30s`, `5m`, `24h` (exact, in the largest unit). */
 export function formatBound(ms: number): string {
+  if (ms === 0) return '0';
   for (const [unit, size] of [
     ['h', 3_600_000],
     ['m', 60_000],

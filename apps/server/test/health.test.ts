@@ -1,12 +1,18 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import {
+  etcdAvailable,
+  etcdManaged,
   freePort,
   type ManagedProcess,
   redisAvailable,
   redisManaged,
+  startEtcd,
   startProcess,
   startRedis,
+  startZooKeeper,
+  zookeeperAvailable,
+  zookeeperManaged,
 } from '@dlm/test-services';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 
@@ -153,3 +159,62 @@ describe.runIf(redisAvailable() && redisManaged())('health probes of the redis b
     }
   });
 });
+
+/** Ready while the service runs, 503 within the bound once it is killed, ready again after. */
+async function outageAndReturn(args: string[], service: ManagedProcess, kind: string) {
+  const server = await serve(args);
+  await within(10_000, `${kind}: ready`, async () => {
+    return (await probe(`${server.http}/readyz`)).status === 200;
+  });
+  await service.kill();
+  const downAfterMs = await within(10_000, `${kind}: unready after the kill`, async () => {
+    const readiness = await probe(`${server.http}/readyz`);
+    return readiness.status === 503 && readiness.body.backend === kind;
+  });
+  // A probe that hangs counts as failed after its 1 s time-out, one interval (1 s) after the
+  // last answer at worst: 2 s, with room for a loaded machine.
+  expect(downAfterMs).toBeLessThan(4_000);
+  expect(await backendUp(server.http)).toBe(0);
+  await service.start();
+  // The adapter's own reconnect sets the pace here (etcd's and ZooKeeper's clients back off).
+  const upAfterMs = await within(20_000, `${kind}: ready after the restart`, async () => {
+    return (await probe(`${server.http}/readyz`)).status === 200;
+  });
+  console.log(
+    `[health] ${kind}: unready ${downAfterMs} ms after the kill, ready ${upAfterMs} ms after the restart`,
+  );
+  expect(await backendUp(server.http)).toBe(1);
+}
+
+describe.runIf(etcdAvailable() && etcdManaged())('health probes of the etcd backend', () => {
+  it('/readyz follows a one-member etcd going away and coming back', async () => {
+    const etcd = await startEtcd();
+    try {
+      await outageAndReturn(
+        ['--backend', 'etcd', '--etcd-endpoints', etcd.endpoints.join(',')],
+        etcd.members[0]!.process,
+        'etcd',
+      );
+    } finally {
+      await etcd.stop();
+    }
+  }, 60_000);
+});
+
+describe.runIf(zookeeperAvailable() && zookeeperManaged())(
+  'health probes of the ZooKeeper backend',
+  () => {
+    it('/readyz follows a one-member ZooKeeper going away and coming back', async () => {
+      const zk = await startZooKeeper();
+      try {
+        await outageAndReturn(
+          ['--backend', 'zookeeper', '--zk-connect', zk.connectString],
+          zk.members[0]!.process,
+          'zookeeper',
+        );
+      } finally {
+        await zk.stop();
+      }
+    }, 90_000);
+  },
+);

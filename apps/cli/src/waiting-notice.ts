@@ -15,8 +15,8 @@ function reasonOf(error: Error): string {
 
 /**
  * Says once on stderr what the command waits for when its first session takes longer than a
- * second and a connection attempt has failed: `dlm: waiting for ws://… (connection refused),
- * retrying`. Without it, a server that is down looks like a hang until the request times out.
+ * second: `dlm: waiting for ws://… (connection refused), retrying` after a failed attempt, or
+ * `(no answer yet)` while the first one hangs. Without it, a server that is down looks like a hang until the request times out.
  * Returns the function that stops watching (call it once connected or done).
  */
 export function noticeWaiting(client: DlmClient, url: string): () => void {
@@ -26,9 +26,14 @@ export function noticeWaiting(client: DlmClient, url: string): () => void {
     lastError = error;
   });
   const timer = setTimeout(() => {
-    if (client.session || !lastError || told) return;
+    if (client.session || told) return;
     told = true;
-    process.stderr.write(`dlm: waiting for ${url} (${reasonOf(lastError)}), retrying\n`);
+    // No error yet: the connection attempt itself hangs (a blackholed address, a stuck server).
+    process.stderr.write(
+      lastError
+        ? `dlm: waiting for ${url} (${reasonOf(lastError)}), retrying\n`
+        : `dlm: waiting for ${url} (no answer yet)\n`,
+    );
   }, WAITING_NOTICE_MS);
   timer.unref();
   const stop = () => {

@@ -223,6 +223,27 @@ describe('dlm lock with the server down', () => {
     expect(elapsedMs).toBeLessThan(14_000);
   }, 30_000);
 
+  it('says it has no answer yet when the connection hangs, and gives up after about 10 s', async () => {
+    const { createServer } = await import('node:net');
+    const sockets: import('node:net').Socket[] = [];
+    // Accepts TCP connections and never answers the WebSocket upgrade.
+    const silent = createServer((socket) => sockets.push(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const port = (silent.address() as import('node:net').AddressInfo).port;
+    try {
+      const url = `ws://127.0.0.1:${port}`;
+      const started = Date.now();
+      const done = await runDlm(['lock', 'cli/hang', '--wait', '0', '--server', url, '--', 'true']);
+      expect(done.code).toBe(125);
+      expect(done.stderr.split('\n')[0]).toBe(`dlm: waiting for ${url} (no answer yet)`);
+      expect(done.stderr).toMatch(/no session with .* within 10000 ms/);
+      expect(Date.now() - started).toBeLessThan(14_000);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      silent.close();
+    }
+  }, 30_000);
+
   it('a --server without a scheme is a usage error that says what was meant', async () => {
     const done = await runDlm(['lock', 'cli/x', '--server', 'localhost:7171', '--', 'true']);
     expect(done.code).toBe(2);

@@ -100,7 +100,8 @@ export function createBackendHealth(
   function schedule(): void {
     if (stopped) return;
     timer = setTimeout(() => {
-      // A probe still out past its time-out has been counted as failed; do not pile up more.
+      // A probe settles by its time-out; only with a time-out longer than the interval can one
+      // still be out here, and then one at a time is enough.
       probing ??= probeOnce().finally(() => {
         probing = undefined;
       });

@@ -47,6 +47,14 @@ async function runTarget(
         { server: running.serverPid, backend: target.backendPids?.() ?? [] },
       );
     }
+    if (options.workloads.includes('shared')) {
+      run.shared = await runThroughput(
+        running,
+        `${prefix}:shared`,
+        { ...options.throughput, ttlMs, shared: true },
+        { server: running.serverPid, backend: target.backendPids?.() ?? [] },
+      );
+    }
     if (options.workloads.includes('contention')) {
       run.contention = await runContention(running, prefix, { ...options.contention, ttlMs });
     }
@@ -68,6 +76,9 @@ function describeRun(run: TargetRun): string {
     parts.push(
       `${Math.round(run.throughput.pairsPerSecond)} pairs/s (CPU µs/pair: client ${us(cpu.client)}, server ${us(cpu.server)}, services ${us(cpu.backend)})`,
     );
+  }
+  if (run.shared) {
+    parts.push(`shared client: ${Math.round(run.shared.pairsPerSecond)} pairs/s`);
   }
   if (run.contention) {
     parts.push(
@@ -141,20 +152,21 @@ Regenerate with \`pnpm bench\` from the repository root.
 
 ## Settings
 
-${s.repeat} run(s) of workloads 1–3 per target, medians shown (violations, errors: sums).
+${s.repeat} run(s) of workloads 1–3 and 5 per target, medians shown (violations, errors: sums).
 1 uncontended: ${s.uncontended.count} sequential acquire+release on fresh names after ${s.uncontended.warmup} untimed.
 2 throughput: ${s.throughput.clients} clients, each on its own lock, ${s.throughput.durationMs} ms measured after ${s.throughput.warmupMs} ms run-in.
+5 shared client: workload 2's ${s.throughput.clients} callers over ONE client (one \`createClient\`, one peer session), as a service with one client per process runs them.
 3 contention: ${s.contention.clients} clients on one lock, wait ≤ ${s.contention.waitMs} ms, hold ${s.contention.holdMs === 0 ? 'one event-loop turn' : `${s.contention.holdMs} ms`}, ${s.contention.durationMs} ms measured.
 Lease ${s.ttlMs} ms. Polling peers (raw Redis, redlock, redis-semaphore, etcd3 Lock) retry every ${s.pollMs} ms.
 Every dlm target is a separate server process (\`apps/server/dist/main.js\`) driven by @dlm/client over WebSocket, one connection per simulated client; every peer client has its own connection(s).
 
-## Workloads 1–3
+## Workloads 1–3 and 5
 
 Latencies in ms. Ratios are dlm ÷ peer: below 1 is better for ↓ columns, above 1 for ↑ columns.
 
 ${renderMarkdown(rows)}
 
-Columns: **1** uncontended (acquire and release latency), **2** throughput (${s.throughput.clients} clients on their own locks: acquire+release pairs per second, pair and acquire latency), **3** contention (${s.contention.clients} clients on one lock: grants/s, handoffs/s = grants to another client than the previous holder, handoff latency = previous holder's release call → next grant, fairness = smallest client's share of grants ÷ an equal share, violations = grants while another client held the lock). Errors: failed operations (not counting waits that ran out).
+Columns: **1** uncontended (acquire and release latency), **2** throughput (${s.throughput.clients} clients on their own locks: acquire+release pairs per second, pair and acquire latency), **5** shared client (workload 2's ${s.throughput.clients} callers over one client: pairs per second, pair latency), **3** contention (${s.contention.clients} clients on one lock: grants/s, handoffs/s = grants to another client than the previous holder, handoff latency = previous holder's release call → next grant, fairness = smallest client's share of grants ÷ an equal share, violations = grants while another client held the lock). Errors: failed operations (not counting waits that ran out).
 
 ### Where the CPU went (workload 2)
 
@@ -315,6 +327,7 @@ async function main(): Promise<number> {
     const m = figures.get(target.id)!.metrics;
     return (
       (options.workloads.includes('throughput') && !(m.throughputPairsPerSecond > 0)) ||
+      (options.workloads.includes('shared') && !(m.sharedPairsPerSecond > 0)) ||
       (target.kind === 'dlm' &&
         options.workloads.includes('contention') &&
         !(m.contentionGrantsPerSecond > 0))

@@ -7,6 +7,8 @@ import type { UncontendedResult } from './workloads/uncontended.js';
 export interface TargetRun {
   uncontended?: UncontendedResult;
   throughput?: ThroughputResult;
+  /** Workload 5: workload 2's callers over one shared client. */
+  shared?: ThroughputResult;
   contention?: ContentionResult;
   error?: string;
 }
@@ -25,6 +27,9 @@ export interface Metrics {
   throughputClientCpuUs: number;
   throughputServerCpuUs: number;
   throughputBackendCpuUs: number;
+  sharedPairsPerSecond: number;
+  sharedPairP50: number;
+  sharedPairP99: number;
   contentionGrantsPerSecond: number;
   contentionHandoffsPerSecond: number;
   contentionHandoffP50: number;
@@ -41,7 +46,7 @@ export interface Metrics {
 const NaN_ = Number.NaN;
 
 export function metricsOf(run: TargetRun): Metrics {
-  const { uncontended: u, throughput: t, contention: c } = run;
+  const { uncontended: u, throughput: t, shared: sh, contention: c } = run;
   return {
     uncontendedAcquireP50: u?.acquire.p50 ?? NaN_,
     uncontendedAcquireP99: u?.acquire.p99 ?? NaN_,
@@ -54,13 +59,21 @@ export function metricsOf(run: TargetRun): Metrics {
     throughputClientCpuUs: t?.cpuUsPerPair.client ?? NaN_,
     throughputServerCpuUs: t?.cpuUsPerPair.server ?? NaN_,
     throughputBackendCpuUs: t?.cpuUsPerPair.backend ?? NaN_,
+    sharedPairsPerSecond: sh?.pairsPerSecond ?? NaN_,
+    sharedPairP50: sh?.pair.p50 ?? NaN_,
+    sharedPairP99: sh?.pair.p99 ?? NaN_,
     contentionGrantsPerSecond: c?.grantsPerSecond ?? NaN_,
     contentionHandoffsPerSecond: c?.handoffsPerSecond ?? NaN_,
     contentionHandoffP50: c?.handoff.p50 ?? NaN_,
     contentionHandoffP99: c?.handoff.p99 ?? NaN_,
     contentionFairness: c?.fairness ?? NaN_,
     contentionViolations: c?.violations ?? 0,
-    errors: (u?.errors ?? 0) + (t?.errors ?? 0) + (c?.errors ?? 0) + (run.error ? 1 : 0),
+    errors:
+      (u?.errors ?? 0) +
+      (t?.errors ?? 0) +
+      (sh?.errors ?? 0) +
+      (c?.errors ?? 0) +
+      (run.error ? 1 : 0),
     timeouts: c?.timeouts ?? 0,
   };
 }

@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
 
-export const WORKLOADS = ['uncontended', 'throughput', 'contention', 'scale'] as const;
+export const WORKLOADS = ['uncontended', 'throughput', 'shared', 'contention', 'scale'] as const;
 export type Workload = (typeof WORKLOADS)[number];
 
 export interface BenchOptions {
@@ -47,10 +47,11 @@ results/RESULTS.md (--smoke: results/smoke/).
   --smoke                 tiny counts, about a second per workload, every backend (CI)
   --repeat N              runs of workloads 1-3 per target; medians reported (default 3, smoke 1)
   --only ID,ID            targets to run (ids: see --list); default all
-  --workloads W,W         uncontended,throughput,contention,scale (default all)
+  --workloads W,W         uncontended,throughput,shared,contention,scale (default all)
   --count N               workload 1: timed pairs (default 1000; at most 10 s)
   --warmup N              workload 1: untimed pairs first (default 2000: a fresh server's JIT)
-  --clients N             workload 2: concurrent clients (default 32)
+  --clients N             workloads 2 and 5: concurrent callers (default 32); in 2 each has
+                          its own client, in 5 they share one
   --contenders N          workload 3: clients on the one lock (default 8)
   --duration-ms MS        workloads 2 and 3: measured window (default 2000)
   --warmup-ms MS          workloads 2 and 3: untimed run-in (default 500)

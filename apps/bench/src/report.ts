@@ -36,6 +36,8 @@ export const COLUMNS: Column[] = [
   { key: 'throughputPairP50', title: '2 pair p50 ↓', better: 'lower', format: formatMs },
   { key: 'throughputPairP99', title: '2 pair p99 ↓', better: 'lower', format: formatMs },
   { key: 'throughputAcquireP99', title: '2 acq p99 ↓', better: 'lower', format: formatMs },
+  { key: 'sharedPairsPerSecond', title: '5 pairs/s ↑', better: 'higher', format: rate },
+  { key: 'sharedPairP99', title: '5 pair p99 ↓', better: 'lower', format: formatMs },
   { key: 'contentionGrantsPerSecond', title: '3 grants/s ↑', better: 'higher', format: rate },
   { key: 'contentionHandoffsPerSecond', title: '3 handoffs/s ↑', better: 'higher', format: rate },
   { key: 'contentionHandoffP50', title: '3 handoff p50 ↓', better: 'lower', format: formatMs },

@@ -33,3 +33,16 @@ export function formatDuration(ms: number): string {
   if (minutes < 60) return `${minutes}m${String(seconds % 60).padStart(2, '0')}s`;
   return `${Math.floor(minutes / 60)}h${String(minutes % 60).padStart(2, '0')}m`;
 }
+
+/** A bound as the user would type it: `100ms`, `30s`, `5m`, `24h` (exact, in the largest unit). */
+export function formatBound(ms: number): string {
+  if (ms === 0) return '0';
+  for (const [unit, size] of [
+    ['h', 3_600_000],
+    ['m', 60_000],
+    ['s', 1_000],
+  ] as const) {
+    if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
+  }
+  return `${ms}ms`;
+}

@@ -10,7 +10,11 @@ export function serverUrl(flag: string | undefined, env: NodeJS.ProcessEnv = pro
     const parsed = new URL(url);
     if (!['ws:', 'wss:', 'http:', 'https:'].includes(parsed.protocol)) throw new Error();
   } catch {
-    throw new UsageError(`--server must be a ws://, wss://, http:// or https:// URL, got ${url}`);
+    // `localhost:7171` parses, as scheme `localhost:`: say what was probably meant.
+    const hint = /^[\w.-]+:\d+/.test(url) ? ` (no scheme: did you mean ws://${url}?)` : '';
+    throw new UsageError(
+      `--server must be a ws://, wss://, http:// or https:// URL, got ${url}${hint}`,
+    );
   }
   return url;
 }

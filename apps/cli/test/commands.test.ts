@@ -143,6 +143,29 @@ describe('dlm serve', () => {
     );
   });
 
+  it('takes the `--` that `pnpm dlm -- serve …` and `dlm serve -- …` pass on', async () => {
+    for (const args of [
+      ['--', 'serve', '--memory'],
+      ['serve', '--', '--memory'],
+    ]) {
+      const port = await freePort();
+      const serve = startDlm([...args, '--port', String(port), '--log-level', 'warn']);
+      const deadline = Date.now() + 15_000;
+      for (;;) {
+        const ok = await fetch(`http://127.0.0.1:${port}/readyz`).then(
+          (response) => response.ok,
+          () => false,
+        );
+        if (ok) break;
+        if (Date.now() > deadline || serve.child.exitCode !== null)
+          throw new Error(`dlm ${args.join(' ')} did not start:\n${serve.stderr()}`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      serve.child.kill('SIGTERM');
+      expect((await serve.finished).code).toBe(0);
+    }
+  });
+
   it('a bad flag exits 2 with dlm serve’s usage', async () => {
     const done = await runDlm(['serve', '--backend', 'mongo']);
     expect(done.code).toBe(2);

@@ -186,4 +186,67 @@ describe('dlm lock NAME -- CMD', () => {
       expect(done.stderr).toContain('Usage: dlm lock');
     }
   });
+
+  it('says in the units the user typed what is out of range, before connecting (exit 2)', async () => {
+    const cases: Array<[string[], string]> = [
+      [['--ttl', '50ms'], '--ttl must be between 100ms and 24h, got 50ms'],
+      [['--ttl', '25h'], '--ttl must be between 100ms and 24h, got 25h'],
+      [['--wait', '6m'], '--wait must be between 0 and 5m, got 6m'],
+    ];
+    for (const [flags, message] of cases) {
+      // No server at all: the check must not need one.
+      const done = await runDlm(['lock', 'cli/range', ...flags, '--', 'true'], {
+        DLM_URL: 'ws://127.0.0.1:9/v1/ws',
+      });
+      expect(done.code, flags.join(' ')).toBe(2);
+      expect(done.stderr.trim()).toBe(`dlm lock: ${message}`);
+    }
+  });
+});
+
+describe('dlm lock with the server down', () => {
+  it('says what it waits for after a second, and gives up with the reason after about 10 s (125)', async () => {
+    const server = await startServer({ port: 0 });
+    const url = `ws://127.0.0.1:${server.port}`;
+    await server.close();
+    const started = Date.now();
+    const done = await runDlm(['lock', 'cli/down', '--wait', '0', '--server', url, '--', 'true']);
+    const elapsedMs = Date.now() - started;
+    expect(done.code).toBe(125);
+    const lines = done.stderr.trim().split('\n');
+    expect(lines[0]).toBe(`dlm: waiting for ${url} (connection refused), retrying`);
+    expect(lines.at(-1)).toMatch(
+      /within 10000 ms: connection refused \(connect ECONNREFUSED .*\) \(UNAVAILABLE\)$/,
+    );
+    // What the README says: about 10 s plus --wait (here 0), not three tries of it.
+    expect(elapsedMs).toBeGreaterThan(9_000);
+    expect(elapsedMs).toBeLessThan(14_000);
+  }, 30_000);
+
+  it('says it has no answer yet when the connection hangs, and gives up after about 10 s', async () => {
+    const { createServer } = await import('node:net');
+    const sockets: import('node:net').Socket[] = [];
+    // Accepts TCP connections and never answers the WebSocket upgrade.
+    const silent = createServer((socket) => sockets.push(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const port = (silent.address() as import('node:net').AddressInfo).port;
+    try {
+      const url = `ws://127.0.0.1:${port}`;
+      const started = Date.now();
+      const done = await runDlm(['lock', 'cli/hang', '--wait', '0', '--server', url, '--', 'true']);
+      expect(done.code).toBe(125);
+      expect(done.stderr.split('\n')[0]).toBe(`dlm: waiting for ${url} (no answer yet)`);
+      expect(done.stderr).toMatch(/no session with .* within 10000 ms/);
+      expect(Date.now() - started).toBeLessThan(14_000);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      silent.close();
+    }
+  }, 30_000);
+
+  it('a --server without a scheme is a usage error that says what was meant', async () => {
+    const done = await runDlm(['lock', 'cli/x', '--server', 'localhost:7171', '--', 'true']);
+    expect(done.code).toBe(2);
+    expect(done.stderr).toContain('did you mean ws://localhost:7171?');
+  });
 });

@@ -3,7 +3,13 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { AuthConfigError, parseTokenFile, type TokenGrant } from './auth.js';
-import { DEFAULT_SERVER_LIMITS, LIMIT_FLAGS, limitEnvName, type ServerLimits } from './limits.js';
+import {
+  DEFAULT_SERVER_LIMITS,
+  LIMIT_FLAGS,
+  LIMITS_OFF_AT_ZERO,
+  limitEnvName,
+  type ServerLimits,
+} from './limits.js';
 import { isLogLevel, type LogLevel } from './logger.js';
 
 export type BackendConfig =
@@ -33,7 +39,10 @@ function limitLines(): string {
   return (Object.keys(LIMIT_FLAGS) as (keyof ServerLimits)[])
     .map((key) => {
       const flag = `--${LIMIT_FLAGS[key]} N`;
-      return `  ${flag.padEnd(33)}(${limitEnvName(LIMIT_FLAGS[key])}, default ${DEFAULT_SERVER_LIMITS[key]})`;
+      const byDefault = LIMITS_OFF_AT_ZERO.has(key)
+        ? `0 = off${DEFAULT_SERVER_LIMITS[key] ? `, default ${DEFAULT_SERVER_LIMITS[key]}` : ', the default'}`
+        : `default ${DEFAULT_SERVER_LIMITS[key]}`;
+      return `  ${flag.padEnd(33)}(${limitEnvName(LIMIT_FLAGS[key])}, ${byDefault})`;
     })
     .join('\n');
 }
@@ -43,7 +52,8 @@ export function usage(command = 'dlm-server'): string {
   return `Usage: ${command} [options]
 
 Serves the dlm protocol at ws://HOST:PORT/v1/ws, and on the same port: the dashboard (/),
-Prometheus metrics (/metrics), the admin API (/v1/locks) and /healthz.
+Prometheus metrics (/metrics), the admin API (/v1/locks), /livez (the process serves) and
+/readyz (the backend answers; /healthz is the same): route clients by /readyz.
 
 Options (each has an environment variable; flags win):
   --host HOST              address to bind (DLM_HOST, default 127.0.0.1)
@@ -71,7 +81,7 @@ Security (see the README's Security section):
   --allowed-origins O1,O2  browser origins allowed besides the server's own; * for any
                            (DLM_ALLOWED_ORIGINS)
 
-Limits (positive integers):
+Limits (integers):
 ${limitLines()}
 
   -h, --help               print this help
@@ -97,15 +107,35 @@ function list(value: string | undefined, what: string): string[] {
   return items;
 }
 
+const BACKEND_KINDS = ['embedded', 'redis', 'redlock', 'etcd', 'zookeeper'] as const;
+
+function isBackendKind(kind: string): kind is BackendConfig['kind'] {
+  return (BACKEND_KINDS as readonly string[]).includes(kind);
+}
+
+/** The flags that configure one backend kind. */
+const BACKEND_FLAGS: Readonly<Record<string, BackendConfig['kind']>> = {
+  memory: 'embedded',
+  'data-dir': 'embedded',
+  'redis-url': 'redis',
+  'redis-durable': 'redis',
+  'redlock-urls': 'redlock',
+  'etcd-endpoints': 'etcd',
+  'zk-connect': 'zookeeper',
+};
+
 /** Reads flags and environment into a config; `null` means `--help` was asked for. */
 export function parseConfig(
   argv: string[],
   env: NodeJS.ProcessEnv = process.env,
 ): ServerConfig | null {
+  // `pnpm start -- --memory` hands the server its `--` (pnpm ≥ 9 passes it on): a leading one
+  // only ends pnpm's own options, it is no argument of the server's.
+  const args = argv[0] === '--' ? argv.slice(1) : argv;
   let values: Record<string, string | boolean | undefined>;
   try {
     ({ values } = parseArgs({
-      args: argv,
+      args,
       strict: true,
       options: {
         host: { type: 'string' },
@@ -148,6 +178,15 @@ export function parseConfig(
     throw new ConfigError(`--log-level must be debug|info|warn|error|silent, got ${logLevel}`);
 
   const kind = flag('backend') ?? env.DLM_BACKEND ?? 'embedded';
+  // A flag for another backend than the one chosen is a mistake the user should hear of, not a
+  // setting silently ignored (`--memory --backend redis` would otherwise serve Redis).
+  // Environment variables may be set for several backends at once, so only flags are checked.
+  for (const [name, owner] of Object.entries(BACKEND_FLAGS)) {
+    if (values[name] !== undefined && owner !== kind && isBackendKind(kind))
+      throw new ConfigError(
+        `--${name} is for --backend ${owner}, but the backend is ${kind}${flag('backend') === undefined ? ' (DLM_BACKEND)' : ''}`,
+      );
+  }
   let backend: BackendConfig;
   switch (kind) {
     case 'embedded': {
@@ -194,8 +233,11 @@ export function parseConfig(
     const text = flag(name) ?? env[limitEnvName(name)];
     if (text === undefined) continue;
     const value = Number(text);
-    if (!/^\d+$/.test(text) || !Number.isSafeInteger(value) || value < 1)
-      throw new ConfigError(`--${name} must be a positive integer, got ${text}`);
+    const min = LIMITS_OFF_AT_ZERO.has(key) ? 0 : 1;
+    if (!/^\d+$/.test(text) || !Number.isSafeInteger(value) || value < min)
+      throw new ConfigError(
+        `--${name} must be a ${min ? 'positive' : 'non-negative (0 = off)'} integer, got ${text}`,
+      );
     limits[key] = value;
   }
   const headersTimeoutMs = limits.headersTimeoutMs ?? DEFAULT_SERVER_LIMITS.headersTimeoutMs;

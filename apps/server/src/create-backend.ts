@@ -22,12 +22,9 @@ export async function createBackend(
   const clock = options.clock ? { clock: options.clock } : {};
   // Capabilities some adapters learn on connecting (Redis expiry events) are final once they
   // are ready, and core reads them once. A backend that is down now is not fatal: requests
-  // answer UNAVAILABLE until it is back.
-  const notReady = (backend: string) => (error: unknown) =>
-    logger.warn('backend not ready at start', {
-      backend,
-      error: error instanceof Error ? error.message : String(error),
-    });
+  // answer UNAVAILABLE until it is back, and the server's health check logs the outage (and
+  // its end) and keeps /readyz at 503 meanwhile.
+  const notReady = () => {};
   switch (config.kind) {
     case 'embedded': {
       const { embeddedBackend } = await import('@dlm/adapter-embedded');
@@ -41,13 +38,13 @@ export async function createBackend(
       const { redisBackend } = await import('@dlm/adapter-redis');
       const backend = redisBackend({ url: config.url, durable: config.durable ?? false, ...clock });
       // Without known expiry events core checks each lease at its deadline.
-      await backend.ready().catch(notReady('redis'));
+      await backend.ready().catch(notReady);
       return backend;
     }
     case 'redlock': {
       const { redlockBackend } = await import('@dlm/adapter-redlock');
       const backend = redlockBackend({ urls: config.urls, ...clock });
-      await backend.ready().catch(notReady('redlock'));
+      await backend.ready().catch(notReady);
       return backend;
     }
     case 'etcd': {
@@ -78,9 +75,9 @@ export function describeBackend(config: BackendConfig): Record<string, unknown> 
     case 'embedded':
       return { backend: 'embedded', dataDir: config.dataDir ?? '(memory only)' };
     case 'redis':
-      return { backend: 'redis', url: redact(config.url), durable: config.durable ?? false };
+      return { backend: 'redis', redisUrl: redact(config.url), durable: config.durable ?? false };
     case 'redlock':
-      return { backend: 'redlock', urls: config.urls.map(redact) };
+      return { backend: 'redlock', redlockUrls: config.urls.map(redact) };
     case 'etcd':
       return { backend: 'etcd', endpoints: config.endpoints };
     case 'zookeeper':

@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type AdminContext, handleAdmin, LOCKS_PATH } from './admin-api.js';
 import { type Authenticator, bearerToken } from './auth.js';
+import type { Readiness } from './backend-health.js';
 import { type Dashboard, serveDashboard } from './dashboard.js';
 import { sendError, sendJson, sendThrown } from './http-json.js';
 import type { ServerMetrics } from './metrics.js';
@@ -12,7 +13,8 @@ export interface HttpContext extends AdminContext {
   dashboard: Dashboard;
   authenticator: Authenticator;
   origins: OriginPolicy;
-  health(): Record<string, unknown>;
+  /** Whether the backend answers, with what `/readyz` adds to it (backend kind, sessions). */
+  readiness(): Readiness & Record<string, unknown>;
 }
 
 /**
@@ -51,7 +53,8 @@ function authenticate(
 }
 
 /**
- * Everything on the server's port that is not the WebSocket: `/healthz` and the dashboard's files
+ * Everything on the server's port that is not the WebSocket: `/livez`, `/readyz`, `/healthz` and
+ * the dashboard's files
  * (open to all), `/metrics` (any valid token) and the admin API under `/v1/locks` (a token with
  * `admin` for the names concerned).
  */
@@ -63,8 +66,18 @@ export function createHttpHandler(context: HttpContext) {
     const path = queryAt < 0 ? url : url.slice(0, queryAt);
     const get = request.method === 'GET' || request.method === 'HEAD';
 
-    if (path === '/healthz' && get) {
-      sendJson(response, 200, context.health());
+    // Liveness: the process serves HTTP, whatever its backend does. Restarting a server
+    // because its backend is down would not bring the backend back.
+    if (path === '/livez' && get) {
+      sendJson(response, 200, { status: 'ok' });
+      return;
+    }
+    // Readiness: route clients here only while the backend answers. /healthz is the same, so
+    // that a balancer configured with it does not keep sending clients to a server whose
+    // every acquire fails.
+    if ((path === '/readyz' || path === '/healthz') && get) {
+      const { ready, ...rest } = context.readiness();
+      sendJson(response, ready ? 200 : 503, { status: ready ? 'ok' : 'unavailable', ...rest });
       return;
     }
     if (path === '/metrics' && get) {

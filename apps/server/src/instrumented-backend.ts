@@ -1,44 +1,33 @@
 import { performance } from 'node:perf_hooks';
 import { type AcquireRequest, isDlmError, type LockBackend } from '@dlm/core';
+import type { BackendHealth } from './backend-health.js';
 import type { Logger } from './logger.js';
 import type { BackendOperation, ServerMetrics } from './metrics.js';
 
 /**
- * Wraps a backend so that every primitive is timed and counted, and so that the log says when
- * the backend stops answering and when it answers again. Adapters do not report their
- * connections, so "disconnected" is what the server observes: a call failing with UNAVAILABLE;
- * "connected again" is the next call that succeeds. One line per transition, not per call.
+ * Wraps a backend so that every primitive is timed and counted, and so that what each call
+ * finds reaches `health` (which logs the transitions and answers `/readyz`): adapters do not
+ * report their connections, so a call failing with UNAVAILABLE is as good a sign of an outage
+ * as a failed probe, and a call that succeeds as good a sign that it is over.
  */
 export function instrumentBackend(
   backend: LockBackend,
   metrics: ServerMetrics,
   logger: Logger,
+  health: BackendHealth,
 ): LockBackend {
-  let available = true;
-
   function timed<A, R>(operation: BackendOperation, call: (arg: A) => Promise<R>) {
     return async (arg: A): Promise<R> => {
       const startedAt = performance.now();
       try {
         const result = await call(arg);
         metrics.backend(operation, (performance.now() - startedAt) / 1000, false);
-        if (!available) {
-          available = true;
-          logger.info('backend connected again', { backend: backend.kind, operation });
-        }
+        health.observe();
         return result;
       } catch (error) {
         metrics.backend(operation, (performance.now() - startedAt) / 1000, true);
-        if (isDlmError(error, 'UNAVAILABLE')) {
-          if (available) {
-            available = false;
-            logger.warn('backend unavailable', {
-              backend: backend.kind,
-              operation,
-              error: error.message,
-            });
-          }
-        } else {
+        if (isDlmError(error, 'UNAVAILABLE')) health.observe(error);
+        else {
           logger.error('backend call failed', {
             backend: backend.kind,
             operation,
@@ -72,6 +61,7 @@ export function instrumentBackend(
     ...(revoke ? { revoke: timed('revoke', revoke) } : {}),
     ...(list ? { list: timed('list', list) } : {}),
     ...(acquireQueued ? { acquireQueued } : {}),
+    ...(backend.ping ? { ping: backend.ping.bind(backend) } : {}),
     close: () => backend.close(),
   };
 }

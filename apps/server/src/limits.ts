@@ -19,7 +19,13 @@ export interface ServerLimits {
   maxConnectionsPerAddress: number;
   /** WebSocket connections in all; past it the upgrade gets HTTP 503. */
   maxConnections: number;
-  /** Frames per second per connection, sustained (token bucket refill rate). */
+  /**
+   * Frames per second per connection, sustained (token bucket refill rate); 0 turns the rate
+   * limit off, the default. `maxInflight` already bounds what one connection can make the server
+   * do at once, and one well-behaved client sharing its connection among many callers can send
+   * far more than a few thousand frames a second: a rate limit would throttle it, not an abuser.
+   * An operator who wants one sets it.
+   */
   messagesPerSecond: number;
   /**
    * Frames a connection may send at once above the rate (token bucket size). Refused frames draw
@@ -46,7 +52,7 @@ export const DEFAULT_SERVER_LIMITS: Readonly<ServerLimits> = {
   maxWaitersPerLock: 10_000,
   maxConnectionsPerAddress: 1_000,
   maxConnections: 20_000,
-  messagesPerSecond: 5_000,
+  messagesPerSecond: 0,
   messageBurst: 5_000,
   helloTimeoutMs: 10_000,
   pingIntervalMs: 30_000,
@@ -71,6 +77,9 @@ export const LIMIT_FLAGS: Readonly<Record<keyof ServerLimits, string>> = {
   headersTimeoutMs: 'headers-timeout-ms',
   requestTimeoutMs: 'request-timeout-ms',
 };
+
+/** The limits that take 0 for "off". */
+export const LIMITS_OFF_AT_ZERO: ReadonlySet<keyof ServerLimits> = new Set(['messagesPerSecond']);
 
 export function limitEnvName(flag: string): string {
   return `DLM_${flag.toUpperCase().replaceAll('-', '_')}`;

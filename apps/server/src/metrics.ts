@@ -45,6 +45,8 @@ export interface GaugeSources {
   sessions(): number;
   heldLocks(): number;
   waiters(): number;
+  /** 1 while the backend answers (what `/readyz` says), else 0. */
+  backendUp(): number;
 }
 
 /**
@@ -170,6 +172,14 @@ export function createMetrics(options: {
     registers,
     collect() {
       this.set(gauges.heldLocks());
+    },
+  });
+  new Gauge({
+    name: 'dlm_backend_up',
+    help: '1 while the backend answers within the readiness bound (what /readyz says), else 0.',
+    registers,
+    collect() {
+      this.set(gauges.backendUp());
     },
   });
   new Gauge({

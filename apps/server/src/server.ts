@@ -14,6 +14,7 @@ import {
 import { MAX_PAYLOAD_BYTES, SUBPROTOCOL, WS_PATH } from '@dlm/protocol';
 import { type WebSocket, WebSocketServer } from 'ws';
 import { bearerToken, createAuthenticator, type TokenGrant } from './auth.js';
+import { createBackendHealth, type HealthOptions } from './backend-health.js';
 import { CLOSE } from './close-codes.js';
 import type { BackendConfig } from './config.js';
 import { createBackend, describeBackend } from './create-backend.js';
@@ -59,6 +60,8 @@ export interface ServerOptions {
    * allows any. Requests without an `Origin` header (not from a browser) are not affected.
    */
   allowedOrigins?: readonly string[];
+  /** How often `/readyz` checks the backend, and how long it waits for an answer. */
+  health?: HealthOptions;
   /** Passed to the lock service (limits, clock, timeouts); `limits.maxWaitersPerLock` wins. */
   service?: Omit<LockServiceOptions, 'backend'>;
 }
@@ -68,7 +71,7 @@ export interface RunningServer {
   readonly port: number;
   /** `ws://host:port/v1/ws` (`wss://` with TLS) */
   readonly url: string;
-  /** `http://host:port` (`https://` with TLS): the dashboard, `/metrics`, `/healthz`, the admin API. */
+  /** `http://host:port` (`https://` with TLS): the dashboard, `/metrics`, `/readyz`, the admin API. */
   readonly httpUrl: string;
   /** The limits in force. */
   readonly limits: Readonly<ServerLimits>;
@@ -105,7 +108,8 @@ interface Connection {
 }
 
 /**
- * Starts a dlm server speaking protocol v1 over WebSocket at `/v1/ws`, with `GET /healthz`,
+ * Starts a dlm server speaking protocol v1 over WebSocket at `/v1/ws`, with `GET /livez`,
+ * `GET /readyz` (and `/healthz`, the same),
  * Prometheus metrics at `GET /metrics`, the admin API under `/v1/locks` and the dashboard at `/`.
  *
  * @example
@@ -140,10 +144,15 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const ownsBackend = options.backend === undefined;
   const clock = options.service?.clock ?? systemClock;
   const rawBackend = options.backend ?? (await createBackend(backendConfig, logger, { clock }));
-  logger.info(
-    ownsBackend ? 'backend connected' : 'backend attached',
+  if (!ownsBackend) logger.info('backend attached', { backend: rawBackend.kind });
+  // "backend connected" is logged by the health check once the backend has really answered.
+  const health = createBackendHealth(
+    rawBackend,
+    logger,
     ownsBackend ? describeBackend(backendConfig) : { backend: rawBackend.kind },
+    options.health,
   );
+  await health.start();
   const backendTimeoutMs = options.service?.backendTimeoutMs ?? 10_000;
   const sessions = new Map<WebSocket, Connection>();
   // Upgrades in progress count too, so a burst of handshakes cannot overshoot the limits.
@@ -159,9 +168,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       sessions: () => sessions.size,
       heldLocks: () => feed.localHeld,
       waiters: () => service.totalWaiters(),
+      backendUp: () => (health.readiness().ready ? 1 : 0),
     },
   });
-  const backend = instrumentBackend(rawBackend, metrics, logger);
+  const backend = instrumentBackend(rawBackend, metrics, logger, health);
   const core = createLockService({
     ...options.service,
     backend,
@@ -186,7 +196,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     authenticator,
     origins,
     dashboard: loadDashboard(),
-    health: () => ({ status: 'ok', backend: backend.kind, sessions: sessions.size }),
+    readiness: () => ({ ...health.readiness(), backend: backend.kind, sessions: sessions.size }),
   });
   // Against slowloris: a client must send its request head within headersTimeoutMs and the
   // whole request within requestTimeoutMs (Node checks every connectionsCheckingInterval).
@@ -419,9 +429,10 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const urlHost = host.includes(':') ? `[${host}]` : host;
   const [wsScheme, httpScheme] = options.tls ? ['wss', 'https'] : ['ws', 'http'];
   logger.info('listening', {
-    url: `${wsScheme}://${urlHost}:${port}${WS_PATH}`,
+    ...(ownsBackend ? describeBackend(backendConfig) : { backend: rawBackend.kind }),
     auth: authenticator.required ? `${options.auth?.length} tokens` : 'none',
-    ...describeBackend(backendConfig),
+    // Last, so that no backend field can hide the address clients connect to.
+    url: `${wsScheme}://${urlHost}:${port}${WS_PATH}`,
   });
   if (!authenticator.required && !loopback) {
     logger.warn(
@@ -448,6 +459,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     close() {
       closing ??= (async () => {
         clearInterval(heartbeat);
+        health.stop();
         http.close();
         // Pending waits answer CANCELLED before their connections close.
         await service.close();

@@ -101,6 +101,7 @@ export function createSession(context: SessionContext): Session {
   // acquires in flight: together at most maxLocksPerSession.
   const held = new Map<string, bigint>();
   let acquiring = 0;
+  const rateLimited = limits.messagesPerSecond > 0;
   const bucket = createTokenBucket(limits.messagesPerSecond, limits.messageBurst, context.now);
   // Frames refused for the rate draw on a second bucket of the same size that refills at a
   // tenth of the rate: a client that backs off when told LIMIT_EXCEEDED never empties it, one
@@ -465,7 +466,7 @@ export function createSession(context: SessionContext): Session {
 
     handleFrame(data) {
       if (!open) return;
-      if (!bucket.take()) {
+      if (rateLimited && !bucket.take()) {
         if (!overflow.take()) {
           logger.warn('connection closed: message rate', {
             session: id,

@@ -113,6 +113,59 @@ describe('the server process on the embedded backend with a data directory', () 
     expect(existsSync(join(memoryState, 'dlm'))).toBe(false);
   });
 
+  it('takes its flags with or without the `--` that `pnpm start -- --memory` passes on', async () => {
+    const state = tempDir('server-dashdash');
+    for (const args of [['--', '--memory', '--log-level', 'warn'], ['--memory']]) {
+      // `node main.js -- --memory`, as pnpm runs it: flags after a `--` used to be positionals,
+      // and the server exited 2 on them.
+      const port = await freePort();
+      const proc = await startProcess({
+        name: 'dlm-server',
+        command: process.execPath,
+        args: [MAIN, ...args],
+        env: { DLM_PORT: String(port), XDG_STATE_HOME: state, DLM_DATA_DIR: '' },
+        ready: async () => (await fetch(`http://127.0.0.1:${port}/livez`)).ok,
+      });
+      running.push(proc);
+      const peer = await session(`ws://127.0.0.1:${port}/v1/ws`);
+      expect((await peer.call('lock.acquire', { name: 'x', ttlMs: 5_000 })).result.token).toBe('1');
+      peer.close();
+      await proc.kill();
+    }
+    // --memory took effect both times: nothing was written under the state directory.
+    expect(existsSync(join(state, 'dlm'))).toBe(false);
+  });
+
+  it('a flag for another backend than the chosen one exits 2 with one line saying so', async () => {
+    const { spawnSync } = await import('node:child_process');
+    const cases: Array<[string[], RegExp]> = [
+      [
+        ['--memory', '--backend', 'redis', '--redis-url', 'redis://127.0.0.1:1'],
+        /--memory is for --backend embedded, but the backend is redis/,
+      ],
+      [
+        ['--redis-url', 'redis://127.0.0.1:1'],
+        /--redis-url is for --backend redis, but the backend is embedded/,
+      ],
+      [
+        [
+          '--backend',
+          'etcd',
+          '--etcd-endpoints',
+          'http://127.0.0.1:1',
+          '--zk-connect',
+          '127.0.0.1:1',
+        ],
+        /--zk-connect is for --backend zookeeper, but the backend is etcd/,
+      ],
+    ];
+    for (const [args, message] of cases) {
+      const result = spawnSync(process.execPath, [MAIN, ...args], { encoding: 'utf8' });
+      expect(result.status).toBe(2);
+      expect(result.stderr.split('\n')[0]).toMatch(message);
+    }
+  });
+
   it('a bad flag exits 2 with the usage', async () => {
     const { spawnSync } = await import('node:child_process');
     const result = spawnSync(process.execPath, [MAIN, '--backend', 'mongo'], { encoding: 'utf8' });

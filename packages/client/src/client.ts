@@ -1,13 +1,19 @@
 import {
   type Clock,
+  DEFAULT_LIMITS,
   DlmError,
   isDlmError,
+  type Limits,
   parseToken,
   type RetryOptions,
   type RetryPolicy,
   retry,
   retryPolicy,
   systemClock,
+  validateName,
+  validateOwner,
+  validateTtl,
+  validateWait,
 } from '@dlm/core';
 import { type MethodName, type ParamsOf, type ResultOf, WS_PATH } from '@dlm/protocol';
 import {
@@ -352,6 +358,7 @@ export function createClient(options: ClientOptions): DlmClient {
     clock,
     requestTimeoutMs,
     retry: clientRetry,
+    limits: serverLimits,
     call: connection.call,
     releaseInBackground,
     onEnded(handle) {
@@ -478,6 +485,16 @@ export function createClient(options: ClientOptions): DlmClient {
     releaseInBackground(result.name, token, ttlMs);
   }
 
+  /**
+   * The bounds requests are checked against: the server's own (from `session.hello`) once there
+   * is a session; before that the protocol's defaults, which a default server uses.
+   */
+  function serverLimits(): Limits {
+    const session = connection.session;
+    // hello does not report maxOwnerBytes: the protocol's default stands for it.
+    return session ? { ...DEFAULT_LIMITS, ...session.limits } : DEFAULT_LIMITS;
+  }
+
   /** The client's policy under a call's `retry` option, with the call's `signal` added. */
   function policyFor(
     retryOptions: RetryOptions | false | undefined,
@@ -510,8 +527,13 @@ export function createClient(options: ClientOptions): DlmClient {
     internals: AcquireInternals = {},
   ): Promise<Lease> {
     if (closed) throw closedError();
-    const { ttlMs } = acquireOptions;
-    const waitMs = acquireOptions.waitMs ?? 0;
+    // Checked here, before anything is sent, by the same code the server runs: the same code,
+    // field and message as the server's answer would have.
+    const limits = serverLimits();
+    validateName(name, limits);
+    const ttlMs = validateTtl(acquireOptions.ttlMs, limits);
+    const waitMs = validateWait(acquireOptions.waitMs, limits);
+    if (acquireOptions.owner !== undefined) validateOwner(acquireOptions.owner, limits);
     // One owner for every try: the server answers a re-sent acquire by this owner with the lease
     // it already granted (same token), so a grant whose reply was lost is not granted twice.
     const owner = acquireOptions.owner ?? freshOwner();
@@ -658,6 +680,7 @@ export function createClient(options: ClientOptions): DlmClient {
     },
 
     async get(name, getOptions = {}) {
+      validateName(name, serverLimits());
       const state = await request(
         'lock.get',
         { name },
@@ -675,6 +698,7 @@ export function createClient(options: ClientOptions): DlmClient {
 
     async watch(name, onChange, watchOptions = {}) {
       if (closed) throw closedError();
+      validateName(name, serverLimits());
       const watch: WatchState = {
         name,
         onChange,
@@ -771,8 +795,35 @@ export function createClient(options: ClientOptions): DlmClient {
   return client;
 }
 
+/**
+ * The server's URL as `ws(s)://host:port/path`. A URL that cannot work is INVALID_PARAMS at
+ * once, from `createClient`: left to the WebSocket it would only fail on every reconnect, and
+ * `localhost:7171` (no scheme) even parses, as scheme `localhost:`.
+ */
 function normalizeUrl(url: string): string {
-  const parsed = new URL(url);
+  const invalidUrl = (why: string) =>
+    new DlmError(
+      'INVALID_PARAMS',
+      `url must be a ws://, wss://, http:// or https:// URL, got ${JSON.stringify(url)}: ${why}`,
+      { field: 'url' },
+    );
+  if (typeof url !== 'string') throw invalidUrl('not a string');
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw invalidUrl(
+      /^[\w.-]+:\d+/.test(url) ? `no scheme (did you mean ws://${url}?)` : 'not a URL',
+    );
+  }
+  if (!['ws:', 'wss:', 'http:', 'https:'].includes(parsed.protocol)) {
+    throw invalidUrl(
+      /^[\w.-]+:\d+/.test(url)
+        ? `no scheme (did you mean ws://${url}?)`
+        : `unsupported scheme ${parsed.protocol}`,
+    );
+  }
+  if (!parsed.hostname) throw invalidUrl('no host');
   if (parsed.protocol === 'http:') parsed.protocol = 'ws:';
   else if (parsed.protocol === 'https:') parsed.protocol = 'wss:';
   if (parsed.pathname === '/' || parsed.pathname === '') parsed.pathname = WS_PATH;

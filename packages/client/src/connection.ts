@@ -109,6 +109,8 @@ export function createConnection(options: ConnectionOptions): Connection {
   let connectTimer: Timer | undefined;
   let backoffTimer: Timer | undefined;
   let pingTimer: Timer | undefined;
+  /** Why the last connection attempt failed, while there is no session: said in every error. */
+  let lastFailure: { reason: string; cause: unknown } | undefined;
 
   function open(): void {
     if (socket || state === 'closed') return;
@@ -118,7 +120,8 @@ export function createConnection(options: ConnectionOptions): Connection {
     try {
       ws = new options.WebSocket(options.url, SUBPROTOCOL);
     } catch (error) {
-      options.onError(unavailable(`cannot open ${options.url}: ${messageOf(error)}`, error));
+      lastFailure = { reason: describeFailure(error), cause: error };
+      options.onError(unavailable(`cannot open ${options.url}: ${lastFailure.reason}`, error));
       down(1006, 'could not open the WebSocket');
       return;
     }
@@ -126,9 +129,11 @@ export function createConnection(options: ConnectionOptions): Connection {
     // Bounds the TCP connect, the WebSocket handshake and the hello together.
     connectTimer = clock.setTimer(() => {
       if (socket === ws) {
-        options.onError(
-          unavailable(`no session with ${options.url} within ${requestTimeoutMs} ms`),
-        );
+        lastFailure = {
+          reason: `no session within ${requestTimeoutMs} ms (connect, upgrade and hello)`,
+          cause: undefined,
+        };
+        options.onError(unavailable(`no session with ${options.url}: ${lastFailure.reason}`));
         drop(ws, 'connect timeout');
       }
     }, requestTimeoutMs);
@@ -141,8 +146,9 @@ export function createConnection(options: ConnectionOptions): Connection {
     ws.addEventListener('error', (event) => {
       if (socket === ws) {
         const cause = event.error ?? event.message;
+        if (state === 'connecting') lastFailure = { reason: describeFailure(cause), cause };
         options.onError(
-          unavailable(`connection to ${options.url} failed: ${messageOf(cause)}`, cause),
+          unavailable(`connection to ${options.url} failed: ${describeFailure(cause)}`, cause),
         );
       }
     });
@@ -173,6 +179,7 @@ export function createConnection(options: ConnectionOptions): Connection {
       resolve: (result) => {
         if (socket !== ws) return;
         connectTimer?.cancel();
+        lastFailure = undefined;
         session = result as HelloResult;
         state = 'ready';
         backoff = undefined;
@@ -246,9 +253,11 @@ export function createConnection(options: ConnectionOptions): Connection {
     if (!willReconnect) {
       state = 'idle';
       const error = unavailable(
-        options.reconnect === false
+        (options.reconnect === false
           ? `not connected to ${options.url} (reconnect is off)`
-          : `gave up reconnecting to ${options.url} after ${backoff?.retries ?? 0} attempts`,
+          : `gave up reconnecting to ${options.url} after ${backoff?.retries ?? 0} attempts`) +
+          (lastFailure ? `: ${lastFailure.reason}` : ''),
+        lastFailure?.cause,
       );
       backoff = undefined;
       for (const pending of queue.splice(0)) settle(pending, error);
@@ -400,7 +409,10 @@ export function createConnection(options: ConnectionOptions): Connection {
                 undefined,
                 callOptions.write === true,
               )
-            : unavailable(`no session with ${options.url} within ${timeoutMs} ms`),
+            : unavailable(
+                `no session with ${options.url} within ${Math.round(timeoutMs)} ms${lastFailure ? `: ${lastFailure.reason}` : ''}`,
+                lastFailure?.cause,
+              ),
         );
       };
       // Most calls use the connection's own timeout: those share one timer (per clock, across
@@ -477,6 +489,30 @@ function isRpcError(value: unknown): value is RpcErrorObject {
     typeof (value as { code?: unknown }).code === 'number' &&
     typeof (value as { message?: unknown }).message === 'string'
   );
+}
+
+/**
+ * Why a connection attempt failed, in words a user can act on, from what `ws` (or a WHATWG
+ * WebSocket) reported: refused, host not found, the HTTP status of a refused upgrade (a wrong
+ * path is 404), a TLS failure. The original text follows in parentheses.
+ */
+export function describeFailure(error: unknown): string {
+  const text = messageOf(error);
+  const code = (error as { code?: unknown } | undefined)?.code;
+  const upgrade = /Unexpected server response: (\d+)/.exec(text);
+  let what: string | undefined;
+  if (upgrade) what = `HTTP ${upgrade[1]} on the WebSocket upgrade`;
+  else if (code === 'ECONNREFUSED') what = 'connection refused';
+  else if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') what = 'host not found';
+  else if (code === 'ETIMEDOUT') what = 'connect timed out';
+  else if (code === 'ECONNRESET') what = 'connection reset';
+  else if (code === 'EHOSTUNREACH' || code === 'ENETUNREACH') what = 'host unreachable';
+  else if (
+    (typeof code === 'string' && /CERT|SSL|TLS|SELF_SIGNED|UNABLE_TO_VERIFY|EPROTO/.test(code)) ||
+    /certificate|\bssl\b|\btls\b/i.test(text)
+  )
+    what = 'TLS error';
+  return what ? `${what} (${text})` : text;
 }
 
 function messageOf(error: unknown): string {

@@ -3,12 +3,14 @@ import {
   DlmError,
   formatToken,
   isDlmError,
+  type Limits,
   type RetryAttempt,
   type RetryOptions,
   type RetryPolicy,
   retry,
   retryPolicy,
   type Timer,
+  validateTtl,
 } from '@dlm/core';
 import type { Connection } from './connection.js';
 
@@ -85,6 +87,8 @@ export interface LeaseContext {
   requestTimeoutMs: number;
   /** The client's retry policy: calls layer their own options over it. */
   retry: RetryPolicy;
+  /** The bounds the server checks requests against, to check them before sending. */
+  limits(): Limits;
   call: Connection['call'];
   /** Releases without a waiting caller; retried after a reconnect while it can still matter. */
   releaseInBackground(name: string, token: bigint, ttlMs: number): void;
@@ -260,6 +264,11 @@ class LeaseState implements LeaseHandle {
   }
 
   extend(requested = this.grant.requestedTtlMs, options: LeaseCallOptions = {}): Promise<void> {
+    try {
+      validateTtl(requested, this.context.limits());
+    } catch (error) {
+      return Promise.reject(error);
+    }
     this.extendsPending++;
     const previous = this.extendChain ?? Promise.resolve();
     const run = previous.then(() => this.extendOnce(requested, options));

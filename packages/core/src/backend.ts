@@ -103,5 +103,13 @@ export interface LockBackend {
   revoke?(name: string): Promise<boolean>;
   /** Lists held locks whose names start with `prefix` (admin use). */
   list?(prefix: string): Promise<LockState[]>;
+  /**
+   * Optional: the cheapest round trip that proves the backend answers (Redis `PING`, an etcd
+   * status call), for readiness checks. Resolves when it answered, rejects (UNAVAILABLE) when
+   * not, within the adapter's own call time-out. Without it a server probes with `inspect` of a
+   * fixed name, which every adapter has; optional so that existing adapters keep satisfying the
+   * contract.
+   */
+  ping?(): Promise<void>;
   close(): Promise<void>;
 }

@@ -8,6 +8,11 @@ export interface ThroughputOptions {
   /** Untimed run-in before the measured window (same loop, samples discarded). */
   warmupMs: number;
   ttlMs: number;
+  /**
+   * Workload 5: one connection (one `createClient`, one peer session) shared by all `clients`
+   * callers, as a service with one client per process runs. Default: one each.
+   */
+  shared?: boolean;
 }
 
 export interface ThroughputResult {
@@ -24,7 +29,8 @@ export interface ThroughputResult {
 
 /**
  * Workload 2: `clients` concurrent clients, each on its own lock, acquire+release in a loop.
- * Only pairs that start and finish inside the measured window count.
+ * Workload 5 (`shared`): the same callers over one client. Only pairs that start and finish
+ * inside the measured window count.
  */
 export async function runThroughput(
   target: RunningTarget,
@@ -32,9 +38,10 @@ export async function runThroughput(
   options: ThroughputOptions,
   pids: CpuPids = { backend: [] },
 ): Promise<ThroughputResult> {
-  const lockers: Locker[] = await Promise.all(
-    Array.from({ length: options.clients }, () => target.connect()),
-  );
+  const lockers: Locker[] = options.shared
+    ? [await target.connect()]
+    : await Promise.all(Array.from({ length: options.clients }, () => target.connect()));
+  const callers = Array.from({ length: options.clients }, (_, i) => lockers[i % lockers.length]!);
   const pair = createSamples();
   const acquire = createSamples();
   let errors = 0;
@@ -72,7 +79,7 @@ export async function runThroughput(
     }
   };
   try {
-    await Promise.all(lockers.map(loop));
+    await Promise.all(callers.map(loop));
   } finally {
     clearTimeout(startTimer);
     clearTimeout(endTimer);

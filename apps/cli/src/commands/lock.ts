@@ -9,10 +9,11 @@ import {
   clientOptions,
   connectionOptions,
 } from '../connection-options.js';
-import { formatDuration, parseDuration } from '../duration.js';
+import { formatBound, formatDuration, parseDuration } from '../duration.js';
 import { EXIT } from '../exit-codes.js';
 import { printError } from '../output.js';
 import { UsageError } from '../usage-error.js';
+import { noticeWaiting } from '../waiting-notice.js';
 
 const USAGE = `Usage: dlm lock NAME [options] -- CMD [ARGS...]
 
@@ -45,6 +46,9 @@ Exit status:
   126  CMD could not be executed       127  CMD was not found
   2    usage error
 `;
+
+/** The client's time-out of one request (waiting for a connection included). */
+const REQUEST_TIMEOUT_MS = 10_000;
 
 const LOCK_OPTIONS = {
   ...CONNECTION_FLAGS,
@@ -120,8 +124,15 @@ export const lockCommand: Command = {
     const owner = values.owner ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     const verbose = values.verbose === true;
 
-    const client = createClient({ ...clientOptions(connectionOptions(values)), name: 'dlm-cli' });
+    const connection = connectionOptions(values);
+    const client = createClient({
+      ...clientOptions(connection),
+      name: 'dlm-cli',
+      requestTimeoutMs: REQUEST_TIMEOUT_MS,
+    });
+    const stopNotice = noticeWaiting(client, connection.url);
     const lease = await acquire(client, name, { ttlMs, waitMs, owner });
+    stopNotice();
     if (typeof lease === 'number') return lease;
     if (verbose) {
       process.stderr.write(
@@ -166,7 +177,15 @@ async function acquire(
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   try {
-    return await client.acquire(name, { ...options, autoExtend: true, signal: interrupt.signal });
+    return await client.acquire(name, {
+      ...options,
+      autoExtend: true,
+      signal: interrupt.signal,
+      // Retries (a dropped connection, LIMIT_EXCEEDED) within one request time-out plus the
+      // wait: an unreachable server ends the command after about 10 s plus --wait, not after
+      // three full tries of it.
+      retry: { deadlineMs: REQUEST_TIMEOUT_MS + options.waitMs },
+    });
   } catch (error) {
     await client.close();
     if (interruptedBy) return signalStatus(interruptedBy);
@@ -177,12 +196,41 @@ async function acquire(
       );
       return EXIT.WAIT_TIMEOUT;
     }
+    if (isDlmError(error, 'INVALID_PARAMS')) {
+      process.stderr.write(`dlm lock: ${inUserTerms(error, options)}\n`);
+      return EXIT.USAGE;
+    }
     printError(error);
-    return isDlmError(error, 'INVALID_PARAMS') ? EXIT.USAGE : EXIT.DLM_ERROR;
+    return EXIT.DLM_ERROR;
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
   }
+}
+
+/** The flag each checked request field comes from. */
+const FLAG_OF_FIELD: Record<string, { flag: string; key: 'ttlMs' | 'waitMs' }> = {
+  ttlMs: { flag: '--ttl', key: 'ttlMs' },
+  waitMs: { flag: '--wait', key: 'waitMs' },
+};
+
+/**
+ * A validation error in the terms the user typed: `--ttl must be between 100ms and 24h, got
+ * 50ms`, not the wire's `ttlMs must be in [100, 86400000]`.
+ */
+function inUserTerms(
+  error: Error & { details: { field?: string } },
+  options: { ttlMs: number; waitMs: number },
+): string {
+  const field = error.details.field;
+  const known = field === undefined ? undefined : FLAG_OF_FIELD[field];
+  const range = /must be in \[(\d+), (\d+)\]/.exec(error.message);
+  if (known && range) {
+    return `${known.flag} must be between ${formatBound(Number(range[1]))} and ${formatBound(Number(range[2]))}, got ${formatBound(options[known.key])}`;
+  }
+  if (field === 'name') return error.message.replace(/^name/, 'the lock NAME');
+  if (field === 'owner') return error.message.replace(/^owner/, '--owner');
+  return error.message;
 }
 
 /**

@@ -4,6 +4,7 @@ import { CONNECTION_USAGE, clientOptions, connectionOptions } from '../connectio
 import { EXIT } from '../exit-codes.js';
 import { printError, printJson } from '../output.js';
 import { UsageError } from '../usage-error.js';
+import { noticeWaiting } from '../waiting-notice.js';
 
 const USAGE = `Usage: dlm watch NAME [--server URL] [--json]
 
@@ -43,7 +44,9 @@ export const watchCommand: Command = {
     }
     if (positionals.length !== 1) throw new UsageError('dlm watch takes exactly one lock NAME');
     const name = positionals[0]!;
-    const client = createClient({ ...clientOptions(connectionOptions(values)), name: 'dlm-cli' });
+    const connection = connectionOptions(values);
+    const client = createClient({ ...clientOptions(connection), name: 'dlm-cli' });
+    noticeWaiting(client, connection.url);
     client.on('disconnected', ({ willReconnect }) => {
       if (willReconnect) process.stderr.write('dlm: connection lost; reconnecting…\n');
     });

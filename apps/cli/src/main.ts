@@ -92,7 +92,5 @@ async function main(argv: string[]): Promise<number | undefined> {
   }
 }
 
-// `pnpm dlm -- lock …` hands dlm pnpm's `--` (pnpm ≥ 9 passes it on): not an argument of dlm's.
-const argv = process.argv.slice(2);
-const code = await main(argv[0] === '--' ? argv.slice(1) : argv);
+const code = await main(process.argv.slice(2));
 if (code !== undefined) process.exit(code);

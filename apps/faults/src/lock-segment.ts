@@ -24,6 +24,7 @@ export const LOCK_SEGMENT_NEMESES = new Set([
   'server-pause',
   'backend-kill',
   'backend-pause',
+  'backend-clock-back',
   'majority-kill',
   'leader-kill',
   'follower-kill',

@@ -50,7 +50,7 @@ const SHORT_LOCK_PLAN = ['server-kill'];
 /** The short campaign CI runs: at least one nemesis per backend. */
 const SHORT_PLAN: Record<BackendVariant, string[]> = {
   embedded: ['client-pause', 'server-kill'],
-  redis: ['backend-kill'],
+  redis: ['backend-kill', 'backend-clock-back'],
   'redis-noaof': ['backend-kill'],
   redlock: ['backend-kill', 'majority-kill'],
   etcd: ['leader-kill'],

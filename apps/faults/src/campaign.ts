@@ -187,7 +187,7 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
           servers.push(second);
         }
         for (const nemesis of lockNemeses) {
-          const label = `${backend} × ${nemesis.name} (linearizability, ${servers.length} servers)`;
+          const label = `${backend} × ${nemesis.name} (linearizability, ${servers.length === 1 ? '1 server' : `${servers.length} servers`})`;
           const durationMs = options.lockDurationMs ?? 6_000;
           log(`${label}: ${Math.round(durationMs / 1000)} s`);
           const result = await runLockSegment(topology, servers, {

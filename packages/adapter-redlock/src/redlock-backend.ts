@@ -221,10 +221,21 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
         if (labelled >= quorum && left > 0) {
           return { granted: true, grant: { name, owner, token, ttlMs: Math.floor(left) } };
         }
-        for (const node of nodes) node.release(name, token).catch(() => {});
+        // Given back where this attempt took it (a refreshed lease of the same owner stays), under
+        // the grant's token or the node's own; a node that does not answer may keep its copy
+        // until it runs out.
+        nodes.forEach((node, index) => {
+          void run.each[index]!.then((outcome) => {
+            if (!(outcome.ok && outcome.value.granted && outcome.value.fresh)) return;
+            node.release(name, token).catch(() => {});
+            if (outcome.value.token !== token)
+              node.release(name, outcome.value.token).catch(() => {});
+          });
+        });
         throw new DlmError(
           'UNAVAILABLE',
           `acquire: only ${labelled} of ${total} Redis nodes took the grant's token in time (${quorum} needed)`,
+          { indeterminate: true },
         );
       }
 

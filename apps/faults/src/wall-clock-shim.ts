@@ -11,7 +11,7 @@ import { tempDir } from '@dlm/test-services';
  * clock stepped back or forward while it runs, and nothing else on the machine is touched.
  * Monotonic clocks are left alone.
  */
-const SOURCE = String.raw`
+const SOURCE = `
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>

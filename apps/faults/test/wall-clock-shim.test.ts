@@ -17,7 +17,7 @@ function command(port: number, ...args: string[]): Promise<string[]> {
       const lines = text.split('\r\n');
       const head = lines[0] ?? '';
       const count = head.startsWith('*') ? Number(head.slice(1)) : 1;
-      const values = lines.filter((line, i) => i > 0 || !head.startsWith('*'));
+      const values = lines.filter((_line, i) => i > 0 || !head.startsWith('*'));
       const flat = values.filter((line) => line !== '' && !line.startsWith('$'));
       if (flat.length >= count) {
         socket.end();

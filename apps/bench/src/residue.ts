@@ -256,7 +256,7 @@ async function probe(adapter: ResidueAdapter, options: ResidueOptions): Promise<
         }),
         returns: ['nameNodes'],
         notes: [
-          `a name node stays until a sweep finds it unused for a whole sweepIntervalMs (${options.sweepIntervalMs} ms here, sweeps every 0.5–1.5 × that, each reading every name node in turn): back within 2.5 × sweepIntervalMs plus one sweep's duration`,
+          `a name node stays until a sweep finds it unused for a whole sweepIntervalMs (${options.sweepIntervalMs} ms here, sweeps every 0.5–1.5 × that, each reading every name node, 16 at a time): back within 2.5 × sweepIntervalMs plus one sweep's duration`,
         ],
         async stop() {
           await backend.close();

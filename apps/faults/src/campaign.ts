@@ -3,7 +3,8 @@ import type { BackendCapabilities } from '@dlm/core';
 import { tempDir } from '@dlm/test-services';
 import { PROPERTIES, type Property } from './checker.js';
 import { type DlmServer, startDlmServer } from './dlm-server.js';
-import { expectedReason } from './expectations.js';
+import { expectedLinearizabilityReason, expectedReason } from './expectations.js';
+import { type LockSegmentResult, runLockSegment } from './lock-segment.js';
 import { NEMESES, type Nemesis, nemesisNamed } from './nemeses.js';
 import { runSegment, type SegmentResult, type WorkloadOptions } from './segment.js';
 import { type BackendVariant, startTopology } from './topology.js';
@@ -23,8 +24,23 @@ export interface CampaignOptions extends WorkloadOptions {
    * first backend. The campaign fails unless the checker reports lost updates there.
    */
   negativeControl: boolean;
+  /**
+   * Nemesis names per backend for linearizability segments (try-acquire / release / get on
+   * two dlm servers where the backend is shared); none when absent.
+   */
+  lockNemeses?: (backend: BackendVariant) => string[];
+  /** Faults per linearizability segment. Default 6 s. */
+  lockDurationMs?: number;
   historyDir?: string;
   log?: (line: string) => void;
+}
+
+export interface LockSegmentReport extends LockSegmentResult {
+  kind: string;
+  capabilities: BackendCapabilities;
+  /** Why the violations are expected, or null when they are a failure (none: no violation). */
+  expected: string | null | undefined;
+  unexpected: number;
 }
 
 export interface SegmentReport extends SegmentResult {
@@ -40,8 +56,13 @@ export interface SegmentReport extends SegmentResult {
 export interface CampaignResult {
   startedAt: string;
   finishedAt: string;
-  options: Omit<CampaignOptions, 'nemeses' | 'log'> & { plan: Record<string, string[]> };
+  options: Omit<CampaignOptions, 'nemeses' | 'lockNemeses' | 'log'> & {
+    plan: Record<string, string[]>;
+    lockPlan: Record<string, string[]>;
+  };
   segments: SegmentReport[];
+  /** Linearizability segments. */
+  lockSegments: LockSegmentReport[];
   /** Startup failures and the like, per backend. */
   errors: string[];
   negativeControl: { run: boolean; detected: boolean; lostUpdates: number } | undefined;
@@ -100,12 +121,15 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
   const startedAt = new Date().toISOString();
   const historyDir = options.historyDir ?? tempDir('faults-history');
   const segments: SegmentReport[] = [];
+  const lockSegments: LockSegmentReport[] = [];
   const errors: string[] = [];
   const plan: Record<string, string[]> = {};
+  const lockPlan: Record<string, string[]> = {};
   for (const backend of options.backends) {
     plan[backend] = planFor(backend, options)
       .filter((nemesis) => nemesis.appliesTo(backend))
       .map((nemesis) => nemesis.name);
+    lockPlan[backend] = options.lockNemeses?.(backend) ?? [];
   }
 
   for (const [index, backend] of options.backends.entries()) {
@@ -115,10 +139,16 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
       return false;
     });
     const control = options.negativeControl && index === 0;
-    if (!nemeses.length && !control) continue;
+    const lockNemeses = (lockPlan[backend] ?? []).map((name) => {
+      const nemesis = nemesisNamed(name);
+      if (!nemesis) throw new Error(`unknown nemesis ${JSON.stringify(name)}`);
+      return nemesis;
+    });
+    if (!nemeses.length && !control && !lockNemeses.length) continue;
     log(`${backend}: starting`);
     let topology: Awaited<ReturnType<typeof startTopology>> | undefined;
     let server: DlmServer | undefined;
+    let second: DlmServer | undefined;
     try {
       topology = await startTopology(backend);
       server = await startDlmServer(topology);
@@ -149,11 +179,50 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
           `${label}: ${report.check.stats.ops} ops, ${report.check.stats.grants} grants, ${report.check.stats.faults} faults; ${shown || 'no violations'}`,
         );
       }
+      if (lockNemeses.length) {
+        // Two servers on one shared backend; two embedded servers would be two lock spaces.
+        const servers = [server];
+        if (backend !== 'embedded') {
+          second = await startDlmServer(topology);
+          servers.push(second);
+        }
+        for (const nemesis of lockNemeses) {
+          const label = `${backend} × ${nemesis.name} (linearizability, ${servers.length === 1 ? '1 server' : `${servers.length} servers`})`;
+          const durationMs = options.lockDurationMs ?? 6_000;
+          log(`${label}: ${Math.round(durationMs / 1000)} s`);
+          const result = await runLockSegment(topology, servers, {
+            ttlMs: options.ttlMs,
+            nemesis,
+            durationMs,
+            dir: join(historyDir, backend, `lin-${nemesis.name}`),
+            log,
+          });
+          const expected = result.check.violations
+            ? (expectedLinearizabilityReason({
+                capabilities: server.capabilities,
+                nemesis: nemesis.name,
+              }) ?? null)
+            : undefined;
+          const report: LockSegmentReport = {
+            ...result,
+            kind: server.kind,
+            capabilities: server.capabilities,
+            expected,
+            unexpected: expected === null ? result.check.violations : 0,
+          };
+          lockSegments.push(report);
+          const { check } = result;
+          log(
+            `${label}: ${check.ops} ops (${check.unknown} unknown) on ${check.names.length} names; ${check.violations} not linearizable${expected ? ' (expected)' : ''}, ${check.inconclusive} inconclusive`,
+          );
+        }
+      }
     } catch (error) {
       errors.push(`${backend}: ${(error as Error).stack ?? String(error)}`);
       log(`${backend}: FAILED: ${(error as Error).message}`);
     } finally {
       await server?.process.kill().catch(() => {});
+      await second?.process.kill().catch(() => {});
       await topology?.stop().catch(() => {});
     }
   }
@@ -166,17 +235,19 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
         lostUpdates: controlSegment?.check.counts.S3 ?? 0,
       }
     : undefined;
-  const { nemeses: _nemeses, log: _log, ...rest } = options;
+  const { nemeses: _nemeses, lockNemeses: _lockNemeses, log: _log, ...rest } = options;
   return {
     startedAt,
     finishedAt: new Date().toISOString(),
-    options: { ...rest, historyDir, plan },
+    options: { ...rest, historyDir, plan, lockPlan },
     segments,
+    lockSegments,
     errors,
     negativeControl,
     passed:
       errors.length === 0 &&
       segments.every((segment) => segment.unexpected === 0) &&
+      lockSegments.every((segment) => segment.unexpected === 0) &&
       (negativeControl === undefined || negativeControl.detected),
   };
 }

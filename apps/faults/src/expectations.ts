@@ -45,3 +45,32 @@ export function expectedReason(
   }
   return undefined;
 }
+
+/** Nemeses that crash, stop or cut off the backend itself. */
+const BACKEND_FAULT = (nemesis: string) =>
+  nemesis.startsWith('backend-') || nemesis === 'majority-kill';
+
+/**
+ * Why a non-linearizable lock history is what the backend promises, or undefined when it is a
+ * failure. Under faults of the backend itself, best-effort fencing (Redlock) promises neither
+ * increasing tokens nor a single holder, and a backend that is not durable forgets its locks
+ * when restarted. Without backend faults every backend, Redlock included, must be
+ * linearizable.
+ */
+export function expectedLinearizabilityReason(context: {
+  capabilities: BackendCapabilities;
+  nemesis: string;
+}): string | undefined {
+  const { capabilities, nemesis } = context;
+  if (!BACKEND_FAULT(nemesis)) return undefined;
+  if (capabilities.fencing === 'best-effort') {
+    return 'best-effort fencing under backend faults (declared by the backend)';
+  }
+  if (
+    !capabilities.durableAcrossRestart &&
+    (nemesis === 'backend-kill' || nemesis === 'majority-kill')
+  ) {
+    return 'the backend forgets locks and tokens on restart (declared: not durable)';
+  }
+  return undefined;
+}

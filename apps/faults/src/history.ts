@@ -1,5 +1,6 @@
 import { closeSync, openSync, readdirSync, readFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import type { LockOpEvent } from './linearizability.js';
 import { monoNow } from './time.js';
 
 /**
@@ -88,7 +89,14 @@ export interface ProcessEvent {
   what: 'start' | 'pause' | 'resume' | 'kill' | 'stop';
 }
 
-export type HistoryEvent = OpEvent | LostEvent | ResourceEvent | FaultEvent | ProcessEvent;
+export type HistoryEvent =
+  | OpEvent
+  | LostEvent
+  | ResourceEvent
+  | FaultEvent
+  | ProcessEvent
+  /** The lock workload's try-acquire / release / get, for the linearizability check. */
+  | LockOpEvent;
 
 /** Distributes `Omit` over the union, so each event kind keeps its own fields. */
 export type Unstamped<E> = E extends HistoryEvent ? Omit<E, 't' | 'proc'> : never;

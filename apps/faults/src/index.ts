@@ -1,6 +1,7 @@
 export {
   type CampaignOptions,
   type CampaignResult,
+  type LockSegmentReport,
   runCampaign,
   type SegmentReport,
 } from './campaign.js';
@@ -27,6 +28,17 @@ export {
   type ResourceEvent,
   readHistoryDir,
 } from './history.js';
+export {
+  checkLinearizability,
+  checkName,
+  type LinearizabilityOptions,
+  type LinearizabilityResult,
+  type LockOp,
+  type LockOpEvent,
+  lockOpsFromEvents,
+  type NameVerdict,
+} from './linearizability.js';
+export { LOCK_SEGMENT_NEMESES, type LockSegmentResult, runLockSegment } from './lock-segment.js';
 export { NEMESES, type Nemesis, nemesisNamed } from './nemeses.js';
 export { renderMarkdown, toJson, writeReport } from './report.js';
 export { createFencedCounter, type FencedCounter } from './resource.js';

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { runCampaign } from './campaign.js';
+import { LOCK_SEGMENT_NEMESES } from './lock-segment.js';
 import { NEMESES } from './nemeses.js';
 import { mergeReports, renderMarkdown, writeReport } from './report.js';
 import { parseDurationMs } from './time.js';
@@ -25,7 +26,12 @@ faults, checks the history (S1-S6, L1, L4) and writes a report (Markdown + JSON)
   --l4-bound-ms N       L4 bound past the local deadline (default 1000)
   --negative-control    add a segment with the resource's fencing off (must show lost updates)
   --no-fencing          run every segment with the resource's fencing off
-  --short               the CI campaign: one or two nemeses per backend, 15 s each, negative control
+  --lin LIST            nemeses for linearizability segments (try-acquire/release/get, two
+                        servers per shared backend), one segment each (default: none;
+                        with --short: server-kill); without --nemesis, only these run
+  --lin-duration D      faults per linearizability segment (default 6s)
+  --short               the CI campaign: one or two nemeses per backend, 15 s each, negative
+                        control, and a linearizability segment per backend
   --out DIR             where the report goes (default apps/faults/results)
   --label NAME          report file name (default campaign-<time>)
   --history-dir DIR     keep the histories there (default: a temp dir, removed at exit)
@@ -35,10 +41,16 @@ faults, checks the history (S1-S6, L1, L4) and writes a report (Markdown + JSON)
 Exit status: 0 when no unexpected violation was found (and the negative control, if run, was
 detected), 1 otherwise, 2 on bad flags.`;
 
+/**
+ * The short campaign's linearizability segments: a dlm server killed while a second one on
+ * the same backend serves on (embedded: one server, restarted on its data dir).
+ */
+const SHORT_LOCK_PLAN = ['server-kill'];
+
 /** The short campaign CI runs: at least one nemesis per backend. */
 const SHORT_PLAN: Record<BackendVariant, string[]> = {
   embedded: ['client-pause', 'server-kill'],
-  redis: ['backend-kill'],
+  redis: ['backend-kill', 'backend-clock-back'],
   'redis-noaof': ['backend-kill'],
   redlock: ['backend-kill', 'majority-kill'],
   etcd: ['leader-kill'],
@@ -69,6 +81,8 @@ const OPTIONS = {
   'negative-control': { type: 'boolean' },
   'no-fencing': { type: 'boolean' },
   short: { type: 'boolean' },
+  lin: { type: 'string' },
+  'lin-duration': { type: 'string' },
   out: { type: 'string' },
   label: { type: 'string' },
   'history-dir': { type: 'string' },
@@ -119,6 +133,18 @@ if (nemesisList !== 'all') {
     if (!NEMESES.some((n) => n.name === name)) fail(`unknown nemesis ${JSON.stringify(name)}`);
   }
 }
+const lockList = values.lin ? values.lin.split(',') : short ? SHORT_LOCK_PLAN : [];
+for (const name of lockList) {
+  if (!LOCK_SEGMENT_NEMESES.has(name)) {
+    fail(`nemesis ${JSON.stringify(name)} does not apply to a linearizability segment`);
+  }
+}
+let lockDurationMs = 6_000;
+try {
+  if (values['lin-duration']) lockDurationMs = parseDurationMs(values['lin-duration']);
+} catch (error) {
+  fail((error as Error).message);
+}
 // `--duration 30s,embedded=60s`: a default and per-backend overrides.
 let durationMs = parseDurationMs(short ? '15s' : '30s');
 const durationsMs: Partial<Record<BackendVariant, number>> = {};
@@ -135,9 +161,17 @@ try {
 
 const result = await runCampaign({
   backends,
-  nemeses: (backend) => (short && !values.nemesis ? SHORT_PLAN[backend] : nemesisList),
+  // `--lin` alone runs only linearizability segments.
+  nemeses: (backend) =>
+    short && !values.nemesis
+      ? SHORT_PLAN[backend]
+      : values.lin && !values.nemesis
+        ? []
+        : nemesisList,
   durationMs,
   durationsMs,
+  lockNemeses: () => lockList,
+  lockDurationMs,
   ttlMs: positive(values['ttl-ms'], 2_000, '--ttl-ms'),
   workers: positive(values.workers, 3, '--workers'),
   keys: positive(values.keys, 2, '--keys'),

@@ -343,6 +343,33 @@ function clockJump(): Nemesis {
   };
 }
 
+/**
+ * adapter-redis's tokens assume the Redis server's clock never steps back by more than
+ * `fenceRetentionMs` (60 s by default): each fault steps it back 1 s more, staying inside.
+ */
+function backendClockBack(): Nemesis {
+  return {
+    name: 'backend-clock-back',
+    description:
+      "the Redis server's wall clock (every Redlock node's alike) steps back 1 s more each time, staying within the fence retention (60 s)",
+    appliesTo: SINGLE_OR_REDLOCK,
+    async inject(context, n) {
+      const { wallClock } = context.topology;
+      if (!wallClock) throw new Error('no C compiler on PATH: the Redis clock cannot be moved');
+      const offsetMs = -1_000 * (n + 1);
+      if (offsetMs < -30_000) return; // half the retention: enough steps
+      const end = context.fault({
+        nemesis: 'backend-clock-back',
+        target: 'redis',
+        detail: `${offsetMs / 1_000} s`,
+      });
+      wallClock.set(offsetMs);
+      await sleep(context.ttlMs);
+      end();
+    },
+  };
+}
+
 function clockSkew(): Nemesis {
   return {
     name: 'clock-skew',
@@ -390,6 +417,7 @@ export const NEMESES: Nemesis[] = [
   ...(['drop', 'blackhole', 'delay', 'delay-long', 'reset'] as const).map(backendNet),
   clockJump(),
   clockSkew(),
+  backendClockBack(),
 ];
 
 export function nemesisNamed(name: string): Nemesis | undefined {

@@ -9,7 +9,9 @@ import { fileURLToPath } from 'node:url';
 const HERE = new URL('./', import.meta.url);
 const BUILT = import.meta.url.endsWith('.ts') ? new URL('../dist/', HERE) : HERE;
 
-export function entryPoint(file: 'server-entry.js' | 'worker-entry.js' | 'resource-entry.js') {
+export function entryPoint(
+  file: 'server-entry.js' | 'worker-entry.js' | 'resource-entry.js' | 'lock-worker-entry.js',
+) {
   const path = fileURLToPath(new URL(file, BUILT));
   if (!existsSync(path)) {
     throw new Error(

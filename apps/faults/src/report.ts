@@ -82,6 +82,41 @@ export function renderMarkdown(result: CampaignResult): string {
     lines.push('');
   }
 
+  if (result.lockSegments?.length) {
+    lines.push('## Linearizability', '');
+    lines.push(
+      "Try-acquire / release / get by 8 connections spread over the servers (two where the backend is shared; the nemesis acts on the first), on 3 names, each name's history checked against a plain try-lock with fencing tokens (free or held by one token; a grant's token above every earlier grant's; a lease ends on its own only after its TTL). Operations whose reply was lost may or may not have taken effect.",
+      '',
+      '| backend | nemesis | servers | s | ops | unknown | names | linearizable | not | inconclusive |',
+      '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|',
+    );
+    for (const segment of result.lockSegments) {
+      const { check } = segment;
+      const linearizable = check.names.filter((n) => n.verdict === 'linearizable').length;
+      const not = !check.violations
+        ? '0'
+        : segment.expected
+          ? `${check.violations} (exp.)`
+          : `**${check.violations}** ✗`;
+      lines.push(
+        `| ${segment.backend} | ${segment.nemesis} | ${segment.servers} | ${Math.round(segment.durationMs / 1000)} | ${check.ops} | ${check.unknown} | ${check.names.length} | ${linearizable} | ${not} | ${check.inconclusive} |`,
+      );
+    }
+    lines.push('');
+    for (const segment of result.lockSegments) {
+      for (const name of segment.check.names) {
+        if (name.verdict !== 'not-linearizable') continue;
+        lines.push(
+          `- ${segment.backend} × ${segment.nemesis} \`${name.name}\`${segment.expected ? ` (expected: ${segment.expected})` : ''}: ${name.message}`,
+        );
+      }
+      for (const error of segment.errors) {
+        lines.push(`- ${segment.backend} × ${segment.nemesis} injection error: ${error}`);
+      }
+    }
+    lines.push('');
+  }
+
   lines.push('## Properties', '');
   lines.push(
     '- S1: the fenced resource never accepts a token lower than one it accepted (its own log).',
@@ -96,7 +131,9 @@ export function renderMarkdown(result: CampaignResult): string {
   );
 
   lines.push('## Nemeses', '');
-  const used = new Set(result.segments.map((segment) => segment.nemesis));
+  const used = new Set(
+    [...result.segments, ...(result.lockSegments ?? [])].map((segment) => segment.nemesis),
+  );
   for (const nemesis of NEMESES) {
     if (used.has(nemesis.name)) lines.push(`- \`${nemesis.name}\`: ${nemesis.description}`);
   }
@@ -175,8 +212,10 @@ export function mergeReports(jsons: string[]): CampaignResult {
     options: {
       ...first.options,
       plan: Object.assign({}, ...parts.map((part) => part.options.plan)),
+      lockPlan: Object.assign({}, ...parts.map((part) => part.options.lockPlan ?? {})),
     },
     segments: parts.flatMap((part) => part.segments),
+    lockSegments: parts.flatMap((part) => part.lockSegments ?? []),
     errors: parts.flatMap((part) => part.errors),
     negativeControl: controls.length
       ? {

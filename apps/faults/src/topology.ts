@@ -7,6 +7,7 @@ import {
   tempDir,
 } from '@dlm/test-services';
 import { createTcpProxy, type TcpProxy } from './tcp-proxy.js';
+import { createWallClockOffset, type WallClockOffset, wallClockShim } from './wall-clock-shim.js';
 
 /** The backends the harness runs against; Redis twice, with and without its AOF. */
 export const BACKENDS = [
@@ -40,6 +41,8 @@ export interface Topology {
   serverArgs: string[];
   members: Member[];
   proxies: TcpProxy[];
+  /** Redis and Redlock, when a C compiler built the shim: the Redis servers' wall clock. */
+  wallClock?: WallClockOffset;
   /** The member leading now (etcd, ZooKeeper), if any answers. */
   leader(): Promise<Member | undefined>;
   /** Resolves once the backend serves again after a member restart (a leader elected). */
@@ -52,6 +55,12 @@ async function proxiesFor(ports: number[]): Promise<TcpProxy[]> {
 }
 
 const portOf = (url: string) => Number(new URL(url).port);
+
+/** A movable wall clock for the Redis servers, when the shim can be built here. */
+function redisWallClock(): WallClockOffset | undefined {
+  const shim = wallClockShim();
+  return shim ? createWallClockOffset(shim) : undefined;
+}
 
 /** Starts the backend's processes (a 3-member cluster for etcd and ZooKeeper, 3 Redlock nodes). */
 export async function startTopology(variant: BackendVariant): Promise<Topology> {
@@ -72,7 +81,11 @@ export async function startTopology(variant: BackendVariant): Promise<Topology> 
     }
     case 'redis':
     case 'redis-noaof': {
-      const redis = await startRedis({ aof: variant === 'redis' });
+      const wallClock = redisWallClock();
+      const redis = await startRedis({
+        aof: variant === 'redis',
+        ...(wallClock ? { env: wallClock.env } : {}),
+      });
       const proxies = await proxiesFor([redis.port]);
       return {
         variant,
@@ -86,6 +99,7 @@ export async function startTopology(variant: BackendVariant): Promise<Topology> 
         ],
         members: [{ id: 'redis', process: redis }],
         proxies,
+        ...(wallClock ? { wallClock } : {}),
         leader: none,
         settled: nothing,
         async stop() {
@@ -95,7 +109,8 @@ export async function startTopology(variant: BackendVariant): Promise<Topology> 
       };
     }
     case 'redlock': {
-      const nodes = await startRedisNodes(3);
+      const wallClock = redisWallClock();
+      const nodes = await startRedisNodes(3, wallClock ? { env: wallClock.env } : {});
       const proxies = await proxiesFor(nodes.map((node) => node.port));
       return {
         variant,
@@ -107,6 +122,7 @@ export async function startTopology(variant: BackendVariant): Promise<Topology> 
         ],
         members: nodes.map((node, i) => ({ id: `r${i + 1}`, process: node })),
         proxies,
+        ...(wallClock ? { wallClock } : {}),
         leader: none,
         settled: nothing,
         async stop() {

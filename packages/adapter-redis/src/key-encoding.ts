@@ -8,7 +8,7 @@
 export interface NameKeys {
   /** Holds `<token>:<owner>` with the lease as its PX expiry. */
   lock: string;
-  /** The per-name fencing counter (INCR); never expires. */
+  /** The name's last token; expires the lease plus the retention margin after its last grant. */
   fence: string;
   /** The name's hex form, as carried in event messages. */
   hex: string;

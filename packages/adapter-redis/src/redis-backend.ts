@@ -40,6 +40,12 @@ export interface RedisBackendOptions {
    * notifications can come late there; core then checks each lease at its end instead.
    */
   keyspaceEvents?: boolean;
+  /**
+   * How long a name's fence key (its last token) is kept after its last grant's lease, in ms.
+   * Default 60000. Tokens stay strictly increasing as long as the Redis server's clock is
+   * never set back by more than this; nothing per name remains after the lease plus this.
+   */
+  fenceRetentionMs?: number;
   clock?: Clock;
 }
 
@@ -54,11 +60,17 @@ export interface RedisBackend extends LockBackend {
 }
 
 const DEFAULT_TIMEOUT_MS = 2_000;
+const DEFAULT_FENCE_RETENTION_MS = 60_000;
 
 /** Checks the options every Redis adapter shares; returns the prefix and timeout to use. */
-export function checkCommonOptions(options: { prefix?: string; commandTimeoutMs?: number }): {
+export function checkCommonOptions(options: {
+  prefix?: string;
+  commandTimeoutMs?: number;
+  fenceRetentionMs?: number;
+}): {
   prefix: string;
   commandTimeoutMs: number;
+  fenceRetentionMs: number;
 } {
   const prefix = options.prefix ?? 'dlm:';
   if (/[{}]/.test(prefix)) {
@@ -71,13 +83,21 @@ export function checkCommonOptions(options: { prefix?: string; commandTimeoutMs?
       field: 'commandTimeoutMs',
     });
   }
-  return { prefix, commandTimeoutMs };
+  const fenceRetentionMs = options.fenceRetentionMs ?? DEFAULT_FENCE_RETENTION_MS;
+  if (!Number.isSafeInteger(fenceRetentionMs) || fenceRetentionMs < 1) {
+    throw new DlmError('INVALID_PARAMS', 'fenceRetentionMs must be a whole number of ms ≥ 1', {
+      field: 'fenceRetentionMs',
+    });
+  }
+  return { prefix, commandTimeoutMs, fenceRetentionMs };
 }
 
 /**
  * A dlm backend on one Redis server (or a Redis Cluster shard set reached through one
- * connection: a name's keys share a hash slot). Tokens come from a per-name INCR in the same
- * script as the `SET NX PX`, so they are strict for as long as Redis keeps its data.
+ * connection: a name's keys share a hash slot). Tokens come from the server's clock and a
+ * per-name fence key in the same script as the `SET NX PX` (see redis-scripts.ts), so they
+ * are strict for as long as Redis keeps its data and its clock does not step back by more
+ * than `fenceRetentionMs`; the fence key expires that long after the last lease.
  *
  * @example
  * const backend = redisBackend({ url: 'redis://127.0.0.1:6379' });
@@ -85,13 +105,20 @@ export function checkCommonOptions(options: { prefix?: string; commandTimeoutMs?
  * const service = createLockService({ backend });
  */
 export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
-  const { prefix, commandTimeoutMs } = checkCommonOptions(options);
+  const { prefix, commandTimeoutMs, fenceRetentionMs } = checkCommonOptions(options);
   const clock = options.clock ?? systemClock;
   const ownsClient = options.client === undefined;
   const client =
     options.client ??
     createCommandConnection(options.url ?? 'redis://127.0.0.1:6379', commandTimeoutMs);
-  const node = createRedisNode({ client, prefix, commandTimeoutMs, clock, publishAcquired: true });
+  const node = createRedisNode({
+    client,
+    prefix,
+    commandTimeoutMs,
+    clock,
+    publishAcquired: true,
+    fenceRetentionMs,
+  });
   const durable = options.durable ?? false;
 
   const events = createLockEvents({

@@ -44,6 +44,8 @@ export interface RedisNodeOptions {
   clock: Clock;
   /** Publish `acquired` from the acquire script (Redlock announces after its quorum instead). */
   publishAcquired: boolean;
+  /** How long a name's fence key outlives its last grant's lease (see redis-scripts.ts). */
+  fenceRetentionMs: number;
 }
 
 export interface RedisNode {
@@ -60,8 +62,17 @@ export interface RedisNode {
   extend(name: string, token: bigint, ttlMs: number, startedAt?: number): Promise<string | null>;
   inspect(name: string): Promise<LockState | null>;
   revoke(name: string): Promise<{ token: bigint; owner: string } | null>;
-  /** Redlock: raise this node's counter to `token` and relabel `owner`'s lease with it. */
-  adoptToken(name: string, owner: string, token: bigint, announce: boolean): Promise<boolean>;
+  /**
+   * Redlock: raise this node's counter to `token` and relabel `owner`'s lease with it; `ttlMs`
+   * is the lease on the nodes (the fence key is kept that long plus the retention margin).
+   */
+  adoptToken(
+    name: string,
+    owner: string,
+    token: bigint,
+    ttlMs: number,
+    announce: boolean,
+  ): Promise<boolean>;
   list(namePrefix: string): Promise<LockState[]>;
   /** Resolves once the client has connected for the first time (UNAVAILABLE after the time-out). */
   whenConnected(): Promise<void>;
@@ -266,7 +277,14 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
           startedAt,
           ACQUIRE,
           [keys.lock, keys.fence],
-          (deadline) => [owner, ttlMs, deadline, options.publishAcquired ? channel : '', keys.hex],
+          (deadline) => [
+            owner,
+            ttlMs,
+            deadline,
+            options.publishAcquired ? channel : '',
+            keys.hex,
+            options.fenceRetentionMs,
+          ],
           true,
         ),
         'acquire',
@@ -329,7 +347,7 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
       return reply[0] === 1 ? parseValue(String(reply[1])) : null;
     },
 
-    async adoptToken(name, owner, token, announce) {
+    async adoptToken(name, owner, token, ttlMs, announce) {
       const keys = keysOf(name);
       const reply = await call(
         'adopt-token',
@@ -337,7 +355,13 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
         clock.now(),
         ADOPT_TOKEN,
         [keys.lock, keys.fence],
-        [owner, token.toString(), announce ? channel : '', keys.hex],
+        [
+          owner,
+          token.toString(),
+          announce ? channel : '',
+          keys.hex,
+          ttlMs + options.fenceRetentionMs,
+        ],
       );
       return reply === 1;
     },

@@ -7,6 +7,14 @@ import type { Redis } from 'ioredis';
  * so the first `:` splits it) with the lease as its PX expiry; tokens travel as decimal strings
  * so they stay exact. Event messages are `<type> <hex name> <token> <owner>`.
  *
+ * Tokens come from the server's clock: a grant's token is the larger of the server's `TIME` in
+ * microseconds and the name's fence counter + 1, and the fence key keeps the last token for
+ * the lease plus a retention margin (PX), then expires. Nothing per name outlives that, yet a
+ * fresh counter still beats every earlier token: once the fence key has expired, the server's
+ * clock has passed the last grant's time by the retention margin (Redis expires keys on the
+ * same wall clock), so `TIME` alone is larger, unless the clock has since been set back by
+ * more than the margin (the one assumption; see the README).
+ *
  * The write scripts that a late arrival could make harmful (acquire, extend, revoke) take a deadline in
  * the server's own clock (see server-clock.ts) and do nothing once it has passed: a request
  * whose caller already gave up (timed out) cannot take a lock later, whether it was held up in
@@ -30,9 +38,20 @@ local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 `;
 
+// The next token for KEYS[2] (the fence), kept for \`keepMs\`. Microseconds since 1970 stay
+// below 2^53 until the year 2255, so Lua's doubles hold them exactly; %.0f prints all digits.
+function nextToken(keepMs: string): string {
+  return `
+local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local token = string.format('%.0f', math.max(fence + 1, micros))
+redis.call('SET', KEYS[2], token, 'PX', ${keepMs})
+`;
+}
+
 /**
  * KEYS: lock, fence. ARGV: owner, ttlMs, deadline (server ms; 0 = none), channel ('' = do not
- * publish), hex name.
+ * publish), hex name, fence retention ms (the fence key lives ttlMs + this).
  * Returns {1, token, now, fresh(1|0)} granted; {0, pttl, now} held by another; {-1, 0, now} stale.
  */
 export const ACQUIRE = script(
@@ -48,8 +67,7 @@ if current then
   end
   return {0, redis.call('PTTL', KEYS[1]), now}
 end
-redis.call('INCR', KEYS[2])
-local token = redis.call('GET', KEYS[2])
+${nextToken('tonumber(ARGV[2]) + tonumber(ARGV[6])')}
 redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', ARGV[2])
 if ARGV[4] ~= '' then
   redis.call('PUBLISH', ARGV[4], 'acquired ' .. ARGV[5] .. ' ' .. token .. ' ' .. ARGV[1])
@@ -128,13 +146,16 @@ return {1, current}
  * nodes' counters): raise the node's counter to at least M, so the next grant anywhere starts
  * above it, and relabel this owner's lease on the node with M, so release/extend/re-acquire
  * speak one token on every node. KEYS: lock, fence. ARGV: owner, M, channel ('' = do not
- * publish), hex name. Returns 1 when the owner's lease is on this node.
+ * publish), hex name, how long the fence key lives (ms: the lease + the retention margin).
+ * Returns 1 when the owner's lease is on this node.
  */
 export const ADOPT_TOKEN = script(
   'adopt-token',
   `
 local fence = redis.call('GET', KEYS[2])
-if (not fence) or tonumber(fence) < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
+if (not fence) or tonumber(fence) < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[5])
+end
 local current = redis.call('GET', KEYS[1])
 if not current then return 0 end
 local sep = string.find(current, ':', 1, true)

@@ -220,21 +220,48 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
     ).toBe(false);
   });
 
-  it('without persistence a restart forgets the counters (why durable defaults to false)', async () => {
+  it('without persistence a restart forgets held locks (why durable defaults to false), yet tokens still grow: they come from the server clock', async () => {
     const service = await redis();
     const name = lockName('volatile');
     let lock = await backend({ url: service.url });
     expect(lock.capabilities.durableAcrossRestart).toBe(false);
+    let last = 0n;
     for (let i = 0; i < 3; i += 1) {
       const result = await lock.tryAcquire({ name, owner: `o${i}`, ttlMs: 5_000 });
-      if (result.granted) await lock.release({ name, token: result.grant.token });
+      if (result.granted) last = result.grant.token;
     }
     await lock.close();
     await service.kill();
     await service.start();
     lock = await backend({ url: service.url });
     const after = await lock.tryAcquire({ name, owner: 'after', ttlMs: 5_000 });
-    expect(after.granted && after.grant.token).toBe(1n);
+    // Granted although 'o0' held the lock before the restart: the restart forgot it.
+    expect(after.granted && after.grant.token).toBeGreaterThan(last);
+  });
+
+  it('nothing per name remains once the lease and the fence retention have passed, and the next token is still larger', async () => {
+    const service = await redis();
+    const lock = await backend({ url: service.url, fenceRetentionMs: 200 });
+    const observer = raw(service);
+    const name = lockName('residue');
+    const keys = nameKeys('dlm:', name);
+    const first = await lock.tryAcquire({ name, owner: 'a', ttlMs: 300 });
+    if (!first.granted) throw new Error('expected a grant');
+    const fenceTtl = await observer.pttl(keys.fence);
+    expect(fenceTtl).toBeGreaterThan(300);
+    expect(fenceTtl).toBeLessThanOrEqual(500);
+    await lock.release({ name, token: first.grant.token });
+    await until(async () => (await observer.exists(keys.lock, keys.fence)) === 0, 2_000);
+    const second = await lock.tryAcquire({ name, owner: 'b', ttlMs: 300 });
+    expect(second.granted && second.grant.token).toBeGreaterThan(first.grant.token);
+  });
+
+  it('rejects a fenceRetentionMs that is not a whole number of ms ≥ 1', () => {
+    for (const fenceRetentionMs of [0, -1, 1.5, Number.NaN]) {
+      expect(() => redisBackend({ url: 'redis://127.0.0.1:1', fenceRetentionMs })).toThrow(
+        expect.objectContaining({ code: 'INVALID_PARAMS', details: { field: 'fenceRetentionMs' } }),
+      );
+    }
   });
 
   it('names with braces, colons and any Unicode are distinct locks, each keyed in one hash slot', async () => {
@@ -246,7 +273,7 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
     );
     for (const name of names) {
       const result = await lock.tryAcquire({ name, owner: `owner of ${name}`, ttlMs: 10_000 });
-      expect(result.granted && result.grant.token).toBe(1n);
+      expect(result.granted).toBe(true);
       const keys = nameKeys('dlm:', name);
       const tag = (key: string) => key.slice(key.indexOf('{') + 1, key.indexOf('}'));
       expect(tag(keys.lock)).toBe(tag(keys.fence));

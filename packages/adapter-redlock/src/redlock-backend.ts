@@ -36,6 +36,11 @@ export interface RedlockBackendOptions {
    * this long still has a validity of at least the requested ttl. Default 100.
    */
   latencyAllowanceMs?: number;
+  /**
+   * How long each node keeps a name's last token after the lease, in ms (see adapter-redis).
+   * Default 60000.
+   */
+  fenceRetentionMs?: number;
   clock?: Clock;
 }
 
@@ -68,7 +73,7 @@ const CAPABILITIES: BackendCapabilities = Object.freeze({
  * await backend.ready();
  */
 export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
-  const { prefix, commandTimeoutMs } = checkCommonOptions(options);
+  const { prefix, commandTimeoutMs, fenceRetentionMs } = checkCommonOptions(options);
   const clock = options.clock ?? systemClock;
   const driftFactor = options.driftFactor ?? 0.01;
   const allowanceMs = options.latencyAllowanceMs ?? 100;
@@ -91,7 +96,14 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
   }
   const nodes: RedisNode[] = clients.map((client) =>
     // Grants are announced after the quorum (adoptToken), with the token the caller gets.
-    createRedisNode({ client, prefix, commandTimeoutMs, clock, publishAcquired: false }),
+    createRedisNode({
+      client,
+      prefix,
+      commandTimeoutMs,
+      clock,
+      publishAcquired: false,
+      fenceRetentionMs,
+    }),
   );
   const total = nodes.length;
   const quorum = Math.floor(total / 2) + 1;
@@ -197,10 +209,34 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
         // a node forgets its data or misses the adoption.
         const token = maxToken(grants.map((g) => g.token));
         const announce = grants.some((g) => g.fresh);
-        // Not awaited: each node runs it before any later command on the same connection (a
-        // release, an extend, a re-acquire), which is the only ordering that matters.
-        for (const node of nodes) node.adoptToken(name, owner, token, announce).catch(() => {});
-        return { granted: true, grant: { name, owner, token, ttlMs: Math.floor(valid) } };
+        // The grant is reported only once a quorum carries this token: until then the nodes
+        // hold the lease under their own counters, and a reader would see a token nobody got.
+        const adopted = await gather(
+          nodes,
+          (node) => node.adoptToken(name, owner, token, onNodes, announce),
+          (so) => so.filter((o) => o?.ok && o.value).length >= quorum,
+        ).early;
+        const labelled = answers(adopted).filter(Boolean).length;
+        const left = validity(onNodes, startedAt);
+        if (labelled >= quorum && left > 0) {
+          return { granted: true, grant: { name, owner, token, ttlMs: Math.floor(left) } };
+        }
+        // Given back where this attempt took it (a refreshed lease of the same owner stays), under
+        // the grant's token or the node's own; a node that does not answer may keep its copy
+        // until it runs out.
+        nodes.forEach((node, index) => {
+          void run.each[index]!.then((outcome) => {
+            if (!(outcome.ok && outcome.value.granted && outcome.value.fresh)) return;
+            node.release(name, token).catch(() => {});
+            if (outcome.value.token !== token)
+              node.release(name, outcome.value.token).catch(() => {});
+          });
+        });
+        throw new DlmError(
+          'UNAVAILABLE',
+          `acquire: only ${labelled} of ${total} Redis nodes took the grant's token in time (${quorum} needed)`,
+          { indeterminate: true },
+        );
       }
 
       // Not granted: give back what we took, on every node, including stragglers that answer
@@ -232,11 +268,13 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
     async release({ name, token }) {
       assertOpen();
       // One node that held this token is enough to say it was ours; a quorum that did not hold
-      // it says it was not. Either way a stalled minority does not hold the answer up.
+      // it says it was not. The answer waits for a quorum either way: until then a quorum may
+      // still hold the token, and a read right after the release would report its holder. A
+      // stalled minority does not hold the answer up.
       const outcomes = await gather(
         nodes,
         (node) => node.release(name, token),
-        (so) => so.some((o) => o?.ok && o.value) || so.filter((o) => o?.ok).length >= quorum,
+        (so) => so.filter((o) => o?.ok).length >= quorum,
       ).early;
       const released = answers(outcomes);
       if (released.some(Boolean)) return true;
@@ -274,10 +312,10 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
         nodes,
         (node) => node.inspect(name),
         (so) => {
-          // Decided once one owner holds a quorum, or no owner can reach one any more.
+          // Decided once one lease (owner and token) is on a quorum, or none can reach one.
           const counts = new Map<string, number>();
           for (const state of answers(so)) {
-            if (state) counts.set(state.owner, (counts.get(state.owner) ?? 0) + 1);
+            if (state) counts.set(leaseKey(state), (counts.get(leaseKey(state)) ?? 0) + 1);
           }
           const pending = so.filter((o) => o === undefined).length;
           const best = Math.max(0, ...counts.values());
@@ -339,9 +377,16 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
   };
 }
 
+/** One lease on a node: its owner and the token it is labelled with there. */
+function leaseKey(state: LockState): string {
+  return `${state.token}:${state.owner}`;
+}
+
 /**
- * The holder a quorum of nodes agrees on, with the lease left until fewer than a quorum hold
- * it; null when no owner holds a quorum.
+ * The lease a quorum of nodes agrees on, owner and token alike, with the time left until
+ * fewer than a quorum hold it; null when no lease is on a quorum. A node's copy that disagrees
+ * (a failed attempt's partial grant, a copy not yet relabelled with the grant's token) is
+ * never reported: nobody was granted what only a minority holds.
  */
 function agreed(
   name: string,
@@ -349,13 +394,13 @@ function agreed(
   quorum: number,
   leaseLeft: (nodeMs: number) => number,
 ): LockState | null {
-  const byOwner = new Map<string, LockState[]>();
+  const byLease = new Map<string, LockState[]>();
   for (const state of states) {
-    if (state) byOwner.set(state.owner, [...(byOwner.get(state.owner) ?? []), state]);
+    if (state) byLease.set(leaseKey(state), [...(byLease.get(leaseKey(state)) ?? []), state]);
   }
-  for (const [owner, held] of byOwner) {
+  for (const held of byLease.values()) {
     if (held.length < quorum) continue;
-    const token = maxToken(held.map((s) => s.token));
+    const { owner, token } = held[0]!;
     const remaining = held.map((s) => s.ttlRemainingMs).sort((a, b) => b - a)[quorum - 1] ?? 0;
     return { name, owner, token, ttlRemainingMs: leaseLeft(remaining) };
   }

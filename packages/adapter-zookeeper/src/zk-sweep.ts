@@ -18,6 +18,9 @@ import { budget, isZkCode, type ZkSession } from './zk-session.js';
  * A sweep reads every name node: its cost grows with the number of names, which is why it runs
  * rarely. `intervalMs` 0 turns it off.
  */
+/** Name nodes a sweep works on at once. */
+const SWEEP_LANES = 16;
+
 export function sweeper(
   session: ZkSession,
   paths: LockPaths,
@@ -38,24 +41,24 @@ export function sweeper(
       throw error;
     }
     const nowMs = await store.zkNow(step());
-    let deleted = 0;
-    for (const encoded of names) {
-      if (stopped || options.isClosed()) break;
+
+    /** One name node; resolves with how many nodes it deleted. */
+    async function sweepOne(encoded: string): Promise<number> {
       const name = paths.nameOf(encoded);
       const node = await store.nameNode(step(), name);
-      if (!node) continue;
+      if (!node) return 0;
       if (node.numChildren > 0) {
         const holder = await store.currentHolder(step(), name);
         if (holder && holder.mtimeMs + holder.ttlMs <= nowMs) {
-          if (await store.endLease(step(), name, holder, 'expired')) deleted += 1;
+          if (await store.endLease(step(), name, holder, 'expired')) return 1;
         }
-        continue;
+        return 0;
       }
-      if (nowMs - node.mtimeMs < options.intervalMs) continue;
+      if (nowMs - node.mtimeMs < options.intervalMs) return 0;
       try {
         await session.multi(step(), (ops) => ops.remove(paths.parent(name), node.version));
         store.forgetParent(name);
-        deleted += 1;
+        return 1;
       } catch (error) {
         // A child arrived, or a grant or end rewrote it: in use again, keep it.
         if (
@@ -65,8 +68,30 @@ export function sweeper(
         ) {
           throw error;
         }
+        return 0;
       }
     }
+
+    // A few names at a time: one by one, each name's round trips add up to minutes for
+    // 100 000 names (and the sweep is what brings them back to nothing); every step is its
+    // own versioned operation, so their order does not matter.
+    let deleted = 0;
+    let next = 0;
+    let failed = false;
+    async function lane(): Promise<void> {
+      while (next < names.length && !failed && !stopped && !options.isClosed()) {
+        const encoded = names[next++]!;
+        try {
+          // Not `deleted += await …`: that reads `deleted` before the await, and lanes interleave.
+          const count = await sweepOne(encoded);
+          deleted += count;
+        } catch (error) {
+          failed = true;
+          throw error;
+        }
+      }
+    }
+    await Promise.all(Array.from({ length: Math.min(SWEEP_LANES, names.length) }, lane));
     return deleted;
   }
 

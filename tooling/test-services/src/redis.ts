@@ -31,6 +31,11 @@ export interface RedisOptions {
   aof?: boolean;
   /** More redis-server arguments, e.g. `['--rename-command', 'CONFIG', '']` to act like a managed Redis. */
   args?: string[];
+  /**
+   * More environment for a local redis-server process (the fault harness preloads a clock
+   * shim with it); not used for containers or an external Redis.
+   */
+  env?: Record<string, string>;
 }
 
 const ENV = 'DLM_TEST_REDIS_URL';
@@ -140,6 +145,7 @@ export async function startRedis(options: RedisOptions = {}): Promise<RedisServi
       ...(options.args ?? []),
     ],
     cwd: dir,
+    ...(options.env ? { env: options.env } : {}),
     ready: () => pingRedis(host, port),
   });
   // Spread would copy the getters' current values: forward them instead.

@@ -99,6 +99,11 @@ export interface LockService {
   /** Ends whatever lease holds `name`; its holder is told `lock.lost` (revoked). */
   revoke(name: string): Promise<LockState | null>;
   watch(name: string, listener: (change: LockChange) => void): () => void;
+  /**
+   * Whether the lease `token` of `name`, granted or extended through this service, is still
+   * followed as held: false once its end was seen, even when that end overtook the reply.
+   */
+  holds(name: string, token: bigint): boolean;
   /** Waiters queued on this service for `name`. */
   waiters(name: string): number;
   /** Ends every wait with CANCELLED and stops all timers. Does not close the backend. */
@@ -337,6 +342,9 @@ export function createLockService(options: LockServiceOptions): LockService {
     startedAt: number,
     onLost: ((event: LostEvent) => void) | undefined,
   ): void {
+    // This lease's end overtook the reply (a release racing an idempotent re-acquire of the
+    // same lease): it is over already, nothing to follow.
+    if (grant.token === state.lastEnded) return;
     const previous = state.lease;
     if (previous && previous.token !== grant.token) lose(state, 'expired');
     const lease: TrackedLease = state.lease ?? {
@@ -901,6 +909,10 @@ export function createLockService(options: LockServiceOptions): LockService {
         if (!checksEnd(state)) cancelCheck(state);
         dropIfIdle(state);
       };
+    },
+
+    holds(name, token) {
+      return names.get(name)?.lease?.token === token;
     },
 
     waiters(name) {

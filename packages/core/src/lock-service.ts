@@ -505,10 +505,17 @@ export function createLockService(options: LockServiceOptions): LockService {
         }, EVENT_GRACE_MS);
         return;
       }
-      // The lease ended and the backend did not say so (no expiry events, or a lost event).
+      // The lease ended and the backend did not say so (no expiry events, or a lost event),
+      // or said so without saying whose. A lease held through here that was not released here
+      // is reported lost: an end without a token may be anyone's (on Redlock, a failed
+      // attempt's clean-up), and a holder must never miss its lock.lost.
+      const type =
+        endType === 'unknown' || (endType === 'released' && state.lease?.token === view.token)
+          ? 'expired'
+          : endType;
       onBackendEvent(state, {
         name: state.name,
-        type: endType === 'unknown' ? 'expired' : endType,
+        type,
         token: view.token,
         ...(view.owner === undefined ? {} : { owner: view.owner }),
       });

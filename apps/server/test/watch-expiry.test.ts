@@ -102,6 +102,9 @@ for (const [label, available, make] of cases) {
       const remoteWatch = (await watcher.call('lock.watch', { name })).result;
       const localWatch = (await local.call('lock.watch', { name })).result;
       expect(remoteWatch.held).toBe(false);
+      // The dashboard's feed on the granting server, derived from the same watch.
+      const dashboard = await session(granting);
+      const prefixWatch = (await dashboard.call('lock.watchPrefix', { prefix: name })).result;
 
       const startedAt = performance.now();
       const granted = (await holder.call('lock.acquire', { name, ttlMs: TTL_MS })).result;
@@ -131,6 +134,14 @@ for (const [label, available, make] of cases) {
         expect(heardAfterMs).toBeGreaterThanOrEqual(TTL_MS - 50);
         expect(heardAfterMs).toBeLessThanOrEqual(TTL_MS + BOUND_MS);
       }
+      const feedEvents = [
+        await dashboard.nextNotification('lock.changed', 2_000),
+        await dashboard.nextNotification('lock.changed', 2_000),
+      ].map((n) => n.params);
+      expect(feedEvents.map((e) => [e.watchId, e.event, e.held, e.token])).toEqual([
+        [prefixWatch.watchId, 'acquired', true, granted.token],
+        [prefixWatch.watchId, 'expired', false, granted.token],
+      ]);
       // The holder was told too, and nothing more came to the watchers.
       expect((await holder.nextNotification('lock.lost', 2_000)).params).toMatchObject({
         name,
@@ -139,6 +150,7 @@ for (const [label, available, make] of cases) {
       });
       expect(watcher.notifications).toEqual([]);
       expect(local.notifications).toEqual([]);
+      expect(dashboard.notifications).toEqual([]);
     }, 30_000);
   });
 }

@@ -139,6 +139,11 @@ interface HolderView {
   owner: string | undefined;
   /** On the service's clock; undefined until a grant or `inspect` told it. */
   expiresAt: number | undefined;
+  /**
+   * `expiresAt` is the backend's own count (from `inspect`), not the holder's earlier local one
+   * (a grant here counts from the request's start, before the backend's lease began).
+   */
+  counted: boolean;
   /** Watchers were told of this grant (by the backend's event or by a check). */
   announced: boolean;
 }
@@ -394,12 +399,15 @@ export function createLockService(options: LockServiceOptions): LockService {
     if (view && token < view.token) return undefined;
     if (!view && state.lastEnded !== undefined && token <= state.lastEnded) return undefined;
     if (!view || view.token !== token) {
-      view = { token, owner, expiresAt: undefined, announced: false };
+      view = { token, owner, expiresAt: undefined, counted: false, announced: false };
       state.holder = view;
       if (state.checking) state.checkAgain = true;
     }
     view.owner = owner ?? view.owner;
-    if (expiresAt !== undefined) view.expiresAt = expiresAt;
+    if (expiresAt !== undefined) {
+      view.expiresAt = expiresAt;
+      view.counted = false;
+    }
     scheduleCheck(state);
     return view;
   }
@@ -482,8 +490,13 @@ export function createLockService(options: LockServiceOptions): LockService {
         return;
       }
       const expiresAt = clock.now() + current.ttlRemainingMs;
-      const longer = view.expiresAt === undefined || expiresAt - view.expiresAt > EXTENDED_BY_MS;
+      // Only a deadline the backend counted before can show an extension: its lease ends a
+      // little after a local grant's count, without anyone extending it.
+      const longer =
+        view.expiresAt === undefined ||
+        (view.counted && expiresAt - view.expiresAt > EXTENDED_BY_MS);
       view.expiresAt = expiresAt;
+      view.counted = true;
       view.owner ??= current.owner;
       if (!view.announced && state.told === false) {
         view.announced = true;
@@ -499,6 +512,7 @@ export function createLockService(options: LockServiceOptions): LockService {
         // Gone before its deadline: released or revoked, and the backend's event about it,
         // which says which, is on its way. Only if none comes is it reported from here.
         view.expiresAt = clock.now();
+        view.counted = false;
         state.checkTimer = clock.setTimer(() => {
           state.checkTimer = undefined;
           void check(state, 'unknown');
@@ -530,6 +544,7 @@ export function createLockService(options: LockServiceOptions): LockService {
         current.owner,
         clock.now() + current.ttlRemainingMs,
       );
+      if (adopted) adopted.counted = true;
       // Watchers told it was free hear that it is held again. A new watcher reads the state
       // itself, but the backend's event about this grant may still be on its way: let it pass.
       if (adopted && state.told === false) {

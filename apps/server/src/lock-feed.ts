@@ -2,9 +2,9 @@ import type {
   Clock,
   Lease,
   LockBackend,
-  LockEvent,
+  LockChange,
+  LockService,
   LockState,
-  Timer,
   Unsubscribe,
 } from '@dlm/core';
 import { withDeadline } from './deadline.js';
@@ -43,8 +43,13 @@ export interface FeedEvent {
 }
 
 export interface LockFeedOptions {
-  /** The backend, for the locks this server did not grant itself (list, watch, inspect). */
+  /** The backend, to list the locks this server did not grant itself. */
   backend: LockBackend;
+  /**
+   * Core's lock service, whose `watch` reports every grant, release and expiry of a name on any
+   * backend (it checks each lease at its end where the backend has no expiry events).
+   */
+  service: Pick<LockService, 'watch'>;
   clock: Clock;
   /** Waiters queued on this server for a name. */
   waiters(name: string): number;
@@ -59,9 +64,9 @@ export interface LockFeedOptions {
  *
  * It is fed by what passes through this server (grants, extends, releases and lost leases,
  * reported by the observed lock service) and, for locks granted elsewhere on a shared backend,
- * by the backend: `seed` lists them, a backend watch reports their release or expiry, and a
- * check at each lease's deadline catches what a backend without expiry events does not report.
- * Nothing polls: every timer is one lease's deadline.
+ * by core's watch of each name: `seed` lists them, and the watch reports their grants,
+ * releases, expiries and extensions (core checks a lease at its end where the backend does not
+ * report expiries, so the feed keeps no timers of its own).
  */
 export interface LockFeed {
   granted(lease: Lease): void;
@@ -85,15 +90,14 @@ interface Entry {
   name: string;
   owner: string;
   token: bigint;
-  /** On the feed's clock. */
-  expiresAt: number;
+  /** On the feed's clock; undefined while a lease granted elsewhere has not been inspected yet. */
+  expiresAt: number | undefined;
   /** When this server granted it; undefined for leases granted elsewhere. */
   grantedAt: number | undefined;
   local: boolean;
   unwatch: Unsubscribe;
-  /** Subscribed to the backend's events about this name. */
+  /** Subscribed to core's changes of this name. */
   watching: boolean;
-  deadline: Timer | undefined;
 }
 
 interface Subscriber {
@@ -101,12 +105,11 @@ interface Subscriber {
   listener: (event: FeedEvent) => void;
 }
 
-/** How long after a lease's deadline the feed asks the backend whether it really ended. */
-const DEADLINE_GRACE_MS = 250;
-const RECHECK_AFTER_FAILURE_MS = 1_000;
+/** A change of a lease's deadline by more than this is reported as `extended`. */
+const EXTENDED_BY_MS = 250;
 
 export function createLockFeed(options: LockFeedOptions): LockFeed {
-  const { backend, clock } = options;
+  const { backend, service, clock } = options;
   const entries = new Map<string, Entry>();
   const subscribers = new Set<Subscriber>();
   // Names touched while an asynchronous backend read was in flight: its answer about them is
@@ -123,6 +126,7 @@ export function createLockFeed(options: LockFeedOptions): LockFeed {
   }
 
   function remainingMs(entry: Entry): number {
+    if (entry.expiresAt === undefined) return 0;
     return Math.max(0, Math.ceil(entry.expiresAt - clock.now()));
   }
 
@@ -133,7 +137,9 @@ export function createLockFeed(options: LockFeedOptions): LockFeed {
       name,
       held,
       ...(entry ? { owner: entry.owner, token: entry.token } : {}),
-      ...(entry && held ? { ttlRemainingMs: remainingMs(entry) } : {}),
+      ...(entry && held && entry.expiresAt !== undefined
+        ? { ttlRemainingMs: remainingMs(entry) }
+        : {}),
       waiters: options.waiters(name),
     };
     for (const subscriber of subscribers) {
@@ -146,44 +152,42 @@ export function createLockFeed(options: LockFeedOptions): LockFeed {
     }
   }
 
-  function scheduleDeadline(entry: Entry, delayMs: number): void {
-    entry.deadline?.cancel();
-    entry.deadline = clock.setTimer(() => {
-      entry.deadline = undefined;
-      void verify(entry.name, 'expired');
-    }, delayMs);
-  }
-
-  function open(state: LockState, local: boolean, type: 'acquired' | 'extended' | null): void {
+  function open(
+    state: Omit<LockState, 'ttlRemainingMs'> & { ttlRemainingMs: number | undefined },
+    local: boolean,
+    type: 'acquired' | 'extended' | null,
+  ): void {
     const entry: Entry = {
       name: state.name,
       owner: state.owner,
       token: state.token,
-      expiresAt: clock.now() + state.ttlRemainingMs,
+      expiresAt:
+        state.ttlRemainingMs === undefined ? undefined : clock.now() + state.ttlRemainingMs,
       grantedAt: local && type === 'acquired' ? clock.now() : undefined,
       local,
       unwatch: () => {},
       watching: false,
-      deadline: undefined,
     };
     entries.set(state.name, entry);
     touch(state.name);
     if (local) localHeld += 1;
     if (!local || subscribers.size > 0) watchBackend(entry);
-    scheduleDeadline(entry, state.ttlRemainingMs + DEADLINE_GRACE_MS);
     if (type) emit(type, state.name, entry, true);
   }
 
   /**
-   * Subscribes to the backend's events about `entry`'s name. Leases granted elsewhere always
-   * need it; those granted here only while someone watches a prefix (their release and loss are
-   * reported by this server's lock service, and the deadline check backs that up), so a grant
-   * costs no backend subscription when nobody looks.
+   * Follows `entry`'s name through core's watch. Leases granted elsewhere always need it; those
+   * granted here only while someone watches a prefix (their release and loss are reported by
+   * this server's lock service), so a grant costs no subscription when nobody looks.
    */
   function watchBackend(entry: Entry): void {
-    if (entry.watching) return;
-    entry.watching = true;
-    entry.unwatch = backend.watch(entry.name, onBackendEvent);
+    if (entry.watching || closed) return;
+    try {
+      entry.unwatch = service.watch(entry.name, (change) => onChange(entry.name, change));
+      entry.watching = true;
+    } catch {
+      // The service is shutting down: nothing more will change.
+    }
   }
 
   function unwatchBackend(entry: Entry): void {
@@ -196,14 +200,12 @@ export function createLockFeed(options: LockFeedOptions): LockFeed {
   function refresh(entry: Entry, ttlRemainingMs: number): void {
     entry.expiresAt = clock.now() + ttlRemainingMs;
     touch(entry.name);
-    scheduleDeadline(entry, ttlRemainingMs + DEADLINE_GRACE_MS);
   }
 
   function end(entry: Entry, type: HoldEnd): void {
     if (entries.get(entry.name) !== entry) return;
     entries.delete(entry.name);
     touch(entry.name);
-    entry.deadline?.cancel();
     unwatchBackend(entry);
     if (entry.local) {
       localHeld -= 1;
@@ -213,54 +215,43 @@ export function createLockFeed(options: LockFeedOptions): LockFeed {
     emit(type, entry.name, entry, false);
   }
 
-  function onBackendEvent(event: LockEvent): void {
-    const entry = entries.get(event.name);
-    if (!entry || closed) return;
-    if (event.token === undefined) {
-      // The backend cannot say which lease the event is about: ask it.
-      void verify(event.name, event.type === 'acquired' ? 'expired' : event.type);
-      return;
-    }
-    if (event.type === 'acquired') {
-      if (event.token <= entry.token) return;
-      // A newer lease exists, so ours ended without us seeing how.
-      end(entry, 'expired');
-      void verify(event.name, 'expired');
-    } else if (event.token === entry.token) {
-      end(entry, event.type);
-    }
-  }
-
-  /**
-   * Asks the backend for `name`'s holder and brings the feed in line: a lease that is gone ends
-   * with `endType`, one extended elsewhere moves its deadline, one granted elsewhere is added.
-   */
-  async function verify(name: string, endType: HoldEnd): Promise<void> {
-    const touched = new Set<string>();
-    readsInFlight.add(touched);
-    let current: LockState | null;
-    try {
-      current = await withDeadline(clock, options.backendTimeoutMs, 'inspect', () =>
-        backend.inspect(name),
-      );
-    } catch {
-      readsInFlight.delete(touched);
-      const entry = entries.get(name);
-      if (entry && !closed && !touched.has(name)) scheduleDeadline(entry, RECHECK_AFTER_FAILURE_MS);
-      return;
-    }
-    readsInFlight.delete(touched);
-    if (closed || touched.has(name)) return;
+  function onChange(name: string, change: LockChange): void {
     const entry = entries.get(name);
-    if (entry && current?.token === entry.token) {
-      const before = entry.expiresAt;
-      refresh(entry, current.ttlRemainingMs);
-      if (Math.abs(entry.expiresAt - before) > DEADLINE_GRACE_MS)
-        emit('extended', name, entry, true);
+    if (!entry || closed) return;
+    const { token } = change;
+    if (!change.held) {
+      // Core reports an end without a token only once it found the lock free.
+      if (token === undefined || token === entry.token) {
+        end(
+          entry,
+          change.type === 'acquired' || change.type === 'extended' ? 'expired' : change.type,
+        );
+      }
       return;
     }
-    if (entry) end(entry, endType);
-    if (current) open(current, false, 'acquired');
+    if (token === undefined || token < entry.token) return;
+    if (token === entry.token) {
+      // Extended elsewhere, or the lease left of a grant made elsewhere is known now.
+      if (change.ttlRemainingMs === undefined) return;
+      const before = entry.expiresAt;
+      refresh(entry, change.ttlRemainingMs);
+      if (before === undefined || Math.abs(entry.expiresAt! - before) > EXTENDED_BY_MS) {
+        emit('extended', name, entry, true);
+      }
+      return;
+    }
+    // A newer lease exists, so ours ended without us seeing how.
+    end(entry, 'expired');
+    open(
+      {
+        name,
+        owner: change.owner ?? '',
+        token,
+        ttlRemainingMs: change.ttlRemainingMs,
+      },
+      false,
+      'acquired',
+    );
   }
 
   function flushWaiters(): void {
@@ -394,10 +385,7 @@ export function createLockFeed(options: LockFeedOptions): LockFeed {
     close() {
       closed = true;
       if (waitersFlush) clearImmediate(waitersFlush);
-      for (const entry of entries.values()) {
-        entry.deadline?.cancel();
-        unwatchBackend(entry);
-      }
+      for (const entry of entries.values()) unwatchBackend(entry);
       entries.clear();
       subscribers.clear();
       localHeld = 0;

@@ -58,7 +58,8 @@ export function observeService(
       }
       try {
         const lease = await pending;
-        feed.granted(lease);
+        // A lease whose end overtook this reply (its release, its expiry) is not held here.
+        if (service.holds(lease.name, lease.token)) feed.granted(lease);
         if (debug) {
           logger.debug('lock granted', {
             name: lease.name,
@@ -89,7 +90,7 @@ export function observeService(
       const lease = await service.extend(
         options.onLost ? { ...options, onLost: observeLost(options.onLost) } : options,
       );
-      feed.extended(lease);
+      if (service.holds(lease.name, lease.token)) feed.extended(lease);
       return lease;
     },
 
@@ -102,6 +103,7 @@ export function observeService(
     },
 
     watch: (name, listener) => service.watch(name, listener),
+    holds: (name, token) => service.holds(name, token),
     waiters: (name) => service.waiters(name),
 
     totalWaiters() {

@@ -179,6 +179,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   });
   const feed = createLockFeed({
     backend,
+    service: core,
     clock,
     backendTimeoutMs,
     waiters: (name) => core.waiters(name),

@@ -318,10 +318,16 @@ export function createSession(context: SessionContext): Session {
       const watchId = `w${watchSeq}`;
       // Subscribe before reading the state, so no change between the two is missed.
       const stop = service.watch(name, (change) => {
+        // lock.watch reports grants, releases and expiries; a longer lease is none of them.
+        if (change.type === 'extended') return;
+        if (!change.held) {
+          notify('lock.changed', { watchId, name, held: false });
+          return;
+        }
         notify('lock.changed', {
           watchId,
           name,
-          held: change.held,
+          held: true,
           ...(change.owner === undefined ? {} : { owner: change.owner }),
           ...(change.token === undefined ? {} : { token: formatToken(change.token) }),
         });

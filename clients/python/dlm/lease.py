@@ -33,6 +33,11 @@ class Lease:
     the granted TTL, minus a drift margin of max(10 ms, 1% of the TTL). ``lost_reason`` is then
     ``"deadline"``, ``"expired"`` or ``"revoked"``.
 
+    Every look at the lease (``lost``, ``lost_reason``, ``held``, ``remaining_ms()``,
+    ``assert_held()``) answers from the clock at that moment: a thread that stalled past the
+    deadline (a long C call holding the GIL, a paused process) learns it on its first look,
+    before the deadline timer thread has run.
+
     A lease is also a context manager that releases it on exit.
     """
 
@@ -44,8 +49,8 @@ class Lease:
         self.token = token
         self.ttl_ms = ttl_ms
         self._requested_ttl_ms = requested_ttl_ms
-        self.lost = threading.Event()
-        self.lost_reason: str | None = None
+        self._lost = threading.Event()
+        self._lost_reason: str | None = None
         self._lock = threading.Lock()
         self._extend_lock = threading.Lock()
         self._ended = False
@@ -55,13 +60,36 @@ class Lease:
         self._arm(sent_at, ttl_ms)
 
     def __repr__(self) -> str:
-        state = "released" if self._released else f"lost:{self.lost_reason}" if self._ended else "held"
+        state = "released" if self._released else f"lost:{self._lost_reason}" if self._ended else "held"
         return f"Lease(name={self.name!r}, token={self.token}, ttl_ms={self.ttl_ms}, {state})"
 
     @property
+    def lost(self) -> threading.Event:
+        """Set once the lease is lost (by the clock when its deadline has passed)."""
+        self._check_deadline()
+        return self._lost
+
+    @property
+    def lost_reason(self) -> str | None:
+        """``"deadline"``, ``"expired"`` or ``"revoked"`` once lost; None while held or released."""
+        self._check_deadline()
+        return self._lost_reason
+
+    @property
     def held(self) -> bool:
-        """True until the lease is released or lost."""
+        """True until the lease is released or lost (by the clock at this moment)."""
+        self._check_deadline()
         return not self._ended
+
+    def assert_held(self) -> None:
+        """Raises DlmError NOT_HOLDER unless the lease is held at this moment, by the clock.
+
+        Call it right before a write the lease protects, next to passing its fencing token.
+        """
+        self._check_deadline()
+        if self._ended:
+            raise DlmError("NOT_HOLDER", f"the lease on {self.name!r} has ended "
+                           f"({'released' if self._released else self._lost_reason})")
 
     @property
     def released(self) -> bool:
@@ -69,6 +97,7 @@ class Lease:
 
     def remaining_ms(self) -> float:
         """Milliseconds left before the local deadline; 0 once the lease has ended."""
+        self._check_deadline()
         if self._ended:
             return 0.0
         return max(0.0, (self._deadline - time.monotonic()) * 1000)
@@ -86,6 +115,11 @@ class Lease:
             self._timer.daemon = True
             self._timer.start()
 
+    def _check_deadline(self) -> None:
+        # The deadline timer thread may not have run yet (a stall): the clock decides.
+        if not self._ended and time.monotonic() >= self._deadline:
+            self._on_deadline()
+
     def _on_deadline(self) -> None:
         with self._lock:
             if self._ended or time.monotonic() < self._deadline:
@@ -100,11 +134,11 @@ class Lease:
             if self._ended:
                 return False
             self._ended = True
-            self.lost_reason = reason
+            self._lost_reason = reason
             if self._timer is not None:
                 self._timer.cancel()
         self._client._forget(self)
-        self.lost.set()
+        self._lost.set()
         return True
 
     def extend(self, ttl_ms: int | None = None) -> None:
@@ -116,9 +150,7 @@ class Lease:
         ttl = self._requested_ttl_ms if ttl_ms is None else ttl_ms
         # One extend at a time, so the deadline always comes from the newest one the server saw.
         with self._extend_lock:
-            if self._ended:
-                raise DlmError("NOT_HOLDER", f"the lease on {self.name!r} has ended "
-                               f"({'released' if self._released else self.lost_reason})")
+            self.assert_held()
             try:
                 result, sent_at = self._client._call(
                     "lock.extend", {"name": self.name, "token": str(self.token), "ttlMs": ttl},

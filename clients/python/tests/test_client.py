@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import unittest
@@ -141,6 +142,67 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(DlmError) as caught:
             lease.extend()
         self.assertEqual(caught.exception.code, "NOT_HOLDER")
+
+    def test_after_a_stall_past_the_deadline_every_check_says_ended_at_once(self) -> None:
+        def stall(seconds: float) -> None:
+            # A CPU-bound stall that keeps the GIL: with a long switch interval no other thread
+            # (the deadline timer's included) runs until this thread blocks again.
+            until = time.monotonic() + seconds
+            while time.monotonic() < until:
+                pass
+
+        checks = {
+            "lost": lambda lease: self.assertTrue(lease.lost.is_set()),
+            "lost_reason": lambda lease: self.assertEqual(lease.lost_reason, "deadline"),
+            "held": lambda lease: self.assertFalse(lease.held),
+            "remaining_ms": lambda lease: self.assertEqual(lease.remaining_ms(), 0),
+            "assert_held": lambda lease: self.assertRaises(DlmError, lease.assert_held),
+        }
+        for label, check in checks.items():
+            with self.subTest(check=label):
+                lease = self.client.acquire(unique(), ttl_ms=1_000)
+                lease.assert_held()
+                interval = sys.getswitchinterval()
+                sys.setswitchinterval(1_000)
+                try:
+                    stall(1.5)
+                    # The stall kept the deadline timer from running (a test-side look inside)...
+                    self.assertFalse(lease._ended)
+                    # ...so the check, asked first, can only have its answer from the clock.
+                    check(lease)
+                finally:
+                    sys.setswitchinterval(interval)
+                self.assertEqual(lease.lost_reason, "deadline")
+                self.assertTrue(lease.lost.is_set())
+                self.assertFalse(lease.held)
+                self.assertEqual(lease.remaining_ms(), 0)
+                with self.assertRaises(DlmError) as caught:
+                    lease.assert_held()
+                self.assertEqual(caught.exception.code, "NOT_HOLDER")
+
+    def test_two_concurrent_acquires_of_one_name_on_one_client_one_wins(self) -> None:
+        name = unique()
+        start = threading.Barrier(2)
+        outcomes: list[object] = []
+
+        def contend() -> None:
+            start.wait()
+            try:
+                outcomes.append(self.client.acquire(name, ttl_ms=5_000))
+            except DlmError as error:
+                outcomes.append(error)
+
+        threads = [threading.Thread(target=contend) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        leases = [o for o in outcomes if not isinstance(o, DlmError)]
+        errors = [o for o in outcomes if isinstance(o, DlmError)]
+        self.assertEqual(len(leases), 1, outcomes)
+        self.assertEqual([e.code for e in errors], ["LOCK_HELD"])
+        self.assertEqual(self.other.get(name).token, leases[0].token)
+        leases[0].release()
 
     def test_lock_lost_from_the_server_sets_lost(self) -> None:
         name = unique()

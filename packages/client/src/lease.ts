@@ -54,12 +54,29 @@ export interface Lease extends AsyncDisposable {
   readonly token: bigint;
   /** The lease length the server granted on the last acquire or extend (≥ the request). */
   readonly ttlMs: number;
-  /** Aborts when the lease ends: released, lost, or its local deadline passed. */
+  /**
+   * Aborts when the lease ends: released, lost, or its local deadline passed. Read through the
+   * lease (`lease.signal.aborted`), it answers from the clock at that moment, so a process
+   * that stalled past the deadline sees it aborted before any timer has run.
+   */
   readonly signal: AbortSignal;
-  /** Why the lease was lost, once it was; `undefined` while held or after a release. */
+  /**
+   * Why the lease was lost, once it was (by the clock, as `signal`); `undefined` while held or
+   * after a release.
+   */
   readonly lost: LostReason | undefined;
-  /** Milliseconds left before the local deadline; 0 once the lease has ended. */
+  /** Milliseconds left before the local deadline, by the clock now; 0 once the lease has ended. */
   remainingMs(): number;
+  /**
+   * Throws a DlmError NOT_HOLDER unless the lease is held at this moment, by the clock (a
+   * stalled event loop may not have run the deadline timer yet). Put it right before a write
+   * the lease protects, next to passing its fencing token.
+   *
+   * @example
+   * lease.assertHeld();
+   * await store.put(key, value, { fencingToken: lease.token });
+   */
+  assertHeld(): void;
   /**
    * Resets the lease to `ttlMs` (default: the TTL it was acquired with) and moves the local
    * deadline, counted from when the extend that succeeded was sent. Retried under the client's
@@ -212,9 +229,13 @@ class LeaseState implements LeaseHandle {
     this.context.onLost(this.lease, reason);
   }
 
-  assertLive(): void {
-    // The timer is late (busy event loop).
+  /** Ends the lease if its local deadline passed before the timer could run (busy event loop). */
+  checkDeadline(): void {
     if (!this.ended && this.context.clock.now() >= this.deadline) this.onDeadline();
+  }
+
+  assertLive(): void {
+    this.checkDeadline();
     if (this.ended) {
       throw new DlmError(
         'NOT_HOLDER',
@@ -388,8 +409,11 @@ class LeaseFacade implements Lease {
     return this.#state.ttlMs;
   }
 
+  // Each synchronous look at the lease first asks the clock (checkDeadline): the answer must
+  // not depend on whether the deadline timer got to run.
   get signal(): AbortSignal {
     const state = this.#state;
+    state.checkDeadline();
     if (!state.controller) {
       state.controller = new AbortController();
       if (state.endReason) state.controller.abort(state.endReason());
@@ -398,12 +422,18 @@ class LeaseFacade implements Lease {
   }
 
   get lost(): LostReason | undefined {
+    this.#state.checkDeadline();
     return this.#state.lost;
   }
 
   remainingMs(): number {
     const state = this.#state;
+    state.checkDeadline();
     return state.ended ? 0 : Math.max(0, state.deadline - state.context.clock.now());
+  }
+
+  assertHeld(): void {
+    this.#state.assertLive();
   }
 
   extend(ttlMs?: number, options?: LeaseCallOptions): Promise<void> {

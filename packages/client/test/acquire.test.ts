@@ -253,6 +253,43 @@ describe('losing a lease', () => {
     }
   });
 
+  it('after the event loop was blocked past the deadline, every synchronous check says ended at once', async () => {
+    const a = client();
+    const lost: string[] = [];
+    a.on('lost', ({ reason }) => lost.push(reason));
+    // A GC pause or a long synchronous loop: no timer can run until it ends.
+    const stall = (ms: number) => {
+      const until = performance.now() + ms;
+      while (performance.now() < until) {}
+    };
+    // One lease per check, each asked first, in the same turn as the stall: the deadline timer
+    // has not run, so only the clock can tell.
+    const checks: Array<[string, (lease: Lease) => void]> = [
+      ['signal', (lease) => expect(lease.signal.aborted).toBe(true)],
+      ['lost', (lease) => expect(lease.lost).toBe('deadline')],
+      ['remainingMs', (lease) => expect(lease.remainingMs()).toBe(0)],
+      [
+        'assertHeld',
+        (lease) =>
+          expect(() => lease.assertHeld()).toThrow(expect.objectContaining({ code: 'NOT_HOLDER' })),
+      ],
+    ];
+    for (const [label, check] of checks) {
+      const lease = await a.acquire(lockName(`stalled-${label}`), { ttlMs: 1_000 });
+      expect(lease.remainingMs()).toBeGreaterThan(0);
+      expect(() => lease.assertHeld()).not.toThrow();
+      stall(1_500);
+      check(lease);
+      // And then all the others agree.
+      expect(lease.signal.aborted).toBe(true);
+      expect(lease.signal.reason).toMatchObject({ code: 'NOT_HOLDER' });
+      expect(lease.lost).toBe('deadline');
+      expect(lease.remainingMs()).toBe(0);
+      expect(() => lease.assertHeld()).toThrow(expect.objectContaining({ code: 'NOT_HOLDER' }));
+    }
+    expect(lost).toEqual(['deadline', 'deadline', 'deadline', 'deadline']);
+  });
+
   it('on its local deadline the client releases the lease, freeing it before its TTL', async () => {
     // A client clock running at double speed puts the local deadline at about half the TTL,
     // so the release reliably beats the server's expiry even on a loaded machine.

@@ -33,12 +33,21 @@ export interface LostEvent {
   reason: 'expired' | 'revoked';
 }
 
-/** What `watch` reports: the lock's new state after a grant, release, expiry or revocation. */
+/**
+ * What `watch` reports: the lock's new state after a grant, release, expiry or revocation, on
+ * every backend (where the backend has no expiry events, core checks each lease at its end).
+ * `extended`: a check found the holder's lease runs longer than core knew (extended through
+ * another service instance); it is not a new grant.
+ */
 export interface LockChange {
   name: string;
   held: boolean;
+  type: 'acquired' | 'extended' | 'released' | 'expired' | 'revoked';
+  /** The holder after a grant; the ended lease's, when known, after an end. */
   owner?: string;
   token?: bigint;
+  /** While held, the lease left, when core knows it. */
+  ttlRemainingMs?: number;
 }
 
 export interface AcquireOptions {
@@ -90,6 +99,11 @@ export interface LockService {
   /** Ends whatever lease holds `name`; its holder is told `lock.lost` (revoked). */
   revoke(name: string): Promise<LockState | null>;
   watch(name: string, listener: (change: LockChange) => void): () => void;
+  /**
+   * Whether the lease `token` of `name`, granted or extended through this service, is still
+   * followed as held: false once its end was seen, even when that end overtook the reply.
+   */
+  holds(name: string, token: bigint): boolean;
   /** Waiters queued on this service for `name`. */
   waiters(name: string): number;
   /** Ends every wait with CANCELLED and stops all timers. Does not close the backend. */
@@ -108,19 +122,53 @@ interface Waiter {
   ttlRemainingMs: number | undefined;
 }
 
+/** A lease granted through this service, whose holder is told when it ends (`onLost`). */
 interface TrackedLease {
   token: bigint;
   owner: string;
-  expiresAt: number;
   onLost: ((event: LostEvent) => void) | undefined;
-  checkTimer: Timer | undefined;
 }
+
+/**
+ * The lease this service believes holds a name, for the names whose end it must see for
+ * itself: watched names, and leases granted here on a backend without expiry events. At its
+ * deadline the backend is asked, and an end it did not report is reported from here.
+ */
+interface HolderView {
+  token: bigint;
+  owner: string | undefined;
+  /** On the service's clock; undefined until a grant or `inspect` told it. */
+  expiresAt: number | undefined;
+  /**
+   * `expiresAt` is the backend's own count (from `inspect`), not the holder's earlier local one
+   * (a grant here counts from the request's start, before the backend's lease began).
+   */
+  counted: boolean;
+  /** Watchers were told of this grant (by the backend's event or by a check). */
+  announced: boolean;
+}
+
+/**
+ * Why the backend is asked about a name's holder: an end it reported without saying whose, or
+ * `unknown` (a deadline passed, a watch started, a grant's lease left is not known yet).
+ */
+type EndType = 'expired' | 'released' | 'revoked' | 'unknown';
 
 /** Everything the service keeps for one lock name; dropped when nothing needs it. */
 interface NameState {
   name: string;
   queue: Waiter[];
   lease: TrackedLease | undefined;
+  holder: HolderView | undefined;
+  /** The last lease whose end watchers were told of: a second report of it is dropped. */
+  lastEnded: bigint | undefined;
+  /** What watchers were last told: held (true), free (false), or nothing yet. */
+  told: boolean | undefined;
+  /** When to ask the backend about the holder (its deadline, or a retry). */
+  checkTimer: Timer | undefined;
+  checking: boolean;
+  /** News arrived while a check was in flight: its answer is stale, ask again. */
+  checkAgain: boolean;
   watchers: Set<(change: LockChange) => void>;
   unsubscribe: () => void;
   pumping: boolean;
@@ -152,6 +200,13 @@ export function createLockService(options: LockServiceOptions): LockService {
   // With expiry events the backend tells us when a lease ends; otherwise a timer per tracked
   // lease asks the backend at the moment the lease would run out.
   const leaseTimers = !backend.capabilities.expiryEvents;
+  // Where the backend reports expiries, the check at a watched lease's end is only a backstop
+  // (a lost event, an extend through another instance): it waits for the backend's event first.
+  const checkDelayMs = leaseTimers ? 1 : 250;
+  // A check that finds the deadline later by more than this reports the lease `extended`.
+  const EXTENDED_BY_MS = 250;
+  // How long a lease found gone before its deadline waits for the backend's event about it.
+  const EVENT_GRACE_MS = 250;
   const names = new Map<string, NameState>();
   let closed = false;
 
@@ -166,6 +221,12 @@ export function createLockService(options: LockServiceOptions): LockService {
       name,
       queue: [],
       lease: undefined,
+      holder: undefined,
+      lastEnded: undefined,
+      told: undefined,
+      checkTimer: undefined,
+      checking: false,
+      checkAgain: false,
       watchers: new Set(),
       unsubscribe: () => {},
       pumping: false,
@@ -186,6 +247,7 @@ export function createLockService(options: LockServiceOptions): LockService {
     if (names.get(state.name) !== state) return;
     names.delete(state.name);
     state.retryTimer?.cancel();
+    state.checkTimer?.cancel();
     state.unsubscribe();
   }
 
@@ -277,7 +339,7 @@ export function createLockService(options: LockServiceOptions): LockService {
     return { name: grant.name, owner: grant.owner, token: grant.token, ttlMs: grant.ttlMs };
   }
 
-  // ---- lock-lost detection -------------------------------------------------------------
+  // ---- lock-lost detection and the holder's end --------------------------------------
 
   function track(
     state: NameState,
@@ -285,57 +347,26 @@ export function createLockService(options: LockServiceOptions): LockService {
     startedAt: number,
     onLost: ((event: LostEvent) => void) | undefined,
   ): void {
+    // This lease's end overtook the reply (a release racing an idempotent re-acquire of the
+    // same lease): it is over already, nothing to follow.
+    if (grant.token === state.lastEnded) return;
     const previous = state.lease;
     if (previous && previous.token !== grant.token) lose(state, 'expired');
     const lease: TrackedLease = state.lease ?? {
       token: grant.token,
       owner: grant.owner,
-      expiresAt: 0,
       onLost: undefined,
-      checkTimer: undefined,
     };
-    lease.expiresAt = startedAt + grant.ttlMs;
     lease.onLost = onLost ?? lease.onLost;
     state.lease = lease;
-    scheduleLeaseCheck(state, lease);
-  }
-
-  function scheduleLeaseCheck(state: NameState, lease: TrackedLease): void {
-    if (!leaseTimers) return;
-    lease.checkTimer?.cancel();
-    lease.checkTimer = clock.setTimer(
-      () => void checkLease(state, lease),
-      lease.expiresAt - clock.now() + 1,
-    );
-  }
-
-  async function checkLease(state: NameState, lease: TrackedLease): Promise<void> {
-    let current: LockState | null;
-    try {
-      current = await bounded('inspect', () => backend.inspect(state.name));
-    } catch {
-      // Cannot tell right now; the holder's own local deadline already covers it. Ask again.
-      if (state.lease === lease) {
-        lease.expiresAt = clock.now() + 1_000;
-        scheduleLeaseCheck(state, lease);
-      }
-      return;
-    }
-    if (state.lease !== lease) return;
-    if (current && current.token === lease.token) {
-      lease.expiresAt = clock.now() + current.ttlRemainingMs;
-      scheduleLeaseCheck(state, lease);
-    } else {
-      lose(state, 'expired');
-      dropIfIdle(state);
-    }
+    see(state, grant.token, grant.owner, startedAt + grant.ttlMs);
   }
 
   function untrack(state: NameState): TrackedLease | undefined {
     const lease = state.lease;
     if (!lease) return undefined;
-    lease.checkTimer?.cancel();
     state.lease = undefined;
+    if (!checksEnd(state)) cancelCheck(state);
     return lease;
   }
 
@@ -347,6 +378,238 @@ export function createLockService(options: LockServiceOptions): LockService {
     } catch {
       // A listener's failure must not break the service.
     }
+  }
+
+  /**
+   * Whether this service must see the current lease end for itself: someone watches the name,
+   * or a holder here waits to be told it lost a lease on a backend without expiry events.
+   */
+  function checksEnd(state: NameState): boolean {
+    return state.watchers.size > 0 || (leaseTimers && state.lease !== undefined);
+  }
+
+  /** Records what is known of the current holder. Undefined when `token` is old news. */
+  function see(
+    state: NameState,
+    token: bigint,
+    owner: string | undefined,
+    expiresAt: number | undefined,
+  ): HolderView | undefined {
+    let view = state.holder;
+    if (view && token < view.token) return undefined;
+    if (!view && state.lastEnded !== undefined && token <= state.lastEnded) return undefined;
+    if (!view || view.token !== token) {
+      view = { token, owner, expiresAt: undefined, counted: false, announced: false };
+      state.holder = view;
+      if (state.checking) state.checkAgain = true;
+    }
+    view.owner = owner ?? view.owner;
+    if (expiresAt !== undefined) {
+      view.expiresAt = expiresAt;
+      view.counted = false;
+    }
+    scheduleCheck(state);
+    return view;
+  }
+
+  function forgetHolder(state: NameState): void {
+    state.holder = undefined;
+    if (state.checking) state.checkAgain = true;
+    cancelCheck(state);
+  }
+
+  function cancelCheck(state: NameState): void {
+    state.checkTimer?.cancel();
+    state.checkTimer = undefined;
+  }
+
+  /** Asks the backend at the holder's deadline (at once when the deadline is not known yet). */
+  function scheduleCheck(state: NameState): void {
+    cancelCheck(state);
+    const view = state.holder;
+    if (!view || closed || !checksEnd(state)) return;
+    if (view.expiresAt === undefined) {
+      void check(state, 'unknown');
+      return;
+    }
+    state.checkTimer = clock.setTimer(
+      () => {
+        state.checkTimer = undefined;
+        void check(state, 'unknown');
+      },
+      view.expiresAt - clock.now() + checkDelayMs,
+    );
+  }
+
+  /**
+   * Asks the backend who holds the name and tells watchers what changed: a lease that is gone
+   * ends with `endType` (the backend did not report it, or reported an end without saying
+   * whose), one extended elsewhere moves its deadline, a holder not known yet is adopted.
+   */
+  async function check(state: NameState, endType: EndType) {
+    if (state.checking) {
+      state.checkAgain = true;
+      return;
+    }
+    state.checking = true;
+    state.checkAgain = false;
+    cancelCheck(state);
+    let current: LockState | null;
+    try {
+      current = await bounded('inspect', () => backend.inspect(state.name));
+    } catch {
+      state.checking = false;
+      // Cannot tell right now (a holder here has its own local deadline): ask again soon.
+      if (names.get(state.name) === state && checksEnd(state) && !closed) {
+        state.checkTimer = clock.setTimer(() => {
+          state.checkTimer = undefined;
+          void check(state, endType);
+        }, 1_000);
+      }
+      return;
+    }
+    state.checking = false;
+    if (names.get(state.name) !== state || closed) return;
+    if (state.checkAgain) {
+      // Events arrived while the answer was on its way: it may be older than they are.
+      void check(state, endType);
+      return;
+    }
+    reconcile(state, current, endType);
+  }
+
+  function reconcile(state: NameState, current: LockState | null, endType: EndType): void {
+    const view = state.holder;
+    if (view && current && current.token <= view.token) {
+      if (current.token < view.token) {
+        // An answer older than what the events said: ask again a little later.
+        state.checkTimer = clock.setTimer(() => {
+          state.checkTimer = undefined;
+          void check(state, endType);
+        }, 1_000);
+        return;
+      }
+      const expiresAt = clock.now() + current.ttlRemainingMs;
+      // Only a deadline the backend counted before can show an extension: its lease ends a
+      // little after a local grant's count, without anyone extending it.
+      const longer =
+        view.expiresAt === undefined ||
+        (view.counted && expiresAt - view.expiresAt > EXTENDED_BY_MS);
+      view.expiresAt = expiresAt;
+      view.counted = true;
+      view.owner ??= current.owner;
+      if (!view.announced && state.told === false) {
+        view.announced = true;
+        announce(state, heldChange(state, 'acquired', view));
+      } else if (longer && view.announced) {
+        announce(state, heldChange(state, 'extended', view));
+      }
+      scheduleCheck(state);
+      return;
+    }
+    if (view) {
+      if (endType === 'unknown' && (view.expiresAt === undefined || clock.now() < view.expiresAt)) {
+        // Gone before its deadline: released or revoked, and the backend's event about it,
+        // which says which, is on its way. Only if none comes is it reported from here.
+        view.expiresAt = clock.now();
+        view.counted = false;
+        state.checkTimer = clock.setTimer(() => {
+          state.checkTimer = undefined;
+          void check(state, 'unknown');
+        }, EVENT_GRACE_MS);
+        return;
+      }
+      // The lease ended and the backend did not say so (no expiry events, or a lost event),
+      // or said so without saying whose. A lease held through here that was not released here
+      // is reported lost: an end without a token may be anyone's (on Redlock, a failed
+      // attempt's clean-up), and a holder must never miss its lock.lost.
+      const type =
+        endType === 'unknown' || (endType === 'released' && state.lease?.token === view.token)
+          ? 'expired'
+          : endType;
+      onBackendEvent(state, {
+        name: state.name,
+        type,
+        token: view.token,
+        ...(view.owner === undefined ? {} : { owner: view.owner }),
+      });
+      if (names.get(state.name) !== state) return;
+    } else if (!current && endType !== 'unknown' && state.told !== false) {
+      announce(state, { name: state.name, held: false, type: endType });
+    }
+    if (current && !state.holder) {
+      const adopted = see(
+        state,
+        current.token,
+        current.owner,
+        clock.now() + current.ttlRemainingMs,
+      );
+      if (adopted) adopted.counted = true;
+      // Watchers told it was free hear that it is held again. A new watcher reads the state
+      // itself, but the backend's event about this grant may still be on its way: let it pass.
+      if (adopted && state.told === false) {
+        adopted.announced = true;
+        announce(state, heldChange(state, 'acquired', adopted));
+      }
+    }
+  }
+
+  function heldChange(
+    state: NameState,
+    type: 'acquired' | 'extended',
+    view: HolderView,
+  ): LockChange {
+    return {
+      name: state.name,
+      held: true,
+      type,
+      ...(view.owner === undefined ? {} : { owner: view.owner }),
+      token: view.token,
+      ...(view.expiresAt === undefined
+        ? {}
+        : { ttlRemainingMs: Math.max(0, Math.ceil(view.expiresAt - clock.now())) }),
+    };
+  }
+
+  function announce(state: NameState, change: LockChange): void {
+    state.told = change.held;
+    for (const watcher of state.watchers) {
+      try {
+        watcher(change);
+      } catch {}
+    }
+  }
+
+  /** Brings the holder view in line with a backend event: the change to tell, if any. */
+  function holderChange(state: NameState, event: LockEvent): LockChange | undefined {
+    const { token } = event;
+    const owner = event.owner === undefined ? {} : { owner: event.owner };
+    if (event.type === 'acquired') {
+      if (token === undefined) {
+        // Whose grant? Ask, when this service follows the name's holder.
+        if (checksEnd(state)) void check(state, 'unknown');
+        return { name: state.name, held: true, type: 'acquired', ...owner };
+      }
+      const view = see(state, token, event.owner, undefined);
+      if (!view || view.announced) return undefined;
+      view.announced = true;
+      return heldChange(state, 'acquired', view);
+    }
+    const view = state.holder;
+    if (token === undefined) {
+      // The backend cannot say which lease ended (a wake-up after a reconnect; on Redlock, a
+      // failed attempt's clean-up looks the same): where this service follows the holder, the
+      // backend is asked, and watchers hear what it says.
+      if (checksEnd(state)) {
+        void check(state, event.type);
+        return undefined;
+      }
+      return { name: state.name, held: false, type: event.type };
+    }
+    if (token === state.lastEnded || (view && token < view.token)) return undefined;
+    state.lastEnded = token;
+    if (view?.token === token) forgetHolder(state);
+    return { name: state.name, held: false, type: event.type, token, ...owner };
   }
 
   function onBackendEvent(state: NameState, event: LockEvent): void {
@@ -366,20 +629,8 @@ export function createLockService(options: LockServiceOptions): LockService {
         lose(state, 'expired');
       }
     }
-    const change: LockChange =
-      event.type === 'acquired'
-        ? {
-            name: state.name,
-            held: true,
-            ...(event.owner === undefined ? {} : { owner: event.owner }),
-            ...(event.token === undefined ? {} : { token: event.token }),
-          }
-        : { name: state.name, held: false };
-    for (const watcher of state.watchers) {
-      try {
-        watcher(change);
-      } catch {}
-    }
+    const change = holderChange(state, event);
+    if (change) announce(state, change);
     if (event.type !== 'acquired' && state.queue.length) void pump(state);
     dropIfIdle(state);
   }
@@ -601,7 +852,10 @@ export function createLockService(options: LockServiceOptions): LockService {
       assertOpen();
       const released = await bounded('release', () => backend.release({ name, token }));
       const state = names.get(name);
-      if (state?.lease?.token === token) {
+      if (released && state?.holder?.token === token) {
+        // Watchers hear it now; the backend's own event about it is then old news.
+        onBackendEvent(state, { name, type: 'released', token });
+      } else if (state?.lease?.token === token) {
         untrack(state);
         dropIfIdle(state);
       }
@@ -652,7 +906,9 @@ export function createLockService(options: LockServiceOptions): LockService {
         : await bounded('release', () => backend.release({ name, token: current.token }));
       if (!revoked) return null;
       const state = names.get(name);
-      if (state?.lease?.token === current.token) {
+      if (state?.holder?.token === current.token) {
+        onBackendEvent(state, { name, type: 'revoked', token: current.token });
+      } else if (state?.lease?.token === current.token) {
         lose(state, 'revoked');
         dropIfIdle(state);
       }
@@ -663,11 +919,22 @@ export function createLockService(options: LockServiceOptions): LockService {
       validateName(name, limits);
       assertOpen();
       const state = stateOf(name);
+      const first = !checksEnd(state);
       state.watchers.add(listener);
+      // From now on this service follows the holder: learn who it is and when its lease ends.
+      if (first) {
+        if (state.holder) scheduleCheck(state);
+        else void check(state, 'unknown');
+      }
       return () => {
-        state.watchers.delete(listener);
+        if (!state.watchers.delete(listener)) return;
+        if (!checksEnd(state)) cancelCheck(state);
         dropIfIdle(state);
       };
+    },
+
+    holds(name, token) {
+      return names.get(name)?.lease?.token === token;
     },
 
     waiters(name) {
@@ -683,6 +950,7 @@ export function createLockService(options: LockServiceOptions): LockService {
         for (const controller of state.queuedInBackend) controller.abort(cancelled);
         state.retryTimer?.cancel();
         untrack(state);
+        forgetHolder(state);
         state.watchers.clear();
         names.delete(state.name);
         state.unsubscribe();

@@ -48,20 +48,37 @@ export interface RedisNodeOptions {
 
 export interface RedisNode {
   readonly client: Redis;
-  /** `startedAt` (monotonic) starts the call's time budget; default now. */
+  /**
+   * `startedAt` (monotonic) starts the call's time budget; default now. `keyHash` is stored with
+   * the lease and must match for the same owner's re-acquire (undefined: none).
+   */
   acquire(
     name: string,
     owner: string,
+    keyHash: string | undefined,
     ttlMs: number,
     startedAt?: number,
   ): Promise<NodeAcquireResult>;
-  release(name: string, token: bigint): Promise<boolean>;
-  /** The holder's owner when extended; null when `token` does not hold the lock. */
-  extend(name: string, token: bigint, ttlMs: number, startedAt?: number): Promise<string | null>;
+  /** `keyHash` undefined: the token alone (an operator's call). */
+  release(name: string, token: bigint, keyHash: string | undefined): Promise<boolean>;
+  /** The holder's owner when extended; null when `token` (and `keyHash`) do not hold the lock. */
+  extend(
+    name: string,
+    token: bigint,
+    keyHash: string | undefined,
+    ttlMs: number,
+    startedAt?: number,
+  ): Promise<string | null>;
   inspect(name: string): Promise<LockState | null>;
   revoke(name: string): Promise<{ token: bigint; owner: string } | null>;
   /** Redlock: raise this node's counter to `token` and relabel `owner`'s lease with it. */
-  adoptToken(name: string, owner: string, token: bigint, announce: boolean): Promise<boolean>;
+  adoptToken(
+    name: string,
+    owner: string,
+    keyHash: string | undefined,
+    token: bigint,
+    announce: boolean,
+  ): Promise<boolean>;
   list(namePrefix: string): Promise<LockState[]>;
   /** Resolves once the client has connected for the first time (UNAVAILABLE after the time-out). */
   whenConnected(): Promise<void>;
@@ -69,9 +86,12 @@ export interface RedisNode {
   detach(): void;
 }
 
+/** A lock value's token and owner; its key hash stays here (see redis-scripts.ts). */
 function parseValue(value: string): { token: bigint; owner: string } {
   const sep = value.indexOf(':');
-  return { token: BigInt(value.slice(0, sep)), owner: value.slice(sep + 1) };
+  const space = value.indexOf(' ');
+  const tokenEnd = space >= 0 && space < sep ? space : sep;
+  return { token: BigInt(value.slice(0, tokenEnd)), owner: value.slice(sep + 1) };
 }
 
 function asArray(reply: unknown, what: string): unknown[] {
@@ -257,7 +277,7 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
     client,
     inspect,
 
-    async acquire(name, owner, ttlMs, startedAt = clock.now()) {
+    async acquire(name, owner, keyHash, ttlMs, startedAt = clock.now()) {
       const keys = keysOf(name);
       const reply = asArray(
         await send(
@@ -266,7 +286,14 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
           startedAt,
           ACQUIRE,
           [keys.lock, keys.fence],
-          (deadline) => [owner, ttlMs, deadline, options.publishAcquired ? channel : '', keys.hex],
+          (deadline) => [
+            owner,
+            ttlMs,
+            deadline,
+            options.publishAcquired ? channel : '',
+            keys.hex,
+            keyHash ?? '',
+          ],
           true,
         ),
         'acquire',
@@ -279,7 +306,7 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
       return { granted: false, ttlRemainingMs: Math.max(0, Number(reply[1])) };
     },
 
-    async release(name, token) {
+    async release(name, token, keyHash) {
       const keys = keysOf(name);
       const reply = await call(
         'release',
@@ -287,12 +314,12 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
         clock.now(),
         RELEASE,
         [keys.lock],
-        [token.toString(), channel, keys.hex],
+        [token.toString(), channel, keys.hex, keyHash ?? '-'],
       );
       return reply === 1;
     },
 
-    async extend(name, token, ttlMs, startedAt = clock.now()) {
+    async extend(name, token, keyHash, ttlMs, startedAt = clock.now()) {
       const keys = keysOf(name);
       const reply = asArray(
         await send(
@@ -301,7 +328,7 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
           startedAt,
           EXTEND,
           [keys.lock],
-          (deadline) => [token.toString(), ttlMs, deadline],
+          (deadline) => [token.toString(), ttlMs, deadline, keyHash ?? '-'],
           true,
         ),
         'extend',
@@ -329,7 +356,7 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
       return reply[0] === 1 ? parseValue(String(reply[1])) : null;
     },
 
-    async adoptToken(name, owner, token, announce) {
+    async adoptToken(name, owner, keyHash, token, announce) {
       const keys = keysOf(name);
       const reply = await call(
         'adopt-token',
@@ -337,7 +364,7 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
         clock.now(),
         ADOPT_TOKEN,
         [keys.lock, keys.fence],
-        [owner, token.toString(), announce ? channel : '', keys.hex],
+        [owner, token.toString(), announce ? channel : '', keys.hex, keyHash ?? ''],
       );
       return reply === 1;
     },

@@ -173,14 +173,14 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
       }
     },
 
-    async tryAcquire({ name, owner, ttlMs }) {
+    async tryAcquire({ name, owner, ttlMs, keyHash }) {
       assertOpen();
       const startedAt = clock.now();
       await subscribedWithin(startedAt);
       const onNodes = nodeTtl(ttlMs);
       const run = gather(
         nodes,
-        (node) => node.acquire(name, owner, onNodes, startedAt),
+        (node) => node.acquire(name, owner, keyHash, onNodes, startedAt),
         (outcomes) => {
           const granted = outcomes.filter((o) => o?.ok && o.value.granted).length;
           const refused = outcomes.filter((o) => o && !(o.ok && o.value.granted)).length;
@@ -199,7 +199,9 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
         const announce = grants.some((g) => g.fresh);
         // Not awaited: each node runs it before any later command on the same connection (a
         // release, an extend, a re-acquire), which is the only ordering that matters.
-        for (const node of nodes) node.adoptToken(name, owner, token, announce).catch(() => {});
+        for (const node of nodes) {
+          node.adoptToken(name, owner, keyHash, token, announce).catch(() => {});
+        }
         return { granted: true, grant: { name, owner, token, ttlMs: Math.floor(valid) } };
       }
 
@@ -208,7 +210,7 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
       nodes.forEach((node, index) => {
         void run.each[index]!.then((outcome) => {
           if (outcome.ok && outcome.value.granted && outcome.value.fresh) {
-            node.release(name, outcome.value.token).catch(() => {});
+            node.release(name, outcome.value.token, keyHash).catch(() => {});
           }
         });
       });
@@ -229,13 +231,14 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
         : { granted: false, ttlRemainingMs: leaseLeft(nodeMs) };
     },
 
-    async release({ name, token }) {
+    async release({ name, token, keyHash }) {
       assertOpen();
-      // One node that held this token is enough to say it was ours; a quorum that did not hold
-      // it says it was not. Either way a stalled minority does not hold the answer up.
+      // One node that held this token (with this key hash) is enough to say it was ours; a
+      // quorum that did not hold it says it was not. Either way a stalled minority does not hold
+      // the answer up. Each node compares the hash in its own script.
       const outcomes = await gather(
         nodes,
-        (node) => node.release(name, token),
+        (node) => node.release(name, token, keyHash),
         (so) => so.some((o) => o?.ok && o.value) || so.filter((o) => o?.ok).length >= quorum,
       ).early;
       const released = answers(outcomes);
@@ -244,13 +247,13 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
       throw unavailable('release', outcomes);
     },
 
-    async extend({ name, token, ttlMs }) {
+    async extend({ name, token, ttlMs, keyHash }) {
       assertOpen();
       const startedAt = clock.now();
       const onNodes = nodeTtl(ttlMs);
       const run = gather(
         nodes,
-        (node) => node.extend(name, token, onNodes, startedAt),
+        (node) => node.extend(name, token, keyHash, onNodes, startedAt),
         (outcomes) => {
           const extended = outcomes.filter((o) => o?.ok && o.value !== null).length;
           const refused = outcomes.filter((o) => o && !(o.ok && o.value !== null)).length;

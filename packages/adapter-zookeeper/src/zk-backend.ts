@@ -209,11 +209,11 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
 
     tryAcquire: guard(
       'acquire',
-      async ({ name, owner, ttlMs }: AcquireRequest): Promise<AcquireResult> => {
+      async ({ name, owner, ttlMs, keyHash }: AcquireRequest): Promise<AcquireResult> => {
         assertOpen('acquire');
         const limit = budget('acquire', commandTimeoutMs);
         ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
-        const outcome = await contend(limit, { name, owner, ttlMs });
+        const outcome = await contend(limit, { name, owner, ttlMs, keyHash });
         if (outcome.kind === 'granted') {
           noteGrant(name, owner, outcome.path, outcome.token);
           return { granted: true, grant: { name, owner, token: outcome.token, ttlMs } };

@@ -55,7 +55,7 @@ export interface AcquireRequest {
   owner: string;
   ttlMs: number;
   /** `hashLeaseKey` of the lease key, stored with the lease (see the top of this file). */
-  keyHash?: string;
+  keyHash?: string | undefined;
 }
 
 /** Which lease a release or extend is about: the token, and the key's hash when known. */
@@ -63,7 +63,7 @@ export interface HolderProof {
   name: string;
   token: bigint;
   /** Must equal the lease's stored hash; absent: the token alone (an operator's revoke). */
-  keyHash?: string;
+  keyHash?: string | undefined;
 }
 
 export interface Grant {

@@ -45,6 +45,7 @@ export {
   type LockService,
   type LockServiceOptions,
   type LostEvent,
+  notHolderError,
   type ReleaseRequest,
 } from './lock-service.js';
 export {

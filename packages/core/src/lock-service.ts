@@ -669,7 +669,7 @@ export function createLockService(options: LockServiceOptions): LockService {
       const proof = proofOf(name, token, request.leaseKey);
       assertOpen();
       // No proof: NOT_HOLDER without asking the backend, the same answer a wrong key gets.
-      if (proof === null) throw notHolder(name, token);
+      if (proof === null) throw notHolderError(name, token);
       const { keyHash } = proof;
       const released = await bounded('release', () => backend.release({ name, token, keyHash }));
       const state = names.get(name);
@@ -677,7 +677,7 @@ export function createLockService(options: LockServiceOptions): LockService {
         untrack(state);
         dropIfIdle(state);
       }
-      if (!released) throw notHolder(name, token);
+      if (!released) throw notHolderError(name, token);
     },
 
     async extend(options) {
@@ -686,7 +686,7 @@ export function createLockService(options: LockServiceOptions): LockService {
       const ttlMs = validateTtl(options.ttlMs, limits);
       const proof = proofOf(name, token, options.leaseKey);
       assertOpen();
-      if (proof === null) throw notHolder(name, token);
+      if (proof === null) throw notHolderError(name, token);
       const { leaseKey, keyHash } = proof;
       const state = stateOf(name);
       state.busy += 1;
@@ -695,7 +695,7 @@ export function createLockService(options: LockServiceOptions): LockService {
         const grant = await bounded('extend', () =>
           backend.extend({ name, token, ttlMs, keyHash }),
         );
-        if (!grant) throw notHolder(name, token);
+        if (!grant) throw notHolderError(name, token);
         if (clock.now() - startedAt >= grant.ttlMs) {
           throw new DlmError(
             'UNAVAILABLE',
@@ -769,7 +769,11 @@ export function createLockService(options: LockServiceOptions): LockService {
   };
 }
 
-function notHolder(name: string, token: bigint): DlmError {
+/**
+ * The one NOT_HOLDER error: the same message whether the token no longer holds or the key is
+ * wrong or missing, so a caller learns nothing about someone else's lease.
+ */
+export function notHolderError(name: string, token: bigint): DlmError {
   return new DlmError(
     'NOT_HOLDER',
     `token ${token} does not hold lock ${JSON.stringify(name)} (released, expired or taken over)`,

@@ -11,6 +11,7 @@ import {
   parseToken,
   validateLeaseKey,
   validateName,
+  validateTtl,
 } from '@dlm/core';
 import {
   type NotificationName,
@@ -329,6 +330,8 @@ export function createSession(context: SessionContext): Session {
       const name = permittedName(params, 'lock');
       const token = parseToken(params.token);
       const leaseKey = proofFor(name, token, params);
+      // Bad input is told as such before NOT_HOLDER, as the service would.
+      validateTtl(params.ttlMs, service.limits);
       if (leaseKey === null) throw notHolderError(name, token);
       let lease: Awaited<ReturnType<LockService['extend']>>;
       try {

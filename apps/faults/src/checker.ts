@@ -14,7 +14,8 @@ import type {
  * - S1: the fenced resource never accepts a token lower than one it already accepted.
  * - S2: per name, grants' tokens are unique and increase in real-time order.
  * - S3: no lost update on the fenced counter.
- * - S4: a stale holder's release or extend never succeeds once a newer holder was granted.
+ * - S4: a stale holder's release or extend never succeeds once a newer holder was granted, and
+ *   a release or extend by a process never granted that token (a meddler) never succeeds.
  * - S5: no grant is reported already over.
  * - S6: no client believes it holds a lease while a newer holder has been granted the lock
  *   (the client's local deadline ends before the backend's expiry).
@@ -415,6 +416,17 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
     if (op.f === 'release' && op.done.released !== true) continue;
     if (op.token === undefined) continue;
     const own = grantAt(op.proc, op.name, op.token, op.invoke.t);
+    if (!own) {
+      // A process that was never granted this token (a meddler that read it from lock.get):
+      // knowing a token must not be enough to release or extend the lease (issue 22).
+      flag({
+        property: 'S4',
+        name: op.name,
+        t: op.done.t,
+        message: `${op.proc}'s ${op.f} with token ${op.token}, which it was never granted, succeeded`,
+      });
+      continue;
+    }
     const newer = (grantsByName.get(op.name) ?? []).find(
       (g) => g !== own && g.okT > (own?.okT ?? -INF) && g.okT < op.invoke.t,
     );

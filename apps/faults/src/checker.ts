@@ -62,6 +62,11 @@ export interface CheckStats {
   lost: number;
   /** Faults injected. */
   faults: number;
+  /**
+   * Releases and extends by processes never granted the token they presented (meddlers):
+   * answered at all, and of those, refused (NOT_HOLDER). Every other answer is an S4 violation.
+   */
+  meddling: { answered: number; refused: number };
 }
 
 export interface CheckResult {
@@ -572,6 +577,14 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
   }
 
   // ---- stats and recovery ------------------------------------------------------------------
+  const meddled = ops.filter(
+    (op) =>
+      (op.f === 'release' || op.f === 'extend') &&
+      op.token !== undefined &&
+      op.done !== undefined &&
+      op.done.type !== 'info' &&
+      !grantAt(op.proc, op.name, op.token, op.invoke.t),
+  );
   const writesByOk = ackedWrites.map((op) => op.done!.t).sort((a, b) => a - b);
   const recoveryMs = faults
     .filter((fault) => fault.phase === 'end')
@@ -596,6 +609,13 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
       unknown: ops.filter((op) => !op.done || op.done.type === 'info').length,
       lost: lostEvents.length,
       faults: faults.filter((fault) => fault.phase === 'start').length,
+      meddling: {
+        answered: meddled.length,
+        // NOT_HOLDER: a meddler records it as fail; a client's release reports released false.
+        refused: meddled.filter(
+          (op) => op.done?.type === 'fail' || (op.f === 'release' && op.done?.released === false),
+        ).length,
+      },
     },
     recoveryMs,
     takeoverMs,

@@ -149,6 +149,14 @@ describe('checker on hand-made histories', () => {
       .release('p1', 'x', 300, 301, 1)
       .end(5_000);
     expect(flagged(refused.events, { finalValues: {} })).toEqual([]);
+    expect(check(refused.events, { finalValues: {} }).stats.meddling).toEqual({
+      answered: 1,
+      refused: 1,
+    });
+    expect(check(meddled.events, { finalValues: {} }).stats.meddling).toEqual({
+      answered: 1,
+      refused: 0,
+    });
   });
 
   it('S5: a grant that arrives with no time left', () => {

@@ -1,7 +1,9 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { embeddedBackend } from '@dlm/adapter-embedded';
 import { createClient, type DlmClient } from '@dlm/client';
+import { hashLeaseKey, type LockBackend } from '@dlm/core';
 import { type RunningServer, startServer } from '@dlm/server';
 import { tempDir } from '@dlm/test-services';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -65,6 +67,47 @@ describe('dlm lock NAME -- CMD', () => {
     const done = await run.finished;
     expect(done.code).toBe(7);
     expect(await adminGet('cli/env')).toMatchObject({ held: false });
+  });
+
+  it('hands CMD the fencing token, never the lease key', async () => {
+    // The key's hash as the backend gets it: the only way to recognise the key from outside.
+    const base = await embeddedBackend();
+    const hashes: string[] = [];
+    const backend: LockBackend = {
+      ...base,
+      tryAcquire: (request) => {
+        if (request.keyHash !== undefined) hashes.push(request.keyHash);
+        return base.tryAcquire(request);
+      },
+    };
+    const own = await startServer({ port: 0, backend });
+    try {
+      const dir = tempDir('cli-key');
+      const run = startDlm(['lock', 'cli/key', '--', ...command(dir, 'wait-file', 0)], {
+        DLM_URL: own.url,
+      });
+      const seen = JSON.parse(await waitForFile(join(dir, 'env.json')));
+      expect(seen.token).toMatch(/^[1-9]\d*$/);
+      expect(hashes).toHaveLength(1);
+      const handed: string[] = [...Object.values<string>(seen.environment), ...seen.argv];
+      expect(handed).toContain(seen.token);
+      for (const value of handed) {
+        for (const part of [value, ...value.split(/[^A-Za-z0-9_-]+/)]) {
+          expect(hashLeaseKey(part)).not.toBe(hashes[0]);
+        }
+      }
+      writeFileSync(join(dir, 'go'), '');
+      const done = await run.finished;
+      expect(done.code).toBe(0);
+      for (const output of [done.stdout, done.stderr]) {
+        for (const part of output.split(/[^A-Za-z0-9_-]+/)) {
+          expect(hashLeaseKey(part)).not.toBe(hashes[0]);
+        }
+      }
+    } finally {
+      await own.close();
+      await base.close();
+    }
   });
 
   it('exits 0 when CMD does, and 128+N when a signal kills CMD', async () => {

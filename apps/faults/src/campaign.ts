@@ -176,7 +176,7 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
           .map((p) => `${p}=${report.check.counts[p]}${report.expected[p] ? ' (expected)' : ''}`)
           .join(' ');
         log(
-          `${label}: ${report.check.stats.ops} ops, ${report.check.stats.grants} grants, ${report.check.stats.faults} faults; ${shown || 'no violations'}`,
+          `${label}: ${report.check.stats.ops} ops, ${report.check.stats.grants} grants, ${report.check.stats.faults} faults, ${report.check.stats.meddling.refused}/${report.check.stats.meddling.answered} meddling calls refused; ${shown || 'no violations'}`,
         );
       }
       if (lockNemeses.length) {

@@ -14,7 +14,8 @@ import type {
  * - S1: the fenced resource never accepts a token lower than one it already accepted.
  * - S2: per name, grants' tokens are unique and increase in real-time order.
  * - S3: no lost update on the fenced counter.
- * - S4: a stale holder's release or extend never succeeds once a newer holder was granted.
+ * - S4: a stale holder's release or extend never succeeds once a newer holder was granted, and
+ *   a release or extend by a process never granted that token (a meddler) never succeeds.
  * - S5: no grant is reported already over.
  * - S6: no client believes it holds a lease while a newer holder has been granted the lock
  *   (the client's local deadline ends before the backend's expiry).
@@ -61,6 +62,11 @@ export interface CheckStats {
   lost: number;
   /** Faults injected. */
   faults: number;
+  /**
+   * Releases and extends by processes never granted the token they presented (meddlers):
+   * answered at all, and of those, refused (NOT_HOLDER). Every other answer is an S4 violation.
+   */
+  meddling: { answered: number; refused: number };
 }
 
 export interface CheckResult {
@@ -415,6 +421,17 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
     if (op.f === 'release' && op.done.released !== true) continue;
     if (op.token === undefined) continue;
     const own = grantAt(op.proc, op.name, op.token, op.invoke.t);
+    if (!own) {
+      // A process that was never granted this token (a meddler that read it from lock.get):
+      // knowing a token must not be enough to release or extend the lease (issue 22).
+      flag({
+        property: 'S4',
+        name: op.name,
+        t: op.done.t,
+        message: `${op.proc}'s ${op.f} with token ${op.token}, which it was never granted, succeeded`,
+      });
+      continue;
+    }
     const newer = (grantsByName.get(op.name) ?? []).find(
       (g) => g !== own && g.okT > (own?.okT ?? -INF) && g.okT < op.invoke.t,
     );
@@ -560,6 +577,14 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
   }
 
   // ---- stats and recovery ------------------------------------------------------------------
+  const meddled = ops.filter(
+    (op) =>
+      (op.f === 'release' || op.f === 'extend') &&
+      op.token !== undefined &&
+      op.done !== undefined &&
+      op.done.type !== 'info' &&
+      !grantAt(op.proc, op.name, op.token, op.invoke.t),
+  );
   const writesByOk = ackedWrites.map((op) => op.done!.t).sort((a, b) => a - b);
   const recoveryMs = faults
     .filter((fault) => fault.phase === 'end')
@@ -584,6 +609,13 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
       unknown: ops.filter((op) => !op.done || op.done.type === 'info').length,
       lost: lostEvents.length,
       faults: faults.filter((fault) => fault.phase === 'start').length,
+      meddling: {
+        answered: meddled.length,
+        // NOT_HOLDER: a meddler records it as fail; a client's release reports released false.
+        refused: meddled.filter(
+          (op) => op.done?.type === 'fail' || (op.f === 'release' && op.done?.released === false),
+        ).length,
+      },
     },
     recoveryMs,
     takeoverMs,

@@ -21,6 +21,8 @@ faults, checks the history (S1-S6, L1, L4) and writes a report (Markdown + JSON)
                         BACKEND=D items: --duration 30s,embedded=60s
   --ttl-ms N            lease TTL asked for (default 2000; etcd's minimum)
   --workers N           workload processes (default 3)
+  --meddlers N          meddling processes: they release, extend and re-acquire others' leases
+                        with the public token and owner, never the key (default 1; 0 for none)
   --keys N              lock names they share (default 2)
   --l1-bound-ms N       L1 bound past the lease's end (default 2000)
   --l4-bound-ms N       L4 bound past the local deadline (default 1000)
@@ -75,6 +77,7 @@ const OPTIONS = {
   duration: { type: 'string' },
   'ttl-ms': { type: 'string' },
   workers: { type: 'string' },
+  meddlers: { type: 'string' },
   keys: { type: 'string' },
   'l1-bound-ms': { type: 'string' },
   'l4-bound-ms': { type: 'string' },
@@ -174,6 +177,7 @@ const result = await runCampaign({
   lockDurationMs,
   ttlMs: positive(values['ttl-ms'], 2_000, '--ttl-ms'),
   workers: positive(values.workers, 3, '--workers'),
+  meddlers: values.meddlers === '0' ? 0 : positive(values.meddlers, 1, '--meddlers'),
   keys: positive(values.keys, 2, '--keys'),
   l1BoundMs: positive(values['l1-bound-ms'], 2_000, '--l1-bound-ms'),
   l4BoundMs: positive(values['l4-bound-ms'], 1_000, '--l4-bound-ms'),

@@ -48,8 +48,8 @@ export function renderMarkdown(result: CampaignResult): string {
     '',
   );
   lines.push(
-    '| backend | nemesis | s | ops | unknown | grants | writes | refused | faults | S1 | S2 | S3 | S4 | S5 | S6 | L1 | L4 | recovery p50 / max ms | L1 takeover max ms |',
-    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    '| backend | nemesis | s | ops | unknown | grants | writes | refused | faults | meddling refused | S1 | S2 | S3 | S4 | S5 | S6 | L1 | L4 | recovery p50 / max ms | L1 takeover max ms |',
+    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
   );
   for (const segment of result.segments) {
     const { stats } = segment.check;
@@ -59,7 +59,7 @@ export function renderMarkdown(result: CampaignResult): string {
         ? '–'
         : `${ms(recovery.p50)} / ${ms(recovery.max)}${recovery.notRecovered ? ` (${recovery.notRecovered} not)` : ''}`;
     lines.push(
-      `| ${segment.backend} | ${segment.nemesis}${segment.negativeControl ? ' **(fencing off)**' : ''} | ${Math.round(segment.durationMs / 1000)} | ${stats.ops} | ${stats.unknown} | ${stats.grants} | ${stats.writes} | ${stats.staleRefused} | ${stats.faults} | ${PROPERTIES.map((p) => cell(segment, p)).join(' | ')} | ${recoveryCell} | ${ms(recovery.takeoverMax)} |`,
+      `| ${segment.backend} | ${segment.nemesis}${segment.negativeControl ? ' **(fencing off)**' : ''} | ${Math.round(segment.durationMs / 1000)} | ${stats.ops} | ${stats.unknown} | ${stats.grants} | ${stats.writes} | ${stats.staleRefused} | ${stats.faults} | ${stats.meddling ? `${stats.meddling.refused}/${stats.meddling.answered}` : '–'} | ${PROPERTIES.map((p) => cell(segment, p)).join(' | ')} | ${recoveryCell} | ${ms(recovery.takeoverMax)} |`,
     );
   }
   lines.push('');
@@ -122,7 +122,7 @@ export function renderMarkdown(result: CampaignResult): string {
     '- S1: the fenced resource never accepts a token lower than one it accepted (its own log).',
     "- S2: per lock, grants' tokens are unique and increase in real-time order.",
     '- S3: no lost update: every accepted write adds one to the counter, no two acknowledged writes read the same value, and the final counter is not below the writes.',
-    '- S4: a release or extend with a token succeeds only if no newer grant had completed before it was sent.',
+    '- S4: a release or extend with a token succeeds only if no newer grant had completed before it was sent, and never for a process that was not granted that token (the meddlers: "meddling refused" counts their answered releases and extends, and how many got NOT_HOLDER).',
     '- S5: no grant arrives after a newer grant of the lock completed, or with no time left (judged where the client was not paused and its link was clean while the reply was on its way).',
     '- S6: no grant completes while an older holder still holds the lock by its own local deadline (and has not released it).',
     `- L1: after a holder is killed or paused, the next waiter gets the lock within ${options.l1BoundMs} ms of the holder's lease end (counted from the last renewal's reply).`,

@@ -15,6 +15,8 @@ export interface WorkloadOptions {
   ttlMs: number;
   /** Workload processes. */
   workers: number;
+  /** Meddling processes (meddler.ts): non-holders that know every token. Default 0. */
+  meddlers?: number;
   /** Lock names (= resource keys) they share. */
   keys: number;
   l1BoundMs: number;
@@ -91,7 +93,11 @@ export async function runSegment(
   const workers: WorkerHandle[] = [];
   const replacements = new Map<string, number>();
 
-  async function startWorker(proc: string, proxy: WorkerHandle['proxy']): Promise<WorkerHandle> {
+  async function startWorker(
+    proc: string,
+    proxy: WorkerHandle['proxy'],
+    role: WorkerConfig['role'] = 'holder',
+  ): Promise<WorkerHandle> {
     const statusPath = join(dir, `${proc}.status.json`);
     const config: WorkerConfig = {
       proc,
@@ -106,6 +112,7 @@ export async function runSegment(
       thinkMs: [0, 50],
       extendProbability: 0.25,
       requestTimeoutMs: 5_000,
+      role,
     };
     const managed: ManagedProcess = await startProcess({
       name: `worker ${proc}`,
@@ -132,6 +139,13 @@ export async function runSegment(
   for (let i = 1; i <= options.workers; i++) {
     const proxy = await createTcpProxy({ targetPort: server.port });
     workers.push(await startWorker(`w${i}`, proxy));
+  }
+  // Meddlers hold nothing, so the nemeses (which pick holders) leave them alone; server and
+  // backend faults reach them all the same.
+  const meddlers: WorkerHandle[] = [];
+  for (let i = 1; i <= (options.meddlers ?? 0); i++) {
+    const proxy = await createTcpProxy({ targetPort: server.port });
+    meddlers.push(await startWorker(`m${i}`, proxy, 'meddler'));
   }
 
   let faultSeq = 0;
@@ -197,9 +211,9 @@ export async function runSegment(
   }
   await sleep(ttlMs + 3_000);
 
-  for (const worker of workers)
+  for (const worker of [...workers, ...meddlers])
     nemesisLog.record({ kind: 'process', target: worker.proc, what: 'stop' });
-  await Promise.all(workers.map((worker) => worker.process.stop(8_000)));
+  await Promise.all([...workers, ...meddlers].map((worker) => worker.process.stop(8_000)));
   let finalValues: Record<string, number> = {};
   try {
     finalValues = await resourceState(resourcePort);
@@ -208,7 +222,7 @@ export async function runSegment(
   }
   await resource.stop();
   nemesisLog.close();
-  await Promise.all(workers.map((worker) => worker.proxy.close()));
+  await Promise.all([...workers, ...meddlers].map((worker) => worker.proxy.close()));
 
   const check = checkHistory(readHistoryDir(dir), {
     l1BoundMs: options.l1BoundMs,

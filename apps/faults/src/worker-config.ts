@@ -22,6 +22,11 @@ export interface WorkerConfig {
   extendProbability: number;
   /** The client's bound on one request. */
   requestTimeoutMs: number;
+  /**
+   * `meddler`: holds nothing; tries to release and extend others' leases with the tokens
+   * `lock.get` shows (no key), and to acquire them by their owners (see meddler.ts).
+   */
+  role?: 'holder' | 'meddler';
 }
 
 /** What a worker holds right now, as written to its status file. */

@@ -13,6 +13,7 @@ import { writeFileSync } from 'node:fs';
 import { createClient, type Lease } from '@dlm/client';
 import { isDlmError } from '@dlm/core';
 import { createHistoryWriter, type OpName, type Phase } from './history.js';
+import { runMeddler } from './meddler.js';
 import { monoNow, sleep } from './time.js';
 import type { WorkerConfig, WorkerStatus } from './worker-config.js';
 
@@ -176,7 +177,8 @@ async function iteration(): Promise<void> {
 }
 
 setStatus(null);
-while (!stopping) await iteration();
+if (config.role === 'meddler') await runMeddler(config, history, () => stopping);
+else while (!stopping) await iteration();
 await Promise.race([client.close(), sleep(2_000)]);
 history.close();
 process.exit(0);

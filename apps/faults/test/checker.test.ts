@@ -128,6 +128,37 @@ describe('checker on hand-made histories', () => {
     expect(flagged(h.events, { finalValues: {} })).toContain('S4');
   });
 
+  it('S4: a meddler that was never granted the token releasing or extending the lease', () => {
+    // m1 read p1's token (lock.get) and sent a release and an extend with it, without the key.
+    const meddled = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .release('m1', 'x', 100, 101, 1, true)
+      .release('p1', 'x', 300, 301, 1, false)
+      .end(5_000);
+    expect(flagged(meddled.events, { finalValues: {} })).toEqual(['S4']);
+    const extended = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .extend('m1', 'x', 100, 101, 1, 2_000)
+      .release('p1', 'x', 300, 301, 1)
+      .end(5_000);
+    expect(flagged(extended.events, { finalValues: {} })).toContain('S4');
+    // Refused (NOT_HOLDER, as recorded by a meddler: not released), nothing to flag.
+    const refused = historyBuilder()
+      .acquire('p1', 'x', 0, 1, 1)
+      .release('m1', 'x', 100, 101, 1, false)
+      .release('p1', 'x', 300, 301, 1)
+      .end(5_000);
+    expect(flagged(refused.events, { finalValues: {} })).toEqual([]);
+    expect(check(refused.events, { finalValues: {} }).stats.meddling).toEqual({
+      answered: 1,
+      refused: 1,
+    });
+    expect(check(meddled.events, { finalValues: {} }).stats.meddling).toEqual({
+      answered: 1,
+      refused: 0,
+    });
+  });
+
   it('S5: a grant that arrives with no time left', () => {
     const h = historyBuilder()
       .acquire('p1', 'x', 0, 1_000, 1, { deadline: 990 })

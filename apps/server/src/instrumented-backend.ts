@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import { type AcquireRequest, isDlmError, type LockBackend } from '@dlm/core';
+import { type AcquireRequest, type HolderProof, isDlmError, type LockBackend } from '@dlm/core';
 import type { BackendHealth } from './backend-health.js';
 import type { Logger } from './logger.js';
 import type { BackendOperation, ServerMetrics } from './metrics.js';
@@ -50,12 +50,8 @@ export function instrumentBackend(
       return backend.capabilities;
     },
     tryAcquire: timed('tryAcquire', (request: AcquireRequest) => backend.tryAcquire(request)),
-    release: timed('release', (request: { name: string; token: bigint }) =>
-      backend.release(request),
-    ),
-    extend: timed('extend', (request: { name: string; token: bigint; ttlMs: number }) =>
-      backend.extend(request),
-    ),
+    release: timed('release', (request: HolderProof) => backend.release(request)),
+    extend: timed('extend', (request: HolderProof & { ttlMs: number }) => backend.extend(request)),
     inspect: timed('inspect', (name: string) => backend.inspect(name)),
     watch: (name, listener) => backend.watch(name, listener),
     ...(revoke ? { revoke: timed('revoke', revoke) } : {}),

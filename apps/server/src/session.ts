@@ -1,13 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import {
+  createLeaseKey,
   DlmError,
   formatToken,
   isDlmError,
   type LockService,
   type LostEvent,
+  notHolderError,
   parseToken,
+  validateLeaseKey,
   validateName,
+  validateTtl,
 } from '@dlm/core';
 import {
   type NotificationName,
@@ -38,12 +42,14 @@ export type SessionLimits = Pick<
 
 /**
  * Which session holds each lease granted (or adopted by extend) through this server, keyed by
- * `leaseKey(name, token)`: the holder's function that drops it from its count. A release through
- * any session (the token is the capability) calls it, so the holder's slot is freed at once.
+ * `leaseId(name, token)`: the holder's function that drops it from its count, and the lease's
+ * key. A release through any session that presents the key calls it, so the holder's slot is
+ * freed at once; a NOT_HOLDER answer drops it only when the key presented was the lease's (the
+ * lease is gone), never for someone else's wrong guess.
  */
-export type LeaseRegistry = Map<string, () => void>;
+export type LeaseRegistry = Map<string, { drop: () => void; leaseKey: string }>;
 
-export function leaseKey(name: string, token: bigint): string {
+export function leaseId(name: string, token: bigint): string {
   return `${token}\u0000${name}`;
 }
 
@@ -100,6 +106,9 @@ export function createSession(context: SessionContext): Session {
   // The leases this session holds (acquired, or adopted by extending them), by name, and its
   // acquires in flight: together at most maxLocksPerSession.
   const held = new Map<string, bigint>();
+  // The key and owner of each lease in `held`: what lets this session release, extend and
+  // re-acquire it without sending the key (v1 clients), and nobody else without it.
+  const proofs = new Map<string, { owner: string; leaseKey: string }>();
   let acquiring = 0;
   const rateLimited = limits.messagesPerSecond > 0;
   const bucket = createTokenBucket(limits.messagesPerSecond, limits.messageBurst, context.now);
@@ -137,35 +146,54 @@ export function createSession(context: SessionContext): Session {
   const droppers = new Map<string, () => void>();
 
   /** Counts a lease as this session's, and no longer as any other session's. */
-  function hold(name: string, token: bigint): void {
+  function hold(name: string, token: bigint, owner: string, leaseKey: string): void {
     const previous = held.get(name);
     if (previous !== undefined && previous !== token) forget(name, previous);
     held.set(name, token);
-    const key = leaseKey(name, token);
+    proofs.set(name, { owner, leaseKey });
+    const key = leaseId(name, token);
     let drop = droppers.get(key);
     if (!drop) {
       drop = () => forget(name, token);
       droppers.set(key, drop);
     }
     const other = context.leases.get(key);
-    if (other !== drop) {
-      other?.();
-      context.leases.set(key, drop);
+    if (other?.drop !== drop) {
+      other?.drop();
+      context.leases.set(key, { drop, leaseKey });
     }
   }
 
   function forget(name: string, token: bigint): void {
-    if (held.get(name) === token) held.delete(name);
-    const key = leaseKey(name, token);
+    if (held.get(name) === token) {
+      held.delete(name);
+      proofs.delete(name);
+    }
+    const key = leaseId(name, token);
     const drop = droppers.get(key);
     if (!drop) return;
     droppers.delete(key);
-    if (context.leases.get(key) === drop) context.leases.delete(key);
+    if (context.leases.get(key)?.drop === drop) context.leases.delete(key);
   }
 
-  /** A lease ended through this session: whichever session held it drops it. */
-  function ended(name: string, token: bigint): void {
-    context.leases.get(leaseKey(name, token))?.();
+  /**
+   * The backend answered about the lease (`name`, `token`) to a caller that presented
+   * `leaseKey`: released, or NOT_HOLDER. Either way, if that was the lease's own key, the lease
+   * is over and whichever session held it drops it; a wrong key tells nothing about the lease.
+   */
+  function ended(name: string, token: bigint, leaseKey: string): void {
+    const entry = context.leases.get(leaseId(name, token));
+    if (entry?.leaseKey === leaseKey) entry.drop();
+  }
+
+  /**
+   * The key a release or extend presents: the one sent, else this session's own for that lease
+   * (it was granted here). Null: no proof, NOT_HOLDER, as for a wrong key. The service is never
+   * called without a key: it would take the server's own tracking of the lease as the proof.
+   */
+  function proofFor(name: string, token: bigint, params: Record<string, unknown>): string | null {
+    if (params.leaseKey !== undefined) return validateLeaseKey(params.leaseKey);
+    return held.get(name) === token ? proofs.get(name)!.leaseKey : null;
   }
 
   /** The name a lock method is about, checked, and that the principal may `actions` on it. */
@@ -245,6 +273,17 @@ export function createSession(context: SessionContext): Session {
 
     'lock.acquire': async (params, signal) => {
       const name = permittedName(params, 'lock');
+      const owner = optionalOwner(params);
+      // Without a key: this session's own lease for that owner (an idempotent re-acquire on
+      // the same connection), else a fresh one. Never the service's default, which would hand
+      // any session naming the owner the lease some other session holds.
+      const own = proofs.get(name);
+      const leaseKey =
+        params.leaseKey !== undefined
+          ? validateLeaseKey(params.leaseKey)
+          : own?.owner === owner
+            ? own.leaseKey
+            : createLeaseKey();
       reserveLock(name);
       acquiring += 1;
       let lease: Awaited<ReturnType<LockService['acquire']>>;
@@ -253,7 +292,8 @@ export function createSession(context: SessionContext): Session {
           name,
           ttlMs: params.ttlMs as number,
           waitMs: params.waitMs as number,
-          owner: optionalOwner(params),
+          owner,
+          leaseKey,
           ...(signal ? { signal } : {}),
           onLost,
         });
@@ -261,40 +301,55 @@ export function createSession(context: SessionContext): Session {
         acquiring -= 1;
       }
       // A grant that arrives after the connection closed belongs to nobody here.
-      if (open) hold(lease.name, lease.token);
+      if (open) hold(lease.name, lease.token, lease.owner, lease.leaseKey);
+      // The only place a key is ever sent: to the caller of this acquire.
       return {
         name: lease.name,
         owner: lease.owner,
         token: formatToken(lease.token),
         ttlMs: lease.ttlMs,
+        leaseKey: lease.leaseKey,
       };
     },
 
     'lock.release': async (params) => {
       const name = permittedName(params, 'lock');
       const token = parseToken(params.token);
+      const leaseKey = proofFor(name, token, params);
+      if (leaseKey === null) throw notHolderError(name, token);
       try {
-        await service.release({ name, token });
+        await service.release({ name, token, leaseKey });
       } catch (error) {
-        if (isDlmError(error, 'NOT_HOLDER')) ended(name, token);
+        if (isDlmError(error, 'NOT_HOLDER')) ended(name, token, leaseKey);
         throw error;
       }
-      ended(name, token);
+      ended(name, token, leaseKey);
       return { released: true };
     },
 
     'lock.extend': async (params) => {
       const name = permittedName(params, 'lock');
       const token = parseToken(params.token);
+      const leaseKey = proofFor(name, token, params);
+      // Bad input is told as such before NOT_HOLDER, as the service would.
+      validateTtl(params.ttlMs, service.limits);
+      if (leaseKey === null) throw notHolderError(name, token);
       let lease: Awaited<ReturnType<LockService['extend']>>;
       try {
-        lease = await service.extend({ name, token, ttlMs: params.ttlMs as number, onLost });
+        lease = await service.extend({
+          name,
+          token,
+          ttlMs: params.ttlMs as number,
+          leaseKey,
+          onLost,
+        });
       } catch (error) {
-        if (isDlmError(error, 'NOT_HOLDER')) ended(name, token);
+        if (isDlmError(error, 'NOT_HOLDER')) ended(name, token, leaseKey);
         throw error;
       }
-      // Extending adopts the lease: its lock.lost now comes here, and it counts as held here.
-      if (open) hold(lease.name, lease.token);
+      // Extending with the key adopts the lease: its lock.lost now comes here, and it counts as
+      // held here (a holder that reconnected to this server).
+      if (open) hold(lease.name, lease.token, lease.owner, lease.leaseKey);
       return { name: lease.name, token: formatToken(lease.token), ttlMs: lease.ttlMs };
     },
 

@@ -279,12 +279,13 @@ describe('fuzzing the protocol', { timeout: LONG ? 3_600_000 : 120_000 }, () => 
     const SESSIONS = 3;
     const op = fc.record({
       session: fc.integer({ min: 0, max: SESSIONS - 1 }),
-      kind: fc.constantFrom('acquire', 'acquire', 'release', 'extend', 'get'),
+      kind: fc.constantFrom('acquire', 'acquire', 'impostor', 'release', 'extend', 'get'),
       name: fc.constantFrom('a', 'b', 'c'),
       waitMs: fc.constantFrom(0, 0, 20),
-      // Whose token a release or extend uses: its own last grant, the current holder's (a
-      // token is a capability), or a stale one.
-      which: fc.constantFrom('own', 'own', 'holder', 'stale'),
+      // Whose token a release or extend uses, and with which key: its own last grant (no key:
+      // the granting session), the current holder's with its key (a holder that reconnected),
+      // the holder's without the key (a meddler that read it from lock.get), or a stale one.
+      which: fc.constantFrom('own', 'own', 'holder', 'meddler', 'stale'),
     });
     const peers = await Promise.all(Array.from({ length: SESSIONS }, () => open()));
     let run = 0;
@@ -302,6 +303,8 @@ describe('fuzzing the protocol', { timeout: LONG ? 3_600_000 : 120_000 }, () => 
           const releaseSent = new Set<bigint>();
           const releasedAt = new Map<bigint, number>(); // token -> clock of the OK reply
           const own = new Map<string, bigint>(); // `${session}:${name}` -> last token it got
+          const keyOf = new Map<bigint, string>(); // token -> its lease key
+          const grantedTo = new Map<bigint, Set<number>>(); // token -> sessions granted it
           const violations: string[] = [];
           const violation = (message: string) => violations.push(message);
 
@@ -333,10 +336,11 @@ describe('fuzzing the protocol', { timeout: LONG ? 3_600_000 : 120_000 }, () => 
               count('interleaved');
               const name = names[['a', 'b', 'c'].indexOf(short)]!;
               const peer = peers[session]!;
-              const owner = `s${session}`;
+              // An impostor names another session's owner, without that lease's key.
+              const owner = `s${kind === 'impostor' ? (session + 1) % SESSIONS : session}`;
               const sentClock = ++clock;
               const sentAt = performance.now();
-              if (kind === 'acquire') {
+              if (kind === 'acquire' || kind === 'impostor') {
                 const outcome = await peer.request('lock.acquire', {
                   name,
                   ttlMs: TTL,
@@ -345,6 +349,13 @@ describe('fuzzing the protocol', { timeout: LONG ? 3_600_000 : 120_000 }, () => 
                 });
                 if (outcome.reply?.result) {
                   const token = BigInt(outcome.reply.result.token);
+                  const sessions = grantedTo.get(token) ?? new Set();
+                  if (kind === 'impostor' && ownerOf.has(token) && !sessions.has(session)) {
+                    violation(`${name}: an impostor of ${owner} was handed its lease ${token}`);
+                  }
+                  sessions.add(session);
+                  grantedTo.set(token, sessions);
+                  keyOf.set(token, outcome.reply.result.leaseKey);
                   own.set(`${session}:${name}`, token);
                   onGrant(name, owner, token, sentAt);
                 } else if (outcome.reply?.error.data.code !== 'LOCK_HELD') {
@@ -360,19 +371,34 @@ describe('fuzzing the protocol', { timeout: LONG ? 3_600_000 : 120_000 }, () => 
               const token =
                 which === 'own'
                   ? own.get(`${session}:${name}`)
-                  : which === 'holder'
+                  : which === 'holder' || which === 'meddler'
                     ? holder.get(name)?.token
                     : ([...releasedAt.keys()].find((t) => ownerOf.has(t)) ?? 1n);
               if (token === undefined) return;
-              if (kind === 'release') releaseSent.add(token);
+              const leaseKey =
+                which === 'holder' || which === 'stale' ? keyOf.get(token) : undefined;
+              if (kind === 'release' && (leaseKey || grantedTo.get(token)?.has(session))) {
+                releaseSent.add(token);
+              }
               const outcome = await peer.request(`lock.${kind}`, {
                 name,
                 token: String(token),
                 ...(kind === 'extend' ? { ttlMs: TTL } : {}),
+                ...(leaseKey ? { leaseKey } : {}),
               });
               const receivedClock = ++clock;
               const code = outcome.reply?.error?.data.code;
               if (outcome.reply?.result) {
+                // Without the key, only a session that was granted the lease may (S4 for
+                // non-holders that know the token).
+                if (!leaseKey && !grantedTo.get(token)?.has(session)) {
+                  violation(`${kind} of ${token} by session ${session} without its key succeeded`);
+                }
+                if (leaseKey) {
+                  const sessions = grantedTo.get(token) ?? new Set();
+                  if (kind === 'extend') sessions.add(session);
+                  grantedTo.set(token, sessions);
+                }
                 // A token released before this was even sent must not work again (S4).
                 const released = releasedAt.get(token);
                 if (released !== undefined && released < sentClock)
@@ -394,7 +420,11 @@ describe('fuzzing the protocol', { timeout: LONG ? 3_600_000 : 120_000 }, () => 
           // Everything the model believes held is released; then every name must be free:
           // a grant the model never saw would still hold it.
           for (const [name, { token }] of holder) {
-            const outcome = await peers[0]!.request('lock.release', { name, token: String(token) });
+            const outcome = await peers[0]!.request('lock.release', {
+              name,
+              token: String(token),
+              leaseKey: keyOf.get(token),
+            });
             if (!outcome.reply?.result && outcome.reply?.error.data.code !== 'NOT_HOLDER')
               violation(`final release: ${JSON.stringify(outcome)}`);
           }

@@ -77,9 +77,18 @@ describe('per-session limits', () => {
     ).toMatchObject({ token: leases[0].token });
     await peer.call('lock.release', { name: 'l/1', token: leases[0].token });
     expect((await peer.call('lock.acquire', { name: 'l/4', ttlMs: 30_000 })).result).toBeDefined();
-    // A lease released through another session (its token is the capability) frees the slot.
+    // Another session's release with the token alone is NOT_HOLDER, and frees no slot...
     const other = await session(server);
     await other.call('lock.release', { name: 'l/2', token: leases[1].token });
+    expect((await peer.call('lock.acquire', { name: 'l/5', ttlMs: 30_000 })).error.data.code).toBe(
+      'LIMIT_EXCEEDED',
+    );
+    // ...while a release through another session with the lease's key frees it.
+    await other.call('lock.release', {
+      name: 'l/2',
+      token: leases[1].token,
+      leaseKey: leases[1].leaseKey,
+    });
     expect((await peer.call('lock.acquire', { name: 'l/5', ttlMs: 30_000 })).result).toBeDefined();
     // Each session has its own allowance.
     expect((await other.call('lock.acquire', { name: 'l/6', ttlMs: 30_000 })).result).toBeDefined();
@@ -93,7 +102,12 @@ describe('per-session limits', () => {
       'LIMIT_EXCEEDED',
     );
     const second = await session(server);
-    await second.call('lock.extend', { name: 'a/1', token: lease.token, ttlMs: 30_000 });
+    await second.call('lock.extend', {
+      name: 'a/1',
+      token: lease.token,
+      ttlMs: 30_000,
+      leaseKey: lease.leaseKey,
+    });
     expect((await first.call('lock.acquire', { name: 'a/2', ttlMs: 30_000 })).result).toBeDefined();
     expect(
       (await second.call('lock.acquire', { name: 'a/3', ttlMs: 30_000 })).error.data.code,

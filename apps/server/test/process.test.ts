@@ -70,9 +70,20 @@ describe('the server process on the embedded backend with a data directory', () 
     });
     expect(intruder.error?.data.code).toBe('LOCK_HELD');
     expect(intruder.error.data.ttlRemainingMs).toBeGreaterThan(50_000);
-    expect((await peer.call('lock.release', { name: 'held', token: held.token })).result).toEqual({
-      released: true,
-    });
+    // A new server process: the token alone is not enough, the lease key (journaled as its
+    // hash) still is.
+    expect(
+      (await peer.call('lock.release', { name: 'held', token: held.token })).error?.data.code,
+    ).toBe('NOT_HOLDER');
+    expect(
+      (
+        await peer.call('lock.release', {
+          name: 'held',
+          token: held.token,
+          leaseKey: held.leaseKey,
+        })
+      ).result,
+    ).toEqual({ released: true });
     peer.close();
   });
 

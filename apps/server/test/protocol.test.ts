@@ -269,7 +269,7 @@ describe('locks over the wire', () => {
     a.close();
   });
 
-  it("a connection's held locks outlive it and can be released with the token from another", async () => {
+  it("a connection's held locks outlive it and can be released from another with the lease's key, not the token alone", async () => {
     const a = await session();
     const name = `outlive-${Date.now()}`;
     const lease = (await a.call('lock.acquire', { name, ttlMs: 10_000, owner: 'worker' })).result;
@@ -281,9 +281,14 @@ describe('locks over the wire', () => {
       token: lease.token,
     });
     expect(
-      (await b.call('lock.extend', { name, token: lease.token, ttlMs: 5_000 })).result.token,
+      (await b.call('lock.extend', { name, token: lease.token, ttlMs: 5_000 })).error.data.code,
+    ).toBe('NOT_HOLDER');
+    const { leaseKey } = lease;
+    expect(
+      (await b.call('lock.extend', { name, token: lease.token, ttlMs: 5_000, leaseKey })).result
+        .token,
     ).toBe(lease.token);
-    expect((await b.call('lock.release', { name, token: lease.token })).result).toEqual({
+    expect((await b.call('lock.release', { name, token: lease.token, leaseKey })).result).toEqual({
       released: true,
     });
     b.close();

@@ -95,7 +95,13 @@ describe('the transcript runner catches deviations', () => {
             expect: {
               jsonrpc: '2.0',
               id: 1,
-              result: { name: '{{run}}/g', owner: 'o', token: { $capture: 't1' }, ttlMs: 10_000 },
+              result: {
+                name: '{{run}}/g',
+                owner: 'o',
+                token: { $capture: 't1' },
+                ttlMs: 10_000,
+                leaseKey: { $any: 'string' },
+              },
             },
           },
           {
@@ -110,7 +116,13 @@ describe('the transcript runner catches deviations', () => {
             expect: {
               jsonrpc: '2.0',
               id: 2,
-              result: { name: '{{run}}/g', owner: 'o', token: { $gt: 't1' }, ttlMs: 10_000 },
+              result: {
+                name: '{{run}}/g',
+                owner: 'o',
+                token: { $gt: 't1' },
+                ttlMs: 10_000,
+                leaseKey: { $any: 'string' },
+              },
             },
             timeoutMs: 300,
           },

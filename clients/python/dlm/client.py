@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import random
+import secrets
 import threading
 import time
 import uuid
@@ -194,7 +195,8 @@ class Client:
             if method == "lock.acquire" and isinstance(result, dict):
                 token = _token(result.get("token"))
                 if token is not None:
-                    self._release_in_background(result.get("name", params["name"]), token)
+                    self._release_in_background(result.get("name", params["name"]), token,
+                                                params.get("leaseKey"))
             return
         method = message.get("method")
         params = message.get("params") or {}
@@ -273,17 +275,20 @@ class Client:
                 if not group:
                     del self._leases[(lease.name, lease.token)]
 
-    def _release_in_background(self, name: str, token: int) -> None:
+    def _release_in_background(self, name: str, token: int, lease_key: str | None) -> None:
         def release() -> None:
+            params: dict[str, Any] = {"name": name, "token": str(token)}
+            if lease_key is not None:
+                params["leaseKey"] = lease_key
             try:
-                self._call("lock.release", {"name": name, "token": str(token)}, write=True)
+                self._call("lock.release", params, write=True)
             except DlmError:
                 pass
 
         if not self._closed:
             threading.Thread(target=release, name="dlm-release", daemon=True).start()
 
-    def _clean_up_orphan(self, name: str, owner: str, ttl_ms: int) -> None:
+    def _clean_up_orphan(self, name: str, owner: str, lease_key: str, ttl_ms: int) -> None:
         """An acquire whose reply was lost may have been granted: find out and free it."""
 
         def clean() -> None:
@@ -292,8 +297,8 @@ class Client:
                 try:
                     info = self.get(name)
                     if info.held and info.owner == owner and info.token is not None:
-                        self._call("lock.release", {"name": name, "token": str(info.token)},
-                                   write=True)
+                        self._call("lock.release", {"name": name, "token": str(info.token),
+                                                    "leaseKey": lease_key}, write=True)
                     return
                 except DlmError as error:
                     if error.code != "UNAVAILABLE":
@@ -303,13 +308,17 @@ class Client:
         threading.Thread(target=clean, name="dlm-orphan", daemon=True).start()
 
     def acquire(self, name: str, ttl_ms: int, wait_ms: int = 0,
-                owner: str | None = None) -> Lease:
+                owner: str | None = None, lease_key: str | None = None) -> Lease:
         """Acquires ``name`` for ``ttl_ms``, waiting up to ``wait_ms`` (server-side, first come
         first served) while another owner holds it.
 
         Each call acquires as a fresh owner unless ``owner`` is given, so two threads sharing
         this client never both "hold" a lock; pass the same owner again to re-enter on purpose
-        (same token, TTL refreshed) or to re-send an acquire whose reply was lost.
+        (same token, TTL refreshed) or to re-send an acquire whose reply was lost. A re-sent
+        acquire must also send the same ``lease_key`` (22-128 characters of [A-Za-z0-9_-]):
+        without it the server treats the owner as somebody else. By default every acquire sends
+        a fresh random key (128 bits), which the lease keeps privately; re-entering with an owner
+        this client already holds the lock as reuses that lease's key.
 
         Raises DlmError: LOCK_HELD (``data["ttlRemainingMs"]`` when known) when the lock stays
         held, UNAVAILABLE (``data["indeterminate"]`` when the request may have reached the
@@ -317,7 +326,10 @@ class Client:
         """
         chosen_owner = owner is not None
         owner = owner if owner is not None else f"py-{uuid.uuid4().hex}"
-        params: dict[str, Any] = {"name": name, "ttlMs": ttl_ms, "owner": owner}
+        # The secret that proves holding: the fencing token and the owner are public. Re-entering
+        # with an owner this client holds the lock as reuses that lease's key.
+        key = lease_key if lease_key is not None else self._held_key(name, owner)
+        params: dict[str, Any] = {"name": name, "ttlMs": ttl_ms, "owner": owner, "leaseKey": key}
         if wait_ms != 0:
             params["waitMs"] = wait_ms
         try:
@@ -326,7 +338,7 @@ class Client:
         except DlmError as error:
             # Only an owner this client made up is known to be nobody else's.
             if error.code == "UNAVAILABLE" and error.data.get("indeterminate") and not chosen_owner:
-                self._clean_up_orphan(name, owner, ttl_ms)
+                self._clean_up_orphan(name, owner, key, ttl_ms)
             raise
         token = int(result["token"])
         granted_ttl_ms = int(result["ttlMs"])
@@ -335,23 +347,33 @@ class Client:
             # when the lease ends. An immediate extend gives a send time that does.
             try:
                 extended, sent_at = self._call(
-                    "lock.extend", {"name": name, "token": result["token"], "ttlMs": ttl_ms},
+                    "lock.extend", {"name": name, "token": result["token"], "ttlMs": ttl_ms,
+                                    "leaseKey": key},
                     write=True)
                 granted_ttl_ms = int(extended["ttlMs"])
             except DlmError as error:
                 if error.code != "NOT_HOLDER":
-                    self._release_in_background(name, token)
+                    self._release_in_background(name, token, key)
                     raise
                 raise DlmError("UNAVAILABLE",
                                f"the lease on {name!r} ran out in transit") from error
         if time.monotonic() >= sent_at + (granted_ttl_ms - drift_margin_ms(granted_ttl_ms)) / 1000:
-            self._release_in_background(name, token)
+            self._release_in_background(name, token, key)
             raise DlmError("UNAVAILABLE",
                            f"the grant of {name!r} arrived after its lease had run out")
-        lease = Lease(self, result["name"], result["owner"], token, granted_ttl_ms, ttl_ms, sent_at)
+        lease = Lease(self, result["name"], result["owner"], token, granted_ttl_ms, ttl_ms, sent_at,
+                      key)
         with self._state_lock:
             self._leases.setdefault((lease.name, token), set()).add(lease)
         return lease
+
+    def _held_key(self, name: str, owner: str) -> str:
+        with self._state_lock:
+            for (held_name, _), group in self._leases.items():
+                for lease in group:
+                    if held_name == name and lease.owner == owner and lease.held:
+                        return lease._lease_key
+        return secrets.token_urlsafe(16)
 
     def try_acquire(self, name: str, ttl_ms: int, owner: str | None = None) -> Lease | None:
         """Acquires ``name`` if it is free now; None when another owner holds it."""

@@ -39,14 +39,19 @@ class Lease:
     before the deadline timer thread has run.
 
     A lease is also a context manager that releases it on exit.
+
+    The lease key (the secret that proves holding, sent with every extend and release so that
+    they work after a reconnect to another server) is kept in a private attribute and left out
+    of ``repr``: the token and owner are public, the key must not end up in logs.
     """
 
     def __init__(self, client: Client, name: str, owner: str, token: int, ttl_ms: int,
-                 requested_ttl_ms: int, sent_at: float) -> None:
+                 requested_ttl_ms: int, sent_at: float, lease_key: str) -> None:
         self._client = client
         self.name = name
         self.owner = owner
         self.token = token
+        self._lease_key = lease_key
         self.ttl_ms = ttl_ms
         self._requested_ttl_ms = requested_ttl_ms
         self._lost = threading.Event()
@@ -127,7 +132,7 @@ class Lease:
         # Nobody here relies on the lease any more, but the server may hold it a little longer:
         # free it for the next holder.
         if self._lose("deadline"):
-            self._client._release_in_background(self.name, self.token)
+            self._client._release_in_background(self.name, self.token, self._lease_key)
 
     def _lose(self, reason: str) -> bool:
         with self._lock:
@@ -153,7 +158,8 @@ class Lease:
             self.assert_held()
             try:
                 result, sent_at = self._client._call(
-                    "lock.extend", {"name": self.name, "token": str(self.token), "ttlMs": ttl},
+                    "lock.extend", {"name": self.name, "token": str(self.token), "ttlMs": ttl,
+                                    "leaseKey": self._lease_key},
                     write=True)
             except DlmError as error:
                 if error.code == "NOT_HOLDER":
@@ -176,7 +182,8 @@ class Lease:
                 self._timer.cancel()
         self._client._forget(self)
         try:
-            self._client._call("lock.release", {"name": self.name, "token": str(self.token)},
+            self._client._call("lock.release", {"name": self.name, "token": str(self.token),
+                                                "leaseKey": self._lease_key},
                                write=True)
         except DlmError as error:
             if error.code == "NOT_HOLDER":

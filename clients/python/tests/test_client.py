@@ -51,6 +51,34 @@ class ClientTest(unittest.TestCase):
         self.assertFalse(lease.release(), "a second release reports the lease already ended")
         self.assertFalse(lease.lost.is_set(), "a released lease is not lost")
 
+    def test_only_the_holder_releases_or_extends_knowing_the_token_is_not_enough(self) -> None:
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=10_000, owner="holder-1")
+        info = self.other.get(name)
+        for method, params in (
+            ("lock.release", {"name": name, "token": str(info.token)}),
+            ("lock.extend", {"name": name, "token": str(info.token), "ttlMs": 5_000}),
+        ):
+            with self.assertRaises(DlmError) as caught:
+                self.other.call(method, params)
+            self.assertEqual(caught.exception.code, "NOT_HOLDER")
+        with self.assertRaises(DlmError) as caught:
+            self.other.acquire(name, ttl_ms=5_000, owner="holder-1")
+        self.assertEqual(caught.exception.code, "LOCK_HELD")
+        self.assertNotIn(lease._lease_key, repr(lease))
+        lease.extend()
+        self.assertTrue(lease.release())
+
+    def test_the_same_owner_and_lease_key_on_another_client_get_the_same_lease(self) -> None:
+        name = unique()
+        key = "python-chosen-lease-key-0123456789"
+        lease = self.client.acquire(name, ttl_ms=10_000, owner="holder-2", lease_key=key)
+        again = self.other.acquire(name, ttl_ms=10_000, owner="holder-2", lease_key=key)
+        self.assertEqual(again.token, lease.token)
+        again.extend()
+        self.assertTrue(again.release())
+        self.assertFalse(self.client.get(name).held)
+
     def test_tokens_increase_per_name(self) -> None:
         name = unique()
         tokens = []
@@ -207,9 +235,11 @@ class ClientTest(unittest.TestCase):
     def test_lock_lost_from_the_server_sets_lost(self) -> None:
         name = unique()
         lease = self.client.acquire(name, ttl_ms=5_000)
-        # Another holder extends the lease short; the server tells that session, and this
-        # client learns of it through NOT_HOLDER when it tries to extend after the expiry.
-        self.other.call("lock.extend", {"name": name, "token": str(lease.token), "ttlMs": 200})
+        # The holder, reconnected as another client, extends the lease short with its key; the
+        # server tells that session, and this client learns of it through NOT_HOLDER when it
+        # tries to extend after the expiry.
+        self.other.call("lock.extend", {"name": name, "token": str(lease.token), "ttlMs": 200,
+                                        "leaseKey": lease._lease_key})
         time.sleep(0.4)
         with self.assertRaises(DlmError):
             lease.extend()

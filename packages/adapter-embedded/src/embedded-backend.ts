@@ -99,6 +99,7 @@ export async function embeddedBackend(options: EmbeddedBackendOptions = {}): Pro
         name: held.name,
         owner: held.owner,
         token: held.token,
+        keyHash: held.keyHash,
         deadline: now + held.ttlMs,
         heapIndex: -1,
       };
@@ -122,6 +123,7 @@ export async function embeddedBackend(options: EmbeddedBackendOptions = {}): Pro
         token: lease.token,
         ttlMs,
         wallMs,
+        keyHash: lease.keyHash,
       });
     }
     return records;
@@ -208,19 +210,20 @@ export async function embeddedBackend(options: EmbeddedBackendOptions = {}): Pro
     kind: 'embedded',
     capabilities,
 
-    tryAcquire({ name, owner, ttlMs }: AcquireRequest): Promise<AcquireResult> {
+    tryAcquire({ name, owner, ttlMs, keyHash }: AcquireRequest): Promise<AcquireResult> {
       const refused = refuse();
       if (refused !== undefined) return Promise.reject(refused);
       const ttl = leaseMs(ttlMs);
       if (ttl === undefined) return Promise.reject(invalidTtl());
       const now = clock.now();
       let lease = current(name, now);
-      if (lease !== undefined && lease.owner !== owner) {
+      // The same owner without the lease's key is another requester (a copied owner label).
+      if (lease !== undefined && (lease.owner !== owner || lease.keyHash !== keyHash)) {
         watchers.drain();
         return Promise.resolve({ granted: false, ttlRemainingMs: remainingMs(lease, now) });
       }
       if (lease === undefined) {
-        lease = { name, owner, token: takeToken(), deadline: now + ttl, heapIndex: -1 };
+        lease = { name, owner, token: takeToken(), keyHash, deadline: now + ttl, heapIndex: -1 };
         leases.set(name, lease);
         heap.push(lease);
         if (watchers.has(name)) {
@@ -239,6 +242,7 @@ export async function embeddedBackend(options: EmbeddedBackendOptions = {}): Pro
         token: lease.token,
         ttlMs: ttl,
         wallMs: Date.now(),
+        keyHash,
       });
       watchers.drain();
       const granted = lease;
@@ -255,11 +259,11 @@ export async function embeddedBackend(options: EmbeddedBackendOptions = {}): Pro
       });
     },
 
-    release({ name, token }): Promise<boolean> {
+    release({ name, token, keyHash }): Promise<boolean> {
       const refused = refuse();
       if (refused !== undefined) return Promise.reject(refused);
       const lease = current(name, clock.now());
-      if (lease === undefined || lease.token !== token) {
+      if (lease === undefined || !holds(lease, token, keyHash)) {
         watchers.drain();
         return Promise.resolve(false);
       }
@@ -268,14 +272,14 @@ export async function embeddedBackend(options: EmbeddedBackendOptions = {}): Pro
       return reply(true, durable);
     },
 
-    extend({ name, token, ttlMs }): Promise<Grant | null> {
+    extend({ name, token, ttlMs, keyHash }): Promise<Grant | null> {
       const refused = refuse();
       if (refused !== undefined) return Promise.reject(refused);
       const ttl = leaseMs(ttlMs);
       if (ttl === undefined) return Promise.reject(invalidTtl());
       const now = clock.now();
       const lease = current(name, now);
-      if (lease === undefined || lease.token !== token) {
+      if (lease === undefined || !holds(lease, token, keyHash)) {
         watchers.drain();
         return Promise.resolve(null);
       }
@@ -347,6 +351,11 @@ export async function embeddedBackend(options: EmbeddedBackendOptions = {}): Pro
       await journal?.close();
     },
   };
+}
+
+/** The token, and the key's hash when one is presented (absent: an operator's token-only call). */
+function holds(lease: Lease, token: bigint, keyHash: string | undefined): boolean {
+  return lease.token === token && (keyHash === undefined || lease.keyHash === keyHash);
 }
 
 function state(lease: Lease, now: number): LockState {

@@ -16,7 +16,16 @@ const FRAME_HEADER_BYTES = 8;
 const MAX_PAYLOAD_BYTES = 64 * 1024;
 
 export type JournalRecord =
-  | { type: 'grant'; name: string; owner: string; token: bigint; ttlMs: number; wallMs: number }
+  | {
+      type: 'grant';
+      name: string;
+      owner: string;
+      token: bigint;
+      ttlMs: number;
+      wallMs: number;
+      /** The lease key's hash (never the key); absent in journals written before it existed. */
+      keyHash?: string | undefined;
+    }
   | { type: 'extend'; name: string; token: bigint; ttlMs: number; wallMs: number }
   /** The lease with `token` ended: released, revoked or expired. */
   | { type: 'end'; name: string; token: bigint }
@@ -34,6 +43,7 @@ export function encodeRecord(record: JournalRecord): string {
         record.token.toString(),
         record.ttlMs,
         record.wallMs,
+        ...(record.keyHash === undefined ? [] : [record.keyHash]),
       ]);
     case 'extend':
       return JSON.stringify([
@@ -123,14 +133,23 @@ function decodePayload(text: string): JournalRecord | undefined {
     return undefined;
   }
   if (!Array.isArray(value)) return undefined;
-  const [type, a, b, c, d, e] = value as unknown[];
+  const [type, a, b, c, d, e, f] = value as unknown[];
   const isText = (x: unknown): x is string => typeof x === 'string' && x.length > 0;
   const isToken = (x: unknown): x is string => typeof x === 'string' && TOKEN.test(x);
   const isMs = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x) && x >= 0;
   switch (type) {
     case 'g':
       if (isText(a) && isText(b) && isToken(c) && isMs(d) && isMs(e)) {
-        return { type: 'grant', name: a, owner: b, token: BigInt(c), ttlMs: d, wallMs: e };
+        if (f !== undefined && !isText(f)) return undefined;
+        return {
+          type: 'grant',
+          name: a,
+          owner: b,
+          token: BigInt(c),
+          ttlMs: d,
+          wallMs: e,
+          keyHash: f,
+        };
       }
       return undefined;
     case 'x':

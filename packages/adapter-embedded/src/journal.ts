@@ -42,6 +42,7 @@ export interface RecoveredLease {
   name: string;
   owner: string;
   token: bigint;
+  keyHash?: string | undefined;
   /** The remaining lease when last journaled… */
   ttlMs: number;
   /** …and the wall-clock time (`Date.now()`) of that record. */

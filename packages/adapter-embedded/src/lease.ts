@@ -1,11 +1,13 @@
 /**
- * One held lock. Kept deliberately small (five fields): at the scale target of 100,000 held
+ * One held lock. Kept deliberately small (six fields): at the scale target of 100,000 held
  * locks every byte here is multiplied. The TTL itself is not kept; `deadline` says all.
  */
 export interface Lease {
   readonly name: string;
   owner: string;
   token: bigint;
+  /** `hashLeaseKey` of the holder's key; undefined for a lease granted without one. */
+  keyHash: string | undefined;
   /** Monotonic ms (`clock.now()`) at which the lease runs out. */
   deadline: number;
   /** Position in the deadline heap; -1 when not in it. */

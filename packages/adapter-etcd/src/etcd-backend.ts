@@ -14,6 +14,7 @@ import { etcdKeys, prefixEnd } from './etcd-keys.js';
 import { leasePool, ttlSeconds } from './etcd-leases.js';
 import { fairQueue } from './etcd-queue.js';
 import { waiterSession } from './etcd-session.js';
+import { holderValue, keyHashCompares, ownerOfValue } from './etcd-value.js';
 import { watchPrefix } from './etcd-watch.js';
 
 export interface EtcdBackendOptions {
@@ -160,7 +161,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
   function stateOf(limit: Budget, name: string, kv: IKeyValue): Promise<LockState> {
     return remainingOf(limit, kv).then((ttl) => ({
       name,
-      owner: kv.value.toString(),
+      owner: ownerOfValue(kv.value),
       token: BigInt(kv.create_revision),
       ttlRemainingMs: ttl ?? 0,
     }));
@@ -185,15 +186,16 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
     kind: 'etcd',
     capabilities,
 
-    async tryAcquire({ name, owner, ttlMs }): Promise<AcquireResult> {
+    async tryAcquire({ name, owner, ttlMs, keyHash }): Promise<AcquireResult> {
       assertOpen('acquire');
       const limit = budget('acquire', commandTimeoutMs);
       await watchEstablished(limit);
       const key = keyOf(name);
-      const value = Buffer.from(owner);
+      const value = holderValue(owner, keyHash);
       const lease = await leases.take(limit, Math.max(ttlMs, capabilities.minTtlMs));
       // One transaction: create the key if absent and nobody queues for it (a try-lock never
-      // jumps the queue); else, if the same owner holds it, move it to the new lease (keeping
+      // jumps the queue); else, if the same owner holds it with the same key hash (the value
+      // holds both), move it to the new lease (keeping
       // its create revision, hence its token); else read the holder.
       // Sending it twice is harmless, so it may be retried after a lost reply.
       const waiters = keys.queue(name);
@@ -242,7 +244,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
       return ttlRemainingMs === undefined ? { granted: false } : { granted: false, ttlRemainingMs };
     },
 
-    async release({ name, token }) {
+    async release({ name, token, keyHash }) {
       assertOpen('release');
       const limit = budget('release', commandTimeoutMs);
       const key = keyOf(name);
@@ -251,7 +253,10 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
         'once',
         name,
         {
-          compare: [{ key, target: 'Create', result: 'Equal', create_revision: token.toString() }],
+          compare: [
+            { key, target: 'Create', result: 'Equal', create_revision: token.toString() },
+            ...keyHashCompares(key, keyHash),
+          ],
           success: [{ request_delete_range: { key, prev_kv: true } }],
           failure: [],
         },
@@ -262,7 +267,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
       return true;
     },
 
-    async extend({ name, token, ttlMs }) {
+    async extend({ name, token, ttlMs, keyHash }) {
       assertOpen('extend');
       const limit = budget('extend', commandTimeoutMs);
       const key = keyOf(name);
@@ -272,7 +277,10 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
       let response: ITxnResponse;
       try {
         response = await txn(limit, 'idempotent', {
-          compare: [{ key, target: 'Create', result: 'Equal', create_revision: token.toString() }],
+          compare: [
+            { key, target: 'Create', result: 'Equal', create_revision: token.toString() },
+            ...keyHashCompares(key, keyHash),
+          ],
           success: [{ request_put: { key, lease: lease.id, ignore_value: true, prev_kv: true } }],
           failure: [],
         });
@@ -286,7 +294,12 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
       }
       const previous = response.responses[0]?.response_put.prev_kv;
       if (previous && previous.lease !== lease.id) leases.detached(previous.lease);
-      return { name, owner: previous?.value.toString() ?? '', token, ttlMs: lease.ttlMs };
+      return {
+        name,
+        owner: previous ? ownerOfValue(previous.value) : '',
+        token,
+        ttlMs: lease.ttlMs,
+      };
     },
 
     async inspect(name) {

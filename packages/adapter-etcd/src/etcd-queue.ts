@@ -11,6 +11,7 @@ import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.j
 import { type EtcdKeys, prefixEnd } from './etcd-keys.js';
 import type { LeasePool, LockLease, ReservedLease } from './etcd-leases.js';
 import type { WaiterSession } from './etcd-session.js';
+import { holderValue } from './etcd-value.js';
 import type { PrefixWatch } from './etcd-watch.js';
 
 /** What the queue needs from the backend it belongs to. */
@@ -119,6 +120,7 @@ export function fairQueue(context: QueueContext) {
     name,
     owner,
     ttlMs,
+    keyHash,
     signal,
   }: AcquireRequest & { signal: AbortSignal }): Promise<AcquireResult> {
     if (signal.aborted) return { granted: false };
@@ -128,7 +130,8 @@ export function fairQueue(context: QueueContext) {
     const lockKey = keys.lock(name);
     const queueStart = keys.queue(name);
     const queueEnd = prefixEnd(queueStart);
-    const value = Buffer.from(owner);
+    // The owner with the key hash (etcd-value.ts): a re-acquire must match both.
+    const value = holderValue(owner, keyHash);
     const leaseTtlMs = Math.max(ttlMs, context.minTtlMs);
     let myKey = Buffer.alloc(0);
     /** Our queue key's create revision while we are queued. */

@@ -1,6 +1,7 @@
 import type { LockEvent, Unsubscribe } from '@dlm/core';
 import type { Etcd3, IWatchResponse, Watcher } from 'etcd3';
 import type { EtcdKeys } from './etcd-keys.js';
+import { ownerOfValue } from './etcd-value.js';
 
 /** `lease`: for `acquired`, the lease the lock key was put on. */
 type Listener = (event: LockEvent, lease?: string) => void;
@@ -99,7 +100,7 @@ export function watchPrefix(client: Etcd3, keys: EtcdKeys): PrefixWatch {
             name,
             type: 'acquired',
             token: BigInt(event.kv.create_revision),
-            owner: event.kv.value.toString(),
+            owner: ownerOfValue(event.kv.value),
           },
           event.kv.lease,
         );
@@ -109,7 +110,7 @@ export function watchPrefix(client: Etcd3, keys: EtcdKeys): PrefixWatch {
           name,
           type: markers.get(event.kv.mod_revision) ?? 'expired',
           ...(previous
-            ? { token: BigInt(previous.create_revision), owner: previous.value.toString() }
+            ? { token: BigInt(previous.create_revision), owner: ownerOfValue(previous.value) }
             : {}),
         });
       }

@@ -199,24 +199,24 @@ export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
       }
     },
 
-    async tryAcquire({ name, owner, ttlMs }) {
+    async tryAcquire({ name, owner, ttlMs, keyHash }) {
       assertOpen();
       const startedAt = clock.now();
       if (!events.isSubscribed) await subscribedWithin(startedAt);
-      const result = await node.acquire(name, owner, ttlMs, startedAt);
+      const result = await node.acquire(name, owner, keyHash, ttlMs, startedAt);
       if (!result.granted) return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
       events.noteGrant(name, result.token);
       return { granted: true, grant: { name, owner, token: result.token, ttlMs } };
     },
 
-    async release({ name, token }) {
+    async release({ name, token, keyHash }) {
       assertOpen();
-      return node.release(name, token);
+      return node.release(name, token, keyHash);
     },
 
-    async extend({ name, token, ttlMs }) {
+    async extend({ name, token, ttlMs, keyHash }) {
       assertOpen();
-      const owner = await node.extend(name, token, ttlMs);
+      const owner = await node.extend(name, token, keyHash, ttlMs);
       return owner === null ? null : { name, owner, token, ttlMs };
     },
 

@@ -50,16 +50,27 @@ export interface RedisNodeOptions {
 
 export interface RedisNode {
   readonly client: Redis;
-  /** `startedAt` (monotonic) starts the call's time budget; default now. */
+  /**
+   * `startedAt` (monotonic) starts the call's time budget; default now. `keyHash` is stored with
+   * the lease and must match for the same owner's re-acquire (undefined: none).
+   */
   acquire(
     name: string,
     owner: string,
+    keyHash: string | undefined,
     ttlMs: number,
     startedAt?: number,
   ): Promise<NodeAcquireResult>;
-  release(name: string, token: bigint): Promise<boolean>;
-  /** The holder's owner when extended; null when `token` does not hold the lock. */
-  extend(name: string, token: bigint, ttlMs: number, startedAt?: number): Promise<string | null>;
+  /** `keyHash` undefined: the token alone (an operator's call). */
+  release(name: string, token: bigint, keyHash: string | undefined): Promise<boolean>;
+  /** The holder's owner when extended; null when `token` (and `keyHash`) do not hold the lock. */
+  extend(
+    name: string,
+    token: bigint,
+    keyHash: string | undefined,
+    ttlMs: number,
+    startedAt?: number,
+  ): Promise<string | null>;
   inspect(name: string): Promise<LockState | null>;
   revoke(name: string): Promise<{ token: bigint; owner: string } | null>;
   /**
@@ -69,6 +80,7 @@ export interface RedisNode {
   adoptToken(
     name: string,
     owner: string,
+    keyHash: string | undefined,
     token: bigint,
     ttlMs: number,
     announce: boolean,
@@ -80,9 +92,12 @@ export interface RedisNode {
   detach(): void;
 }
 
+/** A lock value's token and owner; its key hash stays here (see redis-scripts.ts). */
 function parseValue(value: string): { token: bigint; owner: string } {
   const sep = value.indexOf(':');
-  return { token: BigInt(value.slice(0, sep)), owner: value.slice(sep + 1) };
+  const space = value.indexOf(' ');
+  const tokenEnd = space >= 0 && space < sep ? space : sep;
+  return { token: BigInt(value.slice(0, tokenEnd)), owner: value.slice(sep + 1) };
 }
 
 function asArray(reply: unknown, what: string): unknown[] {
@@ -268,7 +283,7 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
     client,
     inspect,
 
-    async acquire(name, owner, ttlMs, startedAt = clock.now()) {
+    async acquire(name, owner, keyHash, ttlMs, startedAt = clock.now()) {
       const keys = keysOf(name);
       const reply = asArray(
         await send(
@@ -283,6 +298,7 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
             deadline,
             options.publishAcquired ? channel : '',
             keys.hex,
+            keyHash ?? '',
             options.fenceRetentionMs,
           ],
           true,
@@ -297,7 +313,7 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
       return { granted: false, ttlRemainingMs: Math.max(0, Number(reply[1])) };
     },
 
-    async release(name, token) {
+    async release(name, token, keyHash) {
       const keys = keysOf(name);
       const reply = await call(
         'release',
@@ -305,12 +321,12 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
         clock.now(),
         RELEASE,
         [keys.lock],
-        [token.toString(), channel, keys.hex],
+        [token.toString(), channel, keys.hex, keyHash ?? '-'],
       );
       return reply === 1;
     },
 
-    async extend(name, token, ttlMs, startedAt = clock.now()) {
+    async extend(name, token, keyHash, ttlMs, startedAt = clock.now()) {
       const keys = keysOf(name);
       const reply = asArray(
         await send(
@@ -319,7 +335,7 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
           startedAt,
           EXTEND,
           [keys.lock],
-          (deadline) => [token.toString(), ttlMs, deadline],
+          (deadline) => [token.toString(), ttlMs, deadline, keyHash ?? '-'],
           true,
         ),
         'extend',
@@ -347,7 +363,7 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
       return reply[0] === 1 ? parseValue(String(reply[1])) : null;
     },
 
-    async adoptToken(name, owner, token, ttlMs, announce) {
+    async adoptToken(name, owner, keyHash, token, ttlMs, announce) {
       const keys = keysOf(name);
       const reply = await call(
         'adopt-token',
@@ -360,6 +376,7 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
           token.toString(),
           announce ? channel : '',
           keys.hex,
+          keyHash ?? '',
           ttlMs + options.fenceRetentionMs,
         ],
       );

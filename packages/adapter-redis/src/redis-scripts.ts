@@ -3,9 +3,13 @@ import type { Redis } from 'ioredis';
 
 /**
  * The Lua scripts behind every primitive. Each runs atomically on the server, so a primitive is
- * one step: no read-then-write races. A lock key holds `<token>:<owner>` (the token is digits,
- * so the first `:` splits it) with the lease as its PX expiry; tokens travel as decimal strings
- * so they stay exact. Event messages are `<type> <hex name> <token> <owner>`.
+ * one step: no read-then-write races. A lock key holds `<token> <keyHash>:<owner>` (the token is
+ * digits and the hash base64url, so the first space and the first `:` split it; a lease granted
+ * without a key hash, or by an older version, holds `<token>:<owner>`) with the lease as its PX
+ * expiry; tokens travel as decimal strings so they stay exact. The key hash is compared in the
+ * same script that releases, extends or refreshes the lease, and never leaves the scripts except
+ * inside INSPECT/REVOKE's raw value (parsed and dropped in redis-node.ts). Event messages are
+ * `<type> <hex name> <token> <owner>`.
  *
  * Tokens come from the server's clock: a grant's token is the larger of the server's `TIME` in
  * microseconds and the name's fence counter + 1, and the fence key keeps the last token for
@@ -49,26 +53,42 @@ redis.call('SET', KEYS[2], token, 'PX', ${keepMs})
 `;
 }
 
+// Shared preamble: a lock value's token, key hash ('' when none) and owner, and its inverse.
+const VALUE = `
+local function parse(value)
+  local sep = string.find(value, ':', 1, true)
+  local head = string.sub(value, 1, sep - 1)
+  local space = string.find(head, ' ', 1, true)
+  if not space then return head, '', string.sub(value, sep + 1) end
+  return string.sub(head, 1, space - 1), string.sub(head, space + 1), string.sub(value, sep + 1)
+end
+local function format(token, hash, owner)
+  if hash == '' then return token .. ':' .. owner end
+  return token .. ' ' .. hash .. ':' .. owner
+end
+`;
+
 /**
  * KEYS: lock, fence. ARGV: owner, ttlMs, deadline (server ms; 0 = none), channel ('' = do not
- * publish), hex name, fence retention ms (the fence key lives ttlMs + this).
+ * publish), hex name, key hash ('' = none), fence retention ms (the fence key lives ttlMs + this).
  * Returns {1, token, now, fresh(1|0)} granted; {0, pttl, now} held by another; {-1, 0, now} stale.
  */
 export const ACQUIRE = script(
   'acquire',
-  `${NOW}
+  `${NOW}${VALUE}
 if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, 0, now} end
 local current = redis.call('GET', KEYS[1])
 if current then
-  local sep = string.find(current, ':', 1, true)
-  if string.sub(current, sep + 1) == ARGV[1] then
+  local held, hash, owner = parse(current)
+  -- The same owner without the lease's key is another requester.
+  if owner == ARGV[1] and hash == ARGV[6] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, string.sub(current, 1, sep - 1), now, 0}
+    return {1, held, now, 0}
   end
   return {0, redis.call('PTTL', KEYS[1]), now}
 end
-${nextToken('tonumber(ARGV[2]) + tonumber(ARGV[6])')}
-redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', ARGV[2])
+${nextToken('tonumber(ARGV[2]) + tonumber(ARGV[7])')}
+redis.call('SET', KEYS[1], format(token, ARGV[6], ARGV[1]), 'PX', ARGV[2])
 if ARGV[4] ~= '' then
   redis.call('PUBLISH', ARGV[4], 'acquired ' .. ARGV[5] .. ' ' .. token .. ' ' .. ARGV[1])
 end
@@ -77,38 +97,38 @@ return {1, token, now, 1}
 );
 
 /**
- * KEYS: lock. ARGV: token, channel, hex name. Returns 1 when released, 0 when `token` does not
- * hold the lock.
+ * KEYS: lock. ARGV: token, channel, hex name, key hash ('-' = token only: an operator's call).
+ * Returns 1 when released, 0 when `token` (and the key hash) do not hold the lock.
  */
 export const RELEASE = script(
   'release',
-  `
+  `${VALUE}
 local current = redis.call('GET', KEYS[1])
 if not current then return 0 end
-local sep = string.find(current, ':', 1, true)
-if string.sub(current, 1, sep - 1) ~= ARGV[1] then return 0 end
+local held, hash, owner = parse(current)
+if held ~= ARGV[1] or (ARGV[4] ~= '-' and hash ~= ARGV[4]) then return 0 end
 redis.call('DEL', KEYS[1])
 if ARGV[2] ~= '' then
-  redis.call('PUBLISH', ARGV[2], 'released ' .. ARGV[3] .. ' ' .. ARGV[1] .. ' ' .. string.sub(current, sep + 1))
+  redis.call('PUBLISH', ARGV[2], 'released ' .. ARGV[3] .. ' ' .. ARGV[1] .. ' ' .. owner)
 end
 return 1
 `,
 );
 
 /**
- * KEYS: lock. ARGV: token, ttlMs, deadline. Returns {1, owner, now} extended; {0, '', now} when
- * `token` does not hold the lock; {-1, '', now} stale.
+ * KEYS: lock. ARGV: token, ttlMs, deadline, key hash ('-' = token only). Returns {1, owner, now}
+ * extended; {0, '', now} when `token` (and the key hash) do not hold the lock; {-1, '', now} stale.
  */
 export const EXTEND = script(
   'extend',
-  `${NOW}
+  `${NOW}${VALUE}
 if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, '', now} end
 local current = redis.call('GET', KEYS[1])
 if not current then return {0, '', now} end
-local sep = string.find(current, ':', 1, true)
-if string.sub(current, 1, sep - 1) ~= ARGV[1] then return {0, '', now} end
+local held, hash, owner = parse(current)
+if held ~= ARGV[1] or (ARGV[4] ~= '-' and hash ~= ARGV[4]) then return {0, '', now} end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, string.sub(current, sep + 1), now}
+return {1, owner, now}
 `,
 );
 
@@ -128,14 +148,14 @@ return {current, redis.call('PTTL', KEYS[1])}
  */
 export const REVOKE = script(
   'revoke',
-  `${NOW}
+  `${NOW}${VALUE}
 if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1} end
 local current = redis.call('GET', KEYS[1])
 if not current then return {0} end
 redis.call('DEL', KEYS[1])
 if ARGV[1] ~= '' then
-  local sep = string.find(current, ':', 1, true)
-  redis.call('PUBLISH', ARGV[1], 'revoked ' .. ARGV[2] .. ' ' .. string.sub(current, 1, sep - 1) .. ' ' .. string.sub(current, sep + 1))
+  local held, hash, owner = parse(current)
+  redis.call('PUBLISH', ARGV[1], 'revoked ' .. ARGV[2] .. ' ' .. held .. ' ' .. owner)
 end
 return {1, current}
 `,
@@ -146,22 +166,22 @@ return {1, current}
  * nodes' counters): raise the node's counter to at least M, so the next grant anywhere starts
  * above it, and relabel this owner's lease on the node with M, so release/extend/re-acquire
  * speak one token on every node. KEYS: lock, fence. ARGV: owner, M, channel ('' = do not
- * publish), hex name, how long the fence key lives (ms: the lease + the retention margin).
- * Returns 1 when the owner's lease is on this node.
+ * publish), hex name, key hash ('' = none), how long the fence key lives (ms: the lease + the
+ * retention margin). Returns 1 when the owner's lease is on this node.
  */
 export const ADOPT_TOKEN = script(
   'adopt-token',
-  `
+  `${VALUE}
 local fence = redis.call('GET', KEYS[2])
 if (not fence) or tonumber(fence) < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[5])
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[6])
 end
 local current = redis.call('GET', KEYS[1])
 if not current then return 0 end
-local sep = string.find(current, ':', 1, true)
-if string.sub(current, sep + 1) ~= ARGV[1] then return 0 end
-if string.sub(current, 1, sep - 1) ~= ARGV[2] then
-  redis.call('SET', KEYS[1], ARGV[2] .. ':' .. ARGV[1], 'KEEPTTL')
+local held, hash, owner = parse(current)
+if owner ~= ARGV[1] or hash ~= ARGV[5] then return 0 end
+if held ~= ARGV[2] then
+  redis.call('SET', KEYS[1], format(ARGV[2], hash, owner), 'KEEPTTL')
 end
 if ARGV[3] ~= '' then
   redis.call('PUBLISH', ARGV[3], 'acquired ' .. ARGV[4] .. ' ' .. ARGV[2] .. ' ' .. ARGV[1])

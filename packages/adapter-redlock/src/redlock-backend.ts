@@ -185,14 +185,14 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
       }
     },
 
-    async tryAcquire({ name, owner, ttlMs }) {
+    async tryAcquire({ name, owner, ttlMs, keyHash }) {
       assertOpen();
       const startedAt = clock.now();
       await subscribedWithin(startedAt);
       const onNodes = nodeTtl(ttlMs);
       const run = gather(
         nodes,
-        (node) => node.acquire(name, owner, onNodes, startedAt),
+        (node) => node.acquire(name, owner, keyHash, onNodes, startedAt),
         (outcomes) => {
           const granted = outcomes.filter((o) => o?.ok && o.value.granted).length;
           const refused = outcomes.filter((o) => o && !(o.ok && o.value.granted)).length;
@@ -213,7 +213,7 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
         // hold the lease under their own counters, and a reader would see a token nobody got.
         const adopted = await gather(
           nodes,
-          (node) => node.adoptToken(name, owner, token, onNodes, announce),
+          (node) => node.adoptToken(name, owner, keyHash, token, onNodes, announce),
           (so) => so.filter((o) => o?.ok && o.value).length >= quorum,
         ).early;
         const labelled = answers(adopted).filter(Boolean).length;
@@ -227,9 +227,9 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
         nodes.forEach((node, index) => {
           void run.each[index]!.then((outcome) => {
             if (!(outcome.ok && outcome.value.granted && outcome.value.fresh)) return;
-            node.release(name, token).catch(() => {});
+            node.release(name, token, keyHash).catch(() => {});
             if (outcome.value.token !== token)
-              node.release(name, outcome.value.token).catch(() => {});
+              node.release(name, outcome.value.token, keyHash).catch(() => {});
           });
         });
         throw new DlmError(
@@ -244,7 +244,7 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
       nodes.forEach((node, index) => {
         void run.each[index]!.then((outcome) => {
           if (outcome.ok && outcome.value.granted && outcome.value.fresh) {
-            node.release(name, outcome.value.token).catch(() => {});
+            node.release(name, outcome.value.token, keyHash).catch(() => {});
           }
         });
       });
@@ -265,15 +265,16 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
         : { granted: false, ttlRemainingMs: leaseLeft(nodeMs) };
     },
 
-    async release({ name, token }) {
+    async release({ name, token, keyHash }) {
       assertOpen();
-      // One node that held this token is enough to say it was ours; a quorum that did not hold
+      // One node that held this token (with this key hash: each node compares it in its own
+      // script) is enough to say it was ours; a quorum that did not hold
       // it says it was not. The answer waits for a quorum either way: until then a quorum may
       // still hold the token, and a read right after the release would report its holder. A
       // stalled minority does not hold the answer up.
       const outcomes = await gather(
         nodes,
-        (node) => node.release(name, token),
+        (node) => node.release(name, token, keyHash),
         (so) => so.filter((o) => o?.ok).length >= quorum,
       ).early;
       const released = answers(outcomes);
@@ -282,13 +283,13 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
       throw unavailable('release', outcomes);
     },
 
-    async extend({ name, token, ttlMs }) {
+    async extend({ name, token, ttlMs, keyHash }) {
       assertOpen();
       const startedAt = clock.now();
       const onNodes = nodeTtl(ttlMs);
       const run = gather(
         nodes,
-        (node) => node.extend(name, token, onNodes, startedAt),
+        (node) => node.extend(name, token, keyHash, onNodes, startedAt),
         (outcomes) => {
           const extended = outcomes.filter((o) => o?.ok && o.value !== null).length;
           const refused = outcomes.filter((o) => o && !(o.ok && o.value !== null)).length;

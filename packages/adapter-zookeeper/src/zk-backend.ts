@@ -3,13 +3,14 @@ import {
   type AcquireResult,
   type BackendCapabilities,
   DlmError,
+  type HolderProof,
   type LockBackend,
   type LockState,
   toUnavailable,
 } from '@dlm/core';
 import { Exception } from 'node-zookeeper-client';
 import { contender } from './zk-contend.js';
-import { type Current, lockStore } from './zk-locks.js';
+import { type Current, lockStore, proves } from './zk-locks.js';
 import { lockPaths } from './zk-paths.js';
 import { fairQueue } from './zk-queue.js';
 import { budget, isZkCode, openSession } from './zk-session.js';
@@ -208,11 +209,11 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
 
     tryAcquire: guard(
       'acquire',
-      async ({ name, owner, ttlMs }: AcquireRequest): Promise<AcquireResult> => {
+      async ({ name, owner, ttlMs, keyHash }: AcquireRequest): Promise<AcquireResult> => {
         assertOpen('acquire');
         const limit = budget('acquire', commandTimeoutMs);
         ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
-        const outcome = await contend(limit, { name, owner, ttlMs });
+        const outcome = await contend(limit, { name, owner, ttlMs, keyHash });
         if (outcome.kind === 'granted') {
           noteGrant(name, owner, outcome.path, outcome.token);
           return { granted: true, grant: { name, owner, token: outcome.token, ttlMs } };
@@ -226,22 +227,24 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
 
     acquireQueued: guard('acquire', queue.acquireQueued),
 
-    release: guard('release', async ({ name, token }: { name: string; token: bigint }) => {
+    release: guard('release', async ({ name, token, keyHash }: HolderProof) => {
       assertOpen('release');
       const limit = budget('release', commandTimeoutMs);
-      // A lease granted here: one multi-op on its known path (fails if it changed elsewhere).
+      // A lease granted here: one multi-op on its known path and version (fails if it changed
+      // elsewhere), so the key hash compared is the one at that version.
       const own = store.ownLease(name, token);
+      if (own && !proves(own, token, keyHash)) return false;
       if (own && (await store.endLease(limit, name, own, 'released'))) return true;
       for (;;) {
         const holder = await store.currentHolder(limit, name);
-        if (!holder || holder.token !== token) return false;
+        if (!holder || !proves(holder, token, keyHash)) return false;
         if (await store.endLease(limit, name, holder, 'released')) return true;
       }
     }),
 
     extend: guard(
       'extend',
-      async ({ name, token, ttlMs }: { name: string; token: bigint; ttlMs: number }) => {
+      async ({ name, token, ttlMs, keyHash }: HolderProof & { ttlMs: number }) => {
         assertOpen('extend');
         const limit = budget('extend', commandTimeoutMs);
         ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
@@ -250,7 +253,7 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
         for (;;) {
           const holder = known ?? (await store.currentHolder(limit, name));
           known = undefined;
-          if (!holder || holder.token !== token) return null;
+          if (!holder || !proves(holder, token, keyHash)) return null;
           const refreshed = await store.refresh(limit, name, holder, ttlMs);
           if (!refreshed) continue;
           if (refreshed.expired) {

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { AcquireRequest } from '@dlm/core';
-import type { LockStore } from './zk-locks.js';
+import { isOwnLease, type LockStore } from './zk-locks.js';
 import type { LockPaths } from './zk-paths.js';
 import type { Budget } from './zk-session.js';
 
@@ -24,7 +24,7 @@ export type Contend = (limit: Budget, request: AcquireRequest) => Promise<Conten
  * multi-op.
  */
 export function contender(store: LockStore, paths: LockPaths): Contend {
-  return async (limit, { name, owner, ttlMs }) => {
+  return async (limit, { name, owner, ttlMs, keyHash }) => {
     for (;;) {
       await store.ensureParent(limit, name);
       // The name node first: its version guards the grant below against anything granted
@@ -40,7 +40,7 @@ export function contender(store: LockStore, paths: LockPaths): Contend {
         if (holderName) {
           const holder = await store.readHolder(limit, `${paths.parent(name)}/${holderName}`);
           if (!holder) continue;
-          if (holder.owner === owner) {
+          if (isOwnLease(holder, owner, keyHash)) {
             const refreshed = await store.refresh(limit, name, holder, ttlMs);
             if (!refreshed) continue;
             if (!refreshed.expired)
@@ -64,7 +64,7 @@ export function contender(store: LockStore, paths: LockPaths): Contend {
         if (children?.waiters.length) return { kind: 'queued' };
       }
       const attemptId = randomBytes(8).toString('hex');
-      const created = await store.createHolder(limit, name, node, owner, ttlMs, attemptId);
+      const created = await store.createHolder(limit, name, node, owner, keyHash, ttlMs, attemptId);
       if (created.kind === 'created') {
         return { kind: 'granted', token: created.token, path: created.path };
       }

@@ -33,19 +33,32 @@ export function zxid(value: Buffer): bigint {
 
 export const mtimeOf = (stat: Stat) => Number(stat.mtime.readBigInt64BE(0));
 
-/** A holder node's data: its owner and lease length (ZooKeeper's mtime says from when). */
-export function parseData(data: Buffer): { owner: string; ttlMs: number } | undefined {
+/**
+ * A holder node's data: its owner, lease length (ZooKeeper's mtime says from when) and the
+ * lease key's hash (`k`; absent for a lease granted without one, or by an older version). A
+ * release or extend compares the hash as read at the node's data version and then writes or
+ * deletes at exactly that version, so the check and the write are one step.
+ */
+export function parseData(
+  data: Buffer,
+): { owner: string; ttlMs: number; keyHash: string | undefined } | undefined {
   try {
-    const parsed = JSON.parse(data.toString('utf8')) as { o?: unknown; t?: unknown };
+    const parsed = JSON.parse(data.toString('utf8')) as { o?: unknown; t?: unknown; k?: unknown };
     if (typeof parsed.o === 'string' && typeof parsed.t === 'number') {
-      return { owner: parsed.o, ttlMs: parsed.t };
+      return {
+        owner: parsed.o,
+        ttlMs: parsed.t,
+        keyHash: typeof parsed.k === 'string' ? parsed.k : undefined,
+      };
     }
   } catch {}
   return undefined;
 }
 
-export function leaseData(owner: string, ttlMs: number): Buffer {
-  return Buffer.from(JSON.stringify({ o: owner, t: ttlMs }));
+export function leaseData(owner: string, ttlMs: number, keyHash: string | undefined): Buffer {
+  return Buffer.from(
+    JSON.stringify({ o: owner, t: ttlMs, ...(keyHash === undefined ? {} : { k: keyHash }) }),
+  );
 }
 
 /** The name node's data after an end: the plain marker, `released:<token>` (and so on). */

@@ -24,6 +24,8 @@ import type { Holder } from './zk-watch.js';
 /** The holder node of a name, as read: its lease runs until `mtimeMs + ttlMs` on ZooKeeper's clock. */
 export interface Current extends Holder {
   version: number;
+  /** The lease key's hash as of `version` (never reported beyond this adapter). */
+  keyHash: string | undefined;
   mtimeMs: number;
   ttlMs: number;
   /**
@@ -217,6 +219,7 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
         path,
         token: zxid(stat.czxid),
         owner: lease?.owner ?? '',
+        keyHash: lease?.keyHash,
         version: stat.version,
         mtimeMs: mtimeOf(stat),
         // A node without a readable lease (written by something else) never expires by TTL.
@@ -326,6 +329,7 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
     name: string,
     node: Pick<NameNode, 'data' | 'version'>,
     owner: string,
+    keyHash: string | undefined,
     ttlMs: number,
     attemptId: string,
     extra: (ops: Ops) => Ops = (ops) => ops,
@@ -343,7 +347,7 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
                 grantData(node.data, owner, attemptId, options.ephemeral),
                 node.version,
               )
-              .create(paths.holder(name, attemptId), leaseData(owner, ttlMs), mode),
+              .create(paths.holder(name, attemptId), leaseData(owner, ttlMs, keyHash), mode),
           ),
         ),
       );
@@ -353,7 +357,7 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
       noteClock(stat);
       const token = zxid(stat.mzxid);
       const nowMs = mtimeOf(stat);
-      rememberLease(name, { path, token, owner, version: 0, mtimeMs: nowMs, ttlMs });
+      rememberLease(name, { path, token, owner, keyHash, version: 0, mtimeMs: nowMs, ttlMs });
       if (!options.ephemeral) {
         createdHere.add(path);
         if (createdHere.size > OWN_LEASES_MAX)
@@ -387,7 +391,13 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
     try {
       const results = await writing(name, () =>
         session.multi(limit, (ops) =>
-          extra(ops.setData(holder.path, leaseData(holder.owner, ttlMs), holder.version)),
+          extra(
+            ops.setData(
+              holder.path,
+              leaseData(holder.owner, ttlMs, holder.keyHash),
+              holder.version,
+            ),
+          ),
         ),
       );
       const stat = results[0]?.stat;
@@ -484,3 +494,16 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
 }
 
 export type LockStore = ReturnType<typeof lockStore>;
+
+/**
+ * `holder` is the lease `owner` asked for with `keyHash` (a re-acquire): the same owner without
+ * the lease's key is another requester.
+ */
+export function isOwnLease(holder: Current, owner: string, keyHash: string | undefined): boolean {
+  return holder.owner === owner && holder.keyHash === keyHash;
+}
+
+/** `token` and `keyHash` (when presented; absent: an operator's token-only call) prove holding. */
+export function proves(holder: Current, token: bigint, keyHash: string | undefined): boolean {
+  return holder.token === token && (keyHash === undefined || holder.keyHash === keyHash);
+}

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { type AcquireRequest, type AcquireResult, DlmError, type Grant } from '@dlm/core';
 import { Event, Exception } from 'node-zookeeper-client';
 import { recordedHolder } from './zk-data.js';
-import type { Current, LockStore, NameNode } from './zk-locks.js';
+import { type Current, isOwnLease, type LockStore, type NameNode } from './zk-locks.js';
 import type { LockPaths } from './zk-paths.js';
 import { type Budget, budget, CreateMode, isZkCode, type ZkSession } from './zk-session.js';
 
@@ -78,6 +78,7 @@ export function fairQueue(context: QueueContext) {
     name,
     owner,
     ttlMs,
+    keyHash,
     signal,
   }: AcquireRequest & { signal: AbortSignal }): Promise<AcquireResult> {
     if (signal.aborted) return { granted: false };
@@ -148,7 +149,15 @@ export function fairQueue(context: QueueContext) {
       }
       if (node?.numChildren === 0) {
         const attemptId = randomBytes(8).toString('hex');
-        const created = await store.createHolder(limit, name, node, owner, leaseTtlMs, attemptId);
+        const created = await store.createHolder(
+          limit,
+          name,
+          node,
+          owner,
+          keyHash,
+          leaseTtlMs,
+          attemptId,
+        );
         return created.kind === 'created'
           ? grantOf(created.token, created.path)
           : { kind: 'again' };
@@ -210,6 +219,7 @@ export function fairQueue(context: QueueContext) {
         // what they know themselves (or `expired`).
         { data: Buffer.alloc(0), version },
         owner,
+        keyHash,
         leaseTtlMs,
         attemptId,
         (ops) => ops.remove(mine, -1),
@@ -263,7 +273,7 @@ export function fairQueue(context: QueueContext) {
             : undefined);
         if (knownOwner === undefined || knownOwner === owner) {
           const holder = await store.readHolder(limit, holderPath);
-          if (holder?.owner === owner) return refreshOwn(limit, holder, mine);
+          if (holder && isOwnLease(holder, owner, keyHash)) return refreshOwn(limit, holder, mine);
         }
       }
       if (position > 0) {
@@ -285,7 +295,7 @@ export function fairQueue(context: QueueContext) {
           }
           return { kind: 'again' };
         }
-        if (holder.owner === owner) return refreshOwn(limit, holder, mine);
+        if (isOwnLease(holder, owner, keyHash)) return refreshOwn(limit, holder, mine);
         const left = await store.leaseLeft(limit, holder);
         if (left.expired) {
           await store.endLease(limit, name, holder, 'expired');
@@ -310,6 +320,7 @@ export function fairQueue(context: QueueContext) {
         name,
         node,
         owner,
+        keyHash,
         leaseTtlMs,
         attemptId,
         (ops) => ops.remove(mine, -1),

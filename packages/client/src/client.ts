@@ -1,6 +1,7 @@
 import {
   type Clock,
   DEFAULT_LIMITS,
+  createLeaseKey,
   DlmError,
   isDlmError,
   type Limits,
@@ -106,9 +107,16 @@ export interface AcquireOptions {
   /**
    * The owner to acquire as. By default every acquire gets a fresh one, so that two callers
    * sharing this client never both "hold" a lock. Pass the same owner twice to re-enter
-   * (same token, TTL refreshed) on purpose.
+   * (same token, TTL refreshed) on purpose: the client then sends the held lease's key again.
    */
   owner?: string;
+  /**
+   * The lease's secret key (22-128 characters of `[A-Za-z0-9_-]`, at least 128 random bits).
+   * By default the client makes a fresh one per acquire and keeps it to itself (it is not a
+   * property of the lease). Pass your own only to re-send an acquire from another process
+   * after a lost reply: the same owner and the same key get the same lease back.
+   */
+  leaseKey?: string;
   /** Extend the lease in the background (at a third of its TTL) until it is released. */
   autoExtend?: boolean;
   /**
@@ -276,8 +284,8 @@ interface WatchState {
 
 /** A release or an orphan cleanup to retry once there is a connection again. */
 type Cleanup =
-  | { kind: 'release'; name: string; token: bigint; untilMs: number }
-  | { kind: 'orphan'; name: string; owner: string; untilMs: number };
+  | { kind: 'release'; name: string; token: bigint; leaseKey: string; untilMs: number }
+  | { kind: 'orphan'; name: string; owner: string; leaseKey: string; untilMs: number };
 
 const DEFAULT_RECONNECT: RetryOptions = {
   attempts: Number.POSITIVE_INFINITY,
@@ -425,29 +433,30 @@ export function createClient(options: ClientOptions): DlmClient {
     }
   }
 
-  function releaseInBackground(name: string, token: bigint, ttlMs: number): void {
+  function releaseInBackground(name: string, token: bigint, leaseKey: string, ttlMs: number): void {
     const untilMs = clock.now() + ttlMs + driftMarginMs(ttlMs);
     connection
-      .call('lock.release', { name, token: token.toString() }, { write: true })
+      .call('lock.release', { name, token: token.toString(), leaseKey }, { write: true })
       .catch((error: unknown) => {
         if (isDlmError(error, 'UNAVAILABLE') && !closed) {
-          cleanups.push({ kind: 'release', name, token, untilMs });
+          cleanups.push({ kind: 'release', name, token, leaseKey, untilMs });
         }
       });
   }
 
   /** An acquire whose reply was lost may have been granted: find out and free it. */
-  function cleanUpOrphan(name: string, owner: string, untilMs: number): void {
+  function cleanUpOrphan(name: string, owner: string, leaseKey: string, untilMs: number): void {
     connection
       .call('lock.get', { name })
       .then((state) => {
+        // Released with the acquire's key: if someone else holds it by now, that is NOT_HOLDER.
         if (state.held && state.owner === owner) {
-          releaseInBackground(name, parseToken(state.token), untilMs - clock.now());
+          releaseInBackground(name, parseToken(state.token), leaseKey, untilMs - clock.now());
         }
       })
       .catch((error: unknown) => {
         if (isDlmError(error, 'UNAVAILABLE') && !closed) {
-          cleanups.push({ kind: 'orphan', name, owner, untilMs });
+          cleanups.push({ kind: 'orphan', name, owner, leaseKey, untilMs });
         }
       });
   }
@@ -458,22 +467,28 @@ export function createClient(options: ClientOptions): DlmClient {
     cleanups = [];
     for (const cleanup of due) {
       if (cleanup.kind === 'release') {
-        releaseInBackground(cleanup.name, cleanup.token, cleanup.untilMs - now);
-      } else cleanUpOrphan(cleanup.name, cleanup.owner, cleanup.untilMs);
+        releaseInBackground(cleanup.name, cleanup.token, cleanup.leaseKey, cleanup.untilMs - now);
+      } else cleanUpOrphan(cleanup.name, cleanup.owner, cleanup.leaseKey, cleanup.untilMs);
     }
   }
 
   /** An acquire by `owner` may have been granted unseen: free it once it can be looked up. */
-  function orphaned(name: string, owner: string, ownerIsOurs: boolean, ttlMs: number): void {
+  function orphaned(
+    name: string,
+    owner: string,
+    leaseKey: string,
+    ownerIsOurs: boolean,
+    ttlMs: number,
+  ): void {
     // Only an owner this client made up is known to be nobody else's.
     if (ownerIsOurs && !closed) {
-      cleanups.push({ kind: 'orphan', name, owner, untilMs: clock.now() + ttlMs });
+      cleanups.push({ kind: 'orphan', name, owner, leaseKey, untilMs: clock.now() + ttlMs });
       if (connection.session) runCleanups();
     }
   }
 
   /** A grant that arrived after its caller stopped waiting: give it back. */
-  function discardGrant(result: ResultOf<'lock.acquire'>, ttlMs: number): void {
+  function discardGrant(result: ResultOf<'lock.acquire'>, secret: string, ttlMs: number): void {
     let token: bigint;
     try {
       token = parseToken(result.token);
@@ -482,7 +497,7 @@ export function createClient(options: ClientOptions): DlmClient {
     }
     // With a caller-chosen owner this may be a re-entry of a lease still in use here.
     if (leases.has(leaseKey(result.name, token))) return;
-    releaseInBackground(result.name, token, ttlMs);
+    releaseInBackground(result.name, token, secret, ttlMs);
   }
 
   /**
@@ -538,6 +553,13 @@ export function createClient(options: ClientOptions): DlmClient {
     // it already granted (same token), so a grant whose reply was lost is not granted twice.
     const owner = acquireOptions.owner ?? freshOwner();
     const ownerIsOurs = internals.ownerIsOurs ?? acquireOptions.owner === undefined;
+    // One key for every try too, for the same reason, and so that a try re-sent on a connection
+    // to another server is still recognised. Re-entering as an owner that holds the lock here
+    // presents that lease's key.
+    const key =
+      acquireOptions.leaseKey ??
+      (acquireOptions.owner === undefined ? undefined : heldKeyIn(leases, name, owner)) ??
+      createLeaseKey();
     const policy = policyFor(acquireOptions.retry, acquireOptions.signal);
     const startedAt = clock.now();
     // Tries that may have been granted without the reply reaching us: a drop or a timeout.
@@ -557,7 +579,7 @@ export function createClient(options: ClientOptions): DlmClient {
             wait = Math.min(wait, Math.max(0, attempt.remainingMs - replyAllowanceMs));
           }
           wait = Math.floor(wait);
-          const params: ParamsOf<'lock.acquire'> = { name, ttlMs, owner };
+          const params: ParamsOf<'lock.acquire'> = { name, ttlMs, owner, leaseKey: key };
           if (wait > 0) params.waitMs = wait;
           return connection.call('lock.acquire', params, {
             write: true,
@@ -570,12 +592,12 @@ export function createClient(options: ClientOptions): DlmClient {
               if (outcome === 'pending') lateGrants.push(late);
               // The same token is the lease a later try got: ours, in use.
               else if (outcome === 'failed' || late.token !== grantedToken) {
-                discardGrant(late, late.ttlMs);
+                discardGrant(late, key, late.ttlMs);
               }
             },
             onDropped: () => {
               if (outcome === 'pending') maybeGranted = true;
-              else if (outcome === 'failed') orphaned(name, owner, ownerIsOurs, ttlMs);
+              else if (outcome === 'failed') orphaned(name, owner, key, ownerIsOurs, ttlMs);
             },
           });
         },
@@ -584,14 +606,16 @@ export function createClient(options: ClientOptions): DlmClient {
       );
     } catch (error) {
       outcome = 'failed';
-      for (const late of lateGrants) discardGrant(late, late.ttlMs);
+      for (const late of lateGrants) discardGrant(late, key, late.ttlMs);
       // Decided only now: while tries went on, a later one could still get this same lease.
-      if (maybeGranted) orphaned(name, owner, ownerIsOurs, ttlMs);
+      if (maybeGranted) orphaned(name, owner, key, ownerIsOurs, ttlMs);
       throw error;
     }
     outcome = 'granted';
     grantedToken = result.token;
-    for (const late of lateGrants) if (late.token !== result.token) discardGrant(late, late.ttlMs);
+    for (const late of lateGrants) {
+      if (late.token !== result.token) discardGrant(late, key, late.ttlMs);
+    }
     const token = parseToken(result.token);
     let grantedTtlMs = result.ttlMs;
     if (waitMs > 0 && clock.now() - sentAt > grantedTtlMs / 10) {
@@ -600,7 +624,7 @@ export function createClient(options: ClientOptions): DlmClient {
       try {
         const extended = await connection.call(
           'lock.extend',
-          { name, token: result.token, ttlMs },
+          { name, token: result.token, ttlMs, leaseKey: key },
           {
             write: true,
             onSent: (at) => {
@@ -610,7 +634,7 @@ export function createClient(options: ClientOptions): DlmClient {
         );
         grantedTtlMs = extended.ttlMs;
       } catch (error) {
-        if (!isDlmError(error, 'NOT_HOLDER')) releaseInBackground(name, token, grantedTtlMs);
+        if (!isDlmError(error, 'NOT_HOLDER')) releaseInBackground(name, token, key, grantedTtlMs);
         throw isDlmError(error, 'NOT_HOLDER')
           ? new DlmError('UNAVAILABLE', `the lease on ${JSON.stringify(name)} ran out in transit`, {
               cause: error,
@@ -619,7 +643,7 @@ export function createClient(options: ClientOptions): DlmClient {
       }
     }
     if (clock.now() >= sentAt + grantedTtlMs - driftMarginMs(grantedTtlMs)) {
-      releaseInBackground(name, token, grantedTtlMs);
+      releaseInBackground(name, token, key, grantedTtlMs);
       throw new DlmError(
         'UNAVAILABLE',
         `the grant of ${JSON.stringify(name)} arrived after its lease had run out`,
@@ -629,6 +653,7 @@ export function createClient(options: ClientOptions): DlmClient {
       name: result.name,
       owner: result.owner,
       token,
+      leaseKey: key,
       ttlMs: grantedTtlMs,
       requestedTtlMs: ttlMs,
       sentAt,
@@ -828,6 +853,22 @@ function normalizeUrl(url: string): string {
   else if (parsed.protocol === 'https:') parsed.protocol = 'wss:';
   if (parsed.pathname === '/' || parsed.pathname === '') parsed.pathname = WS_PATH;
   return parsed.toString();
+}
+
+/** The key of a live lease held here by `owner` on `name`, for a deliberate re-entry. */
+function heldKeyIn(
+  leases: Map<string, Set<LeaseHandle>>,
+  name: string,
+  owner: string,
+): string | undefined {
+  for (const set of leases.values()) {
+    for (const handle of set) {
+      if (handle.lease.name === name && handle.lease.owner === owner && !handle.lease.lost) {
+        return handle.leaseKey;
+      }
+    }
+  }
+  return undefined;
 }
 
 function freshOwner(): string {

@@ -108,7 +108,7 @@ export interface LeaseContext {
   limits(): Limits;
   call: Connection['call'];
   /** Releases without a waiting caller; retried after a reconnect while it can still matter. */
-  releaseInBackground(name: string, token: bigint, ttlMs: number): void;
+  releaseInBackground(name: string, token: bigint, leaseKey: string, ttlMs: number): void;
   onEnded(handle: LeaseHandle): void;
   onLost(lease: Lease, reason: LostReason): void;
   reportError(error: unknown): void;
@@ -118,6 +118,8 @@ export interface LeaseGrant {
   name: string;
   owner: string;
   token: bigint;
+  /** The lease's secret (protocol `leaseKey`), sent with every extend and release. */
+  leaseKey: string;
   /** Granted TTL. */
   ttlMs: number;
   /** The TTL to ask for on extends. */
@@ -132,6 +134,8 @@ export interface LeaseHandle {
   readonly lease: Lease;
   /** Key of the server-side lease: `lock.lost` is matched on it. */
   readonly key: string;
+  /** The lease's secret (protocol `leaseKey`): for the client only, never on `lease`. */
+  readonly leaseKey: string;
   lose(reason: LostReason): void;
   /** A new session exists: extend now, so the lease is tied to it (auto-extend only). */
   reconnected(): void;
@@ -164,6 +168,11 @@ class LeaseState implements LeaseHandle {
   readonly owner: string;
   readonly token: bigint;
   readonly wireToken: string;
+  /**
+   * The lease key. Kept here, behind the facade's private field, and never on the `Lease`
+   * itself: nothing that prints, logs or serializes a lease can show it.
+   */
+  readonly leaseKey: string;
   // Made when somebody reads `lease.signal`: most leases are acquired and released without it.
   controller: AbortController | undefined;
   // Why the lease ended, built only for a signal that exists or is read later.
@@ -182,7 +191,7 @@ class LeaseState implements LeaseHandle {
     if (this.ended) return;
     // Nobody here relies on the lease any more, but the server may hold it a little longer
     // (the margin, or a whole TTL if an extend is in flight): free it for the next holder.
-    this.context.releaseInBackground(this.name, this.token, this.ttlMs);
+    this.context.releaseInBackground(this.name, this.token, this.leaseKey, this.ttlMs);
     this.end('deadline');
   };
 
@@ -194,6 +203,7 @@ class LeaseState implements LeaseHandle {
     this.owner = grant.owner;
     this.token = grant.token;
     this.wireToken = formatToken(grant.token);
+    this.leaseKey = grant.leaseKey;
     this.ttlMs = grant.ttlMs;
     this.key = leaseKey(grant.name, grant.token);
     this.lease = new LeaseFacade(this);
@@ -258,7 +268,8 @@ class LeaseState implements LeaseHandle {
           this.assertLive();
           return context.call(
             'lock.extend',
-            { name: this.name, token: this.wireToken, ttlMs: requested },
+            // The key makes the extend work on any server: after a reconnect elsewhere too.
+            { name: this.name, token: this.wireToken, ttlMs: requested, leaseKey: this.leaseKey },
             {
               write: true,
               timeoutMs: Math.max(1, Math.min(context.requestTimeoutMs, attempt.remainingMs)),
@@ -342,7 +353,7 @@ class LeaseState implements LeaseHandle {
       // cannot act on the difference: either way this holder no longer holds it.
       if (isDlmError(error, 'NOT_HOLDER')) return attempt.maybeApplied && wasLive;
       if (isDlmError(error, 'UNAVAILABLE')) {
-        context.releaseInBackground(this.name, this.token, this.ttlMs);
+        context.releaseInBackground(this.name, this.token, this.leaseKey, this.ttlMs);
       }
       throw error;
     }
@@ -377,7 +388,7 @@ class ReleaseAttempt {
     return context
       .call(
         'lock.release',
-        { name: state.name, token: state.wireToken },
+        { name: state.name, token: state.wireToken, leaseKey: state.leaseKey },
         {
           write: true,
           timeoutMs: Math.max(1, Math.min(context.requestTimeoutMs, attempt.remainingMs)),

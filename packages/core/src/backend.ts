@@ -7,6 +7,25 @@
  * rejects with a `DlmError` of code UNAVAILABLE (`toUnavailable` helps), with
  * `indeterminate: true` when a write may have been applied but its reply was lost.
  * Primitives never reject with LOCK_HELD or NOT_HOLDER: those outcomes are return values.
+ *
+ * The lease key. A grant's token is public and its owner is a label, so what proves holding is
+ * a third value: core hashes the holder's secret lease key (`hashLeaseKey`) and hands the
+ * adapter only the hash, as `keyHash`. An adapter (built-in or third-party) keeps it like this:
+ * - stores `keyHash` with the lease, in the same write that grants it (beside the token and
+ *   owner in the Redis value, in the etcd key's value, in the ZooKeeper znode's data, in the SQL
+ *   row), and never returns it from `inspect`, `list` or `watch`;
+ * - `release`/`extend` with a `keyHash` succeed only when both the token and the stored hash
+ *   match, checked in the same atomic step that frees or extends the lease (the Lua script, the
+ *   etcd transaction's compare, the ZooKeeper versioned op after reading the data at that
+ *   version, the SQL `WHERE`): a check in a separate read would race with a new grant;
+ * - `tryAcquire` by the owner that holds the lock refreshes that lease only when `keyHash`
+ *   matches too (otherwise it is another requester: `granted: false`);
+ * - a request without `keyHash` is a token-only (resp. owner-only) match, and a lease granted
+ *   without one stores none: core leaves it out only for an operator's revoke on a backend
+ *   without `revoke`, never for a caller's release or extend. A lease stored without a hash
+ *   (written by an older version) matches only token-only requests.
+ * Compare hashes as plain strings; they are fixed-length digests of random keys, so a timing
+ * side channel tells nothing useful.
  */
 
 export interface BackendCapabilities {
@@ -35,6 +54,16 @@ export interface AcquireRequest {
   name: string;
   owner: string;
   ttlMs: number;
+  /** `hashLeaseKey` of the lease key, stored with the lease (see the top of this file). */
+  keyHash?: string | undefined;
+}
+
+/** Which lease a release or extend is about: the token, and the key's hash when known. */
+export interface HolderProof {
+  name: string;
+  token: bigint;
+  /** Must equal the lease's stored hash; absent: the token alone (an operator's revoke). */
+  keyHash?: string | undefined;
 }
 
 export interface Grant {
@@ -75,14 +104,14 @@ export interface LockBackend {
   readonly kind: string;
   readonly capabilities: BackendCapabilities;
   /**
-   * Grants the lock when it is free (or already held by the same owner: then the same token
-   * with the lease refreshed). Never waits for a held lock.
+   * Grants the lock when it is free (or already held by the same owner with the same `keyHash`:
+   * then the same token with the lease refreshed). Never waits for a held lock.
    */
   tryAcquire(request: AcquireRequest): Promise<AcquireResult>;
-  /** Frees the lock when `token` is the current holder's. False when it was not. */
-  release(request: { name: string; token: bigint }): Promise<boolean>;
-  /** Resets the lease to `ttlMs` when `token` is the current holder's; null when not. */
-  extend(request: { name: string; token: bigint; ttlMs: number }): Promise<Grant | null>;
+  /** Frees the lock when `token` (and `keyHash`) are the current holder's. False when not. */
+  release(request: HolderProof): Promise<boolean>;
+  /** Resets the lease to `ttlMs` when `token` (and `keyHash`) are the holder's; null when not. */
+  extend(request: HolderProof & { ttlMs: number }): Promise<Grant | null>;
   /** The current holder, or null when free. */
   inspect(name: string): Promise<LockState | null>;
   /**

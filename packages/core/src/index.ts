@@ -3,6 +3,7 @@ export type {
   AcquireResult,
   BackendCapabilities,
   Grant,
+  HolderProof,
   LockBackend,
   LockEvent,
   LockState,
@@ -34,6 +35,7 @@ export {
   MAX_TOKEN,
   parseToken,
 } from './fencing.js';
+export { createLeaseKey, hashLeaseKey } from './lease-key.js';
 export {
   type AcquireOptions,
   createLockService,
@@ -43,6 +45,8 @@ export {
   type LockService,
   type LockServiceOptions,
   type LostEvent,
+  notHolderError,
+  type ReleaseRequest,
 } from './lock-service.js';
 export {
   type Backoff,
@@ -62,6 +66,7 @@ export {
 export {
   DEFAULT_LIMITS,
   type Limits,
+  validateLeaseKey,
   validateName,
   validateOwner,
   validateTtl,

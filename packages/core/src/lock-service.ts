@@ -10,9 +10,11 @@ import { type Clock, systemClock, type Timer } from './clock.js';
 import { createDeadlineQueue } from './deadline-queue.js';
 import { DlmError, isDlmError } from './errors.js';
 import { MAX_TOKEN } from './fencing.js';
+import { createLeaseKey, hashLeaseKey } from './lease-key.js';
 import {
   DEFAULT_LIMITS,
   type Limits,
+  validateLeaseKey,
   validateName,
   validateOwner,
   validateTtl,
@@ -25,6 +27,11 @@ export interface Lease {
   owner: string;
   token: bigint;
   ttlMs: number;
+  /**
+   * The secret that proves holding (see `AcquireOptions.leaseKey`). Only the acquire's caller
+   * gets it; never show it in logs, `get`, `watch` or anything a non-holder sees.
+   */
+  leaseKey: string;
 }
 
 export interface LostEvent {
@@ -60,12 +67,33 @@ export interface AcquireOptions {
   signal?: AbortSignal;
   /** Called once when the granted lease ends other than by a release (expiry, revocation). */
   onLost?: (event: LostEvent) => void;
+  /**
+   * The lease's secret (22-128 characters of `[A-Za-z0-9_-]`); releases and extends present it,
+   * on any service sharing the backend. Absent: the key of the lease this service already
+   * holds for `owner`, if any, else a fresh random one. The same owner while held gets the same
+   * lease back only with the same key. A server that serves many clients through one service
+   * must always pass it (each client's own, or one it keeps per session): the fallbacks below
+   * treat the service's caller as the holder.
+   */
+  leaseKey?: string;
+}
+
+/**
+ * A release's or extend's proof of holding: the lease's key, or none for a lease this service
+ * granted and still tracks (a caller in the same process). Anything else is NOT_HOLDER.
+ */
+export interface ReleaseRequest {
+  name: string;
+  token: bigint;
+  leaseKey?: string;
 }
 
 export interface ExtendOptions {
   name: string;
   token: bigint;
   ttlMs: number;
+  /** See `ReleaseRequest.leaseKey`. */
+  leaseKey?: string;
   /** Replaces the lease's `onLost` (a holder that reconnected elsewhere extends its lease). */
   onLost?: (event: LostEvent) => void;
 }
@@ -93,7 +121,7 @@ export interface LockService {
   readonly backend: LockBackend;
   readonly limits: Readonly<Limits>;
   acquire(options: AcquireOptions): Promise<Lease>;
-  release(request: { name: string; token: bigint }): Promise<void>;
+  release(request: ReleaseRequest): Promise<void>;
   extend(options: ExtendOptions): Promise<Lease>;
   get(name: string): Promise<LockState | null>;
   /** Ends whatever lease holds `name`; its holder is told `lock.lost` (revoked). */
@@ -111,7 +139,8 @@ export interface LockService {
 }
 
 interface Waiter {
-  request: AcquireRequest;
+  request: AcquireRequest & { keyHash: string };
+  leaseKey: string;
   onLost: ((event: LostEvent) => void) | undefined;
   resolve: (lease: Lease) => void;
   reject: (error: DlmError) => void;
@@ -126,6 +155,9 @@ interface Waiter {
 interface TrackedLease {
   token: bigint;
   owner: string;
+  /** Kept so that the service's own caller may release, extend or re-acquire without it. */
+  leaseKey: string;
+  keyHash: string;
   onLost: ((event: LostEvent) => void) | undefined;
 }
 
@@ -301,14 +333,15 @@ export function createLockService(options: LockServiceOptions): LockService {
     });
   }
 
-  function releaseQuietly(grant: Grant): void {
-    backend.release({ name: grant.name, token: grant.token }).catch(() => {});
+  function releaseQuietly(grant: Grant, keyHash: string): void {
+    backend.release({ name: grant.name, token: grant.token, keyHash }).catch(() => {});
   }
 
   /** One tryAcquire, checked so that no grant is reported already expired (S5). */
   async function attempt(
     state: NameState,
-    request: AcquireRequest,
+    request: AcquireRequest & { keyHash: string },
+    leaseKey: string,
     onLost: ((event: LostEvent) => void) | undefined,
   ): Promise<AcquireResult> {
     const startedAt = clock.now();
@@ -317,12 +350,12 @@ export function createLockService(options: LockServiceOptions): LockService {
       () => backend.tryAcquire(request),
       (late) => {
         // The caller was already told UNAVAILABLE: a grant nobody will use must not linger.
-        if (late.granted) releaseQuietly(late.grant);
+        if (late.granted) releaseQuietly(late.grant, request.keyHash);
       },
     );
     if (!result.granted) return result;
     if (clock.now() - startedAt >= result.grant.ttlMs) {
-      releaseQuietly(result.grant);
+      releaseQuietly(result.grant, request.keyHash);
       throw new DlmError(
         'UNAVAILABLE',
         'the backend answered after the lease had already run out',
@@ -331,12 +364,18 @@ export function createLockService(options: LockServiceOptions): LockService {
         },
       );
     }
-    track(state, result.grant, startedAt, onLost);
+    track(state, result.grant, leaseKey, startedAt, onLost);
     return result;
   }
 
-  function toLease(grant: Grant): Lease {
-    return { name: grant.name, owner: grant.owner, token: grant.token, ttlMs: grant.ttlMs };
+  function toLease(grant: Grant, leaseKey: string): Lease {
+    return {
+      name: grant.name,
+      owner: grant.owner,
+      token: grant.token,
+      ttlMs: grant.ttlMs,
+      leaseKey,
+    };
   }
 
   // ---- lock-lost detection and the holder's end --------------------------------------
@@ -344,6 +383,7 @@ export function createLockService(options: LockServiceOptions): LockService {
   function track(
     state: NameState,
     grant: Grant,
+    leaseKey: string,
     startedAt: number,
     onLost: ((event: LostEvent) => void) | undefined,
   ): void {
@@ -355,6 +395,8 @@ export function createLockService(options: LockServiceOptions): LockService {
     const lease: TrackedLease = state.lease ?? {
       token: grant.token,
       owner: grant.owner,
+      leaseKey,
+      keyHash: hashLeaseKey(leaseKey),
       onLost: undefined,
     };
     lease.onLost = onLost ?? lease.onLost;
@@ -678,7 +720,7 @@ export function createLockService(options: LockServiceOptions): LockService {
         if (!head || closed) break;
         let result: AcquireResult;
         try {
-          result = await attempt(state, head.request, head.onLost);
+          result = await attempt(state, head.request, head.leaseKey, head.onLost);
         } catch (error) {
           settle(state, head, null, asDlmError(error));
           continue;
@@ -688,10 +730,10 @@ export function createLockService(options: LockServiceOptions): LockService {
             // The wait ended (deadline, abort, closed connection) while the grant was in flight:
             // nobody will use this lease, so give it back at once.
             if (state.lease?.token === result.grant.token) untrack(state);
-            releaseQuietly(result.grant);
+            releaseQuietly(result.grant, head.request.keyHash);
             continue;
           }
-          settle(state, head, toLease(result.grant));
+          settle(state, head, toLease(result.grant, head.leaseKey));
           continue;
         }
         head.ttlRemainingMs = result.ttlRemainingMs;
@@ -712,7 +754,8 @@ export function createLockService(options: LockServiceOptions): LockService {
   function enqueue(
     state: NameState,
     options: AcquireOptions,
-    request: AcquireRequest,
+    request: AcquireRequest & { keyHash: string },
+    leaseKey: string,
     waitMs: number,
   ) {
     if (state.queue.length >= maxWaiters) {
@@ -724,6 +767,7 @@ export function createLockService(options: LockServiceOptions): LockService {
     return new Promise<Lease>((resolve, reject) => {
       const waiter: Waiter = {
         request,
+        leaseKey,
         onLost: options.onLost,
         resolve,
         reject,
@@ -754,7 +798,8 @@ export function createLockService(options: LockServiceOptions): LockService {
   async function waitInBackend(
     state: NameState,
     options: AcquireOptions,
-    request: AcquireRequest,
+    request: AcquireRequest & { keyHash: string },
+    leaseKey: string,
     waitMs: number,
   ): Promise<Lease> {
     if (state.queuedInBackend.size >= maxWaiters) {
@@ -778,13 +823,13 @@ export function createLockService(options: LockServiceOptions): LockService {
         'acquire',
         () => backend.acquireQueued!({ ...request, signal: controller.signal }),
         (late) => {
-          if (late.granted) releaseQuietly(late.grant);
+          if (late.granted) releaseQuietly(late.grant, request.keyHash);
         },
         waitMs + backendTimeoutMs,
       );
       if (result.granted && controller.signal.aborted) {
         // Granted just as the wait ended: nobody will use it.
-        releaseQuietly(result.grant);
+        releaseQuietly(result.grant, request.keyHash);
       }
       if (!result.granted || controller.signal.aborted) {
         const reason: unknown = controller.signal.reason;
@@ -793,8 +838,8 @@ export function createLockService(options: LockServiceOptions): LockService {
         }
         throw isDlmError(reason) ? reason : lockHeld(request.name, undefined);
       }
-      track(state, result.grant, clock.now(), options.onLost);
-      return toLease(result.grant);
+      track(state, result.grant, leaseKey, clock.now(), options.onLost);
+      return toLease(result.grant, leaseKey);
     } finally {
       deadline.cancel();
       options.signal?.removeEventListener('abort', onAbort);
@@ -811,6 +856,23 @@ export function createLockService(options: LockServiceOptions): LockService {
     return token;
   }
 
+  /**
+   * The key hash a release or extend presents: from the caller's key, or, without one, from the
+   * lease this service granted with `token` (its own caller). Null: no proof at all.
+   */
+  function proofOf(
+    name: string,
+    token: bigint,
+    leaseKey: unknown,
+  ): { leaseKey: string; keyHash: string } | null {
+    if (leaseKey !== undefined) {
+      const key = validateLeaseKey(leaseKey);
+      return { leaseKey: key, keyHash: hashLeaseKey(key) };
+    }
+    const tracked = names.get(name)?.lease;
+    return tracked?.token === token ? tracked : null;
+  }
+
   return {
     backend,
     limits,
@@ -820,25 +882,31 @@ export function createLockService(options: LockServiceOptions): LockService {
       const owner = validateOwner(options.owner, limits);
       const ttlMs = validateTtl(options.ttlMs, limits);
       const waitMs = validateWait(options.waitMs, limits);
+      const givenKey =
+        options.leaseKey === undefined ? undefined : validateLeaseKey(options.leaseKey);
       assertOpen();
       if (options.signal?.aborted) throw new DlmError('CANCELLED', 'the wait was cancelled');
-      const request: AcquireRequest = { name, owner, ttlMs };
       const state = stateOf(name);
+      const tracked = state.lease?.owner === owner ? state.lease : undefined;
+      const leaseKey = givenKey ?? tracked?.leaseKey ?? createLeaseKey();
+      const keyHash =
+        tracked && leaseKey === tracked.leaseKey ? tracked.keyHash : hashLeaseKey(leaseKey);
+      const request = { name, owner, ttlMs, keyHash };
       state.busy += 1;
       try {
-        const isHolder = state.lease?.owner === owner;
+        const isHolder = tracked?.keyHash === keyHash;
         if (waitMs > 0 && !isHolder) {
           return backend.capabilities.fairQueue && backend.acquireQueued
-            ? await waitInBackend(state, options, request, waitMs)
-            : await enqueue(state, options, request, waitMs);
+            ? await waitInBackend(state, options, request, leaseKey, waitMs)
+            : await enqueue(state, options, request, leaseKey, waitMs);
         }
         // A try-lock does not jump the queue: while others wait here, only the holder's
         // idempotent re-acquire goes to the backend.
         if ((state.queue.length || state.queuedInBackend.size) && !isHolder) {
           throw lockHeld(name, state.queue[0]?.ttlRemainingMs);
         }
-        const result = await attempt(state, request, options.onLost);
-        if (result.granted) return toLease(result.grant);
+        const result = await attempt(state, request, leaseKey, options.onLost);
+        if (result.granted) return toLease(result.grant, leaseKey);
         throw lockHeld(name, result.ttlRemainingMs);
       } finally {
         state.busy -= 1;
@@ -849,8 +917,12 @@ export function createLockService(options: LockServiceOptions): LockService {
     async release(request) {
       const name = validateName(request.name, limits);
       const token = checkToken(request.token);
+      const proof = proofOf(name, token, request.leaseKey);
       assertOpen();
-      const released = await bounded('release', () => backend.release({ name, token }));
+      // No proof: NOT_HOLDER without asking the backend, the same answer a wrong key gets.
+      if (proof === null) throw notHolderError(name, token);
+      const { keyHash } = proof;
+      const released = await bounded('release', () => backend.release({ name, token, keyHash }));
       const state = names.get(name);
       if (released && state?.holder?.token === token) {
         // Watchers hear it now; the backend's own event about it is then old news.
@@ -859,20 +931,25 @@ export function createLockService(options: LockServiceOptions): LockService {
         untrack(state);
         dropIfIdle(state);
       }
-      if (!released) throw notHolder(name, token);
+      if (!released) throw notHolderError(name, token);
     },
 
     async extend(options) {
       const name = validateName(options.name, limits);
       const token = checkToken(options.token);
       const ttlMs = validateTtl(options.ttlMs, limits);
+      const proof = proofOf(name, token, options.leaseKey);
       assertOpen();
+      if (proof === null) throw notHolderError(name, token);
+      const { leaseKey, keyHash } = proof;
       const state = stateOf(name);
       state.busy += 1;
       try {
         const startedAt = clock.now();
-        const grant = await bounded('extend', () => backend.extend({ name, token, ttlMs }));
-        if (!grant) throw notHolder(name, token);
+        const grant = await bounded('extend', () =>
+          backend.extend({ name, token, ttlMs, keyHash }),
+        );
+        if (!grant) throw notHolderError(name, token);
         if (clock.now() - startedAt >= grant.ttlMs) {
           throw new DlmError(
             'UNAVAILABLE',
@@ -882,8 +959,8 @@ export function createLockService(options: LockServiceOptions): LockService {
             },
           );
         }
-        track(state, grant, startedAt, options.onLost);
-        return toLease(grant);
+        track(state, grant, leaseKey, startedAt, options.onLost);
+        return toLease(grant, leaseKey);
       } finally {
         state.busy -= 1;
         dropIfIdle(state);
@@ -901,6 +978,7 @@ export function createLockService(options: LockServiceOptions): LockService {
       assertOpen();
       const current = await bounded('inspect', () => backend.inspect(name));
       if (!current) return null;
+      // An operator's action: the token alone (no key) ends the lease on a backend without revoke.
       const revoked = backend.revoke
         ? await bounded('revoke', () => backend.revoke!(name))
         : await bounded('release', () => backend.release({ name, token: current.token }));
@@ -959,7 +1037,11 @@ export function createLockService(options: LockServiceOptions): LockService {
   };
 }
 
-function notHolder(name: string, token: bigint): DlmError {
+/**
+ * The one NOT_HOLDER error: the same message whether the token no longer holds or the key is
+ * wrong or missing, so a caller learns nothing about someone else's lease.
+ */
+export function notHolderError(name: string, token: bigint): DlmError {
   return new DlmError(
     'NOT_HOLDER',
     `token ${token} does not hold lock ${JSON.stringify(name)} (released, expired or taken over)`,

@@ -59,3 +59,14 @@ export function validateTtl(value: unknown, limits: Limits = DEFAULT_LIMITS): nu
 export function validateWait(value: unknown, limits: Limits = DEFAULT_LIMITS): number {
   return checkInteger(value ?? 0, 'waitMs', 0, limits.maxWaitMs);
 }
+
+const LEASE_KEY = /^[A-Za-z0-9_-]{22,128}$/;
+
+/** A client-chosen lease key: 22-128 characters of `[A-Za-z0-9_-]` (see lease-key.ts). */
+export function validateLeaseKey(value: unknown): string {
+  if (typeof value !== 'string' || !LEASE_KEY.test(value)) {
+    // The message never echoes the value: it is meant to be a secret.
+    throw invalid('leaseKey', 'must be 22-128 characters of [A-Za-z0-9_-]');
+  }
+  return value;
+}

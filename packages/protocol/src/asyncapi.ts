@@ -8,9 +8,11 @@ const SUMMARIES: Partial<Record<MethodName | NotificationName, string>> = {
   'session.hello': 'Open the session: must be the first request on a connection.',
   'session.ping': 'Check that the connection and the session are alive.',
   'lock.acquire':
-    'Acquire a lock: a try-lock with waitMs 0, else wait server-side (FIFO) up to waitMs.',
-  'lock.release': 'Release a lock held with this token (NOT_HOLDER otherwise).',
-  'lock.extend': 'Restart the lease at ttlMs from now (NOT_HOLDER when it already ended).',
+    "Acquire a lock: a try-lock with waitMs 0, else wait server-side (FIFO) up to waitMs. The grant carries the lease's secret leaseKey, to this caller only.",
+  'lock.release':
+    "Release a lock held with this token: with the lease's leaseKey from any session, without it only from the session that was granted it (NOT_HOLDER otherwise).",
+  'lock.extend':
+    'Restart the lease at ttlMs from now; the same leaseKey rule as lock.release (NOT_HOLDER when it already ended or the key is missing or wrong).',
   'lock.get': "Read a lock's current holder.",
   'lock.watch': "Subscribe to a lock's grants, releases and expiries (lock.changed).",
   'lock.unwatch': 'End a watch.',

@@ -21,6 +21,11 @@ const Token = Type.String({
   pattern: '^[1-9][0-9]{0,18}$',
   description: 'Fencing token: the decimal string of an integer in [1, 2^63-1].',
 });
+const leaseKey = (description: string) =>
+  Type.String({ minLength: 22, maxLength: 128, pattern: '^[A-Za-z0-9_-]{22,128}$', description });
+const LeaseKey = leaseKey(
+  "The lease's secret, which proves holding: 22-128 characters of [A-Za-z0-9_-]. Chosen by the client (at least 128 random bits), else made by the server. Only the acquire's caller is ever sent it.",
+);
 const TtlMs = Type.Integer({
   description: 'Lease length in ms, in [limits.minTtlMs, limits.maxTtlMs].',
 });
@@ -54,18 +59,43 @@ export const HelloResult = Type.Object({
 
 export const Empty = Type.Object({});
 
+/** Extension (lease keys, additive to v1): `leaseKey` in acquire, release and extend. */
 export const AcquireParams = Type.Object({
   name: Name,
   ttlMs: TtlMs,
   waitMs: Type.Optional(WaitMs),
   owner: Type.Optional(Owner),
+  leaseKey: Type.Optional(LeaseKey),
 });
-export const AcquireResult = Type.Object({ name: Name, owner: Owner, token: Token, ttlMs: TtlMs });
+export const AcquireResult = Type.Object({
+  name: Name,
+  owner: Owner,
+  token: Token,
+  ttlMs: TtlMs,
+  leaseKey: Type.Optional(
+    Type.String({
+      description:
+        'The lease key (the one sent, or one the server made). Always sent by servers with lease keys; absent only from older servers.',
+    }),
+  ),
+});
 
-export const ReleaseParams = Type.Object({ name: Name, token: Token });
+const HolderKey = leaseKey(
+  "The lease's key. Without it only the session that was granted the lease may release or extend it.",
+);
+export const ReleaseParams = Type.Object({
+  name: Name,
+  token: Token,
+  leaseKey: Type.Optional(HolderKey),
+});
 export const ReleaseResult = Type.Object({ released: Type.Literal(true) });
 
-export const ExtendParams = Type.Object({ name: Name, token: Token, ttlMs: TtlMs });
+export const ExtendParams = Type.Object({
+  name: Name,
+  token: Token,
+  ttlMs: TtlMs,
+  leaseKey: Type.Optional(HolderKey),
+});
 export const ExtendResult = Type.Object({ name: Name, token: Token, ttlMs: TtlMs });
 
 export const GetParams = Type.Object({ name: Name });

@@ -34,7 +34,9 @@ ${CONNECTION_USAGE}
 Durations: 500ms, 30s, 5m, 1h, 1m30s.
 
 CMD's environment gets DLM_LOCK_NAME, DLM_FENCING_TOKEN (decimal) and DLM_LOCK_OWNER: pass
-the fencing token to whatever CMD writes to, so a stale holder's writes can be refused.
+the fencing token to whatever CMD writes to, so a stale holder's writes can be refused. CMD
+never gets the lease key (the secret that lets dlm release or extend the lease): only dlm
+itself can end or renew the lock.
 SIGTERM and SIGHUP sent to dlm are passed on to CMD; so is SIGINT unless dlm runs in a
 terminal (where Ctrl-C reaches CMD directly).
 

@@ -1,7 +1,7 @@
 import {
   type Clock,
-  DEFAULT_LIMITS,
   createLeaseKey,
+  DEFAULT_LIMITS,
   DlmError,
   isDlmError,
   type Limits,

@@ -255,6 +255,27 @@ export function runConformance(name: string, target: ConformanceTarget): void {
         expect(await service.get(name)).toBeNull();
       });
 
+      it("a wrong key on the granting server leaves the holder's lease as it was, lock.lost included", async () => {
+        const name = lockName('key-wrong-here');
+        const lost: LostEvent[] = [];
+        const ttlMs = shortTtl(caps);
+        const lease = await service.acquire({
+          name,
+          owner: 'holder-1',
+          ttlMs,
+          onLost: (event) => lost.push(event),
+        });
+        const wrongKey = createLeaseKey();
+        expect(
+          (await failure(service.release({ name, token: lease.token, leaseKey: wrongKey }))).code,
+        ).toBe('NOT_HOLDER');
+        // Still the holder's: its keyless extend works, and it hears the lease end.
+        await service.extend({ name, token: lease.token, ttlMs });
+        await sleep(ttlMs + expirySlack(caps));
+        expect(lost).toHaveLength(1);
+        expect(lost[0]).toMatchObject({ name, token: lease.token, reason: 'expired' });
+      });
+
       it('release and extend with the key work from another server (a holder that reconnected)', async () => {
         const name = lockName('key-other-server');
         const lease = await service.acquire({ name, owner: 'holder-1', ttlMs: shortTtl(caps) });

@@ -924,10 +924,13 @@ export function createLockService(options: LockServiceOptions): LockService {
       const { keyHash } = proof;
       const released = await bounded('release', () => backend.release({ name, token, keyHash }));
       const state = names.get(name);
+      const tracked = state?.lease?.token === token ? state.lease : undefined;
       if (released && state?.holder?.token === token) {
         // Watchers hear it now; the backend's own event about it is then old news.
         onBackendEvent(state, { name, type: 'released', token });
-      } else if (state?.lease?.token === token) {
+      } else if (state && tracked && (released || tracked.keyHash === keyHash)) {
+        // Refused with the lease's own key: it has ended. Refused with another key: it is still
+        // the holder's, who must go on hearing of it (lock.lost) and using it without a key.
         untrack(state);
         dropIfIdle(state);
       }

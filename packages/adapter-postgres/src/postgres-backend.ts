@@ -33,6 +33,11 @@ export interface PostgresBackendOptions {
   sweepIntervalMs?: number;
   /** Rows deleted per sweep at most. Default 1000. */
   sweepLimit?: number;
+  /**
+   * A sweep leaves rows that ended less than this long ago alone (a grant may be taking them
+   * over; the next grant of a name overwrites its row anyway). Default 5000.
+   */
+  sweepMarginMs?: number;
   /** How often the LISTEN connection is checked for life. Default 5000. */
   heartbeatMs?: number;
   clock?: Clock;
@@ -49,8 +54,6 @@ export interface PostgresBackend extends LockBackend {
 }
 
 const DEFAULT_TIMEOUT_MS = 2_000;
-/** A sweep leaves rows that ended less than this ago alone: a grant may be taking them over. */
-const SWEEP_MARGIN_MS = 5_000;
 
 function positive(value: number | undefined, fallback: number, field: string): number {
   const result = value ?? fallback;
@@ -78,6 +81,7 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
   const timeoutMs = positive(options.commandTimeoutMs, DEFAULT_TIMEOUT_MS, 'commandTimeoutMs');
   const sweepIntervalMs = positive(options.sweepIntervalMs, 30_000, 'sweepIntervalMs');
   const sweepLimit = positive(options.sweepLimit, 1_000, 'sweepLimit');
+  const sweepMarginMs = positive(options.sweepMarginMs, 5_000, 'sweepMarginMs');
   const heartbeatMs = positive(options.heartbeatMs, 5_000, 'heartbeatMs');
   if (options.pool && options.url) {
     throw new DlmError('INVALID_PARAMS', 'give either url or pool, not both', { field: 'url' });
@@ -154,7 +158,7 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
 
   async function sweep(): Promise<number> {
     const result = await call('sweep', true, (client) =>
-      query(client, sql.sweep, [sweepLimit, SWEEP_MARGIN_MS], timeoutMs),
+      query(client, sql.sweep, [sweepLimit, sweepMarginMs], timeoutMs),
     );
     return result.rowCount ?? 0;
   }

@@ -101,9 +101,14 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
       application_name: 'dlm',
       max: 10,
     });
-  // An idle pooled connection that breaks emits 'error' on the pool: without a listener that
-  // would end the process. The next call just gets a fresh connection.
+  // A connection that breaks emits 'error': on the pool while idle, on the client while checked
+  // out between statements (a FATAL "terminating connection" arrives at any time). Without a
+  // listener either would end the process. The failed statement (if any) rejects on its own,
+  // and a broken connection is destroyed when it is given back.
   if (ownsPool) pool.on('error', () => {});
+  pool.on('connect', (client) => {
+    client.on('error', () => {});
+  });
 
   let schemaReady: Promise<void> | undefined;
   /** The schema, once per backend (again after a failure). */

@@ -223,6 +223,40 @@ describe.skipIf(!run)('postgres backend', () => {
     );
   });
 
+  it('connections terminated by the server under load: calls fail with UNAVAILABLE, never crash the process, and locking goes on', async () => {
+    const backend = await open({ commandTimeoutMs: 1_000, tablePrefix: 'terminated_' });
+    const errors = new Set<string>();
+    let stop = false;
+    let grants = 0;
+    const loops = Array.from({ length: 4 }, async (_, index) => {
+      while (!stop) {
+        const name = `terminated-${index % 2}`;
+        try {
+          const result = await backend.tryAcquire({ name, owner: `o${index}`, ttlMs: 2_000 });
+          if (result.granted) {
+            grants += 1;
+            await backend.release({ name, token: result.grant.token });
+          }
+        } catch (error) {
+          if (!isDlmError(error, 'UNAVAILABLE')) throw error;
+          errors.add(error.code);
+        }
+      }
+    });
+    for (let round = 0; round < 30; round += 1) {
+      await sleep(20);
+      await admin.query(
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'dlm' AND pid <> pg_backend_pid()`,
+      );
+    }
+    const before = grants;
+    await sleep(300);
+    stop = true;
+    await Promise.all(loops);
+    expect([...errors]).toEqual(errors.size ? ['UNAVAILABLE'] : []);
+    expect(grants).toBeGreaterThan(before);
+  });
+
   describe.skipIf(!postgresManaged())('faults', () => {
     const commandTimeoutMs = 1_000;
 

@@ -41,11 +41,13 @@ export function packageVersions(): Record<string, string> {
     '@dlm/adapter-redlock',
     '@dlm/adapter-etcd',
     '@dlm/adapter-zookeeper',
+    '@dlm/adapter-postgres',
     'ioredis',
     'redlock',
     'redis-semaphore',
     'etcd3',
     'node-zookeeper-client',
+    'pg',
   ];
   const versions: Record<string, string> = {};
   for (const name of names) {

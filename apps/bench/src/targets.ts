@@ -1,7 +1,9 @@
 import {
   type EtcdService,
+  type PostgresService,
   type RedisService,
   startEtcd,
+  startPostgres,
   startRedis,
   startRedisNodes,
   startZooKeeper,
@@ -11,6 +13,7 @@ import {
 import { dlmTarget } from './lockers/dlm.js';
 import { etcdLockTarget } from './lockers/etcd-lock.js';
 import type { PollOptions, Target } from './lockers/locker.js';
+import { pgAdvisoryTarget } from './lockers/pg-advisory.js';
 import { rawRedisTarget } from './lockers/redis-raw.js';
 import { redisSemaphoreTarget } from './lockers/redis-semaphore.js';
 import { redlockTarget } from './lockers/redlock.js';
@@ -22,6 +25,7 @@ export interface Services {
   redisNodes?: RedisService[];
   etcd?: EtcdService;
   zookeeper?: ZooKeeperService;
+  postgres?: PostgresService;
 }
 
 type Need = keyof Services;
@@ -92,6 +96,12 @@ const SPECS: TargetSpec[] = [
     '--zk-connect',
     s.zookeeper.connectString,
   ]),
+  dlm('dlm-postgres', 'dlm postgres', ['postgres'], (s) => [
+    '--backend',
+    'postgres',
+    '--postgres-url',
+    s.postgres.url,
+  ]),
   {
     id: 'peer-raw-redis',
     needs: ['redis'],
@@ -122,6 +132,11 @@ const SPECS: TargetSpec[] = [
     create: (s, settings) =>
       zookeeperRecipeTarget(s.zookeeper.connectString, `/bench-peer-${settings.runId}`),
   },
+  {
+    id: 'peer-pg-advisory',
+    needs: ['postgres'],
+    create: (s) => pgAdvisoryTarget(s.postgres.url),
+  },
 ];
 
 export const TARGET_IDS: readonly string[] = SPECS.map((spec) => spec.id);
@@ -134,6 +149,7 @@ export const PAIRS: ReadonlyArray<{ dlm: string; peers: string[] }> = [
   { dlm: 'dlm-redlock', peers: ['peer-redlock'] },
   { dlm: 'dlm-etcd', peers: ['peer-etcd3-lock'] },
   { dlm: 'dlm-zookeeper', peers: ['peer-zk-recipe'] },
+  { dlm: 'dlm-postgres', peers: ['peer-pg-advisory'] },
 ];
 
 export function selectSpecs(only: string[]): TargetSpec[] {
@@ -146,17 +162,19 @@ export function selectSpecs(only: string[]): TargetSpec[] {
 /** Starts the services the selected targets need, in parallel. */
 export async function startServices(specs: TargetSpec[]): Promise<Services> {
   const needs = new Set(specs.flatMap((spec) => spec.needs));
-  const [redis, redisNodes, etcd, zookeeper] = await Promise.all([
+  const [redis, redisNodes, etcd, zookeeper, postgres] = await Promise.all([
     needs.has('redis') ? startRedis() : undefined,
     needs.has('redisNodes') ? startRedisNodes(3) : undefined,
     needs.has('etcd') ? startEtcd() : undefined,
     needs.has('zookeeper') ? startZooKeeper() : undefined,
+    needs.has('postgres') ? startPostgres() : undefined,
   ]);
   return {
     ...(redis ? { redis } : {}),
     ...(redisNodes ? { redisNodes } : {}),
     ...(etcd ? { etcd } : {}),
     ...(zookeeper ? { zookeeper } : {}),
+    ...(postgres ? { postgres } : {}),
   };
 }
 
@@ -166,6 +184,7 @@ export async function stopServices(services: Services): Promise<void> {
     ...(services.redisNodes ?? []).map((node) => node.stop()),
     services.etcd?.stop(),
     services.zookeeper?.stop(),
+    services.postgres?.stop(),
   ]);
 }
 
@@ -175,6 +194,8 @@ function servicePids(services: Services, needs: Need[]): number[] {
     if (need === 'redis') pids.push(services.redis?.pid);
     if (need === 'redisNodes') pids.push(...(services.redisNodes ?? []).map((node) => node.pid));
     if (need === 'etcd') pids.push(...(services.etcd?.members ?? []).map((m) => m.process.pid));
+    // The postmaster only: each connection's backend process is its child (not counted).
+    if (need === 'postgres') pids.push(services.postgres?.pid);
     if (need === 'zookeeper') {
       pids.push(...(services.zookeeper?.members ?? []).map((m) => m.process.pid));
     }

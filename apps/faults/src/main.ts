@@ -57,6 +57,7 @@ const SHORT_PLAN: Record<BackendVariant, string[]> = {
   redlock: ['backend-kill', 'majority-kill'],
   etcd: ['leader-kill'],
   zookeeper: ['leader-kill'],
+  postgres: ['backend-kill'],
 };
 
 function fail(message: string): never {

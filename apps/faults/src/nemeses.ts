@@ -73,7 +73,10 @@ async function pickHolder(
 const ALL = () => true;
 const EXTERNAL = (variant: BackendVariant) => variant !== 'embedded';
 const SINGLE_OR_REDLOCK = (variant: BackendVariant) =>
-  variant === 'redis' || variant === 'redis-noaof' || variant === 'redlock';
+  variant === 'redis' ||
+  variant === 'redis-noaof' ||
+  variant === 'redlock' ||
+  variant === 'postgres';
 const CLUSTER = (variant: BackendVariant) => variant === 'etcd' || variant === 'zookeeper';
 
 async function restartMember(context: NemesisContext, member: Member, downMs: number) {
@@ -167,7 +170,7 @@ function serverPause(): Nemesis {
 function backendKill(): Nemesis {
   return {
     name: 'backend-kill',
-    description: 'kill -9 the Redis (a random Redlock node), restart it after 1 s',
+    description: 'kill -9 the Redis (a random Redlock node, the PostgreSQL), restart it after 1 s',
     appliesTo: SINGLE_OR_REDLOCK,
     async inject(context) {
       const member = random(context.topology.members)!;
@@ -181,7 +184,8 @@ function backendKill(): Nemesis {
 function backendPause(): Nemesis {
   return {
     name: 'backend-pause',
-    description: 'SIGSTOP the Redis (a random Redlock node) for 0.5, 1.5 and 3 × TTL',
+    description:
+      'SIGSTOP the Redis (a random Redlock node, PostgreSQL and its backends) for 0.5, 1.5 and 3 × TTL',
     appliesTo: SINGLE_OR_REDLOCK,
     async inject(context, n) {
       const factor = cycle([0.5, 1.5, 3], n);

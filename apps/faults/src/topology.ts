@@ -1,6 +1,7 @@
 import {
   type ManagedProcess,
   startEtcdCluster,
+  startPostgres,
   startRedis,
   startRedisNodes,
   startZooKeeperEnsemble,
@@ -17,6 +18,7 @@ export const BACKENDS = [
   'redlock',
   'etcd',
   'zookeeper',
+  'postgres',
 ] as const;
 export type BackendVariant = (typeof BACKENDS)[number];
 
@@ -26,7 +28,7 @@ export function isBackendVariant(text: string): text is BackendVariant {
 
 /** A backend process the nemesis can kill or pause. */
 export interface Member {
-  /** `redis`, `r2` (a Redlock node), `n1` (etcd), `zk3`. */
+  /** `redis`, `r2` (a Redlock node), `n1` (etcd), `zk3`, `postgres`. */
   id: string;
   process: ManagedProcess;
 }
@@ -155,6 +157,24 @@ export async function startTopology(variant: BackendVariant): Promise<Topology> 
         async stop() {
           await Promise.all(proxies.map((proxy) => proxy.close()));
           await etcd.stop();
+        },
+      };
+    }
+    case 'postgres': {
+      const postgres = await startPostgres();
+      const proxies = await proxiesFor([postgres.port]);
+      const url = new URL(postgres.url);
+      url.port = String(proxies[0]!.port);
+      return {
+        variant,
+        serverArgs: ['--backend', 'postgres', '--postgres-url', url.href],
+        members: [{ id: 'postgres', process: postgres }],
+        proxies,
+        leader: none,
+        settled: nothing,
+        async stop() {
+          await Promise.all(proxies.map((proxy) => proxy.close()));
+          await postgres.kill();
         },
       };
     }

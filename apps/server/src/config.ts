@@ -17,7 +17,8 @@ export type BackendConfig =
   | { kind: 'redis'; url: string; durable?: boolean }
   | { kind: 'redlock'; urls: string[] }
   | { kind: 'etcd'; endpoints: string[] }
-  | { kind: 'zookeeper'; connect: string };
+  | { kind: 'zookeeper'; connect: string }
+  | { kind: 'postgres'; url: string };
 
 export interface ServerConfig {
   host: string;
@@ -58,7 +59,8 @@ Prometheus metrics (/metrics), the admin API (/v1/locks), /livez (the process se
 Options (each has an environment variable; flags win):
   --host HOST              address to bind (DLM_HOST, default 127.0.0.1)
   --port PORT              port to listen on (DLM_PORT, default 7070)
-  --backend KIND           embedded | redis | redlock | etcd | zookeeper (DLM_BACKEND, default embedded)
+  --backend KIND           embedded | redis | redlock | etcd | zookeeper | postgres (DLM_BACKEND,
+                           default embedded)
   --data-dir DIR           embedded: where the journal lives (DLM_DATA_DIR,
                            default $XDG_STATE_HOME/dlm or ~/.local/state/dlm)
   --memory                 embedded: keep nothing on disk (DLM_MEMORY=1)
@@ -68,6 +70,7 @@ Options (each has an environment variable; flags win):
   --redlock-urls U1,U2,U3  redlock: independent Redis nodes (DLM_REDLOCK_URLS)
   --etcd-endpoints E1,E2   etcd: client URLs (DLM_ETCD_ENDPOINTS)
   --zk-connect H:P,H:P     zookeeper: connect string (DLM_ZK_CONNECT)
+  --postgres-url URL       postgres: e.g. postgres://dlm@127.0.0.1:5432/dlm (DLM_POSTGRES_URL)
   --log-level LEVEL        debug | info | warn | error | silent (DLM_LOG_LEVEL, default info);
                            JSON lines on stderr, one per session, revocation, backend change
 
@@ -148,6 +151,7 @@ export function parseConfig(
         'redlock-urls': { type: 'string' },
         'etcd-endpoints': { type: 'string' },
         'zk-connect': { type: 'string' },
+        'postgres-url': { type: 'string' },
         'log-level': { type: 'string' },
         'auth-file': { type: 'string' },
         insecure: { type: 'boolean' },
@@ -225,8 +229,17 @@ export function parseConfig(
         connect: list(flag('zk-connect') ?? env.DLM_ZK_CONNECT, '--zk-connect').join(','),
       };
       break;
+    case 'postgres': {
+      const url = list(flag('postgres-url') ?? env.DLM_POSTGRES_URL, '--postgres-url')[0]!;
+      if (!/^postgres(ql)?:\/\//.test(url))
+        throw new ConfigError(`--postgres-url must be a postgres:// URL, got ${url}`);
+      backend = { kind, url };
+      break;
+    }
     default:
-      throw new ConfigError(`--backend must be embedded|redis|redlock|etcd|zookeeper, got ${kind}`);
+      throw new ConfigError(
+        `--backend must be embedded|redis|redlock|etcd|zookeeper|postgres, got ${kind}`,
+      );
   }
   const limits: Partial<ServerLimits> = {};
   for (const [key, name] of Object.entries(LIMIT_FLAGS) as [keyof ServerLimits, string][]) {

@@ -12,7 +12,7 @@ export interface CreateBackendOptions {
 
 /**
  * Opens the configured backend. Adapters are imported on demand, so a server on the embedded
- * backend never loads ioredis, etcd3 or the ZooKeeper client.
+ * backend never loads ioredis, etcd3, the ZooKeeper client or pg.
  */
 export async function createBackend(
   config: BackendConfig,
@@ -55,6 +55,13 @@ export async function createBackend(
       const { zookeeperBackend } = await import('@dlm/adapter-zookeeper');
       return zookeeperBackend({ connect: config.connect });
     }
+    case 'postgres': {
+      const { postgresBackend } = await import('@dlm/adapter-postgres');
+      const backend = postgresBackend({ url: config.url, ...clock });
+      // The schema and the LISTEN connection; until they are there requests wait or fail.
+      await backend.ready().catch(notReady('postgres'));
+      return backend;
+    }
   }
 }
 
@@ -82,5 +89,7 @@ export function describeBackend(config: BackendConfig): Record<string, unknown> 
       return { backend: 'etcd', endpoints: config.endpoints };
     case 'zookeeper':
       return { backend: 'zookeeper', connect: config.connect };
+    case 'postgres':
+      return { backend: 'postgres', url: redact(config.url) };
   }
 }

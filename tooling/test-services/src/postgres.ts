@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { chownSync, existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
@@ -124,6 +124,31 @@ export function pingPostgres(
     socket.on('error', () => done(false));
     socket.on('close', () => done(false));
   });
+}
+
+/** The processes whose parent is `pid` (PostgreSQL's backends, one per connection). */
+function childrenOf(pid: number): number[] {
+  const children: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^[0-9]+$/.test(entry)) continue;
+    try {
+      // `pid (comm) state ppid …`: comm may hold spaces, so read after its closing parenthesis.
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === pid) children.push(Number(entry));
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return children;
+}
+
+function signal(pids: number[], name: NodeJS.Signals): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, name);
+    } catch {}
+  }
 }
 
 function unsupported(what: string): never {
@@ -255,6 +280,7 @@ export async function startPostgres(): Promise<PostgresService> {
     cwd: base,
     ready: () => pingPostgres(host, port, user),
   });
+  let paused: number[] = [];
   // Spread would copy the getters' current values: forward them instead.
   return {
     get name() {
@@ -267,8 +293,14 @@ export async function startPostgres(): Promise<PostgresService> {
       return managed.running;
     },
     output: () => managed.output(),
-    kill: () => managed.kill(),
+    kill: () => {
+      signal(paused, 'SIGCONT');
+      paused = [];
+      return managed.kill();
+    },
     async stop(graceMs?: number) {
+      signal(paused, 'SIGCONT');
+      paused = [];
       // SIGTERM alone is a "smart" shutdown that waits for every client to disconnect; SIGINT
       // is the fast one (open sessions are ended).
       const pid = managed.pid;
@@ -279,8 +311,20 @@ export async function startPostgres(): Promise<PostgresService> {
       }
       await managed.stop(graceMs);
     },
-    pause: () => managed.pause(),
-    resume: () => managed.resume(),
+    // PostgreSQL serves each connection from its own child process: pausing the postmaster
+    // alone would stop new connections only. The postmaster first (so it forks no more), then
+    // every child; resumed the other way round.
+    pause: () => {
+      managed.pause();
+      const pid = managed.pid;
+      paused = pid === undefined ? [] : childrenOf(pid);
+      signal(paused, 'SIGSTOP');
+    },
+    resume: () => {
+      signal(paused, 'SIGCONT');
+      paused = [];
+      managed.resume();
+    },
     start: () => managed.start(),
     url: `postgres://${user}@${host}:${port}/postgres`,
     host,

@@ -1,0 +1,5 @@
+export {
+  type PostgresBackend,
+  type PostgresBackendOptions,
+  postgresBackend,
+} from './postgres-backend.js';

@@ -1,0 +1,130 @@
+import { DlmError } from '@dlm/core';
+
+/**
+ * The adapter's SQL. Every primitive is ONE statement (autocommit), so it is atomic on its own,
+ * and the statements that change a lease send their NOTIFY from the same statement: PostgreSQL
+ * delivers notifications at commit, so a listener never hears of a change that did not commit,
+ * and never misses one that did (while it is listening).
+ *
+ * Time is the database's: `clock_timestamp()` (the current time, also inside a long statement;
+ * `now()` would be the transaction's start). Leases therefore do not depend on the dlm
+ * servers' clocks agreeing with each other.
+ *
+ * A future lease key (a hash stored with the lease and compared in the same step as the token)
+ * is one column in `schemaStatements` and one `AND key_hash = $n` in `release`/`extend`.
+ */
+
+const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
+
+/** A schema or table prefix the adapter can quote safely; INVALID_PARAMS otherwise. */
+export function checkIdentifier(value: string, field: string, allowEmpty: boolean): string {
+  if ((allowEmpty && value === '') || IDENTIFIER.test(value)) return value;
+  throw new DlmError(
+    'INVALID_PARAMS',
+    `${field} must be lower-case letters, digits and _ (not starting with a digit, at most 40 characters), got ${JSON.stringify(value)}`,
+    { field },
+  );
+}
+
+export interface Statements {
+  /** The notification channel (an identifier, already quoted where SQL needs it). */
+  channel: string;
+  /** Run in one transaction at open; idempotent, serialised by an advisory lock. */
+  schema: string[];
+  acquire: string;
+  release: string;
+  extend: string;
+  inspect: string;
+  revoke: string;
+  list: string;
+  sweep: string;
+}
+
+/**
+ * The statements for one `schema` and `prefix`. Parameters are always `$n` placeholders; only
+ * the checked identifiers are spliced in.
+ */
+export function statements(schema: string, prefix: string): Statements {
+  const table = `"${schema}"."${prefix}leases"`;
+  const sequence = `"${schema}"."${prefix}tokens"`;
+  const sequenceName = `${schema}.${prefix}tokens`;
+  const channel = `${prefix}events`;
+  const remaining = (row: string) =>
+    `greatest(1, ceil(extract(epoch from (${row}.expires_at - clock_timestamp())) * 1000))::bigint`;
+  // The message: one JSON object per change; names and owners are bounded by core's limits, so
+  // it stays far below NOTIFY's 8000-byte payload limit.
+  const notify = (type: string, row: string, ttl: string) =>
+    `pg_notify('${channel}', json_build_object('t', '${type}', 'n', ${row}.name, 'k', ${row}.token::text, 'o', ${row}.owner, 'ms', ${ttl})::text)`;
+  return {
+    channel,
+    schema: [
+      `SELECT pg_advisory_xact_lock(hashtext('dlm schema ' || '${schema}.${prefix}'))`,
+      `CREATE SCHEMA IF NOT EXISTS "${schema}"`,
+      // A sequence never goes back, across restarts too (its state is WAL-logged; values handed
+      // out ahead are skipped after a crash, never repeated). One sequence serves every name:
+      // each name's tokens then still strictly increase.
+      `CREATE SEQUENCE IF NOT EXISTS ${sequence} AS bigint MINVALUE 1`,
+      `CREATE TABLE IF NOT EXISTS ${table} (
+        name text PRIMARY KEY,
+        owner text NOT NULL,
+        token bigint NOT NULL,
+        expires_at timestamptz NOT NULL
+      )`,
+      // The sweep looks rows up by their end.
+      `CREATE INDEX IF NOT EXISTS "${prefix}leases_expires_at" ON ${table} (expires_at)`,
+    ],
+    // Insert, or take over the row when its lease has ended or it is the same owner's (then the
+    // same token, the lease refreshed). ON CONFLICT DO UPDATE locks the conflicting row and
+    // evaluates the WHERE on its latest committed version, so two servers racing for a name
+    // cannot both win, at READ COMMITTED. An ended lease's row is overwritten here: the residue
+    // of a name that is locked again is gone at its next grant. `nextval` runs on every attempt
+    // (refusals leave gaps, which fencing allows).
+    acquire: `WITH granted AS (
+        INSERT INTO ${table} AS l (name, owner, token, expires_at)
+        VALUES ($1, $2, nextval('${sequenceName}'), clock_timestamp() + $3::bigint * interval '1 millisecond')
+        ON CONFLICT (name) DO UPDATE SET
+          owner = EXCLUDED.owner,
+          token = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > clock_timestamp()
+                       THEN l.token ELSE EXCLUDED.token END,
+          expires_at = EXCLUDED.expires_at
+        WHERE l.expires_at <= clock_timestamp() OR l.owner = EXCLUDED.owner
+        RETURNING l.name, l.owner, l.token
+      ), told AS (
+        SELECT ${notify('acquired', 'granted', '$3::bigint')} FROM granted
+      )
+      SELECT true AS granted, g.token::text AS token, NULL::bigint AS remaining_ms,
+             (SELECT count(*) FROM told) AS told
+        FROM granted g
+      UNION ALL
+      SELECT false, NULL, (SELECT ${remaining('h')} FROM ${table} h WHERE h.name = $1), 0
+        WHERE NOT EXISTS (SELECT 1 FROM granted)`,
+    // Deletes the row whatever its state when the token matches (an ended lease's row is
+    // residue), and reports and announces a release only when the lease still ran.
+    release: `WITH gone AS (
+        DELETE FROM ${table} WHERE name = $1 AND token = $2
+        RETURNING name, owner, token, expires_at > clock_timestamp() AS live
+      )
+      SELECT live, CASE WHEN live THEN ${notify('released', 'gone', '0')} END AS told FROM gone`,
+    extend: `UPDATE ${table} SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
+      WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp()
+      RETURNING owner`,
+    inspect: `SELECT owner, token::text AS token, ${remaining(table)} AS remaining_ms
+      FROM ${table} WHERE name = $1 AND expires_at > clock_timestamp()`,
+    revoke: `WITH gone AS (
+        DELETE FROM ${table} WHERE name = $1 RETURNING name, owner, token, expires_at > clock_timestamp() AS live
+      )
+      SELECT live, CASE WHEN live THEN ${notify('revoked', 'gone', '0')} END AS told FROM gone`,
+    list: `SELECT name, owner, token::text AS token, ${remaining(table)} AS remaining_ms
+      FROM ${table}
+      WHERE starts_with(name, $1) AND expires_at > clock_timestamp()
+      ORDER BY name`,
+    // Bounded: at most $1 rows per run, only rows that ended more than $2 ms ago (a grant may be
+    // taking the row over right now; the margin keeps the sweep out of its way, and SKIP LOCKED
+    // out of any transaction's). Names locked again never get here: acquire overwrites them.
+    sweep: `DELETE FROM ${table} WHERE ctid IN (
+        SELECT ctid FROM ${table}
+        WHERE expires_at < clock_timestamp() - $2::bigint * interval '1 millisecond'
+        LIMIT $1::int FOR UPDATE SKIP LOCKED
+      )`,
+  };
+}

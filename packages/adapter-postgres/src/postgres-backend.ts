@@ -228,12 +228,12 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
       await listeningWithin(startedAt);
     },
 
-    async tryAcquire({ name, owner, ttlMs }) {
+    async tryAcquire({ name, owner, ttlMs, keyHash }) {
       assertOpen();
       const startedAt = clock.now();
       await listeningWithin(startedAt);
       const result = await call('acquire', true, (client) =>
-        query(client, sql.acquire, [name, owner, ttlMs], timeoutMs),
+        query(client, sql.acquire, [name, owner, ttlMs, keyHash ?? null], timeoutMs),
       );
       const row = result.rows[0] as
         | { granted: boolean; token: string | null; remaining_ms: string | null }
@@ -249,18 +249,18 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
         : { granted: false, ttlRemainingMs: Number(row.remaining_ms) };
     },
 
-    async release({ name, token }) {
+    async release({ name, token, keyHash }) {
       assertOpen();
       const result = await call('release', true, (client) =>
-        query(client, sql.release, [name, token.toString()], timeoutMs),
+        query(client, sql.release, [name, token.toString(), keyHash ?? null], timeoutMs),
       );
       return (result.rows[0] as { live: boolean } | undefined)?.live === true;
     },
 
-    async extend({ name, token, ttlMs }) {
+    async extend({ name, token, ttlMs, keyHash }) {
       assertOpen();
       const result = await call('extend', true, (client) =>
-        query(client, sql.extend, [name, token.toString(), ttlMs], timeoutMs),
+        query(client, sql.extend, [name, token.toString(), ttlMs, keyHash ?? null], timeoutMs),
       );
       const row = result.rows[0] as { owner: string } | undefined;
       if (!row) return null;

@@ -10,8 +10,10 @@ import { DlmError } from '@dlm/core';
  * `now()` would be the transaction's start). Leases therefore do not depend on the dlm
  * servers' clocks agreeing with each other.
  *
- * A future lease key (a hash stored with the lease and compared in the same step as the token)
- * is one column in `schemaStatements` and one `AND key_hash = $n` in `release`/`extend`.
+ * The lease key's hash (`key_hash`, NULL for a lease granted without one) is stored in the row
+ * that grants the lease and compared in the same statement as the token: release and extend
+ * match it beside the token, and the same owner's re-acquire refreshes the lease only with it.
+ * A request without a hash is a token-only (owner-only) match, as the backend contract says.
  */
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/;
@@ -49,6 +51,10 @@ export function statements(schema: string, prefix: string): Statements {
   const sequence = `"${schema}"."${prefix}tokens"`;
   const sequenceName = `${schema}.${prefix}tokens`;
   const channel = `${prefix}events`;
+  // A request's key hash parameter matches the row's, or the request has none (token only).
+  const keyMatches = (param: string) => `(${param}::text IS NULL OR key_hash = ${param}::text)`;
+  const sameHolder =
+    '(l.owner = EXCLUDED.owner AND ($4::text IS NULL OR l.key_hash IS NOT DISTINCT FROM $4::text))';
   const remaining = (row: string) =>
     `greatest(1, ceil(extract(epoch from (${row}.expires_at - clock_timestamp())) * 1000))::bigint`;
   // The message: one JSON object per change; names and owners are bounded by core's limits, so
@@ -68,8 +74,11 @@ export function statements(schema: string, prefix: string): Statements {
         name text PRIMARY KEY,
         owner text NOT NULL,
         token bigint NOT NULL,
-        expires_at timestamptz NOT NULL
+        expires_at timestamptz NOT NULL,
+        key_hash text
       )`,
+      // Tables made before lease keys existed gain the column (NULL: no key).
+      `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS key_hash text`,
       // The sweep looks rows up by their end.
       `CREATE INDEX IF NOT EXISTS "${prefix}leases_expires_at" ON ${table} (expires_at)`,
     ],
@@ -78,16 +87,19 @@ export function statements(schema: string, prefix: string): Statements {
     // evaluates the WHERE on its latest committed version, so two servers racing for a name
     // cannot both win, at READ COMMITTED. An ended lease's row is overwritten here: the residue
     // of a name that is locked again is gone at its next grant. `nextval` runs on every attempt
-    // (refusals leave gaps, which fencing allows).
+    // (refusals leave gaps, which fencing allows). The same owner is the same holder only with
+    // the lease's key hash ($4; NULL: the owner alone).
     acquire: `WITH granted AS (
-        INSERT INTO ${table} AS l (name, owner, token, expires_at)
-        VALUES ($1, $2, nextval('${sequenceName}'), clock_timestamp() + $3::bigint * interval '1 millisecond')
+        INSERT INTO ${table} AS l (name, owner, token, expires_at, key_hash)
+        VALUES ($1, $2, nextval('${sequenceName}'), clock_timestamp() + $3::bigint * interval '1 millisecond', $4::text)
         ON CONFLICT (name) DO UPDATE SET
           owner = EXCLUDED.owner,
-          token = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > clock_timestamp()
+          token = CASE WHEN ${sameHolder} AND l.expires_at > clock_timestamp()
                        THEN l.token ELSE EXCLUDED.token END,
+          key_hash = CASE WHEN ${sameHolder} AND l.expires_at > clock_timestamp()
+                          THEN l.key_hash ELSE EXCLUDED.key_hash END,
           expires_at = EXCLUDED.expires_at
-        WHERE l.expires_at <= clock_timestamp() OR l.owner = EXCLUDED.owner
+        WHERE l.expires_at <= clock_timestamp() OR ${sameHolder}
         RETURNING l.name, l.owner, l.token
       ), told AS (
         SELECT ${notify('acquired', 'granted', '$3::bigint')} FROM granted
@@ -101,12 +113,12 @@ export function statements(schema: string, prefix: string): Statements {
     // Deletes the row whatever its state when the token matches (an ended lease's row is
     // residue), and reports and announces a release only when the lease still ran.
     release: `WITH gone AS (
-        DELETE FROM ${table} WHERE name = $1 AND token = $2
+        DELETE FROM ${table} WHERE name = $1 AND token = $2 AND ${keyMatches('$3')}
         RETURNING name, owner, token, expires_at > clock_timestamp() AS live
       )
       SELECT live, CASE WHEN live THEN ${notify('released', 'gone', '0')} END AS told FROM gone`,
     extend: `UPDATE ${table} SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
-      WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp()
+      WHERE name = $1 AND token = $2 AND ${keyMatches('$4')} AND expires_at > clock_timestamp()
       RETURNING owner`,
     inspect: `SELECT owner, token::text AS token, ${remaining(table)} AS remaining_ms
       FROM ${table} WHERE name = $1 AND expires_at > clock_timestamp()`,

@@ -59,7 +59,7 @@ export async function createBackend(
       const { postgresBackend } = await import('@dlm/adapter-postgres');
       const backend = postgresBackend({ url: config.url, ...clock });
       // The schema and the LISTEN connection; until they are there requests wait or fail.
-      await backend.ready().catch(notReady('postgres'));
+      await backend.ready().catch(notReady);
       return backend;
     }
   }

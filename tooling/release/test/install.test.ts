@@ -143,7 +143,9 @@ beforeAll(() => {
 describe('the tarballs of pnpm release:pack', () => {
   it('are one per published package, with versions for workspace ranges, a LICENSE, engines and usable source maps', () => {
     const published = ['core', 'protocol', 'client', 'server', 'cli', 'conformance'].concat(
-      ['embedded', 'redis', 'redlock', 'etcd', 'zookeeper'].map((kind) => `adapter-${kind}`),
+      ['embedded', 'redis', 'redlock', 'etcd', 'zookeeper', 'postgres'].map(
+        (kind) => `adapter-${kind}`,
+      ),
     );
     expect([...tarballs.keys()].sort()).toEqual(published.map((name) => `@dlm/${name}`).sort());
     for (const [name, file] of tarballs) {

@@ -90,6 +90,6 @@ export function describeBackend(config: BackendConfig): Record<string, unknown> 
     case 'zookeeper':
       return { backend: 'zookeeper', connect: config.connect };
     case 'postgres':
-      return { backend: 'postgres', url: redact(config.url) };
+      return { backend: 'postgres', postgresUrl: redact(config.url) };
   }
 }

@@ -15,6 +15,17 @@ function nothingRan(error: unknown): boolean {
   return error.name === 'ReplyError' || error.message.startsWith(NOT_SENT);
 }
 
+/**
+ * ioredis's words for "not connected" name its own internals; users read this in the CLI and in
+ * /readyz. The original stays the cause.
+ */
+function inUserTerms(error: unknown): unknown {
+  if (!(error instanceof Error) || !error.message.startsWith(NOT_SENT)) return error;
+  return new Error('not connected to Redis (the connection is down; reconnecting)', {
+    cause: error,
+  });
+}
+
 export interface CallBounds {
   clock: Clock;
   timeoutMs: number;
@@ -70,7 +81,7 @@ export function bounded<T>(
         cancelTimeout();
         if (settled) return;
         settled = true;
-        reject(toUnavailable(error, what, write && !nothingRan(error)));
+        reject(toUnavailable(inUserTerms(error), what, write && !nothingRan(error)));
       },
     );
   });

@@ -97,6 +97,23 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
     }, 8_000);
   });
 
+  it("while Redis is down, UNAVAILABLE says so in the user's words (not ioredis internals)", async () => {
+    const service = await redis();
+    const lock = await backend({ url: service.url, commandTimeoutMs: 1_000 });
+    expect(
+      (await lock.tryAcquire({ name: lockName('words'), owner: 'a', ttlMs: 5_000 })).granted,
+    ).toBe(true);
+    await service.kill();
+    await sleep(500); // past the first reconnect attempt: the client knows it is not connected
+    const error = await failure(
+      lock.tryAcquire({ name: lockName('words'), owner: 'b', ttlMs: 5_000 }),
+    );
+    expect(error.code).toBe('UNAVAILABLE');
+    expect(error.message).toMatch(/not connected to Redis/);
+    expect(error.message).not.toMatch(/Stream isn't writeable|enableOfflineQueue/);
+    await service.start();
+  });
+
   it('a stalled Redis gives indeterminate UNAVAILABLE within commandTimeoutMs, and no late grant after it resumes', async () => {
     const service = await redis();
     const lock = await backend({ url: service.url, commandTimeoutMs: 800 });

@@ -182,13 +182,16 @@ export function parseConfig(
     throw new ConfigError(`--log-level must be debug|info|warn|error|silent, got ${logLevel}`);
 
   const kind = flag('backend') ?? env.DLM_BACKEND ?? 'embedded';
+  /** Where the backend's choice came from, when not from --backend. */
+  const backendSource = () =>
+    flag('backend') !== undefined ? '' : env.DLM_BACKEND ? ' (DLM_BACKEND)' : ' (the default)';
   // A flag for another backend than the one chosen is a mistake the user should hear of, not a
   // setting silently ignored (`--memory --backend redis` would otherwise serve Redis).
   // Environment variables may be set for several backends at once, so only flags are checked.
   for (const [name, owner] of Object.entries(BACKEND_FLAGS)) {
     if (values[name] !== undefined && owner !== kind && isBackendKind(kind))
       throw new ConfigError(
-        `--${name} is for --backend ${owner}, but the backend is ${kind}${flag('backend') === undefined ? ' (DLM_BACKEND)' : ''}`,
+        `--${name} is for --backend ${owner}, but the backend is ${kind}${backendSource()}`,
       );
   }
   let backend: BackendConfig;

@@ -156,7 +156,7 @@ describe('the server process on the embedded backend with a data directory', () 
       ],
       [
         ['--redis-url', 'redis://127.0.0.1:1'],
-        /--redis-url is for --backend redis, but the backend is embedded/,
+        /--redis-url is for --backend redis, but the backend is embedded \(the default\)/,
       ],
       [
         [

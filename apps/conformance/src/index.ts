@@ -133,7 +133,20 @@ export function runConformance(name: string, target: ConformanceTarget): void {
             ),
           ),
         );
-        expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+        const granted = results.filter((r) => r.status === 'fulfilled');
+        expect(granted.length).toBeLessThanOrEqual(1);
+        if (granted.length === 0) {
+          // Independent nodes (Redlock) can split the vote so that nobody has a quorum: legal
+          // only for a best-effort backend, and the lock must then still be free to take.
+          expect(caps.fencing).toBe('best-effort');
+          const after = await service.acquire({
+            name,
+            owner: 'after',
+            ttlMs: 10_000,
+            waitMs: 5_000,
+          });
+          expect(after.token).toBeGreaterThan(0n);
+        }
       });
 
       it('idempotent re-acquire by the same owner returns the same token and refreshes the lease', async () => {

@@ -78,3 +78,29 @@ function finish(
     },
   };
 }
+
+/**
+ * Heals whatever a segment's nemesis may have left broken: proxies, stopped or killed dlm
+ * servers and backend members, skewed server clocks. Returns the failure's text, if any.
+ */
+export async function healAll(
+  topology: Topology,
+  servers: readonly DlmServer[],
+): Promise<string | undefined> {
+  for (const proxy of topology.proxies) proxy.heal();
+  try {
+    for (const server of servers) {
+      if (!server.process.running) await server.process.start();
+      server.process.resume();
+      await server.clock({ rate: 1 });
+    }
+    for (const member of topology.members) {
+      member.process.resume();
+      if (!member.process.running) await member.process.start();
+    }
+    await topology.settled();
+    return undefined;
+  } catch (error) {
+    return `heal: ${(error as Error).message}`;
+  }
+}

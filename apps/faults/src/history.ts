@@ -1,5 +1,6 @@
 import { closeSync, openSync, readdirSync, readFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { isDlmError } from '@dlm/core';
 import type { LockOpEvent } from './linearizability.js';
 import { monoNow } from './time.js';
 
@@ -10,6 +11,18 @@ import { monoNow } from './time.js';
  * killed) is unknown too. Times are `monoNow()`: one monotonic time line for all processes.
  */
 export type Phase = 'invoke' | 'ok' | 'fail' | 'info';
+
+/** How a failed call completes its operation: `fail` when it certainly had no effect, `info` when it may have. */
+export function completionOf(error: unknown): { type: Phase; error: string } {
+  if (isDlmError(error)) {
+    const unknown =
+      error.code === 'UNAVAILABLE'
+        ? error.details.indeterminate === true
+        : error.code === 'INTERNAL';
+    return { type: unknown ? 'info' : 'fail', error: `${error.code}: ${error.message}` };
+  }
+  return { type: 'info', error: error instanceof Error ? error.message : String(error) };
+}
 
 /** What a workload process does: acquire → read → (extend) → write → release. */
 export type OpName = 'acquire' | 'read' | 'write' | 'extend' | 'release';

@@ -1,7 +1,7 @@
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type ManagedProcess, startProcess } from '@dlm/test-services';
-import type { DlmServer } from './dlm-server.js';
+import { type DlmServer, healAll } from './dlm-server.js';
 import { createHistoryWriter, parseHistory } from './history.js';
 import {
   checkLinearizability,
@@ -142,21 +142,8 @@ export async function runLockSegment(
   const left = options.durationMs - (monoNow() - startedAt);
   if (left > 0) await sleep(left);
 
-  for (const proxy of topology.proxies) proxy.heal();
-  try {
-    for (const server of servers) {
-      if (!server.process.running) await server.process.start();
-      server.process.resume();
-      await server.clock({ rate: 1 });
-    }
-    for (const member of topology.members) {
-      member.process.resume();
-      if (!member.process.running) await member.process.start();
-    }
-    await topology.settled();
-  } catch (error) {
-    errors.push(`heal: ${(error as Error).message}`);
-  }
+  const healError = await healAll(topology, servers);
+  if (healError) errors.push(healError);
   // A little quiet after healing, so that the histories end with the system working again.
   await sleep(1_000);
   await Promise.all(workers.map((worker) => worker.stop(5_000)));

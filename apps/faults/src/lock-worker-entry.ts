@@ -9,8 +9,7 @@
  */
 import { join } from 'node:path';
 import { createClient, type DlmClient, type Lease } from '@dlm/client';
-import { isDlmError } from '@dlm/core';
-import { createHistoryWriter, type HistoryWriter, type Phase } from './history.js';
+import { completionOf, createHistoryWriter, type HistoryWriter, type Phase } from './history.js';
 import type { LockOpName } from './linearizability.js';
 import { sleep } from './time.js';
 
@@ -36,18 +35,6 @@ process.on('SIGTERM', () => {
 });
 
 const pick = <T>(values: readonly T[]): T => values[Math.floor(Math.random() * values.length)]!;
-
-/** fail when the operation certainly had no effect, info when it may have. */
-function failure(error: unknown): { type: Phase; error: string } {
-  if (isDlmError(error)) {
-    const unknown =
-      error.code === 'UNAVAILABLE'
-        ? error.details.indeterminate === true
-        : error.code === 'INTERNAL';
-    return { type: unknown ? 'info' : 'fail', error: `${error.code}: ${error.message}` };
-  }
-  return { type: 'info', error: error instanceof Error ? error.message : String(error) };
-}
 
 async function run(client: DlmClient, history: HistoryWriter): Promise<void> {
   let seq = 0;
@@ -79,7 +66,7 @@ async function run(client: DlmClient, history: HistoryWriter): Promise<void> {
       const { type = 'ok', ...fields } = done(value);
       history.record({ ...base, type, ...fields });
     } catch (error) {
-      history.record({ ...base, ...failure(error) });
+      history.record({ ...base, ...completionOf(error) });
     }
   }
 

@@ -2,7 +2,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { freePort, type ManagedProcess, startProcess } from '@dlm/test-services';
 import { type CheckResult, checkHistory } from './checker.js';
-import type { DlmServer } from './dlm-server.js';
+import { type DlmServer, healAll } from './dlm-server.js';
 import { createHistoryWriter, readHistoryDir } from './history.js';
 import type { Nemesis, NemesisContext, WorkerHandle } from './nemeses.js';
 import { entryPoint } from './paths.js';
@@ -196,19 +196,8 @@ export async function runSegment(
 
   // Heal whatever a failed injection may have left broken.
   for (const worker of workers) worker.proxy.heal();
-  for (const proxy of topology.proxies) proxy.heal();
-  try {
-    if (!server.process.running) await server.process.start();
-    server.process.resume();
-    await server.clock({ rate: 1 });
-    for (const member of topology.members) {
-      member.process.resume();
-      if (!member.process.running) await member.process.start();
-    }
-    await topology.settled();
-  } catch (error) {
-    errors.push(`heal: ${(error as Error).message}`);
-  }
+  const healError = await healAll(topology, [server]);
+  if (healError) errors.push(healError);
   await sleep(ttlMs + 3_000);
 
   for (const worker of [...workers, ...meddlers])

@@ -11,8 +11,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { createClient, type Lease } from '@dlm/client';
-import { isDlmError } from '@dlm/core';
-import { createHistoryWriter, type OpName, type Phase } from './history.js';
+import { completionOf, createHistoryWriter, type OpName, type Phase } from './history.js';
 import { runMeddler } from './meddler.js';
 import { monoNow, sleep } from './time.js';
 import type { WorkerConfig, WorkerStatus } from './worker-config.js';
@@ -44,18 +43,6 @@ function setStatus(holding: WorkerStatus['holding']): void {
   } catch {}
 }
 
-/** fail when the operation certainly had no effect, info when it may have. */
-function outcome(error: unknown): { type: Phase; error: string } {
-  if (isDlmError(error)) {
-    const unknown =
-      error.code === 'UNAVAILABLE'
-        ? error.details.indeterminate === true
-        : error.code === 'INTERNAL';
-    return { type: unknown ? 'info' : 'fail', error: `${error.code}: ${error.message}` };
-  }
-  return { type: 'info', error: error instanceof Error ? error.message : String(error) };
-}
-
 function invoke(f: OpName, name: string, extra: { token?: string; value?: number; read?: number }) {
   const op = ++opSeq;
   history.record({ kind: 'op', op, f, type: 'invoke', name, ...extra });
@@ -72,7 +59,7 @@ function invoke(f: OpName, name: string, extra: { token?: string; value?: number
       history.record({ kind: 'op', op, f, type: 'ok', name, ...extra, ...fields });
     },
     failed(error: unknown, type?: Phase) {
-      const result = outcome(error);
+      const result = completionOf(error);
       history.record({
         kind: 'op',
         op,

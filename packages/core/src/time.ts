@@ -201,6 +201,11 @@ export interface Budget {
   readonly what: string;
   /** Milliseconds left before the deadline; ≤ 0 once it has passed. */
   remainingMs(): number;
+  /**
+   * The clock the budget counts on: the steps set their timers (time-outs, sleeps between
+   * retries) on it, so a test clock given to whoever made the budget reaches every one of them.
+   */
+  readonly clock: Clock;
 }
 
 /**
@@ -208,11 +213,11 @@ export interface Budget {
  *
  * @example
  * const limit = budget('acquire', commandTimeoutMs, clock);
- * await boundedCall(limit.what, Math.max(0, limit.remainingMs()), () => step());
+ * await boundedCall(limit.what, Math.max(0, limit.remainingMs()), step, { clock: limit.clock });
  */
 export function budget(what: string, totalMs: number, clock: Clock = systemClock): Budget {
   const deadline = clock.now() + totalMs;
-  return { what, remainingMs: () => deadline - clock.now() };
+  return { what, clock, remainingMs: () => deadline - clock.now() };
 }
 
 /**

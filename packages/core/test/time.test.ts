@@ -311,6 +311,7 @@ describe('budget', () => {
     const clock = createManualClock(1_000);
     const limit = budget('acquire', 300, clock);
     expect(limit.what).toBe('acquire');
+    expect(limit.clock).toBe(clock);
     expect(limit.remainingMs()).toBe(300);
     clock.advance(200);
     expect(limit.remainingMs()).toBe(100);

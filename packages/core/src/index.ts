@@ -48,6 +48,7 @@ export {
   notHolderError,
   type ReleaseRequest,
 } from './lock-service.js';
+export type { BackendOperation, LockObserver } from './observer.js';
 export {
   type Backoff,
   type BackoffOptions,

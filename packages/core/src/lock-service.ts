@@ -11,6 +11,7 @@ import { createDeadlineQueue } from './deadline-queue.js';
 import { DlmError, isDlmError } from './errors.js';
 import { MAX_TOKEN } from './fencing.js';
 import { createLeaseKey, hashLeaseKey } from './lease-key.js';
+import { type BackendOperation, type LockObserver, observerNotifier } from './observer.js';
 import {
   DEFAULT_LIMITS,
   type Limits,
@@ -115,6 +116,8 @@ export interface LockServiceOptions {
    * holder's lease has left. Backends that report it (all built-in ones) never use this.
    */
   unknownTtlRetryMs?: number;
+  /** Told of every grant, extend, release, lost lease, queue length and backend call. */
+  observer?: LockObserver;
 }
 
 export interface LockService {
@@ -240,6 +243,7 @@ export function createLockService(options: LockServiceOptions): LockService {
   // How long a lease found gone before its deadline waits for the backend's event about it.
   const EVENT_GRACE_MS = 250;
   const names = new Map<string, NameState>();
+  const notify = observerNotifier(options.observer);
   let closed = false;
 
   function assertOpen(): void {
@@ -288,9 +292,25 @@ export function createLockService(options: LockServiceOptions): LockService {
   // the server's CPU).
   const backstops = createDeadlineQueue(clock, backendTimeoutMs);
 
+  /** One backend call, timed for the observer whether it succeeds or fails. */
+  function callBackend<T>(operation: BackendOperation, call: () => Promise<T>): Promise<T> {
+    const startedAt = clock.now();
+    return call().then(
+      (value) => {
+        notify('backendCall', operation, clock.now() - startedAt);
+        return value;
+      },
+      (error: unknown) => {
+        notify('backendCall', operation, clock.now() - startedAt, error);
+        throw error;
+      },
+    );
+  }
+
   /** Races a backend call against the backstop timeout. */
   function bounded<T>(
     what: string,
+    operation: BackendOperation,
     call: () => Promise<T>,
     onLateResult?: (value: T) => void,
     timeoutMs = backendTimeoutMs,
@@ -313,7 +333,7 @@ export function createLockService(options: LockServiceOptions): LockService {
         const timer = clock.setTimer(expire, timeoutMs);
         cancel = () => timer.cancel();
       }
-      call().then(
+      callBackend(operation, call).then(
         (value) => {
           cancel();
           if (done) onLateResult?.(value);
@@ -334,7 +354,9 @@ export function createLockService(options: LockServiceOptions): LockService {
   }
 
   function releaseQuietly(grant: Grant, keyHash: string): void {
-    backend.release({ name: grant.name, token: grant.token, keyHash }).catch(() => {});
+    callBackend('release', () =>
+      backend.release({ name: grant.name, token: grant.token, keyHash }),
+    ).catch(() => {});
   }
 
   /** One tryAcquire, checked so that no grant is reported already expired (S5). */
@@ -347,6 +369,7 @@ export function createLockService(options: LockServiceOptions): LockService {
     const startedAt = clock.now();
     const result = await bounded(
       'acquire',
+      'tryAcquire',
       () => backend.tryAcquire(request),
       (late) => {
         // The caller was already told UNAVAILABLE: a grant nobody will use must not linger.
@@ -414,9 +437,12 @@ export function createLockService(options: LockServiceOptions): LockService {
 
   function lose(state: NameState, reason: LostEvent['reason']): void {
     const lease = untrack(state);
-    if (!lease?.onLost) return;
+    if (!lease) return;
+    const event: LostEvent = { name: state.name, token: lease.token, reason };
+    notify('lost', event);
+    if (!lease.onLost) return;
     try {
-      lease.onLost({ name: state.name, token: lease.token, reason });
+      lease.onLost(event);
     } catch {
       // A listener's failure must not break the service.
     }
@@ -498,7 +524,7 @@ export function createLockService(options: LockServiceOptions): LockService {
     cancelCheck(state);
     let current: LockState | null;
     try {
-      current = await bounded('inspect', () => backend.inspect(state.name));
+      current = await bounded('inspect', 'inspect', () => backend.inspect(state.name));
     } catch {
       state.checking = false;
       // Cannot tell right now (a holder here has its own local deadline): ask again soon.
@@ -679,6 +705,21 @@ export function createLockService(options: LockServiceOptions): LockService {
 
   // ---- waiting -------------------------------------------------------------------------
 
+  function waitersChanged(state: NameState): void {
+    notify('waiting', state.name, state.queue.length + state.queuedInBackend.size);
+  }
+
+  /**
+   * Reports a lease an acquire or extend returns. Only one still followed as held: a lease whose
+   * end overtook the reply (its release, its expiry) was never held here as far as anyone knows.
+   */
+  function reportGrant(lease: Lease, event: 'granted' | 'extended', waitedMs: number): Lease {
+    if (names.get(lease.name)?.lease?.token !== lease.token) return lease;
+    if (event === 'granted') notify('granted', lease, waitedMs);
+    else notify('extended', lease);
+    return lease;
+  }
+
   /** Ends a wait with a lease or an error (exactly one of them), once. */
   function settle(state: NameState, waiter: Waiter, lease: Lease | null, error?: DlmError): void {
     if (waiter.settled) return;
@@ -686,7 +727,10 @@ export function createLockService(options: LockServiceOptions): LockService {
     waiter.deadlineTimer.cancel();
     waiter.detachSignal();
     const index = state.queue.indexOf(waiter);
-    if (index >= 0) state.queue.splice(index, 1);
+    if (index >= 0) {
+      state.queue.splice(index, 1);
+      waitersChanged(state);
+    }
     if (lease) waiter.resolve(lease);
     else waiter.reject(error!);
   }
@@ -787,6 +831,7 @@ export function createLockService(options: LockServiceOptions): LockService {
         waiter.detachSignal = () => signal.removeEventListener('abort', onAbort);
       }
       state.queue.push(waiter);
+      waitersChanged(state);
       void pump(state);
     });
   }
@@ -817,10 +862,12 @@ export function createLockService(options: LockServiceOptions): LockService {
     const onAbort = () => controller.abort(cancelled);
     options.signal?.addEventListener('abort', onAbort, { once: true });
     state.queuedInBackend.add(controller);
+    waitersChanged(state);
     try {
       // The backend call may run as long as the wait; the backstop counts from the deadline.
       const result = await bounded(
         'acquire',
+        'acquireQueued',
         () => backend.acquireQueued!({ ...request, signal: controller.signal }),
         (late) => {
           if (late.granted) releaseQuietly(late.grant, request.keyHash);
@@ -844,6 +891,7 @@ export function createLockService(options: LockServiceOptions): LockService {
       deadline.cancel();
       options.signal?.removeEventListener('abort', onAbort);
       state.queuedInBackend.delete(controller);
+      waitersChanged(state);
     }
   }
 
@@ -892,13 +940,16 @@ export function createLockService(options: LockServiceOptions): LockService {
       const keyHash =
         tracked && leaseKey === tracked.leaseKey ? tracked.keyHash : hashLeaseKey(leaseKey);
       const request = { name, owner, ttlMs, keyHash };
+      const startedAt = clock.now();
       state.busy += 1;
       try {
         const isHolder = tracked?.keyHash === keyHash;
         if (waitMs > 0 && !isHolder) {
-          return backend.capabilities.fairQueue && backend.acquireQueued
-            ? await waitInBackend(state, options, request, leaseKey, waitMs)
-            : await enqueue(state, options, request, leaseKey, waitMs);
+          const lease =
+            backend.capabilities.fairQueue && backend.acquireQueued
+              ? await waitInBackend(state, options, request, leaseKey, waitMs)
+              : await enqueue(state, options, request, leaseKey, waitMs);
+          return reportGrant(lease, 'granted', clock.now() - startedAt);
         }
         // A try-lock does not jump the queue: while others wait here, only the holder's
         // idempotent re-acquire goes to the backend.
@@ -906,7 +957,7 @@ export function createLockService(options: LockServiceOptions): LockService {
           throw lockHeld(name, state.queue[0]?.ttlRemainingMs);
         }
         const result = await attempt(state, request, leaseKey, options.onLost);
-        if (result.granted) return toLease(result.grant, leaseKey);
+        if (result.granted) return reportGrant(toLease(result.grant, leaseKey), 'granted', 0);
         throw lockHeld(name, result.ttlRemainingMs);
       } finally {
         state.busy -= 1;
@@ -922,7 +973,9 @@ export function createLockService(options: LockServiceOptions): LockService {
       // No proof: NOT_HOLDER without asking the backend, the same answer a wrong key gets.
       if (proof === null) throw notHolderError(name, token);
       const { keyHash } = proof;
-      const released = await bounded('release', () => backend.release({ name, token, keyHash }));
+      const released = await bounded('release', 'release', () =>
+        backend.release({ name, token, keyHash }),
+      );
       const state = names.get(name);
       const tracked = state?.lease?.token === token ? state.lease : undefined;
       if (released && state?.holder?.token === token) {
@@ -935,6 +988,7 @@ export function createLockService(options: LockServiceOptions): LockService {
         dropIfIdle(state);
       }
       if (!released) throw notHolderError(name, token);
+      notify('released', name, token);
     },
 
     async extend(options) {
@@ -949,7 +1003,7 @@ export function createLockService(options: LockServiceOptions): LockService {
       state.busy += 1;
       try {
         const startedAt = clock.now();
-        const grant = await bounded('extend', () =>
+        const grant = await bounded('extend', 'extend', () =>
           backend.extend({ name, token, ttlMs, keyHash }),
         );
         if (!grant) throw notHolderError(name, token);
@@ -963,7 +1017,7 @@ export function createLockService(options: LockServiceOptions): LockService {
           );
         }
         track(state, grant, leaseKey, startedAt, options.onLost);
-        return toLease(grant, leaseKey);
+        return reportGrant(toLease(grant, leaseKey), 'extended', 0);
       } finally {
         state.busy -= 1;
         dropIfIdle(state);
@@ -973,18 +1027,20 @@ export function createLockService(options: LockServiceOptions): LockService {
     async get(name) {
       validateName(name, limits);
       assertOpen();
-      return bounded('inspect', () => backend.inspect(name));
+      return bounded('inspect', 'inspect', () => backend.inspect(name));
     },
 
     async revoke(name) {
       validateName(name, limits);
       assertOpen();
-      const current = await bounded('inspect', () => backend.inspect(name));
+      const current = await bounded('inspect', 'inspect', () => backend.inspect(name));
       if (!current) return null;
       // An operator's action: the token alone (no key) ends the lease on a backend without revoke.
       const revoked = backend.revoke
-        ? await bounded('revoke', () => backend.revoke!(name))
-        : await bounded('release', () => backend.release({ name, token: current.token }));
+        ? await bounded('revoke', 'revoke', () => backend.revoke!(name))
+        : await bounded('release', 'release', () =>
+            backend.release({ name, token: current.token }),
+          );
       if (!revoked) return null;
       const state = names.get(name);
       if (state?.holder?.token === current.token) {

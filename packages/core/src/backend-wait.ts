@@ -1,3 +1,4 @@
+import type { AcquireResult, Grant } from './backend.js';
 import { isDlmError } from './errors.js';
 import { track } from './lease-tracking.js';
 import { cancelledError, lockHeld, tooManyWaiters } from './lock-errors.js';
@@ -44,23 +45,33 @@ export async function waitInBackend(
       },
       waitMs + ctx.settings.backendTimeoutMs,
     );
-    if (result.granted && controller.signal.aborted) {
-      // Granted just as the wait ended: nobody will use it.
-      calls.releaseQuietly(result.grant, request.keyHash);
-    }
-    if (!result.granted || controller.signal.aborted) {
-      const reason: unknown = controller.signal.reason;
-      if (isDlmError(reason) && reason.code === 'LOCK_HELD' && !result.granted) {
-        throw lockHeld(request.name, result.ttlRemainingMs);
-      }
-      throw isDlmError(reason) ? reason : lockHeld(request.name, undefined);
-    }
-    track(ctx, state, result.grant, leaseKey, clock.now(), options.onLost);
-    return toLease(result.grant, leaseKey);
+    const grant = grantOf(ctx, result, controller.signal, request);
+    track(ctx, state, grant, leaseKey, clock.now(), options.onLost);
+    return toLease(grant, leaseKey);
   } finally {
     deadline.cancel();
     options.signal?.removeEventListener('abort', onAbort);
     state.queuedInBackend.delete(controller);
     waitersChanged(ctx, state);
   }
+}
+
+/**
+ * The grant the backend's queue answered with, or why the wait failed: its deadline (LOCK_HELD,
+ * with the holder's lease left when the backend said it), its signal, or the service's close.
+ */
+function grantOf(
+  ctx: ServiceContext,
+  result: AcquireResult,
+  signal: AbortSignal,
+  request: QueuedAcquire['request'],
+): Grant {
+  if (result.granted && !signal.aborted) return result.grant;
+  // Granted just as the wait ended: nobody will use it.
+  if (result.granted) ctx.calls.releaseQuietly(result.grant, request.keyHash);
+  const reason: unknown = signal.reason;
+  if (isDlmError(reason) && reason.code === 'LOCK_HELD' && !result.granted) {
+    throw lockHeld(request.name, result.ttlRemainingMs);
+  }
+  throw isDlmError(reason) ? reason : lockHeld(request.name, undefined);
 }

@@ -105,6 +105,7 @@ export function observeService(
     watch: (name, listener) => service.watch(name, listener),
     holds: (name, token) => service.holds(name, token),
     waiters: (name) => service.waiters(name),
+    checkName: (name) => service.checkName(name),
 
     totalWaiters() {
       let total = 0;

@@ -36,6 +36,7 @@ export {
   parseToken,
 } from './fencing.js';
 export { createLeaseKey, hashLeaseKey } from './lease-key.js';
+export { notHolderError } from './lock-errors.js';
 export {
   type AcquireOptions,
   createLockService,
@@ -45,9 +46,9 @@ export {
   type LockService,
   type LockServiceOptions,
   type LostEvent,
-  notHolderError,
   type ReleaseRequest,
 } from './lock-service.js';
+export type { BackendOperation, LockObserver } from './observer.js';
 export {
   type Backoff,
   type BackoffOptions,

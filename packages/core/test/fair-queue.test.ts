@@ -24,30 +24,20 @@ function gate<T>() {
   return { promise, resolve };
 }
 
-/** A manual clock that counts the timers still pending. */
+/** A manual clock that knows which of its timers are still armed. */
 function countingClock() {
-  const clock = createManualClock();
-  let pending = 0;
-  const counted: Clock = {
-    now: clock.now,
+  const manual = createManualClock();
+  const armed = new Set<object>();
+  const clock: Clock = {
+    now: manual.now,
     setTimer(callback, delayMs) {
-      pending += 1;
-      let live = true;
-      const timer = clock.setTimer(() => {
-        live = false;
-        pending -= 1;
-        callback();
-      }, delayMs);
-      return {
-        cancel() {
-          if (live) pending -= 1;
-          live = false;
-          timer.cancel();
-        },
-      };
+      const mark = {};
+      armed.add(mark);
+      const timer = manual.setTimer(() => armed.delete(mark) && callback(), delayMs);
+      return { cancel: () => armed.delete(mark) && timer.cancel() };
     },
   };
-  return { clock: counted, advance: clock.advance, pending: () => pending };
+  return { clock, advance: manual.advance, pending: () => armed.size };
 }
 
 type Script = (watcher: QueueWatcher) => Promise<QueueStep>;

@@ -113,7 +113,7 @@ class ZkWaiter implements FairQueueDriver {
   }
 
   stop(): void {
-    // The watches set are one-shot, and `onWatch` only wakes a waiter that still sleeps.
+    // ZooKeeper watches are one-shot and cannot be taken back; the loop ignores a late one.
   }
 
   async leave(): Promise<void> {

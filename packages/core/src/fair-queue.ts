@@ -13,13 +13,14 @@ import { DlmError, toUnavailable } from './errors.js';
  * backend owns its specifics: join (create my ordered entry), look (my place, the entry ahead,
  * the holder's lease; take the lock when I am first), watch what it sleeps on, leave.
  *
- * Modes (issue 18). "May I be granted now" is the driver's look, which today asks: no entry
- * ahead of mine and no holder. Shared/exclusive modes and a holder limit become a parameter of
- * that predicate, not another loop: the request grows `mode` and `limit`, the driver's entries
- * carry their mode, and a look grants when every entry ahead of mine is a shared one that
- * holds, I am shared and fewer than `limit` hold (exclusive: nothing ahead, nobody holds) —
- * Curator's `getsTheLock(children, me, maxLeases)`. What to sleep on stays one step: the
- * nearest entry ahead that blocks me (an exclusive one, or the holder). The loop is unchanged.
+ * Modes (issue 18). "May I be granted now" is one predicate, in the driver's look; today it is
+ * "no entry ahead of mine and no holder". Shared/exclusive modes and a holder limit become its
+ * parameters, not another loop: the request gains `mode` and `limit`, each queue entry records
+ * its mode, and the predicate reads: exclusive, nothing ahead and no holder; shared, no
+ * exclusive entry ahead, no exclusive holder and fewer than `limit` shared holders (Curator's
+ * `getsTheLock(children, me, maxLeases)`). What a waiter sleeps on stays one step, the
+ * nearest thing that blocks it (an exclusive entry ahead, or a holder); this loop and the
+ * driver interface do not change, and a multi-lock is one such wait per name, in canonical order.
  */
 
 /** What one look found: a grant, or what to sleep on until the next look. */
@@ -109,16 +110,19 @@ export function createFairQueue(options: FairQueueOptions): FairQueue {
     if (options.isClosed()) throw closed();
     const turn = turns.take(request.name);
     const sleeper = createSleeper(options.clock, sleepers, signal);
-    const driver = options.driver(request, sleeper);
+    let driver: FairQueueDriver | undefined;
     try {
+      driver = options.driver(request, sleeper);
       return await waitLoop(driver, turn, sleeper, signal);
     } catch (error) {
       throw toUnavailable(error, 'acquire');
     } finally {
+      // Whatever ended the wait, the next waiter of this server may join.
       turn.done();
-      driver.stop();
+      sleeper.end();
+      driver?.stop();
       // Leaving is best effort: a failure neither changes the outcome nor hides its error.
-      if (driver.queued()) await driver.leave().catch(() => undefined);
+      if (driver?.queued()) await driver.leave().catch(() => undefined);
     }
   }
 
@@ -200,6 +204,8 @@ interface Sleeper extends QueueWatcher {
   missed(step: QueueSleep): boolean;
   /** Sleeps until woken, aborted, `wakeAfterMs` passed, or every waiter is woken. */
   sleep(step: QueueSleep, wakeAfterMs: number | undefined): Promise<void>;
+  /** The wait is over: later changes (a one-shot watch firing late) are ignored. */
+  end(): void;
 }
 
 function createSleeper(clock: Clock, sleepers: Set<() => void>, signal: AbortSignal): Sleeper {
@@ -210,9 +216,11 @@ function createSleeper(clock: Clock, sleepers: Set<() => void>, signal: AbortSig
   let wake: () => void = () => {};
   const seen: ((step: QueueSleep) => boolean)[] = [];
   const always = () => true;
+  let ended = false;
   return {
     changed(affects = always) {
       const step = sleepingOn;
+      if (ended) return undefined;
       if (step === undefined) seen.push(affects);
       else if (affects(step)) {
         wake();
@@ -225,6 +233,10 @@ function createSleeper(clock: Clock, sleepers: Set<() => void>, signal: AbortSig
       return look();
     },
     missed: (step) => seen.some((affects) => affects(step)),
+    end() {
+      ended = true;
+      seen.length = 0;
+    },
     sleep(step, wakeAfterMs) {
       return new Promise<void>((resolve) => {
         let timer: Timer | undefined;

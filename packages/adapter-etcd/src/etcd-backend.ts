@@ -351,7 +351,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
     async close() {
       if (closed) return;
       closed = true;
-      queue.close();
+      queue.wakeAll();
       leases.close();
       await session.close();
       await watch.close();

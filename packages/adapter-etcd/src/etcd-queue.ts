@@ -98,8 +98,12 @@ export function fairQueue(context: QueueContext) {
   });
   return {
     acquireQueued: queue.acquireQueued,
-    /** Wakes every sleeping waiter, which then finds the backend closed; stops retries. */
-    close(): void {
+    /**
+     * On close: wakes every sleeping waiter, which then finds the backend closed, and drops the
+     * pending dequeue retries (they would find it closed too; their timers need not keep the
+     * process alive).
+     */
+    wakeAll(): void {
       dequeuer.close();
       queue.wakeAll();
     },

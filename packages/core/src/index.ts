@@ -28,6 +28,15 @@ export {
   toUnavailable,
 } from './errors.js';
 export {
+  createFairQueue,
+  type FairQueue,
+  type FairQueueDriver,
+  type FairQueueOptions,
+  type QueueSleep,
+  type QueueStep,
+  type QueueWatcher,
+} from './fair-queue.js';
+export {
   createFenceGuard,
   type FenceGuard,
   type FenceGuardOptions,

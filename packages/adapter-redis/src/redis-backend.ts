@@ -2,6 +2,7 @@ import {
   type BackendCapabilities,
   type Clock,
   DlmError,
+  holderChangeEvents,
   type LockBackend,
   systemClock,
   toUnavailable,
@@ -151,13 +152,10 @@ export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
         }
         if (events.lastToken(name) !== before) return; // the live stream knows better
         if (state && state.token === before) return;
-        if (before !== undefined) events.deliver({ name, type: 'expired', token: before });
-        if (state) {
-          events.setLastToken(name, state.token);
-          events.deliver({ name, type: 'acquired', token: state.token, owner: state.owner });
-        } else {
-          events.setLastToken(name, undefined);
-          if (before === undefined) events.deliver({ name, type: 'released' });
+        events.setLastToken(name, state?.token);
+        const heard = before === undefined ? undefined : { token: before };
+        for (const event of holderChangeEvents(name, heard, state ?? undefined, true)) {
+          events.deliver(event);
         }
       }),
     );

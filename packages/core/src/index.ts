@@ -72,3 +72,12 @@ export {
   validateTtl,
   validateWait,
 } from './validation.js';
+export {
+  deliverEvent,
+  type HeardHolder,
+  holderChangeEvents,
+  type ListenerEntry,
+  type LockListener,
+  LockListeners,
+  type LockListenersHooks,
+} from './lock-listeners.js';

@@ -7,6 +7,7 @@ import {
   type Unsubscribe,
 } from '@dlm/core';
 import type { Redis } from 'ioredis';
+import { within } from './command-bounds.js';
 import {
   encodeName,
   eventChannel,
@@ -134,6 +135,24 @@ async function enableKeyspaceExpiry(subscriber: Redis): Promise<boolean> {
   }
 }
 
+/**
+ * Until the first subscription is in place, a call waits for it, within what is left of its
+ * `commandTimeoutMs` since `startedAt` (on `clock`): an event published before it could be missed.
+ */
+export async function subscribedWithin(
+  clock: Clock,
+  events: LockEvents,
+  commandTimeoutMs: number,
+  startedAt: number,
+): Promise<void> {
+  if (events.isSubscribed) return;
+  await within(clock, events.subscribed, commandTimeoutMs - (clock.now() - startedAt));
+}
+
+/**
+ * The event hub of one or more Redis nodes: one subscriber connection per node serves every
+ * watched name (see `LockEventsOptions.mode` for how several nodes' reports are merged).
+ */
 export function createLockEvents(options: LockEventsOptions): LockEvents {
   const { prefix, mode, clock } = options;
   const channel = eventChannel(prefix);

@@ -10,7 +10,7 @@ import {
 import type { Redis } from 'ioredis';
 import { within } from './command-bounds.js';
 import { createCommandConnection, createSubscriberConnection, databaseOf } from './connections.js';
-import { createLockEvents } from './lock-events.js';
+import { createLockEvents, subscribedWithin } from './lock-events.js';
 import { createRedisNode } from './redis-node.js';
 
 export interface RedisBackendOptions {
@@ -161,12 +161,6 @@ export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
     );
   }
 
-  /** Until the first subscription is in place, calls wait for it (within their budget). */
-  async function subscribedWithin(startedAt: number): Promise<void> {
-    if (events.isSubscribed) return;
-    await within(clock, events.subscribed, commandTimeoutMs - (clock.now() - startedAt));
-  }
-
   let closed = false;
   function assertOpen(): void {
     if (closed) throw new DlmError('UNAVAILABLE', 'the Redis backend is closed');
@@ -200,7 +194,7 @@ export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
     async tryAcquire({ name, owner, ttlMs, keyHash }) {
       assertOpen();
       const startedAt = clock.now();
-      if (!events.isSubscribed) await subscribedWithin(startedAt);
+      if (!events.isSubscribed) await subscribedWithin(clock, events, commandTimeoutMs, startedAt);
       const result = await node.acquire(name, owner, keyHash, ttlMs, startedAt);
       if (!result.granted) return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
       events.noteGrant(name, result.token);

@@ -298,15 +298,15 @@ class ScriptedRedisNode implements RedisNode {
     this.serverClock.reset();
     return new DlmError(
       'UNAVAILABLE',
-      `${what}: Redis ran the request after its deadline and ignored it (stalled server or this.clock jump)`,
+      `${what}: Redis ran the request after its deadline and ignored it (stalled server or clock jump)`,
     );
   }
 
   async inspect(name: string): Promise<LockState | null> {
     const keys = this.keysOf(name);
     const reply = asArray(
-      await this.call('this.inspect', false, this.clock.now(), INSPECT, [keys.lock], []),
-      'this.inspect',
+      await this.call('inspect', false, this.clock.now(), INSPECT, [keys.lock], []),
+      'inspect',
     );
     if (reply.length < 2) return null;
     const { token, owner } = parseValue(String(reply[0]));

@@ -1,10 +1,8 @@
-export { type RedisBackend, type RedisBackendOptions, redisBackend } from './redis-backend.js';
-
 /*
- * Building blocks for a backend made of several Redis nodes (`@dlm/adapter-redlock` is one):
- * one node's atomic primitives, the multiplexed event hub, the safe connection settings and
- * the option checks every Redis adapter shares. See the README's "Building blocks" section.
- * They follow semver like the rest of this package.
+ * `redisBackend` is the backend. The other exports are the building blocks of a backend made of
+ * several Redis nodes (`@dlm/adapter-redlock` is one): one node's atomic primitives, the
+ * multiplexed event hub, the safe connection settings and the option checks every Redis adapter
+ * shares. See the README's "Building blocks" section. They follow semver like `redisBackend`.
  */
 export { within } from './command-bounds.js';
 export { createCommandConnection, createSubscriberConnection, databaseOf } from './connections.js';
@@ -17,7 +15,12 @@ export {
   type LockEventsOptions,
   subscribedWithin,
 } from './lock-events.js';
-export { checkCommonOptions } from './redis-backend.js';
+export {
+  checkCommonOptions,
+  type RedisBackend,
+  type RedisBackendOptions,
+  redisBackend,
+} from './redis-backend.js';
 export {
   createRedisNode,
   type NodeAcquireResult,

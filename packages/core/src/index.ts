@@ -37,6 +37,15 @@ export {
 } from './fencing.js';
 export { createLeaseKey, hashLeaseKey } from './lease-key.js';
 export {
+  deliverEvent,
+  type HeardHolder,
+  holderChangeEvents,
+  type ListenerEntry,
+  type LockListener,
+  LockListeners,
+  type LockListenersHooks,
+} from './lock-listeners.js';
+export {
   type AcquireOptions,
   createLockService,
   type ExtendOptions,
@@ -72,12 +81,3 @@ export {
   validateTtl,
   validateWait,
 } from './validation.js';
-export {
-  deliverEvent,
-  type HeardHolder,
-  holderChangeEvents,
-  type ListenerEntry,
-  type LockListener,
-  LockListeners,
-  type LockListenersHooks,
-} from './lock-listeners.js';

@@ -47,6 +47,15 @@ export {
 export { createLeaseKey, hashLeaseKey } from './lease-key.js';
 export { notHolderError } from './lock-errors.js';
 export {
+  deliverEvent,
+  type HeardHolder,
+  holderChangeEvents,
+  type ListenerEntry,
+  type LockListener,
+  LockListeners,
+  type LockListenersHooks,
+} from './lock-listeners.js';
+export {
   type AcquireOptions,
   createLockService,
   type ExtendOptions,

@@ -7,7 +7,7 @@ import {
 } from 'prom-client';
 import { type CounterSeries, fastCounter, fastHistogram } from './fast-metric.js';
 
-/** A backend primitive, as timed by `instrumentBackend`. */
+/** A backend primitive with a `dlm_backend_*` series (see `lock-observer.ts`). */
 export type BackendOperation = 'tryAcquire' | 'release' | 'extend' | 'inspect' | 'revoke' | 'list';
 /** How a waiting acquire (`waitMs` > 0) ended. */
 export type WaitOutcome = 'granted' | 'timeout' | 'cancelled' | 'error';
@@ -71,6 +71,11 @@ export interface ServerMetrics {
   backend(operation: BackendOperation, seconds: number, failed: boolean): void;
   /** A connection refused at the upgrade or ended by the server for `reason`. */
   connectionEnded(reason: ConnectionRejection): void;
+  /**
+   * Where the gauges read their values at scrape time. Bound once the parts they read exist
+   * (the lock service, the feed, the sessions), which themselves report to these metrics.
+   */
+  bindGauges(sources: GaugeSources): void;
 }
 
 export type TimedMethod = 'lock.acquire' | 'lock.release' | 'lock.extend';
@@ -92,14 +97,18 @@ function processMetrics(): PromRegistry {
   return processRegistry;
 }
 
-export function createMetrics(options: {
-  version: string;
-  backend: string;
-  gauges: GaugeSources;
-}): ServerMetrics {
+/** Every gauge reads 0 until `bindGauges` says where its value comes from. */
+const NO_GAUGES: GaugeSources = {
+  sessions: () => 0,
+  heldLocks: () => 0,
+  waiters: () => 0,
+  backendUp: () => 0,
+};
+
+export function createMetrics(options: { version: string; backend: string }): ServerMetrics {
   const registry = new Registry();
   const registers = [registry];
-  const { gauges } = options;
+  let gauges = NO_GAUGES;
 
   new Gauge({
     name: 'dlm_build_info',
@@ -274,6 +283,9 @@ export function createMetrics(options: {
     },
     connectionEnded(reason) {
       rejectionBy.get(reason)!.inc();
+    },
+    bindGauges(sources) {
+      gauges = sources;
     },
   };
 }

@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { DlmError, formatToken, isDlmError, type LockService, validateName } from '@dlm/core';
+import { DlmError, formatToken, isDlmError, type LockService } from '@dlm/core';
 import { sendError, sendJson, sendThrown } from './http-json.js';
 import type { ListLocks } from './lock-observer.js';
 import type { Logger } from './logger.js';
@@ -87,7 +87,7 @@ function decodeName(encoded: string, context: AdminContext): string {
   } catch {
     throw new DlmError('INVALID_PARAMS', 'name is not validly URL-encoded', { field: 'name' });
   }
-  return validateName(name, context.service.limits);
+  return context.service.checkName(name);
 }
 
 async function listLocks(

@@ -7,7 +7,6 @@ import {
   notHolderError,
   parseToken,
   validateLeaseKey,
-  validateName,
   validateTtl,
 } from '@dlm/core';
 import { type Action, allows } from './permissions.js';
@@ -17,15 +16,15 @@ type LockMethod = 'lock.acquire' | 'lock.release' | 'lock.extend' | 'lock.get';
 
 /**
  * The name a lock method is about, and a check that the principal may `actions` on it. The
- * name is checked here because a FORBIDDEN must not tell a caller anything about a bad name
- * (it is INVALID_PARAMS first, as the service says it).
+ * permission needs a valid name (a bad one is INVALID_PARAMS before any FORBIDDEN), so core's
+ * `checkName` validates it here, and the service does not validate it again.
  */
 export function permittedName(
   scope: SessionScope,
   params: Record<string, unknown>,
   ...actions: Action[]
 ): string {
-  const name = validateName(params.name, scope.context.service.limits);
+  const name = scope.context.service.checkName(params.name);
   const { principal } = scope;
   if (!actions.some((action) => allows(principal, action, name))) {
     throw new DlmError(

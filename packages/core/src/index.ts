@@ -36,6 +36,7 @@ export {
   parseToken,
 } from './fencing.js';
 export { createLeaseKey, hashLeaseKey } from './lease-key.js';
+export { notHolderError } from './lock-errors.js';
 export {
   type AcquireOptions,
   createLockService,
@@ -45,7 +46,6 @@ export {
   type LockService,
   type LockServiceOptions,
   type LostEvent,
-  notHolderError,
   type ReleaseRequest,
 } from './lock-service.js';
 export type { BackendOperation, LockObserver } from './observer.js';

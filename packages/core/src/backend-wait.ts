@@ -1,0 +1,66 @@
+import { isDlmError } from './errors.js';
+import { track } from './lease-tracking.js';
+import { cancelledError, lockHeld, tooManyWaiters } from './lock-errors.js';
+import type { AcquireOptions, Lease } from './lock-service.js';
+import {
+  type NameState,
+  type QueuedAcquire,
+  type ServiceContext,
+  waitersChanged,
+} from './name-state.js';
+import { toLease } from './proofs.js';
+
+/**
+ * A wait in the backend's own queue (fair across servers). The deadline and the caller's
+ * signal abort it; the adapter dequeues and answers `granted: false`.
+ */
+export async function waitInBackend(
+  ctx: ServiceContext,
+  state: NameState,
+  options: AcquireOptions,
+  { request, leaseKey }: QueuedAcquire,
+  waitMs: number,
+): Promise<Lease> {
+  if (state.queuedInBackend.size >= ctx.settings.maxWaiters) throw tooManyWaiters(request.name);
+  const { clock, calls, backend } = ctx;
+  const controller = new AbortController();
+  const cancelled = cancelledError();
+  const deadline = clock.setTimer(
+    () => controller.abort(lockHeld(request.name, undefined)),
+    waitMs,
+  );
+  const onAbort = () => controller.abort(cancelled);
+  options.signal?.addEventListener('abort', onAbort, { once: true });
+  state.queuedInBackend.add(controller);
+  waitersChanged(ctx, state);
+  try {
+    // The backend call may run as long as the wait; the backstop counts from the deadline.
+    const result = await calls.bounded(
+      'acquire',
+      'acquireQueued',
+      () => backend.acquireQueued!({ ...request, signal: controller.signal }),
+      (late) => {
+        if (late.granted) calls.releaseQuietly(late.grant, request.keyHash);
+      },
+      waitMs + ctx.settings.backendTimeoutMs,
+    );
+    if (result.granted && controller.signal.aborted) {
+      // Granted just as the wait ended: nobody will use it.
+      calls.releaseQuietly(result.grant, request.keyHash);
+    }
+    if (!result.granted || controller.signal.aborted) {
+      const reason: unknown = controller.signal.reason;
+      if (isDlmError(reason) && reason.code === 'LOCK_HELD' && !result.granted) {
+        throw lockHeld(request.name, result.ttlRemainingMs);
+      }
+      throw isDlmError(reason) ? reason : lockHeld(request.name, undefined);
+    }
+    track(ctx, state, result.grant, leaseKey, clock.now(), options.onLost);
+    return toLease(result.grant, leaseKey);
+  } finally {
+    deadline.cancel();
+    options.signal?.removeEventListener('abort', onAbort);
+    state.queuedInBackend.delete(controller);
+    waitersChanged(ctx, state);
+  }
+}

@@ -12,7 +12,7 @@ import {
 import type { BackendHealth } from './backend-health.js';
 import { withDeadline } from './deadline.js';
 import type { Logger } from './logger.js';
-import type { BackendOperation, ServerMetrics } from './metrics.js';
+import { BACKEND_OPERATIONS, type BackendOperation, type ServerMetrics } from './metrics.js';
 
 /**
  * The server's one lock observer, passed to core's lock service: every grant, extend, release,
@@ -38,14 +38,7 @@ export interface ServerObserverOptions {
 }
 
 /** The operations with a `dlm_backend_*` series (`acquireQueued` mostly measures a wait). */
-const TIMED: ReadonlySet<string> = new Set<BackendOperation>([
-  'tryAcquire',
-  'release',
-  'extend',
-  'inspect',
-  'revoke',
-  'list',
-]);
+const TIMED: ReadonlySet<string> = new Set(BACKEND_OPERATIONS);
 
 export function createServerObserver(options: ServerObserverOptions): ServerObserver {
   const { metrics, logger, health } = options;

@@ -64,6 +64,16 @@ export {
   retryPolicy,
 } from './retry.js';
 export {
+  type BoundedCallOptions,
+  type Budget,
+  backgroundTimer,
+  boundedCall,
+  budget,
+  MAX_TIMER_MS,
+  settlesWithin,
+  sleep,
+} from './time.js';
+export {
   DEFAULT_LIMITS,
   type Limits,
   validateLeaseKey,

@@ -1,4 +1,6 @@
 import {
+  type Budget,
+  budget,
   type Clock,
   createLeaseKey,
   DlmError,
@@ -95,7 +97,8 @@ class AcquireTries {
   readonly ownerIsOurs: boolean;
   readonly key: string;
   readonly policy: RetryPolicy;
-  private readonly startedAt: number;
+  /** What is left of `waitMs` across the tries (none for a try-lock: it never waits). */
+  private readonly waitBudget: Budget | undefined;
   /** When the try that counts was sent, on the clock (the lease's deadline counts from it). */
   sentAt = Number.NaN;
   private outcome: 'pending' | 'granted' | 'failed' = 'pending';
@@ -129,7 +132,8 @@ class AcquireTries {
       (options.owner === undefined ? undefined : context.held.keyFor(name, this.owner)) ??
       createLeaseKey();
     this.policy = context.policyFor(options.retry, options.signal);
-    this.startedAt = context.clock.now();
+    this.waitBudget =
+      this.waitMs > 0 ? budget('lock.acquire', this.waitMs, context.clock) : undefined;
   }
 
   readonly attempt = (attempt: RetryAttempt): Promise<Grant> => {
@@ -156,7 +160,7 @@ class AcquireTries {
 
   /** What is left of `waitMs` for this try, leaving its reply time before the overall deadline. */
   private waitFor(attempt: RetryAttempt): number {
-    let wait = Math.max(0, this.waitMs - (this.context.clock.now() - this.startedAt));
+    let wait = this.waitBudget ? Math.max(0, this.waitBudget.remainingMs()) : 0;
     if (Number.isFinite(attempt.remainingMs)) {
       const replyAllowanceMs = Math.min(
         this.context.requestTimeoutMs,

@@ -1,4 +1,11 @@
-import { type Clock, type DeadlineQueue, DlmError, type RetryPolicy, type Timer } from '@dlm/core';
+import {
+  type Clock,
+  type DeadlineQueue,
+  DlmError,
+  type RetryPolicy,
+  settlesWithin,
+  type Timer,
+} from '@dlm/core';
 import {
   fromRpcError,
   type MethodName,
@@ -416,21 +423,10 @@ class ClientConnection {
    * Waits briefly for the closing handshake so the server sees a clean close, but never lets a
    * dead peer hold close() up.
    */
-  private closeSocket(ws: WebSocketLike | undefined): Promise<void> {
-    return new Promise<void>((resolve) => {
-      if (!ws || ws.readyState > OPEN) {
-        resolve();
-        return;
-      }
-      const timer = this.options.clock.setTimer(() => {
-        ws.terminate?.();
-        resolve();
-      }, 1_000);
-      ws.addEventListener('close', () => {
-        timer.cancel();
-        resolve();
-      });
-      closeQuietly(ws, 1000, 'client closed');
-    });
+  private async closeSocket(ws: WebSocketLike | undefined): Promise<void> {
+    if (!ws || ws.readyState > OPEN) return;
+    const closed = new Promise<void>((resolve) => ws.addEventListener('close', () => resolve()));
+    closeQuietly(ws, 1000, 'client closed');
+    if (!(await settlesWithin(this.options.clock, closed, 1_000))) ws.terminate?.();
   }
 }

@@ -1,8 +1,8 @@
 import type { Grant, LockBackend } from './backend.js';
 import type { Clock } from './clock.js';
 import { createDeadlineQueue } from './deadline-queue.js';
-import { DlmError } from './errors.js';
 import type { BackendOperation, Notify } from './observer.js';
+import { boundedCall } from './time.js';
 
 /** How the lock service calls its backend: timed for the observer, and never without a bound. */
 export interface BackendCalls {
@@ -48,49 +48,18 @@ export function createBackendCalls(
     );
   }
 
-  /** Races a backend call against the backstop timeout. */
+  /** Races a backend call against the backstop timeout (core's one bounded call). */
   function bounded<T>(
     what: string,
     operation: BackendOperation,
     run: () => Promise<T>,
     onLateResult?: (value: T) => void,
     timeoutMs = backendTimeoutMs,
-  ) {
-    return new Promise<T>((resolve, reject) => {
-      let done = false;
-      const expire = () => {
-        if (done) return;
-        done = true;
-        reject(
-          new DlmError('UNAVAILABLE', `${what}: the backend did not answer in ${timeoutMs} ms`, {
-            indeterminate: true,
-          }),
-        );
-      };
-      let cancel: () => void;
-      if (timeoutMs === backendTimeoutMs) {
-        cancel = backstops.add(expire);
-      } else {
-        const timer = clock.setTimer(expire, timeoutMs);
-        cancel = () => timer.cancel();
-      }
-      call(operation, run).then(
-        (value) => {
-          cancel();
-          if (done) onLateResult?.(value);
-          else {
-            done = true;
-            resolve(value);
-          }
-        },
-        (error: unknown) => {
-          cancel();
-          if (!done) {
-            done = true;
-            reject(error);
-          }
-        },
-      );
+  ): Promise<T> {
+    return boundedCall(what, timeoutMs, () => call(operation, run), {
+      deadlines: backstops,
+      indeterminate: true,
+      ...(onLateResult ? { onLateResult } : {}),
     });
   }
 

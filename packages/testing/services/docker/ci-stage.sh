@@ -11,7 +11,7 @@
 #   5. stops that dockerd (by its pid) and removes its files, also when a step fails.
 # It prints how long each step and the whole stage took.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../../../.."
 
 now_ms() { date +%s%3N; }
 stage_started=$(now_ms)
@@ -84,7 +84,7 @@ done
 docker info >/dev/null
 step "starting dockerd (pid $dockerd_pid)"
 
-tooling/test-services/docker/build-images.sh
+packages/testing/services/docker/build-images.sh
 step "building the local images"
 
 export CI=true

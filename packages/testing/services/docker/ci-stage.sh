@@ -122,7 +122,7 @@ done
 run_tests "the adapters' conformance suites on containers" \
   npx vitest run "${projects[@]}" test/conformance.test.ts
 # The provider's own tests: kill (docker kill), pause (docker pause) and start of containers.
-run_tests "test-services' tests on containers" npx vitest run --project test-services \
+run_tests "test-services' tests on containers" npx vitest run --project services \
   test/redis.test.ts test/etcd.test.ts test/zookeeper.test.ts
 run_tests "examples/third-party-adapter" bash -c 'cd examples/third-party-adapter && npx vitest run'
 

@@ -59,6 +59,7 @@ describe.skipIf(!run)('etcd adapter', () => {
             return {
               backend,
               commandTimeoutMs,
+              releaseBoundedInOutage: true,
               members: cluster.members,
               waitForLeader: () => cluster.waitForLeader(),
               stop: async () => {

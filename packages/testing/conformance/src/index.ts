@@ -15,7 +15,7 @@ import type { ConformanceTarget } from './target.js';
 export type { ConformanceContext } from './context.js';
 export { expirySlack, failure, lockName, shortTtl } from './support.js';
 export type { ClusterMember, ClusterTarget, ConformanceTarget, FairQueueProbe } from './target.js';
-export { sleep, until } from './wait.js';
+export { sleep, type UntilOptions, until } from './wait.js';
 
 /**
  * The groups every backend runs, in order. Each registers one `describe` over the shared

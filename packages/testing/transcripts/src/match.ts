@@ -17,6 +17,8 @@
  * numbers, booleans and null by equality. `{{run}}` in any string is replaced by the run id.
  */
 
+import { TranscriptFormatError } from '@dlm/protocol/transcripts';
+
 export type Bindings = ReadonlyMap<string, unknown>;
 
 export type MatchResult = { ok: true; bindings: Map<string, unknown> } | { ok: false; why: string };
@@ -25,10 +27,7 @@ const KEYS = new Set(['$capture', '$ref', '$any', '$gt', '$between', '$optional'
 const TOKEN = /^[1-9][0-9]{0,18}$/;
 const MAX_TOKEN = 2n ** 63n - 1n;
 
-/** A mistake in a transcript itself (as opposed to a server that does not match it). */
-export class TranscriptFormatError extends Error {
-  override readonly name = 'TranscriptFormatError';
-}
+export { TranscriptFormatError };
 
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);

@@ -12,7 +12,7 @@
 #   5. stops that dockerd (by its pid) and removes its files, also when a step fails.
 # It prints how long each step and the whole stage took.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../../../.."
 
 now_ms() { date +%s%3N; }
 stage_started=$(now_ms)
@@ -91,7 +91,7 @@ done
 docker info >/dev/null
 step "starting dockerd (pid $dockerd_pid)"
 
-tooling/test-services/docker/build-images.sh
+packages/testing/services/docker/build-images.sh
 step "building the local images"
 
 export CI=true
@@ -129,7 +129,7 @@ done
 run_tests "the adapters' conformance suites on containers" \
   npx vitest run "${projects[@]}" test/conformance.test.ts
 # The provider's own tests: kill (docker kill), pause (docker pause) and start of containers.
-run_tests "test-services' tests on containers" npx vitest run --project test-services \
+run_tests "test-services' tests on containers" npx vitest run --project services \
   test/redis.test.ts test/etcd.test.ts test/zookeeper.test.ts
 run_tests "examples/third-party-adapter" bash -c 'cd examples/third-party-adapter && npx vitest run'
 # The dlm-server image: built from the Dockerfile on a local Node.js base, run, killed, re-run.

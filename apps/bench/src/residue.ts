@@ -13,13 +13,13 @@ import { readdirSync, statSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { embeddedBackend } from '@dlm/adapter-embedded';
 import { etcdBackend } from '@dlm/adapter-etcd';
 import { redisBackend } from '@dlm/adapter-redis';
 import { redlockBackend } from '@dlm/adapter-redlock';
 import { zookeeperBackend } from '@dlm/adapter-zookeeper';
 import type { LockBackend } from '@dlm/core';
+import { parseFlags, parseInteger, UsageError } from '@dlm/flags';
 import {
   startEtcd,
   startRedis,
@@ -337,38 +337,28 @@ function row(result: ResidueResult): string {
   return `| ${result.adapter} | ${result.names} | ${show(result.baseline)} | ${show(result.afterRelease)} | ${show(result.settled)} | ${back} (${result.returns.join(', ')}) | ${Math.round(result.lockMs / 1000)} s |`;
 }
 
-async function main(): Promise<void> {
-  const { values } = parseArgs({
-    args: process.argv.slice(2).filter((arg) => arg !== '--'),
-    options: {
-      names: { type: 'string', default: '100000' },
-      adapter: { type: 'string', default: 'all' },
-      'ttl-ms': { type: 'string', default: '5000' },
-      concurrency: { type: 'string', default: '32' },
-      'settle-ms': { type: 'string', default: '120000' },
-      'poll-ms': { type: 'string', default: '500' },
-      'fence-retention-ms': { type: 'string', default: '60000' },
-      'sweep-interval-ms': { type: 'string', default: '20000' },
-    },
+/** The adapters to measure and the options, from the flags. @throws UsageError */
+function residueArgs(argv: string[]): { adapters: ResidueAdapter[]; options: ResidueOptions } {
+  const { values } = parseFlags(argv, {
+    names: { type: 'string', default: '100000' },
+    adapter: { type: 'string', default: 'all' },
+    'ttl-ms': { type: 'string', default: '5000' },
+    concurrency: { type: 'string', default: '32' },
+    'settle-ms': { type: 'string', default: '120000' },
+    'poll-ms': { type: 'string', default: '500' },
+    'fence-retention-ms': { type: 'string', default: '60000' },
+    'sweep-interval-ms': { type: 'string', default: '20000' },
   });
-  const number = (text: string, flag: string) => {
-    const value = Number(text);
-    if (!Number.isInteger(value) || value <= 0) {
-      process.stderr.write(`residue: --${flag} must be a positive integer\n`);
-      process.exit(2);
-    }
-    return value;
-  };
+  const number = (text: string, flag: string) => parseInteger(text, `--${flag}`);
   const adapters =
     values.adapter === 'all'
       ? [...RESIDUE_ADAPTERS]
       : (values.adapter.split(',') as ResidueAdapter[]);
   for (const adapter of adapters) {
     if (!RESIDUE_ADAPTERS.includes(adapter)) {
-      process.stderr.write(
-        `residue: unknown adapter ${JSON.stringify(adapter)} (${RESIDUE_ADAPTERS.join(', ')})\n`,
+      throw new UsageError(
+        `unknown adapter ${JSON.stringify(adapter)} (${RESIDUE_ADAPTERS.join(', ')})`,
       );
-      process.exit(2);
     }
   }
   const options: ResidueOptions = {
@@ -380,6 +370,19 @@ async function main(): Promise<void> {
     fenceRetentionMs: number(values['fence-retention-ms'], 'fence-retention-ms'),
     sweepIntervalMs: number(values['sweep-interval-ms'], 'sweep-interval-ms'),
   };
+  return { adapters, options };
+}
+
+async function main(): Promise<void> {
+  let args: ReturnType<typeof residueArgs>;
+  try {
+    args = residueArgs(process.argv.slice(2));
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    process.stderr.write(`residue: ${error.message}\n`);
+    process.exit(2);
+  }
+  const { adapters, options } = args;
   const log = (line: string) => process.stderr.write(`[residue] ${line}\n`);
   process.stdout.write(
     `| adapter | names | before | right after the last release | settled | back to the baseline after | locking took |\n|---|--:|---|---|---|---|--:|\n`,

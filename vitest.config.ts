@@ -8,6 +8,8 @@ export default defineConfig({
       'tooling/*/vitest.config.ts',
       // Both examples take their services from @dlm/test-services (local binaries first).
       'examples/*/vitest.config.ts',
+      // The deployment files: the Kubernetes manifests against the API schemas and a server.
+      'deploy/vitest.config.ts',
     ],
   },
 });

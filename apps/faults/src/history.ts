@@ -1,7 +1,7 @@
 import { closeSync, openSync, readdirSync, readFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { isDlmError } from '@dlm/core';
-import type { LockOpEvent } from './linearizability.js';
+import type { LockOpEvent, LockOpName } from './linearizability.js';
 import { monoNow } from './time.js';
 
 /**
@@ -22,6 +22,19 @@ export function completionOf(error: unknown): { type: Phase; error: string } {
     return { type: unknown ? 'info' : 'fail', error: `${error.code}: ${error.message}` };
   }
   return { type: 'info', error: error instanceof Error ? error.message : String(error) };
+}
+
+/**
+ * How a failed operation of the lock workload (linearizability) completes. The client goes on
+ * with a try-acquire or a release after it rejected: it gives back in the background a grant that
+ * arrived too late or whose reply was lost, and retries a failed release after reconnecting,
+ * while the lease could still last. So an UNAVAILABLE of either may still take effect later, and
+ * is unknown (`info`) whether or not it says `indeterminate`. A failed read changed nothing.
+ */
+export function lockCompletionOf(f: LockOpName, error: unknown): { type: Phase; error: string } {
+  const completion = completionOf(error);
+  if (f !== 'get' && isDlmError(error, 'UNAVAILABLE')) return { ...completion, type: 'info' };
+  return completion;
 }
 
 /** What a workload process does: acquire → read → (extend) → write → release. */

@@ -12,6 +12,9 @@
  * otherwise; get reports the holder's token or free. A lease also ends on its own (expiry),
  * but never before its acquire was invoked plus `expiryAfterMs` (the lease asked for less a
  * margin): the backend's lease starts after the request was sent and lasts at least that long.
+ * A grant by an acquire whose outcome is unknown may end at any time: the client releases a
+ * grant its caller never received in the background (a release that failed is retried there
+ * too, so the workload records it as unknown).
  */
 
 /** One event a lock workload process records (JSONL, as the other histories). */
@@ -200,11 +203,13 @@ function step(
         } else {
           next.push(state);
           if (!holder) {
+            // A grant whose caller never saw it may end at any time: the client gives it back
+            // in the background (a late grant, a lost reply), besides its expiry.
             next.push({
               holder: {
                 token: undefined,
                 floor: state.max,
-                endsAfter: op.invoke + options.expiryAfterMs,
+                endsAfter: op.invoke,
               },
               max: state.max,
             });

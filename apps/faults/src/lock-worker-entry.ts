@@ -5,11 +5,18 @@
  * release and get on a few shared names, recording every operation (invoke, then ok / fail /
  * info = unknown) in its own history file. Requests are sent once (no client retry), so an
  * operation's effect, if any, lies within its recorded interval or, when its reply was lost,
- * within the checker's horizon after it.
+ * within the checker's horizon after it. The client's own clean-up (a late or lost grant given
+ * back, a failed release retried after a reconnect) is why a failed acquire or release is
+ * recorded as unknown (`lockCompletionOf`).
  */
 import { join } from 'node:path';
 import { createClient, type DlmClient, type Lease } from '@dlm/client';
-import { completionOf, createHistoryWriter, type HistoryWriter, type Phase } from './history.js';
+import {
+  createHistoryWriter,
+  type HistoryWriter,
+  lockCompletionOf,
+  type Phase,
+} from './history.js';
 import type { LockOpName } from './linearizability.js';
 import { sleep } from './time.js';
 
@@ -66,7 +73,7 @@ async function run(client: DlmClient, history: HistoryWriter): Promise<void> {
       const { type = 'ok', ...fields } = done(value);
       history.record({ ...base, type, ...fields });
     } catch (error) {
-      history.record({ ...base, ...completionOf(error) });
+      history.record({ ...base, ...lockCompletionOf(f, error) });
     }
   }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CI's Docker stage: the conformance suite for the Redis, Redlock, etcd and ZooKeeper adapters
-# (and the third-party example) with every service started by the testcontainers provider.
+# (and the third-party example) with every service started by the testcontainers provider, and
+# the dlm-server image built from the Dockerfile and run (deploy/docker/image-test.sh).
 #
 # The CI machine has no Docker engine and cannot pull images, so this stage
 #   1. installs docker.io if dockerd is missing,
@@ -28,6 +29,12 @@ if ! command -v dockerd >/dev/null; then
   apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker.io
   step "installing docker.io"
+fi
+# busybox: /bin/sh and the tools of the local Node.js base image (deploy/docker/node-base.sh).
+if ! command -v busybox >/dev/null; then
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends busybox-static
+  step "installing busybox-static"
 fi
 
 # Short paths: the daemon's unix sockets (its own and containerd's) must fit in 108 bytes.
@@ -125,6 +132,8 @@ run_tests "the adapters' conformance suites on containers" \
 run_tests "test-services' tests on containers" npx vitest run --project test-services \
   test/redis.test.ts test/etcd.test.ts test/zookeeper.test.ts
 run_tests "examples/third-party-adapter" bash -c 'cd examples/third-party-adapter && npx vitest run'
+# The dlm-server image: built from the Dockerfile on a local Node.js base, run, killed, re-run.
+run_tests "the dlm-server image (deploy/docker/image-test.sh)" deploy/docker/image-test.sh
 
 if [ ${#failures[@]} -gt 0 ]; then
   echo "ci-docker: failed: ${failures[*]}" >&2

@@ -5,6 +5,7 @@ export default defineConfig({
     projects: [
       'packages/*/vitest.config.ts',
       'apps/*/vitest.config.ts',
+      'packages/testing/*/vitest.config.ts',
       'tooling/*/vitest.config.ts',
       // Both examples take their services from @dlm/test-services (local binaries first).
       'examples/*/vitest.config.ts',

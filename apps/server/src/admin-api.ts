@@ -1,24 +1,15 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import {
-  type Clock,
-  DlmError,
-  formatToken,
-  isDlmError,
-  type LockBackend,
-  validateName,
-} from '@dlm/core';
-import { withDeadline } from './deadline.js';
+import { DlmError, formatToken, isDlmError, type LockService } from '@dlm/core';
 import { sendError, sendJson, sendThrown } from './http-json.js';
+import type { ListLocks } from './lock-observer.js';
 import type { Logger } from './logger.js';
-import type { ObservedService } from './observed-service.js';
 import { allows, allowsPrefix, type Principal } from './permissions.js';
 import { validatePrefix } from './prefix.js';
 
 export interface AdminContext {
-  service: ObservedService;
-  backend: LockBackend;
-  clock: Clock;
-  backendTimeoutMs: number;
+  service: LockService;
+  /** The backend's listing, bounded and observed; undefined when the backend cannot list. */
+  list: ListLocks | undefined;
   logger: Logger;
 }
 
@@ -96,7 +87,7 @@ function decodeName(encoded: string, context: AdminContext): string {
   } catch {
     throw new DlmError('INVALID_PARAMS', 'name is not validly URL-encoded', { field: 'name' });
   }
-  return validateName(name, context.service.limits);
+  return context.service.checkName(name);
 }
 
 async function listLocks(
@@ -105,23 +96,20 @@ async function listLocks(
   response: ServerResponse,
   query: URLSearchParams,
 ) {
-  const { backend, service } = context;
+  const { list, service } = context;
   const prefix = validatePrefix(query.get('prefix') ?? '', service.limits);
   if (!allowsPrefix(principal, 'admin', prefix))
     throw forbidden(principal, `the prefix ${JSON.stringify(prefix)}`);
-  const list = backend.list?.bind(backend);
   if (!list) {
     sendError(
       response,
       501,
       'METHOD_NOT_FOUND',
-      `the ${backend.kind} backend cannot list its locks; ask for one lock with GET ${LOCKS_PATH}/{name}`,
+      `the ${service.backend.kind} backend cannot list its locks; ask for one lock with GET ${LOCKS_PATH}/{name}`,
     );
     return;
   }
-  const states = await withDeadline(context.clock, context.backendTimeoutMs, 'list', () =>
-    list(prefix),
-  );
+  const states = await list(prefix);
   const locks = states
     .map((state) => ({
       name: state.name,

@@ -1,13 +1,15 @@
 import type {
   Clock,
   Lease,
-  LockBackend,
   LockChange,
+  LockObserver,
   LockService,
   LockState,
+  LostEvent,
   Unsubscribe,
 } from '@dlm/core';
-import { withDeadline } from './deadline.js';
+import { createFeedSubscribers, createWaitersBatch } from './feed-subscribers.js';
+import type { ListLocks } from './lock-observer.js';
 import type { HoldEnd } from './metrics.js';
 
 export type FeedEventType =
@@ -43,38 +45,35 @@ export interface FeedEvent {
 }
 
 export interface LockFeedOptions {
-  /** The backend, to list the locks this server did not grant itself. */
-  backend: LockBackend;
   /**
-   * Core's lock service, whose `watch` reports every grant, release and expiry of a name on any
-   * backend (it checks each lease at its end where the backend has no expiry events).
+   * Core's lock service: its `watch` reports every grant, release and expiry of a name on any
+   * backend (it checks each lease at its end where the backend has no expiry events), its
+   * `waiters` the acquires queued here.
    */
-  service: Pick<LockService, 'watch'>;
+  service: Pick<LockService, 'watch' | 'waiters'>;
   clock: Clock;
-  /** Waiters queued on this server for a name. */
-  waiters(name: string): number;
+  /** Lists the backend's held locks, for those this server did not grant; absent: cannot. */
+  list: ListLocks | undefined;
   /** A lease granted through this server ended, after being held `seconds`. */
   onHoldEnded?(end: HoldEnd, seconds: number): void;
-  /** Backstop for the feed's own backend calls. */
-  backendTimeoutMs: number;
 }
 
 /**
  * The server's live view of held locks: what the dashboard and `lock.watchPrefix` show.
  *
- * It is fed by what passes through this server (grants, extends, releases and lost leases,
- * reported by the observed lock service) and, for locks granted elsewhere on a shared backend,
- * by core's watch of each name: `seed` lists them, and the watch reports their grants,
- * releases, expiries and extensions (core checks a lease at its end where the backend does not
- * report expiries, so the feed keeps no timers of its own).
+ * It derives from the lock service's events: as a `LockObserver` part it hears of the leases
+ * granted, extended, released and lost through this server; for locks granted elsewhere on a
+ * shared backend, `seed` lists them and core's watch of each name reports their grants,
+ * releases, expiries and extensions. Core sees every lease's end, so the feed keeps no timers
+ * of its own: a lease's deadline here only says how much of it is left.
  */
-export interface LockFeed {
+export interface LockFeed extends LockObserver {
   granted(lease: Lease): void;
   extended(lease: Lease): void;
   released(name: string, token: bigint): void;
-  ended(name: string, token: bigint, reason: 'expired' | 'revoked'): void;
-  /** The number of waiters for `name` may have changed (reported once per turn, if it did). */
-  waitersChanged(name: string): void;
+  lost(event: LostEvent): void;
+  /** The number of waiters for `name` changed (reported once per turn, if it did). */
+  waiting(name: string): void;
   /** Adds the backend's held locks under `prefix` that the feed does not know yet. */
   seed(prefix: string): Promise<void>;
   /** Held locks under `prefix`, by name. */
@@ -100,295 +99,287 @@ interface Entry {
   watching: boolean;
 }
 
-interface Subscriber {
-  prefix: string;
-  listener: (event: FeedEvent) => void;
-}
+/** What a new entry starts from: a lease granted here, or a lock the backend listed or reported. */
+type Opening = Omit<LockState, 'ttlRemainingMs'> & { ttlRemainingMs: number | undefined };
 
 /** A change of a lease's deadline by more than this is reported as `extended`. */
 const EXTENDED_BY_MS = 250;
 
 export function createLockFeed(options: LockFeedOptions): LockFeed {
-  const { backend, service, clock } = options;
-  const entries = new Map<string, Entry>();
-  const subscribers = new Set<Subscriber>();
-  // Names touched while an asynchronous backend read was in flight: its answer about them is
-  // older than what the feed knows, so it is dropped.
-  const readsInFlight = new Set<Set<string>>();
-  const dirtyWaiters = new Set<string>();
-  const lastWaiters = new Map<string, number>();
-  let waitersFlush: NodeJS.Immediate | undefined;
-  let localHeld = 0;
-  let closed = false;
+  return new Feed(options);
+}
 
-  function touch(name: string): void {
-    for (const touched of readsInFlight) touched.add(name);
+function byName(a: FeedLock, b: FeedLock): number {
+  return a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
+}
+
+class Feed implements LockFeed {
+  private readonly entries = new Map<string, Entry>();
+  private readonly subscribers = createFeedSubscribers();
+  // Names touched while a backend listing was in flight: its answer about them is older than
+  // what the feed knows, so it is dropped.
+  private readonly readsInFlight = new Set<Set<string>>();
+  private readonly waiters;
+  private held = 0;
+  private closed = false;
+
+  constructor(private readonly options: LockFeedOptions) {
+    this.waiters = createWaitersBatch(
+      (name) => options.service.waiters(name),
+      (name) => {
+        const entry = this.entries.get(name);
+        this.emit('waiters', name, entry, entry !== undefined);
+      },
+    );
   }
 
-  function remainingMs(entry: Entry): number {
-    if (entry.expiresAt === undefined) return 0;
-    return Math.max(0, Math.ceil(entry.expiresAt - clock.now()));
+  get localHeld(): number {
+    return this.held;
   }
 
-  function emit(type: FeedEventType, name: string, entry: Entry | undefined, held: boolean): void {
-    if (subscribers.size === 0) return;
-    const event: FeedEvent = {
-      type,
-      name,
-      held,
-      ...(entry ? { owner: entry.owner, token: entry.token } : {}),
-      ...(entry && held && entry.expiresAt !== undefined
-        ? { ttlRemainingMs: remainingMs(entry) }
-        : {}),
-      waiters: options.waiters(name),
-    };
-    for (const subscriber of subscribers) {
-      if (!name.startsWith(subscriber.prefix)) continue;
-      try {
-        subscriber.listener(event);
-      } catch {
-        // One subscriber's failure must not starve the others.
-      }
+  // ---- events of leases granted through this server (the observer part) ----
+
+  granted(lease: Lease): void {
+    if (this.closed) return;
+    const entry = this.entries.get(lease.name);
+    if (entry && entry.token === lease.token) {
+      // The same lease again: an idempotent re-acquire, or this server's own report of a grant
+      // the backend already told the feed about.
+      this.refresh(entry, lease.ttlMs);
+      entry.owner = lease.owner;
+      if (entry.local) this.emit('extended', lease.name, entry, true);
+      else this.adopt(entry, true);
+      return;
+    }
+    if (entry) {
+      if (lease.token < entry.token) return;
+      this.end(entry, 'expired');
+    }
+    this.open(this.openingOf(lease), true, 'acquired');
+  }
+
+  extended(lease: Lease): void {
+    if (this.closed) return;
+    const entry = this.entries.get(lease.name);
+    if (entry && entry.token === lease.token) {
+      this.refresh(entry, lease.ttlMs);
+      if (!entry.local) this.adopt(entry, false);
+      this.emit('extended', lease.name, entry, true);
+      return;
+    }
+    if (entry) this.end(entry, 'expired');
+    // A holder that reconnected here extends a lease granted elsewhere: it is ours now.
+    this.open(this.openingOf(lease), true, 'extended');
+  }
+
+  released(name: string, token: bigint): void {
+    const entry = this.entries.get(name);
+    if (entry?.token === token) this.end(entry, 'released');
+  }
+
+  lost(event: LostEvent): void {
+    const entry = this.entries.get(event.name);
+    if (entry?.token === event.token) this.end(entry, event.reason);
+  }
+
+  waiting(name: string): void {
+    if (!this.closed) this.waiters.touch(name);
+  }
+
+  // ---- what watchers ask ----
+
+  async seed(prefix: string): Promise<void> {
+    const { list } = this.options;
+    if (!list || this.closed) return;
+    const touched = new Set<string>();
+    this.readsInFlight.add(touched);
+    let listed: LockState[];
+    try {
+      listed = await list(prefix);
+    } finally {
+      this.readsInFlight.delete(touched);
+    }
+    if (this.closed) return;
+    for (const state of listed) {
+      if (this.entries.has(state.name) || touched.has(state.name)) continue;
+      this.open(state, false, null);
     }
   }
 
-  function open(
-    state: Omit<LockState, 'ttlRemainingMs'> & { ttlRemainingMs: number | undefined },
-    local: boolean,
-    type: 'acquired' | 'extended' | null,
-  ): void {
+  snapshot(prefix: string): FeedLock[] {
+    const locks: FeedLock[] = [];
+    for (const entry of this.entries.values()) {
+      if (!entry.name.startsWith(prefix)) continue;
+      locks.push({
+        name: entry.name,
+        owner: entry.owner,
+        token: entry.token,
+        ttlRemainingMs: this.remainingMs(entry),
+        waiters: this.options.service.waiters(entry.name),
+      });
+    }
+    return locks.sort(byName);
+  }
+
+  subscribe(prefix: string, listener: (event: FeedEvent) => void): () => void {
+    // The first subscriber makes the feed follow the leases granted here too (see watch).
+    if (this.subscribers.size === 0 && !this.closed) {
+      for (const entry of this.entries.values()) this.watch(entry);
+    }
+    const remove = this.subscribers.add(prefix, listener);
+    return () => {
+      if (!remove() || this.subscribers.size > 0) return;
+      for (const entry of this.entries.values()) if (entry.local) this.unwatch(entry);
+    };
+  }
+
+  close(): void {
+    this.closed = true;
+    this.waiters.close();
+    for (const entry of this.entries.values()) this.unwatch(entry);
+    this.entries.clear();
+    this.subscribers.clear();
+    this.held = 0;
+  }
+
+  // ---- entries ----
+
+  private openingOf(lease: Lease): Opening {
+    return {
+      name: lease.name,
+      owner: lease.owner,
+      token: lease.token,
+      ttlRemainingMs: lease.ttlMs,
+    };
+  }
+
+  private open(state: Opening, local: boolean, type: 'acquired' | 'extended' | null): void {
+    const now = this.options.clock.now();
     const entry: Entry = {
       name: state.name,
       owner: state.owner,
       token: state.token,
-      expiresAt:
-        state.ttlRemainingMs === undefined ? undefined : clock.now() + state.ttlRemainingMs,
-      grantedAt: local && type === 'acquired' ? clock.now() : undefined,
+      expiresAt: state.ttlRemainingMs === undefined ? undefined : now + state.ttlRemainingMs,
+      grantedAt: local && type === 'acquired' ? now : undefined,
       local,
       unwatch: () => {},
       watching: false,
     };
-    entries.set(state.name, entry);
-    touch(state.name);
-    if (local) localHeld += 1;
-    if (!local || subscribers.size > 0) watchBackend(entry);
-    if (type) emit(type, state.name, entry, true);
+    this.entries.set(state.name, entry);
+    this.touch(state.name);
+    if (local) this.held += 1;
+    if (!local || this.subscribers.size > 0) this.watch(entry);
+    if (type) this.emit(type, state.name, entry, true);
   }
+
+  /** A lease granted elsewhere that this server now holds: by a re-acquire, or by an extend. */
+  private adopt(entry: Entry, reacquired: boolean): void {
+    entry.local = true;
+    if (reacquired) entry.grantedAt = this.options.clock.now();
+    this.held += 1;
+  }
+
+  private refresh(entry: Entry, ttlRemainingMs: number): void {
+    entry.expiresAt = this.options.clock.now() + ttlRemainingMs;
+    this.touch(entry.name);
+  }
+
+  private end(entry: Entry, type: HoldEnd): void {
+    if (this.entries.get(entry.name) !== entry) return;
+    this.entries.delete(entry.name);
+    this.touch(entry.name);
+    this.unwatch(entry);
+    if (entry.local) {
+      this.held -= 1;
+      if (entry.grantedAt !== undefined) {
+        this.options.onHoldEnded?.(type, (this.options.clock.now() - entry.grantedAt) / 1000);
+      }
+    }
+    this.emit(type, entry.name, entry, false);
+  }
+
+  private touch(name: string): void {
+    for (const touched of this.readsInFlight) touched.add(name);
+  }
+
+  private remainingMs(entry: Entry): number {
+    if (entry.expiresAt === undefined) return 0;
+    return Math.max(0, Math.ceil(entry.expiresAt - this.options.clock.now()));
+  }
+
+  // ---- following a name through core's watch ----
 
   /**
    * Follows `entry`'s name through core's watch. Leases granted elsewhere always need it; those
-   * granted here only while someone watches a prefix (their release and loss are reported by
-   * this server's lock service), so a grant costs no subscription when nobody looks.
+   * granted here only while someone watches a prefix (their release and loss reach the feed as
+   * observer events), so a grant costs no subscription when nobody looks.
    */
-  function watchBackend(entry: Entry): void {
-    if (entry.watching || closed) return;
+  private watch(entry: Entry): void {
+    if (entry.watching || this.closed) return;
     try {
-      entry.unwatch = service.watch(entry.name, (change) => onChange(entry.name, change));
+      entry.unwatch = this.options.service.watch(entry.name, (change) =>
+        this.changed(entry.name, change),
+      );
       entry.watching = true;
     } catch {
       // The service is shutting down: nothing more will change.
     }
   }
 
-  function unwatchBackend(entry: Entry): void {
+  private unwatch(entry: Entry): void {
     if (!entry.watching) return;
     entry.watching = false;
     entry.unwatch();
     entry.unwatch = () => {};
   }
 
-  function refresh(entry: Entry, ttlRemainingMs: number): void {
-    entry.expiresAt = clock.now() + ttlRemainingMs;
-    touch(entry.name);
-  }
-
-  function end(entry: Entry, type: HoldEnd): void {
-    if (entries.get(entry.name) !== entry) return;
-    entries.delete(entry.name);
-    touch(entry.name);
-    unwatchBackend(entry);
-    if (entry.local) {
-      localHeld -= 1;
-      if (entry.grantedAt !== undefined)
-        options.onHoldEnded?.(type, (clock.now() - entry.grantedAt) / 1000);
-    }
-    emit(type, entry.name, entry, false);
-  }
-
-  function onChange(name: string, change: LockChange): void {
-    const entry = entries.get(name);
-    if (!entry || closed) return;
+  private changed(name: string, change: LockChange): void {
+    const entry = this.entries.get(name);
+    if (!entry || this.closed) return;
     const { token } = change;
     if (!change.held) {
       // Core reports an end without a token only once it found the lock free.
-      if (token === undefined || token === entry.token) {
-        end(
-          entry,
-          change.type === 'acquired' || change.type === 'extended' ? 'expired' : change.type,
-        );
-      }
+      if (token === undefined || token === entry.token) this.end(entry, endOf(change));
       return;
     }
     if (token === undefined || token < entry.token) return;
-    if (token === entry.token) {
-      // Extended elsewhere, or the lease left of a grant made elsewhere is known now.
-      if (change.ttlRemainingMs === undefined) return;
-      const before = entry.expiresAt;
-      refresh(entry, change.ttlRemainingMs);
-      if (before === undefined || Math.abs(entry.expiresAt! - before) > EXTENDED_BY_MS) {
-        emit('extended', name, entry, true);
-      }
-      return;
-    }
-    // A newer lease exists, so ours ended without us seeing how.
-    end(entry, 'expired');
-    open(
-      {
-        name,
-        owner: change.owner ?? '',
-        token,
-        ttlRemainingMs: change.ttlRemainingMs,
-      },
-      false,
-      'acquired',
-    );
+    if (token === entry.token) this.extendedElsewhere(entry, change);
+    else this.replaced(entry, change, token);
   }
 
-  function flushWaiters(): void {
-    waitersFlush = undefined;
-    for (const name of dirtyWaiters) {
-      const count = options.waiters(name);
-      if (count === (lastWaiters.get(name) ?? 0)) continue;
-      if (count === 0) lastWaiters.delete(name);
-      else lastWaiters.set(name, count);
-      const entry = entries.get(name);
-      emit('waiters', name, entry, entry !== undefined);
+  /** Extended elsewhere, or the lease left of a grant made elsewhere is known now. */
+  private extendedElsewhere(entry: Entry, change: LockChange): void {
+    if (change.ttlRemainingMs === undefined) return;
+    const before = entry.expiresAt;
+    this.refresh(entry, change.ttlRemainingMs);
+    if (before === undefined || Math.abs(entry.expiresAt! - before) > EXTENDED_BY_MS) {
+      this.emit('extended', entry.name, entry, true);
     }
-    dirtyWaiters.clear();
   }
 
-  return {
-    granted(lease) {
-      if (closed) return;
-      const entry = entries.get(lease.name);
-      if (entry && entry.token === lease.token) {
-        // The same lease again: an idempotent re-acquire, or this server's own report of a
-        // grant the backend already told the feed about.
-        refresh(entry, lease.ttlMs);
-        entry.owner = lease.owner;
-        if (entry.local) emit('extended', lease.name, entry, true);
-        else {
-          entry.local = true;
-          entry.grantedAt = clock.now();
-          localHeld += 1;
-        }
-        return;
-      }
-      if (entry) {
-        if (lease.token < entry.token) return;
-        end(entry, 'expired');
-      }
-      open(
-        { name: lease.name, owner: lease.owner, token: lease.token, ttlRemainingMs: lease.ttlMs },
-        true,
-        'acquired',
-      );
-    },
+  /** A newer lease exists, so the one the feed knew ended without it seeing how. */
+  private replaced(entry: Entry, change: LockChange, token: bigint): void {
+    this.end(entry, 'expired');
+    const opening = { name: entry.name, owner: change.owner ?? '', token };
+    this.open({ ...opening, ttlRemainingMs: change.ttlRemainingMs }, false, 'acquired');
+  }
 
-    extended(lease) {
-      if (closed) return;
-      const entry = entries.get(lease.name);
-      if (entry && entry.token === lease.token) {
-        refresh(entry, lease.ttlMs);
-        if (!entry.local) {
-          entry.local = true;
-          localHeld += 1;
-        }
-        emit('extended', lease.name, entry, true);
-        return;
-      }
-      if (entry) end(entry, 'expired');
-      // A holder that reconnected here extends a lease granted elsewhere: it is ours now.
-      open(
-        { name: lease.name, owner: lease.owner, token: lease.token, ttlRemainingMs: lease.ttlMs },
-        true,
-        'extended',
-      );
-    },
+  private emit(type: FeedEventType, name: string, entry: Entry | undefined, held: boolean): void {
+    if (this.subscribers.size === 0) return;
+    this.subscribers.emit({
+      type,
+      name,
+      held,
+      ...(entry ? { owner: entry.owner, token: entry.token } : {}),
+      ...(entry && held && entry.expiresAt !== undefined
+        ? { ttlRemainingMs: this.remainingMs(entry) }
+        : {}),
+      waiters: this.options.service.waiters(name),
+    });
+  }
+}
 
-    released(name, token) {
-      const entry = entries.get(name);
-      if (entry?.token === token) end(entry, 'released');
-    },
-
-    ended(name, token, reason) {
-      const entry = entries.get(name);
-      if (entry?.token === token) end(entry, reason);
-    },
-
-    waitersChanged(name) {
-      if (closed) return;
-      dirtyWaiters.add(name);
-      waitersFlush ??= setImmediate(flushWaiters);
-    },
-
-    async seed(prefix) {
-      if (!backend.list || closed) return;
-      const touched = new Set<string>();
-      readsInFlight.add(touched);
-      let listed: LockState[];
-      try {
-        listed = await withDeadline(clock, options.backendTimeoutMs, 'list', () =>
-          backend.list!(prefix),
-        );
-      } finally {
-        readsInFlight.delete(touched);
-      }
-      if (closed) return;
-      for (const state of listed) {
-        if (entries.has(state.name) || touched.has(state.name)) continue;
-        open(state, false, null);
-      }
-    },
-
-    snapshot(prefix) {
-      const locks: FeedLock[] = [];
-      for (const entry of entries.values()) {
-        if (!entry.name.startsWith(prefix)) continue;
-        locks.push({
-          name: entry.name,
-          owner: entry.owner,
-          token: entry.token,
-          ttlRemainingMs: remainingMs(entry),
-          waiters: options.waiters(entry.name),
-        });
-      }
-      return locks.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-    },
-
-    subscribe(prefix, listener) {
-      const subscriber: Subscriber = { prefix, listener };
-      if (subscribers.size === 0 && !closed) {
-        for (const entry of entries.values()) watchBackend(entry);
-      }
-      subscribers.add(subscriber);
-      return () => {
-        if (!subscribers.delete(subscriber) || subscribers.size > 0) return;
-        for (const entry of entries.values()) if (entry.local) unwatchBackend(entry);
-      };
-    },
-
-    get localHeld() {
-      return localHeld;
-    },
-
-    close() {
-      closed = true;
-      if (waitersFlush) clearImmediate(waitersFlush);
-      for (const entry of entries.values()) unwatchBackend(entry);
-      entries.clear();
-      subscribers.clear();
-      localHeld = 0;
-    },
-  };
+/** How a lease ended, as core's watch tells it. */
+function endOf(change: LockChange): HoldEnd {
+  return change.type === 'acquired' || change.type === 'extended' ? 'expired' : change.type;
 }

@@ -7,8 +7,18 @@ import {
 } from 'prom-client';
 import { type CounterSeries, fastCounter, fastHistogram } from './fast-metric.js';
 
-/** A backend primitive, as timed by `instrumentBackend`. */
+/** A backend primitive with a `dlm_backend_*` series (see `lock-observer.ts`). */
 export type BackendOperation = 'tryAcquire' | 'release' | 'extend' | 'inspect' | 'revoke' | 'list';
+/** Every `BackendOperation`, in the order its series are bound. */
+export const BACKEND_OPERATIONS: readonly BackendOperation[] = [
+  'tryAcquire',
+  'release',
+  'extend',
+  'inspect',
+  'revoke',
+  'list',
+];
+
 /** How a waiting acquire (`waitMs` > 0) ended. */
 export type WaitOutcome = 'granted' | 'timeout' | 'cancelled' | 'error';
 /** How a lease granted through this server ended. */
@@ -71,6 +81,11 @@ export interface ServerMetrics {
   backend(operation: BackendOperation, seconds: number, failed: boolean): void;
   /** A connection refused at the upgrade or ended by the server for `reason`. */
   connectionEnded(reason: ConnectionRejection): void;
+  /**
+   * Where the gauges read their values at scrape time. Bound once the parts they read exist
+   * (the lock service, the feed, the sessions), which themselves report to these metrics.
+   */
+  bindGauges(sources: GaugeSources): void;
 }
 
 export type TimedMethod = 'lock.acquire' | 'lock.release' | 'lock.extend';
@@ -92,14 +107,51 @@ function processMetrics(): PromRegistry {
   return processRegistry;
 }
 
-export function createMetrics(options: {
-  version: string;
-  backend: string;
-  gauges: GaugeSources;
-}): ServerMetrics {
+/** Every gauge reads 0 until `bindGauges` says where its value comes from. */
+const NO_GAUGES: GaugeSources = {
+  sessions: () => 0,
+  heldLocks: () => 0,
+  waiters: () => 0,
+  backendUp: () => 0,
+};
+
+/** The gauges, in exposition order: each reads its source at scrape time. */
+const GAUGES: ReadonlyArray<{ name: string; help: string; source: keyof GaugeSources }> = [
+  { name: 'dlm_sessions', help: 'Open WebSocket sessions.', source: 'sessions' },
+  {
+    name: 'dlm_locks_held',
+    help: 'Locks currently held through this server.',
+    source: 'heldLocks',
+  },
+  {
+    name: 'dlm_backend_up',
+    help: '1 while the backend answers within the readiness bound (what /readyz says), else 0.',
+    source: 'backendUp',
+  },
+  {
+    name: 'dlm_lock_waiters',
+    help: 'Acquires currently queued on this server.',
+    source: 'waiters',
+  },
+];
+
+function registerGauges(registry: PromRegistry, sources: () => GaugeSources): void {
+  for (const { name, help, source } of GAUGES) {
+    new Gauge({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        this.set(sources()[source]());
+      },
+    });
+  }
+}
+
+export function createMetrics(options: { version: string; backend: string }): ServerMetrics {
   const registry = new Registry();
   const registers = [registry];
-  const { gauges } = options;
+  let gauges = NO_GAUGES;
 
   new Gauge({
     name: 'dlm_build_info',
@@ -158,38 +210,7 @@ export function createMetrics(options: {
     labelNames: ['reason'] as const,
     registers,
   });
-  new Gauge({
-    name: 'dlm_sessions',
-    help: 'Open WebSocket sessions.',
-    registers,
-    collect() {
-      this.set(gauges.sessions());
-    },
-  });
-  new Gauge({
-    name: 'dlm_locks_held',
-    help: 'Locks currently held through this server.',
-    registers,
-    collect() {
-      this.set(gauges.heldLocks());
-    },
-  });
-  new Gauge({
-    name: 'dlm_backend_up',
-    help: '1 while the backend answers within the readiness bound (what /readyz says), else 0.',
-    registers,
-    collect() {
-      this.set(gauges.backendUp());
-    },
-  });
-  new Gauge({
-    name: 'dlm_lock_waiters',
-    help: 'Acquires currently queued on this server.',
-    registers,
-    collect() {
-      this.set(gauges.waiters());
-    },
-  });
+  registerGauges(registry, () => gauges);
 
   // Bound children. The label values are closed sets, so all are bound up front and the
   // series exist (at 0) from the first scrape; request counters bind per (method, code) pair
@@ -213,16 +234,8 @@ export function createMetrics(options: {
   const lostBy = { expired: lostCounter.labels('expired'), revoked: lostCounter.labels('revoked') };
   lostBy.expired.inc(0);
   lostBy.revoked.inc(0);
-  const operations: BackendOperation[] = [
-    'tryAcquire',
-    'release',
-    'extend',
-    'inspect',
-    'revoke',
-    'list',
-  ];
   const backendBy = new Map(
-    operations.map((op) => {
+    BACKEND_OPERATIONS.map((op) => {
       const errors = backendErrors.labels(op);
       errors.inc(0);
       return [op, { duration: backendDuration.labels(op), errors }] as const;
@@ -274,6 +287,9 @@ export function createMetrics(options: {
     },
     connectionEnded(reason) {
       rejectionBy.get(reason)!.inc();
+    },
+    bindGauges(sources) {
+      gauges = sources;
     },
   };
 }

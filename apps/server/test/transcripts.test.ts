@@ -4,7 +4,7 @@ import {
   runTranscript,
   type Transcript,
   TranscriptFailure,
-} from '@dlm/protocol/transcripts';
+} from '@dlm/transcripts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocketServer } from 'ws';
 import { type RunningServer, startServer } from '../src/index.js';

@@ -1,7 +1,7 @@
 """A runner for dlm's golden transcripts (``packages/protocol/transcripts/*.json``).
 
 It replays a transcript against a live server over this package's WebSocket client, with the
-same semantics as the TypeScript runner (``@dlm/protocol/transcripts``); the format is
+same semantics as the TypeScript runner (``@dlm/transcripts``); the format is
 described in ``packages/protocol/transcripts/README.md``. Unlike the TypeScript runner it does
 not check frames against the JSON Schemas (the standard library has no validator): it checks
 the transcripts' patterns only.

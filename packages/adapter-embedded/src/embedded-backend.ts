@@ -5,17 +5,19 @@ import {
   type Clock,
   DlmError,
   type Grant,
+  type HolderProof,
   type LockBackend,
   type LockEvent,
   type LockState,
   systemClock,
   type Timer,
+  type Unsubscribe,
 } from '@dlm/core';
 import { createDeadlineHeap } from './deadline-heap.js';
 import { type Journal, openJournal } from './journal.js';
 import type { JournalRecord } from './journal-format.js';
 import type { Lease } from './lease.js';
-import { createWatchers } from './watchers.js';
+import { createWatchers, type Watchers } from './watchers.js';
 
 export interface EmbeddedBackendOptions {
   /**
@@ -60,20 +62,9 @@ export async function embeddedBackend(options: EmbeddedBackendOptions = {}): Pro
   const clock = options.clock ?? systemClock;
   const log = options.logger ?? ((line: string) => console.error(line));
   const blockSize = BigInt(positiveInteger(options.tokenBlockSize, 1000, 'tokenBlockSize'));
-
-  const leases = new Map<string, Lease>();
-  const heap = createDeadlineHeap();
-  const watchers = createWatchers(log);
-  let nextToken = 1n;
-  /** With a journal: tokens up to here are covered by a persisted high-water mark. */
-  let reservedEnd = 0n;
-  let closed = false;
-  let timer: Timer | undefined;
-  let timerAt = Number.POSITIVE_INFINITY;
-
-  let journal: Journal | undefined;
+  const store = new EmbeddedStore(clock, log, blockSize);
   if (options.dataDir !== undefined) {
-    journal = await openJournal({
+    const journal = await openJournal({
       dataDir: options.dataDir,
       flushIntervalMs: Math.max(0, options.flushIntervalMs ?? 0),
       commandTimeoutMs: positiveInteger(options.commandTimeoutMs, 2000, 'commandTimeoutMs'),
@@ -83,12 +74,60 @@ export async function embeddedBackend(options: EmbeddedBackendOptions = {}): Pro
         'compactAfterBytes',
       ),
       log,
-      snapshot,
+      snapshot: () => store.snapshot(),
     });
+    store.recover(journal);
+  }
+  const capabilities: BackendCapabilities = {
+    fencing: 'strict',
+    minTtlMs: 1,
+    ttlGranularityMs: 1,
+    durableAcrossRestart: options.dataDir !== undefined,
+    fairQueue: false,
+    expiryEvents: true,
+  };
+  return {
+    kind: 'embedded',
+    capabilities,
+    tryAcquire: (request) => store.tryAcquire(request),
+    release: (proof) => store.release(proof),
+    extend: (request) => store.extend(request),
+    inspect: (name) => store.inspect(name),
+    watch: (name, listener) => store.watch(name, listener),
+    revoke: (name) => store.revoke(name),
+    list: (prefix) => store.list(prefix),
+    close: () => store.close(),
+  };
+}
+
+/** The locks of one embedded backend: a map, a deadline heap, watchers and (maybe) a journal. */
+class EmbeddedStore {
+  private readonly leases = new Map<string, Lease>();
+  private readonly heap = createDeadlineHeap();
+  private readonly watchers: Watchers;
+  private nextToken = 1n;
+  /** With a journal: tokens up to here are covered by a persisted high-water mark. */
+  private reservedEnd = 0n;
+  private closed = false;
+  private timer: Timer | undefined;
+  private timerAt = Number.POSITIVE_INFINITY;
+  private journal: Journal | undefined;
+
+  constructor(
+    private readonly clock: Clock,
+    log: (line: string) => void,
+    private readonly blockSize: bigint,
+  ) {
+    this.watchers = createWatchers(log);
+  }
+
+  /** Takes over the journal and the leases it recovered. */
+  recover(journal: Journal): void {
+    this.journal = journal;
     const { leases: recovered, highWater } = journal.recovered;
-    reservedEnd = highWater;
-    nextToken = highWater + 1n;
-    const now = clock.now();
+    this.reservedEnd = highWater;
+    this.nextToken = highWater + 1n;
+    const now = this.clock.now();
     const wallNow = Date.now();
     for (const held of recovered.values()) {
       // The monotonic clock restarted with the process, so the lease is counted in full from
@@ -103,17 +142,17 @@ export async function embeddedBackend(options: EmbeddedBackendOptions = {}): Pro
         deadline: now + held.ttlMs,
         heapIndex: -1,
       };
-      leases.set(lease.name, lease);
-      heap.push(lease);
+      this.leases.set(lease.name, lease);
+      this.heap.push(lease);
     }
-    armTimer();
+    this.armTimer();
   }
 
-  function snapshot(): JournalRecord[] {
-    const now = clock.now();
+  snapshot(): JournalRecord[] {
+    const now = this.clock.now();
     const wallMs = Date.now();
-    const records: JournalRecord[] = [{ type: 'high-water', token: reservedEnd }];
-    for (const lease of leases.values()) {
+    const records: JournalRecord[] = [{ type: 'high-water', token: this.reservedEnd }];
+    for (const lease of this.leases.values()) {
       const ttlMs = Math.ceil(lease.deadline - now);
       if (ttlMs <= 0) continue;
       records.push({
@@ -129,228 +168,221 @@ export async function embeddedBackend(options: EmbeddedBackendOptions = {}): Pro
     return records;
   }
 
-  function armTimer(): void {
-    const first = heap.peek();
-    if (first === undefined || (timer !== undefined && timerAt <= first.deadline)) return;
-    timer?.cancel();
-    timerAt = first.deadline;
+  private armTimer(): void {
+    const first = this.heap.peek();
+    if (first === undefined || (this.timer !== undefined && this.timerAt <= first.deadline)) return;
+    this.timer?.cancel();
+    this.timerAt = first.deadline;
     // Rounded up: a timer that fires a fraction early would only re-arm.
-    const delayMs = Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(first.deadline - clock.now())));
-    timer = clock.setTimer(onTimer, delayMs);
+    const delayMs = Math.min(
+      MAX_TIMER_MS,
+      Math.max(0, Math.ceil(first.deadline - this.clock.now())),
+    );
+    this.timer = this.clock.setTimer(() => this.onTimer(), delayMs);
   }
 
-  function onTimer(): void {
-    timer = undefined;
-    timerAt = Number.POSITIVE_INFINITY;
-    if (closed) return;
-    const now = clock.now();
+  private onTimer(): void {
+    this.timer = undefined;
+    this.timerAt = Number.POSITIVE_INFINITY;
+    if (this.closed) return;
+    const now = this.clock.now();
     for (
-      let first = heap.peek();
+      let first = this.heap.peek();
       first !== undefined && first.deadline <= now;
-      first = heap.peek()
+      first = this.heap.peek()
     ) {
-      end(first, 'expired');
+      this.end(first, 'expired');
     }
-    watchers.drain();
-    armTimer();
+    this.watchers.drain();
+    this.armTimer();
   }
 
   /** Frees the lock: state first, then the journal record and the event. */
-  function end(lease: Lease, type: LockEvent['type']): Promise<void> | undefined {
-    leases.delete(lease.name);
-    heap.remove(lease);
-    const durable = journal?.append({ type: 'end', name: lease.name, token: lease.token });
-    if (watchers.has(lease.name)) {
-      watchers.enqueue({ name: lease.name, type, token: lease.token, owner: lease.owner });
+  private end(lease: Lease, type: LockEvent['type']): Promise<void> | undefined {
+    this.leases.delete(lease.name);
+    this.heap.remove(lease);
+    const durable = this.journal?.append({
+      type: 'end',
+      name: lease.name,
+      token: lease.token,
+    });
+    if (this.watchers.has(lease.name)) {
+      this.watchers.enqueue({ name: lease.name, type, token: lease.token, owner: lease.owner });
     }
     return durable;
   }
 
   /** The current lease of `name`, ending it first when its deadline has passed. */
-  function current(name: string, now: number): Lease | undefined {
-    const lease = leases.get(name);
+  private current(name: string, now: number): Lease | undefined {
+    const lease = this.leases.get(name);
     if (lease === undefined || lease.deadline > now) return lease;
     // The timer has not fired yet (it is due in this very turn, or the clock was moved): the
     // lease is over all the same, and says so before anything else happens to the name.
-    end(lease, 'expired');
+    this.end(lease, 'expired');
     return undefined;
   }
 
-  function takeToken(): bigint {
-    const token = nextToken++;
-    if (journal !== undefined && token > reservedEnd) {
+  private takeToken(): bigint {
+    const token = this.nextToken++;
+    if (this.journal !== undefined && token > this.reservedEnd) {
       // The mark goes into the same batch as the grant that needs it, so no reply reports a
       // token from a block whose reservation is not on disk.
-      reservedEnd += blockSize;
-      journal.reserve(reservedEnd);
+      this.reservedEnd += this.blockSize;
+      this.journal.reserve(this.reservedEnd);
     }
     return token;
   }
 
-  function refuse(): DlmError | undefined {
-    if (closed) return new DlmError('UNAVAILABLE', 'the embedded backend is closed');
-    return journal?.failure;
+  private refuse(): DlmError | undefined {
+    if (this.closed) return new DlmError('UNAVAILABLE', 'the embedded backend is closed');
+    return this.journal?.failure;
   }
 
   /** Resolves with `value` once `durable` (the batch holding the operation's records) is on disk. */
-  function reply<T>(value: T, durable: Promise<void> | undefined): Promise<T> {
+  private reply<T>(value: T, durable: Promise<void> | undefined): Promise<T> {
     return durable === undefined ? Promise.resolve(value) : durable.then(() => value);
   }
 
-  const capabilities: BackendCapabilities = {
-    fencing: 'strict',
-    minTtlMs: 1,
-    ttlGranularityMs: 1,
-    durableAcrossRestart: journal !== undefined,
-    fairQueue: false,
-    expiryEvents: true,
-  };
-
-  return {
-    kind: 'embedded',
-    capabilities,
-
-    tryAcquire({ name, owner, ttlMs, keyHash }: AcquireRequest): Promise<AcquireResult> {
-      const refused = refuse();
-      if (refused !== undefined) return Promise.reject(refused);
-      const ttl = leaseMs(ttlMs);
-      if (ttl === undefined) return Promise.reject(invalidTtl());
-      const now = clock.now();
-      let lease = current(name, now);
-      // The same owner without the lease's key is another requester (a copied owner label).
-      if (lease !== undefined && (lease.owner !== owner || lease.keyHash !== keyHash)) {
-        watchers.drain();
-        return Promise.resolve({ granted: false, ttlRemainingMs: remainingMs(lease, now) });
+  tryAcquire({ name, owner, ttlMs, keyHash }: AcquireRequest): Promise<AcquireResult> {
+    const refused = this.refuse();
+    if (refused !== undefined) return Promise.reject(refused);
+    const ttl = leaseMs(ttlMs);
+    if (ttl === undefined) return Promise.reject(invalidTtl());
+    const now = this.clock.now();
+    let lease = this.current(name, now);
+    // The same owner without the lease's key is another requester (a copied owner label).
+    if (lease !== undefined && (lease.owner !== owner || lease.keyHash !== keyHash)) {
+      this.watchers.drain();
+      return Promise.resolve({ granted: false, ttlRemainingMs: remainingMs(lease, now) });
+    }
+    if (lease === undefined) {
+      lease = { name, owner, token: this.takeToken(), keyHash, deadline: now + ttl, heapIndex: -1 };
+      this.leases.set(name, lease);
+      this.heap.push(lease);
+      if (this.watchers.has(name)) {
+        this.watchers.enqueue({ name, type: 'acquired', token: lease.token, owner });
       }
-      if (lease === undefined) {
-        lease = { name, owner, token: takeToken(), keyHash, deadline: now + ttl, heapIndex: -1 };
-        leases.set(name, lease);
-        heap.push(lease);
-        if (watchers.has(name)) {
-          watchers.enqueue({ name, type: 'acquired', token: lease.token, owner });
-        }
-      } else {
-        // The same owner again (a re-sent acquire): same token, lease refreshed.
-        lease.deadline = now + ttl;
-        heap.update(lease);
-      }
-      armTimer();
-      const durable = journal?.append({
-        type: 'grant',
-        name,
-        owner,
-        token: lease.token,
-        ttlMs: ttl,
-        wallMs: Date.now(),
-        keyHash,
-      });
-      watchers.drain();
-      const granted = lease;
-      const result: AcquireResult = {
-        granted: true,
-        grant: { name, owner, token: granted.token, ttlMs: ttl },
-      };
-      if (durable === undefined) return Promise.resolve(result);
-      return durable.then(() => {
-        // Never report a grant that ran out (or changed hands) while its record was synced.
-        if (leases.get(name) === granted && granted.deadline > clock.now()) return result;
-        const holder = leases.get(name);
-        return { granted: false, ttlRemainingMs: holder ? remainingMs(holder, clock.now()) : 0 };
-      });
-    },
-
-    release({ name, token, keyHash }): Promise<boolean> {
-      const refused = refuse();
-      if (refused !== undefined) return Promise.reject(refused);
-      const lease = current(name, clock.now());
-      if (lease === undefined || !holds(lease, token, keyHash)) {
-        watchers.drain();
-        return Promise.resolve(false);
-      }
-      const durable = end(lease, 'released');
-      watchers.drain();
-      return reply(true, durable);
-    },
-
-    extend({ name, token, ttlMs, keyHash }): Promise<Grant | null> {
-      const refused = refuse();
-      if (refused !== undefined) return Promise.reject(refused);
-      const ttl = leaseMs(ttlMs);
-      if (ttl === undefined) return Promise.reject(invalidTtl());
-      const now = clock.now();
-      const lease = current(name, now);
-      if (lease === undefined || !holds(lease, token, keyHash)) {
-        watchers.drain();
-        return Promise.resolve(null);
-      }
+    } else {
+      // The same owner again (a re-sent acquire): same token, lease refreshed.
       lease.deadline = now + ttl;
-      heap.update(lease);
-      armTimer();
-      const durable = journal?.append({
-        type: 'extend',
-        name,
-        token,
-        ttlMs: ttl,
-        wallMs: Date.now(),
-      });
-      const grant: Grant = { name, owner: lease.owner, token, ttlMs: ttl };
-      if (durable === undefined) return Promise.resolve(grant);
-      return durable.then(() =>
-        leases.get(name) === lease && lease.deadline > clock.now() ? grant : null,
-      );
-    },
+      this.heap.update(lease);
+    }
+    this.armTimer();
+    const durable = this.journal?.append({
+      type: 'grant',
+      name,
+      owner,
+      token: lease.token,
+      ttlMs: ttl,
+      wallMs: Date.now(),
+      keyHash,
+    });
+    this.watchers.drain();
+    const granted = lease;
+    const result: AcquireResult = {
+      granted: true,
+      grant: { name, owner, token: granted.token, ttlMs: ttl },
+    };
+    if (durable === undefined) return Promise.resolve(result);
+    return durable.then(() => {
+      // Never report a grant that ran out (or changed hands) while its record was synced.
+      if (this.leases.get(name) === granted && granted.deadline > this.clock.now()) return result;
+      const holder = this.leases.get(name);
+      return { granted: false, ttlRemainingMs: holder ? remainingMs(holder, this.clock.now()) : 0 };
+    });
+  }
 
-    inspect(name): Promise<LockState | null> {
-      const refused = refuse();
-      if (refused !== undefined) return Promise.reject(refused);
-      const now = clock.now();
-      const lease = current(name, now);
-      watchers.drain();
-      if (lease === undefined) return Promise.resolve(null);
-      return Promise.resolve(state(lease, now));
-    },
+  release({ name, token, keyHash }: HolderProof): Promise<boolean> {
+    const refused = this.refuse();
+    if (refused !== undefined) return Promise.reject(refused);
+    const lease = this.current(name, this.clock.now());
+    if (lease === undefined || !holds(lease, token, keyHash)) {
+      this.watchers.drain();
+      return Promise.resolve(false);
+    }
+    const durable = this.end(lease, 'released');
+    this.watchers.drain();
+    return this.reply(true, durable);
+  }
 
-    watch(name, listener) {
-      if (closed) return () => {};
-      return watchers.watch(name, listener);
-    },
+  extend({ name, token, ttlMs, keyHash }: HolderProof & { ttlMs: number }): Promise<Grant | null> {
+    const refused = this.refuse();
+    if (refused !== undefined) return Promise.reject(refused);
+    const ttl = leaseMs(ttlMs);
+    if (ttl === undefined) return Promise.reject(invalidTtl());
+    const now = this.clock.now();
+    const lease = this.current(name, now);
+    if (lease === undefined || !holds(lease, token, keyHash)) {
+      this.watchers.drain();
+      return Promise.resolve(null);
+    }
+    lease.deadline = now + ttl;
+    this.heap.update(lease);
+    this.armTimer();
+    const durable = this.journal?.append({
+      type: 'extend',
+      name,
+      token,
+      ttlMs: ttl,
+      wallMs: Date.now(),
+    });
+    const grant: Grant = { name, owner: lease.owner, token, ttlMs: ttl };
+    if (durable === undefined) return Promise.resolve(grant);
+    return durable.then(() =>
+      this.leases.get(name) === lease && lease.deadline > this.clock.now() ? grant : null,
+    );
+  }
 
-    revoke(name): Promise<boolean> {
-      const refused = refuse();
-      if (refused !== undefined) return Promise.reject(refused);
-      const lease = current(name, clock.now());
-      if (lease === undefined) {
-        watchers.drain();
-        return Promise.resolve(false);
-      }
-      const durable = end(lease, 'revoked');
-      watchers.drain();
-      return reply(true, durable);
-    },
+  inspect(name: string): Promise<LockState | null> {
+    const refused = this.refuse();
+    if (refused !== undefined) return Promise.reject(refused);
+    const now = this.clock.now();
+    const lease = this.current(name, now);
+    this.watchers.drain();
+    if (lease === undefined) return Promise.resolve(null);
+    return Promise.resolve(state(lease, now));
+  }
 
-    list(prefix): Promise<LockState[]> {
-      const refused = refuse();
-      if (refused !== undefined) return Promise.reject(refused);
-      const now = clock.now();
-      const found: LockState[] = [];
-      // Expired leases the timer has not reached yet are skipped, not ended: ending them here
-      // would mutate the map under iteration, and the timer is about to.
-      for (const lease of leases.values()) {
-        if (lease.deadline > now && lease.name.startsWith(prefix)) found.push(state(lease, now));
-      }
-      found.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-      return Promise.resolve(found);
-    },
+  watch(name: string, listener: (event: LockEvent) => void): Unsubscribe {
+    if (this.closed) return () => {};
+    return this.watchers.watch(name, listener);
+  }
 
-    async close() {
-      if (closed) return;
-      closed = true;
-      timer?.cancel();
-      timer = undefined;
-      watchers.clear();
-      await journal?.close();
-    },
-  };
+  revoke(name: string): Promise<boolean> {
+    const refused = this.refuse();
+    if (refused !== undefined) return Promise.reject(refused);
+    const lease = this.current(name, this.clock.now());
+    if (lease === undefined) {
+      this.watchers.drain();
+      return Promise.resolve(false);
+    }
+    const durable = this.end(lease, 'revoked');
+    this.watchers.drain();
+    return this.reply(true, durable);
+  }
+
+  list(prefix: string): Promise<LockState[]> {
+    const refused = this.refuse();
+    if (refused !== undefined) return Promise.reject(refused);
+    const now = this.clock.now();
+    const found: LockState[] = [];
+    // Expired leases the timer has not reached yet are skipped, not ended: ending them here
+    // would mutate the map under iteration, and the timer is about to.
+    for (const lease of this.leases.values()) {
+      if (lease.deadline > now && lease.name.startsWith(prefix)) found.push(state(lease, now));
+    }
+    found.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    return Promise.resolve(found);
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.timer?.cancel();
+    this.timer = undefined;
+    this.watchers.clear();
+    await this.journal?.close();
+  }
 }
 
 /** The token, and the key's hash when one is presented (absent: an operator's token-only call). */

@@ -1,7 +1,7 @@
 import type { FileHandle } from 'node:fs/promises';
 import { mkdir, open, readFile, rename, rm } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { DlmError, toUnavailable } from '@dlm/core';
+import { type Clock, DlmError, systemClock, type Timer, toUnavailable } from '@dlm/core';
 import { lockDataDir } from './data-dir-lock.js';
 import { readHighWater, writeHighWater } from './high-water-file.js';
 import {
@@ -66,6 +66,8 @@ export interface JournalOptions {
    * for compaction. Called synchronously, so it sees everything appended so far.
    */
   snapshot: () => JournalRecord[];
+  /** Times batch deadlines and flush intervals. Default `systemClock`. */
+  clock?: Clock;
 }
 
 interface Batch {
@@ -73,7 +75,7 @@ interface Batch {
   promise: Promise<void>;
   resolve: () => void;
   reject: (error: DlmError) => void;
-  timer: NodeJS.Timeout | undefined;
+  timer: Timer | undefined;
 }
 
 const JOURNAL_FILE = 'journal.log';
@@ -174,7 +176,7 @@ export async function openJournal(options: JournalOptions): Promise<Journal> {
   }
 }
 
-function createJournal(init: {
+interface JournalInit {
   options: JournalOptions;
   journalPath: string;
   highWaterPath: string;
@@ -182,20 +184,70 @@ function createJournal(init: {
   size: number;
   recovered: RecoveredState;
   unlockDir: () => Promise<void>;
-}): Journal {
-  const { options, journalPath, highWaterPath, recovered, unlockDir } = init;
-  let handle = init.handle;
-  let size = init.size;
-  let compactAt = options.compactAfterBytes;
-  let failure: DlmError | undefined;
-  let scheduled = false;
-  let flushing: Promise<void> | undefined;
-  let closed = false;
-  /** The high-water mark the current batch must persist, and the one already on disk. */
-  let highWaterWanted = recovered.highWater;
-  let highWaterOnDisk = recovered.highWater;
+}
 
-  const newBatch = (): Batch => {
+function createJournal(init: JournalInit): Journal {
+  return new FileJournal(init);
+}
+
+/** The journal's files and its batches (see `Journal`). */
+class FileJournal implements Journal {
+  readonly recovered: RecoveredState;
+  private readonly options: JournalOptions;
+  private readonly journalPath: string;
+  private readonly highWaterPath: string;
+  private readonly unlockDir: () => Promise<void>;
+  /** Disk I/O takes real time, whatever clock the backend's leases run on. */
+  private readonly clock: Clock;
+  private handle: FileHandle;
+  private size: number;
+  private compactAt: number;
+  private failed: DlmError | undefined;
+  private scheduled = false;
+  private flushing: Promise<void> | undefined;
+  private closed = false;
+  /** The high-water mark the current batch must persist, and the one already on disk. */
+  private highWaterWanted: bigint;
+  private highWaterOnDisk: bigint;
+  private current: Batch;
+
+  constructor(init: JournalInit) {
+    this.options = init.options;
+    this.journalPath = init.journalPath;
+    this.highWaterPath = init.highWaterPath;
+    this.recovered = init.recovered;
+    this.unlockDir = init.unlockDir;
+    this.clock = init.options.clock ?? systemClock;
+    this.handle = init.handle;
+    this.size = init.size;
+    this.compactAt = init.options.compactAfterBytes;
+    this.highWaterWanted = init.recovered.highWater;
+    this.highWaterOnDisk = init.recovered.highWater;
+    this.current = this.newBatch();
+  }
+
+  get failure(): DlmError | undefined {
+    return this.failed;
+  }
+
+  reserve(token: bigint): Promise<void> {
+    if (token > this.highWaterWanted) this.highWaterWanted = token;
+    return this.append({ type: 'high-water', token });
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    // `run` loops until nothing is pending; a batch scheduled but not started runs now.
+    while (this.flushing !== undefined || this.current.payloads.length > 0) {
+      await this.startFlush();
+      if (this.failed !== undefined) break;
+    }
+    await this.handle.close().catch(() => {});
+    await this.unlockDir();
+  }
+
+  private newBatch(): Batch {
     let resolveBatch!: () => void;
     let rejectBatch!: (error: DlmError) => void;
     const promise = new Promise<void>((res, rej) => {
@@ -212,70 +264,70 @@ function createJournal(init: {
       timer: undefined,
     };
     return batch;
-  };
-  let current = newBatch();
+  }
 
-  const armTimeout = (batch: Batch) => {
+  private armTimeout(batch: Batch) {
     if (batch.timer !== undefined) return;
     // A disk that stalls must not stall callers forever: they get UNAVAILABLE (indeterminate,
     // since the record may still land) while the write carries on.
-    batch.timer = setTimeout(() => {
+    batch.timer = this.clock.setTimer(() => {
       batch.reject(
         new DlmError(
           'UNAVAILABLE',
-          `the embedded journal did not sync within ${options.commandTimeoutMs} ms`,
+          `the embedded journal did not sync within ${this.options.commandTimeoutMs} ms`,
           { indeterminate: true },
         ),
       );
-    }, options.commandTimeoutMs);
-    batch.timer.unref();
-  };
+    }, this.options.commandTimeoutMs);
+  }
 
-  const settle = (batch: Batch, error?: DlmError) => {
-    if (batch.timer !== undefined) clearTimeout(batch.timer);
+  private settle(batch: Batch, error?: DlmError) {
+    batch.timer?.cancel();
     if (error === undefined) batch.resolve();
     else batch.reject(error);
-  };
+  }
 
-  const fail = (error: unknown): DlmError => {
-    if (failure === undefined) {
-      failure = toUnavailable(error, 'the embedded journal could not be written', true);
-      options.log(`[dlm embedded] journal ${journalPath}: ${failure.message}; refusing writes`);
+  private fail(error: unknown): DlmError {
+    if (this.failed === undefined) {
+      this.failed = toUnavailable(error, 'the embedded journal could not be written', true);
+      this.options.log(
+        `[dlm embedded] journal ${this.journalPath}: ${this.failed.message}; refusing writes`,
+      );
     }
-    return failure;
-  };
+    return this.failed;
+  }
 
-  const writeHighWaterIfWanted = async () => {
-    const wanted = highWaterWanted;
-    if (wanted <= highWaterOnDisk) return;
-    await writeHighWater(highWaterPath, wanted);
-    if (wanted > highWaterOnDisk) highWaterOnDisk = wanted;
-  };
+  private async writeHighWaterIfWanted() {
+    const wanted = this.highWaterWanted;
+    if (wanted <= this.highWaterOnDisk) return;
+    await writeHighWater(this.highWaterPath, wanted);
+    if (wanted > this.highWaterOnDisk) this.highWaterOnDisk = wanted;
+  }
 
-  const writeBatch = async (batch: Batch) => {
+  private async writeBatch(batch: Batch) {
     const buffer = frameRecords(batch.payloads);
     await Promise.all([
       (async () => {
-        await writeAll(handle, buffer, size);
-        await handle.datasync();
+        await writeAll(this.handle, buffer, this.size);
+        await this.handle.datasync();
       })(),
-      writeHighWaterIfWanted(),
+      this.writeHighWaterIfWanted(),
     ]);
-    size += buffer.length;
-  };
+    this.size += buffer.length;
+  }
 
   /**
    * Replaces the journal with a snapshot of the current state. The batch that accumulated since
    * the last write is subsumed by the snapshot (taken now, it already reflects those records),
    * so its waiters are released when the snapshot is durable.
    */
-  const compact = async () => {
-    const batch = current;
-    current = newBatch();
+  private async compact() {
+    const batch = this.current;
+    this.current = this.newBatch();
     // Captured synchronously (a consistent point in time), encoded and written in chunks: at
     // 100,000 leases encoding it all at once would stall the event loop for a few hundred ms.
-    const records = options.snapshot();
-    const tempPath = `${journalPath}.tmp`;
+    const records = this.options.snapshot();
+    const tempPath = `${this.journalPath}.tmp`;
     let next: FileHandle | undefined;
     let written = 0;
     try {
@@ -290,109 +342,86 @@ function createJournal(init: {
           }
           await target.sync();
         })(),
-        writeHighWaterIfWanted(),
+        this.writeHighWaterIfWanted(),
       ]);
-      await rename(tempPath, journalPath);
-      await syncDir(journalPath);
+      await rename(tempPath, this.journalPath);
+      await syncDir(this.journalPath);
     } catch (error) {
       await next?.close().catch(() => {});
-      settle(batch, toUnavailable(error, 'the embedded journal could not be compacted', true));
+      this.settle(batch, toUnavailable(error, 'the embedded journal could not be compacted', true));
       throw error;
     }
-    const previous = handle;
-    handle = next;
-    size = written;
-    compactAt = Math.max(options.compactAfterBytes, 4 * size);
+    const previous = this.handle;
+    this.handle = next;
+    this.size = written;
+    this.compactAt = Math.max(this.options.compactAfterBytes, 4 * this.size);
     await previous.close().catch(() => {});
-    settle(batch);
-  };
+    this.settle(batch);
+  }
 
-  const run = async () => {
-    while (failure === undefined && current.payloads.length > 0) {
-      const batch = current;
-      current = newBatch();
+  private async run() {
+    while (this.failed === undefined && this.current.payloads.length > 0) {
+      const batch = this.current;
+      this.current = this.newBatch();
       try {
-        await writeBatch(batch);
+        await this.writeBatch(batch);
       } catch (error) {
-        settle(batch, fail(error));
+        this.settle(batch, this.fail(error));
         break;
       }
-      settle(batch);
-      if (size >= compactAt) {
+      this.settle(batch);
+      if (this.size >= this.compactAt) {
         try {
-          await compact();
+          await this.compact();
         } catch (error) {
-          fail(error);
+          this.fail(error);
         }
       }
     }
-    if (failure !== undefined && current.payloads.length > 0) {
-      const batch = current;
-      current = newBatch();
-      settle(batch, failure);
+    if (this.failed !== undefined && this.current.payloads.length > 0) {
+      const batch = this.current;
+      this.current = this.newBatch();
+      this.settle(batch, this.failed);
     }
-  };
+  }
 
   /** Runs the flush loop unless it runs already; one loop at a time keeps writes in order. */
-  const startFlush = (): Promise<void> => {
-    if (flushing === undefined) {
-      flushing = run().finally(() => {
-        flushing = undefined;
+  private startFlush(): Promise<void> {
+    if (this.flushing === undefined) {
+      this.flushing = this.run().finally(() => {
+        this.flushing = undefined;
         // Records appended after the loop's last look at the batch.
-        if (current.payloads.length > 0) schedule();
+        if (this.current.payloads.length > 0) this.schedule();
       });
     }
-    return flushing;
-  };
+    return this.flushing;
+  }
 
-  const schedule = () => {
-    if (scheduled || flushing !== undefined) return;
-    scheduled = true;
+  private schedule() {
+    if (this.scheduled || this.flushing !== undefined) return;
+    this.scheduled = true;
     const start = () => {
-      scheduled = false;
-      void startFlush();
+      this.scheduled = false;
+      void this.startFlush();
     };
     // setImmediate runs after the I/O of this loop turn, so everything that turn produced
     // shares one write and one fsync.
-    if (options.flushIntervalMs > 0) setTimeout(start, options.flushIntervalMs);
+    if (this.options.flushIntervalMs > 0) this.clock.setTimer(start, this.options.flushIntervalMs);
     else setImmediate(start);
-  };
+  }
 
-  const append = (record: JournalRecord): Promise<void> => {
-    if (failure !== undefined) {
-      const rejected = Promise.reject(failure);
+  append(record: JournalRecord): Promise<void> {
+    if (this.failed !== undefined) {
+      const rejected = Promise.reject(this.failed);
       rejected.catch(() => {});
       return rejected;
     }
-    const batch = current;
+    const batch = this.current;
     batch.payloads.push(encodeRecord(record));
-    armTimeout(batch);
-    schedule();
+    this.armTimeout(batch);
+    this.schedule();
     return batch.promise;
-  };
-
-  return {
-    recovered,
-    get failure() {
-      return failure;
-    },
-    append,
-    reserve(token) {
-      if (token > highWaterWanted) highWaterWanted = token;
-      return append({ type: 'high-water', token });
-    },
-    async close() {
-      if (closed) return;
-      closed = true;
-      // `run` loops until nothing is pending; a batch scheduled but not started runs now.
-      while (flushing !== undefined || current.payloads.length > 0) {
-        await startFlush();
-        if (failure !== undefined) break;
-      }
-      await handle.close().catch(() => {});
-      await unlockDir();
-    },
-  };
+  }
 }
 
 async function writeAll(handle: FileHandle, buffer: Buffer, position: number): Promise<number> {

@@ -1,21 +1,26 @@
 import {
+  type AcquireRequest,
   type AcquireResult,
   type BackendCapabilities,
+  type Clock,
   DlmError,
   type Grant,
+  type HolderProof,
   type LockBackend,
   type LockState,
+  systemClock,
+  type Timer,
 } from '@dlm/core';
 import type { Etcd3, IKeyValue, ITxnResponse } from 'etcd3';
-import { txnSender } from './etcd-batch.js';
+import { type TxnSender, txnSender } from './etcd-batch.js';
 import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.js';
 import { createEtcdClient } from './etcd-client.js';
-import { etcdKeys, prefixEnd } from './etcd-keys.js';
-import { leasePool, ttlSeconds } from './etcd-leases.js';
+import { type EtcdKeys, etcdKeys, prefixEnd } from './etcd-keys.js';
+import { type LeasePool, leasePool, ttlSeconds } from './etcd-leases.js';
 import { fairQueue } from './etcd-queue.js';
 import { waiterSession } from './etcd-session.js';
 import { holderValue, keyHashCompares, ownerOfValue } from './etcd-value.js';
-import { watchPrefix } from './etcd-watch.js';
+import { type PrefixWatch, watchPrefix } from './etcd-watch.js';
 
 export interface EtcdBackendOptions {
   /**
@@ -46,6 +51,8 @@ export interface EtcdBackendOptions {
    * Default 5000.
    */
   waiterLeaseTtlMs?: number;
+  /** Times the wait for the watch stream before a first write. Default `systemClock`. */
+  clock?: Clock;
 }
 
 const SECOND = 1_000;
@@ -77,13 +84,10 @@ function remainingMs(ttl: string, grantedTtl: string): number {
  */
 export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
   const keys = etcdKeys(options.prefix ?? 'dlm/');
-  const { lockPrefix, markerKey } = keys;
   const commandTimeoutMs = options.commandTimeoutMs ?? 2_000;
   const ownClient = options.client === undefined;
   const client = options.client ?? createEtcdClient(options.endpoints ?? ['http://127.0.0.1:2379']);
   const watch = watchPrefix(client, keys);
-  let closed = false;
-
   const capabilities: BackendCapabilities = {
     fencing: 'strict',
     minTtlMs: options.minTtlMs ?? 2_000,
@@ -97,75 +101,21 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
     ttlSeconds(Math.max(options.waiterLeaseTtlMs ?? 5_000, capabilities.minTtlMs)),
     commandTimeoutMs,
   );
-
-  const keyOf = keys.lock;
-
-  function assertOpen(what: string): void {
-    if (closed) throw new DlmError('UNAVAILABLE', `${what}: the etcd backend is closed`);
-  }
-
-  function call<T>(
-    limit: Budget,
-    mode: RetryMode,
-    write: boolean,
-    fn: (deadline: number) => Promise<T>,
-  ): Promise<T> {
-    return withRetries(limit, mode, write, fn);
-  }
-
   const leases = leasePool(client, commandTimeoutMs);
-  const sender = txnSender(client, markerKey);
-
-  async function remainingOf(limit: Budget, kv: IKeyValue): Promise<number | undefined> {
-    return remainingOfLease(limit, kv.lease);
-  }
-
-  async function remainingOfLease(limit: Budget, lease: string): Promise<number | undefined> {
-    if (!lease || lease === '0') return undefined;
-    try {
-      const response = await call(limit, 'idempotent', false, (deadline) =>
-        client.leaseClient.leaseTimeToLive({ ID: lease }, { deadline }),
-      );
-      return remainingMs(response.TTL, response.grantedTTL);
-    } catch {
-      return undefined;
-    }
-  }
-
-  /** Waits for the watch stream before the first write, so no later event can be missed. */
-  async function watchEstablished(limit: Budget): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      await Promise.race([
-        watch.ready(),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(
-            () => reject(new DlmError('UNAVAILABLE', `${limit.what}: etcd watch not established`)),
-            Math.max(0, limit.remainingMs()),
-          );
-        }),
-      ]);
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  function txn(
-    limit: Budget,
-    mode: RetryMode,
-    request: Parameters<Etcd3['kv']['txn']>[0],
-  ): Promise<ITxnResponse> {
-    return call(limit, mode, true, (deadline) => client.kv.txn(request, { deadline }));
-  }
-
-  function stateOf(limit: Budget, name: string, kv: IKeyValue): Promise<LockState> {
-    return remainingOf(limit, kv).then((ttl) => ({
-      name,
-      owner: ownerOfValue(kv.value),
-      token: BigInt(kv.create_revision),
-      ttlRemainingMs: ttl ?? 0,
-    }));
-  }
+  const e: Etcd = {
+    client,
+    keys,
+    watch,
+    leases,
+    sender: txnSender(client, keys.markerKey),
+    clock: options.clock ?? systemClock,
+    commandTimeoutMs,
+    capabilities,
+    closed: false,
+  };
+  const remainingOf = (limit: Budget, kv: IKeyValue) => remainingOfLease(e, limit, kv.lease);
+  const txn = (limit: Budget, mode: RetryMode, request: TxnRequest) =>
+    sendTxn(e, limit, mode, request);
 
   const queue = fairQueue({
     client,
@@ -174,183 +124,29 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
     session,
     commandTimeoutMs,
     minTtlMs: capabilities.minTtlMs,
-    isClosed: () => closed,
+    isClosed: () => e.closed,
     leases,
     remainingOf,
-    remainingOfLease,
-    watchEstablished,
+    remainingOfLease: (limit, lease) => remainingOfLease(e, limit, lease),
+    watchEstablished: (limit) => watchEstablished(e, limit),
     txn,
   });
 
   return {
     kind: 'etcd',
     capabilities,
-
-    async tryAcquire({ name, owner, ttlMs, keyHash }): Promise<AcquireResult> {
-      assertOpen('acquire');
-      const limit = budget('acquire', commandTimeoutMs);
-      await watchEstablished(limit);
-      const key = keyOf(name);
-      const value = holderValue(owner, keyHash);
-      const lease = await leases.take(limit, Math.max(ttlMs, capabilities.minTtlMs));
-      // One transaction: create the key if absent and nobody queues for it (a try-lock never
-      // jumps the queue); else, if the same owner holds it with the same key hash (the value
-      // holds both), move it to the new lease (keeping
-      // its create revision, hence its token); else read the holder.
-      // Sending it twice is harmless, so it may be retried after a lost reply.
-      const waiters = keys.queue(name);
-      let response: ITxnResponse;
-      try {
-        response = await sender.send(limit, 'idempotent', name, {
-          compare: [
-            { key, target: 'Create', result: 'Equal', create_revision: 0 },
-            // Over a range: true when no key in it has a create revision, i.e. none exists.
-            {
-              key: waiters,
-              range_end: prefixEnd(waiters),
-              target: 'Create',
-              result: 'Equal',
-              create_revision: 0,
-            },
-          ],
-          success: [{ request_put: { key, value, lease: lease.id } }],
-          failure: [
-            {
-              request_txn: {
-                compare: [{ key, target: 'Value', result: 'Equal', value }],
-                success: [{ request_put: { key, value, lease: lease.id, prev_kv: true } }],
-                failure: [{ request_range: { key } }],
-              },
-            },
-          ],
-        });
-      } catch (error) {
-        if (!(error instanceof DlmError && error.details.indeterminate)) leases.detached(lease.id);
-        throw error;
-      }
-      const grant = (token: bigint): Grant => ({ name, owner, token, ttlMs: lease.ttlMs });
-      if (response.succeeded)
-        return { granted: true, grant: grant(BigInt(response.header.revision)) };
-      const nested = response.responses[0]?.response_txn;
-      if (nested?.succeeded) {
-        const previous = nested.responses[0]?.response_put.prev_kv;
-        if (!previous) throw new DlmError('INTERNAL', 'etcd: re-acquire returned no previous key');
-        if (previous.lease !== lease.id) leases.detached(previous.lease);
-        return { granted: true, grant: grant(BigInt(previous.create_revision)) };
-      }
-      leases.detached(lease.id);
-      const holder = nested?.responses[0]?.response_range.kvs[0];
-      const ttlRemainingMs = holder ? await remainingOf(limit, holder) : undefined;
-      return ttlRemainingMs === undefined ? { granted: false } : { granted: false, ttlRemainingMs };
-    },
-
-    async release({ name, token, keyHash }) {
-      assertOpen('release');
-      const limit = budget('release', commandTimeoutMs);
-      const key = keyOf(name);
-      const response = await sender.send(
-        limit,
-        'once',
-        name,
-        {
-          compare: [
-            { key, target: 'Create', result: 'Equal', create_revision: token.toString() },
-            ...keyHashCompares(key, keyHash),
-          ],
-          success: [{ request_delete_range: { key, prev_kv: true } }],
-          failure: [],
-        },
-        true,
-      );
-      if (!response.succeeded) return false;
-      leases.detached(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
-      return true;
-    },
-
-    async extend({ name, token, ttlMs, keyHash }) {
-      assertOpen('extend');
-      const limit = budget('extend', commandTimeoutMs);
-      const key = keyOf(name);
-      // An etcd lease can only be renewed to the TTL it was granted with, so a new TTL means a
-      // new lease: move the key onto it (a put keeps the key's create revision, so the token).
-      const lease = await leases.take(limit, Math.max(ttlMs, capabilities.minTtlMs));
-      let response: ITxnResponse;
-      try {
-        response = await txn(limit, 'idempotent', {
-          compare: [
-            { key, target: 'Create', result: 'Equal', create_revision: token.toString() },
-            ...keyHashCompares(key, keyHash),
-          ],
-          success: [{ request_put: { key, lease: lease.id, ignore_value: true, prev_kv: true } }],
-          failure: [],
-        });
-      } catch (error) {
-        if (!(error instanceof DlmError && error.details.indeterminate)) leases.detached(lease.id);
-        throw error;
-      }
-      if (!response.succeeded) {
-        leases.detached(lease.id);
-        return null;
-      }
-      const previous = response.responses[0]?.response_put.prev_kv;
-      if (previous && previous.lease !== lease.id) leases.detached(previous.lease);
-      return {
-        name,
-        owner: previous ? ownerOfValue(previous.value) : '',
-        token,
-        ttlMs: lease.ttlMs,
-      };
-    },
-
-    async inspect(name) {
-      assertOpen('inspect');
-      const limit = budget('inspect', commandTimeoutMs);
-      const response = await call(limit, 'idempotent', false, (deadline) =>
-        client.kv.range({ key: keyOf(name) }, { deadline }),
-      );
-      const kv = response.kvs[0];
-      return kv ? stateOf(limit, name, kv) : null;
-    },
-
+    tryAcquire: (request) => tryAcquire(e, request),
+    release: (proof) => release(e, proof),
+    extend: (request) => extend(e, request),
+    inspect: (name) => inspect(e, name),
     acquireQueued: queue.acquireQueued,
-
-    watch(name, listener) {
-      // Only the event: the watch's second argument (the lease) is for the queue.
-      return watch.subscribe(name, (event) => listener(event));
-    },
-
-    async revoke(name) {
-      assertOpen('revoke');
-      const limit = budget('revoke', commandTimeoutMs);
-      const key = keyOf(name);
-      const response = await txn(limit, 'once', {
-        compare: [{ key, target: 'Create', result: 'Greater', create_revision: 0 }],
-        success: [
-          { request_delete_range: { key, prev_kv: true } },
-          { request_put: { key: Buffer.from(markerKey), value: Buffer.from('revoked') } },
-        ],
-        failure: [],
-      });
-      if (!response.succeeded) return false;
-      leases.detached(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
-      return true;
-    },
-
-    async list(namePrefix) {
-      assertOpen('list');
-      const limit = budget('list', commandTimeoutMs);
-      const start = Buffer.from(lockPrefix + namePrefix);
-      const response = await call(limit, 'idempotent', false, (deadline) =>
-        client.kv.range({ key: start, range_end: prefixEnd(start) }, { deadline }),
-      );
-      return Promise.all(
-        response.kvs.map((kv) => stateOf(limit, kv.key.toString().slice(lockPrefix.length), kv)),
-      );
-    },
-
+    // Only the event: the watch's second argument (the lease) is for the queue.
+    watch: (name, listener) => watch.subscribe(name, (event) => listener(event)),
+    revoke: (name) => revoke(e, name),
+    list: (namePrefix) => list(e, namePrefix),
     async close() {
-      if (closed) return;
-      closed = true;
+      if (e.closed) return;
+      e.closed = true;
       queue.wakeAll();
       leases.close();
       await session.close();
@@ -358,4 +154,239 @@ export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
       if (ownClient) client.close();
     },
   };
+}
+
+type TxnRequest = Parameters<Etcd3['kv']['txn']>[0];
+
+/** What the primitives of one etcd backend share. */
+interface Etcd {
+  readonly client: Etcd3;
+  readonly keys: EtcdKeys;
+  readonly watch: PrefixWatch;
+  readonly leases: LeasePool;
+  readonly sender: TxnSender;
+  readonly clock: Clock;
+  readonly commandTimeoutMs: number;
+  readonly capabilities: BackendCapabilities;
+  closed: boolean;
+}
+
+function assertOpen(e: Etcd, what: string): void {
+  if (e.closed) throw new DlmError('UNAVAILABLE', `${what}: the etcd backend is closed`);
+}
+
+function sendTxn(
+  e: Etcd,
+  limit: Budget,
+  mode: RetryMode,
+  request: TxnRequest,
+): Promise<ITxnResponse> {
+  return withRetries(limit, mode, true, (deadline) => e.client.kv.txn(request, { deadline }));
+}
+
+async function remainingOfLease(
+  e: Etcd,
+  limit: Budget,
+  lease: string,
+): Promise<number | undefined> {
+  if (!lease || lease === '0') return undefined;
+  try {
+    const response = await withRetries(limit, 'idempotent', false, (deadline) =>
+      e.client.leaseClient.leaseTimeToLive({ ID: lease }, { deadline }),
+    );
+    return remainingMs(response.TTL, response.grantedTTL);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Waits for the watch stream before the first write, so no later event can be missed. */
+async function watchEstablished(e: Etcd, limit: Budget): Promise<void> {
+  let timer: Timer | undefined;
+  try {
+    await Promise.race([
+      e.watch.ready(),
+      new Promise<never>((_, reject) => {
+        timer = e.clock.setTimer(
+          () => reject(new DlmError('UNAVAILABLE', `${limit.what}: etcd watch not established`)),
+          Math.max(0, limit.remainingMs()),
+        );
+      }),
+    ]);
+  } finally {
+    timer?.cancel();
+  }
+}
+
+function stateOf(e: Etcd, limit: Budget, name: string, kv: IKeyValue): Promise<LockState> {
+  return remainingOfLease(e, limit, kv.lease).then((ttl) => ({
+    name,
+    owner: ownerOfValue(kv.value),
+    token: BigInt(kv.create_revision),
+    ttlRemainingMs: ttl ?? 0,
+  }));
+}
+
+/**
+ * One transaction: create the key if absent and nobody queues for it (a try-lock never jumps
+ * the queue); else, if the same owner holds it with the same key hash (the value holds both),
+ * move it to the new lease (keeping its create revision, hence its token); else read the
+ * holder. Sending it twice is harmless, so it may be retried after a lost reply.
+ */
+function tryAcquireTxn(e: Etcd, name: string, value: Buffer, leaseId: string): TxnRequest {
+  const key = e.keys.lock(name);
+  const waiters = e.keys.queue(name);
+  return {
+    compare: [
+      { key, target: 'Create', result: 'Equal', create_revision: 0 },
+      // Over a range: true when no key in it has a create revision, i.e. none exists.
+      {
+        key: waiters,
+        range_end: prefixEnd(waiters),
+        target: 'Create',
+        result: 'Equal',
+        create_revision: 0,
+      },
+    ],
+    success: [{ request_put: { key, value, lease: leaseId } }],
+    failure: [
+      {
+        request_txn: {
+          compare: [{ key, target: 'Value', result: 'Equal', value }],
+          success: [{ request_put: { key, value, lease: leaseId, prev_kv: true } }],
+          failure: [{ request_range: { key } }],
+        },
+      },
+    ],
+  };
+}
+
+/** Sends a write made on `lease`; a failure known not to have applied hands the lease back. */
+async function onLease<T>(e: Etcd, leaseId: string, write: () => Promise<T>): Promise<T> {
+  try {
+    return await write();
+  } catch (error) {
+    if (!(error instanceof DlmError && error.details.indeterminate)) e.leases.detached(leaseId);
+    throw error;
+  }
+}
+
+async function tryAcquire(
+  e: Etcd,
+  { name, owner, ttlMs, keyHash }: AcquireRequest,
+): Promise<AcquireResult> {
+  assertOpen(e, 'acquire');
+  const limit = budget('acquire', e.commandTimeoutMs);
+  await watchEstablished(e, limit);
+  const value = holderValue(owner, keyHash);
+  const lease = await e.leases.take(limit, Math.max(ttlMs, e.capabilities.minTtlMs));
+  const request = tryAcquireTxn(e, name, value, lease.id);
+  const response = await onLease(e, lease.id, () =>
+    e.sender.send(limit, 'idempotent', name, request),
+  );
+  const grant = (token: bigint): Grant => ({ name, owner, token, ttlMs: lease.ttlMs });
+  if (response.succeeded) return { granted: true, grant: grant(BigInt(response.header.revision)) };
+  const nested = response.responses[0]?.response_txn;
+  if (nested?.succeeded) {
+    const previous = nested.responses[0]?.response_put.prev_kv;
+    if (!previous) throw new DlmError('INTERNAL', 'etcd: re-acquire returned no previous key');
+    if (previous.lease !== lease.id) e.leases.detached(previous.lease);
+    return { granted: true, grant: grant(BigInt(previous.create_revision)) };
+  }
+  e.leases.detached(lease.id);
+  const holder = nested?.responses[0]?.response_range.kvs[0];
+  const ttlRemainingMs = holder ? await remainingOfLease(e, limit, holder.lease) : undefined;
+  return ttlRemainingMs === undefined ? { granted: false } : { granted: false, ttlRemainingMs };
+}
+
+async function release(e: Etcd, { name, token, keyHash }: HolderProof): Promise<boolean> {
+  assertOpen(e, 'release');
+  const limit = budget('release', e.commandTimeoutMs);
+  const key = e.keys.lock(name);
+  const response = await e.sender.send(
+    limit,
+    'once',
+    name,
+    {
+      compare: [
+        { key, target: 'Create', result: 'Equal', create_revision: token.toString() },
+        ...keyHashCompares(key, keyHash),
+      ],
+      success: [{ request_delete_range: { key, prev_kv: true } }],
+      failure: [],
+    },
+    true,
+  );
+  if (!response.succeeded) return false;
+  e.leases.detached(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
+  return true;
+}
+
+async function extend(
+  e: Etcd,
+  { name, token, ttlMs, keyHash }: HolderProof & { ttlMs: number },
+): Promise<Grant | null> {
+  assertOpen(e, 'extend');
+  const limit = budget('extend', e.commandTimeoutMs);
+  const key = e.keys.lock(name);
+  // An etcd lease can only be renewed to the TTL it was granted with, so a new TTL means a
+  // new lease: move the key onto it (a put keeps the key's create revision, so the token).
+  const lease = await e.leases.take(limit, Math.max(ttlMs, e.capabilities.minTtlMs));
+  const response = await onLease(e, lease.id, () =>
+    sendTxn(e, limit, 'idempotent', {
+      compare: [
+        { key, target: 'Create', result: 'Equal', create_revision: token.toString() },
+        ...keyHashCompares(key, keyHash),
+      ],
+      success: [{ request_put: { key, lease: lease.id, ignore_value: true, prev_kv: true } }],
+      failure: [],
+    }),
+  );
+  if (!response.succeeded) {
+    e.leases.detached(lease.id);
+    return null;
+  }
+  const previous = response.responses[0]?.response_put.prev_kv;
+  if (previous && previous.lease !== lease.id) e.leases.detached(previous.lease);
+  return { name, owner: previous ? ownerOfValue(previous.value) : '', token, ttlMs: lease.ttlMs };
+}
+
+async function inspect(e: Etcd, name: string): Promise<LockState | null> {
+  assertOpen(e, 'inspect');
+  const limit = budget('inspect', e.commandTimeoutMs);
+  const response = await withRetries(limit, 'idempotent', false, (deadline) =>
+    e.client.kv.range({ key: e.keys.lock(name) }, { deadline }),
+  );
+  const kv = response.kvs[0];
+  return kv ? stateOf(e, limit, name, kv) : null;
+}
+
+async function revoke(e: Etcd, name: string): Promise<boolean> {
+  assertOpen(e, 'revoke');
+  const limit = budget('revoke', e.commandTimeoutMs);
+  const key = e.keys.lock(name);
+  const response = await sendTxn(e, limit, 'once', {
+    compare: [{ key, target: 'Create', result: 'Greater', create_revision: 0 }],
+    success: [
+      { request_delete_range: { key, prev_kv: true } },
+      { request_put: { key: Buffer.from(e.keys.markerKey), value: Buffer.from('revoked') } },
+    ],
+    failure: [],
+  });
+  if (!response.succeeded) return false;
+  e.leases.detached(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
+  return true;
+}
+
+async function list(e: Etcd, namePrefix: string): Promise<LockState[]> {
+  assertOpen(e, 'list');
+  const limit = budget('list', e.commandTimeoutMs);
+  const { lockPrefix } = e.keys;
+  const start = Buffer.from(lockPrefix + namePrefix);
+  const response = await withRetries(limit, 'idempotent', false, (deadline) =>
+    e.client.kv.range({ key: start, range_end: prefixEnd(start) }, { deadline }),
+  );
+  return Promise.all(
+    response.kvs.map((kv) => stateOf(e, limit, kv.key.toString().slice(lockPrefix.length), kv)),
+  );
 }

@@ -1,4 +1,4 @@
-import { DlmError } from '@dlm/core';
+import { type Clock, DlmError, systemClock, type Timer } from '@dlm/core';
 import { type Etcd3, EtcdLeaseInvalidError, type ITxnRequest, type ITxnResponse } from 'etcd3';
 import { type Budget, type RetryMode, withRetries } from './etcd-calls.js';
 
@@ -67,12 +67,13 @@ function refusedWhole(error: unknown): boolean {
   );
 }
 
-export function txnSender(client: Etcd3, markerKey: string): TxnSender {
+/** `clock`: where the batching timer is set (the budgets bring their own for the calls). */
+export function txnSender(client: Etcd3, markerKey: string, clock: Clock = systemClock): TxnSender {
   const marker = Buffer.from(markerKey);
   const markerPut = { request_put: { key: marker, value: Buffer.from('released') } };
   let inFlight = 0;
   let queue: Entry[] = [];
-  let timer: NodeJS.Timeout | undefined;
+  let timer: Timer | undefined;
 
   function alone(entry: Entry): Promise<ITxnResponse> {
     const request = entry.release
@@ -97,6 +98,7 @@ export function txnSender(client: Etcd3, markerKey: string): TxnSender {
     // own bound (they joined the queue within one round trip of each other).
     const limit: Budget = {
       what: entries[0]!.limit.what,
+      clock: entries[0]!.limit.clock,
       remainingMs: () => Math.min(...entries.map((entry) => entry.limit.remainingMs())),
     };
     const mode: RetryMode = entries.some((entry) => entry.mode === 'once') ? 'once' : 'idempotent';
@@ -147,7 +149,7 @@ export function txnSender(client: Etcd3, markerKey: string): TxnSender {
   }
 
   function flush(force: boolean): void {
-    clearTimeout(timer);
+    timer?.cancel();
     timer = undefined;
     while (queue.length && (force || inFlight < MAX_IN_FLIGHT)) {
       const taken: Entry[] = [];
@@ -170,7 +172,7 @@ export function txnSender(client: Etcd3, markerKey: string): TxnSender {
       if (taken.length) run(taken);
       force = false;
     }
-    if (queue.length) timer = setTimeout(() => flush(true), MAX_WAIT_MS);
+    if (queue.length) timer = clock.setTimer(() => flush(true), MAX_WAIT_MS);
   }
 
   return {
@@ -180,7 +182,7 @@ export function txnSender(client: Etcd3, markerKey: string): TxnSender {
         if (inFlight < MAX_IN_FLIGHT && !queue.length) run([entry]);
         else {
           queue.push(entry);
-          if (!timer) timer = setTimeout(() => flush(true), MAX_WAIT_MS);
+          if (!timer) timer = clock.setTimer(() => flush(true), MAX_WAIT_MS);
         }
       });
     },

@@ -1,4 +1,4 @@
-import { DlmError, isDlmError } from '@dlm/core';
+import { type Budget, boundedCall, DlmError, isDlmError, sleep } from '@dlm/core';
 import { GRPCResourceExhastedError, isRecoverableError } from 'etcd3';
 
 /**
@@ -36,18 +36,11 @@ function transient(error: unknown): boolean {
   );
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** A budget of time shared by every step of one primitive. */
-export interface Budget {
-  readonly what: string;
-  remainingMs(): number;
-}
-
-export function budget(what: string, totalMs: number): Budget {
-  const deadline = performance.now() + totalMs;
-  return { what, remainingMs: () => deadline - performance.now() };
-}
+/**
+ * A budget of time shared by every step of one primitive: core's, re-exported so that the
+ * adapter's modules keep one import. Its clock is where every step sets its timers.
+ */
+export { type Budget, budget } from '@dlm/core';
 
 function timedOut(what: string, indeterminate: boolean, cause: unknown): DlmError {
   return new DlmError('UNAVAILABLE', `${what}: etcd did not answer in time`, {
@@ -78,16 +71,13 @@ export async function withRetries<T>(
       throw timedOut(limit.what, write && maybeApplied, lastError);
     }
     const attemptMs = attempt === 0 && remaining > 400 ? Math.max(200, remaining / 2) : remaining;
-    let timer: NodeJS.Timeout | undefined;
     try {
-      return await Promise.race([
-        call(Date.now() + attemptMs),
-        // grpc-js enforces the deadline itself; this is the backstop for anything in the
-        // client that waits outside a call (authentication, channel set-up).
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error('deadline exceeded (client side)')), attemptMs);
-        }),
-      ]);
+      // grpc-js enforces the deadline itself; the bound is the backstop for anything in the
+      // client that waits outside a call (authentication, channel set-up).
+      return await boundedCall(limit.what, attemptMs, () => call(Date.now() + attemptMs), {
+        clock: limit.clock,
+        timeoutError: () => new Error('deadline exceeded (client side)'),
+      });
     } catch (error) {
       if (isDlmError(error)) throw error;
       lastError = error;
@@ -108,10 +98,8 @@ export async function withRetries<T>(
       }
       // The first retry goes straight to another member; later ones back off a little so a
       // cluster in the middle of an election is not flooded.
-      await sleep(Math.min(delayMs, Math.max(0, limit.remainingMs())));
+      await sleep(limit.clock, Math.min(delayMs, Math.max(0, limit.remainingMs())));
       delayMs = Math.min(Math.max(25, delayMs * 2), 250);
-    } finally {
-      clearTimeout(timer);
     }
   }
 }

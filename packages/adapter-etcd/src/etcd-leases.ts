@@ -1,4 +1,4 @@
-import { DlmError } from '@dlm/core';
+import { type Clock, DlmError, systemClock, type Timer } from '@dlm/core';
 import type { Etcd3, IDuplexStream, ILeaseKeepAliveRequest, ILeaseKeepAliveResponse } from 'etcd3';
 import { type Budget, budget, withRetries } from './etcd-calls.js';
 
@@ -13,7 +13,7 @@ export interface LockLease {
   id: string;
   /** The TTL etcd granted (whole seconds, in ms). */
   ttlMs: number;
-  /** `performance.now()` when the grant or renewal was sent: the lease ends no earlier than `sentAt + ttlMs`. */
+  /** The pool's `clock.now()` when the grant or renewal was sent: the lease ends no earlier than `sentAt + ttlMs`. */
   sentAt: number;
 }
 
@@ -83,7 +83,7 @@ interface Known {
 type KeepAliveStream = IDuplexStream<ILeaseKeepAliveRequest, ILeaseKeepAliveResponse>;
 
 /** One keepalive stream shared by every renewal; answers are matched to requests by lease id. */
-function keepAliveChannel(client: Etcd3) {
+function keepAliveChannel(client: Etcd3, clock: Clock) {
   let current: Promise<KeepAliveStream> | undefined;
   const pending = new Map<string, { resolve(ttl: number): void; reject(error: Error): void }>();
 
@@ -120,11 +120,11 @@ function keepAliveChannel(client: Etcd3) {
       if (pending.has(id)) throw new Error('a keepalive for this lease is already in flight');
       current ??= open();
       const stream = current;
-      let timer: NodeJS.Timeout | undefined;
+      let timer: Timer | undefined;
       try {
         return await new Promise<number>((resolve, reject) => {
           pending.set(id, { resolve, reject });
-          timer = setTimeout(() => {
+          timer = clock.setTimer(() => {
             // A member that does not answer (paused, blackholed) holds up every renewal on the
             // stream: start a new one, possibly on another member, next time.
             reset(stream, new Error('keepalive timed out'));
@@ -133,7 +133,7 @@ function keepAliveChannel(client: Etcd3) {
           stream.then((opened) => opened.write({ ID: id })).catch(reject);
         });
       } finally {
-        clearTimeout(timer);
+        timer?.cancel();
         pending.delete(id);
       }
     },
@@ -143,13 +143,18 @@ function keepAliveChannel(client: Etcd3) {
   };
 }
 
-export function leasePool(client: Etcd3, commandTimeoutMs: number): LeasePool {
+/** `clock`: what `sentAt` and the keepalive time-outs are measured on. */
+export function leasePool(
+  client: Etcd3,
+  commandTimeoutMs: number,
+  clock: Clock = systemClock,
+): LeasePool {
   /** Leases this backend granted or renewed, oldest renewal first (pruned once they ran out). */
   const known = new Map<string, Known>();
   /** Per requested TTL in seconds, leases with no key on them, most recently renewed last. */
   const pool = new Map<number, string[]>();
   const pooled = new Set<string>();
-  const keepAlive = keepAliveChannel(client);
+  const keepAlive = keepAliveChannel(client, clock);
   let closed = false;
 
   const endsBy = (entry: Known) => entry.sentAt + entry.ttlMs;
@@ -157,7 +162,7 @@ export function leasePool(client: Etcd3, commandTimeoutMs: number): LeasePool {
   function note(id: string, entry: Known): void {
     known.delete(id);
     known.set(id, entry);
-    const now = performance.now();
+    const now = clock.now();
     for (const [oldId, old] of known) {
       if (endsBy(old) > now) break;
       known.delete(oldId);
@@ -167,13 +172,13 @@ export function leasePool(client: Etcd3, commandTimeoutMs: number): LeasePool {
 
   function revoke(id: string): void {
     if (closed) return;
-    withRetries(budget('revoke lease', commandTimeoutMs), 'once', true, (deadline) =>
+    withRetries(budget('revoke lease', commandTimeoutMs, clock), 'once', true, (deadline) =>
       client.leaseClient.leaseRevoke({ ID: id }, { deadline }),
     ).catch(() => {});
   }
 
   async function grant(limit: Budget, seconds: number): Promise<LockLease> {
-    const sentAt = performance.now();
+    const sentAt = clock.now();
     // Granting twice (a retry after a lost reply) only leaves an unused lease, which etcd
     // drops when it runs out.
     const response = await withRetries(limit, 'idempotent', false, (deadline) =>
@@ -190,7 +195,7 @@ export function leasePool(client: Etcd3, commandTimeoutMs: number): LeasePool {
   /** The most recently renewed pooled lease of this TTL that is not about to run out. */
   function pooledLease(seconds: number): string | undefined {
     const stack = pool.get(seconds);
-    const now = performance.now();
+    const now = clock.now();
     for (let id = stack?.pop(); id !== undefined; id = stack?.pop()) {
       if (!pooled.delete(id)) continue;
       const entry = known.get(id);
@@ -202,7 +207,7 @@ export function leasePool(client: Etcd3, commandTimeoutMs: number): LeasePool {
 
   /** Renews a pooled lease: the lease counted from when the keepalive was sent, or undefined. */
   async function renew(limit: Budget, id: string, seconds: number): Promise<LockLease | undefined> {
-    const sentAt = performance.now();
+    const sentAt = clock.now();
     try {
       const timeoutMs = Math.min(KEEPALIVE_TIMEOUT_MS, limit.remainingMs() / 2);
       const ttl = timeoutMs > 0 ? await keepAlive.renew(id, timeoutMs) : 0;
@@ -248,7 +253,7 @@ export function leasePool(client: Etcd3, commandTimeoutMs: number): LeasePool {
         revoke(id);
         return;
       }
-      if (pooled.has(id) || endsBy(entry) - performance.now() <= REUSE_MARGIN_MS) return;
+      if (pooled.has(id) || endsBy(entry) - clock.now() <= REUSE_MARGIN_MS) return;
       if (pooled.size >= MAX_POOLED) {
         known.delete(id);
         revoke(id);

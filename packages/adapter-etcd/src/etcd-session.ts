@@ -1,4 +1,4 @@
-import { DlmError } from '@dlm/core';
+import { boundedCall, type Clock, DlmError, settlesWithin, systemClock } from '@dlm/core';
 import type { Etcd3, Lease } from 'etcd3';
 import type { Budget } from './etcd-calls.js';
 
@@ -23,10 +23,12 @@ interface Current {
   id: Promise<string>;
 }
 
+/** `clock`: where close's time limit is set (a lease id waits on the caller's budget's clock). */
 export function waiterSession(
   client: Etcd3,
   ttlSeconds: number,
   commandTimeoutMs: number,
+  clock: Clock = systemClock,
 ): WaiterSession {
   let current: Current | undefined;
   let closed = false;
@@ -52,23 +54,15 @@ export function waiterSession(
       if (closed) throw new DlmError('UNAVAILABLE', `${limit.what}: the etcd backend is closed`);
       current ??= start();
       const entry = current;
-      let timer: NodeJS.Timeout | undefined;
       try {
-        return await Promise.race([
-          entry.id,
-          new Promise<never>((_, reject) => {
-            timer = setTimeout(
-              () => reject(new Error('deadline exceeded (client side)')),
-              Math.max(0, limit.remainingMs()),
-            );
-          }),
-        ]);
+        return await boundedCall(limit.what, Math.max(0, limit.remainingMs()), () => entry.id, {
+          clock: limit.clock,
+          timeoutError: () => new Error('deadline exceeded (client side)'),
+        });
       } catch (error) {
         throw new DlmError('UNAVAILABLE', `${limit.what}: no waiter lease from etcd`, {
           cause: error,
         });
-      } finally {
-        clearTimeout(timer);
       }
     },
     invalidate(id) {
@@ -86,12 +80,13 @@ export function waiterSession(
       current = undefined;
       if (!entry) return;
       // Do not let a dead cluster hold close() up: the lease runs out by itself then.
-      await Promise.race([
+      await settlesWithin(
+        clock,
         entry.lease
           .revoke({ deadline: new Date(Date.now() + commandTimeoutMs) })
           .catch(() => entry.lease.release()),
-        new Promise((resolve) => setTimeout(resolve, Math.min(commandTimeoutMs, 1_000)).unref()),
-      ]);
+        Math.min(commandTimeoutMs, 1_000),
+      );
       entry.lease.release();
     },
   };

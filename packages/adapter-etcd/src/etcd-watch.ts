@@ -1,4 +1,10 @@
-import type { LockEvent, Unsubscribe } from '@dlm/core';
+import {
+  type Clock,
+  type LockEvent,
+  settlesWithin,
+  systemClock,
+  type Unsubscribe,
+} from '@dlm/core';
 import type { Etcd3, IWatchResponse, Watcher } from 'etcd3';
 import type { EtcdKeys } from './etcd-keys.js';
 import { ownerOfValue } from './etcd-value.js';
@@ -42,7 +48,12 @@ function addTo<T>(map: Map<string, Set<T>>, name: string, listener: T): Unsubscr
   };
 }
 
-export function watchPrefix(client: Etcd3, keys: EtcdKeys): PrefixWatch {
+/** `clock`: where the restart delay and close's time limit are set. */
+export function watchPrefix(
+  client: Etcd3,
+  keys: EtcdKeys,
+  clock: Clock = systemClock,
+): PrefixWatch {
   const listeners = new Map<string, Set<Listener>>();
   const queueListeners = new Map<string, Set<QueueListener>>();
   let watcher: Watcher | undefined;
@@ -138,7 +149,7 @@ export function watchPrefix(client: Etcd3, keys: EtcdKeys): PrefixWatch {
       if (watcher !== created) return;
       created.removeAllListeners('data');
       created.cancel().catch(() => {});
-      setTimeout(() => start(true), 100);
+      clock.setTimer(() => start(true), 100);
     });
   }
 
@@ -156,10 +167,7 @@ export function watchPrefix(client: Etcd3, keys: EtcdKeys): PrefixWatch {
       watcher = undefined;
       current?.removeAllListeners('data');
       // Cancelling waits for etcd's acknowledgement; do not let a dead cluster hold up close().
-      await Promise.race([
-        current?.cancel().catch(() => {}),
-        new Promise((resolve) => setTimeout(resolve, 500).unref()),
-      ]);
+      if (current) await settlesWithin(clock, current.cancel(), 500);
     },
   };
 }

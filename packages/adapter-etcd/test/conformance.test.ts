@@ -1,5 +1,12 @@
 import { runConformance } from '@dlm/conformance';
-import { type EtcdService, etcdAvailable, etcdManaged, startEtcd } from '@dlm/test-services';
+import {
+  type EtcdService,
+  etcdAvailable,
+  etcdManaged,
+  startEtcd,
+  startEtcdCluster,
+} from '@dlm/test-services';
+import { Etcd3 } from 'etcd3';
 import { afterAll, beforeAll, describe } from 'vitest';
 import { etcdBackend } from '../src/index.js';
 
@@ -9,25 +16,57 @@ const run = etcdAvailable();
 // timeout makes it 1 s (2 s with etcd's default 1 s), which keeps the expiry tests short.
 const timing = { heartbeatIntervalMs: 50, electionTimeoutMs: 500 };
 const minTtlMs = 1_000;
+/** etcdBackend's default key prefix: the fair-queue probe reads `<prefix>queue/<name>\0…`. */
+const prefix = 'dlm/';
 
 describe.skipIf(!run)('etcd adapter', () => {
   let etcd: EtcdService;
+  let raw: Etcd3;
   beforeAll(async () => {
     etcd = await startEtcd(timing);
+    raw = new Etcd3({ hosts: etcd.endpoints });
   });
   afterAll(async () => {
+    raw?.close();
     await etcd?.stop();
   });
 
   runConformance('etcd', {
     backend: () =>
       etcdBackend({ endpoints: etcd.endpoints, ...(etcd.external ? {} : { minTtlMs }) }),
+    fairQueue: {
+      // The waiter keys of `name`'s queue, oldest first.
+      entries: async (name) =>
+        (await raw.getAll().prefix(`${prefix}queue/${name}\0`).sort('Create', 'Ascend').keys()).map(
+          (key) => key.toString(),
+        ),
+    },
     ...(etcdManaged()
       ? {
           restart: async () => {
             const member = etcd.members[0]!;
             await member.process.kill();
             await member.process.start();
+          },
+          cluster: async () => {
+            const commandTimeoutMs = 2_000;
+            const cluster = await startEtcdCluster(3, timing);
+            const backend = etcdBackend({
+              endpoints: cluster.endpoints,
+              minTtlMs,
+              commandTimeoutMs,
+            });
+            return {
+              backend,
+              commandTimeoutMs,
+              releaseBoundedInOutage: true,
+              members: cluster.members,
+              waitForLeader: () => cluster.waitForLeader(),
+              stop: async () => {
+                await backend.close();
+                await cluster.stop();
+              },
+            };
           },
         }
       : {}),

@@ -1,4 +1,15 @@
-import type { Clock, LockEvent, LockState, Timer, Unsubscribe } from '@dlm/core';
+import {
+  type Clock,
+  deliverEvent,
+  type HeardHolder,
+  holderChangeEvents,
+  type ListenerEntry,
+  type LockEvent,
+  LockListeners,
+  type LockState,
+  type Timer,
+  type Unsubscribe,
+} from '@dlm/core';
 import type pg from 'pg';
 import { query } from './calls.js';
 
@@ -15,9 +26,7 @@ export interface Known {
   owner: string;
 }
 
-interface Entry {
-  name: string;
-  listeners: Set<(event: LockEvent) => void>;
+interface Entry extends ListenerEntry {
   /** The lease this server last heard of for the name. */
   known: Known | undefined;
   timer: Timer | undefined;
@@ -86,30 +95,81 @@ function reconnectDelayMs(attempt: number): number {
 const RECHECK_MS = 1_000;
 
 export function createLockEvents(options: LockEventsOptions): LockEvents {
-  const { pool, channel, clock, timeoutMs } = options;
-  const entries = new Map<string, Entry>();
-  let closed = false;
-  let client: pg.PoolClient | undefined;
-  let isListening = false;
-  let connects = 0;
-  let heartbeat: Timer | undefined;
-  let reconnectTimer: Timer | undefined;
-  let resolveListening: () => void = () => {};
-  const listening = new Promise<void>((resolve) => {
-    resolveListening = resolve;
+  return new PostgresLockEvents(options);
+}
+
+class PostgresLockEvents implements LockEvents {
+  private readonly entries = new LockListeners<Entry>({
+    create: (name) => ({
+      name,
+      listeners: new Set(),
+      known: undefined,
+      timer: undefined,
+      version: 0,
+    }),
+    dropped: (entry) => entry.timer?.cancel(),
+  });
+  private closed = false;
+  private client: pg.PoolClient | undefined;
+  private listeningNow = false;
+  private connectCount = 0;
+  private heartbeat: Timer | undefined;
+  private reconnectTimer: Timer | undefined;
+  private resolveListening: () => void = () => {};
+  readonly listening = new Promise<void>((resolve) => {
+    this.resolveListening = resolve;
   });
 
-  function deliver(entry: Entry, event: LockEvent): void {
-    for (const listener of [...entry.listeners]) {
-      try {
-        listener(event);
-      } catch {
-        // One listener's failure must not starve the others.
-      }
-    }
+  constructor(private readonly options: LockEventsOptions) {
+    this.scheduleConnect(0);
   }
 
-  function setKnown(entry: Entry, known: Known | undefined, ttlMs: number): void {
+  get isListening(): boolean {
+    return this.listeningNow;
+  }
+
+  get connects(): number {
+    return this.connectCount;
+  }
+
+  watch(name: string, listener: (event: LockEvent) => void): Unsubscribe {
+    return this.entries.watch(name, listener);
+  }
+
+  noteLease(name: string, lease: Known, ttlMs: number): void {
+    const entry = this.entries.get(name);
+    if (!entry) return;
+    if (entry.known && lease.token < entry.known.token) return;
+    this.setKnown(entry, lease, ttlMs);
+  }
+
+  learn(name: string): void {
+    const entry = this.entries.get(name);
+    if (!entry || entry.known) return;
+    const version = entry.version;
+    this.options.inspect(name).then(
+      (state) => {
+        if (!state || entry.version !== version || !this.entries.isCurrent(entry)) return;
+        this.setKnown(entry, { token: state.token, owner: state.owner }, state.ttlRemainingMs);
+      },
+      () => {},
+    );
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.reconnectTimer?.cancel();
+    this.heartbeat?.cancel();
+    for (const entry of this.entries.entries()) entry.timer?.cancel();
+    this.entries.clear();
+    const held = this.client;
+    this.client = undefined;
+    held?.release(true);
+  }
+
+  // ---- what watchers hear ------------------------------------------------------------------
+
+  private setKnown(entry: Entry, known: Known | undefined, ttlMs: number): void {
     entry.known = known;
     entry.version += 1;
     entry.timer?.cancel();
@@ -118,42 +178,65 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
     const version = entry.version;
     // Our clock starts after the database's did (the reply or message came later), so this fires
     // at or after the lease's end on the database clock; the check then asks the database.
-    entry.timer = clock.setTimer(() => void check(entry, version), ttlMs + 1);
+    entry.timer = this.options.clock.setTimer(() => void this.check(entry, version), ttlMs + 1);
+  }
+
+  /**
+   * Reads `entry`'s holder for a decision about the lease known as of `version`: undefined when
+   * the read failed (`onError` then ran) or the entry changed meanwhile (nothing to decide).
+   */
+  private async readHolder(
+    entry: Entry,
+    version: number,
+    onError: () => void,
+  ): Promise<{ state: LockState | null } | undefined> {
+    let state: LockState | null;
+    try {
+      state = await this.options.inspect(entry.name);
+    } catch {
+      onError();
+      return undefined;
+    }
+    if (entry.version !== version || !this.entries.isCurrent(entry)) return undefined;
+    return { state };
+  }
+
+  /**
+   * Makes what `entry`'s watchers know the holder the database reported, telling them of the
+   * difference (`before` carries the owner when the news should).
+   */
+  private adopt(
+    entry: Entry,
+    before: HeardHolder | undefined,
+    state: LockState | null,
+    wakeWhenFree: boolean,
+  ): void {
+    const now = state ? { token: state.token, owner: state.owner } : undefined;
+    this.setKnown(entry, now, state?.ttlRemainingMs ?? 0);
+    for (const event of holderChangeEvents(entry.name, before, now, wakeWhenFree)) {
+      deliverEvent(entry.listeners, event);
+    }
   }
 
   /** At a known lease's end: is it over on the database clock? Then say so. */
-  async function check(entry: Entry, version: number): Promise<void> {
-    let state: LockState | null;
-    try {
-      state = await options.inspect(entry.name);
-    } catch {
-      if (entry.version === version && !closed) {
-        entry.timer = clock.setTimer(() => void check(entry, version), RECHECK_MS);
+  private async check(entry: Entry, version: number): Promise<void> {
+    const read = await this.readHolder(entry, version, () => {
+      if (entry.version === version && !this.closed) {
+        entry.timer = this.options.clock.setTimer(
+          () => void this.check(entry, version),
+          RECHECK_MS,
+        );
       }
-      return;
-    }
-    if (entry.version !== version || entries.get(entry.name) !== entry) return;
+    });
+    if (!read) return;
+    const { state } = read;
     const known = entry.known;
     if (known && state && state.token === known.token) {
       // Extended (by another server, or a check that ran early): wait for the new end.
-      setKnown(entry, known, state.ttlRemainingMs);
+      this.setKnown(entry, known, state.ttlRemainingMs);
       return;
     }
-    setKnown(
-      entry,
-      state ? { token: state.token, owner: state.owner } : undefined,
-      state?.ttlRemainingMs ?? 0,
-    );
-    if (known)
-      deliver(entry, { name: entry.name, type: 'expired', token: known.token, owner: known.owner });
-    if (state) {
-      deliver(entry, {
-        name: entry.name,
-        type: 'acquired',
-        token: state.token,
-        owner: state.owner,
-      });
-    }
+    this.adopt(entry, known, state, false);
   }
 
   /**
@@ -161,170 +244,103 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
    * watchers last heard with what the database holds, and tell them the difference (or, when
    * that cannot be read, wake them so that waiters ask for themselves).
    */
-  async function resynchronise(): Promise<void> {
+  private async resynchronise(): Promise<void> {
     await Promise.all(
-      [...entries.values()].map(async (entry) => {
-        const version = entry.version;
+      [...this.entries.entries()].map(async (entry) => {
         const before = entry.known;
-        let state: LockState | null;
-        try {
-          state = await options.inspect(entry.name);
-        } catch {
-          deliver(entry, { name: entry.name, type: 'released' });
-          return;
-        }
-        if (entry.version !== version || entries.get(entry.name) !== entry) return;
-        setKnown(
-          entry,
-          state ? { token: state.token, owner: state.owner } : undefined,
-          state?.ttlRemainingMs ?? 0,
+        const read = await this.readHolder(entry, entry.version, () =>
+          deliverEvent(entry.listeners, { name: entry.name, type: 'released' }),
         );
-        if (state && before && state.token === before.token) return;
-        if (before) deliver(entry, { name: entry.name, type: 'expired', token: before.token });
-        if (state) {
-          deliver(entry, {
-            name: entry.name,
-            type: 'acquired',
-            token: state.token,
-            owner: state.owner,
-          });
-        } else if (!before) {
-          deliver(entry, { name: entry.name, type: 'released' });
-        }
+        if (!read) return;
+        // The expiry of a lease heard of before the gap says only its token.
+        this.adopt(entry, before && { token: before.token }, read.state, true);
       }),
     );
   }
 
-  function onMessage(message: Message): void {
-    const entry = entries.get(message.n);
+  private onMessage(message: Message): void {
+    const entry = this.entries.get(message.n);
     if (!entry) return;
     const token = BigInt(message.k);
     const known = entry.known;
     if (message.t === 'acquired') {
       // Messages arrive in commit order, but a reply may have told us of a newer grant first.
       if (known && token < known.token) return;
-      setKnown(entry, { token, owner: message.o }, Number(message.ms) || 0);
+      this.setKnown(entry, { token, owner: message.o }, Number(message.ms) || 0);
     } else if (known && known.token === token) {
-      setKnown(entry, undefined, 0);
+      this.setKnown(entry, undefined, 0);
     }
-    deliver(entry, { name: message.n, type: message.t, token, owner: message.o });
+    deliverEvent(entry.listeners, { name: message.n, type: message.t, token, owner: message.o });
   }
 
-  function dropped(from: pg.PoolClient): void {
-    if (client !== from) return;
-    client = undefined;
-    isListening = false;
-    heartbeat?.cancel();
-    heartbeat = undefined;
+  // ---- the listening connection --------------------------------------------------------------
+
+  private dropped(from: pg.PoolClient): void {
+    if (this.client !== from) return;
+    this.client = undefined;
+    this.listeningNow = false;
+    this.heartbeat?.cancel();
+    this.heartbeat = undefined;
     from.release(true);
-    if (!closed) scheduleConnect(0);
+    if (!this.closed) this.scheduleConnect(0);
   }
 
-  function scheduleConnect(attempt: number): void {
-    reconnectTimer = clock.setTimer(
-      () => void connect(attempt),
+  private scheduleConnect(attempt: number): void {
+    this.reconnectTimer = this.options.clock.setTimer(
+      () => void this.connect(attempt),
       attempt === 0 ? 0 : reconnectDelayMs(attempt),
     );
   }
 
-  async function connect(attempt: number): Promise<void> {
-    if (closed) return;
+  /** A pooled connection that LISTENs on the channel, or undefined (a retry is scheduled). */
+  private async openListener(attempt: number): Promise<pg.PoolClient | undefined> {
+    const { pool, channel, timeoutMs } = this.options;
     let next: pg.PoolClient | undefined;
     try {
       next = await pool.connect();
-      next.on('error', () => dropped(next!));
-      next.on('end', () => dropped(next!));
-      next.on('notification', (notification) => {
+      const opened = next;
+      opened.on('error', () => this.dropped(opened));
+      opened.on('end', () => this.dropped(opened));
+      opened.on('notification', (notification) => {
         if (notification.channel !== channel) return;
         const message = parse(notification.payload);
-        if (message) onMessage(message);
+        if (message) this.onMessage(message);
       });
-      await query(next, `LISTEN "${channel}"`, [], timeoutMs);
+      await query(opened, `LISTEN "${channel}"`, [], timeoutMs);
+      return opened;
     } catch {
       // Not `client` yet, so `dropped` left it alone: released here, once.
       next?.release(true);
-      if (!closed) scheduleConnect(attempt + 1);
-      return;
+      if (!this.closed) this.scheduleConnect(attempt + 1);
+      return undefined;
     }
-    if (closed) {
+  }
+
+  private async connect(attempt: number): Promise<void> {
+    if (this.closed) return;
+    const next = await this.openListener(attempt);
+    if (!next) return;
+    if (this.closed) {
       next.release(true);
       return;
     }
-    client = next;
-    isListening = true;
-    connects += 1;
-    beat(next);
-    if (connects === 1) resolveListening();
-    else void resynchronise();
+    this.client = next;
+    this.listeningNow = true;
+    this.connectCount += 1;
+    this.beat(next);
+    if (this.connectCount === 1) this.resolveListening();
+    else void this.resynchronise();
   }
 
-  function beat(on: pg.PoolClient): void {
-    heartbeat = clock.setTimer(() => {
-      if (client !== on) return;
-      query(on, 'SELECT 1', [], timeoutMs).then(
+  private beat(on: pg.PoolClient): void {
+    this.heartbeat = this.options.clock.setTimer(() => {
+      if (this.client !== on) return;
+      query(on, 'SELECT 1', [], this.options.timeoutMs).then(
         () => {
-          if (client === on) beat(on);
+          if (this.client === on) this.beat(on);
         },
-        () => dropped(on),
+        () => this.dropped(on),
       );
-    }, options.heartbeatMs);
+    }, this.options.heartbeatMs);
   }
-
-  scheduleConnect(0);
-
-  return {
-    watch(name, listener) {
-      let entry = entries.get(name);
-      if (!entry) {
-        entry = { name, listeners: new Set(), known: undefined, timer: undefined, version: 0 };
-        entries.set(name, entry);
-      }
-      const own = entry;
-      // A wrapper per call, so the same function watched twice is two subscriptions.
-      const wrapped = (event: LockEvent) => listener(event);
-      own.listeners.add(wrapped);
-      return () => {
-        own.listeners.delete(wrapped);
-        if (own.listeners.size === 0 && entries.get(name) === own) {
-          own.timer?.cancel();
-          entries.delete(name);
-        }
-      };
-    },
-    noteLease(name, lease, ttlMs) {
-      const entry = entries.get(name);
-      if (!entry) return;
-      if (entry.known && lease.token < entry.known.token) return;
-      setKnown(entry, lease, ttlMs);
-    },
-    learn(name) {
-      const entry = entries.get(name);
-      if (!entry || entry.known) return;
-      const version = entry.version;
-      options.inspect(name).then(
-        (state) => {
-          if (!state || entry.version !== version || entries.get(name) !== entry) return;
-          setKnown(entry, { token: state.token, owner: state.owner }, state.ttlRemainingMs);
-        },
-        () => {},
-      );
-    },
-    listening,
-    get isListening() {
-      return isListening;
-    },
-    get connects() {
-      return connects;
-    },
-    async close() {
-      closed = true;
-      reconnectTimer?.cancel();
-      heartbeat?.cancel();
-      for (const entry of entries.values()) entry.timer?.cancel();
-      entries.clear();
-      const held = client;
-      client = undefined;
-      held?.release(true);
-    },
-  };
 }

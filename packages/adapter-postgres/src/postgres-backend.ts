@@ -1,7 +1,11 @@
 import {
+  type AcquireRequest,
+  type AcquireResult,
   type BackendCapabilities,
   type Clock,
   DlmError,
+  type Grant,
+  type HolderProof,
   type LockBackend,
   type LockState,
   systemClock,
@@ -9,9 +13,9 @@ import {
   toUnavailable,
 } from '@dlm/core';
 import pg from 'pg';
-import { createCaller, query } from './calls.js';
-import { createLockEvents } from './events.js';
-import { checkIdentifier, statements } from './sql.js';
+import { type Caller, createCaller, query } from './calls.js';
+import { createLockEvents, type LockEvents } from './events.js';
+import { checkIdentifier, type Statements, statements } from './sql.js';
 
 export interface PostgresBackendOptions {
   /** `postgres://user:password@host:port/database`, used when no `pool` is given. */
@@ -89,30 +93,113 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
   const clock = options.clock ?? systemClock;
   const sql = statements(schema, prefix);
   const ownsPool = options.pool === undefined;
-  const pool =
-    options.pool ??
-    new pg.Pool({
-      connectionString: options.url ?? 'postgres://127.0.0.1:5432/postgres',
-      connectionTimeoutMillis: timeoutMs,
-      // The server gives up on a statement we stopped waiting for (ours time out as well).
-      statement_timeout: timeoutMs,
-      query_timeout: timeoutMs,
-      keepAlive: true,
-      application_name: 'dlm',
-      max: 10,
-    });
-  // A connection that breaks emits 'error': on the pool while idle, on the client while checked
-  // out between statements (a FATAL "terminating connection" arrives at any time). Without a
-  // listener either would end the process. The failed statement (if any) rejects on its own,
-  // and a broken connection is destroyed when it is given back.
+  const pool = options.pool ?? createPool(options.url, timeoutMs);
+  quietErrors(pool, ownsPool);
+  const call = createCaller({ pool, clock, timeoutMs, before: schemaOnce(pool, sql, timeoutMs) });
+  const inspect = (name: string) => readHolder({ sql, call, timeoutMs }, name);
+  const events = createLockEvents({
+    pool,
+    channel: sql.channel,
+    clock,
+    timeoutMs,
+    heartbeatMs,
+    inspect,
+  });
+  const p: Pg = {
+    sql,
+    call,
+    events,
+    clock,
+    timeoutMs,
+    sweep: { intervalMs: sweepIntervalMs, limit: sweepLimit, marginMs: sweepMarginMs },
+    sweepTimer: undefined,
+    closed: false,
+  };
+  scheduleSweep(p);
+
+  return {
+    kind: 'postgres',
+    get capabilities(): BackendCapabilities {
+      return capabilities();
+    },
+    async ready() {
+      assertOpen(p);
+      const startedAt = clock.now();
+      await call('open', false, async () => undefined);
+      await listeningWithin(p, startedAt);
+    },
+    tryAcquire: (request) => tryAcquire(p, request),
+    release: (proof) => release(p, proof),
+    extend: (request) => extend(p, request),
+    async inspect(name) {
+      assertOpen(p);
+      return inspect(name);
+    },
+    watch: (name, listener) => events.watch(name, listener),
+    revoke: (name) => revoke(p, name),
+    list: (namePrefix) => list(p, namePrefix),
+    sweep() {
+      assertOpen(p);
+      return sweepNow(p);
+    },
+    async close() {
+      if (p.closed) return;
+      p.closed = true;
+      p.sweepTimer?.cancel();
+      await events.close();
+      if (ownsPool)
+        await pool.end().catch((error: unknown) => {
+          throw toUnavailable(error, 'close');
+        });
+    },
+  };
+}
+
+function capabilities(): BackendCapabilities {
+  return {
+    fencing: 'strict',
+    minTtlMs: 1,
+    ttlGranularityMs: 1,
+    // Committed rows and the sequence are WAL-logged (with synchronous_commit on, a commit
+    // is on disk before it is acknowledged).
+    durableAcrossRestart: true,
+    // Waiters are queued by each dlm server's core; a waiters table ordered by a sequence
+    // (a fair queue across servers) is not built yet.
+    fairQueue: false,
+    expiryEvents: true,
+  };
+}
+
+function createPool(url: string | undefined, timeoutMs: number): pg.Pool {
+  return new pg.Pool({
+    connectionString: url ?? 'postgres://127.0.0.1:5432/postgres',
+    connectionTimeoutMillis: timeoutMs,
+    // The server gives up on a statement we stopped waiting for (ours time out as well).
+    statement_timeout: timeoutMs,
+    query_timeout: timeoutMs,
+    keepAlive: true,
+    application_name: 'dlm',
+    max: 10,
+  });
+}
+
+/**
+ * A connection that breaks emits 'error': on the pool while idle, on the client while checked
+ * out between statements (a FATAL "terminating connection" arrives at any time). Without a
+ * listener either would end the process. The failed statement (if any) rejects on its own,
+ * and a broken connection is destroyed when it is given back.
+ */
+function quietErrors(pool: pg.Pool, ownsPool: boolean): void {
   if (ownsPool) pool.on('error', () => {});
   pool.on('connect', (client) => {
     client.on('error', () => {});
   });
+}
 
+/** The schema, once per backend (again after a failure). */
+function schemaOnce(pool: pg.Pool, sql: Statements, timeoutMs: number): () => Promise<void> {
   let schemaReady: Promise<void> | undefined;
-  /** The schema, once per backend (again after a failure). */
-  function ensureSchema(): Promise<void> {
+  return () => {
     schemaReady ??= (async () => {
       const client = await pool.connect();
       let broken = false;
@@ -132,188 +219,143 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
       throw error;
     });
     return schemaReady;
-  }
-
-  const call = createCaller({ pool, clock, timeoutMs, before: ensureSchema });
-
-  async function inspect(name: string): Promise<LockState | null> {
-    const result = await call('inspect', false, (client) =>
-      query(client, sql.inspect, [name], timeoutMs),
-    );
-    const row = result.rows[0] as
-      | { owner: string; token: string; remaining_ms: string }
-      | undefined;
-    if (!row) return null;
-    return {
-      name,
-      owner: row.owner,
-      token: BigInt(row.token),
-      ttlRemainingMs: Number(row.remaining_ms),
-    };
-  }
-
-  const events = createLockEvents({
-    pool,
-    channel: sql.channel,
-    clock,
-    timeoutMs,
-    heartbeatMs,
-    inspect,
-  });
-
-  async function sweep(): Promise<number> {
-    const result = await call('sweep', true, (client) =>
-      query(client, sql.sweep, [sweepLimit, sweepMarginMs], timeoutMs),
-    );
-    return result.rowCount ?? 0;
-  }
-
-  let sweepTimer: Timer | undefined;
-  function scheduleSweep(): void {
-    sweepTimer = clock.setTimer(() => {
-      void sweep()
-        .catch(() => {
-          // Down now: the next run catches up (each run is bounded, so none grows with time).
-        })
-        .finally(() => {
-          if (!closed) scheduleSweep();
-        });
-    }, sweepIntervalMs);
-  }
-  scheduleSweep();
-
-  let closed = false;
-  function assertOpen(): void {
-    if (closed) throw new DlmError('UNAVAILABLE', 'the PostgreSQL backend is closed');
-  }
-
-  /** Until the first LISTEN is in place, grants wait for it (a waiter must hear the release). */
-  async function listeningWithin(startedAt: number): Promise<void> {
-    if (events.isListening || events.connects > 0) return;
-    const left = timeoutMs - (clock.now() - startedAt);
-    const ok = await new Promise<boolean>((resolve) => {
-      const timer = clock.setTimer(() => resolve(false), left);
-      void events.listening.then(() => {
-        timer.cancel();
-        resolve(true);
-      });
-    });
-    if (!ok) {
-      throw new DlmError('UNAVAILABLE', `PostgreSQL: no LISTEN connection within ${timeoutMs} ms`);
-    }
-  }
-
-  return {
-    kind: 'postgres',
-
-    get capabilities(): BackendCapabilities {
-      return {
-        fencing: 'strict',
-        minTtlMs: 1,
-        ttlGranularityMs: 1,
-        // Committed rows and the sequence are WAL-logged (with synchronous_commit on, a commit
-        // is on disk before it is acknowledged).
-        durableAcrossRestart: true,
-        // Waiters are queued by each dlm server's core; a waiters table ordered by a sequence
-        // (a fair queue across servers) is not built yet.
-        fairQueue: false,
-        expiryEvents: true,
-      };
-    },
-
-    async ready() {
-      assertOpen();
-      const startedAt = clock.now();
-      await call('open', false, async () => undefined);
-      await listeningWithin(startedAt);
-    },
-
-    async tryAcquire({ name, owner, ttlMs, keyHash }) {
-      assertOpen();
-      const startedAt = clock.now();
-      await listeningWithin(startedAt);
-      const result = await call('acquire', true, (client) =>
-        query(client, sql.acquire, [name, owner, ttlMs, keyHash ?? null], timeoutMs),
-      );
-      const row = result.rows[0] as
-        | { granted: boolean; token: string | null; remaining_ms: string | null }
-        | undefined;
-      if (row?.granted && row.token !== null) {
-        const token = BigInt(row.token);
-        events.noteLease(name, { token, owner }, ttlMs);
-        return { granted: true, grant: { name, owner, token, ttlMs } };
-      }
-      events.learn(name);
-      return row?.remaining_ms == null
-        ? { granted: false }
-        : { granted: false, ttlRemainingMs: Number(row.remaining_ms) };
-    },
-
-    async release({ name, token, keyHash }) {
-      assertOpen();
-      const result = await call('release', true, (client) =>
-        query(client, sql.release, [name, token.toString(), keyHash ?? null], timeoutMs),
-      );
-      return (result.rows[0] as { live: boolean } | undefined)?.live === true;
-    },
-
-    async extend({ name, token, ttlMs, keyHash }) {
-      assertOpen();
-      const result = await call('extend', true, (client) =>
-        query(client, sql.extend, [name, token.toString(), ttlMs, keyHash ?? null], timeoutMs),
-      );
-      const row = result.rows[0] as { owner: string } | undefined;
-      if (!row) return null;
-      events.noteLease(name, { token, owner: row.owner }, ttlMs);
-      return { name, owner: row.owner, token, ttlMs };
-    },
-
-    async inspect(name) {
-      assertOpen();
-      return inspect(name);
-    },
-
-    watch(name, listener) {
-      return events.watch(name, listener);
-    },
-
-    async revoke(name) {
-      assertOpen();
-      const result = await call('revoke', true, (client) =>
-        query(client, sql.revoke, [name], timeoutMs),
-      );
-      return (result.rows[0] as { live: boolean } | undefined)?.live === true;
-    },
-
-    async list(namePrefix) {
-      assertOpen();
-      const result = await call('list', false, (client) =>
-        query(client, sql.list, [namePrefix], timeoutMs),
-      );
-      return (
-        result.rows as Array<{ name: string; owner: string; token: string; remaining_ms: string }>
-      ).map((row) => ({
-        name: row.name,
-        owner: row.owner,
-        token: BigInt(row.token),
-        ttlRemainingMs: Number(row.remaining_ms),
-      }));
-    },
-
-    sweep() {
-      assertOpen();
-      return sweep();
-    },
-
-    async close() {
-      if (closed) return;
-      closed = true;
-      sweepTimer?.cancel();
-      await events.close();
-      if (ownsPool)
-        await pool.end().catch((error: unknown) => {
-          throw toUnavailable(error, 'close');
-        });
-    },
   };
+}
+
+/** What the primitives of one PostgreSQL backend share. */
+interface Pg {
+  readonly sql: Statements;
+  readonly call: Caller;
+  readonly events: LockEvents;
+  readonly clock: Clock;
+  readonly timeoutMs: number;
+  readonly sweep: { intervalMs: number; limit: number; marginMs: number };
+  sweepTimer: Timer | undefined;
+  closed: boolean;
+}
+
+function assertOpen(p: Pg): void {
+  if (p.closed) throw new DlmError('UNAVAILABLE', 'the PostgreSQL backend is closed');
+}
+
+async function readHolder(
+  p: Pick<Pg, 'sql' | 'call' | 'timeoutMs'>,
+  name: string,
+): Promise<LockState | null> {
+  const result = await p.call('inspect', false, (client) =>
+    query(client, p.sql.inspect, [name], p.timeoutMs),
+  );
+  const row = result.rows[0] as { owner: string; token: string; remaining_ms: string } | undefined;
+  if (!row) return null;
+  return {
+    name,
+    owner: row.owner,
+    token: BigInt(row.token),
+    ttlRemainingMs: Number(row.remaining_ms),
+  };
+}
+
+async function sweepNow(p: Pg): Promise<number> {
+  const result = await p.call('sweep', true, (client) =>
+    query(client, p.sql.sweep, [p.sweep.limit, p.sweep.marginMs], p.timeoutMs),
+  );
+  return result.rowCount ?? 0;
+}
+
+function scheduleSweep(p: Pg): void {
+  p.sweepTimer = p.clock.setTimer(() => {
+    void sweepNow(p)
+      .catch(() => {
+        // Down now: the next run catches up (each run is bounded, so none grows with time).
+      })
+      .finally(() => {
+        if (!p.closed) scheduleSweep(p);
+      });
+  }, p.sweep.intervalMs);
+}
+
+/** Until the first LISTEN is in place, grants wait for it (a waiter must hear the release). */
+async function listeningWithin(p: Pg, startedAt: number): Promise<void> {
+  const { events, clock, timeoutMs } = p;
+  if (events.isListening || events.connects > 0) return;
+  const left = timeoutMs - (clock.now() - startedAt);
+  const ok = await new Promise<boolean>((resolve) => {
+    const timer = clock.setTimer(() => resolve(false), left);
+    void events.listening.then(() => {
+      timer.cancel();
+      resolve(true);
+    });
+  });
+  if (!ok) {
+    throw new DlmError('UNAVAILABLE', `PostgreSQL: no LISTEN connection within ${timeoutMs} ms`);
+  }
+}
+
+async function tryAcquire(
+  p: Pg,
+  { name, owner, ttlMs, keyHash }: AcquireRequest,
+): Promise<AcquireResult> {
+  assertOpen(p);
+  const startedAt = p.clock.now();
+  await listeningWithin(p, startedAt);
+  const result = await p.call('acquire', true, (client) =>
+    query(client, p.sql.acquire, [name, owner, ttlMs, keyHash ?? null], p.timeoutMs),
+  );
+  const row = result.rows[0] as
+    | { granted: boolean; token: string | null; remaining_ms: string | null }
+    | undefined;
+  if (row?.granted && row.token !== null) {
+    const token = BigInt(row.token);
+    p.events.noteLease(name, { token, owner }, ttlMs);
+    return { granted: true, grant: { name, owner, token, ttlMs } };
+  }
+  p.events.learn(name);
+  return row?.remaining_ms == null
+    ? { granted: false }
+    : { granted: false, ttlRemainingMs: Number(row.remaining_ms) };
+}
+
+async function release(p: Pg, { name, token, keyHash }: HolderProof): Promise<boolean> {
+  assertOpen(p);
+  const result = await p.call('release', true, (client) =>
+    query(client, p.sql.release, [name, token.toString(), keyHash ?? null], p.timeoutMs),
+  );
+  return (result.rows[0] as { live: boolean } | undefined)?.live === true;
+}
+
+async function extend(
+  p: Pg,
+  { name, token, ttlMs, keyHash }: HolderProof & { ttlMs: number },
+): Promise<Grant | null> {
+  assertOpen(p);
+  const result = await p.call('extend', true, (client) =>
+    query(client, p.sql.extend, [name, token.toString(), ttlMs, keyHash ?? null], p.timeoutMs),
+  );
+  const row = result.rows[0] as { owner: string } | undefined;
+  if (!row) return null;
+  p.events.noteLease(name, { token, owner: row.owner }, ttlMs);
+  return { name, owner: row.owner, token, ttlMs };
+}
+
+async function revoke(p: Pg, name: string): Promise<boolean> {
+  assertOpen(p);
+  const result = await p.call('revoke', true, (client) =>
+    query(client, p.sql.revoke, [name], p.timeoutMs),
+  );
+  return (result.rows[0] as { live: boolean } | undefined)?.live === true;
+}
+
+async function list(p: Pg, namePrefix: string): Promise<LockState[]> {
+  assertOpen(p);
+  const result = await p.call('list', false, (client) =>
+    query(client, p.sql.list, [namePrefix], p.timeoutMs),
+  );
+  return (
+    result.rows as Array<{ name: string; owner: string; token: string; remaining_ms: string }>
+  ).map((row) => ({
+    name: row.name,
+    owner: row.owner,
+    token: BigInt(row.token),
+    ttlRemainingMs: Number(row.remaining_ms),
+  }));
 }

@@ -1,4 +1,10 @@
-import { type Clock, type DeadlineQueue, DlmError, toUnavailable } from '@dlm/core';
+import {
+  boundedCall,
+  type Clock,
+  type DeadlineQueue,
+  settlesWithin,
+  toUnavailable,
+} from '@dlm/core';
 
 /**
  * Bounds every call to Redis in time and turns whatever went wrong into UNAVAILABLE, marked
@@ -37,9 +43,10 @@ export interface CallBounds {
 }
 
 /**
- * Runs `call` and rejects with UNAVAILABLE if it has not settled within `timeoutMs`. The
- * timed-out command is not cancelled (it cannot be: it may already be on the wire); callers
- * make its late execution harmless with the server-side deadline.
+ * Runs `call` and rejects with UNAVAILABLE if it has not settled within `timeoutMs` (core's
+ * `boundedCall` in Redis's words). The timed-out command is not cancelled (it cannot be: it may
+ * already be on the wire); callers make its late execution harmless with the server-side
+ * deadline.
  */
 export function bounded<T>(
   bounds: CallBounds,
@@ -47,59 +54,14 @@ export function bounded<T>(
   write: boolean,
   call: (abandoned: () => boolean) => Promise<T>,
 ): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    let settled = false;
-    const onTimeout = () => {
-      if (settled) return;
-      settled = true;
-      reject(
-        new DlmError('UNAVAILABLE', `${what}: Redis did not answer within ${bounds.timeoutMs} ms`, {
-          ...(write ? { indeterminate: true } : {}),
-        }),
-      );
-    };
-    let cancelTimeout: () => void;
-    if (bounds.deadlines) cancelTimeout = bounds.deadlines.add(onTimeout, bounds.timeoutMs);
-    else {
-      const timer = bounds.clock.setTimer(onTimeout, bounds.timeoutMs);
-      cancelTimeout = () => timer.cancel();
-    }
-    let pending: Promise<T>;
-    try {
-      pending = call(() => settled);
-    } catch (error) {
-      pending = Promise.reject(error);
-    }
-    pending.then(
-      (value) => {
-        cancelTimeout();
-        if (settled) return;
-        settled = true;
-        resolve(value);
-      },
-      (error: unknown) => {
-        cancelTimeout();
-        if (settled) return;
-        settled = true;
-        reject(toUnavailable(inUserTerms(error), what, write && !nothingRan(error)));
-      },
-    );
+  return boundedCall(what, bounds.timeoutMs, call, {
+    clock: bounds.clock,
+    ...(bounds.deadlines ? { deadlines: bounds.deadlines } : {}),
+    timeoutReason: `Redis did not answer within ${bounds.timeoutMs} ms`,
+    indeterminate: write,
+    mapError: (error) => toUnavailable(inUserTerms(error), what, write && !nothingRan(error)),
   });
 }
 
 /** Waits for `promise` up to `ms`: true when it fulfilled in time, false on time-out or failure. */
-export function within(clock: Clock, promise: Promise<unknown>, ms: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const timer = clock.setTimer(() => resolve(false), ms);
-    promise.then(
-      () => {
-        timer.cancel();
-        resolve(true);
-      },
-      () => {
-        timer.cancel();
-        resolve(false);
-      },
-    );
-  });
-}
+export const within = settlesWithin;

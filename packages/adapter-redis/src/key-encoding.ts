@@ -33,6 +33,7 @@ export function decodeName(hex: string): string {
   return Buffer.from(hex, 'hex').toString('utf8');
 }
 
+/** The keys of `name` under `prefix`: its lock key and its fence key (one hash slot). */
 export function nameKeys(prefix: string, name: string): NameKeys {
   const hex = encodeName(name);
   return { lock: `${prefix}{${hex}}:lock`, fence: `${prefix}{${hex}}:fence`, hex };

@@ -1,5 +1,13 @@
-import type { Clock, LockEvent, Unsubscribe } from '@dlm/core';
+import {
+  type Clock,
+  deliverEvent,
+  type ListenerEntry,
+  type LockEvent,
+  LockListeners,
+  type Unsubscribe,
+} from '@dlm/core';
 import type { Redis } from 'ioredis';
+import { within } from './command-bounds.js';
 import {
   encodeName,
   eventChannel,
@@ -70,11 +78,9 @@ export interface LockEvents {
   close(): Promise<void>;
 }
 
-interface WatchEntry {
-  name: string;
+interface WatchEntry extends ListenerEntry {
   /** The name as event messages carry it. */
   hex: string;
-  listeners: Set<(event: LockEvent) => void>;
   lastToken: bigint | undefined;
   highest: bigint | undefined;
   /** 'quorum' mode: recently delivered event keys and when, for deduplication. */
@@ -129,11 +135,43 @@ async function enableKeyspaceExpiry(subscriber: Redis): Promise<boolean> {
   }
 }
 
+/**
+ * Until the first subscription is in place, a call waits for it, within what is left of its
+ * `commandTimeoutMs` since `startedAt` (on `clock`): an event published before it could be missed.
+ */
+export async function subscribedWithin(
+  clock: Clock,
+  events: LockEvents,
+  commandTimeoutMs: number,
+  startedAt: number,
+): Promise<void> {
+  if (events.isSubscribed) return;
+  await within(clock, events.subscribed, commandTimeoutMs - (clock.now() - startedAt));
+}
+
+/**
+ * The event hub of one or more Redis nodes: one subscriber connection per node serves every
+ * watched name (see `LockEventsOptions.mode` for how several nodes' reports are merged).
+ */
 export function createLockEvents(options: LockEventsOptions): LockEvents {
   const { prefix, mode, clock } = options;
   const channel = eventChannel(prefix);
-  const entries = new Map<string, WatchEntry>();
   const byHex = new Map<string, WatchEntry>();
+  const entries = new LockListeners<WatchEntry>({
+    create(name) {
+      const entry: WatchEntry = {
+        name,
+        hex: encodeName(name),
+        listeners: new Set(),
+        lastToken: undefined,
+        highest: undefined,
+        recent: undefined,
+      };
+      byHex.set(entry.hex, entry);
+      return entry;
+    },
+    dropped: (entry) => byHex.delete(entry.hex),
+  });
   const expiryOn = options.sources.map(() => false);
   const subscribedOnce = options.sources.map(() => false);
   let closed = false;
@@ -143,15 +181,7 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
     resolveSubscribed = resolve;
   });
 
-  function deliverTo(entry: WatchEntry, event: LockEvent): void {
-    for (const listener of [...entry.listeners]) {
-      try {
-        listener(event);
-      } catch {
-        // One listener's failure must not starve the others.
-      }
-    }
-  }
+  const deliverTo = (entry: WatchEntry, event: LockEvent) => deliverEvent(entry.listeners, event);
 
   function isDuplicate(entry: WatchEntry, key: string): boolean {
     const now = clock.now();
@@ -166,7 +196,7 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
 
   function onLockMessage(parsed: Parsed): void {
     const { type, entry, token, owner } = parsed;
-    if (entries.get(entry.name) !== entry) return;
+    if (!entries.isCurrent(entry)) return;
     const name = entry.name;
     if (mode === 'quorum') {
       if (isDuplicate(entry, `${type}:${token}`)) return;
@@ -252,37 +282,9 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
   options.sources.forEach(attach);
 
   return {
-    watch(name, listener) {
-      let entry = entries.get(name);
-      if (!entry) {
-        entry = {
-          name,
-          hex: encodeName(name),
-          listeners: new Set(),
-          lastToken: undefined,
-          highest: undefined,
-          recent: undefined,
-        };
-        entries.set(name, entry);
-        byHex.set(entry.hex, entry);
-      }
-      const own = entry;
-      // A wrapper per call, so the same function watched twice is two subscriptions.
-      const wrapped = (event: LockEvent) => listener(event);
-      own.listeners.add(wrapped);
-      return () => {
-        own.listeners.delete(wrapped);
-        if (own.listeners.size === 0 && entries.get(name) === own) {
-          entries.delete(name);
-          byHex.delete(own.hex);
-        }
-      };
-    },
-    deliver(event) {
-      const entry = entries.get(event.name);
-      if (entry) deliverTo(entry, event);
-    },
-    watchedNames: () => [...entries.keys()],
+    watch: (name, listener) => entries.watch(name, listener),
+    deliver: (event) => entries.deliver(event.name, event),
+    watchedNames: () => entries.names(),
     lastToken: (name) => entries.get(name)?.lastToken,
     setLastToken(name, token) {
       const entry = entries.get(name);

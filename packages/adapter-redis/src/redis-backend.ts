@@ -2,6 +2,7 @@ import {
   type BackendCapabilities,
   type Clock,
   DlmError,
+  holderChangeEvents,
   type LockBackend,
   systemClock,
   toUnavailable,
@@ -9,7 +10,7 @@ import {
 import type { Redis } from 'ioredis';
 import { within } from './command-bounds.js';
 import { createCommandConnection, createSubscriberConnection, databaseOf } from './connections.js';
-import { createLockEvents } from './lock-events.js';
+import { createLockEvents, subscribedWithin } from './lock-events.js';
 import { createRedisNode } from './redis-node.js';
 
 export interface RedisBackendOptions {
@@ -151,22 +152,13 @@ export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
         }
         if (events.lastToken(name) !== before) return; // the live stream knows better
         if (state && state.token === before) return;
-        if (before !== undefined) events.deliver({ name, type: 'expired', token: before });
-        if (state) {
-          events.setLastToken(name, state.token);
-          events.deliver({ name, type: 'acquired', token: state.token, owner: state.owner });
-        } else {
-          events.setLastToken(name, undefined);
-          if (before === undefined) events.deliver({ name, type: 'released' });
+        events.setLastToken(name, state?.token);
+        const heard = before === undefined ? undefined : { token: before };
+        for (const event of holderChangeEvents(name, heard, state ?? undefined, true)) {
+          events.deliver(event);
         }
       }),
     );
-  }
-
-  /** Until the first subscription is in place, calls wait for it (within their budget). */
-  async function subscribedWithin(startedAt: number): Promise<void> {
-    if (events.isSubscribed) return;
-    await within(clock, events.subscribed, commandTimeoutMs - (clock.now() - startedAt));
   }
 
   let closed = false;
@@ -202,7 +194,7 @@ export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
     async tryAcquire({ name, owner, ttlMs, keyHash }) {
       assertOpen();
       const startedAt = clock.now();
-      if (!events.isSubscribed) await subscribedWithin(startedAt);
+      if (!events.isSubscribed) await subscribedWithin(clock, events, commandTimeoutMs, startedAt);
       const result = await node.acquire(name, owner, keyHash, ttlMs, startedAt);
       if (!result.granted) return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
       events.noteGrant(name, result.token);

@@ -2,6 +2,7 @@ import {
   type Clock,
   corkUntil,
   createDeadlineQueue,
+  type DeadlineQueue,
   DlmError,
   type LockState,
   toUnavailable,
@@ -26,7 +27,7 @@ import {
   REVOKE,
   runScript,
 } from './redis-scripts.js';
-import { createServerClock } from './server-clock.js';
+import { createServerClock, type ServerClock } from './server-clock.js';
 
 /**
  * The lock primitives on ONE Redis server, each one script call bounded in time. The
@@ -108,62 +109,93 @@ function asArray(reply: unknown, what: string): unknown[] {
 const SCAN_COUNT = 1_000;
 const KEY_CACHE_MAX = 4_096;
 
-export function createRedisNode(options: RedisNodeOptions): RedisNode {
-  const { client, prefix, clock } = options;
-  const timeoutMs = options.commandTimeoutMs;
-  const channel = eventChannel(prefix);
-  const serverClock = createServerClock(clock, timeoutMs);
-  const deadlines = createDeadlineQueue(clock, timeoutMs);
-  // A name's keys, for the names in use (a lock is acquired and released by name, again and
-  // again); cleared when full.
-  const keyCache = new Map<string, NameKeys>();
-  function keysOf(name: string): NameKeys {
-    let keys = keyCache.get(name);
+/** The one-node primitives (see `RedisNode`). */
+class ScriptedRedisNode implements RedisNode {
+  readonly client: Redis;
+  private readonly prefix: string;
+  private readonly clock: Clock;
+  private readonly timeoutMs: number;
+  private readonly channel: string;
+  private readonly serverClock: ServerClock;
+  private readonly deadlines: DeadlineQueue;
+  /**
+   * A name's keys, for the names in use (a lock is acquired and released by name, again and
+   * again); cleared when full.
+   */
+  private readonly keyCache = new Map<string, NameKeys>();
+  private everReady: boolean;
+  private readonly onReady: () => void;
+  /**
+   * Commands must reach Redis in the order they were called: Redlock relabels a grant right
+   * after it, and a caller may release right after that. A command that has to wait before it
+   * can be sent (for the first connection, or to measure the server's clock) therefore holds
+   * back every later one until it has been handed to the client. When nothing waits, a command
+   * is sent synchronously, in the caller's turn.
+   */
+  private turn: Promise<void> | undefined;
+
+  constructor(private readonly options: RedisNodeOptions) {
+    const { client, prefix, clock } = options;
+    this.client = client;
+    this.prefix = prefix;
+    this.clock = clock;
+    this.timeoutMs = options.commandTimeoutMs;
+    this.channel = eventChannel(prefix);
+    this.serverClock = createServerClock(clock, this.timeoutMs);
+    this.deadlines = createDeadlineQueue(clock, this.timeoutMs);
+    this.everReady = client.status === 'ready';
+    if (this.everReady) loadScripts(client);
+    this.onReady = () => {
+      this.everReady = true;
+      loadScripts(client);
+      // A new connection may reach another server (failover) whose clock we have not measured.
+      this.serverClock.reset();
+    };
+    client.on('ready', this.onReady);
+  }
+
+  private keysOf(name: string): NameKeys {
+    let keys = this.keyCache.get(name);
     if (keys === undefined) {
-      keys = nameKeys(prefix, name);
-      if (keyCache.size >= KEY_CACHE_MAX) keyCache.clear();
-      keyCache.set(name, keys);
+      keys = nameKeys(this.prefix, name);
+      if (this.keyCache.size >= KEY_CACHE_MAX) this.keyCache.clear();
+      this.keyCache.set(name, keys);
     }
     return keys;
   }
-  let everReady = client.status === 'ready';
-  if (everReady) loadScripts(client);
-  const onReady = () => {
-    everReady = true;
-    loadScripts(client);
-    // A new connection may reach another server (failover) whose clock we have not measured.
-    serverClock.reset();
-  };
-  client.on('ready', onReady);
 
   /** Time left of a call's budget, for its next step. */
-  const remaining = (startedAt: number) => Math.max(1, timeoutMs - (clock.now() - startedAt));
+  private remaining(startedAt: number): number {
+    return Math.max(1, this.timeoutMs - (this.clock.now() - startedAt));
+  }
 
-  const connectedOnce = () => everReady || client.status === 'ready';
+  private connectedOnce(): boolean {
+    return this.everReady || this.client.status === 'ready';
+  }
 
   /**
    * Resolves once the client's first connection is up. Only the first: afterwards, with the
    * offline queue off, a command while disconnected fails at once, which is what we want.
    */
-  function firstConnection(what: string, startedAt: number): Promise<void> | undefined {
-    if (connectedOnce()) return undefined;
-    if (client.status === 'wait') client.connect().catch(() => {});
+  private firstConnection(what: string, startedAt: number): Promise<void> | undefined {
+    if (this.connectedOnce()) return undefined;
+    if (this.client.status === 'wait') this.client.connect().catch(() => {});
     return new Promise<void>((resolve, reject) => {
       const done = (error?: unknown) => {
         timer.cancel();
-        client.off('ready', onConnected);
-        client.off('error', onError);
+        this.client.off('ready', onConnected);
+        this.client.off('error', onError);
         if (error === undefined) resolve();
         else reject(toUnavailable(error, what));
       };
       const onConnected = () => done();
       const onError = (error: unknown) => done(error);
-      const timer = clock.setTimer(
-        () => done(new Error(`not connected within ${timeoutMs} ms`)),
-        remaining(startedAt),
+      const timer = this.clock.setTimer(
+        () => done(new Error(`not connected within ${this.timeoutMs} ms`)),
+        this.remaining(startedAt),
       );
-      client.once('ready', onConnected);
-      client.once('error', onError);
+      this.client.once('ready', onConnected);
+      this.client.once('error', onError);
     });
   }
 
@@ -175,30 +207,27 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
    * commands held back until the previous batch is answered). Order on the connection is kept.
    * A client that auto-pipelines batches by itself.
    */
-  function batchWrites(): void {
-    if (client.options.enableAutoPipelining || client.status !== 'ready') return;
-    corkUntil(client.stream, setImmediate);
+  private batchWrites(): void {
+    if (this.client.options.enableAutoPipelining || this.client.status !== 'ready') return;
+    corkUntil(this.client.stream, setImmediate);
   }
 
   /** Measures the server's clock (one TIME round trip). */
-  async function calibrate(what: string, startedAt: number): Promise<void> {
-    const reply = await bounded({ clock, timeoutMs: remaining(startedAt) }, what, false, () =>
-      client.time(),
+  private async calibrate(what: string, startedAt: number): Promise<void> {
+    const reply = await bounded(
+      { clock: this.clock, timeoutMs: this.remaining(startedAt) },
+      what,
+      false,
+      () => this.client.time(),
     );
     const [seconds, micros] = reply.map((part) => Number(part));
-    serverClock.observe((seconds ?? 0) * 1_000 + Math.floor((micros ?? 0) / 1_000), clock.now());
+    this.serverClock.observe(
+      (seconds ?? 0) * 1_000 + Math.floor((micros ?? 0) / 1_000),
+      this.clock.now(),
+    );
   }
 
-  /**
-   * Commands must reach Redis in the order they were called: Redlock relabels a grant right
-   * after it, and a caller may release right after that. A command that has to wait before it
-   * can be sent (for the first connection, or to measure the server's clock) therefore holds
-   * back every later one until it has been handed to the client. When nothing waits, a command
-   * is sent synchronously, in the caller's turn.
-   */
-  let turn: Promise<void> | undefined;
-
-  function send(
+  private send(
     what: string,
     write: boolean,
     startedAt: number,
@@ -208,42 +237,47 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
     needsDeadline: boolean,
   ): Promise<unknown> {
     const dispatch = (deadline: number) =>
-      bounded({ clock, timeoutMs: remaining(startedAt), deadlines }, what, write, (abandoned) => {
-        batchWrites();
-        return runScript(client, script, keys, args(deadline), abandoned);
-      });
-    const budget = timeoutMs - (clock.now() - startedAt);
-    const known = needsDeadline ? serverClock.deadline(budget) : 0;
-    if (turn === undefined && known !== undefined && connectedOnce()) {
+      bounded(
+        { clock: this.clock, timeoutMs: this.remaining(startedAt), deadlines: this.deadlines },
+        what,
+        write,
+        (abandoned) => {
+          this.batchWrites();
+          return runScript(this.client, script, keys, args(deadline), abandoned);
+        },
+      );
+    const budget = this.timeoutMs - (this.clock.now() - startedAt);
+    const known = needsDeadline ? this.serverClock.deadline(budget) : 0;
+    if (this.turn === undefined && known !== undefined && this.connectedOnce()) {
       return dispatch(known);
     }
-    const previous = turn;
+    const previous = this.turn;
     let handedOver: () => void = () => {};
     const mine = new Promise<void>((resolve) => {
       handedOver = resolve;
     });
-    turn = mine;
+    this.turn = mine;
     const prepared = (async () => {
       try {
-        if (previous && !(await within(clock, previous, remaining(startedAt)))) {
+        if (previous && !(await within(this.clock, previous, this.remaining(startedAt)))) {
           throw new DlmError('UNAVAILABLE', `${what}: Redis did not take earlier commands in time`);
         }
-        await firstConnection(what, startedAt);
+        await this.firstConnection(what, startedAt);
         if (!needsDeadline) return dispatch(0);
-        if (serverClock.deadline(budget) === undefined) await calibrate(what, startedAt);
-        const deadline = serverClock.deadline(timeoutMs - (clock.now() - startedAt));
+        if (this.serverClock.deadline(budget) === undefined) await this.calibrate(what, startedAt);
+        const deadline = this.serverClock.deadline(this.timeoutMs - (this.clock.now() - startedAt));
         // Never send a write without its deadline: that is what keeps a late one harmless.
         if (deadline === undefined) throw new DlmError('UNAVAILABLE', `${what}: no server time`);
         return dispatch(deadline);
       } finally {
         handedOver();
-        if (turn === mine) turn = undefined;
+        if (this.turn === mine) this.turn = undefined;
       }
     })();
     return prepared;
   }
 
-  function call(
+  private call(
     what: string,
     write: boolean,
     startedAt: number,
@@ -251,27 +285,27 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
     keys: string[],
     args: Array<string | number>,
   ): Promise<unknown> {
-    return send(what, write, startedAt, script, keys, () => args, false);
+    return this.send(what, write, startedAt, script, keys, () => args, false);
   }
 
-  function observe(serverMs: unknown): void {
-    if (typeof serverMs === 'number') serverClock.observe(serverMs, clock.now());
+  private observe(serverMs: unknown): void {
+    if (typeof serverMs === 'number') this.serverClock.observe(serverMs, this.clock.now());
   }
 
-  function stale(what: string): DlmError {
+  private stale(what: string): DlmError {
     // Seen in a reply that came in time only if our measure of the server's clock is off
     // (its clock jumped): measure again next time.
-    serverClock.reset();
+    this.serverClock.reset();
     return new DlmError(
       'UNAVAILABLE',
       `${what}: Redis ran the request after its deadline and ignored it (stalled server or clock jump)`,
     );
   }
 
-  async function inspect(name: string): Promise<LockState | null> {
-    const keys = keysOf(name);
+  async inspect(name: string): Promise<LockState | null> {
+    const keys = this.keysOf(name);
     const reply = asArray(
-      await call('inspect', false, clock.now(), INSPECT, [keys.lock], []),
+      await this.call('inspect', false, this.clock.now(), INSPECT, [keys.lock], []),
       'inspect',
     );
     if (reply.length < 2) return null;
@@ -279,137 +313,159 @@ export function createRedisNode(options: RedisNodeOptions): RedisNode {
     return { name, owner, token, ttlRemainingMs: Math.max(0, Number(reply[1])) };
   }
 
-  return {
-    client,
-    inspect,
-
-    async acquire(name, owner, keyHash, ttlMs, startedAt = clock.now()) {
-      const keys = keysOf(name);
-      const reply = asArray(
-        await send(
-          'acquire',
-          true,
-          startedAt,
-          ACQUIRE,
-          [keys.lock, keys.fence],
-          (deadline) => [
-            owner,
-            ttlMs,
-            deadline,
-            options.publishAcquired ? channel : '',
-            keys.hex,
-            keyHash ?? '',
-            options.fenceRetentionMs,
-          ],
-          true,
-        ),
+  async acquire(
+    name: string,
+    owner: string,
+    keyHash: string | undefined,
+    ttlMs: number,
+    startedAt = this.clock.now(),
+  ): Promise<NodeAcquireResult> {
+    const keys = this.keysOf(name);
+    const reply = asArray(
+      await this.send(
         'acquire',
-      );
-      observe(reply[2]);
-      if (reply[0] === -1) throw stale('acquire');
-      if (reply[0] === 1) {
-        return { granted: true, token: BigInt(String(reply[1])), fresh: reply[3] === 1 };
-      }
-      return { granted: false, ttlRemainingMs: Math.max(0, Number(reply[1])) };
-    },
-
-    async release(name, token, keyHash) {
-      const keys = keysOf(name);
-      const reply = await call(
-        'release',
         true,
-        clock.now(),
-        RELEASE,
-        [keys.lock],
-        [token.toString(), channel, keys.hex, keyHash ?? '-'],
-      );
-      return reply === 1;
-    },
-
-    async extend(name, token, keyHash, ttlMs, startedAt = clock.now()) {
-      const keys = keysOf(name);
-      const reply = asArray(
-        await send(
-          'extend',
-          true,
-          startedAt,
-          EXTEND,
-          [keys.lock],
-          (deadline) => [token.toString(), ttlMs, deadline, keyHash ?? '-'],
-          true,
-        ),
-        'extend',
-      );
-      observe(reply[2]);
-      if (reply[0] === -1) throw stale('extend');
-      return reply[0] === 1 ? String(reply[1]) : null;
-    },
-
-    async revoke(name) {
-      const keys = keysOf(name);
-      const reply = asArray(
-        await send(
-          'revoke',
-          true,
-          clock.now(),
-          REVOKE,
-          [keys.lock],
-          (deadline) => [channel, keys.hex, deadline],
-          true,
-        ),
-        'revoke',
-      );
-      if (reply[0] === -1) throw stale('revoke');
-      return reply[0] === 1 ? parseValue(String(reply[1])) : null;
-    },
-
-    async adoptToken(name, owner, keyHash, token, ttlMs, announce) {
-      const keys = keysOf(name);
-      const reply = await call(
-        'adopt-token',
-        true,
-        clock.now(),
-        ADOPT_TOKEN,
+        startedAt,
+        ACQUIRE,
         [keys.lock, keys.fence],
-        [
+        (deadline) => [
           owner,
-          token.toString(),
-          announce ? channel : '',
+          ttlMs,
+          deadline,
+          this.options.publishAcquired ? this.channel : '',
           keys.hex,
           keyHash ?? '',
-          ttlMs + options.fenceRetentionMs,
+          this.options.fenceRetentionMs,
         ],
+        true,
+      ),
+      'acquire',
+    );
+    this.observe(reply[2]);
+    if (reply[0] === -1) throw this.stale('acquire');
+    if (reply[0] === 1) {
+      return { granted: true, token: BigInt(String(reply[1])), fresh: reply[3] === 1 };
+    }
+    return { granted: false, ttlRemainingMs: Math.max(0, Number(reply[1])) };
+  }
+
+  async release(name: string, token: bigint, keyHash: string | undefined): Promise<boolean> {
+    const keys = this.keysOf(name);
+    const reply = await this.call(
+      'release',
+      true,
+      this.clock.now(),
+      RELEASE,
+      [keys.lock],
+      [token.toString(), this.channel, keys.hex, keyHash ?? '-'],
+    );
+    return reply === 1;
+  }
+
+  async extend(
+    name: string,
+    token: bigint,
+    keyHash: string | undefined,
+    ttlMs: number,
+    startedAt = this.clock.now(),
+  ): Promise<string | null> {
+    const keys = this.keysOf(name);
+    const reply = asArray(
+      await this.send(
+        'extend',
+        true,
+        startedAt,
+        EXTEND,
+        [keys.lock],
+        (deadline) => [token.toString(), ttlMs, deadline, keyHash ?? '-'],
+        true,
+      ),
+      'extend',
+    );
+    this.observe(reply[2]);
+    if (reply[0] === -1) throw this.stale('extend');
+    return reply[0] === 1 ? String(reply[1]) : null;
+  }
+
+  async revoke(name: string): Promise<{ token: bigint; owner: string } | null> {
+    const keys = this.keysOf(name);
+    const reply = asArray(
+      await this.send(
+        'revoke',
+        true,
+        this.clock.now(),
+        REVOKE,
+        [keys.lock],
+        (deadline) => [this.channel, keys.hex, deadline],
+        true,
+      ),
+      'revoke',
+    );
+    if (reply[0] === -1) throw this.stale('revoke');
+    return reply[0] === 1 ? parseValue(String(reply[1])) : null;
+  }
+
+  async adoptToken(
+    name: string,
+    owner: string,
+    keyHash: string | undefined,
+    token: bigint,
+    ttlMs: number,
+    announce: boolean,
+  ): Promise<boolean> {
+    const keys = this.keysOf(name);
+    const reply = await this.call(
+      'adopt-token',
+      true,
+      this.clock.now(),
+      ADOPT_TOKEN,
+      [keys.lock, keys.fence],
+      [
+        owner,
+        token.toString(),
+        announce ? this.channel : '',
+        keys.hex,
+        keyHash ?? '',
+        ttlMs + this.options.fenceRetentionMs,
+      ],
+    );
+    return reply === 1;
+  }
+
+  async list(namePrefix: string): Promise<LockState[]> {
+    const pattern = lockKeyPattern(this.prefix, namePrefix);
+    const found: LockState[] = [];
+    let cursor = '0';
+    do {
+      const [next, keys] = await bounded(
+        { clock: this.clock, timeoutMs: this.timeoutMs },
+        'list',
+        false,
+        () => this.client.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT),
       );
-      return reply === 1;
-    },
+      cursor = next;
+      const names = keys.flatMap((key) => {
+        const name = nameOfLockKey(this.prefix, key);
+        return name === undefined ? [] : [name];
+      });
+      const states = await Promise.all(names.map((name) => this.inspect(name)));
+      for (const state of states) if (state) found.push(state);
+    } while (cursor !== '0');
+    // SCAN may return a key twice; keep one entry per name.
+    const byName = new Map(found.map((state) => [state.name, state]));
+    return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
 
-    async list(namePrefix) {
-      const pattern = lockKeyPattern(prefix, namePrefix);
-      const found: LockState[] = [];
-      let cursor = '0';
-      do {
-        const [next, keys] = await bounded({ clock, timeoutMs }, 'list', false, () =>
-          client.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT),
-        );
-        cursor = next;
-        const names = keys.flatMap((key) => {
-          const name = nameOfLockKey(prefix, key);
-          return name === undefined ? [] : [name];
-        });
-        const states = await Promise.all(names.map((name) => inspect(name)));
-        for (const state of states) if (state) found.push(state);
-      } while (cursor !== '0');
-      // SCAN may return a key twice; keep one entry per name.
-      const byName = new Map(found.map((state) => [state.name, state]));
-      return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-    },
+  async whenConnected(): Promise<void> {
+    await this.firstConnection('connect', this.clock.now());
+  }
 
-    async whenConnected() {
-      await firstConnection('connect', clock.now());
-    },
+  detach(): void {
+    this.client.off('ready', this.onReady);
+  }
+}
 
-    detach() {
-      client.off('ready', onReady);
-    },
-  };
+/** One Redis node's lock primitives, each one bounded script call. */
+export function createRedisNode(options: RedisNodeOptions): RedisNode {
+  return new ScriptedRedisNode(options);
 }

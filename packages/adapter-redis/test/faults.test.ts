@@ -1,3 +1,4 @@
+import { sleep, until } from '@dlm/conformance';
 import { createLockService, isDlmError, type LockBackend, type LockEvent } from '@dlm/core';
 import { type RedisService, redisAvailable, redisManaged, startRedis } from '@dlm/test-services';
 import { Redis } from 'ioredis';
@@ -6,16 +7,6 @@ import { type RedisBackend, redisBackend } from '../src/index.js';
 import { nameKeys } from '../src/key-encoding.js';
 
 const enabled = redisAvailable() && redisManaged();
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Test-side waiting for an outside condition (the code under test never polls). */
-async function until(check: () => Promise<boolean> | boolean, timeoutMs: number): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!(await check())) {
-    if (performance.now() > deadline) throw new Error(`condition not met in ${timeoutMs} ms`);
-    await sleep(20);
-  }
-}
 
 async function failure(promise: Promise<unknown>) {
   try {

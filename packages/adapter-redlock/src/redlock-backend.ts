@@ -5,20 +5,35 @@ import {
   createRedisNode,
   createSubscriberConnection,
   databaseOf,
+  type LockEvents,
+  type NodeAcquireResult,
   type RedisNode,
+  subscribedWithin,
   within,
-} from '@dlm/adapter-redis/internals';
+} from '@dlm/adapter-redis';
 import {
+  type AcquireRequest,
+  type AcquireResult,
   type BackendCapabilities,
   type Clock,
   DlmError,
+  type Grant,
+  type HolderProof,
   type LockBackend,
   type LockState,
   systemClock,
   toUnavailable,
 } from '@dlm/core';
 import type { Redis } from 'ioredis';
-import { answers, firstError, gather, kthSmallest, maxToken, type Outcome } from './quorum.js';
+import {
+  answers,
+  firstError,
+  type Gathered,
+  gather,
+  kthSmallest,
+  maxToken,
+  type Outcome,
+} from './quorum.js';
 
 export interface RedlockBackendOptions {
   /** One URL per independent Redis node (`redis://host:port[/db]`). Not replicas of each other. */
@@ -77,14 +92,7 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
   const clock = options.clock ?? systemClock;
   const driftFactor = options.driftFactor ?? 0.01;
   const allowanceMs = options.latencyAllowanceMs ?? 100;
-  if (!(driftFactor >= 0 && driftFactor < 0.5)) {
-    throw new DlmError('INVALID_PARAMS', 'driftFactor must be in [0, 0.5)', {
-      field: 'driftFactor',
-    });
-  }
-  if (options.urls && options.clients) {
-    throw new DlmError('INVALID_PARAMS', 'give urls or clients, not both', { field: 'urls' });
-  }
+  checkRedlockOptions(options, driftFactor);
   const ownsClients = options.clients === undefined;
   const clients =
     options.clients ??
@@ -123,259 +131,330 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
       for (const name of events.watchedNames()) events.deliver({ name, type: 'released' });
     },
   });
-
-  // Redlock's arithmetic. The nodes are asked for a lease a little longer than the caller's
-  // ttl, so that after the time the grant took (up to the allowance) and the clock drift, the
-  // validity is still at least the ttl asked for: the contract promises a lease ≥ the request.
-  const drift = (ttlMs: number) => ttlMs * driftFactor + 2;
-  const nodeTtl = (ttlMs: number) => Math.ceil((ttlMs + allowanceMs + 2) / (1 - driftFactor));
-  const validity = (ttlOnNodes: number, startedAt: number) =>
-    ttlOnNodes - (clock.now() - startedAt) - drift(ttlOnNodes);
-  /**
-   * A lease's remaining time as its holder counts it, from what the nodes have left: less the
-   * drift and the latency allowance that the nodes' copies outlast the lease by. Once that is
-   * used up but the copies still stand, their own time is what a waiter has to wait.
-   */
-  const leaseLeft = (nodeMs: number) => {
-    const left = Math.floor(nodeMs - drift(nodeMs) - allowanceMs);
-    return left > 0 ? left : nodeMs;
+  const r: Redlock = {
+    nodes,
+    events,
+    clock,
+    total,
+    quorum,
+    driftFactor,
+    allowanceMs,
+    commandTimeoutMs,
+    closed: false,
   };
-
-  function unavailable<T>(what: string, outcomes: ReadonlyArray<Outcome<T> | undefined>): DlmError {
-    const answered = answers(outcomes).length;
-    return toUnavailable(
-      firstError(outcomes) ?? new Error('no answer'),
-      `${what}: only ${answered} of ${total} Redis nodes answered (${quorum} needed)`,
-    );
-  }
-
-  async function subscribedWithin(startedAt: number): Promise<void> {
-    if (events.isSubscribed) return;
-    await within(clock, events.subscribed, commandTimeoutMs - (clock.now() - startedAt));
-  }
-
-  let closed = false;
-  function assertOpen(): void {
-    if (closed) throw new DlmError('UNAVAILABLE', 'the Redlock backend is closed');
-  }
 
   return {
     kind: 'redlock',
     capabilities: CAPABILITIES,
     quorum,
-
-    async ready() {
-      assertOpen();
-      const connected = await Promise.allSettled(nodes.map((node) => node.whenConnected()));
-      if (connected.filter((result) => result.status === 'fulfilled').length < quorum) {
-        throw toUnavailable(
-          new Error(
-            `fewer than ${quorum} of ${total} nodes connected within ${commandTimeoutMs} ms`,
-          ),
-          'redlock backend',
-        );
-      }
-      if (!(await within(clock, events.subscribed, commandTimeoutMs))) {
-        throw toUnavailable(
-          new Error(
-            `fewer than ${quorum} of ${total} nodes subscribed within ${commandTimeoutMs} ms`,
-          ),
-          'redlock backend',
-        );
-      }
-    },
-
-    async tryAcquire({ name, owner, ttlMs, keyHash }) {
-      assertOpen();
-      const startedAt = clock.now();
-      await subscribedWithin(startedAt);
-      const onNodes = nodeTtl(ttlMs);
-      const run = gather(
-        nodes,
-        (node) => node.acquire(name, owner, keyHash, onNodes, startedAt),
-        (outcomes) => {
-          const granted = outcomes.filter((o) => o?.ok && o.value.granted).length;
-          const refused = outcomes.filter((o) => o && !(o.ok && o.value.granted)).length;
-          return granted >= quorum || refused > total - quorum;
-        },
-      );
-      const outcomes = await run.early;
-      const valid = validity(onNodes, startedAt);
-      const grants = answers(outcomes).flatMap((r) => (r.granted ? [r] : []));
-
-      if (grants.length >= quorum && valid > 0) {
-        // The least bad token: the largest of the quorum's counters. Any two quorums share a
-        // node, and adoptToken raises every node's counter to it, so tokens keep growing unless
-        // a node forgets its data or misses the adoption.
-        const token = maxToken(grants.map((g) => g.token));
-        const announce = grants.some((g) => g.fresh);
-        // The grant is reported only once a quorum carries this token: until then the nodes
-        // hold the lease under their own counters, and a reader would see a token nobody got.
-        const adopted = await gather(
-          nodes,
-          (node) => node.adoptToken(name, owner, keyHash, token, onNodes, announce),
-          (so) => so.filter((o) => o?.ok && o.value).length >= quorum,
-        ).early;
-        const labelled = answers(adopted).filter(Boolean).length;
-        const left = validity(onNodes, startedAt);
-        if (labelled >= quorum && left > 0) {
-          return { granted: true, grant: { name, owner, token, ttlMs: Math.floor(left) } };
-        }
-        // Given back where this attempt took it (a refreshed lease of the same owner stays), under
-        // the grant's token or the node's own; a node that does not answer may keep its copy
-        // until it runs out.
-        nodes.forEach((node, index) => {
-          void run.each[index]!.then((outcome) => {
-            if (!(outcome.ok && outcome.value.granted && outcome.value.fresh)) return;
-            node.release(name, token, keyHash).catch(() => {});
-            if (outcome.value.token !== token)
-              node.release(name, outcome.value.token, keyHash).catch(() => {});
-          });
-        });
-        throw new DlmError(
-          'UNAVAILABLE',
-          `acquire: only ${labelled} of ${total} Redis nodes took the grant's token in time (${quorum} needed)`,
-          { indeterminate: true },
-        );
-      }
-
-      // Not granted: give back what we took, on every node, including stragglers that answer
-      // later. A refreshed lease (this owner already held it there) is left alone.
-      nodes.forEach((node, index) => {
-        void run.each[index]!.then((outcome) => {
-          if (outcome.ok && outcome.value.granted && outcome.value.fresh) {
-            node.release(name, outcome.value.token, keyHash).catch(() => {});
-          }
-        });
-      });
-      if (grants.length >= quorum) {
-        throw new DlmError(
-          'UNAVAILABLE',
-          `acquire: the quorum answered after the lease's validity had run out (${Math.round(
-            clock.now() - startedAt,
-          )} ms)`,
-        );
-      }
-      const held = answers(outcomes).flatMap((r) => (r.granted ? [] : [r.ttlRemainingMs]));
-      if (held.length + grants.length < quorum) throw unavailable('acquire', outcomes);
-      // The lock frees for us once enough of the holders' copies expire to leave a quorum.
-      const nodeMs = kthSmallest(held, quorum - grants.length);
-      return nodeMs === undefined
-        ? { granted: false }
-        : { granted: false, ttlRemainingMs: leaseLeft(nodeMs) };
-    },
-
-    async release({ name, token, keyHash }) {
-      assertOpen();
-      // One node that held this token (with this key hash: each node compares it in its own
-      // script) is enough to say it was ours; a quorum that did not hold
-      // it says it was not. The answer waits for a quorum either way: until then a quorum may
-      // still hold the token, and a read right after the release would report its holder. A
-      // stalled minority does not hold the answer up.
-      const outcomes = await gather(
-        nodes,
-        (node) => node.release(name, token, keyHash),
-        (so) => so.filter((o) => o?.ok).length >= quorum,
-      ).early;
-      const released = answers(outcomes);
-      if (released.some(Boolean)) return true;
-      if (released.length >= quorum) return false;
-      throw unavailable('release', outcomes);
-    },
-
-    async extend({ name, token, ttlMs, keyHash }) {
-      assertOpen();
-      const startedAt = clock.now();
-      const onNodes = nodeTtl(ttlMs);
-      const run = gather(
-        nodes,
-        (node) => node.extend(name, token, keyHash, onNodes, startedAt),
-        (outcomes) => {
-          const extended = outcomes.filter((o) => o?.ok && o.value !== null).length;
-          const refused = outcomes.filter((o) => o && !(o.ok && o.value !== null)).length;
-          return extended >= quorum || refused > total - quorum;
-        },
-      );
-      const outcomes = await run.early;
-      const valid = validity(onNodes, startedAt);
-      const owners = answers(outcomes).flatMap((owner) => (owner === null ? [] : [owner]));
-      if (owners.length >= quorum) {
-        if (valid > 0) return { name, owner: owners[0]!, token, ttlMs: Math.floor(valid) };
-        throw new DlmError('UNAVAILABLE', 'extend: the quorum answered after the validity ran out');
-      }
-      if (answers(outcomes).length < quorum) throw unavailable('extend', outcomes);
-      return null;
-    },
-
-    async inspect(name) {
-      assertOpen();
-      const outcomes = await gather(
-        nodes,
-        (node) => node.inspect(name),
-        (so) => {
-          // Decided once one lease (owner and token) is on a quorum, or none can reach one.
-          const counts = new Map<string, number>();
-          for (const state of answers(so)) {
-            if (state) counts.set(leaseKey(state), (counts.get(leaseKey(state)) ?? 0) + 1);
-          }
-          const pending = so.filter((o) => o === undefined).length;
-          const best = Math.max(0, ...counts.values());
-          return best >= quorum || (best + pending < quorum && answers(so).length >= quorum);
-        },
-      ).early;
-      const states = answers(outcomes);
-      if (states.length < quorum) throw unavailable('inspect', outcomes);
-      return agreed(name, states, quorum, leaseLeft);
-    },
-
-    async revoke(name) {
-      assertOpen();
-      const outcomes = await gather(
-        nodes,
-        (node) => node.revoke(name),
-        (so) => so.filter((o) => o?.ok).length >= quorum,
-      ).early;
-      const revoked = answers(outcomes);
-      if (revoked.some((r) => r !== null)) return true;
-      if (revoked.length >= quorum) return false;
-      throw unavailable('revoke', outcomes);
-    },
-
-    async list(namePrefix) {
-      assertOpen();
-      const outcomes = await Promise.all(
-        gather(
-          nodes,
-          (node) => node.list(namePrefix),
-          () => false,
-        ).each,
-      );
-      const lists = answers(outcomes);
-      if (lists.length < quorum) throw unavailable('list', outcomes);
-      const byName = new Map<string, Array<LockState | null>>();
-      for (const list of lists) {
-        for (const state of list)
-          byName.set(state.name, [...(byName.get(state.name) ?? []), state]);
-      }
-      return [...byName.entries()].flatMap(([name, states]) => {
-        const state = agreed(name, states, quorum, leaseLeft);
-        return state ? [state] : [];
-      });
-    },
-
-    watch(name, listener) {
-      return events.watch(name, listener);
-    },
-
+    ready: () => ready(r),
+    tryAcquire: (request) => tryAcquire(r, request),
+    release: (proof) => release(r, proof),
+    extend: (request) => extend(r, request),
+    inspect: (name) => inspect(r, name),
+    revoke: (name) => revoke(r, name),
+    list: (namePrefix) => list(r, namePrefix),
+    watch: (name, listener) => events.watch(name, listener),
     async close() {
-      if (closed) return;
-      closed = true;
+      if (r.closed) return;
+      r.closed = true;
       await events.close();
       for (const node of nodes) node.detach();
       // disconnect, not QUIT: a stalled node would never answer QUIT.
       if (ownsClients) for (const client of clients) client.disconnect();
     },
   };
+}
+
+function checkRedlockOptions(options: RedlockBackendOptions, driftFactor: number): void {
+  if (!(driftFactor >= 0 && driftFactor < 0.5)) {
+    throw new DlmError('INVALID_PARAMS', 'driftFactor must be in [0, 0.5)', {
+      field: 'driftFactor',
+    });
+  }
+  if (options.urls && options.clients) {
+    throw new DlmError('INVALID_PARAMS', 'give urls or clients, not both', { field: 'urls' });
+  }
+}
+
+/** What the primitives of one Redlock backend share. */
+interface Redlock {
+  readonly nodes: RedisNode[];
+  readonly events: LockEvents;
+  readonly clock: Clock;
+  readonly total: number;
+  /** How many nodes must agree: ⌊N/2⌋+1. */
+  readonly quorum: number;
+  readonly driftFactor: number;
+  readonly allowanceMs: number;
+  readonly commandTimeoutMs: number;
+  closed: boolean;
+}
+
+// ---- Redlock's arithmetic ------------------------------------------------------------------
+// The nodes are asked for a lease a little longer than the caller's ttl, so that after the time
+// the grant took (up to the allowance) and the clock drift, the validity is still at least the
+// ttl asked for: the contract promises a lease ≥ the request.
+
+const drift = (r: Redlock, ttlMs: number) => ttlMs * r.driftFactor + 2;
+
+const nodeTtl = (r: Redlock, ttlMs: number) =>
+  Math.ceil((ttlMs + r.allowanceMs + 2) / (1 - r.driftFactor));
+
+const validity = (r: Redlock, ttlOnNodes: number, startedAt: number) =>
+  ttlOnNodes - (r.clock.now() - startedAt) - drift(r, ttlOnNodes);
+
+/**
+ * A lease's remaining time as its holder counts it, from what the nodes have left: less the
+ * drift and the latency allowance that the nodes' copies outlast the lease by. Once that is
+ * used up but the copies still stand, their own time is what a waiter has to wait.
+ */
+function leaseLeft(r: Redlock, nodeMs: number): number {
+  const left = Math.floor(nodeMs - drift(r, nodeMs) - r.allowanceMs);
+  return left > 0 ? left : nodeMs;
+}
+
+function unavailable<T>(
+  r: Redlock,
+  what: string,
+  outcomes: ReadonlyArray<Outcome<T> | undefined>,
+): DlmError {
+  const answered = answers(outcomes).length;
+  return toUnavailable(
+    firstError(outcomes) ?? new Error('no answer'),
+    `${what}: only ${answered} of ${r.total} Redis nodes answered (${r.quorum} needed)`,
+  );
+}
+
+function assertOpen(r: Redlock): void {
+  if (r.closed) throw new DlmError('UNAVAILABLE', 'the Redlock backend is closed');
+}
+
+// ---- the primitives ------------------------------------------------------------------------
+
+async function ready(r: Redlock): Promise<void> {
+  assertOpen(r);
+  const { quorum, total, commandTimeoutMs } = r;
+  const connected = await Promise.allSettled(r.nodes.map((node) => node.whenConnected()));
+  if (connected.filter((result) => result.status === 'fulfilled').length < quorum) {
+    throw toUnavailable(
+      new Error(`fewer than ${quorum} of ${total} nodes connected within ${commandTimeoutMs} ms`),
+      'redlock backend',
+    );
+  }
+  if (!(await within(r.clock, r.events.subscribed, commandTimeoutMs))) {
+    throw toUnavailable(
+      new Error(`fewer than ${quorum} of ${total} nodes subscribed within ${commandTimeoutMs} ms`),
+      'redlock backend',
+    );
+  }
+}
+
+type NodeAttempt = Gathered<NodeAcquireResult>;
+
+async function tryAcquire(
+  r: Redlock,
+  { name, owner, ttlMs, keyHash }: AcquireRequest,
+): Promise<AcquireResult> {
+  assertOpen(r);
+  const { nodes, quorum, total } = r;
+  const startedAt = r.clock.now();
+  await subscribedWithin(r.clock, r.events, r.commandTimeoutMs, startedAt);
+  const onNodes = nodeTtl(r, ttlMs);
+  const run = gather(
+    nodes,
+    (node) => node.acquire(name, owner, keyHash, onNodes, startedAt),
+    (outcomes) => {
+      const granted = outcomes.filter((o) => o?.ok && o.value.granted).length;
+      const refused = outcomes.filter((o) => o && !(o.ok && o.value.granted)).length;
+      return granted >= quorum || refused > total - quorum;
+    },
+  );
+  const outcomes = await run.early;
+  const valid = validity(r, onNodes, startedAt);
+  const grants = answers(outcomes).flatMap((g) => (g.granted ? [g] : []));
+  if (grants.length >= quorum && valid > 0) {
+    return labelGrant(r, { name, owner, keyHash }, grants, run, onNodes, startedAt);
+  }
+  // Not granted: give back what we took, on every node, including stragglers that answer
+  // later. A refreshed lease (this owner already held it there) is left alone.
+  giveBack(r, run, (node, outcome) => node.release(name, outcome.token, keyHash));
+  if (grants.length >= quorum) {
+    throw new DlmError(
+      'UNAVAILABLE',
+      `acquire: the quorum answered after the lease's validity had run out (${Math.round(
+        r.clock.now() - startedAt,
+      )} ms)`,
+    );
+  }
+  const held = answers(outcomes).flatMap((g) => (g.granted ? [] : [g.ttlRemainingMs]));
+  if (held.length + grants.length < quorum) throw unavailable(r, 'acquire', outcomes);
+  // The lock frees for us once enough of the holders' copies expire to leave a quorum.
+  const nodeMs = kthSmallest(held, quorum - grants.length);
+  return nodeMs === undefined
+    ? { granted: false }
+    : { granted: false, ttlRemainingMs: leaseLeft(r, nodeMs) };
+}
+
+/**
+ * A quorum granted: label every node's copy with one token, and report the grant only once a
+ * quorum carries it (until then the nodes hold the lease under their own counters, and a reader
+ * would see a token nobody got).
+ */
+async function labelGrant(
+  r: Redlock,
+  { name, owner, keyHash }: Pick<AcquireRequest, 'name' | 'owner' | 'keyHash'>,
+  grants: Array<NodeAcquireResult & { granted: true }>,
+  run: NodeAttempt,
+  onNodes: number,
+  startedAt: number,
+): Promise<AcquireResult> {
+  const { quorum, total } = r;
+  // The least bad token: the largest of the quorum's counters. Any two quorums share a
+  // node, and adoptToken raises every node's counter to it, so tokens keep growing unless
+  // a node forgets its data or misses the adoption.
+  const token = maxToken(grants.map((g) => g.token));
+  const announce = grants.some((g) => g.fresh);
+  const adopted = await gather(
+    r.nodes,
+    (node) => node.adoptToken(name, owner, keyHash, token, onNodes, announce),
+    (so) => so.filter((o) => o?.ok && o.value).length >= quorum,
+  ).early;
+  const labelled = answers(adopted).filter(Boolean).length;
+  const left = validity(r, onNodes, startedAt);
+  if (labelled >= quorum && left > 0) {
+    return { granted: true, grant: { name, owner, token, ttlMs: Math.floor(left) } };
+  }
+  // Given back where this attempt took it (a refreshed lease of the same owner stays), under
+  // the grant's token or the node's own; a node that does not answer may keep its copy
+  // until it runs out.
+  giveBack(r, run, (node, outcome) => {
+    node.release(name, token, keyHash).catch(() => {});
+    if (outcome.token !== token) return node.release(name, outcome.token, keyHash);
+    return Promise.resolve(false);
+  });
+  throw new DlmError(
+    'UNAVAILABLE',
+    `acquire: only ${labelled} of ${total} Redis nodes took the grant's token in time (${quorum} needed)`,
+    { indeterminate: true },
+  );
+}
+
+/** On each node where this attempt took a fresh lease (whenever it answers), runs `release`. */
+function giveBack(
+  r: Redlock,
+  run: NodeAttempt,
+  release: (node: RedisNode, outcome: NodeAcquireResult & { granted: true }) => Promise<unknown>,
+): void {
+  r.nodes.forEach((node, index) => {
+    void run.each[index]!.then((outcome) => {
+      if (outcome.ok && outcome.value.granted && outcome.value.fresh) {
+        release(node, outcome.value).catch(() => {});
+      }
+    });
+  });
+}
+
+async function release(r: Redlock, { name, token, keyHash }: HolderProof): Promise<boolean> {
+  assertOpen(r);
+  // One node that held this token (with this key hash: each node compares it in its own
+  // script) is enough to say it was ours; a quorum that did not hold
+  // it says it was not. The answer waits for a quorum either way: until then a quorum may
+  // still hold the token, and a read right after the release would report its holder. A
+  // stalled minority does not hold the answer up.
+  const outcomes = await gather(
+    r.nodes,
+    (node) => node.release(name, token, keyHash),
+    (so) => so.filter((o) => o?.ok).length >= r.quorum,
+  ).early;
+  const released = answers(outcomes);
+  if (released.some(Boolean)) return true;
+  if (released.length >= r.quorum) return false;
+  throw unavailable(r, 'release', outcomes);
+}
+
+async function extend(
+  r: Redlock,
+  { name, token, ttlMs, keyHash }: HolderProof & { ttlMs: number },
+): Promise<Grant | null> {
+  assertOpen(r);
+  const { quorum, total } = r;
+  const startedAt = r.clock.now();
+  const onNodes = nodeTtl(r, ttlMs);
+  const run = gather(
+    r.nodes,
+    (node) => node.extend(name, token, keyHash, onNodes, startedAt),
+    (outcomes) => {
+      const extended = outcomes.filter((o) => o?.ok && o.value !== null).length;
+      const refused = outcomes.filter((o) => o && !(o.ok && o.value !== null)).length;
+      return extended >= quorum || refused > total - quorum;
+    },
+  );
+  const outcomes = await run.early;
+  const valid = validity(r, onNodes, startedAt);
+  const owners = answers(outcomes).flatMap((owner) => (owner === null ? [] : [owner]));
+  if (owners.length >= quorum) {
+    if (valid > 0) return { name, owner: owners[0]!, token, ttlMs: Math.floor(valid) };
+    throw new DlmError('UNAVAILABLE', 'extend: the quorum answered after the validity ran out');
+  }
+  if (answers(outcomes).length < quorum) throw unavailable(r, 'extend', outcomes);
+  return null;
+}
+
+async function inspect(r: Redlock, name: string): Promise<LockState | null> {
+  assertOpen(r);
+  const { quorum } = r;
+  const outcomes = await gather(
+    r.nodes,
+    (node) => node.inspect(name),
+    (so) => {
+      // Decided once one lease (owner and token) is on a quorum, or none can reach one.
+      const counts = new Map<string, number>();
+      for (const state of answers(so)) {
+        if (state) counts.set(leaseKey(state), (counts.get(leaseKey(state)) ?? 0) + 1);
+      }
+      const pending = so.filter((o) => o === undefined).length;
+      const best = Math.max(0, ...counts.values());
+      return best >= quorum || (best + pending < quorum && answers(so).length >= quorum);
+    },
+  ).early;
+  const states = answers(outcomes);
+  if (states.length < quorum) throw unavailable(r, 'inspect', outcomes);
+  return agreed(name, states, quorum, (nodeMs) => leaseLeft(r, nodeMs));
+}
+
+async function revoke(r: Redlock, name: string): Promise<boolean> {
+  assertOpen(r);
+  const outcomes = await gather(
+    r.nodes,
+    (node) => node.revoke(name),
+    (so) => so.filter((o) => o?.ok).length >= r.quorum,
+  ).early;
+  const revoked = answers(outcomes);
+  if (revoked.some((g) => g !== null)) return true;
+  if (revoked.length >= r.quorum) return false;
+  throw unavailable(r, 'revoke', outcomes);
+}
+
+async function list(r: Redlock, namePrefix: string): Promise<LockState[]> {
+  assertOpen(r);
+  const outcomes = await Promise.all(
+    gather(
+      r.nodes,
+      (node) => node.list(namePrefix),
+      () => false,
+    ).each,
+  );
+  const lists = answers(outcomes);
+  if (lists.length < r.quorum) throw unavailable(r, 'list', outcomes);
+  const byName = new Map<string, Array<LockState | null>>();
+  for (const states of lists) {
+    for (const state of states) byName.set(state.name, [...(byName.get(state.name) ?? []), state]);
+  }
+  return [...byName.entries()].flatMap(([name, states]) => {
+    const state = agreed(name, states, r.quorum, (nodeMs) => leaseLeft(r, nodeMs));
+    return state ? [state] : [];
+  });
 }
 
 /** One lease on a node: its owner and the token it is labelled with there. */

@@ -1,4 +1,4 @@
-import { nameKeys } from '@dlm/adapter-redis/internals';
+import { nameKeys } from '@dlm/adapter-redis';
 import { isDlmError, type LockEvent } from '@dlm/core';
 import {
   type RedisService,

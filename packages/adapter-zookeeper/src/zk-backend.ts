@@ -2,20 +2,24 @@ import {
   type AcquireRequest,
   type AcquireResult,
   type BackendCapabilities,
+  type Clock,
   DlmError,
+  type Grant,
   type HolderProof,
   type LockBackend,
   type LockState,
+  systemClock,
+  type Timer,
   toUnavailable,
 } from '@dlm/core';
 import { Exception } from 'node-zookeeper-client';
-import { contender } from './zk-contend.js';
-import { type Current, lockStore, proves } from './zk-locks.js';
-import { lockPaths } from './zk-paths.js';
+import { type Contend, contender } from './zk-contend.js';
+import { type Current, type LockStore, lockStore, proves } from './zk-locks.js';
+import { type LockPaths, lockPaths } from './zk-paths.js';
 import { fairQueue } from './zk-queue.js';
-import { budget, isZkCode, openSession } from './zk-session.js';
+import { budget, isZkCode, openSession, type SessionState, type ZkSession } from './zk-session.js';
 import { sweeper } from './zk-sweep.js';
-import { type Holder, watchHolders } from './zk-watch.js';
+import { type Holder, type HolderWatch, watchHolders } from './zk-watch.js';
 
 export interface ZooKeeperBackendOptions {
   /** ZooKeeper connect string: `host:port,host:port,…` */
@@ -47,6 +51,8 @@ export interface ZooKeeperBackendOptions {
    * Default 600000 (10 min).
    */
   sweepIntervalMs?: number;
+  /** Times the wait before a disconnected session's leases are declared lost. Default `systemClock`. */
+  clock?: Clock;
 }
 
 /** A ZooKeeper backend; `sweep()` runs one garbage sweep now (see `sweepIntervalMs`). */
@@ -90,41 +96,41 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
   const paths = lockPaths(options.prefix ?? '/dlm');
   const commandTimeoutMs = options.commandTimeoutMs ?? 2_000;
   const ephemeral = options.ephemeral ?? false;
+  const clock = options.clock ?? systemClock;
   const session = openSession(options.connect, {
     sessionTimeoutMs: options.sessionTimeoutMs ?? 10_000,
   });
   const watch = watchHolders(session, paths, commandTimeoutMs);
-  /** With `ephemeral`: leases granted on nodes this session created, lost with the session. */
-  const mine = new Map<string, Holder>();
-  let closed = false;
-
-  const capabilities: BackendCapabilities = {
-    fencing: 'strict',
-    minTtlMs: 100,
-    ttlGranularityMs: 1,
-    durableAcrossRestart: true,
-    fairQueue: true,
-    expiryEvents: false,
-  };
-
+  // Its callbacks run only once the backend is in use, after `zk` below is assigned.
   const store = lockStore(session, paths, {
     commandTimeoutMs,
     ephemeral,
-    isClosed: () => closed,
+    clock,
+    isClosed: () => zk.closed,
     onEnd(token, reason) {
       watch.noteEnd(token, reason);
-      for (const [name, holder] of mine) if (holder.token === token) mine.delete(name);
+      for (const [name, holder] of zk.mine) if (holder.token === token) zk.mine.delete(name);
     },
     claimWatch: (name) => watch.claim(name),
     claimed: (name, watcher, read) => watch.claimed(name, watcher, read),
     onWrite: (name, delta) => watch.writing(name, delta),
   });
+  const zk: Zk = {
+    session,
+    paths,
+    watch,
+    commandTimeoutMs,
+    ephemeral,
+    clock,
+    mine: new Map(),
+    abandoned: new Map(),
+    suspendedTimer: undefined,
+    closed: false,
+    store,
+  };
   const contend = contender(store, paths);
-
-  function noteGrant(name: string, owner: string, path: string, token: bigint): void {
-    if (ephemeral) mine.set(name, { path, token, owner });
-    watch.noteGrant(name, token);
-  }
+  const noteGrant = (name: string, owner: string, path: string, token: bigint) =>
+    noteGranted(zk, name, owner, path, token);
 
   const queue = fairQueue({
     session,
@@ -132,193 +138,223 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
     store,
     commandTimeoutMs,
     minTtlMs: capabilities.minTtlMs,
-    isClosed: () => closed,
+    isClosed: () => zk.closed,
     onGrant: noteGrant,
   });
   const sweep = sweeper(session, paths, store, {
     intervalMs: options.sweepIntervalMs ?? 600_000,
     commandTimeoutMs,
-    isClosed: () => closed,
+    isClosed: () => zk.closed,
   });
-
-  // ---- with `ephemeral`, the session's fate is the fate of the locks in it ----------------
-
-  let suspendedTimer: NodeJS.Timeout | undefined;
-  /** Leases declared lost while disconnected, whose nodes may outlive that (same session). */
-  const abandoned = new Map<string, Holder>();
-
-  function declareLost(): void {
-    for (const [name, holder] of mine) {
-      abandoned.set(name, holder);
-      watch.emit(name, { name, type: 'expired', token: holder.token, owner: holder.owner });
-    }
-    mine.clear();
-  }
-
-  /** Back in the same session: delete what its holders were already told they lost. */
-  function dropAbandoned(): void {
-    for (const [name, holder] of abandoned) {
-      abandoned.delete(name);
-      const limit = budget('cleanup', commandTimeoutMs);
-      store
-        .currentHolder(limit, name)
-        .then((current) =>
-          current?.token === holder.token ? store.endLease(limit, name, current, 'expired') : false,
-        )
-        .catch(() => {});
-    }
-  }
-
-  session.onState((state) => {
-    if (state === 'connected') {
-      clearTimeout(suspendedTimer);
-      suspendedTimer = undefined;
-      dropAbandoned();
-      watch.refreshAll();
-    } else if (state === 'disconnected') {
-      // Like Curator's SUSPENDED → LOST: once the session may have expired on the server, no
-      // lease in it can be trusted, so tell the holders before they rely on it any longer.
-      // (Persistent locks do not depend on the session: `mine` stays empty.)
-      clearTimeout(suspendedTimer);
-      suspendedTimer = setTimeout(declareLost, session.sessionTimeoutMs());
-      suspendedTimer.unref();
-    } else {
-      // A new session: the old one's ephemeral nodes are gone with it.
-      clearTimeout(suspendedTimer);
-      declareLost();
-      abandoned.clear();
-      watch.refreshAll();
-    }
-  });
-
-  function assertOpen(what: string): void {
-    if (closed) throw new DlmError('UNAVAILABLE', `${what}: the ZooKeeper backend is closed`);
-  }
-
-  /** What inspect and list report: nothing for a lease already over on ZooKeeper's clock. */
-  function stateOf(name: string, holder: Current | undefined, nowMs: number): LockState | null {
-    if (!holder) return null;
-    const remaining = holder.mtimeMs + holder.ttlMs - nowMs;
-    if (remaining <= 0) return null;
-    return { name, owner: holder.owner, token: holder.token, ttlRemainingMs: capped(remaining) };
-  }
+  session.onState((state) => onSessionState(zk, state));
 
   return {
     kind: 'zookeeper',
-    capabilities,
-
-    tryAcquire: guard(
-      'acquire',
-      async ({ name, owner, ttlMs, keyHash }: AcquireRequest): Promise<AcquireResult> => {
-        assertOpen('acquire');
-        const limit = budget('acquire', commandTimeoutMs);
-        ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
-        const outcome = await contend(limit, { name, owner, ttlMs, keyHash });
-        if (outcome.kind === 'granted') {
-          noteGrant(name, owner, outcome.path, outcome.token);
-          return { granted: true, grant: { name, owner, token: outcome.token, ttlMs } };
-        }
-        watch.noteHeld(name);
-        return outcome.kind === 'held'
-          ? { granted: false, ttlRemainingMs: outcome.ttlRemainingMs }
-          : { granted: false };
-      },
-    ),
-
+    capabilities: { ...capabilities },
+    tryAcquire: guard('acquire', (request: AcquireRequest) => tryAcquire(zk, contend, request)),
     acquireQueued: guard('acquire', queue.acquireQueued),
-
-    release: guard('release', async ({ name, token, keyHash }: HolderProof) => {
-      assertOpen('release');
-      const limit = budget('release', commandTimeoutMs);
-      // A lease granted here: one multi-op on its known path and version (fails if it changed
-      // elsewhere), so the key hash compared is the one at that version.
-      const own = store.ownLease(name, token);
-      if (own && !proves(own, token, keyHash)) return false;
-      if (own && (await store.endLease(limit, name, own, 'released'))) return true;
-      for (;;) {
-        const holder = await store.currentHolder(limit, name);
-        if (!holder || !proves(holder, token, keyHash)) return false;
-        if (await store.endLease(limit, name, holder, 'released')) return true;
-      }
-    }),
-
-    extend: guard(
-      'extend',
-      async ({ name, token, ttlMs, keyHash }: HolderProof & { ttlMs: number }) => {
-        assertOpen('extend');
-        const limit = budget('extend', commandTimeoutMs);
-        ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
-        // A lease granted or extended here is tried at its known path and version first.
-        let known = store.ownLease(name, token);
-        for (;;) {
-          const holder = known ?? (await store.currentHolder(limit, name));
-          known = undefined;
-          if (!holder || !proves(holder, token, keyHash)) return null;
-          const refreshed = await store.refresh(limit, name, holder, ttlMs);
-          if (!refreshed) continue;
-          if (refreshed.expired) {
-            // The old lease had already run out by the time of the write: not ours to extend.
-            await store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
-            return null;
-          }
-          return { name, owner: holder.owner, token, ttlMs };
-        }
-      },
-    ),
-
-    inspect: guard('inspect', async (name: string): Promise<LockState | null> => {
-      assertOpen('inspect');
-      const limit = budget('inspect', commandTimeoutMs);
-      const holder = await store.currentHolder(limit, name);
-      if (!holder) return null;
-      return stateOf(name, holder, await store.zkNow(limit));
-    }),
-
-    watch(name, listener) {
-      return watch.subscribe(name, listener);
-    },
-
-    revoke: guard('revoke', async (name: string) => {
-      assertOpen('revoke');
-      const limit = budget('revoke', commandTimeoutMs);
-      for (;;) {
-        const holder = await store.currentHolder(limit, name);
-        if (!holder) return false;
-        if (await store.endLease(limit, name, holder, 'revoked')) return true;
-      }
-    }),
-
-    list: guard('list', async (namePrefix: string): Promise<LockState[]> => {
-      assertOpen('list');
-      const limit = budget('list', commandTimeoutMs);
-      let parents: string[];
-      try {
-        ({ children: parents } = await session.getChildren(limit, paths.locks));
-      } catch (error) {
-        if (isZkCode(error, Exception.NO_NODE)) return [];
-        throw error;
-      }
-      const names = parents.map(paths.nameOf).filter((name) => name.startsWith(namePrefix));
-      const nowMs = await store.zkNow(limit);
-      const states = await Promise.all(
-        names.map(async (name) => stateOf(name, await store.currentHolder(limit, name), nowMs)),
-      );
-      return states.filter((state) => state !== null);
-    }),
-
+    release: guard('release', (proof: HolderProof) => release(zk, proof)),
+    extend: guard('extend', (request: HolderProof & { ttlMs: number }) => extend(zk, request)),
+    inspect: guard('inspect', (name: string) => inspect(zk, name)),
+    watch: (name, listener) => watch.subscribe(name, listener),
+    revoke: guard('revoke', (name: string) => revoke(zk, name)),
+    list: guard('list', (namePrefix: string) => list(zk, namePrefix)),
     sweep: guard('sweep', () => {
-      assertOpen('sweep');
+      assertOpen(zk, 'sweep');
       return sweep.sweepNow();
     }),
-
     async close() {
-      if (closed) return;
-      closed = true;
-      clearTimeout(suspendedTimer);
+      if (zk.closed) return;
+      zk.closed = true;
+      zk.suspendedTimer?.cancel();
       sweep.stop();
       queue.wakeAll();
       watch.close();
       await session.close();
     },
   };
+}
+
+const capabilities: BackendCapabilities = {
+  fencing: 'strict',
+  minTtlMs: 100,
+  ttlGranularityMs: 1,
+  durableAcrossRestart: true,
+  fairQueue: true,
+  expiryEvents: false,
+};
+
+/** What the primitives of one ZooKeeper backend share. */
+interface Zk {
+  readonly session: ZkSession;
+  readonly paths: LockPaths;
+  readonly watch: HolderWatch;
+  readonly store: LockStore;
+  readonly commandTimeoutMs: number;
+  readonly ephemeral: boolean;
+  readonly clock: Clock;
+  /** With `ephemeral`: leases granted on nodes this session created, lost with the session. */
+  readonly mine: Map<string, Holder>;
+  /** Leases declared lost while disconnected, whose nodes may outlive that (same session). */
+  readonly abandoned: Map<string, Holder>;
+  suspendedTimer: Timer | undefined;
+  closed: boolean;
+}
+
+function noteGranted(zk: Zk, name: string, owner: string, path: string, token: bigint): void {
+  if (zk.ephemeral) zk.mine.set(name, { path, token, owner });
+  zk.watch.noteGrant(name, token);
+}
+
+function assertOpen(zk: Zk, what: string): void {
+  if (zk.closed) throw new DlmError('UNAVAILABLE', `${what}: the ZooKeeper backend is closed`);
+}
+
+// ---- with `ephemeral`, the session's fate is the fate of the locks in it ------------------
+
+function declareLost(zk: Zk): void {
+  for (const [name, holder] of zk.mine) {
+    zk.abandoned.set(name, holder);
+    zk.watch.emit(name, { name, type: 'expired', token: holder.token, owner: holder.owner });
+  }
+  zk.mine.clear();
+}
+
+/** Back in the same session: delete what its holders were already told they lost. */
+function dropAbandoned(zk: Zk): void {
+  for (const [name, holder] of zk.abandoned) {
+    zk.abandoned.delete(name);
+    const limit = budget('cleanup', zk.commandTimeoutMs);
+    zk.store
+      .currentHolder(limit, name)
+      .then((current) =>
+        current?.token === holder.token
+          ? zk.store.endLease(limit, name, current, 'expired')
+          : false,
+      )
+      .catch(() => {});
+  }
+}
+
+function onSessionState(zk: Zk, state: SessionState): void {
+  zk.suspendedTimer?.cancel();
+  zk.suspendedTimer = undefined;
+  if (state === 'connected') {
+    dropAbandoned(zk);
+    zk.watch.refreshAll();
+  } else if (state === 'disconnected') {
+    // Like Curator's SUSPENDED → LOST: once the session may have expired on the server, no
+    // lease in it can be trusted, so tell the holders before they rely on it any longer.
+    // (Persistent locks do not depend on the session: `mine` stays empty.)
+    zk.suspendedTimer = zk.clock.setTimer(() => declareLost(zk), zk.session.sessionTimeoutMs());
+  } else {
+    // A new session: the old one's ephemeral nodes are gone with it.
+    declareLost(zk);
+    zk.abandoned.clear();
+    zk.watch.refreshAll();
+  }
+}
+
+// ---- the primitives ------------------------------------------------------------------------
+
+async function tryAcquire(
+  zk: Zk,
+  contend: Contend,
+  { name, owner, ttlMs, keyHash }: AcquireRequest,
+): Promise<AcquireResult> {
+  assertOpen(zk, 'acquire');
+  const limit = budget('acquire', zk.commandTimeoutMs);
+  ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
+  const outcome = await contend(limit, { name, owner, ttlMs, keyHash });
+  if (outcome.kind === 'granted') {
+    noteGranted(zk, name, owner, outcome.path, outcome.token);
+    return { granted: true, grant: { name, owner, token: outcome.token, ttlMs } };
+  }
+  zk.watch.noteHeld(name);
+  return outcome.kind === 'held'
+    ? { granted: false, ttlRemainingMs: outcome.ttlRemainingMs }
+    : { granted: false };
+}
+
+async function release(zk: Zk, { name, token, keyHash }: HolderProof): Promise<boolean> {
+  assertOpen(zk, 'release');
+  const limit = budget('release', zk.commandTimeoutMs);
+  // A lease granted here: one multi-op on its known path and version (fails if it changed
+  // elsewhere), so the key hash compared is the one at that version.
+  const own = zk.store.ownLease(name, token);
+  if (own && !proves(own, token, keyHash)) return false;
+  if (own && (await zk.store.endLease(limit, name, own, 'released'))) return true;
+  for (;;) {
+    const holder = await zk.store.currentHolder(limit, name);
+    if (!holder || !proves(holder, token, keyHash)) return false;
+    if (await zk.store.endLease(limit, name, holder, 'released')) return true;
+  }
+}
+
+async function extend(
+  zk: Zk,
+  { name, token, ttlMs, keyHash }: HolderProof & { ttlMs: number },
+): Promise<Grant | null> {
+  assertOpen(zk, 'extend');
+  const limit = budget('extend', zk.commandTimeoutMs);
+  ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
+  // A lease granted or extended here is tried at its known path and version first.
+  let known = zk.store.ownLease(name, token);
+  for (;;) {
+    const holder = known ?? (await zk.store.currentHolder(limit, name));
+    known = undefined;
+    if (!holder || !proves(holder, token, keyHash)) return null;
+    const refreshed = await zk.store.refresh(limit, name, holder, ttlMs);
+    if (!refreshed) continue;
+    if (refreshed.expired) {
+      // The old lease had already run out by the time of the write: not ours to extend.
+      await zk.store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
+      return null;
+    }
+    return { name, owner: holder.owner, token, ttlMs };
+  }
+}
+
+async function inspect(zk: Zk, name: string): Promise<LockState | null> {
+  assertOpen(zk, 'inspect');
+  const limit = budget('inspect', zk.commandTimeoutMs);
+  const holder = await zk.store.currentHolder(limit, name);
+  if (!holder) return null;
+  return stateOf(name, holder, await zk.store.zkNow(limit));
+}
+
+async function revoke(zk: Zk, name: string): Promise<boolean> {
+  assertOpen(zk, 'revoke');
+  const limit = budget('revoke', zk.commandTimeoutMs);
+  for (;;) {
+    const holder = await zk.store.currentHolder(limit, name);
+    if (!holder) return false;
+    if (await zk.store.endLease(limit, name, holder, 'revoked')) return true;
+  }
+}
+
+async function list(zk: Zk, namePrefix: string): Promise<LockState[]> {
+  assertOpen(zk, 'list');
+  const limit = budget('list', zk.commandTimeoutMs);
+  let parents: string[];
+  try {
+    ({ children: parents } = await zk.session.getChildren(limit, zk.paths.locks));
+  } catch (error) {
+    if (isZkCode(error, Exception.NO_NODE)) return [];
+    throw error;
+  }
+  const names = parents.map(zk.paths.nameOf).filter((name) => name.startsWith(namePrefix));
+  const nowMs = await zk.store.zkNow(limit);
+  const states = await Promise.all(
+    names.map(async (name) => stateOf(name, await zk.store.currentHolder(limit, name), nowMs)),
+  );
+  return states.filter((state) => state !== null);
+}
+
+/** What inspect and list report: nothing for a lease already over on ZooKeeper's clock. */
+function stateOf(name: string, holder: Current | undefined, nowMs: number): LockState | null {
+  if (!holder) return null;
+  const remaining = holder.mtimeMs + holder.ttlMs - nowMs;
+  if (remaining <= 0) return null;
+  return { name, owner: holder.owner, token: holder.token, ttlRemainingMs: capped(remaining) };
 }

@@ -1,4 +1,4 @@
-import { DlmError } from '@dlm/core';
+import { type Clock, DlmError, systemClock } from '@dlm/core';
 import { Exception, type Stat } from 'node-zookeeper-client';
 import {
   type EndReason,
@@ -85,66 +85,77 @@ export interface LockStoreOptions {
   claimed?(name: string, watcher: () => void, read: { data: Buffer; stat: Stat } | undefined): void;
   /** A write on `name`'s nodes starts (+1) or ends (-1): its own watch events can wait. */
   onWrite?(name: string, delta: 1 | -1): void;
+  /** Times the clock samples and the background clean-up retries. Default `systemClock`. */
+  clock?: Clock;
 }
 
 /**
  * The operations on one name's nodes that tryAcquire, the queue and the sweeper share. Each is
  * one ZooKeeper request or one multi-op; versions make every write conditional on what was read.
  */
-export function lockStore(session: ZkSession, paths: LockPaths, options: LockStoreOptions) {
-  const knownParents = new Set<string>();
-  let rootsReady = false;
+export class LockStore {
+  private readonly knownParents = new Set<string>();
+  private rootsReady = false;
   /**
    * Leases this store granted or refreshed, by name, as they were after that write: a release
    * or an extend by their token is then one multi-op on the known path and version (any change
    * made elsewhere fails it, and the caller looks again).
    */
-  const ownLeases = new Map<string, Current>();
+  private readonly ownLeases = new Map<string, Current>();
   /** Persistent holder nodes this store created lately (whether or not they still exist). */
-  const createdHere = new Set<string>();
+  private readonly createdHere = new Set<string>();
   /** ZooKeeper's time of our last write, and our monotonic time when its reply came. */
-  let clockSample: { zkMs: number; localMs: number } | undefined;
+  private clockSample: { zkMs: number; localMs: number } | undefined;
+  private readonly clock: Clock;
 
-  async function ensureRoots(limit: Budget): Promise<void> {
-    if (rootsReady) return;
-    await session.mkdirp(limit, paths.clock);
-    await session.mkdirp(limit, paths.locks);
-    rootsReady = true;
+  constructor(
+    private readonly session: ZkSession,
+    private readonly paths: LockPaths,
+    private readonly options: LockStoreOptions,
+  ) {
+    this.clock = options.clock ?? systemClock;
   }
 
-  async function ensureParent(limit: Budget, name: string): Promise<void> {
-    const parent = paths.parent(name);
-    if (knownParents.has(parent)) return;
-    await ensureRoots(limit);
-    await session.mkdirp(limit, parent);
-    knownParents.add(parent);
+  async ensureRoots(limit: Budget): Promise<void> {
+    if (this.rootsReady) return;
+    await this.session.mkdirp(limit, this.paths.clock);
+    await this.session.mkdirp(limit, this.paths.locks);
+    this.rootsReady = true;
+  }
+
+  async ensureParent(limit: Budget, name: string): Promise<void> {
+    const parent = this.paths.parent(name);
+    if (this.knownParents.has(parent)) return;
+    await this.ensureRoots(limit);
+    await this.session.mkdirp(limit, parent);
+    this.knownParents.add(parent);
   }
 
   /** A node we made is gone (swept, or deleted by hand): make it again next time. */
-  function forgetParent(name: string): void {
-    knownParents.delete(paths.parent(name));
-    rootsReady = false;
+  forgetParent(name: string): void {
+    this.knownParents.delete(this.paths.parent(name));
+    this.rootsReady = false;
   }
 
-  function noteClock(stat: Stat | undefined): void {
-    if (stat) clockSample = { zkMs: mtimeOf(stat), localMs: performance.now() };
+  private noteClock(stat: Stat | undefined): void {
+    if (stat) this.clockSample = { zkMs: mtimeOf(stat), localMs: this.clock.now() };
   }
 
   /** ZooKeeper's time now: the mtime of a write to the clock node. */
-  async function zkNow(limit: Budget): Promise<number> {
+  async zkNow(limit: Budget): Promise<number> {
     let stat: Stat;
     try {
-      stat = await session.setData(limit, paths.clock, Buffer.alloc(0));
+      stat = await this.session.setData(limit, this.paths.clock, Buffer.alloc(0));
     } catch (error) {
       // Touching the clock changes nothing anyone reads: a lost reply is no ambiguity.
       if (error instanceof DlmError)
         throw new DlmError('UNAVAILABLE', error.message, { cause: error });
       if (!isZkCode(error, Exception.NO_NODE)) throw error;
-      rootsReady = false;
-      await ensureRoots(limit);
-      stat = await session.setData(limit, paths.clock, Buffer.alloc(0));
+      this.rootsReady = false;
+      await this.ensureRoots(limit);
+      stat = await this.session.setData(limit, this.paths.clock, Buffer.alloc(0));
     }
-    noteClock(stat);
+    this.noteClock(stat);
     return mtimeOf(stat);
   }
 
@@ -155,20 +166,20 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
    * without a recent sample, a write to the clock node tells the exact time. So only a lease
    * judged expired by the exact time is ever taken over.
    */
-  async function leaseLeft(
+  async leaseLeft(
     limit: Budget,
     holder: Current,
   ): Promise<{ expired: boolean; remainingMs: number }> {
     const expiresAt = holder.mtimeMs + holder.ttlMs;
-    const sample = clockSample;
+    const sample = this.clockSample;
     if (sample) {
-      const ageMs = performance.now() - sample.localMs;
+      const ageMs = this.clock.now() - sample.localMs;
       const remainingMs = expiresAt - (sample.zkMs + ageMs);
       if (ageMs < SAMPLE_MAX_AGE_MS && remainingMs > ESTIMATE_MARGIN_MS) {
         return { expired: false, remainingMs };
       }
     }
-    const remainingMs = expiresAt - (await zkNow(limit));
+    const remainingMs = expiresAt - (await this.zkNow(limit));
     return { expired: remainingMs <= 0, remainingMs };
   }
 
@@ -176,24 +187,24 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
    * The name node's data, version and child count. When the name's watch wants arming, this
    * read arms it (a data watch on the name node) and hands the watch what it read.
    */
-  async function nameNode(limit: Budget, name: string): Promise<NameNode | undefined> {
-    const watcher = options.claimWatch?.(name);
+  async nameNode(limit: Budget, name: string): Promise<NameNode | undefined> {
+    const watcher = this.options.claimWatch?.(name);
     try {
-      const read = await session.getData(limit, paths.parent(name), watcher);
-      if (watcher) options.claimed?.(name, watcher, read);
+      const read = await this.session.getData(limit, this.paths.parent(name), watcher);
+      if (watcher) this.options.claimed?.(name, watcher, read);
       const { data, stat } = read;
       return { data, version: stat.version, numChildren: stat.numChildren, mtimeMs: mtimeOf(stat) };
     } catch (error) {
-      if (watcher) options.claimed?.(name, watcher, undefined);
+      if (watcher) this.options.claimed?.(name, watcher, undefined);
       if (isZkCode(error, Exception.NO_NODE)) return undefined;
       throw error;
     }
   }
 
   /** The children, and the name node's version in the same reply (one consistent snapshot). */
-  async function childrenOf(limit: Budget, name: string): Promise<Children | undefined> {
+  async childrenOf(limit: Budget, name: string): Promise<Children | undefined> {
     try {
-      const { children, stat } = await session.getChildren(limit, paths.parent(name));
+      const { children, stat } = await this.session.getChildren(limit, this.paths.parent(name));
       return {
         holders: holders(children),
         waiters: waiters(children),
@@ -207,13 +218,9 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
   }
 
   /** Reads a holder node (leaving `watcher` on it when given); undefined once it is gone. */
-  async function readHolder(
-    limit: Budget,
-    path: string,
-    watcher?: Watcher,
-  ): Promise<Current | undefined> {
+  async readHolder(limit: Budget, path: string, watcher?: Watcher): Promise<Current | undefined> {
     try {
-      const { data, stat } = await session.getData(limit, path, watcher);
+      const { data, stat } = await this.session.getData(limit, path, watcher);
       const lease = parseData(data);
       return {
         path,
@@ -233,25 +240,25 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
   }
 
   /** The holder of `name` and its lease, or undefined when free. */
-  async function currentHolder(limit: Budget, name: string): Promise<Current | undefined> {
+  async currentHolder(limit: Budget, name: string): Promise<Current | undefined> {
     for (;;) {
-      const children = await childrenOf(limit, name);
+      const children = await this.childrenOf(limit, name);
       const lowest = children?.holders[0];
       if (!lowest) return undefined;
-      const holder = await readHolder(limit, `${paths.parent(name)}/${lowest}`);
+      const holder = await this.readHolder(limit, `${this.paths.parent(name)}/${lowest}`);
       if (holder) return holder;
     }
   }
 
   /** The lease with `token` on `name` as this store last wrote it, if it did. */
-  function ownLease(name: string, token: bigint): Current | undefined {
-    const lease = ownLeases.get(name);
+  ownLease(name: string, token: bigint): Current | undefined {
+    const lease = this.ownLeases.get(name);
     return lease?.token === token ? lease : undefined;
   }
 
   /** The owner of the holder node at `path`, when this store granted it and it still runs. */
-  function knownOwner(name: string, path: string): string | undefined {
-    const lease = ownLeases.get(name);
+  knownOwner(name: string, path: string): string | undefined {
+    const lease = this.ownLeases.get(name);
     return lease?.path === path ? lease.owner : undefined;
   }
 
@@ -259,27 +266,28 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
    * The holder node at `path` was created persistent by this store: it only goes away by an
    * end, which rewrites the name node (see the queue's take-over).
    */
-  function persistentHere(path: string): boolean {
-    return createdHere.has(path);
+  persistentHere(path: string): boolean {
+    return this.createdHere.has(path);
   }
 
-  function rememberLease(name: string, lease: Current): void {
-    ownLeases.delete(name);
-    ownLeases.set(name, lease);
-    if (ownLeases.size > OWN_LEASES_MAX) ownLeases.delete(ownLeases.keys().next().value!);
+  private rememberLease(name: string, lease: Current): void {
+    this.ownLeases.delete(name);
+    this.ownLeases.set(name, lease);
+    if (this.ownLeases.size > OWN_LEASES_MAX)
+      this.ownLeases.delete(this.ownLeases.keys().next().value!);
   }
 
-  function forgetLease(name: string, token: bigint): void {
-    if (ownLeases.get(name)?.token === token) ownLeases.delete(name);
+  private forgetLease(name: string, token: bigint): void {
+    if (this.ownLeases.get(name)?.token === token) this.ownLeases.delete(name);
   }
 
   /** Runs a write on `name`'s nodes, telling the watch while it is in flight. */
-  async function writing<T>(name: string, write: () => Promise<T>): Promise<T> {
-    options.onWrite?.(name, 1);
+  private async writing<T>(name: string, write: () => Promise<T>): Promise<T> {
+    this.options.onWrite?.(name, 1);
     try {
       return await write();
     } finally {
-      options.onWrite?.(name, -1);
+      this.options.onWrite?.(name, -1);
     }
   }
 
@@ -287,29 +295,29 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
    * Deletes `holder` (version-checked, so an extension or a takeover in between wins) and
    * records why in the name node's end marker, in one multi-op. False when it had changed.
    */
-  async function endLease(
+  async endLease(
     limit: Budget,
     name: string,
     holder: Current,
     reason: EndReason,
   ): Promise<boolean> {
     try {
-      const results = await writing(name, () =>
-        session.multi(limit, (ops) =>
+      const results = await this.writing(name, () =>
+        this.session.multi(limit, (ops) =>
           ops
-            .setData(paths.parent(name), endData(reason, holder.token), -1)
+            .setData(this.paths.parent(name), endData(reason, holder.token), -1)
             .remove(holder.path, holder.version),
         ),
       );
-      noteClock(results[0]?.stat);
-      forgetLease(name, holder.token);
+      this.noteClock(results[0]?.stat);
+      this.forgetLease(name, holder.token);
       // Before the watch looks (it waits for our writes to end): the event will say why.
-      options.onEnd(holder.token, reason);
+      this.options.onEnd(holder.token, reason);
       return true;
     } catch (error) {
       if (isZkCode(error, Exception.BAD_VERSION) || isZkCode(error, Exception.NO_NODE)) {
         // Changed elsewhere: what we remembered of it is stale.
-        forgetLease(name, holder.token);
+        this.forgetLease(name, holder.token);
         return false;
       }
       throw error;
@@ -324,7 +332,7 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
    * token, and its mtime ZooKeeper's time of the grant. The name node's new data records the
    * holder (owner, attempt id) and keeps the last end marker: watchers read both from it.
    */
-  async function createHolder(
+  async createHolder(
     limit: Budget,
     name: string,
     node: Pick<NameNode, 'data' | 'version'>,
@@ -334,43 +342,44 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
     attemptId: string,
     extra: (ops: Ops) => Ops = (ops) => ops,
   ): Promise<CreateOutcome> {
-    const mode = options.ephemeral
+    const mode = this.options.ephemeral
       ? CreateMode.EPHEMERAL_SEQUENTIAL
       : CreateMode.PERSISTENT_SEQUENTIAL;
     try {
-      const results = await writing(name, () =>
-        session.multi(limit, (ops) =>
+      const results = await this.writing(name, () =>
+        this.session.multi(limit, (ops) =>
           extra(
             ops
               .setData(
-                paths.parent(name),
-                grantData(node.data, owner, attemptId, options.ephemeral),
+                this.paths.parent(name),
+                grantData(node.data, owner, attemptId, this.options.ephemeral),
                 node.version,
               )
-              .create(paths.holder(name, attemptId), leaseData(owner, ttlMs, keyHash), mode),
+              .create(this.paths.holder(name, attemptId), leaseData(owner, ttlMs, keyHash), mode),
           ),
         ),
       );
       const stat = results[0]?.stat;
       const path = results[1]?.path;
       if (!path || !stat) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
-      noteClock(stat);
+      this.noteClock(stat);
       const token = zxid(stat.mzxid);
       const nowMs = mtimeOf(stat);
-      rememberLease(name, { path, token, owner, keyHash, version: 0, mtimeMs: nowMs, ttlMs });
-      if (!options.ephemeral) {
-        createdHere.add(path);
-        if (createdHere.size > OWN_LEASES_MAX)
-          createdHere.delete(createdHere.values().next().value!);
+      this.rememberLease(name, { path, token, owner, keyHash, version: 0, mtimeMs: nowMs, ttlMs });
+      if (!this.options.ephemeral) {
+        this.createdHere.add(path);
+        if (this.createdHere.size > OWN_LEASES_MAX)
+          this.createdHere.delete(this.createdHere.values().next().value!);
       }
       return { kind: 'created', path, token, nowMs };
     } catch (error) {
       if (isZkCode(error, Exception.BAD_VERSION)) return { kind: 'conflict' };
       if (isZkCode(error, Exception.NO_NODE)) {
-        forgetParent(name);
+        this.forgetParent(name);
         return { kind: 'missing' };
       }
-      if (error instanceof DlmError && error.details.indeterminate) orphanCleanup(name, attemptId);
+      if (error instanceof DlmError && error.details.indeterminate)
+        this.orphanCleanup(name, attemptId);
       throw error;
     }
   }
@@ -381,7 +390,7 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
    * then, it was no longer there to refresh, and the caller must end it instead. Undefined when
    * the holder changed meanwhile.
    */
-  async function refresh(
+  async refresh(
     limit: Budget,
     name: string,
     holder: Current,
@@ -389,8 +398,8 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
     extra: (ops: Ops) => Ops = (ops) => ops,
   ): Promise<{ expired: boolean; version: number } | undefined> {
     try {
-      const results = await writing(name, () =>
-        session.multi(limit, (ops) =>
+      const results = await this.writing(name, () =>
+        this.session.multi(limit, (ops) =>
           extra(
             ops.setData(
               holder.path,
@@ -402,37 +411,37 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
       );
       const stat = results[0]?.stat;
       if (!stat) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
-      noteClock(stat);
+      this.noteClock(stat);
       const nowMs = mtimeOf(stat);
       const expired = holder.mtimeMs + holder.ttlMs <= nowMs;
-      if (expired) forgetLease(name, holder.token);
-      else rememberLease(name, { ...holder, version: stat.version, mtimeMs: nowMs, ttlMs });
+      if (expired) this.forgetLease(name, holder.token);
+      else this.rememberLease(name, { ...holder, version: stat.version, mtimeMs: nowMs, ttlMs });
       return { expired, version: stat.version };
     } catch (error) {
       if (isZkCode(error, Exception.BAD_VERSION) || isZkCode(error, Exception.NO_NODE)) {
-        forgetLease(name, holder.token);
+        this.forgetLease(name, holder.token);
         return undefined;
       }
       throw error;
     }
   }
 
-  async function removeQuietly(limit: Budget, path: string): Promise<void> {
+  async removeQuietly(limit: Budget, path: string): Promise<void> {
     try {
-      await session.multi(limit, (ops) => ops.remove(path, -1));
+      await this.session.multi(limit, (ops) => ops.remove(path, -1));
     } catch (error) {
       if (!isZkCode(error, Exception.NO_NODE)) throw error;
     }
   }
 
   /** Removes a node in the background until it is gone (or the backend closes). */
-  function removeLater(path: string): void {
+  removeLater(path: string): void {
     let delayMs = 250;
     const attempt = () => {
-      if (options.isClosed()) return;
-      removeQuietly(budget('cleanup', options.commandTimeoutMs), path).catch(() => {
+      if (this.options.isClosed()) return;
+      this.removeQuietly(budget('cleanup', this.options.commandTimeoutMs), path).catch(() => {
         delayMs = Math.min(delayMs * 2, 5_000);
-        setTimeout(attempt, delayMs).unref();
+        this.clock.setTimer(attempt, delayMs);
       });
     };
     attempt();
@@ -445,55 +454,40 @@ export function lockStore(session: ZkSession, paths: LockPaths, options: LockSto
    * only if nobody adopted it meanwhile (a retry by the same owner refreshes it, moving its
    * version past 0).
    */
-  function orphanCleanup(name: string, attemptId: string): void {
+  orphanCleanup(name: string, attemptId: string): void {
     const attempt = async () => {
-      const limit = budget('cleanup', options.commandTimeoutMs);
-      const children = await childrenOf(limit, name);
+      const limit = budget('cleanup', this.options.commandTimeoutMs);
+      const children = await this.childrenOf(limit, name);
       for (const child of children?.all ?? []) {
         if (!child.startsWith(`${attemptId}-`)) continue;
-        const path = `${paths.parent(name)}/${child}`;
+        const path = `${this.paths.parent(name)}/${child}`;
         if (waiters([child]).length) {
-          await removeQuietly(limit, path);
+          await this.removeQuietly(limit, path);
           continue;
         }
-        const holder = await readHolder(limit, path);
-        if (holder?.version === 0) await endLease(limit, name, holder, 'expired');
+        const holder = await this.readHolder(limit, path);
+        if (holder?.version === 0) await this.endLease(limit, name, holder, 'expired');
       }
     };
     const retry = (tries: number) => {
-      if (options.isClosed() || tries === 0) return;
+      if (this.options.isClosed() || tries === 0) return;
       attempt().catch((error: unknown) => {
         if (error instanceof DlmError) {
-          setTimeout(() => retry(tries - 1), options.commandTimeoutMs).unref();
+          this.clock.setTimer(() => retry(tries - 1), this.options.commandTimeoutMs);
         }
       });
     };
     retry(10);
   }
-
-  return {
-    ensureRoots,
-    ensureParent,
-    forgetParent,
-    zkNow,
-    leaseLeft,
-    nameNode,
-    childrenOf,
-    readHolder,
-    currentHolder,
-    endLease,
-    createHolder,
-    refresh,
-    ownLease,
-    knownOwner,
-    persistentHere,
-    removeQuietly,
-    removeLater,
-    orphanCleanup,
-  };
 }
 
-export type LockStore = ReturnType<typeof lockStore>;
+export function lockStore(
+  session: ZkSession,
+  paths: LockPaths,
+  options: LockStoreOptions,
+): LockStore {
+  return new LockStore(session, paths, options);
+}
 
 /**
  * `holder` is the lease `owner` asked for with `keyHash` (a re-acquire): the same owner without

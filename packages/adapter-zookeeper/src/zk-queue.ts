@@ -1,20 +1,19 @@
 import { randomBytes } from 'node:crypto';
-import { type AcquireRequest, type AcquireResult, DlmError, type Grant } from '@dlm/core';
+import {
+  type AcquireRequest,
+  type Clock,
+  createFairQueue,
+  DlmError,
+  type FairQueueDriver,
+  type QueueStep,
+  type QueueWatcher,
+  systemClock,
+} from '@dlm/core';
 import { Event, Exception } from 'node-zookeeper-client';
 import { recordedHolder } from './zk-data.js';
 import { type Current, isOwnLease, type LockStore, type NameNode } from './zk-locks.js';
 import type { LockPaths } from './zk-paths.js';
 import { type Budget, budget, CreateMode, isZkCode, type ZkSession } from './zk-session.js';
-
-/** The outcome of one look at the queue: a grant, or what to sleep on until the next look. */
-type Step =
-  | { kind: 'granted'; grant: Grant }
-  /** Look again at once (we just joined, our node is gone, or something changed under us). */
-  | { kind: 'again' }
-  /** Sleep until the predecessor's node goes (a watch on it is set). */
-  | { kind: 'predecessor' }
-  /** At the head: sleep until the holder's node changes (watched) or its lease runs out. */
-  | { kind: 'lock'; ttlRemainingMs: number };
 
 export interface QueueContext {
   session: ZkSession;
@@ -25,6 +24,8 @@ export interface QueueContext {
   isClosed(): boolean;
   /** Called with every grant this queue makes (the backend's own bookkeeping). */
   onGrant(name: string, owner: string, path: string, token: bigint): void;
+  /** Timers of the wait loop. Default: the system's. */
+  clock?: Clock;
 }
 
 /**
@@ -33,6 +34,7 @@ export interface QueueContext {
  * its session); sequence numbers order the queue. A waiter watches only its predecessor's node
  * (a release wakes one waiter, not all); at the head it watches the holder's node, with the
  * holder's remaining lease on ZooKeeper's clock as the timer for an expiry nobody announces.
+ * The wait loop is core's (`createFairQueue`); this file is ZooKeeper's driver for it.
  *
  * The head takes the lock in one multi-op that creates the holder node, deletes its own waiter
  * node and rewrites the name node at the version read before it looked: if its waiter node is
@@ -40,359 +42,345 @@ export interface QueueContext {
  * granted meanwhile, nothing happens and it looks again. The lease runs from that multi-op.
  */
 export function fairQueue(context: QueueContext) {
-  const { session, paths, store, commandTimeoutMs } = context;
-  const sleepers = new Set<() => void>();
-  const joining = new Map<string, Promise<void>>();
   /** Waiter nodes this backend has in each name's queue. */
   const queuedHere = new Map<string, number>();
-
+  const queue = createFairQueue({
+    clock: context.clock ?? systemClock,
+    backend: 'ZooKeeper',
+    isClosed: context.isClosed,
+    // Nobody announces an expiry: look again just after the holder's lease should be over.
+    expirySlackMs: 50,
+    driver: (request, watcher) => new ZkWaiter(context, queuedHere, request, watcher),
+  });
   // Watches may not survive a lost session, and the session's waiter nodes do not: after a
   // reconnect or a new session, every waiter looks again.
-  session.onState((state) => {
-    if (state !== 'disconnected') wakeAll();
+  context.session.onState((state) => {
+    if (state !== 'disconnected') queue.wakeAll();
   });
+  return queue;
+}
 
-  function wakeAll(): void {
-    for (const wake of [...sleepers]) wake();
+type Children = NonNullable<Awaited<ReturnType<LockStore['childrenOf']>>>;
+
+const attemptIdOf = () => randomBytes(8).toString('hex');
+
+/** One queued acquire: its waiter node, and what it learnt of the holder. */
+class ZkWaiter implements FairQueueDriver {
+  private readonly parent: string;
+  private readonly leaseTtlMs: number;
+  /** Our waiter node's path while we are queued (set through `setQueued`). */
+  private myPath: string | undefined;
+  /** The holder the name node recorded when we joined: who it is, if it still holds. */
+  private joinedBehind: { owner: string; attemptId: string } | undefined;
+  private ownerChecked = false;
+  /**
+   * The next look will probably grant (we are at the head, and slept on the holder): read the
+   * name node's data (for the grant) together with the children, in one round trip.
+   */
+  private likelyGrant = false;
+  /**
+   * At the head, the persistent holder we sleep on, and the name node's version when we saw
+   * it (in the same snapshot as the children). Such a holder only goes by an end, which is
+   * the name node's next write: once its node is deleted, the name node at exactly the next
+   * version means nothing else happened since — no grant, and we are still at the head (no
+   * waiter queues ahead of one that was first) — so we take the lock at that version at
+   * once, without reading again. Anything else in between fails the multi-op: look again.
+   */
+  private sleptOn: { path: string; version: number; gone: boolean } | undefined;
+
+  constructor(
+    private readonly context: QueueContext,
+    private readonly queuedHere: Map<string, number>,
+    private readonly request: AcquireRequest,
+    private readonly watcher: QueueWatcher,
+  ) {
+    this.parent = context.paths.parent(request.name);
+    this.leaseTtlMs = Math.max(request.ttlMs, context.minTtlMs);
+  }
+
+  // One function for every watch this waiter sets: ZooKeeper clients keep one registration
+  // per function and path, so looking again does not pile up watchers.
+  private readonly onWatch = (event: Event) => {
+    const slept = this.sleptOn;
+    if (slept && event.getType() === Event.NODE_DELETED && event.getPath() === slept.path) {
+      slept.gone = true;
+    }
+    this.watcher.changed();
+  };
+
+  queued(): boolean {
+    return this.myPath !== undefined;
+  }
+
+  stop(): void {
+    // ZooKeeper watches are one-shot and cannot be taken back; the loop ignores a late one.
+  }
+
+  async leave(): Promise<void> {
+    const path = this.myPath!;
+    this.setQueued(undefined);
+    const { store } = this.context;
+    await store
+      .removeQuietly(budget('dequeue', this.context.commandTimeoutMs), path)
+      .catch(() => store.removeLater(path));
+  }
+
+  join(): Promise<QueueStep> {
+    return this.joinQueue(budget('acquire', this.context.commandTimeoutMs));
+  }
+
+  look(): Promise<QueueStep> {
+    return this.lookAt(budget('acquire', this.context.commandTimeoutMs), this.myPath!);
+  }
+
+  private setQueued(path: string | undefined): void {
+    const { name } = this.request;
+    const count = (this.queuedHere.get(name) ?? 0) + (path ? 1 : 0) - (this.myPath ? 1 : 0);
+    if (count > 0) this.queuedHere.set(name, count);
+    else this.queuedHere.delete(name);
+    this.myPath = path;
+  }
+
+  private grantOf(token: bigint, path: string): QueueStep {
+    const { name, owner } = this.request;
+    this.context.onGrant(name, owner, path, token);
+    return { kind: 'granted', grant: { name, owner, token, ttlMs: this.leaseTtlMs } };
+  }
+
+  /** Creates the holder node at the name node's `node.version`, with `more` in the multi-op. */
+  private createHolder(
+    limit: Budget,
+    node: Pick<NameNode, 'data' | 'version'>,
+    more?: Parameters<LockStore['createHolder']>[7],
+  ) {
+    const { name, owner, keyHash } = this.request;
+    return this.context.store.createHolder(
+      limit,
+      name,
+      node,
+      owner,
+      keyHash,
+      this.leaseTtlMs,
+      attemptIdOf(),
+      more,
+    );
+  }
+
+  /** Takes the lock at `version` of the name node and leaves the queue in the same multi-op. */
+  private async takeFromHead(
+    limit: Budget,
+    mine: string,
+    node: Pick<NameNode, 'data' | 'version'>,
+  ): Promise<QueueStep | undefined> {
+    const created = await this.createHolder(limit, node, (ops) => ops.remove(mine, -1));
+    if (created.kind !== 'created') return undefined;
+    this.setQueued(undefined);
+    return this.grantOf(created.token, created.path);
   }
 
   /**
-   * Waiters of one server join a name's queue one after the other, in the order they called,
-   * so that FIFO among them survives the varying time each one's requests take.
+   * Not queued: take the lock when nothing is under its name node (the uncontended case:
+   * one read, one multi-op), else join the queue at once — a waiter's place is its arrival,
+   * so everything else (our own lock again, an expired holder) is settled by `look`.
    */
-  function takeTurn(name: string): { ready: Promise<void>; done: () => void } {
-    const previous = joining.get(name) ?? Promise.resolve();
-    let done: () => void = () => {};
-    const finished = new Promise<void>((resolve) => {
-      done = resolve;
-    });
-    const last = previous.then(() => finished);
-    joining.set(name, last);
-    void last.then(() => {
-      if (joining.get(name) === last) joining.delete(name);
-    });
-    return { ready: previous, done };
+  private async joinQueue(limit: Budget): Promise<QueueStep> {
+    const { store } = this.context;
+    const { name } = this.request;
+    await store.ensureParent(limit, name);
+    // Others of ours already queue for it: it is neither free nor uncontended, so join the
+    // queue without reading the name node first.
+    const contended = (this.queuedHere.get(name) ?? 0) > 0;
+    const node = contended ? undefined : await store.nameNode(limit, name);
+    if (!node && !contended) {
+      store.forgetParent(name);
+      return { kind: 'again' };
+    }
+    if (node?.numChildren === 0) {
+      const created = await this.createHolder(limit, node);
+      return created.kind === 'created'
+        ? this.grantOf(created.token, created.path)
+        : { kind: 'again' };
+    }
+    return this.enqueue(limit, node);
   }
 
-  async function acquireQueued({
-    name,
-    owner,
-    ttlMs,
-    keyHash,
-    signal,
-  }: AcquireRequest & { signal: AbortSignal }): Promise<AcquireResult> {
-    if (signal.aborted) return { granted: false };
-    if (context.isClosed()) {
-      throw new DlmError('UNAVAILABLE', 'acquire: the ZooKeeper backend is closed');
-    }
-    const turn = takeTurn(name);
-    const parent = paths.parent(name);
-    const leaseTtlMs = Math.max(ttlMs, context.minTtlMs);
-    /** Our waiter node's path while we are queued (set through `setQueued`). */
-    let myPath: string | undefined;
-    const setQueued = (path: string | undefined) => {
-      const count = (queuedHere.get(name) ?? 0) + (path ? 1 : 0) - (myPath ? 1 : 0);
-      if (count > 0) queuedHere.set(name, count);
-      else queuedHere.delete(name);
-      myPath = path;
-    };
-    /** The holder the name node recorded when we joined: who it is, if it still holds. */
-    let joinedBehind: { owner: string; attemptId: string } | undefined;
-    let inFlight = false;
-    let missed = false;
-    let wake: () => void = () => {};
-    let ttlRemainingMs: number | undefined;
-    let ownerChecked = false;
-    /**
-     * The next look will probably grant (we are at the head, and slept on the holder): read the
-     * name node's data (for the grant) together with the children, in one round trip.
-     */
-    let likelyGrant = false;
-    // One function for every watch this waiter sets: ZooKeeper clients keep one registration
-    // per function and path, so looking again does not pile up watchers.
-    const onWatch = (event: Event) => {
-      if (sleptOn && event.getType() === Event.NODE_DELETED && event.getPath() === sleptOn.path) {
-        sleptOn.gone = true;
-      }
-      if (inFlight) missed = true;
-      else wake();
-    };
-    /**
-     * At the head, the persistent holder we sleep on, and the name node's version when we saw
-     * it (in the same snapshot as the children). Such a holder only goes by an end, which is
-     * the name node's next write: once its node is deleted, the name node at exactly the next
-     * version means nothing else happened since — no grant, and we are still at the head (no
-     * waiter queues ahead of one that was first) — so we take the lock at that version at
-     * once, without reading again. Anything else in between fails the multi-op: look again.
-     */
-    let sleptOn: { path: string; version: number; gone: boolean } | undefined;
-
-    const grantOf = (token: bigint, path: string): Step => {
-      context.onGrant(name, owner, path, token);
-      return { kind: 'granted', grant: { name, owner, token, ttlMs: leaseTtlMs } };
-    };
-
-    /**
-     * Not queued: take the lock when nothing is under its name node (the uncontended case:
-     * one read, one multi-op), else join the queue at once — a waiter's place is its arrival,
-     * so everything else (our own lock again, an expired holder) is settled by `look`.
-     */
-    async function join(limit: Budget): Promise<Step> {
-      await store.ensureParent(limit, name);
-      // Others of ours already queue for it: it is neither free nor uncontended, so join the
-      // queue without reading the name node first.
-      const contended = (queuedHere.get(name) ?? 0) > 0;
-      const node = contended ? undefined : await store.nameNode(limit, name);
-      if (!node && !contended) {
+  private async enqueue(limit: Budget, node: NameNode | undefined): Promise<QueueStep> {
+    const { session, paths, store } = this.context;
+    const { name, owner } = this.request;
+    const attemptId = attemptIdOf();
+    try {
+      const [created] = await session.multi(limit, (ops) =>
+        ops.create(
+          paths.waiter(name, attemptId),
+          Buffer.from(owner),
+          CreateMode.EPHEMERAL_SEQUENTIAL,
+        ),
+      );
+      if (!created?.path) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
+      this.setQueued(created.path);
+      this.joinedBehind = node && recordedHolder(node.data);
+      this.ownerChecked = false;
+      this.likelyGrant = false;
+      return { kind: 'again' };
+    } catch (error) {
+      if (isZkCode(error, Exception.NO_NODE)) {
+        // The name node was swept between our look and the create: make it again.
         store.forgetParent(name);
         return { kind: 'again' };
       }
-      if (node?.numChildren === 0) {
-        const attemptId = randomBytes(8).toString('hex');
-        const created = await store.createHolder(
-          limit,
-          name,
-          node,
-          owner,
-          keyHash,
-          leaseTtlMs,
-          attemptId,
-        );
-        return created.kind === 'created'
-          ? grantOf(created.token, created.path)
-          : { kind: 'again' };
+      if (error instanceof DlmError && error.details.indeterminate) {
+        store.orphanCleanup(name, attemptId);
       }
-      const attemptId = randomBytes(8).toString('hex');
-      try {
-        const [created] = await session.multi(limit, (ops) =>
-          ops.create(
-            paths.waiter(name, attemptId),
-            Buffer.from(owner),
-            CreateMode.EPHEMERAL_SEQUENTIAL,
-          ),
-        );
-        if (!created?.path) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
-        setQueued(created.path);
-        joinedBehind = node && recordedHolder(node.data);
-        ownerChecked = false;
-        likelyGrant = false;
-        return { kind: 'again' };
-      } catch (error) {
-        if (isZkCode(error, Exception.NO_NODE)) {
-          // The name node was swept between our look and the create: make it again.
-          store.forgetParent(name);
-          return { kind: 'again' };
-        }
-        if (error instanceof DlmError && error.details.indeterminate) {
-          store.orphanCleanup(name, attemptId);
-        }
-        throw error;
-      }
-    }
-
-    /** The lock is already this owner's: refresh it (same token) and leave the queue. */
-    async function refreshOwn(limit: Budget, holder: Current, mine: string): Promise<Step> {
-      const refreshed = await store.refresh(limit, name, holder, leaseTtlMs, (ops) =>
-        ops.remove(mine, -1),
-      );
-      if (!refreshed) return { kind: 'again' };
-      setQueued(undefined);
-      if (refreshed.expired) {
-        await store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
-        return { kind: 'again' };
-      }
-      return grantOf(holder.token, holder.path);
-    }
-
-    /** Queued: sleep on our predecessor, or at the head take the lock or sleep on its holder. */
-    /** The holder we slept on was deleted: take the lock if its end was the only write. */
-    async function takeOver(
-      limit: Budget,
-      mine: string,
-      version: number,
-    ): Promise<Step | undefined> {
-      const attemptId = randomBytes(8).toString('hex');
-      const created = await store.createHolder(
-        limit,
-        name,
-        // The end marker's reason is not known here: watchers that missed it fall back on
-        // what they know themselves (or `expired`).
-        { data: Buffer.alloc(0), version },
-        owner,
-        keyHash,
-        leaseTtlMs,
-        attemptId,
-        (ops) => ops.remove(mine, -1),
-      );
-      if (created.kind !== 'created') return undefined;
-      setQueued(undefined);
-      return grantOf(created.token, created.path);
-    }
-
-    async function look(limit: Budget, mine: string): Promise<Step> {
-      const slept = sleptOn;
-      sleptOn = undefined;
-      if (slept?.gone) {
-        const taken = await takeOver(limit, mine, slept.version + 1);
-        if (taken) return taken;
-        likelyGrant = true;
-      }
-      // The children come with the name node's version in the same reply: that version guards
-      // the grant below against anything granted after this read. When a grant is likely, the
-      // name node's data (which the grant rewrites) is read in the same round trip, before.
-      const expectGrant = likelyGrant;
-      likelyGrant = false;
-      let node: NameNode | undefined;
-      let children: Awaited<ReturnType<LockStore['childrenOf']>>;
-      if (expectGrant) {
-        [node, children] = await Promise.all([
-          store.nameNode(limit, name),
-          store.childrenOf(limit, name),
-        ]);
-      } else {
-        children = await store.childrenOf(limit, name);
-      }
-      const myName = mine.slice(parent.length + 1);
-      const position = children?.waiters.indexOf(myName) ?? -1;
-      if (!children || position < 0) {
-        // Our node is gone (the session that held it expired): we are no longer queued.
-        setQueued(undefined);
-        return { kind: 'again' };
-      }
-      if (!ownerChecked && position > 0 && children.holders[0]) {
-        // Once after joining: if the lock is already ours (granted to this owner through another
-        // dlm server, whose reply was lost), waiting behind others for it would never end.
-        ownerChecked = true;
-        const holderName = children.holders[0];
-        const holderPath = `${parent}/${holderName}`;
-        // Known without a read: a lease granted here, or the holder recorded when we joined.
-        const knownOwner =
-          store.knownOwner(name, holderPath) ??
-          (joinedBehind && holderName.startsWith(`${joinedBehind.attemptId}-`)
-            ? joinedBehind.owner
-            : undefined);
-        if (knownOwner === undefined || knownOwner === owner) {
-          const holder = await store.readHolder(limit, holderPath);
-          if (holder && isOwnLease(holder, owner, keyHash)) return refreshOwn(limit, holder, mine);
-        }
-      }
-      if (position > 0) {
-        const predecessor = `${parent}/${children.waiters[position - 1]}`;
-        const stat = await session.exists(limit, predecessor, onWatch);
-        return stat ? { kind: 'predecessor' } : { kind: 'again' };
-      }
-      const holderName = children.holders[0];
-      if (holderName) {
-        const holderPath = `${parent}/${holderName}`;
-        const holder = await store.readHolder(limit, holderPath, onWatch);
-        likelyGrant = true;
-        if (!holder) {
-          // Gone since the children were read. If it was persistent, its end was the name
-          // node's next write (as when it goes while we sleep on it): try that version.
-          if (store.persistentHere(holderPath)) {
-            const taken = await takeOver(limit, mine, children.version + 1);
-            if (taken) return taken;
-          }
-          return { kind: 'again' };
-        }
-        if (isOwnLease(holder, owner, keyHash)) return refreshOwn(limit, holder, mine);
-        const left = await store.leaseLeft(limit, holder);
-        if (left.expired) {
-          await store.endLease(limit, name, holder, 'expired');
-          return { kind: 'again' };
-        }
-        if (holder.persistent) {
-          sleptOn = { path: holderPath, version: children.version, gone: false };
-        }
-        ttlRemainingMs = Math.min(left.remainingMs, 2 ** 31 - 1);
-        return { kind: 'lock', ttlRemainingMs };
-      }
-      // At the head, and free: the grant rewrites the name node's data, read at the version the
-      // children were read at (if it moved, something was granted or ended: look again).
-      node ??= await store.nameNode(limit, name);
-      if (!node || node.version !== children.version) {
-        likelyGrant = true;
-        return { kind: 'again' };
-      }
-      const attemptId = randomBytes(8).toString('hex');
-      const created = await store.createHolder(
-        limit,
-        name,
-        node,
-        owner,
-        keyHash,
-        leaseTtlMs,
-        attemptId,
-        (ops) => ops.remove(mine, -1),
-      );
-      if (created.kind !== 'created') {
-        likelyGrant = true;
-        return { kind: 'again' };
-      }
-      setQueued(undefined);
-      return grantOf(created.token, created.path);
-    }
-
-    async function step(): Promise<Step> {
-      if (myPath !== undefined) return look(budget('acquire', commandTimeoutMs), myPath);
-      await turn.ready;
-      try {
-        return await join(budget('acquire', commandTimeoutMs));
-      } finally {
-        turn.done();
-      }
-    }
-
-    const aborted = new Promise<void>((resolve) => {
-      signal.addEventListener('abort', () => resolve(), { once: true });
-    });
-
-    try {
-      for (;;) {
-        if (signal.aborted) break;
-        missed = false;
-        inFlight = true;
-        let next: Step;
-        try {
-          next = await step();
-        } finally {
-          inFlight = false;
-        }
-        // Granted as the wait ended: core hands the grant back, since nobody will use it.
-        if (next.kind === 'granted') return { granted: true, grant: next.grant };
-        if (next.kind === 'again' || missed || signal.aborted) continue;
-        const sleptOn = next;
-        await new Promise<void>((resolve) => {
-          let timer: NodeJS.Timeout | undefined;
-          const done = () => {
-            clearTimeout(timer);
-            sleepers.delete(done);
-            wake = () => {};
-            resolve();
-          };
-          wake = done;
-          sleepers.add(done);
-          // Nobody announces an expiry: look again when the holder's lease should be over.
-          if (sleptOn.kind === 'lock')
-            timer = setTimeout(done, Math.min(sleptOn.ttlRemainingMs + 50, 2 ** 31 - 1));
-          void aborted.then(done);
-        });
-        if (context.isClosed()) {
-          throw new DlmError('UNAVAILABLE', 'acquire: the ZooKeeper backend is closed');
-        }
-      }
-      return ttlRemainingMs === undefined ? { granted: false } : { granted: false, ttlRemainingMs };
-    } finally {
-      turn.done();
-      if (myPath !== undefined) {
-        const path = myPath;
-        setQueued(undefined);
-        await store
-          .removeQuietly(budget('dequeue', commandTimeoutMs), path)
-          .catch(() => store.removeLater(path));
-      }
+      throw error;
     }
   }
 
-  return { acquireQueued, wakeAll };
+  /** The lock is already this owner's: refresh it (same token) and leave the queue. */
+  private async refreshOwn(limit: Budget, holder: Current, mine: string): Promise<QueueStep> {
+    const { store } = this.context;
+    const { name } = this.request;
+    const refreshed = await store.refresh(limit, name, holder, this.leaseTtlMs, (ops) =>
+      ops.remove(mine, -1),
+    );
+    if (!refreshed) return { kind: 'again' };
+    this.setQueued(undefined);
+    if (refreshed.expired) {
+      await store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
+      return { kind: 'again' };
+    }
+    return this.grantOf(holder.token, holder.path);
+  }
+
+  /** The holder we slept on was deleted: take the lock if its end was the only write. */
+  private takeOver(limit: Budget, mine: string, version: number): Promise<QueueStep | undefined> {
+    // The end marker's reason is not known here: watchers that missed it fall back on what
+    // they know themselves (or `expired`).
+    return this.takeFromHead(limit, mine, { data: Buffer.alloc(0), version });
+  }
+
+  /** Queued: sleep on our predecessor, or at the head take the lock or sleep on its holder. */
+  private async lookAt(limit: Budget, mine: string): Promise<QueueStep> {
+    const slept = this.sleptOn;
+    this.sleptOn = undefined;
+    if (slept?.gone) {
+      const taken = await this.takeOver(limit, mine, slept.version + 1);
+      if (taken) return taken;
+      this.likelyGrant = true;
+    }
+    const { node, children } = await this.readQueue(limit);
+    const position = children?.waiters.indexOf(mine.slice(this.parent.length + 1)) ?? -1;
+    if (!children || position < 0) {
+      // Our node is gone (the session that held it expired): we are no longer queued.
+      this.setQueued(undefined);
+      return { kind: 'again' };
+    }
+    if (!this.ownerChecked && position > 0 && children.holders[0]) {
+      const own = await this.ownLockOnce(limit, children.holders[0], mine);
+      if (own) return own;
+    }
+    if (position > 0) {
+      const predecessor = `${this.parent}/${children.waiters[position - 1]}`;
+      const stat = await this.context.session.exists(limit, predecessor, this.onWatch);
+      return stat ? { kind: 'predecessor' } : { kind: 'again' };
+    }
+    const holderName = children.holders[0];
+    if (holderName) return this.atHeadBehind(limit, `${this.parent}/${holderName}`, mine, children);
+    return this.atHeadFree(limit, mine, node, children);
+  }
+
+  /**
+   * The children come with the name node's version in the same reply: that version guards
+   * the grant against anything granted after this read. When a grant is likely, the name
+   * node's data (which the grant rewrites) is read in the same round trip, before.
+   */
+  private async readQueue(
+    limit: Budget,
+  ): Promise<{ node: NameNode | undefined; children: Children | undefined }> {
+    const { store } = this.context;
+    const { name } = this.request;
+    const expectGrant = this.likelyGrant;
+    this.likelyGrant = false;
+    if (!expectGrant) return { node: undefined, children: await store.childrenOf(limit, name) };
+    const [node, children] = await Promise.all([
+      store.nameNode(limit, name),
+      store.childrenOf(limit, name),
+    ]);
+    return { node, children };
+  }
+
+  /**
+   * Once after joining: if the lock is already ours (granted to this owner through another
+   * dlm server, whose reply was lost), waiting behind others for it would never end.
+   */
+  private async ownLockOnce(
+    limit: Budget,
+    holderName: string,
+    mine: string,
+  ): Promise<QueueStep | undefined> {
+    const { store } = this.context;
+    const { name, owner, keyHash } = this.request;
+    this.ownerChecked = true;
+    const holderPath = `${this.parent}/${holderName}`;
+    const behind = this.joinedBehind;
+    // Known without a read: a lease granted here, or the holder recorded when we joined.
+    const knownOwner =
+      store.knownOwner(name, holderPath) ??
+      (behind && holderName.startsWith(`${behind.attemptId}-`) ? behind.owner : undefined);
+    if (knownOwner !== undefined && knownOwner !== owner) return undefined;
+    const holder = await store.readHolder(limit, holderPath);
+    if (holder && isOwnLease(holder, owner, keyHash)) return this.refreshOwn(limit, holder, mine);
+    return undefined;
+  }
+
+  /** At the head, behind a holder: take over from it if it is gone or over, else sleep on it. */
+  private async atHeadBehind(
+    limit: Budget,
+    holderPath: string,
+    mine: string,
+    children: Children,
+  ): Promise<QueueStep> {
+    const { store } = this.context;
+    const { name, owner, keyHash } = this.request;
+    const holder = await store.readHolder(limit, holderPath, this.onWatch);
+    this.likelyGrant = true;
+    if (!holder) {
+      // Gone since the children were read. If it was persistent, its end was the name
+      // node's next write (as when it goes while we sleep on it): try that version.
+      if (store.persistentHere(holderPath)) {
+        const taken = await this.takeOver(limit, mine, children.version + 1);
+        if (taken) return taken;
+      }
+      return { kind: 'again' };
+    }
+    if (isOwnLease(holder, owner, keyHash)) return this.refreshOwn(limit, holder, mine);
+    const left = await store.leaseLeft(limit, holder);
+    if (left.expired) {
+      await store.endLease(limit, name, holder, 'expired');
+      return { kind: 'again' };
+    }
+    if (holder.persistent) {
+      this.sleptOn = { path: holderPath, version: children.version, gone: false };
+    }
+    return { kind: 'holder', ttlRemainingMs: Math.min(left.remainingMs, 2 ** 31 - 1) };
+  }
+
+  /**
+   * At the head, and free: the grant rewrites the name node's data, read at the version the
+   * children were read at (if it moved, something was granted or ended: look again).
+   */
+  private async atHeadFree(
+    limit: Budget,
+    mine: string,
+    read: NameNode | undefined,
+    children: Children,
+  ): Promise<QueueStep> {
+    const node = read ?? (await this.context.store.nameNode(limit, this.request.name));
+    const taken =
+      node && node.version === children.version
+        ? await this.takeFromHead(limit, mine, node)
+        : undefined;
+    if (taken) return taken;
+    this.likelyGrant = true;
+    return { kind: 'again' };
+  }
 }

@@ -1,5 +1,16 @@
 import type { Writable } from 'node:stream';
-import { corkUntil, DlmError } from '@dlm/core';
+import {
+  type Budget,
+  backgroundTimer,
+  boundedCall,
+  budget,
+  type Clock,
+  corkUntil,
+  DlmError,
+  settlesWithin,
+  systemClock,
+  type Timer,
+} from '@dlm/core';
 import {
   type Client,
   CreateMode,
@@ -22,16 +33,11 @@ import {
  * recover, so a new one is created.
  */
 
-/** A budget of time shared by every step of one primitive. */
-export interface Budget {
-  readonly what: string;
-  remainingMs(): number;
-}
-
-export function budget(what: string, totalMs: number): Budget {
-  const deadline = performance.now() + totalMs;
-  return { what, remainingMs: () => deadline - performance.now() };
-}
+/**
+ * A budget of time shared by every step of one primitive: core's, re-exported so that the
+ * adapter's modules keep one import. Each request sets its timers on the budget's clock.
+ */
+export { type Budget, budget } from '@dlm/core';
 
 export type SessionState = 'connected' | 'disconnected' | 'expired';
 
@@ -120,49 +126,84 @@ const NOT_APPLIED = new Set([Exception.SESSION_EXPIRED, Exception.AUTH_FAILED]);
 export { CreateMode };
 
 const RECONNECT_WATCHDOG_MS = 1_000;
+/** How long close() waits for a session being set up, and for the server to end it. */
+const CLOSE_WAIT_MS = 1_000;
 /** node-zookeeper-client's ConnectionManager state for "closing": a closed socket is not retried. */
 const CLOSING_STATE = -1;
 
-export function openSession(connect: string, options: { sessionTimeoutMs: number }): ZkSession {
-  const listeners = new Set<(state: SessionState) => void>();
-  let client: Client;
-  let closed = false;
-  let closeOnce: Promise<void> | undefined;
+type Callback<T> = (error: Error | Exception | null, value?: T) => void;
+type Op<T> = (client: Client, done: Callback<T>) => void;
 
-  function emit(state: SessionState): void {
-    for (const listener of [...listeners]) {
+/** The parts of node-zookeeper-client's internals this adapter reaches into, and why. */
+interface ClientInternals {
+  connectionManager?: {
+    socket?: Writable & { destroy(): void };
+    connect(): void;
+    setState(state: number): void;
+  };
+}
+
+const internalsOf = (client: Client) => (client as unknown as ClientInternals).connectionManager;
+
+/**
+ * The client of the session and its state: replaced by a new one after a session expiry,
+ * watched while disconnected, and closed once.
+ */
+class Connection {
+  readonly listeners = new Set<(state: SessionState) => void>();
+  client!: Client;
+  closed = false;
+  private watchdog: Timer | undefined;
+  private closeOnce: Promise<void> | undefined;
+
+  constructor(
+    readonly connect: string,
+    private readonly sessionTimeoutMs: number,
+    readonly clock: Clock,
+  ) {
+    this.newClient();
+  }
+
+  emit(state: SessionState): void {
+    for (const listener of [...this.listeners]) {
       try {
         listener(state);
       } catch {}
     }
   }
 
-  function newClient(): void {
-    const created = createClient(connect, {
-      sessionTimeout: options.sessionTimeoutMs,
+  connected(): boolean {
+    return this.client.getState() === State.SYNC_CONNECTED;
+  }
+
+  private newClient(): void {
+    const created = createClient(this.connect, {
+      sessionTimeout: this.sessionTimeoutMs,
       // Between rounds over all servers the client sleeps up to this long: keep it short so a
       // returning ensemble is used at once.
       spinDelay: 100,
       retries: 0,
     });
-    client = created;
-    created.on('state', (state: State) => {
-      if (client !== created || closed) return;
-      if (state === State.SYNC_CONNECTED) {
-        clearTimeout(watchdog);
-        emit('connected');
-      } else if (state === State.DISCONNECTED) {
-        armWatchdog(created);
-        emit('disconnected');
-      } else if (state === State.EXPIRED) {
-        // The session and every ephemeral node it owned are gone; this client cannot come
-        // back. Start a new session for the requests to come.
-        created.close();
-        newClient();
-        emit('expired');
-      }
-    });
+    this.client = created;
+    created.on('state', (state: State) => this.onClientState(created, state));
     created.connect();
+  }
+
+  private onClientState(created: Client, state: State): void {
+    if (this.client !== created || this.closed) return;
+    if (state === State.SYNC_CONNECTED) {
+      this.watchdog?.cancel();
+      this.emit('connected');
+    } else if (state === State.DISCONNECTED) {
+      this.armWatchdog(created);
+      this.emit('disconnected');
+    } else if (state === State.EXPIRED) {
+      // The session and every ephemeral node it owned are gone; this client cannot come
+      // back. Start a new session for the requests to come.
+      created.close();
+      this.newClient();
+      this.emit('expired');
+    }
   }
 
   /**
@@ -172,200 +213,203 @@ export function openSession(connect: string, options: { sessionTimeoutMs: number
    * and the socket stays open). While disconnected, drop the socket every so often so the
    * client tries afresh — in the same session.
    */
-  let watchdog: NodeJS.Timeout | undefined;
-  function armWatchdog(watched: Client): void {
-    clearTimeout(watchdog);
-    watchdog = setTimeout(() => {
-      if (client !== watched || closed || watched.getState() === State.SYNC_CONNECTED) return;
-      const internals = watched as unknown as {
-        connectionManager?: { socket?: { destroy(): void } };
-      };
-      internals.connectionManager?.socket?.destroy();
-      armWatchdog(watched);
-    }, RECONNECT_WATCHDOG_MS);
-    watchdog.unref();
+  private armWatchdog(watched: Client): void {
+    this.watchdog?.cancel();
+    this.watchdog = backgroundTimer(
+      this.clock,
+      () => {
+        if (this.client !== watched || this.closed) return;
+        if (watched.getState() === State.SYNC_CONNECTED) return;
+        internalsOf(watched)?.socket?.destroy();
+        this.armWatchdog(watched);
+      },
+      RECONNECT_WATCHDOG_MS,
+    );
   }
 
-  newClient();
-
-  const connected = () => client.getState() === State.SYNC_CONNECTED;
-
-  function waitConnected(limit: Budget): Promise<void> {
-    if (connected()) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const stop = () => {
-        clearTimeout(timer);
-        listeners.delete(onState);
-      };
-      const onState = (state: SessionState) => {
-        if (state === 'connected') {
-          stop();
-          resolve();
-        }
-      };
-      const timer = setTimeout(
-        () => {
-          stop();
-          reject(
-            new DlmError('UNAVAILABLE', `${limit.what}: not connected to ZooKeeper (${connect})`),
-          );
-        },
-        Math.max(0, limit.remainingMs()),
-      );
-      listeners.add(onState);
-    });
+  /** Resolves once connected; UNAVAILABLE (nothing was sent) when the budget runs out first. */
+  waitConnected(limit: Budget): Promise<void> {
+    if (this.connected()) return Promise.resolve();
+    let stopListening = () => {};
+    return boundedCall(
+      limit.what,
+      Math.max(0, limit.remainingMs()),
+      () =>
+        new Promise<void>((resolve) => {
+          const onState = (state: SessionState) => {
+            if (state === 'connected') resolve();
+          };
+          this.listeners.add(onState);
+          stopListening = () => this.listeners.delete(onState);
+        }),
+      { clock: limit.clock, timeoutReason: `not connected to ZooKeeper (${this.connect})` },
+    ).finally(() => stopListening());
   }
-
-  type Callback<T> = (error: Error | Exception | null, value?: T) => void;
 
   /**
    * node-zookeeper-client writes every request to its socket at once, one system call each.
    * Corked for the rest of this turn of the event loop, the requests sent in it (many callers
    * at once; a pipelined pair of reads) leave in one write.
    */
-  function corkForThisTurn(c: Client): void {
-    const socket = (c as unknown as { connectionManager?: { socket?: Writable } }).connectionManager
-      ?.socket;
+  corkForThisTurn(): void {
+    const socket = internalsOf(this.client)?.socket;
     if (socket && typeof socket.cork === 'function') corkUntil(socket, process.nextTick);
   }
 
-  /**
-   * Sends one request and waits for its answer within the budget. Reads are sent again after
-   * a connection loss; writes are not (the caller decides, knowing what the write was).
-   */
-  async function run<T>(
-    limit: Budget,
-    write: boolean,
-    op: (client: Client, done: Callback<T>) => void,
-  ): Promise<T> {
-    for (;;) {
-      if (closed)
-        throw new DlmError('UNAVAILABLE', `${limit.what}: the ZooKeeper backend is closed`);
-      await waitConnected(limit);
-      try {
-        return await new Promise<T>((resolve, reject) => {
-          const timer = setTimeout(
-            () =>
-              reject(
-                new DlmError('UNAVAILABLE', `${limit.what}: ZooKeeper did not answer in time`, {
-                  ...(write ? { indeterminate: true } : {}),
-                }),
-              ),
-            Math.max(0, limit.remainingMs()),
-          );
-          try {
-            corkForThisTurn(client);
-            op(client, (error, value) => {
-              clearTimeout(timer);
-              if (error) reject(error);
-              else resolve(value as T);
-            });
-          } catch (error) {
-            clearTimeout(timer);
-            reject(error);
-          }
-        });
-      } catch (error) {
-        if (error instanceof DlmError) throw error;
-        if (error instanceof Exception && LOGICAL.has(error.getCode())) throw error;
-        const lost = error instanceof Exception && error.getCode() === Exception.CONNECTION_LOSS;
-        if (lost && !write && limit.remainingMs() > 0) continue;
-        const applied = !(error instanceof Exception && NOT_APPLIED.has(error.getCode()));
-        throw new DlmError(
-          'UNAVAILABLE',
-          `${limit.what}: ${error instanceof Error ? error.message : String(error)}`,
-          { cause: error, ...(write && applied ? { indeterminate: true } : {}) },
-        );
-      }
-    }
+  close(): Promise<void> {
+    this.closeOnce ??= this.closeSession();
+    return this.closeOnce;
   }
 
+  private async closeSession(): Promise<void> {
+    const closing = this.client;
+    // A session still being set up cannot be closed (the client writes CLOSE_SESSION to a
+    // socket it may not have yet): give it a moment to connect first.
+    if (!this.connected()) {
+      await this.waitConnected(budget('close', CLOSE_WAIT_MS, this.clock)).catch(() => {});
+    }
+    this.closed = true;
+    this.watchdog?.cancel();
+    this.listeners.clear();
+    if (closing.getState() !== State.SYNC_CONNECTED) stopReconnecting(closing);
+    else await endSession(closing, this.clock);
+  }
+}
+
+/** Never connected (nothing to end on the server): stop the client's reconnecting. */
+function stopReconnecting(closing: Client): void {
+  const manager = internalsOf(closing);
+  if (!manager) return;
+  manager.connect = () => {};
+  manager.setState(CLOSING_STATE);
+  manager.socket?.destroy();
+}
+
+/**
+ * CLOSE_SESSION ends the session at once (its ephemeral nodes go with it); do not let a dead
+ * ensemble hold close() up.
+ */
+async function endSession(closing: Client, clock: Clock): Promise<void> {
+  const disconnected = new Promise<void>((resolve) => {
+    closing.once('disconnected', () => resolve());
+  });
+  closing.close();
+  await settlesWithin(clock, disconnected, CLOSE_WAIT_MS);
+}
+
+/** One request handed to the client, and its answer awaited within the budget. */
+function sendOnce<T>(conn: Connection, limit: Budget, write: boolean, op: Op<T>): Promise<T> {
+  return boundedCall(
+    limit.what,
+    Math.max(0, limit.remainingMs()),
+    () =>
+      new Promise<T>((resolve, reject) => {
+        conn.corkForThisTurn();
+        op(conn.client, (error, value) => {
+          if (error) reject(error);
+          else resolve(value as T);
+        });
+      }),
+    { clock: limit.clock, timeoutReason: 'ZooKeeper did not answer in time', indeterminate: write },
+  );
+}
+
+/**
+ * After a failed request: returns when it is worth sending again (a read whose connection was
+ * lost, with time left); otherwise throws what the caller sees — our own errors and ZooKeeper's
+ * definite answers as they are, anything else as UNAVAILABLE (`indeterminate` for a write
+ * ZooKeeper may have applied).
+ */
+function resendOrThrow(error: unknown, limit: Budget, write: boolean): void {
+  if (error instanceof DlmError) throw error;
+  if (error instanceof Exception && LOGICAL.has(error.getCode())) throw error;
+  const lost = error instanceof Exception && error.getCode() === Exception.CONNECTION_LOSS;
+  if (lost && !write && limit.remainingMs() > 0) return;
+  const applied = !(error instanceof Exception && NOT_APPLIED.has(error.getCode()));
+  throw new DlmError(
+    'UNAVAILABLE',
+    `${limit.what}: ${error instanceof Error ? error.message : String(error)}`,
+    { cause: error, ...(write && applied ? { indeterminate: true } : {}) },
+  );
+}
+
+/**
+ * Sends one request and waits for its answer within the budget. Reads are sent again after
+ * a connection loss; writes are not (the caller decides, knowing what the write was).
+ */
+async function request<T>(conn: Connection, limit: Budget, write: boolean, op: Op<T>): Promise<T> {
+  for (;;) {
+    if (conn.closed)
+      throw new DlmError('UNAVAILABLE', `${limit.what}: the ZooKeeper backend is closed`);
+    await conn.waitConnected(limit);
+    try {
+      return await sendOnce(conn, limit, write, op);
+    } catch (error) {
+      resendOrThrow(error, limit, write);
+    }
+  }
+}
+
+/** The requests of the session, each a call of node-zookeeper-client through `request`. */
+function requests(
+  conn: Connection,
+): Pick<ZkSession, 'getChildren' | 'getData' | 'exists' | 'setData' | 'mkdirp' | 'multi'> {
   return {
     getChildren: (limit, path, watcher) =>
-      run<{ children: string[]; stat: Stat }>(limit, false, (c, done) => {
+      request<{ children: string[]; stat: Stat }>(conn, limit, false, (c, done) => {
         const callback = (error: Error | Exception | null, children: string[], stat: Stat) =>
           done(error, { children: children ?? [], stat });
         if (watcher) c.getChildren(path, watcher, callback);
         else c.getChildren(path, callback);
       }),
     getData: (limit, path, watcher) =>
-      run<{ data: Buffer; stat: Stat }>(limit, false, (c, done) => {
+      request<{ data: Buffer; stat: Stat }>(conn, limit, false, (c, done) => {
         const callback = (error: Error | Exception | null, data: Buffer, stat: Stat) =>
           done(error, { data: data ?? Buffer.alloc(0), stat });
         if (watcher) c.getData(path, watcher, callback);
         else c.getData(path, callback);
       }),
     exists: (limit, path, watcher) =>
-      run<Stat | null>(limit, false, (c, done) =>
+      request<Stat | null>(conn, limit, false, (c, done) =>
         watcher
           ? c.exists(path, watcher, (error, stat) => done(error, stat ?? null))
           : c.exists(path, (error, stat) => done(error, stat ?? null)),
       ),
     setData: (limit, path, data, version = -1) =>
-      run<Stat>(limit, true, (c, done) =>
+      request<Stat>(conn, limit, true, (c, done) =>
         c.setData(path, data, version, (error, stat) => done(error, stat)),
       ),
     mkdirp: (limit, path) =>
       // Creating what already exists is a no-op, so a lost reply can simply be retried.
-      run<string>(limit, false, (c, done) =>
+      request<string>(conn, limit, false, (c, done) =>
         c.mkdirp(path, (error, created) => done(error, created)),
       ).then(() => {}),
     multi: (limit, build) =>
-      run<OpResult[]>(limit, true, (c, done) => {
+      request<OpResult[]>(conn, limit, true, (c, done) => {
         const transaction = c.transaction();
         build(exactOps(transaction));
         transaction.commit((error, results: OpResult[]) => done(error, results));
       }),
-    isConnected: connected,
-    sessionTimeoutMs: () => client.getSessionTimeout(),
-    onState(listener) {
-      listeners.add(listener);
-      return () => listeners.delete(listener);
-    },
-    close() {
-      closeOnce ??= closeSession();
-      return closeOnce;
-    },
   };
+}
 
-  async function closeSession(): Promise<void> {
-    const closing = client;
-    // A session still being set up cannot be closed (the client writes CLOSE_SESSION to a
-    // socket it may not have yet): give it a moment to connect first.
-    if (!connected()) {
-      await waitConnected(budget('close', 1_000)).catch(() => {});
-    }
-    closed = true;
-    clearTimeout(watchdog);
-    listeners.clear();
-    if (closing.getState() !== State.SYNC_CONNECTED) {
-      // Never connected (nothing to end on the server): stop the client's reconnecting.
-      const manager = (
-        closing as unknown as {
-          connectionManager?: {
-            connect(): void;
-            setState(state: number): void;
-            socket?: { destroy(): void };
-          };
-        }
-      ).connectionManager;
-      if (manager) {
-        manager.connect = () => {};
-        manager.setState(CLOSING_STATE);
-        manager.socket?.destroy();
-      }
-      return;
-    }
-    await new Promise<void>((resolve) => {
-      // CLOSE_SESSION ends the session at once (its ephemeral nodes go with it); do not let a
-      // dead ensemble hold close() up.
-      const timer = setTimeout(resolve, 1_000);
-      timer.unref();
-      closing.once('disconnected', () => {
-        clearTimeout(timer);
-        resolve();
-      });
-      closing.close();
-    });
-  }
+/**
+ * Opens the adapter's session. `clock` (default the system's) is where the session's own timers
+ * go (the reconnect watchdog, close's time limits); each request's go on its budget's clock.
+ */
+export function openSession(
+  connect: string,
+  options: { sessionTimeoutMs: number; clock?: Clock },
+): ZkSession {
+  const conn = new Connection(connect, options.sessionTimeoutMs, options.clock ?? systemClock);
+  return {
+    ...requests(conn),
+    isConnected: () => conn.connected(),
+    sessionTimeoutMs: () => conn.client.getSessionTimeout(),
+    onState(listener) {
+      conn.listeners.add(listener);
+      return () => conn.listeners.delete(listener);
+    },
+    close: () => conn.close(),
+  };
 }

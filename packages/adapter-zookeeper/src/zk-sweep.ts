@@ -1,3 +1,4 @@
+import { backgroundTimer, type Clock, systemClock, type Timer } from '@dlm/core';
 import { Exception } from 'node-zookeeper-client';
 import type { LockStore } from './zk-locks.js';
 import type { LockPaths } from './zk-paths.js';
@@ -25,14 +26,21 @@ export function sweeper(
   session: ZkSession,
   paths: LockPaths,
   store: LockStore,
-  options: { intervalMs: number; commandTimeoutMs: number; isClosed(): boolean },
+  options: {
+    intervalMs: number;
+    commandTimeoutMs: number;
+    isClosed(): boolean;
+    /** Where the sweeps are scheduled and their steps' budgets counted. */
+    clock?: Clock;
+  },
 ): { sweepNow(): Promise<number>; stop(): void } {
-  let timer: NodeJS.Timeout | undefined;
+  const clock = options.clock ?? systemClock;
+  let timer: Timer | undefined;
   let stopped = false;
 
   /** One pass; resolves with the number of nodes it deleted. */
   async function sweepNow(): Promise<number> {
-    const step = () => budget('sweep', options.commandTimeoutMs);
+    const step = () => budget('sweep', options.commandTimeoutMs, clock);
     let names: string[];
     try {
       ({ children: names } = await session.getChildren(step(), paths.locks));
@@ -98,12 +106,15 @@ export function sweeper(
   function schedule(): void {
     if (stopped || options.intervalMs <= 0) return;
     const delayMs = options.intervalMs * (0.5 + Math.random());
-    timer = setTimeout(() => {
-      sweepNow()
-        .catch(() => {})
-        .finally(schedule);
-    }, delayMs);
-    timer.unref();
+    timer = backgroundTimer(
+      clock,
+      () => {
+        sweepNow()
+          .catch(() => {})
+          .finally(schedule);
+      },
+      delayMs,
+    );
   }
 
   schedule();
@@ -111,7 +122,7 @@ export function sweeper(
     sweepNow,
     stop() {
       stopped = true;
-      clearTimeout(timer);
+      timer?.cancel();
     },
   };
 }

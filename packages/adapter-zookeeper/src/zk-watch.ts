@@ -69,21 +69,26 @@ interface NameWatch {
   fire: () => void;
 }
 
-export function watchHolders(
-  session: ZkSession,
-  paths: LockPaths,
-  commandTimeoutMs: number,
-): HolderWatch {
-  const names = new Map<string, NameWatch>();
-  const ends = new Map<bigint, EndReason>();
-  const granted = new Map<string, bigint>();
+/** The per-name watches of one backend (see `HolderWatch`). */
+class HolderWatchers implements HolderWatch {
+  private readonly names = new Map<string, NameWatch>();
+  private readonly ends = new Map<bigint, EndReason>();
+  private readonly granted = new Map<string, bigint>();
   /** Writes of this adapter in flight, per name. */
-  const writes = new Map<string, number>();
-  let closed = false;
+  private readonly writes = new Map<string, number>();
+  private closed = false;
 
-  const current = (watch: NameWatch) => !closed && names.get(watch.name) === watch;
+  constructor(
+    private readonly session: ZkSession,
+    private readonly paths: LockPaths,
+    private readonly commandTimeoutMs: number,
+  ) {}
 
-  function emit(watch: NameWatch, event: LockEvent): void {
+  private isCurrent(watch: NameWatch): boolean {
+    return !this.closed && this.names.get(watch.name) === watch;
+  }
+
+  private deliver(watch: NameWatch, event: LockEvent): void {
     for (const listener of [...watch.listeners]) {
       try {
         listener(event);
@@ -92,10 +97,10 @@ export function watchHolders(
   }
 
   /** Why `holder` went away: this adapter knows, or the end marker read with the change says. */
-  function reasonFor(holder: { token: bigint }, end: EndMarker | undefined): EndReason {
-    const known = ends.get(holder.token);
+  private reasonFor(holder: { token: bigint }, end: EndMarker | undefined): EndReason {
+    const known = this.ends.get(holder.token);
     if (known) {
-      ends.delete(holder.token);
+      this.ends.delete(holder.token);
       return known;
     }
     if (end?.token === holder.token) return end.reason;
@@ -104,7 +109,7 @@ export function watchHolders(
     return 'expired';
   }
 
-  function observe(
+  private observe(
     watch: NameWatch,
     now: { token: bigint; owner: string } | undefined,
     end: EndMarker | undefined,
@@ -118,44 +123,50 @@ export function watchHolders(
     watch.version = version;
     watch.initialized = true;
     if (previous && previous.token !== now?.token) {
-      const type = reasonFor(previous, end);
-      emit(watch, { name: watch.name, type, token: previous.token, owner: previous.owner });
+      const type = this.reasonFor(previous, end);
+      this.deliver(watch, { name: watch.name, type, token: previous.token, owner: previous.owner });
     }
     if (!now && !previous && (first ? watch.heldBeforeFirstRead : versionChanged)) {
       // A holder came and went between two reads (or before the first one), unseen by this
       // watch but maybe seen by a caller now waiting: wake it, to look again.
-      emit(watch, { name: watch.name, type: 'released' });
+      this.deliver(watch, { name: watch.name, type: 'released' });
     }
-    const newest = granted.get(watch.name) ?? 0n;
+    const newest = this.granted.get(watch.name) ?? 0n;
     if (!first && now && now.token !== previous?.token && now.token >= newest) {
-      granted.set(watch.name, now.token);
-      emit(watch, { name: watch.name, type: 'acquired', token: now.token, owner: now.owner });
+      this.granted.set(watch.name, now.token);
+      this.deliver(watch, {
+        name: watch.name,
+        type: 'acquired',
+        token: now.token,
+        owner: now.owner,
+      });
     }
   }
 
   /** An ephemeral holder's node may be gone without a name-node write: watch it as well. */
-  async function ephemeralAlive(watch: NameWatch, holder: RecordedHolder): Promise<boolean> {
-    const limit = budget('watch', commandTimeoutMs);
-    const parent = paths.parent(watch.name);
+  private async ephemeralAlive(watch: NameWatch, holder: RecordedHolder): Promise<boolean> {
+    const limit = budget('watch', this.commandTimeoutMs);
+    const parent = this.paths.parent(watch.name);
     let children: string[];
     try {
-      ({ children } = await session.getChildren(limit, parent));
+      ({ children } = await this.session.getChildren(limit, parent));
     } catch (error) {
       if (isZkCode(error, Exception.NO_NODE)) return false;
       throw error;
     }
     const node = holders(children).find((child) => child.startsWith(`${holder.attemptId}-`));
     return (
-      node !== undefined && (await session.exists(limit, `${parent}/${node}`, watch.fire)) !== null
+      node !== undefined &&
+      (await this.session.exists(limit, `${parent}/${node}`, watch.fire)) !== null
     );
   }
 
-  async function seen(watch: NameWatch, data: Buffer, stat: Stat): Promise<void> {
+  private async seen(watch: NameWatch, data: Buffer, stat: Stat): Promise<void> {
     const record = parseNameNode(data, stat);
     let holder = record.holder;
-    if (holder?.ephemeral && !(await ephemeralAlive(watch, holder))) holder = undefined;
-    if (!current(watch)) return;
-    observe(
+    if (holder?.ephemeral && !(await this.ephemeralAlive(watch, holder))) holder = undefined;
+    if (!this.isCurrent(watch)) return;
+    this.observe(
       watch,
       holder && { token: holder.token, owner: holder.owner },
       record.end,
@@ -164,28 +175,28 @@ export function watchHolders(
   }
 
   /** Reads the name node, leaving the watch that will tell of its next change. */
-  async function evaluate(watch: NameWatch): Promise<void> {
+  private async evaluate(watch: NameWatch): Promise<void> {
     if (watch.armed || watch.claimed) return;
-    const limit = budget('watch', commandTimeoutMs);
-    const parent = paths.parent(watch.name);
+    const limit = budget('watch', this.commandTimeoutMs);
+    const parent = this.paths.parent(watch.name);
     for (;;) {
       let read: { data: Buffer; stat: Stat };
       try {
-        read = await session.getData(limit, parent, watch.fire);
+        read = await this.session.getData(limit, parent, watch.fire);
       } catch (error) {
         if (!isZkCode(error, Exception.NO_NODE)) throw error;
         // No name node (never used, or swept): watch for its creation.
-        if (await session.exists(limit, parent, watch.fire)) continue;
+        if (await this.session.exists(limit, parent, watch.fire)) continue;
         watch.armed = true;
-        return observe(watch, undefined, undefined, undefined);
+        return this.observe(watch, undefined, undefined, undefined);
       }
       watch.armed = true;
-      return seen(watch, read.data, read.stat);
+      return this.seen(watch, read.data, read.stat);
     }
   }
 
-  function schedule(watch: NameWatch): void {
-    if (!current(watch)) return;
+  private schedule(watch: NameWatch): void {
+    if (!this.isCurrent(watch)) return;
     if (watch.running) {
       watch.again = true;
       return;
@@ -195,12 +206,12 @@ export function watchHolders(
       do {
         watch.again = false;
         try {
-          await evaluate(watch);
+          await this.evaluate(watch);
         } catch {
           // Unreachable right now: refreshAll() runs again once the session is back.
           watch.armed = false;
         }
-      } while (watch.again && current(watch));
+      } while (watch.again && this.isCurrent(watch));
       watch.running = false;
     })();
   }
@@ -209,9 +220,9 @@ export function watchHolders(
    * Looks at `name` soon: after this adapter's writes on it have answered (the change was ours,
    * and whoever asked for it may unsubscribe first), and after this turn of the event loop.
    */
-  function lookSoon(watch: NameWatch): void {
-    if (!current(watch)) return;
-    if ((writes.get(watch.name) ?? 0) > 0) {
+  private lookSoon(watch: NameWatch): void {
+    if (!this.isCurrent(watch)) return;
+    if ((this.writes.get(watch.name) ?? 0) > 0) {
       watch.deferred = true;
       return;
     }
@@ -219,104 +230,120 @@ export function watchHolders(
     watch.queued = true;
     setImmediate(() => {
       watch.queued = false;
-      schedule(watch);
+      this.schedule(watch);
     });
   }
 
-  return {
-    subscribe(name, listener) {
-      let watch = names.get(name);
-      if (!watch) {
-        const created: NameWatch = {
-          name,
-          listeners: new Set(),
-          holder: undefined,
-          version: undefined,
-          initialized: false,
-          heldBeforeFirstRead: false,
-          armed: false,
-          claimed: false,
-          deferred: false,
-          queued: false,
-          running: false,
-          again: false,
-          fire: () => {
-            created.armed = false;
-            lookSoon(created);
-          },
-        };
-        watch = created;
-        names.set(name, created);
-        lookSoon(created);
-      }
-      watch.listeners.add(listener);
-      const subscribed = watch;
-      return () => {
-        subscribed.listeners.delete(listener);
-        // Watches already armed in ZooKeeper fire once more and are then ignored.
-        if (subscribed.listeners.size === 0 && names.get(name) === subscribed) names.delete(name);
+  subscribe(name: string, listener: Listener): Unsubscribe {
+    let watch = this.names.get(name);
+    if (!watch) {
+      const created: NameWatch = {
+        name,
+        listeners: new Set(),
+        holder: undefined,
+        version: undefined,
+        initialized: false,
+        heldBeforeFirstRead: false,
+        armed: false,
+        claimed: false,
+        deferred: false,
+        queued: false,
+        running: false,
+        again: false,
+        fire: () => {
+          created.armed = false;
+          this.lookSoon(created);
+        },
       };
-    },
-    emit(name, event) {
-      const watch = names.get(name);
-      if (watch) emit(watch, event);
-    },
-    noteEnd(token, reason) {
-      ends.set(token, reason);
-      // Forget what no watch came to collect (nobody watched that name).
-      if (ends.size > 10_000) ends.delete(ends.keys().next().value!);
-    },
-    noteHeld(name) {
-      const watch = names.get(name);
-      if (watch && !watch.initialized) watch.heldBeforeFirstRead = true;
-    },
-    noteGrant(name, token) {
-      if ((granted.get(name) ?? 0n) < token) granted.set(name, token);
-      if (granted.size > 10_000) granted.delete(granted.keys().next().value!);
-    },
-    claim(name) {
-      const watch = names.get(name);
-      if (!watch || closed || watch.armed || watch.claimed || watch.running) return undefined;
-      watch.claimed = true;
-      return watch.fire;
-    },
-    claimed(name, watcher, read) {
-      const watch = names.get(name);
-      // Only the NameWatch that claimed: another one subscribed since has a watcher of its own.
-      if (!watch?.claimed || watch.fire !== watcher) return;
-      watch.claimed = false;
-      if (!read) {
-        lookSoon(watch);
-        return;
-      }
-      watch.armed = true;
-      seen(watch, read.data, read.stat).catch(() => {
-        watch.armed = false;
-        lookSoon(watch);
-      });
-    },
-    writing(name, delta) {
-      const count = (writes.get(name) ?? 0) + delta;
-      if (count > 0) {
-        writes.set(name, count);
-        return;
-      }
-      writes.delete(name);
-      const watch = names.get(name);
-      if (watch?.deferred) {
-        watch.deferred = false;
-        lookSoon(watch);
-      }
-    },
-    refreshAll() {
-      for (const watch of names.values()) {
-        watch.armed = false;
-        schedule(watch);
-      }
-    },
-    close() {
-      closed = true;
-      names.clear();
-    },
-  };
+      watch = created;
+      this.names.set(name, created);
+      this.lookSoon(created);
+    }
+    watch.listeners.add(listener);
+    const subscribed = watch;
+    return () => {
+      subscribed.listeners.delete(listener);
+      // Watches already armed in ZooKeeper fire once more and are then ignored.
+      if (subscribed.listeners.size === 0 && this.names.get(name) === subscribed)
+        this.names.delete(name);
+    };
+  }
+
+  emit(name: string, event: LockEvent): void {
+    const watch = this.names.get(name);
+    if (watch) this.deliver(watch, event);
+  }
+
+  noteEnd(token: bigint, reason: EndReason): void {
+    this.ends.set(token, reason);
+    // Forget what no watch came to collect (nobody watched that name).
+    if (this.ends.size > 10_000) this.ends.delete(this.ends.keys().next().value!);
+  }
+
+  noteHeld(name: string): void {
+    const watch = this.names.get(name);
+    if (watch && !watch.initialized) watch.heldBeforeFirstRead = true;
+  }
+
+  noteGrant(name: string, token: bigint): void {
+    if ((this.granted.get(name) ?? 0n) < token) this.granted.set(name, token);
+    if (this.granted.size > 10_000) this.granted.delete(this.granted.keys().next().value!);
+  }
+
+  claim(name: string): (() => void) | undefined {
+    const watch = this.names.get(name);
+    if (!watch || this.closed || watch.armed || watch.claimed || watch.running) return undefined;
+    watch.claimed = true;
+    return watch.fire;
+  }
+
+  claimed(name: string, watcher: () => void, read: { data: Buffer; stat: Stat } | undefined): void {
+    const watch = this.names.get(name);
+    // Only the NameWatch that claimed: another one subscribed since has a watcher of its own.
+    if (!watch?.claimed || watch.fire !== watcher) return;
+    watch.claimed = false;
+    if (!read) {
+      this.lookSoon(watch);
+      return;
+    }
+    watch.armed = true;
+    this.seen(watch, read.data, read.stat).catch(() => {
+      watch.armed = false;
+      this.lookSoon(watch);
+    });
+  }
+
+  writing(name: string, delta: 1 | -1): void {
+    const count = (this.writes.get(name) ?? 0) + delta;
+    if (count > 0) {
+      this.writes.set(name, count);
+      return;
+    }
+    this.writes.delete(name);
+    const watch = this.names.get(name);
+    if (watch?.deferred) {
+      watch.deferred = false;
+      this.lookSoon(watch);
+    }
+  }
+
+  refreshAll(): void {
+    for (const watch of this.names.values()) {
+      watch.armed = false;
+      this.schedule(watch);
+    }
+  }
+
+  close(): void {
+    this.closed = true;
+    this.names.clear();
+  }
+}
+
+export function watchHolders(
+  session: ZkSession,
+  paths: LockPaths,
+  commandTimeoutMs: number,
+): HolderWatch {
+  return new HolderWatchers(session, paths, commandTimeoutMs);
 }

@@ -1,32 +1,80 @@
 import { runConformance } from '@dlm/conformance';
 import {
   startZooKeeper,
+  startZooKeeperEnsemble,
   type ZooKeeperService,
   zookeeperAvailable,
   zookeeperManaged,
 } from '@dlm/test-services';
+import { type Client, createClient } from 'node-zookeeper-client';
 import { afterAll, beforeAll, describe } from 'vitest';
 import { zookeeperBackend } from '../src/index.js';
+import { lockPaths } from '../src/zk-paths.js';
 
 const run = zookeeperAvailable();
+/** zookeeperBackend's default root: the fair-queue probe lists its waiter nodes. */
+const paths = lockPaths('/dlm');
 
 describe.skipIf(!run)('zookeeper adapter', () => {
   let zk: ZooKeeperService;
+  let raw: Client;
   beforeAll(async () => {
     zk = await startZooKeeper();
+    raw = createClient(zk.connectString, { sessionTimeout: 4_000 });
+    await new Promise<void>((resolve) => {
+      raw.once('connected', () => resolve());
+      raw.connect();
+    });
   });
   afterAll(async () => {
+    raw?.close();
     await zk?.stop();
   });
 
   runConformance('zookeeper', {
     backend: () => zookeeperBackend({ connect: zk.connectString, sessionTimeoutMs: 4_000 }),
+    fairQueue: {
+      // The waiter nodes of `name`'s queue, in queue order (none once the lock node is gone).
+      entries: async (name) => {
+        const children = await new Promise<string[]>((resolve, reject) =>
+          raw.getChildren(paths.parent(name), (error, list) =>
+            error ? reject(error) : resolve(list),
+          ),
+        ).catch(() => [] as string[]);
+        const sequence = (child: string) => Number(/-wait-(\d+)$/.exec(child)?.[1]);
+        return children
+          .filter((child) => /-wait-\d+$/.test(child))
+          .sort((x, y) => sequence(x) - sequence(y));
+      },
+    },
     ...(zookeeperManaged()
       ? {
           restart: async () => {
             const member = zk.members[0]!;
             await member.process.kill();
             await member.process.start();
+          },
+          cluster: async () => {
+            const commandTimeoutMs = 2_000;
+            const ensemble = await startZooKeeperEnsemble(3);
+            // 4 s is the longest session tickTime=200 allows: long enough to ride out an election.
+            const backend = zookeeperBackend({
+              connect: ensemble.connectString,
+              sessionTimeoutMs: 4_000,
+              commandTimeoutMs,
+            });
+            return {
+              backend,
+              commandTimeoutMs,
+              members: ensemble.members,
+              waitForLeader: () => ensemble.waitForLeader(),
+              stop: async () => {
+                await backend.close();
+                await ensemble.stop();
+              },
+              heldTtlMs: 30_000,
+              resumeAfterMajorityMs: 20_000,
+            };
           },
         }
       : {}),

@@ -1,29 +1,15 @@
 import {
   type Clock,
-  createLeaseKey,
-  DEFAULT_LIMITS,
   DlmError,
   isDlmError,
-  type Limits,
   parseToken,
   type RetryOptions,
-  type RetryPolicy,
-  retry,
-  retryPolicy,
-  systemClock,
   validateName,
-  validateOwner,
-  validateTtl,
-  validateWait,
 } from '@dlm/core';
-import { type MethodName, type ParamsOf, type ResultOf, WS_PATH } from '@dlm/protocol';
-import {
-  type Connection,
-  createConnection,
-  type HelloResult,
-  type ServerNotification,
-} from './connection.js';
-import { createEmitter } from './emitter.js';
+import { acquire } from './acquire.js';
+import { ClientCore } from './client-core.js';
+import type { HelloResult } from './connection.js';
+import { closedError } from './failures.js';
 import {
   type CampaignOptions,
   campaign,
@@ -32,19 +18,8 @@ import {
   type ObserveOptions,
   observe,
 } from './leadership.js';
-import {
-  createLease,
-  driftMarginMs,
-  type Lease,
-  type LeaseContext,
-  type LeaseHandle,
-  type LostReason,
-  leaseKey,
-} from './lease.js';
-import { defaultWebSocket, type TlsOptions, type WebSocketConstructor } from './websocket.js';
-
-/** The version this package reports in `session.hello`. */
-const CLIENT_VERSION = '0.1.0';
+import type { Lease, LostReason } from './lease.js';
+import type { TlsOptions, WebSocketConstructor } from './websocket.js';
 
 export interface ClientOptions {
   /**
@@ -273,32 +248,6 @@ export interface DlmClient extends AsyncDisposable {
   close(): Promise<void>;
 }
 
-interface WatchState {
-  name: string;
-  onChange: (change: LockChange) => void;
-  retry: RetryPolicy;
-  watchId: string | undefined;
-  establishing: boolean;
-  stopped: boolean;
-}
-
-/** A release or an orphan cleanup to retry once there is a connection again. */
-type Cleanup =
-  | { kind: 'release'; name: string; token: bigint; leaseKey: string; untilMs: number }
-  | { kind: 'orphan'; name: string; owner: string; leaseKey: string; untilMs: number };
-
-const DEFAULT_RECONNECT: RetryOptions = {
-  attempts: Number.POSITIVE_INFINITY,
-  initialDelayMs: 100,
-  maxDelayMs: 5_000,
-};
-
-/** What acquire knows beyond its options. */
-interface AcquireInternals {
-  /** The owner was made up here (not the caller's), so whatever it holds is nobody else's. */
-  ownerIsOurs?: boolean;
-}
-
 /**
  * Creates a client for a dlm server. It connects on the first request (or `connect()`),
  * sends `session.hello` first on every connection, and reconnects with backoff when the
@@ -313,572 +262,145 @@ interface AcquireInternals {
  * await buildReport(lease.token);
  */
 export function createClient(options: ClientOptions): DlmClient {
-  const clock = options.clock ?? systemClock;
-  const requestTimeoutMs = options.requestTimeoutMs ?? 10_000;
-  const clientRetry = retryPolicy(options.retry);
-  const events = createEmitter<ClientEvents>((error, event) => {
-    if (event !== 'error') events.emit('error', asError(error));
-  });
-  const leases = new Map<string, Set<LeaseHandle>>();
-  const watches = new Set<WatchState>();
-  const watchesById = new Map<string, WatchState>();
-  let cleanups: Cleanup[] = [];
-  let closed = false;
-
-  const connection: Connection = createConnection({
-    url: normalizeUrl(options.url),
-    WebSocket: options.WebSocket ?? defaultWebSocket(options.tls),
-    clock,
-    requestTimeoutMs,
-    pingIntervalMs: options.pingIntervalMs ?? 10_000,
-    reconnect:
-      options.reconnect === false
-        ? false
-        : retryPolicy(options.reconnect, retryPolicy(DEFAULT_RECONNECT)),
-    helloParams: async () => {
-      const auth = typeof options.auth === 'function' ? await options.auth() : options.auth;
-      return {
-        client: { name: options.name ?? '@dlm/client', version: CLIENT_VERSION },
-        ...(auth === undefined ? {} : { auth }),
-      };
-    },
-    onReady(session, reconnected) {
-      events.emit('connected', { session, reconnected });
-      runCleanups();
-      for (const watch of watches) {
-        if (!watch.stopped && !watch.establishing && watch.watchId === undefined) {
-          establish(watch).catch((error: unknown) => events.emit('error', asError(error)));
-        }
-      }
-      for (const set of leases.values()) for (const handle of set) handle.reconnected();
-    },
-    onDown(event) {
-      // Watch ids belong to the session that is gone.
-      for (const watch of watches) watch.watchId = undefined;
-      watchesById.clear();
-      events.emit('disconnected', event);
-    },
-    onNotification: onNotification,
-    onError: (error) => events.emit('error', error),
-  });
-
-  const leaseContext: LeaseContext = {
-    clock,
-    requestTimeoutMs,
-    retry: clientRetry,
-    limits: serverLimits,
-    call: connection.call,
-    releaseInBackground,
-    onEnded(handle) {
-      const set = leases.get(handle.key);
-      set?.delete(handle);
-      if (set?.size === 0) leases.delete(handle.key);
-    },
-    onLost: (lease, reason) => events.emit('lost', { lease, reason }),
-    reportError: (error) => events.emit('error', asError(error)),
-  };
-
-  function onNotification(notification: ServerNotification): void {
-    if (notification.method === 'lock.lost') {
-      const { name, token, reason } = notification.params;
-      let key: string;
-      try {
-        key = leaseKey(name, parseToken(token));
-      } catch {
-        return;
-      }
-      for (const handle of [...(leases.get(key) ?? [])]) handle.lose(reason);
-    } else if (notification.method === 'lock.changed') {
-      const { watchId, name, held, owner, token } = notification.params;
-      const watch = watchesById.get(watchId);
-      if (!watch || watch.stopped) return;
-      deliver(watch, { name, held, owner, token });
-    }
-  }
-
-  function deliver(
-    watch: WatchState,
-    change: { name: string; held: boolean; owner?: string | undefined; token?: string | undefined },
-  ): void {
-    let token: bigint | undefined;
-    try {
-      token = change.token === undefined ? undefined : parseToken(change.token);
-    } catch {}
-    try {
-      watch.onChange({
-        name: change.name,
-        held: change.held,
-        ...(change.owner === undefined ? {} : { owner: change.owner }),
-        ...(token === undefined ? {} : { token }),
-      });
-    } catch (error) {
-      events.emit('error', asError(error));
-    }
-  }
-
-  async function establish(watch: WatchState, signal?: AbortSignal): Promise<void> {
-    watch.establishing = true;
-    try {
-      const policy = signal ? retryPolicy({ signal }, watch.retry) : watch.retry;
-      const result = await request('lock.watch', { name: watch.name }, policy);
-      if (watch.stopped) {
-        connection.call('lock.unwatch', { watchId: result.watchId }).catch(() => {});
-        return;
-      }
-      watch.watchId = result.watchId;
-      watchesById.set(result.watchId, watch);
-      deliver(watch, { name: watch.name, held: result.held, token: result.token });
-    } finally {
-      watch.establishing = false;
-    }
-  }
-
-  function releaseInBackground(name: string, token: bigint, leaseKey: string, ttlMs: number): void {
-    const untilMs = clock.now() + ttlMs + driftMarginMs(ttlMs);
-    connection
-      .call('lock.release', { name, token: token.toString(), leaseKey }, { write: true })
-      .catch((error: unknown) => {
-        if (isDlmError(error, 'UNAVAILABLE') && !closed) {
-          cleanups.push({ kind: 'release', name, token, leaseKey, untilMs });
-        }
-      });
-  }
-
-  /** An acquire whose reply was lost may have been granted: find out and free it. */
-  function cleanUpOrphan(name: string, owner: string, leaseKey: string, untilMs: number): void {
-    connection
-      .call('lock.get', { name })
-      .then((state) => {
-        // Released with the acquire's key: if someone else holds it by now, that is NOT_HOLDER.
-        if (state.held && state.owner === owner) {
-          releaseInBackground(name, parseToken(state.token), leaseKey, untilMs - clock.now());
-        }
-      })
-      .catch((error: unknown) => {
-        if (isDlmError(error, 'UNAVAILABLE') && !closed) {
-          cleanups.push({ kind: 'orphan', name, owner, leaseKey, untilMs });
-        }
-      });
-  }
-
-  function runCleanups(): void {
-    const now = clock.now();
-    const due = cleanups.filter((cleanup) => cleanup.untilMs > now);
-    cleanups = [];
-    for (const cleanup of due) {
-      if (cleanup.kind === 'release') {
-        releaseInBackground(cleanup.name, cleanup.token, cleanup.leaseKey, cleanup.untilMs - now);
-      } else cleanUpOrphan(cleanup.name, cleanup.owner, cleanup.leaseKey, cleanup.untilMs);
-    }
-  }
-
-  /** An acquire by `owner` may have been granted unseen: free it once it can be looked up. */
-  function orphaned(
-    name: string,
-    owner: string,
-    leaseKey: string,
-    ownerIsOurs: boolean,
-    ttlMs: number,
-  ): void {
-    // Only an owner this client made up is known to be nobody else's.
-    if (ownerIsOurs && !closed) {
-      cleanups.push({ kind: 'orphan', name, owner, leaseKey, untilMs: clock.now() + ttlMs });
-      if (connection.session) runCleanups();
-    }
-  }
-
-  /** A grant that arrived after its caller stopped waiting: give it back. */
-  function discardGrant(result: ResultOf<'lock.acquire'>, secret: string, ttlMs: number): void {
-    let token: bigint;
-    try {
-      token = parseToken(result.token);
-    } catch {
-      return;
-    }
-    // With a caller-chosen owner this may be a re-entry of a lease still in use here.
-    if (leases.has(leaseKey(result.name, token))) return;
-    releaseInBackground(result.name, token, secret, ttlMs);
-  }
-
-  /**
-   * The bounds requests are checked against: the server's own (from `session.hello`) once there
-   * is a session; before that the protocol's defaults, which a default server uses.
-   */
-  function serverLimits(): Limits {
-    const session = connection.session;
-    // hello does not report maxOwnerBytes: the protocol's default stands for it.
-    return session ? { ...DEFAULT_LIMITS, ...session.limits } : DEFAULT_LIMITS;
-  }
-
-  /** The client's policy under a call's `retry` option, with the call's `signal` added. */
-  function policyFor(
-    retryOptions: RetryOptions | false | undefined,
-    signal?: AbortSignal,
-  ): RetryPolicy {
-    return retryPolicy(retryOptions, signal ? retryPolicy({ signal }, clientRetry) : clientRetry);
-  }
-
-  /** A request that is safe to repeat (a read, a watch, a ping), retried under `policy`. */
-  function request<M extends MethodName>(
-    method: M,
-    params: ParamsOf<M>,
-    policy: RetryPolicy,
-  ): Promise<ResultOf<M>> {
-    return retry(
-      (attempt) =>
-        connection.call(method, params, {
-          timeoutMs: Math.max(1, Math.min(requestTimeoutMs, attempt.remainingMs)),
-          // Without a signal in the policy nothing can abort the attempt's: skip it.
-          ...(policy.signals.length ? { signal: attempt.signal } : {}),
-        }),
-      policy,
-      { clock },
-    );
-  }
-
-  async function acquire(
-    name: string,
-    acquireOptions: AcquireOptions,
-    internals: AcquireInternals = {},
-  ): Promise<Lease> {
-    if (closed) throw closedError();
-    // Checked here, before anything is sent, by the same code the server runs: the same code,
-    // field and message as the server's answer would have.
-    const limits = serverLimits();
-    validateName(name, limits);
-    const ttlMs = validateTtl(acquireOptions.ttlMs, limits);
-    const waitMs = validateWait(acquireOptions.waitMs, limits);
-    if (acquireOptions.owner !== undefined) validateOwner(acquireOptions.owner, limits);
-    // One owner for every try: the server answers a re-sent acquire by this owner with the lease
-    // it already granted (same token), so a grant whose reply was lost is not granted twice.
-    const owner = acquireOptions.owner ?? freshOwner();
-    const ownerIsOurs = internals.ownerIsOurs ?? acquireOptions.owner === undefined;
-    // One key for every try too, for the same reason, and so that a try re-sent on a connection
-    // to another server is still recognised. Re-entering as an owner that holds the lock here
-    // presents that lease's key.
-    const key =
-      acquireOptions.leaseKey ??
-      (acquireOptions.owner === undefined ? undefined : heldKeyIn(leases, name, owner)) ??
-      createLeaseKey();
-    const policy = policyFor(acquireOptions.retry, acquireOptions.signal);
-    const startedAt = clock.now();
-    // Tries that may have been granted without the reply reaching us: a drop or a timeout.
-    let outcome: 'pending' | 'granted' | 'failed' = 'pending';
-    let grantedToken: string | undefined;
-    let maybeGranted = false;
-    const lateGrants: ResultOf<'lock.acquire'>[] = [];
-    let sentAt = Number.NaN;
-    let result: ResultOf<'lock.acquire'>;
-    try {
-      result = await retry(
-        (attempt) => {
-          let wait = Math.max(0, waitMs - (clock.now() - startedAt));
-          if (Number.isFinite(attempt.remainingMs)) {
-            // Leave the reply time to arrive before the overall deadline.
-            const replyAllowanceMs = Math.min(requestTimeoutMs, 1_000, attempt.remainingMs / 2);
-            wait = Math.min(wait, Math.max(0, attempt.remainingMs - replyAllowanceMs));
-          }
-          wait = Math.floor(wait);
-          const params: ParamsOf<'lock.acquire'> = { name, ttlMs, owner, leaseKey: key };
-          if (wait > 0) params.waitMs = wait;
-          return connection.call('lock.acquire', params, {
-            write: true,
-            timeoutMs: Math.max(1, Math.min(requestTimeoutMs + wait, attempt.remainingMs)),
-            ...(policy.signals.length ? { signal: attempt.signal } : {}),
-            onSent: (at) => {
-              sentAt = at;
-            },
-            onLateResult: (late) => {
-              if (outcome === 'pending') lateGrants.push(late);
-              // The same token is the lease a later try got: ours, in use.
-              else if (outcome === 'failed' || late.token !== grantedToken) {
-                discardGrant(late, key, late.ttlMs);
-              }
-            },
-            onDropped: () => {
-              if (outcome === 'pending') maybeGranted = true;
-              else if (outcome === 'failed') orphaned(name, owner, key, ownerIsOurs, ttlMs);
-            },
-          });
-        },
-        policy,
-        { clock },
-      );
-    } catch (error) {
-      outcome = 'failed';
-      for (const late of lateGrants) discardGrant(late, key, late.ttlMs);
-      // Decided only now: while tries went on, a later one could still get this same lease.
-      if (maybeGranted) orphaned(name, owner, key, ownerIsOurs, ttlMs);
-      throw error;
-    }
-    outcome = 'granted';
-    grantedToken = result.token;
-    for (const late of lateGrants) {
-      if (late.token !== result.token) discardGrant(late, key, late.ttlMs);
-    }
-    const token = parseToken(result.token);
-    let grantedTtlMs = result.ttlMs;
-    if (waitMs > 0 && clock.now() - sentAt > grantedTtlMs / 10) {
-      // The server granted the lock at some unknown moment during the wait, so the send time
-      // says little about when the lease ends. An immediate extend gives a send time that does.
-      try {
-        const extended = await connection.call(
-          'lock.extend',
-          { name, token: result.token, ttlMs, leaseKey: key },
-          {
-            write: true,
-            onSent: (at) => {
-              sentAt = at;
-            },
-          },
-        );
-        grantedTtlMs = extended.ttlMs;
-      } catch (error) {
-        if (!isDlmError(error, 'NOT_HOLDER')) releaseInBackground(name, token, key, grantedTtlMs);
-        throw isDlmError(error, 'NOT_HOLDER')
-          ? new DlmError('UNAVAILABLE', `the lease on ${JSON.stringify(name)} ran out in transit`, {
-              cause: error,
-            })
-          : error;
-      }
-    }
-    if (clock.now() >= sentAt + grantedTtlMs - driftMarginMs(grantedTtlMs)) {
-      releaseInBackground(name, token, key, grantedTtlMs);
-      throw new DlmError(
-        'UNAVAILABLE',
-        `the grant of ${JSON.stringify(name)} arrived after its lease had run out`,
-      );
-    }
-    const handle = createLease(leaseContext, {
-      name: result.name,
-      owner: result.owner,
-      token,
-      leaseKey: key,
-      ttlMs: grantedTtlMs,
-      requestedTtlMs: ttlMs,
-      sentAt,
-      autoExtend: acquireOptions.autoExtend === true,
-    });
-    let set = leases.get(handle.key);
-    if (!set) {
-      set = new Set();
-      leases.set(handle.key, set);
-    }
-    set.add(handle);
-    return handle.lease;
-  }
-
+  const core = new ClientCore(options);
   const client: DlmClient = {
     get session() {
-      return connection.session;
+      return core.connection.session;
     },
-
-    async connect(connectOptions = {}) {
-      if (closed) throw closedError();
-      await request('session.ping', {}, policyFor(connectOptions.retry, connectOptions.signal));
-      const session = connection.session;
-      if (!session) throw new DlmError('UNAVAILABLE', 'the connection dropped while connecting');
-      return session;
-    },
-
-    acquire,
-
-    async tryAcquire(name, tryOptions) {
-      try {
-        return await acquire(name, { ...tryOptions, waitMs: 0 });
-      } catch (error) {
-        if (isDlmError(error, 'LOCK_HELD')) return null;
-        throw error;
-      }
-    },
-
-    async withLock(name, lockOptions, fn) {
-      const lease = await acquire(name, { ...lockOptions, autoExtend: true });
-      const signal = lockOptions.signal
-        ? AbortSignal.any([lease.signal, lockOptions.signal])
-        : lease.signal;
-      try {
-        return await fn(signal, lease);
-      } finally {
-        await lease[Symbol.asyncDispose]();
-      }
-    },
-
-    async get(name, getOptions = {}) {
-      validateName(name, serverLimits());
-      const state = await request(
-        'lock.get',
-        { name },
-        policyFor(getOptions.retry, getOptions.signal),
-      );
-      if (!state.held) return { name: state.name, held: false };
-      return {
-        name: state.name,
-        held: true,
-        owner: state.owner,
-        token: parseToken(state.token),
-        ttlRemainingMs: state.ttlRemainingMs,
-      };
-    },
-
-    async watch(name, onChange, watchOptions = {}) {
-      if (closed) throw closedError();
-      validateName(name, serverLimits());
-      const watch: WatchState = {
-        name,
-        onChange,
-        // The signal bounds setting the watch up, not the watch: not kept for re-establishing.
-        retry: policyFor(watchOptions.retry),
-        watchId: undefined,
-        establishing: false,
-        stopped: false,
-      };
-      watches.add(watch);
-      try {
-        await establish(watch, watchOptions.signal);
-      } catch (error) {
-        watches.delete(watch);
-        throw error;
-      }
-      return {
-        async stop() {
-          if (watch.stopped) return;
-          watch.stopped = true;
-          watches.delete(watch);
-          const { watchId } = watch;
-          if (watchId === undefined) return;
-          watchesById.delete(watchId);
-          await connection.call('lock.unwatch', { watchId }).then(
-            () => {},
-            () => {},
-          );
-        },
-      };
-    },
-
-    campaign: (name, campaignOptions) =>
-      campaign(
-        {
-          clock,
-          retry: clientRetry,
-          async maxWaitMs(signal, retry) {
-            const session =
-              connection.session ??
-              (await client.connect({ retry, ...(signal ? { signal } : {}) }));
-            return session.limits.maxWaitMs;
-          },
-          acquireLeaderLease: (leaderName, { ownerIsOurs, signal, ...rest }) =>
-            acquire(
-              leaderName,
-              { ...rest, autoExtend: true, ...(signal ? { signal } : {}) },
-              { ownerIsOurs },
-            ),
-        },
-        name,
-        campaignOptions,
-      ),
-
-    observe: (name, observeOptions) =>
-      observe(
-        {
-          watch: (watchedName, onChange) => client.watch(watchedName, onChange),
-          async holder(heldName) {
-            const info = await client.get(heldName);
-            return info.held ? { owner: info.owner, term: info.token } : null;
-          },
-          reportError: (error) => events.emit('error', asError(error)),
-        },
-        name,
-        observeOptions,
-      ),
-
-    on: (event, listener) => events.on(event, listener),
-
-    async close() {
-      if (closed) return;
-      closed = true;
-      const held = [...leases.values()].flatMap((set) => [...set]);
-      if (connection.session) {
-        await Promise.allSettled(held.map((handle) => handle.lease.release()));
-      } else {
-        // Releasing needs a session, and close() should not wait for one: the server lets
-        // these leases run out.
-        for (const handle of held) handle.forget();
-      }
-      cleanups = [];
-      for (const watch of watches) watch.stopped = true;
-      watches.clear();
-      watchesById.clear();
-      await connection.close();
-      events.clear();
-    },
-
-    [Symbol.asyncDispose]() {
-      return client.close();
-    },
+    connect: (connectOptions) => connect(core, connectOptions),
+    acquire: (name, acquireOptions) => acquire(core, name, acquireOptions),
+    tryAcquire: (name, tryOptions) => tryAcquire(core, name, tryOptions),
+    withLock: (name, lockOptions, fn) => withLock(core, name, lockOptions, fn),
+    get: (name, getOptions) => get(core, name, getOptions),
+    watch: (name, onChange, watchOptions = {}) => core.watches.start(name, onChange, watchOptions),
+    campaign: (name, campaignOptions) => campaignFor(core, client, name, campaignOptions),
+    observe: (name, observeOptions) => observeFor(core, client, name, observeOptions),
+    on: (event, listener) => core.events.on(event, listener),
+    close: () => close(core),
+    [Symbol.asyncDispose]: () => client.close(),
   };
   return client;
 }
 
-/**
- * The server's URL as `ws(s)://host:port/path`. A URL that cannot work is INVALID_PARAMS at
- * once, from `createClient`: left to the WebSocket it would only fail on every reconnect, and
- * `localhost:7171` (no scheme) even parses, as scheme `localhost:`.
- */
-function normalizeUrl(url: string): string {
-  const invalidUrl = (why: string) =>
-    new DlmError(
-      'INVALID_PARAMS',
-      `url must be a ws://, wss://, http:// or https:// URL, got ${JSON.stringify(url)}: ${why}`,
-      { field: 'url' },
-    );
-  if (typeof url !== 'string') throw invalidUrl('not a string');
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    throw invalidUrl(
-      /^[\w.-]+:\d+/.test(url) ? `no scheme (did you mean ws://${url}?)` : 'not a URL',
-    );
-  }
-  if (!['ws:', 'wss:', 'http:', 'https:'].includes(parsed.protocol)) {
-    throw invalidUrl(
-      /^[\w.-]+:\d+/.test(url)
-        ? `no scheme (did you mean ws://${url}?)`
-        : `unsupported scheme ${parsed.protocol}`,
-    );
-  }
-  if (!parsed.hostname) throw invalidUrl('no host');
-  if (parsed.protocol === 'http:') parsed.protocol = 'ws:';
-  else if (parsed.protocol === 'https:') parsed.protocol = 'wss:';
-  if (parsed.pathname === '/' || parsed.pathname === '') parsed.pathname = WS_PATH;
-  return parsed.toString();
+async function connect(core: ClientCore, options: RequestOptions = {}): Promise<SessionInfo> {
+  if (core.closed) throw closedError();
+  await core.request('session.ping', {}, core.policyFor(options.retry, options.signal));
+  const { session } = core.connection;
+  if (!session) throw new DlmError('UNAVAILABLE', 'the connection dropped while connecting');
+  return session;
 }
 
-/** The key of a live lease held here by `owner` on `name`, for a deliberate re-entry. */
-function heldKeyIn(
-  leases: Map<string, Set<LeaseHandle>>,
+async function tryAcquire(
+  core: ClientCore,
   name: string,
-  owner: string,
-): string | undefined {
-  for (const set of leases.values()) {
-    for (const handle of set) {
-      if (handle.lease.name === name && handle.lease.owner === owner && !handle.lease.lost) {
-        return handle.leaseKey;
-      }
-    }
+  options: Omit<AcquireOptions, 'waitMs'>,
+): Promise<Lease | null> {
+  try {
+    return await acquire(core, name, { ...options, waitMs: 0 });
+  } catch (error) {
+    if (isDlmError(error, 'LOCK_HELD')) return null;
+    throw error;
   }
-  return undefined;
 }
 
-function freshOwner(): string {
-  return globalThis.crypto.randomUUID();
+async function withLock<T>(
+  core: ClientCore,
+  name: string,
+  options: WithLockOptions,
+  fn: (signal: AbortSignal, lease: Lease) => Promise<T>,
+): Promise<T> {
+  const lease = await acquire(core, name, { ...options, autoExtend: true });
+  const signal = options.signal ? AbortSignal.any([lease.signal, options.signal]) : lease.signal;
+  try {
+    return await fn(signal, lease);
+  } finally {
+    await lease[Symbol.asyncDispose]();
+  }
 }
 
-function asError(error: unknown): Error {
-  return error instanceof Error ? error : new Error(String(error));
+async function get(
+  core: ClientCore,
+  name: string,
+  options: RequestOptions = {},
+): Promise<LockInfo> {
+  validateName(name, core.limits());
+  const state = await core.request(
+    'lock.get',
+    { name },
+    core.policyFor(options.retry, options.signal),
+  );
+  if (!state.held) return { name: state.name, held: false };
+  return {
+    name: state.name,
+    held: true,
+    owner: state.owner,
+    token: parseToken(state.token),
+    ttlRemainingMs: state.ttlRemainingMs,
+  };
 }
 
-function closedError(): DlmError {
-  return new DlmError('CANCELLED', 'the client is closed');
+function campaignFor(
+  core: ClientCore,
+  client: DlmClient,
+  name: string,
+  options: CampaignOptions,
+): Promise<Leadership> {
+  return campaign(
+    {
+      clock: core.clock,
+      retry: core.retry,
+      async maxWaitMs(signal, retry) {
+        const session =
+          core.connection.session ??
+          (await client.connect({ retry, ...(signal ? { signal } : {}) }));
+        return session.limits.maxWaitMs;
+      },
+      acquireLeaderLease: (leaderName, { ownerIsOurs, signal, ...rest }) =>
+        acquire(
+          core,
+          leaderName,
+          { ...rest, autoExtend: true, ...(signal ? { signal } : {}) },
+          { ownerIsOurs },
+        ),
+    },
+    name,
+    options,
+  );
+}
+
+function observeFor(
+  core: ClientCore,
+  client: DlmClient,
+  name: string,
+  options: ObserveOptions | undefined,
+): AsyncIterable<Leader | null> {
+  return observe(
+    {
+      watch: (watchedName, onChange) => client.watch(watchedName, onChange),
+      async holder(heldName) {
+        const info = await client.get(heldName);
+        return info.held ? { owner: info.owner, term: info.token } : null;
+      },
+      reportError: (error) => core.reportError(error),
+    },
+    name,
+    options,
+  );
+}
+
+async function close(core: ClientCore): Promise<void> {
+  if (core.closed) return;
+  core.closed = true;
+  const held = core.held.all();
+  if (core.connection.session) {
+    await Promise.allSettled(held.map((handle) => handle.lease.release()));
+  } else {
+    // Releasing needs a session, and close() should not wait for one: the server lets these
+    // leases run out.
+    for (const handle of held) handle.forget();
+  }
+  core.cleanup.clear();
+  core.watches.stopAll();
+  await core.connection.close();
+  core.events.clear();
 }

@@ -1,11 +1,9 @@
 import {
-  type Backoff,
   type Clock,
-  type Corkable,
-  corkUntil,
-  createBackoff,
+  type DeadlineQueue,
   DlmError,
   type RetryPolicy,
+  settlesWithin,
   type Timer,
 } from '@dlm/core';
 import {
@@ -15,11 +13,16 @@ import {
   type NotificationParams,
   type ParamsOf,
   type ResultOf,
-  type RpcErrorObject,
   SUBPROTOCOL,
 } from '@dlm/protocol';
 import { deadlineQueue } from './deadline-queue.js';
+import { cancelled, closedError, describeFailure, messageOf, unavailable } from './failures.js';
+import { PendingRequest, RequestTable } from './pending-requests.js';
+import { ReconnectSchedule } from './reconnect.js';
 import { OPEN, type WebSocketConstructor, type WebSocketLike } from './websocket.js';
+import { closeQuietly, cork, isRpcError, readFrame } from './wire.js';
+
+export { describeFailure } from './failures.js';
 
 export type HelloResult = ResultOf<'session.hello'>;
 
@@ -75,17 +78,6 @@ export interface Connection {
   close(): Promise<void>;
 }
 
-interface Pending {
-  id: number;
-  frame: string;
-  sent: boolean;
-  /** The caller still waits for this reply (false after a timeout or an abort). */
-  waiting: boolean;
-  resolve(result: unknown): void;
-  reject(error: DlmError): void;
-  options: CallOptions<unknown>;
-}
-
 type State = 'idle' | 'connecting' | 'ready' | 'backoff' | 'closed';
 
 /**
@@ -95,442 +87,346 @@ type State = 'idle' | 'connecting' | 'ready' | 'backoff' | 'closed';
  * timeout.
  */
 export function createConnection(options: ConnectionOptions): Connection {
-  const { clock, requestTimeoutMs } = options;
-  const timeouts = deadlineQueue(clock, requestTimeoutMs);
-  let state: State = 'idle';
-  let socket: WebSocketLike | undefined;
-  let session: HelloResult | undefined;
-  let everReady = false;
-  /** The current outage's backoff; a new one after every session. */
-  let backoff: Backoff | undefined;
-  let nextId = 1;
-  const queue: Pending[] = [];
-  const inflight = new Map<number, Pending>();
-  let connectTimer: Timer | undefined;
-  let backoffTimer: Timer | undefined;
-  let pingTimer: Timer | undefined;
-  /** Why the last connection attempt failed, while there is no session: said in every error. */
-  let lastFailure: { reason: string; cause: unknown } | undefined;
+  const connection = new ClientConnection(options);
+  return {
+    get session() {
+      return connection.session;
+    },
+    // Bound once: the client hands `call` around on its own (to every lease).
+    call: connection.call.bind(connection),
+    close: () => connection.close(),
+  };
+}
 
-  function open(): void {
-    if (socket || state === 'closed') return;
-    backoffTimer?.cancel();
-    state = 'connecting';
+/**
+ * The connection's state machine: idle → connecting (socket open, hello sent) → ready (a
+ * session) → backoff after a drop → connecting again, or idle when reconnecting stops; closed
+ * is final. Every socket event is checked against the current socket, so a replaced socket's
+ * late events change nothing.
+ */
+class ClientConnection {
+  session: HelloResult | undefined;
+  private state: State = 'idle';
+  private socket: WebSocketLike | undefined;
+  private everReady = false;
+  private readonly requests = new RequestTable();
+  private readonly reconnect: ReconnectSchedule;
+  private readonly timeouts: DeadlineQueue;
+  private connectTimer: Timer | undefined;
+  private pingTimer: Timer | undefined;
+  /** Why the last connection attempt failed, while there is no session: said in every error. */
+  private lastFailure: { reason: string; cause: unknown } | undefined;
+  private closing: Promise<void> | undefined;
+
+  constructor(private readonly options: ConnectionOptions) {
+    this.reconnect = new ReconnectSchedule(options.reconnect, options.clock);
+    this.timeouts = deadlineQueue(options.clock, options.requestTimeoutMs);
+  }
+
+  // ---- connecting --------------------------------------------------------------------------
+
+  private open(): void {
+    if (this.socket || this.state === 'closed') return;
+    this.reconnect.cancel();
+    this.state = 'connecting';
+    const { options } = this;
     let ws: WebSocketLike;
     try {
       ws = new options.WebSocket(options.url, SUBPROTOCOL);
     } catch (error) {
-      lastFailure = { reason: describeFailure(error), cause: error };
-      options.onError(unavailable(`cannot open ${options.url}: ${lastFailure.reason}`, error));
-      down(1006, 'could not open the WebSocket');
+      this.lastFailure = { reason: describeFailure(error), cause: error };
+      options.onError(unavailable(`cannot open ${options.url}: ${this.lastFailure.reason}`, error));
+      this.down(1006, 'could not open the WebSocket');
       return;
     }
-    socket = ws;
+    this.socket = ws;
     // Bounds the TCP connect, the WebSocket handshake and the hello together.
-    connectTimer = clock.setTimer(() => {
-      if (socket === ws) {
-        lastFailure = {
-          reason: `no session within ${requestTimeoutMs} ms (connect, upgrade and hello)`,
-          cause: undefined,
-        };
-        options.onError(unavailable(`no session with ${options.url}: ${lastFailure.reason}`));
-        drop(ws, 'connect timeout');
-      }
-    }, requestTimeoutMs);
+    this.connectTimer = options.clock.setTimer(
+      () => this.onConnectTimeout(ws),
+      options.requestTimeoutMs,
+    );
+    this.listen(ws);
+  }
+
+  private listen(ws: WebSocketLike): void {
     ws.addEventListener('open', () => {
-      if (socket === ws) void greet(ws);
+      if (this.socket === ws) void this.greet(ws);
     });
     ws.addEventListener('message', (event) => {
-      if (socket === ws) onMessage(event.data);
+      if (this.socket === ws) this.onMessage(event.data);
     });
     ws.addEventListener('error', (event) => {
-      if (socket === ws) {
-        const cause = event.error ?? event.message;
-        if (state === 'connecting') lastFailure = { reason: describeFailure(cause), cause };
-        options.onError(
-          unavailable(`connection to ${options.url} failed: ${describeFailure(cause)}`, cause),
-        );
-      }
+      if (this.socket === ws) this.onSocketError(event.error ?? event.message);
     });
     ws.addEventListener('close', (event) => {
-      if (socket === ws) down(event.code, event.reason);
+      if (this.socket === ws) this.down(event.code, event.reason);
     });
   }
 
-  async function greet(ws: WebSocketLike): Promise<void> {
+  private onConnectTimeout(ws: WebSocketLike): void {
+    if (this.socket !== ws) return;
+    const { options } = this;
+    this.lastFailure = {
+      reason: `no session within ${options.requestTimeoutMs} ms (connect, upgrade and hello)`,
+      cause: undefined,
+    };
+    options.onError(unavailable(`no session with ${options.url}: ${this.lastFailure.reason}`));
+    this.drop(ws, 'connect timeout');
+  }
+
+  private onSocketError(cause: unknown): void {
+    if (this.state === 'connecting') this.lastFailure = { reason: describeFailure(cause), cause };
+    this.options.onError(
+      unavailable(`connection to ${this.options.url} failed: ${describeFailure(cause)}`, cause),
+    );
+  }
+
+  // ---- the session hello -------------------------------------------------------------------
+
+  private async greet(ws: WebSocketLike): Promise<void> {
     let params: ParamsOf<'session.hello'>;
     try {
-      params = await options.helloParams();
+      params = await this.options.helloParams();
     } catch (error) {
-      if (socket !== ws) return;
-      fatal(
+      if (this.socket !== ws) return;
+      this.fatal(
         ws,
         new DlmError('UNAUTHENTICATED', `auth failed: ${messageOf(error)}`, { cause: error }),
       );
       return;
     }
-    if (socket !== ws) return;
-    const id = nextId++;
-    const hello: Pending = {
-      id,
-      frame: frame(id, 'session.hello', params),
-      sent: true,
-      waiting: true,
-      resolve: (result) => {
-        if (socket !== ws) return;
-        connectTimer?.cancel();
-        lastFailure = undefined;
-        session = result as HelloResult;
-        state = 'ready';
-        backoff = undefined;
-        const reconnected = everReady;
-        everReady = true;
-        schedulePing(ws);
-        for (const pending of queue.splice(0)) send(ws, pending);
-        options.onReady(session, reconnected);
-      },
-      reject: (error) => {
-        if (socket !== ws) return;
-        // A refused hello (bad credentials, wrong protocol) will be refused again: stop, and
-        // let the next request try afresh. A transient one goes through the backoff.
-        if (error.retryable) {
-          options.onError(error);
-          drop(ws, 'hello failed');
-        } else fatal(ws, error);
-      },
-      options: {},
-    };
-    inflight.set(id, hello);
-    transmit(ws, hello);
+    if (this.socket !== ws) return;
+    const hello = new PendingRequest(
+      this.requests.nextId(),
+      'session.hello',
+      params,
+      {},
+      (result) => this.onHello(ws, result as HelloResult),
+      (error) => this.onHelloRefused(ws, error),
+    );
+    this.requests.sent(hello);
+    this.transmit(ws, hello);
   }
 
-  /** A failure that retrying will not fix: every waiting request gets it, no reconnect. */
-  function fatal(ws: WebSocketLike, error: DlmError): void {
-    const wasReady = state === 'ready';
-    closeQuietly(ws, 1000, 'hello refused');
-    teardown(error.message);
-    if (state === 'closed') return;
-    state = 'idle';
-    backoff = undefined;
-    for (const pending of queue.splice(0)) settle(pending, error);
-    // Callbacks last: a listener may call into the client, which must see the new state.
-    options.onError(error);
-    if (wasReady) options.onDown({ code: 1000, reason: error.message, willReconnect: false });
+  private onHello(ws: WebSocketLike, session: HelloResult): void {
+    if (this.socket !== ws) return;
+    this.connectTimer?.cancel();
+    this.lastFailure = undefined;
+    this.session = session;
+    this.state = 'ready';
+    this.reconnect.reset();
+    const reconnected = this.everReady;
+    this.everReady = true;
+    this.schedulePing(ws);
+    for (const request of this.requests.drainQueue()) this.send(ws, request);
+    this.options.onReady(session, reconnected);
   }
 
-  /** Gives up on a socket now, without waiting for a closing handshake that may never come. */
-  function drop(ws: WebSocketLike, reason: string): void {
-    if (socket !== ws) return;
-    closeQuietly(ws, 4000, reason);
-    down(1006, reason);
+  private onHelloRefused(ws: WebSocketLike, error: DlmError): void {
+    if (this.socket !== ws) return;
+    // A refused hello (bad credentials, wrong protocol) will be refused again: stop, and let the
+    // next request try afresh. A transient one goes through the backoff.
+    if (error.retryable) {
+      this.options.onError(error);
+      this.drop(ws, 'hello failed');
+    } else this.fatal(ws, error);
   }
 
-  /** Forgets the socket and fails what was sent on it; the caller sets the next state. */
-  function teardown(reason: string): void {
-    socket = undefined;
-    session = undefined;
-    connectTimer?.cancel();
-    pingTimer?.cancel();
-    for (const pending of inflight.values()) {
-      pending.options.onDropped?.();
-      settle(
-        pending,
-        unavailable(
-          `connection lost before the reply (${reason})`,
-          undefined,
-          pending.options.write === true,
-        ),
-      );
-    }
-    inflight.clear();
-  }
-
-  function down(code: number, reason: string): void {
-    const wasReady = state === 'ready';
-    teardown(reason || `close code ${code}`);
-    if (state === 'closed') return;
-    const willReconnect = options.reconnect !== false && scheduleReconnect(options.reconnect);
-    if (!willReconnect) {
-      state = 'idle';
-      const error = unavailable(
-        (options.reconnect === false
-          ? `not connected to ${options.url} (reconnect is off)`
-          : `gave up reconnecting to ${options.url} after ${backoff?.retries ?? 0} attempts`) +
-          (lastFailure ? `: ${lastFailure.reason}` : ''),
-        lastFailure?.cause,
-      );
-      backoff = undefined;
-      for (const pending of queue.splice(0)) settle(pending, error);
-    }
-    // Callbacks last: a listener may call into the client, which must see the new state.
-    if (wasReady) options.onDown({ code, reason, willReconnect });
-  }
-
-  /** Books the next connection attempt of this outage; false when the policy says stop. */
-  function scheduleReconnect(policy: RetryPolicy): boolean {
-    // Every attempt of an outage is delayed, the first included: clients dropped together by a
-    // server restart must not all come back in the same instant.
-    backoff ??= createBackoff(policy, { clock, retries: policy.attempts });
-    const delayMs = backoff.next();
-    if (delayMs === undefined) return false;
-    state = 'backoff';
-    backoffTimer = clock.setTimer(() => {
-      backoffTimer = undefined;
-      if (state === 'backoff') open();
-    }, delayMs);
-    return true;
-  }
-
-  function schedulePing(ws: WebSocketLike): void {
-    if (options.pingIntervalMs <= 0) return;
-    pingTimer = clock.setTimer(() => {
-      if (socket !== ws) return;
-      call('session.ping', {}).then(
+  /** Checks an idle connection now and then; no reply in time replaces it. */
+  private schedulePing(ws: WebSocketLike): void {
+    const { pingIntervalMs } = this.options;
+    if (pingIntervalMs <= 0) return;
+    this.pingTimer = this.options.clock.setTimer(() => {
+      if (this.socket !== ws) return;
+      this.call('session.ping', {}).then(
         () => {
-          if (socket === ws) schedulePing(ws);
+          if (this.socket === ws) this.schedulePing(ws);
         },
         () => {
           // No reply in time on a socket that still looks open: it is half-open or the server
           // is stuck. Replace it rather than let every later request time out too.
-          if (socket === ws) drop(ws, 'ping timeout');
+          if (this.socket === ws) this.drop(ws, 'ping timeout');
         },
       );
-    }, options.pingIntervalMs);
+    }, pingIntervalMs);
   }
 
-  function onMessage(data: unknown): void {
-    if (typeof data !== 'string') {
-      options.onError(new DlmError('INVALID_REQUEST', 'the server sent a binary frame'));
-      return;
-    }
-    let message: unknown;
-    try {
-      message = JSON.parse(data);
-    } catch (error) {
-      options.onError(
-        new DlmError('PARSE_ERROR', 'the server sent invalid JSON', { cause: error }),
-      );
-      return;
-    }
-    if (typeof message !== 'object' || message === null) return;
-    const { id, method, params, result, error } = message as Record<string, unknown>;
+  // ---- going down --------------------------------------------------------------------------
+
+  /** A failure that retrying will not fix: every waiting request gets it, no reconnect. */
+  private fatal(ws: WebSocketLike, error: DlmError): void {
+    const wasReady = this.state === 'ready';
+    closeQuietly(ws, 1000, 'hello refused');
+    this.teardown(error.message);
+    if (this.state === 'closed') return;
+    this.state = 'idle';
+    this.reconnect.reset();
+    this.requests.failQueued(error);
+    // Callbacks last: a listener may call into the client, which must see the new state.
+    this.options.onError(error);
+    if (wasReady) this.options.onDown({ code: 1000, reason: error.message, willReconnect: false });
+  }
+
+  /** Gives up on a socket now, without waiting for a closing handshake that may never come. */
+  private drop(ws: WebSocketLike, reason: string): void {
+    if (this.socket !== ws) return;
+    closeQuietly(ws, 4000, reason);
+    this.down(1006, reason);
+  }
+
+  /** Forgets the socket and fails what was sent on it; the caller sets the next state. */
+  private teardown(reason: string): void {
+    this.socket = undefined;
+    this.session = undefined;
+    this.connectTimer?.cancel();
+    this.pingTimer?.cancel();
+    this.requests.failInflight(reason);
+  }
+
+  private down(code: number, reason: string): void {
+    const wasReady = this.state === 'ready';
+    this.teardown(reason || `close code ${code}`);
+    if (this.state === 'closed') return;
+    const willReconnect = this.reconnect.schedule(() => {
+      if (this.state === 'backoff') this.open();
+    });
+    if (willReconnect) this.state = 'backoff';
+    else this.stopReconnecting();
+    // Callbacks last: a listener may call into the client, which must see the new state.
+    if (wasReady) this.options.onDown({ code, reason, willReconnect });
+  }
+
+  /** No more attempts in this outage: what waits for a session fails, saying why. */
+  private stopReconnecting(): void {
+    const { options, lastFailure } = this;
+    this.state = 'idle';
+    const error = unavailable(
+      (this.reconnect.enabled
+        ? `gave up reconnecting to ${options.url} after ${this.reconnect.retries} attempts`
+        : `not connected to ${options.url} (reconnect is off)`) +
+        (lastFailure ? `: ${lastFailure.reason}` : ''),
+      lastFailure?.cause,
+    );
+    this.reconnect.reset();
+    this.requests.failQueued(error);
+  }
+
+  // ---- frames ------------------------------------------------------------------------------
+
+  private onMessage(data: unknown): void {
+    const message = readFrame(data, this.options.onError);
+    if (!message) return;
+    const { id, method, params, error } = message;
     if (typeof id === 'number' || typeof id === 'string') {
-      const pending = inflight.get(id as number);
-      if (!pending) return;
-      inflight.delete(id as number);
-      if (isRpcError(error)) settle(pending, fromRpcError(error));
-      else if (pending.waiting) {
-        pending.waiting = false;
-        pending.resolve(result);
-      } else pending.options.onLateResult?.(result);
+      const request = this.requests.take(id as number);
+      if (!request) return;
+      if (isRpcError(error)) request.fail(fromRpcError(error));
+      else request.succeed(message.result);
     } else if (typeof method === 'string' && typeof params === 'object' && params !== null) {
-      options.onNotification({ method, params } as ServerNotification);
+      this.options.onNotification({ method, params } as ServerNotification);
     } else if (isRpcError(error)) {
       // id null: the server could not tell which request this answers.
-      options.onError(fromRpcError(error));
+      this.options.onError(fromRpcError(error));
     }
   }
 
-  function settle(pending: Pending, error: DlmError): void {
-    if (!pending.waiting) return;
-    pending.waiting = false;
-    pending.reject(error);
-  }
-
-  /**
-   * Under Node's `ws`, holds the TCP socket's writes until the current turn's promise jobs have
-   * run, so requests sent in one turn leave in one write instead of one syscall each.
-   */
-  function cork(ws: WebSocketLike): void {
-    const raw = (ws as { _socket?: Partial<Corkable> })._socket;
-    if (typeof raw?.cork !== 'function' || typeof raw.uncork !== 'function') return;
-    corkUntil(raw as Corkable, process.nextTick);
-  }
-
-  function transmit(ws: WebSocketLike, pending: Pending): void {
+  private transmit(ws: WebSocketLike, request: PendingRequest): void {
     if (ws.readyState !== OPEN) return; // its close event is on the way and fails the request
     try {
       cork(ws);
-      ws.send(pending.frame);
+      ws.send(request.frame);
     } catch {
-      drop(ws, 'send failed');
+      this.drop(ws, 'send failed');
     }
   }
 
-  function send(ws: WebSocketLike, pending: Pending): void {
-    pending.sent = true;
-    inflight.set(pending.id, pending);
-    pending.options.onSent?.(clock.now());
-    transmit(ws, pending);
+  private send(ws: WebSocketLike, request: PendingRequest): void {
+    this.requests.sent(request);
+    request.options.onSent?.(this.options.clock.now());
+    this.transmit(ws, request);
   }
 
-  function call<M extends MethodName>(
+  // ---- requests ----------------------------------------------------------------------------
+
+  call<M extends MethodName>(
     method: M,
     params: ParamsOf<M>,
     callOptions: CallOptions<ResultOf<M>> = {},
   ): Promise<ResultOf<M>> {
-    if (state === 'closed') return Promise.reject(closedError());
+    if (this.state === 'closed') return Promise.reject(closedError());
     const { signal } = callOptions;
     if (signal?.aborted) return Promise.reject(cancelled());
     return new Promise<ResultOf<M>>((resolve, reject) => {
-      const id = nextId++;
-      const timeoutMs = callOptions.timeoutMs ?? requestTimeoutMs;
-      let cancelTimeout: (() => void) | undefined;
-      let onAbort: (() => void) | undefined;
-      const finish = () => {
-        cancelTimeout?.();
-        if (onAbort) signal?.removeEventListener('abort', onAbort);
-      };
-      const pending: Pending = {
-        id,
-        frame: frame(id, method, params),
-        sent: false,
-        waiting: true,
-        resolve: (result) => {
-          finish();
-          resolve(result as ResultOf<M>);
-        },
-        reject: (error) => {
-          finish();
-          reject(error);
-        },
-        options: callOptions as CallOptions<unknown>,
-      };
-      const stopWaiting = (error: DlmError) => {
-        const queued = queue.indexOf(pending);
-        if (queued >= 0) queue.splice(queued, 1);
-        settle(pending, error);
-      };
-      const onTimeout = () => {
-        stopWaiting(
-          pending.sent
-            ? unavailable(
-                `no reply to ${method} within ${timeoutMs} ms`,
-                undefined,
-                callOptions.write === true,
-              )
-            : unavailable(
-                `no session with ${options.url} within ${Math.round(timeoutMs)} ms${lastFailure ? `: ${lastFailure.reason}` : ''}`,
-                lastFailure?.cause,
-              ),
-        );
-      };
-      // Most calls use the connection's own timeout: those share one timer (per clock, across
-      // connections); the others get their own.
-      if (timeoutMs === requestTimeoutMs) cancelTimeout = timeouts.add(onTimeout);
+      const request = new PendingRequest(
+        this.requests.nextId(),
+        method,
+        params,
+        callOptions as CallOptions<unknown>,
+        resolve as (result: unknown) => void,
+        reject,
+      );
+      this.bound(request, method, callOptions.timeoutMs ?? this.options.requestTimeoutMs);
+      if (signal) request.listenForAbort(signal, () => this.stopWaiting(request, cancelled()));
+      if (this.state === 'ready' && this.socket) this.send(this.socket, request);
       else {
-        const timer = clock.setTimer(onTimeout, timeoutMs);
-        cancelTimeout = () => timer.cancel();
-      }
-      if (signal) {
-        onAbort = () => stopWaiting(cancelled());
-        signal.addEventListener('abort', onAbort, { once: true });
-      }
-      if (state === 'ready' && socket) send(socket, pending);
-      else {
-        queue.push(pending);
-        if (state === 'idle') open();
+        this.requests.enqueue(request);
+        if (this.state === 'idle') this.open();
       }
     });
   }
 
-  let closing: Promise<void> | undefined;
+  /** Ends the caller's wait after `timeoutMs`, counted from the call (queueing included). */
+  private bound(request: PendingRequest, method: string, timeoutMs: number): void {
+    const onTimeout = () =>
+      this.stopWaiting(request, this.timeoutError(request, method, timeoutMs));
+    // Most calls use the connection's own timeout: those share one timer (per clock, across
+    // connections); the others get their own.
+    if (timeoutMs === this.options.requestTimeoutMs) {
+      request.cancelDeadline = this.timeouts.add(onTimeout);
+    } else request.timer = this.options.clock.setTimer(onTimeout, timeoutMs);
+  }
 
-  return {
-    get session() {
-      return session;
-    },
-    call,
-    close() {
-      if (closing) return closing;
-      state = 'closed';
-      backoffTimer?.cancel();
-      const ws = socket;
-      teardown('client closed');
-      const error = closedError();
-      for (const pending of queue.splice(0)) settle(pending, error);
-      closing = new Promise<void>((resolve) => {
-        if (!ws || ws.readyState > OPEN) {
-          resolve();
-          return;
-        }
-        // Wait briefly for the closing handshake so the server sees a clean close, but never
-        // let a dead peer hold close() up.
-        const timer = clock.setTimer(() => {
-          ws.terminate?.();
-          resolve();
-        }, 1_000);
-        ws.addEventListener('close', () => {
-          timer.cancel();
-          resolve();
-        });
-        closeQuietly(ws, 1000, 'client closed');
-      });
-      return closing;
-    },
-  };
-}
+  private timeoutError(request: PendingRequest, method: string, timeoutMs: number): DlmError {
+    if (request.sent) {
+      return unavailable(
+        `no reply to ${method} within ${timeoutMs} ms`,
+        undefined,
+        request.options.write === true,
+      );
+    }
+    const { lastFailure } = this;
+    return unavailable(
+      `no session with ${this.options.url} within ${Math.round(timeoutMs)} ms${lastFailure ? `: ${lastFailure.reason}` : ''}`,
+      lastFailure?.cause,
+    );
+  }
 
-function frame(id: number, method: string, params: unknown): string {
-  return JSON.stringify({ jsonrpc: '2.0', id, method, params });
-}
+  private stopWaiting(request: PendingRequest, error: DlmError): void {
+    this.requests.withdraw(request);
+    request.fail(error);
+  }
 
-function closeQuietly(ws: WebSocketLike, code: number, reason: string): void {
-  try {
-    if (code !== 1000 && ws.terminate) ws.terminate();
-    else ws.close(code, reason);
-  } catch {}
-}
+  // ---- closing -----------------------------------------------------------------------------
 
-function isRpcError(value: unknown): value is RpcErrorObject {
-  return (
-    typeof value === 'object' &&
-    value !== null &&
-    typeof (value as { code?: unknown }).code === 'number' &&
-    typeof (value as { message?: unknown }).message === 'string'
-  );
-}
+  close(): Promise<void> {
+    if (this.closing) return this.closing;
+    this.state = 'closed';
+    this.reconnect.cancel();
+    const ws = this.socket;
+    this.teardown('client closed');
+    this.requests.failQueued(closedError());
+    this.closing = this.closeSocket(ws);
+    return this.closing;
+  }
 
-/**
- * Why a connection attempt failed, in words a user can act on, from what `ws` (or a WHATWG
- * WebSocket) reported: refused, host not found, the HTTP status of a refused upgrade (a wrong
- * path is 404), a TLS failure. The original text follows in parentheses.
- */
-export function describeFailure(error: unknown): string {
-  const text = messageOf(error);
-  const code = (error as { code?: unknown } | undefined)?.code;
-  const upgrade = /Unexpected server response: (\d+)/.exec(text);
-  let what: string | undefined;
-  if (upgrade) what = `HTTP ${upgrade[1]} on the WebSocket upgrade`;
-  else if (code === 'ECONNREFUSED') what = 'connection refused';
-  else if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') what = 'host not found';
-  else if (code === 'ETIMEDOUT') what = 'connect timed out';
-  else if (code === 'ECONNRESET') what = 'connection reset';
-  else if (code === 'EHOSTUNREACH' || code === 'ENETUNREACH') what = 'host unreachable';
-  else if (
-    (typeof code === 'string' && /CERT|SSL|TLS|SELF_SIGNED|UNABLE_TO_VERIFY|EPROTO/.test(code)) ||
-    /certificate|\bssl\b|\btls\b/i.test(text)
-  )
-    what = 'TLS error';
-  return what ? `${what} (${text})` : text;
-}
-
-function messageOf(error: unknown): string {
-  if (error instanceof Error) return error.message;
-  return error === undefined ? 'unknown error' : String(error);
-}
-
-function unavailable(message: string, cause?: unknown, indeterminate = false): DlmError {
-  return new DlmError('UNAVAILABLE', message, {
-    ...(cause === undefined ? {} : { cause }),
-    ...(indeterminate ? { indeterminate: true } : {}),
-  });
-}
-
-function cancelled(): DlmError {
-  return new DlmError('CANCELLED', 'the caller stopped waiting');
-}
-
-function closedError(): DlmError {
-  return new DlmError('CANCELLED', 'the client is closed');
+  /**
+   * Waits briefly for the closing handshake so the server sees a clean close, but never lets a
+   * dead peer hold close() up.
+   */
+  private async closeSocket(ws: WebSocketLike | undefined): Promise<void> {
+    if (!ws || ws.readyState > OPEN) return;
+    const closed = new Promise<void>((resolve) => ws.addEventListener('close', () => resolve()));
+    closeQuietly(ws, 1000, 'client closed');
+    if (!(await settlesWithin(this.options.clock, closed, 1_000))) ws.terminate?.();
+  }
 }

@@ -5,6 +5,7 @@ import {
   type RetryOptions,
   type RetryPolicy,
   retryPolicy,
+  sleep,
 } from '@dlm/core';
 import type { Lease } from './lease.js';
 
@@ -128,6 +129,7 @@ export async function campaign(
       if (context.clock.now() - startedAt < waitMs / 2) {
         const delayMs = backoff.next();
         if (delayMs === undefined) throw error;
+        // An abort ends the sleep early; the next acquire then rejects with CANCELLED.
         await sleep(context.clock, delayMs, options.signal);
       }
     }
@@ -146,19 +148,6 @@ function leadershipOf(lease: Lease): Leadership {
     },
     [Symbol.asyncDispose]: () => lease[Symbol.asyncDispose](),
   };
-}
-
-/** Waits `delayMs`; an abort ends the wait early (the next acquire then rejects CANCELLED). */
-function sleep(clock: Clock, delayMs: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      timer.cancel();
-      signal?.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = clock.setTimer(done, delayMs);
-    signal?.addEventListener('abort', done, { once: true });
-  });
 }
 
 /** What observing needs from the client. */

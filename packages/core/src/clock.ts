@@ -1,6 +1,11 @@
 /** A scheduled callback that can be cancelled. */
 export interface Timer {
   cancel(): void;
+  /**
+   * Lets the process exit while this timer is pending (background chores; see
+   * `backgroundTimer`). Only timers of the system clock have it.
+   */
+  unref?(): void;
 }
 
 /**
@@ -13,11 +18,21 @@ export interface Clock {
   setTimer(callback: () => void, delayMs: number): Timer;
 }
 
+/** A class, not two closures per timer: timers are set on hot paths. */
+class SystemTimer implements Timer {
+  constructor(private readonly handle: ReturnType<typeof setTimeout>) {}
+  cancel(): void {
+    clearTimeout(this.handle);
+  }
+  unref(): void {
+    this.handle.unref();
+  }
+}
+
 export const systemClock: Clock = {
   now: () => performance.now(),
   setTimer(callback, delayMs) {
-    const handle = setTimeout(callback, Math.max(0, delayMs));
-    return { cancel: () => clearTimeout(handle) };
+    return new SystemTimer(setTimeout(callback, Math.max(0, delayMs)));
   },
 };
 

@@ -28,6 +28,15 @@ export {
   toUnavailable,
 } from './errors.js';
 export {
+  createFairQueue,
+  type FairQueue,
+  type FairQueueDriver,
+  type FairQueueOptions,
+  type QueueSleep,
+  type QueueStep,
+  type QueueWatcher,
+} from './fair-queue.js';
+export {
   createFenceGuard,
   type FenceGuard,
   type FenceGuardOptions,
@@ -36,6 +45,16 @@ export {
   parseToken,
 } from './fencing.js';
 export { createLeaseKey, hashLeaseKey } from './lease-key.js';
+export { notHolderError } from './lock-errors.js';
+export {
+  deliverEvent,
+  type HeardHolder,
+  holderChangeEvents,
+  type ListenerEntry,
+  type LockListener,
+  LockListeners,
+  type LockListenersHooks,
+} from './lock-listeners.js';
 export {
   type AcquireOptions,
   createLockService,
@@ -45,9 +64,9 @@ export {
   type LockService,
   type LockServiceOptions,
   type LostEvent,
-  notHolderError,
   type ReleaseRequest,
 } from './lock-service.js';
+export type { BackendOperation, LockObserver } from './observer.js';
 export {
   type Backoff,
   type BackoffOptions,
@@ -63,6 +82,16 @@ export {
   retry,
   retryPolicy,
 } from './retry.js';
+export {
+  type BoundedCallOptions,
+  type Budget,
+  backgroundTimer,
+  boundedCall,
+  budget,
+  MAX_TIMER_MS,
+  settlesWithin,
+  sleep,
+} from './time.js';
 export {
   DEFAULT_LIMITS,
   type Limits,

@@ -1,16 +1,30 @@
-import type {
-  AcquireRequest,
-  AcquireResult,
-  Grant,
-  LockBackend,
-  LockEvent,
-  LockState,
-} from './backend.js';
-import { type Clock, systemClock, type Timer } from './clock.js';
-import { createDeadlineQueue } from './deadline-queue.js';
-import { DlmError, isDlmError } from './errors.js';
-import { MAX_TOKEN } from './fencing.js';
-import { createLeaseKey, hashLeaseKey } from './lease-key.js';
+import { attempt } from './acquire-attempt.js';
+import type { LockBackend, LockState } from './backend.js';
+import { createBackendCalls } from './backend-calls.js';
+import { onBackendEvent, openName } from './backend-events.js';
+import { waitInBackend } from './backend-wait.js';
+import { type Clock, systemClock } from './clock.js';
+import { DlmError } from './errors.js';
+import { cancelCheck, check, forgetHolder, scheduleCheck } from './holder-view.js';
+import { lose, track, untrack } from './lease-tracking.js';
+import {
+  cancelledError,
+  lockHeld,
+  notHolderError,
+  ranOutError,
+  tooManyWaiters,
+} from './lock-errors.js';
+import {
+  dropIfIdle,
+  followsEnd,
+  type NameState,
+  type QueuedAcquire,
+  type ServiceContext,
+  type ServiceSettings,
+  waitersOf,
+} from './name-state.js';
+import { type LockObserver, observerNotifier } from './observer.js';
+import { acquireProof, checkToken, proofOf, toLease } from './proofs.js';
 import {
   DEFAULT_LIMITS,
   type Limits,
@@ -115,6 +129,8 @@ export interface LockServiceOptions {
    * holder's lease has left. Backends that report it (all built-in ones) never use this.
    */
   unknownTtlRetryMs?: number;
+  /** Told of every grant, extend, release, lost lease, queue length and backend call. */
+  observer?: LockObserver;
 }
 
 export interface LockService {
@@ -134,87 +150,24 @@ export interface LockService {
   holds(name: string, token: bigint): boolean;
   /** Waiters queued on this service for `name`. */
   waiters(name: string): number;
+  /**
+   * `name` checked against this service's limits (INVALID_PARAMS otherwise), for a caller that
+   * needs a valid name before it calls the service (a permission check). The service does not
+   * check the name it was just given a second time: a request's name is validated once.
+   */
+  checkName(name: unknown): string;
   /** Ends every wait with CANCELLED and stops all timers. Does not close the backend. */
   close(): Promise<void>;
 }
 
-interface Waiter {
-  request: AcquireRequest & { keyHash: string };
-  leaseKey: string;
-  onLost: ((event: LostEvent) => void) | undefined;
-  resolve: (lease: Lease) => void;
-  reject: (error: DlmError) => void;
-  settled: boolean;
-  deadlineTimer: Timer;
-  detachSignal: () => void;
-  /** The holder's remaining lease, last time this waiter asked. */
-  ttlRemainingMs: number | undefined;
-}
-
-/** A lease granted through this service, whose holder is told when it ends (`onLost`). */
-interface TrackedLease {
-  token: bigint;
-  owner: string;
-  /** Kept so that the service's own caller may release, extend or re-acquire without it. */
-  leaseKey: string;
-  keyHash: string;
-  onLost: ((event: LostEvent) => void) | undefined;
-}
-
-/**
- * The lease this service believes holds a name, for the names whose end it must see for
- * itself: watched names, and leases granted here on a backend without expiry events. At its
- * deadline the backend is asked, and an end it did not report is reported from here.
- */
-interface HolderView {
-  token: bigint;
-  owner: string | undefined;
-  /** On the service's clock; undefined until a grant or `inspect` told it. */
-  expiresAt: number | undefined;
-  /**
-   * `expiresAt` is the backend's own count (from `inspect`), not the holder's earlier local one
-   * (a grant here counts from the request's start, before the backend's lease began).
-   */
-  counted: boolean;
-  /** Watchers were told of this grant (by the backend's event or by a check). */
-  announced: boolean;
-}
-
-/**
- * Why the backend is asked about a name's holder: an end it reported without saying whose, or
- * `unknown` (a deadline passed, a watch started, a grant's lease left is not known yet).
- */
-type EndType = 'expired' | 'released' | 'revoked' | 'unknown';
-
-/** Everything the service keeps for one lock name; dropped when nothing needs it. */
-interface NameState {
-  name: string;
-  queue: Waiter[];
-  lease: TrackedLease | undefined;
-  holder: HolderView | undefined;
-  /** The last lease whose end watchers were told of: a second report of it is dropped. */
-  lastEnded: bigint | undefined;
-  /** What watchers were last told: held (true), free (false), or nothing yet. */
-  told: boolean | undefined;
-  /** When to ask the backend about the holder (its deadline, or a retry). */
-  checkTimer: Timer | undefined;
-  checking: boolean;
-  /** News arrived while a check was in flight: its answer is stale, ask again. */
-  checkAgain: boolean;
-  watchers: Set<(change: LockChange) => void>;
-  unsubscribe: () => void;
-  pumping: boolean;
-  /** Calls in flight for this name (acquire/extend): the state must outlive them. */
-  busy: number;
-  /** Waits this service has parked in the backend's own queue (`acquireQueued`). */
-  queuedInBackend: Set<AbortController>;
-  /** A backend event arrived while the head's attempt was in flight: ask again. */
-  again: boolean;
-  retryTimer: Timer | undefined;
-}
-
 /**
  * Builds waits, FIFO fairness, validation and lock-lost detection over any backend.
+ *
+ * The parts, each in its own module: the per-name state (`name-state.ts`), the bounded,
+ * observed backend call (`backend-calls.ts`), one try (`acquire-attempt.ts`), the per-server
+ * wait engine (`wait-queue.ts`) and the wait in the backend's own queue (`backend-wait.ts`),
+ * lease tracking (`lease-tracking.ts`), the holder view behind `watch` and lock-lost detection
+ * (`holder-view.ts`), backend events (`backend-events.ts`), proofs and lease keys (`proofs.ts`).
  *
  * @example
  * const service = createLockService({ backend: await embeddedBackend() });
@@ -222,838 +175,265 @@ interface NameState {
  * await service.release({ name: 'jobs', token: lease.token });
  */
 export function createLockService(options: LockServiceOptions): LockService {
+  const ctx = createContext(options);
+  return {
+    backend: ctx.backend,
+    limits: ctx.limits,
+    acquire: (acquireOptions) => acquire(ctx, acquireOptions),
+    release: (request) => release(ctx, request),
+    extend: (extendOptions) => extend(ctx, extendOptions),
+    get: (name) => get(ctx, name),
+    revoke: (name) => revoke(ctx, name),
+    watch: (name, listener) => watch(ctx, name, listener),
+    holds: (name, token) => ctx.names.get(name)?.lease?.token === token,
+    waiters(name) {
+      const state = ctx.names.get(name);
+      return state ? waitersOf(state) : 0;
+    },
+    checkName: ctx.checkName,
+    close: () => close(ctx),
+  };
+}
+
+function createContext(options: LockServiceOptions): ServiceContext {
   const { backend } = options;
   const clock = options.clock ?? systemClock;
   const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
   limits.minTtlMs = Math.max(limits.minTtlMs, backend.capabilities.minTtlMs);
-  const maxWaiters = options.maxWaitersPerName ?? 10_000;
-  const backendTimeoutMs = options.backendTimeoutMs ?? 10_000;
-  const unknownTtlRetryMs = options.unknownTtlRetryMs ?? 1_000;
-  // With expiry events the backend tells us when a lease ends; otherwise a timer per tracked
-  // lease asks the backend at the moment the lease would run out.
   const leaseTimers = !backend.capabilities.expiryEvents;
-  // Where the backend reports expiries, the check at a watched lease's end is only a backstop
-  // (a lost event, an extend through another instance): it waits for the backend's event first.
-  const checkDelayMs = leaseTimers ? 1 : 250;
-  // A check that finds the deadline later by more than this reports the lease `extended`.
-  const EXTENDED_BY_MS = 250;
-  // How long a lease found gone before its deadline waits for the backend's event about it.
-  const EVENT_GRACE_MS = 250;
-  const names = new Map<string, NameState>();
-  let closed = false;
-
-  function assertOpen(): void {
-    if (closed) throw new DlmError('UNAVAILABLE', 'the lock service is shutting down');
-  }
-
-  function stateOf(name: string): NameState {
-    let state = names.get(name);
-    if (state) return state;
-    const created: NameState = {
-      name,
-      queue: [],
-      lease: undefined,
-      holder: undefined,
-      lastEnded: undefined,
-      told: undefined,
-      checkTimer: undefined,
-      checking: false,
-      checkAgain: false,
-      watchers: new Set(),
-      unsubscribe: () => {},
-      pumping: false,
-      busy: 0,
-      queuedInBackend: new Set(),
-      again: false,
-      retryTimer: undefined,
-    };
-    state = created;
-    names.set(name, created);
-    created.unsubscribe = backend.watch(name, (event) => onBackendEvent(created, event));
-    return created;
-  }
-
-  function dropIfIdle(state: NameState): void {
-    if (state.queue.length || state.lease || state.watchers.size || state.pumping || state.busy)
-      return;
-    if (names.get(state.name) !== state) return;
-    names.delete(state.name);
-    state.retryTimer?.cancel();
-    state.checkTimer?.cancel();
-    state.unsubscribe();
-  }
-
-  // The backstop of calls with the default timeout: their deadlines come in the order the calls
-  // start, so one queue and one timer serve them all (a timer per call was a measurable share of
-  // the server's CPU).
-  const backstops = createDeadlineQueue(clock, backendTimeoutMs);
-
-  /** Races a backend call against the backstop timeout. */
-  function bounded<T>(
-    what: string,
-    call: () => Promise<T>,
-    onLateResult?: (value: T) => void,
-    timeoutMs = backendTimeoutMs,
-  ) {
-    return new Promise<T>((resolve, reject) => {
-      let done = false;
-      const expire = () => {
-        if (done) return;
-        done = true;
-        reject(
-          new DlmError('UNAVAILABLE', `${what}: the backend did not answer in ${timeoutMs} ms`, {
-            indeterminate: true,
-          }),
-        );
-      };
-      let cancel: () => void;
-      if (timeoutMs === backendTimeoutMs) {
-        cancel = backstops.add(expire);
-      } else {
-        const timer = clock.setTimer(expire, timeoutMs);
-        cancel = () => timer.cancel();
-      }
-      call().then(
-        (value) => {
-          cancel();
-          if (done) onLateResult?.(value);
-          else {
-            done = true;
-            resolve(value);
-          }
-        },
-        (error: unknown) => {
-          cancel();
-          if (!done) {
-            done = true;
-            reject(error);
-          }
-        },
-      );
-    });
-  }
-
-  function releaseQuietly(grant: Grant, keyHash: string): void {
-    backend.release({ name: grant.name, token: grant.token, keyHash }).catch(() => {});
-  }
-
-  /** One tryAcquire, checked so that no grant is reported already expired (S5). */
-  async function attempt(
-    state: NameState,
-    request: AcquireRequest & { keyHash: string },
-    leaseKey: string,
-    onLost: ((event: LostEvent) => void) | undefined,
-  ): Promise<AcquireResult> {
-    const startedAt = clock.now();
-    const result = await bounded(
-      'acquire',
-      () => backend.tryAcquire(request),
-      (late) => {
-        // The caller was already told UNAVAILABLE: a grant nobody will use must not linger.
-        if (late.granted) releaseQuietly(late.grant, request.keyHash);
-      },
-    );
-    if (!result.granted) return result;
-    if (clock.now() - startedAt >= result.grant.ttlMs) {
-      releaseQuietly(result.grant, request.keyHash);
-      throw new DlmError(
-        'UNAVAILABLE',
-        'the backend answered after the lease had already run out',
-        {
-          indeterminate: true,
-        },
-      );
-    }
-    track(state, result.grant, leaseKey, startedAt, onLost);
-    return result;
-  }
-
-  function toLease(grant: Grant, leaseKey: string): Lease {
-    return {
-      name: grant.name,
-      owner: grant.owner,
-      token: grant.token,
-      ttlMs: grant.ttlMs,
-      leaseKey,
-    };
-  }
-
-  // ---- lock-lost detection and the holder's end --------------------------------------
-
-  function track(
-    state: NameState,
-    grant: Grant,
-    leaseKey: string,
-    startedAt: number,
-    onLost: ((event: LostEvent) => void) | undefined,
-  ): void {
-    // This lease's end overtook the reply (a release racing an idempotent re-acquire of the
-    // same lease): it is over already, nothing to follow.
-    if (grant.token === state.lastEnded) return;
-    const previous = state.lease;
-    if (previous && previous.token !== grant.token) lose(state, 'expired');
-    const lease: TrackedLease = state.lease ?? {
-      token: grant.token,
-      owner: grant.owner,
-      leaseKey,
-      keyHash: hashLeaseKey(leaseKey),
-      onLost: undefined,
-    };
-    lease.onLost = onLost ?? lease.onLost;
-    state.lease = lease;
-    see(state, grant.token, grant.owner, startedAt + grant.ttlMs);
-  }
-
-  function untrack(state: NameState): TrackedLease | undefined {
-    const lease = state.lease;
-    if (!lease) return undefined;
-    state.lease = undefined;
-    if (!checksEnd(state)) cancelCheck(state);
-    return lease;
-  }
-
-  function lose(state: NameState, reason: LostEvent['reason']): void {
-    const lease = untrack(state);
-    if (!lease?.onLost) return;
-    try {
-      lease.onLost({ name: state.name, token: lease.token, reason });
-    } catch {
-      // A listener's failure must not break the service.
-    }
-  }
-
-  /**
-   * Whether this service must see the current lease end for itself: someone watches the name,
-   * or a holder here waits to be told it lost a lease on a backend without expiry events.
-   */
-  function checksEnd(state: NameState): boolean {
-    return state.watchers.size > 0 || (leaseTimers && state.lease !== undefined);
-  }
-
-  /** Records what is known of the current holder. Undefined when `token` is old news. */
-  function see(
-    state: NameState,
-    token: bigint,
-    owner: string | undefined,
-    expiresAt: number | undefined,
-  ): HolderView | undefined {
-    let view = state.holder;
-    if (view && token < view.token) return undefined;
-    if (!view && state.lastEnded !== undefined && token <= state.lastEnded) return undefined;
-    if (!view || view.token !== token) {
-      view = { token, owner, expiresAt: undefined, counted: false, announced: false };
-      state.holder = view;
-      if (state.checking) state.checkAgain = true;
-    }
-    view.owner = owner ?? view.owner;
-    if (expiresAt !== undefined) {
-      view.expiresAt = expiresAt;
-      view.counted = false;
-    }
-    scheduleCheck(state);
-    return view;
-  }
-
-  function forgetHolder(state: NameState): void {
-    state.holder = undefined;
-    if (state.checking) state.checkAgain = true;
-    cancelCheck(state);
-  }
-
-  function cancelCheck(state: NameState): void {
-    state.checkTimer?.cancel();
-    state.checkTimer = undefined;
-  }
-
-  /** Asks the backend at the holder's deadline (at once when the deadline is not known yet). */
-  function scheduleCheck(state: NameState): void {
-    cancelCheck(state);
-    const view = state.holder;
-    if (!view || closed || !checksEnd(state)) return;
-    if (view.expiresAt === undefined) {
-      void check(state, 'unknown');
-      return;
-    }
-    state.checkTimer = clock.setTimer(
-      () => {
-        state.checkTimer = undefined;
-        void check(state, 'unknown');
-      },
-      view.expiresAt - clock.now() + checkDelayMs,
-    );
-  }
-
-  /**
-   * Asks the backend who holds the name and tells watchers what changed: a lease that is gone
-   * ends with `endType` (the backend did not report it, or reported an end without saying
-   * whose), one extended elsewhere moves its deadline, a holder not known yet is adopted.
-   */
-  async function check(state: NameState, endType: EndType) {
-    if (state.checking) {
-      state.checkAgain = true;
-      return;
-    }
-    state.checking = true;
-    state.checkAgain = false;
-    cancelCheck(state);
-    let current: LockState | null;
-    try {
-      current = await bounded('inspect', () => backend.inspect(state.name));
-    } catch {
-      state.checking = false;
-      // Cannot tell right now (a holder here has its own local deadline): ask again soon.
-      if (names.get(state.name) === state && checksEnd(state) && !closed) {
-        state.checkTimer = clock.setTimer(() => {
-          state.checkTimer = undefined;
-          void check(state, endType);
-        }, 1_000);
-      }
-      return;
-    }
-    state.checking = false;
-    if (names.get(state.name) !== state || closed) return;
-    if (state.checkAgain) {
-      // Events arrived while the answer was on its way: it may be older than they are.
-      void check(state, endType);
-      return;
-    }
-    reconcile(state, current, endType);
-  }
-
-  function reconcile(state: NameState, current: LockState | null, endType: EndType): void {
-    const view = state.holder;
-    if (view && current && current.token <= view.token) {
-      if (current.token < view.token) {
-        // An answer older than what the events said: ask again a little later.
-        state.checkTimer = clock.setTimer(() => {
-          state.checkTimer = undefined;
-          void check(state, endType);
-        }, 1_000);
-        return;
-      }
-      const expiresAt = clock.now() + current.ttlRemainingMs;
-      // Only a deadline the backend counted before can show an extension: its lease ends a
-      // little after a local grant's count, without anyone extending it.
-      const longer =
-        view.expiresAt === undefined ||
-        (view.counted && expiresAt - view.expiresAt > EXTENDED_BY_MS);
-      view.expiresAt = expiresAt;
-      view.counted = true;
-      view.owner ??= current.owner;
-      if (!view.announced && state.told === false) {
-        view.announced = true;
-        announce(state, heldChange(state, 'acquired', view));
-      } else if (longer && view.announced) {
-        announce(state, heldChange(state, 'extended', view));
-      }
-      scheduleCheck(state);
-      return;
-    }
-    if (view) {
-      if (endType === 'unknown' && (view.expiresAt === undefined || clock.now() < view.expiresAt)) {
-        // Gone before its deadline: released or revoked, and the backend's event about it,
-        // which says which, is on its way. Only if none comes is it reported from here.
-        view.expiresAt = clock.now();
-        view.counted = false;
-        state.checkTimer = clock.setTimer(() => {
-          state.checkTimer = undefined;
-          void check(state, 'unknown');
-        }, EVENT_GRACE_MS);
-        return;
-      }
-      // The lease ended and the backend did not say so (no expiry events, or a lost event),
-      // or said so without saying whose. A lease held through here that was not released here
-      // is reported lost: an end without a token may be anyone's (on Redlock, a failed
-      // attempt's clean-up), and a holder must never miss its lock.lost.
-      const type =
-        endType === 'unknown' || (endType === 'released' && state.lease?.token === view.token)
-          ? 'expired'
-          : endType;
-      onBackendEvent(state, {
-        name: state.name,
-        type,
-        token: view.token,
-        ...(view.owner === undefined ? {} : { owner: view.owner }),
-      });
-      if (names.get(state.name) !== state) return;
-    } else if (!current && endType !== 'unknown' && state.told !== false) {
-      announce(state, { name: state.name, held: false, type: endType });
-    }
-    if (current && !state.holder) {
-      const adopted = see(
-        state,
-        current.token,
-        current.owner,
-        clock.now() + current.ttlRemainingMs,
-      );
-      if (adopted) adopted.counted = true;
-      // Watchers told it was free hear that it is held again. A new watcher reads the state
-      // itself, but the backend's event about this grant may still be on its way: let it pass.
-      if (adopted && state.told === false) {
-        adopted.announced = true;
-        announce(state, heldChange(state, 'acquired', adopted));
-      }
-    }
-  }
-
-  function heldChange(
-    state: NameState,
-    type: 'acquired' | 'extended',
-    view: HolderView,
-  ): LockChange {
-    return {
-      name: state.name,
-      held: true,
-      type,
-      ...(view.owner === undefined ? {} : { owner: view.owner }),
-      token: view.token,
-      ...(view.expiresAt === undefined
-        ? {}
-        : { ttlRemainingMs: Math.max(0, Math.ceil(view.expiresAt - clock.now())) }),
-    };
-  }
-
-  function announce(state: NameState, change: LockChange): void {
-    state.told = change.held;
-    for (const watcher of state.watchers) {
-      try {
-        watcher(change);
-      } catch {}
-    }
-  }
-
-  /** Brings the holder view in line with a backend event: the change to tell, if any. */
-  function holderChange(state: NameState, event: LockEvent): LockChange | undefined {
-    const { token } = event;
-    const owner = event.owner === undefined ? {} : { owner: event.owner };
-    if (event.type === 'acquired') {
-      if (token === undefined) {
-        // Whose grant? Ask, when this service follows the name's holder.
-        if (checksEnd(state)) void check(state, 'unknown');
-        return { name: state.name, held: true, type: 'acquired', ...owner };
-      }
-      const view = see(state, token, event.owner, undefined);
-      if (!view || view.announced) return undefined;
-      view.announced = true;
-      return heldChange(state, 'acquired', view);
-    }
-    const view = state.holder;
-    if (token === undefined) {
-      // The backend cannot say which lease ended (a wake-up after a reconnect; on Redlock, a
-      // failed attempt's clean-up looks the same): where this service follows the holder, the
-      // backend is asked, and watchers hear what it says.
-      if (checksEnd(state)) {
-        void check(state, event.type);
-        return undefined;
-      }
-      return { name: state.name, held: false, type: event.type };
-    }
-    if (token === state.lastEnded || (view && token < view.token)) return undefined;
-    state.lastEnded = token;
-    if (view?.token === token) forgetHolder(state);
-    return { name: state.name, held: false, type: event.type, token, ...owner };
-  }
-
-  function onBackendEvent(state: NameState, event: LockEvent): void {
-    if (names.get(state.name) !== state) return;
-    const lease = state.lease;
-    if (lease) {
-      if (event.token === lease.token) {
-        if (event.type === 'expired' || event.type === 'revoked') lose(state, event.type);
-        else if (event.type === 'released') untrack(state);
-      } else if (
-        event.type === 'acquired' &&
-        event.token !== undefined &&
-        event.token > lease.token
-      ) {
-        // Somebody else holds it now, so our lease ended without us seeing it end. An older
-        // grant's event may arrive late (events and replies travel apart): ignore those.
-        lose(state, 'expired');
-      }
-    }
-    const change = holderChange(state, event);
-    if (change) announce(state, change);
-    if (event.type !== 'acquired' && state.queue.length) void pump(state);
-    dropIfIdle(state);
-  }
-
-  // ---- waiting -------------------------------------------------------------------------
-
-  /** Ends a wait with a lease or an error (exactly one of them), once. */
-  function settle(state: NameState, waiter: Waiter, lease: Lease | null, error?: DlmError): void {
-    if (waiter.settled) return;
-    waiter.settled = true;
-    waiter.deadlineTimer.cancel();
-    waiter.detachSignal();
-    const index = state.queue.indexOf(waiter);
-    if (index >= 0) state.queue.splice(index, 1);
-    if (lease) waiter.resolve(lease);
-    else waiter.reject(error!);
-  }
-
-  function lockHeld(name: string, ttlRemainingMs: number | undefined): DlmError {
-    return new DlmError(
-      'LOCK_HELD',
-      `lock ${JSON.stringify(name)} is held by another owner`,
-      ttlRemainingMs === undefined
-        ? {}
-        : { ttlRemainingMs: Math.max(0, Math.ceil(ttlRemainingMs)) },
-    );
-  }
-
-  /**
-   * Serves one name's queue: only the head asks the backend (no herd). When the lock is held,
-   * the head sleeps until a backend event or the holder's remaining lease runs out.
-   */
-  async function pump(state: NameState): Promise<void> {
-    if (state.pumping) {
-      state.again = true;
-      return;
-    }
-    state.pumping = true;
-    try {
-      for (;;) {
-        state.again = false;
-        state.retryTimer?.cancel();
-        state.retryTimer = undefined;
-        const head = state.queue[0];
-        if (!head || closed) break;
-        let result: AcquireResult;
-        try {
-          result = await attempt(state, head.request, head.leaseKey, head.onLost);
-        } catch (error) {
-          settle(state, head, null, asDlmError(error));
-          continue;
-        }
-        if (result.granted) {
-          if (head.settled) {
-            // The wait ended (deadline, abort, closed connection) while the grant was in flight:
-            // nobody will use this lease, so give it back at once.
-            if (state.lease?.token === result.grant.token) untrack(state);
-            releaseQuietly(result.grant, head.request.keyHash);
-            continue;
-          }
-          settle(state, head, toLease(result.grant, head.leaseKey));
-          continue;
-        }
-        head.ttlRemainingMs = result.ttlRemainingMs;
-        if (state.again) continue;
-        const sleepMs =
-          result.ttlRemainingMs === undefined
-            ? unknownTtlRetryMs
-            : Math.max(1, result.ttlRemainingMs) + 1;
-        state.retryTimer = clock.setTimer(() => void pump(state), sleepMs);
-        break;
-      }
-    } finally {
-      state.pumping = false;
-      dropIfIdle(state);
-    }
-  }
-
-  function enqueue(
-    state: NameState,
-    options: AcquireOptions,
-    request: AcquireRequest & { keyHash: string },
-    leaseKey: string,
-    waitMs: number,
-  ) {
-    if (state.queue.length >= maxWaiters) {
-      throw new DlmError(
-        'LIMIT_EXCEEDED',
-        `too many waiters for lock ${JSON.stringify(request.name)}`,
-      );
-    }
-    return new Promise<Lease>((resolve, reject) => {
-      const waiter: Waiter = {
-        request,
-        leaseKey,
-        onLost: options.onLost,
-        resolve,
-        reject,
-        settled: false,
-        deadlineTimer: clock.setTimer(
-          () => settle(state, waiter, null, lockHeld(request.name, waiter.ttlRemainingMs)),
-          waitMs,
-        ),
-        detachSignal: () => {},
-        ttlRemainingMs: undefined,
-      };
-      const { signal } = options;
-      if (signal) {
-        const onAbort = () =>
-          settle(state, waiter, null, new DlmError('CANCELLED', 'the wait was cancelled'));
-        signal.addEventListener('abort', onAbort, { once: true });
-        waiter.detachSignal = () => signal.removeEventListener('abort', onAbort);
-      }
-      state.queue.push(waiter);
-      void pump(state);
-    });
-  }
-
-  /**
-   * A wait in the backend's own queue (fair across servers). The deadline and the caller's
-   * signal abort it; the adapter dequeues and answers `granted: false`.
-   */
-  async function waitInBackend(
-    state: NameState,
-    options: AcquireOptions,
-    request: AcquireRequest & { keyHash: string },
-    leaseKey: string,
-    waitMs: number,
-  ): Promise<Lease> {
-    if (state.queuedInBackend.size >= maxWaiters) {
-      throw new DlmError(
-        'LIMIT_EXCEEDED',
-        `too many waiters for lock ${JSON.stringify(request.name)}`,
-      );
-    }
-    const controller = new AbortController();
-    const cancelled = new DlmError('CANCELLED', 'the wait was cancelled');
-    const deadline = clock.setTimer(
-      () => controller.abort(lockHeld(request.name, undefined)),
-      waitMs,
-    );
-    const onAbort = () => controller.abort(cancelled);
-    options.signal?.addEventListener('abort', onAbort, { once: true });
-    state.queuedInBackend.add(controller);
-    try {
-      // The backend call may run as long as the wait; the backstop counts from the deadline.
-      const result = await bounded(
-        'acquire',
-        () => backend.acquireQueued!({ ...request, signal: controller.signal }),
-        (late) => {
-          if (late.granted) releaseQuietly(late.grant, request.keyHash);
-        },
-        waitMs + backendTimeoutMs,
-      );
-      if (result.granted && controller.signal.aborted) {
-        // Granted just as the wait ended: nobody will use it.
-        releaseQuietly(result.grant, request.keyHash);
-      }
-      if (!result.granted || controller.signal.aborted) {
-        const reason: unknown = controller.signal.reason;
-        if (isDlmError(reason) && reason.code === 'LOCK_HELD' && !result.granted) {
-          throw lockHeld(request.name, result.ttlRemainingMs);
-        }
-        throw isDlmError(reason) ? reason : lockHeld(request.name, undefined);
-      }
-      track(state, result.grant, leaseKey, clock.now(), options.onLost);
-      return toLease(result.grant, leaseKey);
-    } finally {
-      deadline.cancel();
-      options.signal?.removeEventListener('abort', onAbort);
-      state.queuedInBackend.delete(controller);
-    }
-  }
-
-  function checkToken(token: bigint): bigint {
-    if (typeof token !== 'bigint' || token < 1n || token > MAX_TOKEN) {
-      throw new DlmError('INVALID_PARAMS', 'token must be an integer in [1, 2^63-1]', {
-        field: 'token',
-      });
-    }
-    return token;
-  }
-
-  /**
-   * The key hash a release or extend presents: from the caller's key, or, without one, from the
-   * lease this service granted with `token` (its own caller). Null: no proof at all.
-   */
-  function proofOf(
-    name: string,
-    token: bigint,
-    leaseKey: unknown,
-  ): { leaseKey: string; keyHash: string } | null {
-    if (leaseKey !== undefined) {
-      const key = validateLeaseKey(leaseKey);
-      return { leaseKey: key, keyHash: hashLeaseKey(key) };
-    }
-    const tracked = names.get(name)?.lease;
-    return tracked?.token === token ? tracked : null;
-  }
-
-  return {
-    backend,
-    limits,
-
-    async acquire(options) {
-      const name = validateName(options.name, limits);
-      const owner = validateOwner(options.owner, limits);
-      const ttlMs = validateTtl(options.ttlMs, limits);
-      const waitMs = validateWait(options.waitMs, limits);
-      const givenKey =
-        options.leaseKey === undefined ? undefined : validateLeaseKey(options.leaseKey);
-      assertOpen();
-      if (options.signal?.aborted) throw new DlmError('CANCELLED', 'the wait was cancelled');
-      const state = stateOf(name);
-      const tracked = state.lease?.owner === owner ? state.lease : undefined;
-      const leaseKey = givenKey ?? tracked?.leaseKey ?? createLeaseKey();
-      const keyHash =
-        tracked && leaseKey === tracked.leaseKey ? tracked.keyHash : hashLeaseKey(leaseKey);
-      const request = { name, owner, ttlMs, keyHash };
-      state.busy += 1;
-      try {
-        const isHolder = tracked?.keyHash === keyHash;
-        if (waitMs > 0 && !isHolder) {
-          return backend.capabilities.fairQueue && backend.acquireQueued
-            ? await waitInBackend(state, options, request, leaseKey, waitMs)
-            : await enqueue(state, options, request, leaseKey, waitMs);
-        }
-        // A try-lock does not jump the queue: while others wait here, only the holder's
-        // idempotent re-acquire goes to the backend.
-        if ((state.queue.length || state.queuedInBackend.size) && !isHolder) {
-          throw lockHeld(name, state.queue[0]?.ttlRemainingMs);
-        }
-        const result = await attempt(state, request, leaseKey, options.onLost);
-        if (result.granted) return toLease(result.grant, leaseKey);
-        throw lockHeld(name, result.ttlRemainingMs);
-      } finally {
-        state.busy -= 1;
-        dropIfIdle(state);
-      }
-    },
-
-    async release(request) {
-      const name = validateName(request.name, limits);
-      const token = checkToken(request.token);
-      const proof = proofOf(name, token, request.leaseKey);
-      assertOpen();
-      // No proof: NOT_HOLDER without asking the backend, the same answer a wrong key gets.
-      if (proof === null) throw notHolderError(name, token);
-      const { keyHash } = proof;
-      const released = await bounded('release', () => backend.release({ name, token, keyHash }));
-      const state = names.get(name);
-      const tracked = state?.lease?.token === token ? state.lease : undefined;
-      if (released && state?.holder?.token === token) {
-        // Watchers hear it now; the backend's own event about it is then old news.
-        onBackendEvent(state, { name, type: 'released', token });
-      } else if (state && tracked && (released || tracked.keyHash === keyHash)) {
-        // Refused with the lease's own key: it has ended. Refused with another key: it is still
-        // the holder's, who must go on hearing of it (lock.lost) and using it without a key.
-        untrack(state);
-        dropIfIdle(state);
-      }
-      if (!released) throw notHolderError(name, token);
-    },
-
-    async extend(options) {
-      const name = validateName(options.name, limits);
-      const token = checkToken(options.token);
-      const ttlMs = validateTtl(options.ttlMs, limits);
-      const proof = proofOf(name, token, options.leaseKey);
-      assertOpen();
-      if (proof === null) throw notHolderError(name, token);
-      const { leaseKey, keyHash } = proof;
-      const state = stateOf(name);
-      state.busy += 1;
-      try {
-        const startedAt = clock.now();
-        const grant = await bounded('extend', () =>
-          backend.extend({ name, token, ttlMs, keyHash }),
-        );
-        if (!grant) throw notHolderError(name, token);
-        if (clock.now() - startedAt >= grant.ttlMs) {
-          throw new DlmError(
-            'UNAVAILABLE',
-            'the backend answered after the lease had already run out',
-            {
-              indeterminate: true,
-            },
-          );
-        }
-        track(state, grant, leaseKey, startedAt, options.onLost);
-        return toLease(grant, leaseKey);
-      } finally {
-        state.busy -= 1;
-        dropIfIdle(state);
-      }
-    },
-
-    async get(name) {
-      validateName(name, limits);
-      assertOpen();
-      return bounded('inspect', () => backend.inspect(name));
-    },
-
-    async revoke(name) {
-      validateName(name, limits);
-      assertOpen();
-      const current = await bounded('inspect', () => backend.inspect(name));
-      if (!current) return null;
-      // An operator's action: the token alone (no key) ends the lease on a backend without revoke.
-      const revoked = backend.revoke
-        ? await bounded('revoke', () => backend.revoke!(name))
-        : await bounded('release', () => backend.release({ name, token: current.token }));
-      if (!revoked) return null;
-      const state = names.get(name);
-      if (state?.holder?.token === current.token) {
-        onBackendEvent(state, { name, type: 'revoked', token: current.token });
-      } else if (state?.lease?.token === current.token) {
-        lose(state, 'revoked');
-        dropIfIdle(state);
-      }
-      return current;
-    },
-
-    watch(name, listener) {
-      validateName(name, limits);
-      assertOpen();
-      const state = stateOf(name);
-      const first = !checksEnd(state);
-      state.watchers.add(listener);
-      // From now on this service follows the holder: learn who it is and when its lease ends.
-      if (first) {
-        if (state.holder) scheduleCheck(state);
-        else void check(state, 'unknown');
-      }
-      return () => {
-        if (!state.watchers.delete(listener)) return;
-        if (!checksEnd(state)) cancelCheck(state);
-        dropIfIdle(state);
-      };
-    },
-
-    holds(name, token) {
-      return names.get(name)?.lease?.token === token;
-    },
-
-    waiters(name) {
-      const state = names.get(name);
-      return state ? state.queue.length + state.queuedInBackend.size : 0;
-    },
-
-    async close() {
-      closed = true;
-      const cancelled = new DlmError('CANCELLED', 'the server is shutting down');
-      for (const state of [...names.values()]) {
-        for (const waiter of [...state.queue]) settle(state, waiter, null, cancelled);
-        for (const controller of state.queuedInBackend) controller.abort(cancelled);
-        state.retryTimer?.cancel();
-        untrack(state);
-        forgetHolder(state);
-        state.watchers.clear();
-        names.delete(state.name);
-        state.unsubscribe();
-      }
-    },
+  const settings: ServiceSettings = {
+    maxWaiters: options.maxWaitersPerName ?? 10_000,
+    backendTimeoutMs: options.backendTimeoutMs ?? 10_000,
+    unknownTtlRetryMs: options.unknownTtlRetryMs ?? 1_000,
+    leaseTimers,
+    checkDelayMs: leaseTimers ? 1 : 250,
   };
+  const notify = observerNotifier(options.observer);
+  const ctx: ServiceContext = {
+    backend,
+    clock,
+    limits,
+    settings,
+    names: new Map(),
+    calls: createBackendCalls(backend, clock, settings.backendTimeoutMs, notify),
+    notify,
+    onEvent: (state, event) => onBackendEvent(ctx, state, event),
+    checkName: nameCheck(limits),
+    closed: false,
+  };
+  return ctx;
 }
 
 /**
- * The one NOT_HOLDER error: the same message whether the token no longer holds or the key is
- * wrong or missing, so a caller learns nothing about someone else's lease.
+ * Validates names, remembering the last valid one: a caller that checked a name before calling
+ * (`LockService.checkName`) is not checked again. Validity depends only on the string and the
+ * limits, so a remembered name is as good as a new check.
  */
-export function notHolderError(name: string, token: bigint): DlmError {
-  return new DlmError(
-    'NOT_HOLDER',
-    `token ${token} does not hold lock ${JSON.stringify(name)} (released, expired or taken over)`,
-  );
+function nameCheck(limits: Limits): (value: unknown) => string {
+  let last: string | undefined;
+  return (value) => {
+    if (last !== undefined && value === last) return last;
+    last = validateName(value, limits);
+    return last;
+  };
 }
 
-function asDlmError(error: unknown): DlmError {
-  if (isDlmError(error)) return error;
-  return new DlmError('INTERNAL', error instanceof Error ? error.message : String(error), {
-    cause: error,
-  });
+function assertOpen(ctx: ServiceContext): void {
+  if (ctx.closed) throw new DlmError('UNAVAILABLE', 'the lock service is shutting down');
+}
+
+/**
+ * Reports a lease an acquire or extend returns. Only one still followed as held: a lease whose
+ * end overtook the reply (its release, its expiry) was never held here as far as anyone knows.
+ */
+function reportGrant(
+  ctx: ServiceContext,
+  lease: Lease,
+  event: 'granted' | 'extended',
+  waitedMs: number,
+): Lease {
+  if (ctx.names.get(lease.name)?.lease?.token !== lease.token) return lease;
+  if (event === 'granted') ctx.notify('granted', lease, waitedMs);
+  else ctx.notify('extended', lease);
+  return lease;
+}
+
+async function acquire(ctx: ServiceContext, options: AcquireOptions): Promise<Lease> {
+  const { limits } = ctx;
+  const name = ctx.checkName(options.name);
+  const owner = validateOwner(options.owner, limits);
+  const ttlMs = validateTtl(options.ttlMs, limits);
+  const waitMs = validateWait(options.waitMs, limits);
+  const givenKey = options.leaseKey === undefined ? undefined : validateLeaseKey(options.leaseKey);
+  assertOpen(ctx);
+  if (options.signal?.aborted) throw cancelledError();
+  const state = openName(ctx, name);
+  const { leaseKey, keyHash, isHolder } = acquireProof(state, owner, givenKey);
+  const queued: QueuedAcquire = {
+    request: { name, owner, ttlMs, keyHash },
+    leaseKey,
+    onLost: options.onLost,
+  };
+  const startedAt = ctx.clock.now();
+  state.busy += 1;
+  try {
+    if (waitMs > 0 && !isHolder) {
+      const lease = await wait(ctx, state, options, queued, waitMs);
+      return reportGrant(ctx, lease, 'granted', ctx.clock.now() - startedAt);
+    }
+    return reportGrant(ctx, await tryOnce(ctx, state, queued, isHolder), 'granted', 0);
+  } finally {
+    state.busy -= 1;
+    dropIfIdle(ctx, state);
+  }
+}
+
+/** A wait: in the backend's own queue where it has one, else in this service's FIFO queue. */
+function wait(
+  ctx: ServiceContext,
+  state: NameState,
+  options: AcquireOptions,
+  queued: QueuedAcquire,
+  waitMs: number,
+): Promise<Lease> {
+  const { backend } = ctx;
+  if (backend.capabilities.fairQueue && backend.acquireQueued) {
+    return waitInBackend(ctx, state, options, queued, waitMs);
+  }
+  if (state.queue.length >= ctx.settings.maxWaiters) throw tooManyWaiters(state.name);
+  return state.queue.enqueue(queued, { waitMs, signal: options.signal, cancelled: cancelledError });
+}
+
+/**
+ * A try-lock. It does not jump the queue: while others wait here, only the holder's idempotent
+ * re-acquire goes to the backend.
+ */
+async function tryOnce(
+  ctx: ServiceContext,
+  state: NameState,
+  queued: QueuedAcquire,
+  isHolder: boolean,
+): Promise<Lease> {
+  if ((state.queue.length || state.queuedInBackend.size) && !isHolder) {
+    throw lockHeld(state.name, state.queue.headTtlRemainingMs);
+  }
+  const result = await attempt(ctx, state, queued);
+  if (result.granted) return toLease(result.grant, queued.leaseKey);
+  throw lockHeld(state.name, result.ttlRemainingMs);
+}
+
+async function release(ctx: ServiceContext, request: ReleaseRequest): Promise<void> {
+  const name = ctx.checkName(request.name);
+  const token = checkToken(request.token);
+  const proof = proofOf(ctx, name, token, request.leaseKey);
+  assertOpen(ctx);
+  // No proof: NOT_HOLDER without asking the backend, the same answer a wrong key gets.
+  if (proof === null) throw notHolderError(name, token);
+  const { keyHash } = proof;
+  const released = await ctx.calls.bounded('release', 'release', () =>
+    ctx.backend.release({ name, token, keyHash }),
+  );
+  const state = ctx.names.get(name);
+  const tracked = state?.lease?.token === token ? state.lease : undefined;
+  if (released && state?.holder?.token === token) {
+    // Watchers hear it now; the backend's own event about it is then old news.
+    ctx.onEvent(state, { name, type: 'released', token });
+  } else if (state && tracked && (released || tracked.keyHash === keyHash)) {
+    // Refused with the lease's own key: it has ended. Refused with another key: it is still
+    // the holder's, who must go on hearing of it (lock.lost) and using it without a key.
+    untrack(ctx, state);
+    dropIfIdle(ctx, state);
+  }
+  if (!released) throw notHolderError(name, token);
+  ctx.notify('released', name, token);
+}
+
+async function extend(ctx: ServiceContext, options: ExtendOptions): Promise<Lease> {
+  const name = ctx.checkName(options.name);
+  const token = checkToken(options.token);
+  const ttlMs = validateTtl(options.ttlMs, ctx.limits);
+  const proof = proofOf(ctx, name, token, options.leaseKey);
+  assertOpen(ctx);
+  if (proof === null) throw notHolderError(name, token);
+  const { leaseKey, keyHash } = proof;
+  const state = openName(ctx, name);
+  state.busy += 1;
+  try {
+    const startedAt = ctx.clock.now();
+    const grant = await ctx.calls.bounded('extend', 'extend', () =>
+      ctx.backend.extend({ name, token, ttlMs, keyHash }),
+    );
+    if (!grant) throw notHolderError(name, token);
+    if (ctx.clock.now() - startedAt >= grant.ttlMs) throw ranOutError();
+    track(ctx, state, grant, leaseKey, startedAt, options.onLost);
+    return reportGrant(ctx, toLease(grant, leaseKey), 'extended', 0);
+  } finally {
+    state.busy -= 1;
+    dropIfIdle(ctx, state);
+  }
+}
+
+async function get(ctx: ServiceContext, name: string): Promise<LockState | null> {
+  ctx.checkName(name);
+  assertOpen(ctx);
+  return ctx.calls.bounded('inspect', 'inspect', () => ctx.backend.inspect(name));
+}
+
+async function revoke(ctx: ServiceContext, name: string): Promise<LockState | null> {
+  ctx.checkName(name);
+  assertOpen(ctx);
+  const { backend, calls } = ctx;
+  const current = await calls.bounded('inspect', 'inspect', () => backend.inspect(name));
+  if (!current) return null;
+  // An operator's action: the token alone (no key) ends the lease on a backend without revoke.
+  const revoked = backend.revoke
+    ? await calls.bounded('revoke', 'revoke', () => backend.revoke!(name))
+    : await calls.bounded('release', 'release', () =>
+        backend.release({ name, token: current.token }),
+      );
+  if (!revoked) return null;
+  const state = ctx.names.get(name);
+  if (state?.holder?.token === current.token) {
+    ctx.onEvent(state, { name, type: 'revoked', token: current.token });
+  } else if (state?.lease?.token === current.token) {
+    lose(ctx, state, 'revoked');
+    dropIfIdle(ctx, state);
+  }
+  return current;
+}
+
+function watch(
+  ctx: ServiceContext,
+  name: string,
+  listener: (change: LockChange) => void,
+): () => void {
+  ctx.checkName(name);
+  assertOpen(ctx);
+  const state = openName(ctx, name);
+  const first = !followsEnd(ctx, state);
+  state.watchers.add(listener);
+  // From now on this service follows the holder: learn who it is and when its lease ends.
+  if (first) {
+    if (state.holder) scheduleCheck(ctx, state);
+    else void check(ctx, state, 'unknown');
+  }
+  return () => {
+    if (!state.watchers.delete(listener)) return;
+    if (!followsEnd(ctx, state)) cancelCheck(state);
+    dropIfIdle(ctx, state);
+  };
+}
+
+async function close(ctx: ServiceContext): Promise<void> {
+  ctx.closed = true;
+  const cancelled = cancelledError('the server is shutting down');
+  for (const state of [...ctx.names.values()]) {
+    state.queue.close(cancelled);
+    for (const controller of state.queuedInBackend) controller.abort(cancelled);
+    untrack(ctx, state);
+    forgetHolder(state);
+    state.watchers.clear();
+    ctx.names.delete(state.name);
+    state.unsubscribe();
+  }
 }

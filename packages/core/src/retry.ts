@@ -1,5 +1,6 @@
-import { type Clock, systemClock, type Timer } from './clock.js';
+import { type Clock, systemClock } from './clock.js';
 import { DlmError, isDlmError } from './errors.js';
+import { sleep } from './time.js';
 
 /**
  * How to retry an operation that failed for a reason that may pass: how many tries, how long to
@@ -314,20 +315,6 @@ function cancelled(signal: AbortSignal, lastError: unknown): DlmError {
   if (isDlmError(reason, 'CANCELLED')) return reason;
   return new DlmError('CANCELLED', 'retrying was cancelled', {
     cause: lastError ?? reason,
-  });
-}
-
-/** Waits `delayMs` on `clock`; an abort ends the wait early (the loop then sees it). */
-function sleep(clock: Clock, delayMs: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    let timer: Timer | undefined;
-    const done = () => {
-      timer?.cancel();
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    signal.addEventListener('abort', done, { once: true });
-    timer = clock.setTimer(done, delayMs);
   });
 }
 

@@ -7,6 +7,11 @@ import { Value } from '@sinclair/typebox/value';
  * patterns with placeholders, expect closes, sleep, and check timings.
  */
 
+/** A mistake in a transcript itself (as opposed to a server that does not match it). */
+export class TranscriptFormatError extends Error {
+  override readonly name = 'TranscriptFormatError';
+}
+
 /** Any JSON value; in `expect` it may contain placeholders (`{"$capture": ...}`, ...). */
 const Json = Type.Unknown();
 

@@ -142,7 +142,15 @@ beforeAll(() => {
 
 describe('the tarballs of pnpm release:pack', () => {
   it('are one per published package, with versions for workspace ranges, a LICENSE, engines and usable source maps', () => {
-    const published = ['core', 'protocol', 'client', 'server', 'cli', 'conformance'].concat(
+    const published = [
+      'core',
+      'protocol',
+      'client',
+      'server',
+      'cli',
+      'conformance',
+      'transcripts',
+    ].concat(
       ['embedded', 'redis', 'redlock', 'etcd', 'zookeeper', 'postgres'].map(
         (kind) => `adapter-${kind}`,
       ),

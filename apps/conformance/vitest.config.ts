@@ -1,3 +1,0 @@
-import { projectConfig } from '../../tooling/vitest/shared.ts';
-
-export default projectConfig(import.meta.dirname);

@@ -1,0 +1,131 @@
+import { DlmError, formatToken, type LockChange } from '@dlm/core';
+import type { FeedEvent, FeedLock } from './lock-feed.js';
+import { permittedName } from './lock-handlers.js';
+import { allowsPrefix } from './permissions.js';
+import { validatePrefix } from './prefix.js';
+import type { Handlers, SessionScope } from './session-scope.js';
+
+type WatchMethod = 'lock.watch' | 'lock.watchPrefix' | 'lock.unwatch';
+
+/** What `lock.watch` tells of a change, or null for what it does not report. */
+function watchChange(watchId: string, name: string, change: LockChange) {
+  // lock.watch reports grants, releases and expiries; a longer lease is none of them.
+  if (change.type === 'extended') return null;
+  if (!change.held) return { watchId, name, held: false };
+  return {
+    watchId,
+    name,
+    held: true,
+    ...(change.owner === undefined ? {} : { owner: change.owner }),
+    ...(change.token === undefined ? {} : { token: formatToken(change.token) }),
+  };
+}
+
+/** What `lock.watchPrefix` tells of a feed event. */
+function prefixChange(watchId: string, event: FeedEvent) {
+  return {
+    watchId,
+    name: event.name,
+    held: event.held,
+    ...(event.owner === undefined ? {} : { owner: event.owner }),
+    ...(event.token === undefined ? {} : { token: formatToken(event.token) }),
+    event: event.type,
+    ...(event.ttlRemainingMs === undefined ? {} : { ttlRemainingMs: event.ttlRemainingMs }),
+    waiters: event.waiters,
+  };
+}
+
+function wireLock(lock: FeedLock) {
+  return {
+    name: lock.name,
+    owner: lock.owner,
+    token: formatToken(lock.token),
+    ttlRemainingMs: lock.ttlRemainingMs,
+    waiters: lock.waiters,
+  };
+}
+
+/** `lock.watch`, `lock.watchPrefix` and `lock.unwatch` for one session. */
+export function watchHandlers(scope: SessionScope): Handlers<WatchMethod> {
+  const { service, feed, limits } = scope.context;
+  const { watches } = scope;
+  let watchSeq = 0;
+
+  /** LIMIT_EXCEEDED when the session has as many watches as it may. */
+  function reserveWatch(): void {
+    if (watches.size >= limits.maxWatchesPerSession) {
+      throw new DlmError(
+        'LIMIT_EXCEEDED',
+        `a session may have at most ${limits.maxWatchesPerSession} watches`,
+      );
+    }
+  }
+
+  function nextWatchId(): string {
+    watchSeq += 1;
+    return `w${watchSeq}`;
+  }
+
+  function permittedPrefix(params: Record<string, unknown>): string {
+    const prefix = validatePrefix(params.prefix, service.limits);
+    const { principal } = scope;
+    if (!allowsPrefix(principal, 'watch', prefix)) {
+      throw new DlmError(
+        'FORBIDDEN',
+        `token ${JSON.stringify(principal.name)} may not watch the prefix ${JSON.stringify(prefix)}`,
+      );
+    }
+    return prefix;
+  }
+
+  return {
+    'lock.watch': async (params) => {
+      const name = permittedName(scope, params, 'watch');
+      reserveWatch();
+      const watchId = nextWatchId();
+      // Subscribe before reading the state, so no change between the two is missed.
+      const stop = service.watch(name, (change) => {
+        const told = watchChange(watchId, name, change);
+        if (told) scope.notify('lock.changed', told);
+      });
+      watches.set(watchId, stop);
+      try {
+        const state = await service.get(name);
+        return state
+          ? { watchId, held: true, token: formatToken(state.token) }
+          : { watchId, held: false };
+      } catch (error) {
+        watches.delete(watchId);
+        stop();
+        throw error;
+      }
+    },
+
+    'lock.watchPrefix': async (params) => {
+      const prefix = permittedPrefix(params);
+      reserveWatch();
+      // Locks granted through other servers on a shared backend join the feed first.
+      await feed.seed(prefix);
+      const watchId = nextWatchId();
+      // Subscribing and taking the snapshot happen in the same turn: no change falls between.
+      const stop = feed.subscribe(prefix, (event) =>
+        scope.notify('lock.changed', prefixChange(watchId, event)),
+      );
+      watches.set(watchId, stop);
+      return { watchId, locks: feed.snapshot(prefix).map(wireLock) };
+    },
+
+    'lock.unwatch': async (params) => {
+      const { watchId } = params;
+      const stop = typeof watchId === 'string' ? watches.get(watchId) : undefined;
+      if (!stop) {
+        throw new DlmError('INVALID_PARAMS', 'watchId does not name a watch of this session', {
+          field: 'watchId',
+        });
+      }
+      watches.delete(watchId as string);
+      stop();
+      return {};
+    },
+  };
+}

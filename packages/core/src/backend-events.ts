@@ -1,0 +1,69 @@
+import { attempt } from './acquire-attempt.js';
+import type { LockEvent } from './backend.js';
+import { announce, holderChange } from './holder-view.js';
+import { leaseHears, untrack } from './lease-tracking.js';
+import type { Lease } from './lock-service.js';
+import {
+  dropIfIdle,
+  isCurrent,
+  type NameState,
+  type QueuedAcquire,
+  type ServiceContext,
+  waitersChanged,
+} from './name-state.js';
+import { toLease } from './proofs.js';
+import { WaitQueue } from './wait-queue.js';
+
+/** The state the service keeps for `name`, made (and its backend watch started) on first use. */
+export function openName(ctx: ServiceContext, name: string): NameState {
+  const existing = ctx.names.get(name);
+  if (existing) return existing;
+  // The queue's hooks run only once the state below exists.
+  const queue = new WaitQueue<QueuedAcquire, Lease>(
+    name,
+    ctx.clock,
+    ctx.settings.unknownTtlRetryMs,
+    {
+      attempt: (queued) => attempt(ctx, state, queued),
+      granted: (queued, grant) => toLease(grant, queued.leaseKey),
+      abandoned: (queued, grant) => {
+        if (state.lease?.token === grant.token) untrack(ctx, state);
+        ctx.calls.releaseQuietly(grant, queued.request.keyHash);
+      },
+      lengthChanged: () => waitersChanged(ctx, state),
+      idle: () => dropIfIdle(ctx, state),
+      closed: () => ctx.closed,
+    },
+  );
+  const state: NameState = {
+    name,
+    queue,
+    lease: undefined,
+    holder: undefined,
+    lastEnded: undefined,
+    told: undefined,
+    checkTimer: undefined,
+    checking: false,
+    checkAgain: false,
+    watchers: new Set(),
+    unsubscribe: () => {},
+    busy: 0,
+    queuedInBackend: new Set(),
+  };
+  ctx.names.set(name, state);
+  state.unsubscribe = ctx.backend.watch(name, (event) => ctx.onEvent(state, event));
+  return state;
+}
+
+/**
+ * A backend event about the name (or an end a check found): the lease followed here hears it,
+ * watchers are told what changed, and an end lets the queue's head ask again.
+ */
+export function onBackendEvent(ctx: ServiceContext, state: NameState, event: LockEvent): void {
+  if (!isCurrent(ctx, state)) return;
+  leaseHears(ctx, state, event);
+  const change = holderChange(ctx, state, event);
+  if (change) announce(state, change);
+  if (event.type !== 'acquired' && state.queue.length) state.queue.wake();
+  dropIfIdle(ctx, state);
+}

@@ -1,0 +1,77 @@
+import type { AcquireResult, Grant } from './backend.js';
+import { isDlmError } from './errors.js';
+import { track } from './lease-tracking.js';
+import { cancelledError, lockHeld, tooManyWaiters } from './lock-errors.js';
+import type { AcquireOptions, Lease } from './lock-service.js';
+import {
+  type NameState,
+  type QueuedAcquire,
+  type ServiceContext,
+  waitersChanged,
+} from './name-state.js';
+import { toLease } from './proofs.js';
+
+/**
+ * A wait in the backend's own queue (fair across servers). The deadline and the caller's
+ * signal abort it; the adapter dequeues and answers `granted: false`.
+ */
+export async function waitInBackend(
+  ctx: ServiceContext,
+  state: NameState,
+  options: AcquireOptions,
+  { request, leaseKey }: QueuedAcquire,
+  waitMs: number,
+): Promise<Lease> {
+  if (state.queuedInBackend.size >= ctx.settings.maxWaiters) throw tooManyWaiters(request.name);
+  const { clock, calls, backend } = ctx;
+  const controller = new AbortController();
+  const cancelled = cancelledError();
+  const deadline = clock.setTimer(
+    () => controller.abort(lockHeld(request.name, undefined)),
+    waitMs,
+  );
+  const onAbort = () => controller.abort(cancelled);
+  options.signal?.addEventListener('abort', onAbort, { once: true });
+  state.queuedInBackend.add(controller);
+  waitersChanged(ctx, state);
+  try {
+    // The backend call may run as long as the wait; the backstop counts from the deadline.
+    const result = await calls.bounded(
+      'acquire',
+      'acquireQueued',
+      () => backend.acquireQueued!({ ...request, signal: controller.signal }),
+      (late) => {
+        if (late.granted) calls.releaseQuietly(late.grant, request.keyHash);
+      },
+      waitMs + ctx.settings.backendTimeoutMs,
+    );
+    const grant = grantOf(ctx, result, controller.signal, request);
+    track(ctx, state, grant, leaseKey, clock.now(), options.onLost);
+    return toLease(grant, leaseKey);
+  } finally {
+    deadline.cancel();
+    options.signal?.removeEventListener('abort', onAbort);
+    state.queuedInBackend.delete(controller);
+    waitersChanged(ctx, state);
+  }
+}
+
+/**
+ * The grant the backend's queue answered with, or why the wait failed: its deadline (LOCK_HELD,
+ * with the holder's lease left when the backend said it), its signal, or the service's close.
+ */
+function grantOf(
+  ctx: ServiceContext,
+  result: AcquireResult,
+  signal: AbortSignal,
+  request: QueuedAcquire['request'],
+): Grant {
+  if (result.granted && !signal.aborted) return result.grant;
+  // Granted just as the wait ended: nobody will use it.
+  if (result.granted) ctx.calls.releaseQuietly(result.grant, request.keyHash);
+  const reason: unknown = signal.reason;
+  if (isDlmError(reason) && reason.code === 'LOCK_HELD' && !result.granted) {
+    throw lockHeld(request.name, result.ttlRemainingMs);
+  }
+  throw isDlmError(reason) ? reason : lockHeld(request.name, undefined);
+}

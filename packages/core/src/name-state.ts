@@ -1,0 +1,109 @@
+import type { LockBackend, LockEvent } from './backend.js';
+import type { BackendCalls } from './backend-calls.js';
+import type { Clock, Timer } from './clock.js';
+import type { HolderView } from './holder-view.js';
+import type { TrackedLease } from './lease-tracking.js';
+import type { Lease, LockChange, LostEvent } from './lock-service.js';
+import type { Notify } from './observer.js';
+import type { Limits } from './validation.js';
+import type { WaitQueue } from './wait-queue.js';
+
+/** The service's fixed settings, derived once from its options and the backend's capabilities. */
+export interface ServiceSettings {
+  /** Waiters allowed in one name's queue on this service (LIMIT_EXCEEDED past it). */
+  maxWaiters: number;
+  backendTimeoutMs: number;
+  unknownTtlRetryMs: number;
+  /**
+   * With expiry events the backend tells us when a lease ends; otherwise a timer per tracked
+   * lease asks the backend at the moment the lease would run out.
+   */
+  leaseTimers: boolean;
+  /**
+   * How long after a followed lease's deadline the backend is asked. Where the backend reports
+   * expiries, that check is only a backstop (a lost event, an extend through another
+   * instance): it waits for the backend's event first.
+   */
+  checkDelayMs: number;
+}
+
+/** What every unit of the service shares: the backend, time, the names it follows. */
+export interface ServiceContext {
+  readonly backend: LockBackend;
+  readonly clock: Clock;
+  readonly limits: Limits;
+  readonly settings: ServiceSettings;
+  readonly names: Map<string, NameState>;
+  readonly calls: BackendCalls;
+  readonly notify: Notify;
+  /** Where a name's backend events go, and the ends a check finds (`backend-events.ts`). */
+  readonly onEvent: (state: NameState, event: LockEvent) => void;
+  /** The one validation of a request's name (`LockService.checkName`). */
+  readonly checkName: (value: unknown) => string;
+  /** Set by `close()`: nothing new starts and no timer is armed again. */
+  closed: boolean;
+}
+
+/** What one of a name's queued acquires carries into the wait engine. */
+export interface QueuedAcquire {
+  request: { name: string; owner: string; ttlMs: number; keyHash: string };
+  leaseKey: string;
+  onLost: ((event: LostEvent) => void) | undefined;
+}
+
+/** Everything the service keeps for one lock name; dropped when nothing needs it. */
+export interface NameState {
+  name: string;
+  /** The acquires waiting on this service, first come first served. */
+  queue: WaitQueue<QueuedAcquire, Lease>;
+  /** The lease this service granted and follows, if any. */
+  lease: TrackedLease | undefined;
+  holder: HolderView | undefined;
+  /** The last lease whose end watchers were told of: a second report of it is dropped. */
+  lastEnded: bigint | undefined;
+  /** What watchers were last told: held (true), free (false), or nothing yet. */
+  told: boolean | undefined;
+  /** When to ask the backend about the holder (its deadline, or a retry). */
+  checkTimer: Timer | undefined;
+  checking: boolean;
+  /** News arrived while a check was in flight: its answer is stale, ask again. */
+  checkAgain: boolean;
+  watchers: Set<(change: LockChange) => void>;
+  unsubscribe: () => void;
+  /** Calls in flight for this name (acquire/extend): the state must outlive them. */
+  busy: number;
+  /** Waits this service has parked in the backend's own queue (`acquireQueued`). */
+  queuedInBackend: Set<AbortController>;
+}
+
+/** Whether `state` is still the one the service keeps for its name (not dropped, not closed). */
+export function isCurrent(ctx: ServiceContext, state: NameState): boolean {
+  return ctx.names.get(state.name) === state;
+}
+
+/**
+ * Whether this service must see the current lease end for itself: someone watches the name,
+ * or a holder here waits to be told it lost a lease on a backend without expiry events.
+ */
+export function followsEnd(ctx: ServiceContext, state: NameState): boolean {
+  return state.watchers.size > 0 || (ctx.settings.leaseTimers && state.lease !== undefined);
+}
+
+/** Acquires queued in this service for the name, in either queue. */
+export function waitersOf(state: NameState): number {
+  return state.queue.length + state.queuedInBackend.size;
+}
+
+export function waitersChanged(ctx: ServiceContext, state: NameState): void {
+  ctx.notify('waiting', state.name, waitersOf(state));
+}
+
+/** Forgets the name once nothing needs it: no waits, no lease, no watchers, no calls. */
+export function dropIfIdle(ctx: ServiceContext, state: NameState): void {
+  if (state.queue.busy || state.lease || state.watchers.size || state.busy) return;
+  if (!isCurrent(ctx, state)) return;
+  ctx.names.delete(state.name);
+  state.queue.stop();
+  state.checkTimer?.cancel();
+  state.unsubscribe();
+}

@@ -1,0 +1,51 @@
+import type { Lease, LostEvent } from './lock-service.js';
+
+/**
+ * What a lock service reports about its own activity, for metrics, logs and feeds. Every
+ * callback is optional; each event is reported from one place in the service, after the fact,
+ * and an observer that throws is ignored (it must not change what the service does).
+ */
+export interface LockObserver {
+  /** A lease was granted by this service (`waitedMs`: how long the acquire queued). */
+  granted?(lease: Lease, waitedMs: number): void;
+  /** A lease granted by this service was extended. */
+  extended?(lease: Lease): void;
+  /** A lease granted by this service was released by its holder. */
+  released?(name: string, token: bigint): void;
+  /** A lease granted by this service was lost (expired, revoked, …): the LostEvent. */
+  lost?(event: LostEvent): void;
+  /** The number of acquires queued in this service for `name` changed to `count`. */
+  waiting?(name: string, count: number): void;
+  /** One backend call finished: operation name (tryAcquire, release, extend, inspect,
+   *  revoke, list, acquireQueued), its duration in ms, and the error if it failed. */
+  backendCall?(operation: string, durationMs: number, error?: unknown): void;
+}
+
+/** The backend operations `LockObserver.backendCall` names. */
+export type BackendOperation =
+  | 'tryAcquire'
+  | 'release'
+  | 'extend'
+  | 'inspect'
+  | 'revoke'
+  | 'list'
+  | 'acquireQueued';
+
+type Arguments<K extends keyof LockObserver> = Parameters<NonNullable<LockObserver[K]>>;
+
+/** Tells `observer` of one event; the one place where an observer's failure is swallowed. */
+export type Notify = <K extends keyof LockObserver>(event: K, ...args: Arguments<K>) => void;
+
+/** The service's one way to reach its observer (a no-op without one). */
+export function observerNotifier(observer: LockObserver | undefined): Notify {
+  if (!observer) return () => {};
+  return (event, ...args) => {
+    const callback = observer[event] as ((...values: typeof args) => void) | undefined;
+    if (!callback) return;
+    try {
+      callback.apply(observer, args);
+    } catch {
+      // An observer is told after the fact; its failure must not break the service.
+    }
+  };
+}

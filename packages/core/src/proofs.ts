@@ -1,0 +1,68 @@
+import type { Grant } from './backend.js';
+import { DlmError } from './errors.js';
+import { MAX_TOKEN } from './fencing.js';
+import { createLeaseKey, hashLeaseKey } from './lease-key.js';
+import type { Lease } from './lock-service.js';
+import type { NameState, ServiceContext } from './name-state.js';
+import { validateLeaseKey } from './validation.js';
+
+/** A lease key and its hash, as a holder presents them. */
+export interface Proof {
+  leaseKey: string;
+  keyHash: string;
+}
+
+/** The lease the caller gets: the grant with its key (which only the caller ever sees). */
+export function toLease(grant: Grant, leaseKey: string): Lease {
+  return {
+    name: grant.name,
+    owner: grant.owner,
+    token: grant.token,
+    ttlMs: grant.ttlMs,
+    leaseKey,
+  };
+}
+
+export function checkToken(token: bigint): bigint {
+  if (typeof token !== 'bigint' || token < 1n || token > MAX_TOKEN) {
+    throw new DlmError('INVALID_PARAMS', 'token must be an integer in [1, 2^63-1]', {
+      field: 'token',
+    });
+  }
+  return token;
+}
+
+/**
+ * The key an acquire presents: the caller's, else that of the lease this service already holds
+ * for `owner`, else a fresh one. `isHolder`: it is that lease's own key (an idempotent
+ * re-acquire, which neither waits nor queues).
+ */
+export function acquireProof(
+  state: NameState,
+  owner: string,
+  givenKey: string | undefined,
+): Proof & { isHolder: boolean } {
+  const tracked = state.lease?.owner === owner ? state.lease : undefined;
+  const leaseKey = givenKey ?? tracked?.leaseKey ?? createLeaseKey();
+  const keyHash =
+    tracked && leaseKey === tracked.leaseKey ? tracked.keyHash : hashLeaseKey(leaseKey);
+  return { leaseKey, keyHash, isHolder: tracked?.keyHash === keyHash };
+}
+
+/**
+ * The key hash a release or extend presents: from the caller's key, or, without one, from the
+ * lease this service granted with `token` (its own caller). Null: no proof at all.
+ */
+export function proofOf(
+  ctx: ServiceContext,
+  name: string,
+  token: bigint,
+  leaseKey: unknown,
+): Proof | null {
+  if (leaseKey !== undefined) {
+    const key = validateLeaseKey(leaseKey);
+    return { leaseKey: key, keyHash: hashLeaseKey(key) };
+  }
+  const tracked = ctx.names.get(name)?.lease;
+  return tracked?.token === token ? tracked : null;
+}

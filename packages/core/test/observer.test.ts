@@ -1,0 +1,198 @@
+import { afterEach, describe, expect, it } from 'vitest';
+// A relative import, not a dependency: the embedded adapter depends on core, and a workspace
+// cycle would break the build graph. The tests still run the real backend's code.
+import { embeddedBackend } from '../../adapter-embedded/src/index.js';
+import type { AcquireResult, LockBackend } from '../src/backend.js';
+import { createManualClock, type ManualClock } from '../src/clock.js';
+import { isDlmError } from '../src/errors.js';
+import { createLockService, type LockService } from '../src/lock-service.js';
+import type { LockObserver } from '../src/observer.js';
+
+type Event = [string, ...unknown[]];
+
+/** An observer that records every call, in order, as `[callback, ...arguments]`. */
+function recorder(): { observer: Required<LockObserver>; events: Event[] } {
+  const events: Event[] = [];
+  const observer: Required<LockObserver> = {
+    granted: (lease, waitedMs) => events.push(['granted', lease.name, lease.token, waitedMs]),
+    extended: (lease) => events.push(['extended', lease.name, lease.token, lease.ttlMs]),
+    released: (name, token) => events.push(['released', name, token]),
+    lost: (event) => events.push(['lost', event.name, event.token, event.reason]),
+    waiting: (name, count) => events.push(['waiting', name, count]),
+    backendCall: (operation, durationMs, error) =>
+      events.push(['backendCall', operation, durationMs, error]),
+  };
+  return { observer, events };
+}
+
+const named = (events: Event[], kind: string) => events.filter((event) => event[0] === kind);
+
+/** Lets the backend's and the service's promise chains run (the manual clock does not move). */
+async function settle(): Promise<void> {
+  for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
+}
+
+describe('LockObserver', () => {
+  let clock: ManualClock;
+  let backend: LockBackend;
+  let service: LockService;
+  afterEach(async () => {
+    await service?.close();
+    await backend?.close();
+  });
+
+  async function open(observer: LockObserver, wrap: (b: LockBackend) => LockBackend = (b) => b) {
+    clock = createManualClock(1_000);
+    backend = wrap(await embeddedBackend({ clock }));
+    service = createLockService({ backend, clock, observer });
+  }
+
+  it('reports a grant, an extend and a release, each with the backend call behind it', async () => {
+    const { observer, events } = recorder();
+    await open(observer);
+    const lease = await service.acquire({ name: 'a', owner: 'o', ttlMs: 1_000 });
+    expect(named(events, 'granted')).toEqual([['granted', 'a', lease.token, 0]]);
+    const extended = await service.extend({ name: 'a', token: lease.token, ttlMs: 2_000 });
+    expect(named(events, 'extended')).toEqual([['extended', 'a', lease.token, extended.ttlMs]]);
+    await service.release({ name: 'a', token: lease.token });
+    expect(named(events, 'released')).toEqual([['released', 'a', lease.token]]);
+    await service.get('a');
+    expect(named(events, 'backendCall').map((event) => event.slice(1))).toEqual([
+      ['tryAcquire', 0, undefined],
+      ['extend', 0, undefined],
+      ['release', 0, undefined],
+      ['inspect', 0, undefined],
+    ]);
+    expect(named(events, 'lost')).toEqual([]);
+  });
+
+  it('reports a queued acquire: the queue length as it changes, and how long it waited', async () => {
+    const { observer, events } = recorder();
+    await open(observer);
+    const first = await service.acquire({ name: 'q', owner: 'one', ttlMs: 1_000 });
+    const second = service.acquire({ name: 'q', owner: 'two', ttlMs: 1_000, waitMs: 5_000 });
+    await settle();
+    expect(named(events, 'waiting')).toEqual([['waiting', 'q', 1]]);
+    clock.advance(300);
+    await service.release({ name: 'q', token: first.token });
+    const lease = await second;
+    expect(named(events, 'waiting')).toEqual([
+      ['waiting', 'q', 1],
+      ['waiting', 'q', 0],
+    ]);
+    expect(named(events, 'granted')).toEqual([
+      ['granted', 'q', first.token, 0],
+      ['granted', 'q', lease.token, 300],
+    ]);
+  });
+
+  it('reports the queue emptying when a wait reaches its deadline', async () => {
+    const { observer, events } = recorder();
+    await open(observer);
+    await service.acquire({ name: 'd', owner: 'one', ttlMs: 10_000 });
+    const waiting = service.acquire({ name: 'd', owner: 'two', ttlMs: 1_000, waitMs: 500 });
+    await settle();
+    clock.advance(500);
+    await expect(waiting).rejects.toSatisfy((error) => isDlmError(error, 'LOCK_HELD'));
+    expect(named(events, 'waiting')).toEqual([
+      ['waiting', 'd', 1],
+      ['waiting', 'd', 0],
+    ]);
+    expect(named(events, 'granted')).toHaveLength(1);
+  });
+
+  it('reports a lease lost to expiry and one lost to revocation', async () => {
+    const { observer, events } = recorder();
+    await open(observer);
+    const expiring = await service.acquire({ name: 'e', owner: 'o', ttlMs: 200 });
+    clock.advance(250);
+    await settle();
+    const revoked = await service.acquire({ name: 'r', owner: 'o', ttlMs: 10_000 });
+    await service.revoke('r');
+    expect(named(events, 'lost')).toEqual([
+      ['lost', 'e', expiring.token, 'expired'],
+      ['lost', 'r', revoked.token, 'revoked'],
+    ]);
+    expect(named(events, 'backendCall').map((event) => event[1])).toContain('revoke');
+  });
+
+  it('reports a failed backend call with its error and its duration', async () => {
+    const { observer, events } = recorder();
+    const failure = new Error('the backend broke');
+    await open(observer, (real) => ({
+      ...real,
+      capabilities: real.capabilities,
+      watch: real.watch.bind(real),
+      close: real.close.bind(real),
+      inspect: async () => {
+        clock.advance(7);
+        throw failure;
+      },
+    }));
+    await expect(service.get('x')).rejects.toBe(failure);
+    expect(named(events, 'backendCall')).toEqual([['backendCall', 'inspect', 7, failure]]);
+  });
+
+  it('reports a wait in the backend queue as acquireQueued, and its queue length', async () => {
+    const { observer, events } = recorder();
+    // The embedded backend has no queue of its own: this one waits for the holder's release
+    // through the real backend's watch, enough for core to take its fair-queue path.
+    await open(observer, (real) => ({
+      kind: real.kind,
+      capabilities: { ...real.capabilities, fairQueue: true },
+      tryAcquire: real.tryAcquire.bind(real),
+      release: real.release.bind(real),
+      extend: real.extend.bind(real),
+      inspect: real.inspect.bind(real),
+      watch: real.watch.bind(real),
+      close: real.close.bind(real),
+      acquireQueued: (request) =>
+        new Promise<AcquireResult>((resolve, reject) => {
+          const unsubscribe = real.watch(request.name, (event) => {
+            if (event.type === 'acquired') return;
+            unsubscribe();
+            real.tryAcquire(request).then(resolve, reject);
+          });
+          request.signal.addEventListener('abort', () => {
+            unsubscribe();
+            resolve({ granted: false });
+          });
+        }),
+    }));
+    const first = await service.acquire({ name: 'f', owner: 'one', ttlMs: 1_000 });
+    const second = service.acquire({ name: 'f', owner: 'two', ttlMs: 1_000, waitMs: 5_000 });
+    await settle();
+    expect(service.waiters('f')).toBe(1);
+    await service.release({ name: 'f', token: first.token });
+    const lease = await second;
+    expect(named(events, 'waiting')).toEqual([
+      ['waiting', 'f', 1],
+      ['waiting', 'f', 0],
+    ]);
+    expect(named(events, 'granted').at(-1)).toEqual(['granted', 'f', lease.token, 0]);
+    expect(named(events, 'backendCall').map((event) => event[1])).toContain('acquireQueued');
+  });
+
+  it('a throwing observer changes nothing the service does', async () => {
+    const angry = () => {
+      throw new Error('observer failure');
+    };
+    await open({
+      granted: angry,
+      extended: angry,
+      released: angry,
+      lost: angry,
+      waiting: angry,
+      backendCall: angry,
+    });
+    const lease = await service.acquire({ name: 't', owner: 'o', ttlMs: 1_000 });
+    const waiting = service.acquire({ name: 't', owner: 'p', ttlMs: 1_000, waitMs: 5_000 });
+    await settle();
+    await service.extend({ name: 't', token: lease.token, ttlMs: 1_000 });
+    await service.release({ name: 't', token: lease.token });
+    const next = await waiting;
+    expect(service.holds('t', next.token)).toBe(true);
+    await service.revoke('t');
+    expect(service.holds('t', next.token)).toBe(false);
+  });
+});

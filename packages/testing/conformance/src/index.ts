@@ -1,0 +1,56 @@
+import { afterEach, beforeEach, describe } from 'vitest';
+import { type ConformanceContext, createContext } from './context.js';
+import { badInputGroup } from './groups/bad-input.js';
+import { clusterGroup } from './groups/cluster.js';
+import { durabilityGroup } from './groups/durability.js';
+import { expiryGroup } from './groups/expiry.js';
+import { fairQueueGroup } from './groups/fair-queue.js';
+import { grantsGroup } from './groups/grants.js';
+import { leaseKeysGroup } from './groups/lease-keys.js';
+import { releaseAndExtendGroup } from './groups/release-extend.js';
+import { waitingGroup } from './groups/waiting.js';
+import { watchAndRevokeGroup } from './groups/watch-revoke.js';
+import type { ConformanceTarget } from './target.js';
+
+export type { ConformanceContext } from './context.js';
+export { expirySlack, failure, lockName, shortTtl } from './support.js';
+export type { ClusterMember, ClusterTarget, ConformanceTarget, FairQueueProbe } from './target.js';
+export { sleep, type UntilOptions, until } from './wait.js';
+
+/**
+ * The groups every backend runs, in order. Each registers one `describe` over the shared
+ * per-test context; a group gates its own tests by the backend's declared capabilities.
+ */
+const groups: ReadonlyArray<(ctx: ConformanceContext) => void> = [
+  grantsGroup,
+  releaseAndExtendGroup,
+  leaseKeysGroup,
+  expiryGroup,
+  waitingGroup,
+  fairQueueGroup,
+  watchAndRevokeGroup,
+  badInputGroup,
+  durabilityGroup,
+];
+
+/**
+ * Registers the dlm backend conformance suite with vitest. Every test runs through core's
+ * `LockService` (or, in the fair-queue group, the backend's own queue) over a fresh backend
+ * instance, so it checks the adapter's primitives and the waits, fairness and lock-lost
+ * detection core builds on them. Groups are gated by the backend's declared capabilities,
+ * never by its name; `target.extraTests` adds the backend package's own tests to the run, and
+ * `target.cluster` adds the cluster-failover group.
+ *
+ * @example
+ * runConformance('redis', { backend: () => redisBackend({ url }) });
+ */
+export function runConformance(name: string, target: ConformanceTarget): void {
+  describe(`conformance: ${name}`, () => {
+    const { ctx, open, close } = createContext(name, target);
+    beforeEach(open);
+    afterEach(close);
+    for (const group of groups) group(ctx);
+    target.extraTests?.(ctx);
+  });
+  if (target.cluster) clusterGroup(name, target.cluster);
+}

@@ -192,10 +192,11 @@ ${renderChecks(results.checks, true)}
 `;
 }
 
-async function main(): Promise<number> {
+/** The options, or the exit code of --help, --list or a usage error. */
+function optionsOrExit(argv: string[]): BenchOptions | number {
   let parsed: ReturnType<typeof parseOptions>;
   try {
-    parsed = parseOptions(process.argv.slice(2));
+    parsed = parseOptions(argv);
   } catch (error) {
     if (!(error instanceof UsageError)) throw error;
     process.stderr.write(`bench: ${error.message}\n\n${USAGE}`);
@@ -209,14 +210,19 @@ async function main(): Promise<number> {
     process.stdout.write(`${TARGET_IDS.join('\n')}\n`);
     return 0;
   }
-  const options = parsed;
-  const started = performance.now();
-  const startedAt = new Date().toISOString();
-  const machine = machineInfo();
-  log(
-    `bench: ${machine.cpuModel}, ${machine.cores} cores, load ${machine.loadAverage.join(' ')}, node ${machine.node}`,
-  );
+  return parsed;
+}
 
+/** What one bench run measured. */
+interface Measured {
+  targets: Target[];
+  runs: Map<string, TargetRun[]>;
+  scale: ScaleResult | { error: string } | undefined;
+  versions: Results['versions'];
+}
+
+/** Starts the services, runs every target `repeat` times and the scale workload, stops them. */
+async function measure(options: BenchOptions): Promise<Measured> {
   const specs = selectSpecs(options.only);
   const targetWorkloads = options.workloads.some((w) => w !== 'scale');
   const runId = randomBytes(4).toString('hex');
@@ -244,22 +250,72 @@ async function main(): Promise<number> {
         );
       }
     }
-    if (options.workloads.includes('scale')) {
-      log(`bench: scale, ${options.scale.sessions} sessions and ${options.scale.locks} locks…`);
-      try {
-        scale = await runScale(`bench:${runId}:scale`, {
-          ...options.scale,
-          profileDir: options.profileDir,
-        });
-        for (const line of renderScale(scale)) log(`  ${line}`);
-      } catch (error) {
-        scale = { error: error instanceof Error ? error.message : String(error) };
-        log(`  scale failed: ${scale.error}`);
-      }
-    }
+    if (options.workloads.includes('scale')) scale = await measureScale(options, runId);
   } finally {
     await stopServices(services);
   }
+  return { targets, runs, scale, versions };
+}
+
+async function measureScale(
+  options: BenchOptions,
+  runId: string,
+): Promise<ScaleResult | { error: string }> {
+  log(`bench: scale, ${options.scale.sessions} sessions and ${options.scale.locks} locks…`);
+  try {
+    const scale = await runScale(`bench:${runId}:scale`, {
+      ...options.scale,
+      profileDir: options.profileDir,
+    });
+    for (const line of renderScale(scale)) log(`  ${line}`);
+    return scale;
+  } catch (error) {
+    const failed = { error: error instanceof Error ? error.message : String(error) };
+    log(`  scale failed: ${failed.error}`);
+    return failed;
+  }
+}
+
+/** Why the run fails (and CI with it): a broken target, a violation, a failed scale run… */
+function failures(
+  options: BenchOptions,
+  { targets, runs, scale }: Measured,
+  figures: Map<string, TargetFigures>,
+): string[] {
+  const failed = [...runs.values()].flat().some((run) => run.error !== undefined);
+  const violations = [...figures.values()].some((f) => f.metrics.contentionViolations > 0);
+  const scaleFailed = scale !== undefined && ('error' in scale || scale.errors > 0);
+  // Zero grants under contention is a broken wait for dlm; for a polling peer on a slow
+  // machine a short window can legitimately end without one.
+  const empty = targets.some((target) => {
+    const m = figures.get(target.id)!.metrics;
+    return (
+      (options.workloads.includes('throughput') && !(m.throughputPairsPerSecond > 0)) ||
+      (options.workloads.includes('shared') && !(m.sharedPairsPerSecond > 0)) ||
+      (target.kind === 'dlm' &&
+        options.workloads.includes('contention') &&
+        !(m.contentionGrantsPerSecond > 0))
+    );
+  });
+  return [
+    failed && 'a target failed',
+    violations && 'mutual-exclusion violations',
+    scaleFailed && 'scale failed',
+    empty && 'a workload completed nothing',
+  ].filter((reason): reason is string => typeof reason === 'string');
+}
+
+async function main(): Promise<number> {
+  const options = optionsOrExit(process.argv.slice(2));
+  if (typeof options === 'number') return options;
+  const started = performance.now();
+  const startedAt = new Date().toISOString();
+  const machine = machineInfo();
+  log(
+    `bench: ${machine.cpuModel}, ${machine.cores} cores, load ${machine.loadAverage.join(' ')}, node ${machine.node}`,
+  );
+  const measured = await measure(options);
+  const { targets, runs, scale } = measured;
 
   const figures = new Map<string, TargetFigures>();
   for (const target of targets) {
@@ -281,7 +337,7 @@ async function main(): Promise<number> {
     startedAt,
     durationSeconds: (performance.now() - started) / 1_000,
     machine: { ...machine, loadAverageAtEnd: machineInfo().loadAverage },
-    versions,
+    versions: measured.versions,
     settings: (({ outDir: _o, profileDir: _p, ...rest }) => rest)(options),
     targets: Object.fromEntries(
       targets.map((target) => [
@@ -317,26 +373,9 @@ async function main(): Promise<number> {
     `\nbench: wrote ${join(outDir, 'latest.json')} and RESULTS.md (${seconds(performance.now() - started)})`,
   );
 
-  // A broken target, an exclusion violation or a failed scale run fails the command (and CI).
-  const failed = [...runs.values()].flat().some((run) => run.error !== undefined);
-  const violations = [...figures.values()].some((f) => f.metrics.contentionViolations > 0);
-  const scaleFailed = scale !== undefined && ('error' in scale || scale.errors > 0);
-  // Zero grants under contention is a broken wait for dlm; for a polling peer on a slow
-  // machine a short window can legitimately end without one.
-  const empty = targets.some((target) => {
-    const m = figures.get(target.id)!.metrics;
-    return (
-      (options.workloads.includes('throughput') && !(m.throughputPairsPerSecond > 0)) ||
-      (options.workloads.includes('shared') && !(m.sharedPairsPerSecond > 0)) ||
-      (target.kind === 'dlm' &&
-        options.workloads.includes('contention') &&
-        !(m.contentionGrantsPerSecond > 0))
-    );
-  });
-  if (failed || violations || scaleFailed || empty) {
-    log(
-      `bench: FAILED (${[failed && 'a target failed', violations && 'mutual-exclusion violations', scaleFailed && 'scale failed', empty && 'a workload completed nothing'].filter(Boolean).join(', ')})`,
-    );
+  const reasons = failures(options, measured, figures);
+  if (reasons.length) {
+    log(`bench: FAILED (${reasons.join(', ')})`);
     return 1;
   }
   return 0;

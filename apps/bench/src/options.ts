@@ -1,4 +1,4 @@
-import { parseArgs } from 'node:util';
+import { type FlagOptions, integerFlag, parseFlags, UsageError } from '@dlm/flags';
 
 export const WORKLOADS = ['uncontended', 'throughput', 'shared', 'contention', 'scale'] as const;
 export type Workload = (typeof WORKLOADS)[number];
@@ -69,55 +69,44 @@ results/RESULTS.md (--smoke: results/smoke/).
   -h, --help
 `;
 
-export class UsageError extends Error {}
+export { UsageError };
+
+const OPTIONS = {
+  smoke: { type: 'boolean' },
+  repeat: { type: 'string' },
+  only: { type: 'string' },
+  workloads: { type: 'string' },
+  count: { type: 'string' },
+  warmup: { type: 'string' },
+  clients: { type: 'string' },
+  contenders: { type: 'string' },
+  'duration-ms': { type: 'string' },
+  'warmup-ms': { type: 'string' },
+  'hold-ms': { type: 'string' },
+  'wait-ms': { type: 'string' },
+  'ttl-ms': { type: 'string' },
+  'poll-ms': { type: 'string' },
+  'scale-sessions': { type: 'string' },
+  'scale-locks': { type: 'string' },
+  'scale-probe-at': { type: 'string' },
+  'probe-count': { type: 'string' },
+  out: { type: 'string' },
+  'profile-dir': { type: 'string' },
+  list: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const satisfies FlagOptions;
 
 function positive(value: string | undefined, fallback: number, flag: string, min = 1): number {
-  if (value === undefined) return fallback;
-  const parsed = Number(value);
-  if (!Number.isInteger(parsed) || parsed < min) {
-    throw new UsageError(`--${flag} must be an integer ≥ ${min}, got ${value}`);
-  }
-  return parsed;
+  return integerFlag(value, fallback, `--${flag}`, { min });
 }
 
 /** The options, or which of --help / --list was asked for. */
 export function parseOptions(argv: string[]): BenchOptions | { help: true } | { list: true } {
-  let values: Record<string, string | boolean | undefined>;
-  try {
-    ({ values } = parseArgs({
-      args: argv,
-      strict: true,
-      options: {
-        smoke: { type: 'boolean' },
-        repeat: { type: 'string' },
-        only: { type: 'string' },
-        workloads: { type: 'string' },
-        count: { type: 'string' },
-        warmup: { type: 'string' },
-        clients: { type: 'string' },
-        contenders: { type: 'string' },
-        'duration-ms': { type: 'string' },
-        'warmup-ms': { type: 'string' },
-        'hold-ms': { type: 'string' },
-        'wait-ms': { type: 'string' },
-        'ttl-ms': { type: 'string' },
-        'poll-ms': { type: 'string' },
-        'scale-sessions': { type: 'string' },
-        'scale-locks': { type: 'string' },
-        'scale-probe-at': { type: 'string' },
-        'probe-count': { type: 'string' },
-        out: { type: 'string' },
-        'profile-dir': { type: 'string' },
-        list: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    }));
-  } catch (error) {
-    throw new UsageError((error as Error).message);
-  }
+  // `pnpm bench -- --smoke` hands on its `--`: parseFlags drops a leading one.
+  const { values } = parseFlags(argv, OPTIONS);
   if (values.help) return { help: true };
   if (values.list) return { list: true };
-  const flag = (name: string) => values[name] as string | undefined;
+  const flag = (name: keyof typeof OPTIONS) => values[name] as string | undefined;
   const smoke = values.smoke === true;
   const workloads = (flag('workloads') ?? WORKLOADS.join(','))
     .split(',')

@@ -13,13 +13,13 @@ import { readdirSync, statSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { embeddedBackend } from '@dlm/adapter-embedded';
 import { etcdBackend } from '@dlm/adapter-etcd';
 import { redisBackend } from '@dlm/adapter-redis';
 import { redlockBackend } from '@dlm/adapter-redlock';
 import { zookeeperBackend } from '@dlm/adapter-zookeeper';
 import type { LockBackend } from '@dlm/core';
+import { parseFlags, parseInteger, UsageError } from '@dlm/flags';
 import {
   startEtcd,
   startRedis,
@@ -121,150 +121,174 @@ function zkNodeCount(port: number): Promise<number> {
   });
 }
 
+/** The embedded backend in memory: what it lists, and the heap. */
+async function embeddedMemoryProbe(): Promise<Probe> {
+  const backend = await embeddedBackend();
+  return {
+    backend,
+    read: async () => ({
+      heldListed: (await backend.list!('')).length,
+      heapKiB: Math.round(heapBytes() / 1024),
+    }),
+    returns: ['heldListed'],
+    notes: ['heap is the whole process (run with --expose-gc for a collected heap)'],
+    stop: () => backend.close(),
+  };
+}
+
+/** The embedded backend on a data dir: what it lists, and the journal on disk. */
+async function embeddedDataDirProbe(options: ResidueOptions): Promise<Probe> {
+  const dataDir = tempDir('residue-embedded');
+  const backend = await embeddedBackend({
+    dataDir,
+    ...(options.compactAfterBytes ? { compactAfterBytes: options.compactAfterBytes } : {}),
+  });
+  return {
+    backend,
+    read: async () => ({
+      heldListed: (await backend.list!('')).length,
+      dataDirBytes: dirBytes(dataDir),
+    }),
+    returns: ['heldListed'],
+    notes: [
+      `the journal grows until compactAfterBytes (${options.compactAfterBytes ?? '64 MiB by default'}, or 4 × the last snapshot), then is rewritten as a snapshot of what is held`,
+    ],
+    stop: () => backend.close(),
+  };
+}
+
+/** One Redis: its key count. */
+async function redisProbe(options: ResidueOptions): Promise<Probe> {
+  const redis = await startRedis({ aof: false });
+  const backend = redisBackend({ url: redis.url, fenceRetentionMs: options.fenceRetentionMs });
+  await backend.ready();
+  const raw = new Redis(redis.url);
+  return {
+    backend,
+    read: async () => ({ keys: await raw.dbsize() }),
+    returns: ['keys'],
+    notes: [],
+    async stop() {
+      await backend.close();
+      raw.disconnect();
+      await redis.stop(1_000);
+    },
+  };
+}
+
+/** Three Redis nodes: the key count of each. */
+async function redlockProbe(options: ResidueOptions): Promise<Probe> {
+  const nodes = await startRedisNodes(3);
+  const backend = redlockBackend({
+    urls: nodes.map((node) => node.url),
+    fenceRetentionMs: options.fenceRetentionMs,
+  });
+  await backend.ready();
+  const raws = nodes.map((node) => new Redis(node.url));
+  return {
+    backend,
+    read: async () =>
+      Object.fromEntries(
+        await Promise.all(raws.map(async (raw, i) => [`keys@r${i + 1}`, await raw.dbsize()])),
+      ),
+    returns: nodes.map((_, i) => `keys@r${i + 1}`),
+    notes: [],
+    async stop() {
+      await backend.close();
+      for (const raw of raws) raw.disconnect();
+      await Promise.all(nodes.map((node) => node.stop(1_000)));
+    },
+  };
+}
+
+/** One etcd member: the name keys, the revision and the database size. */
+async function etcdProbe(): Promise<Probe> {
+  const etcd = await startEtcd();
+  const backend = etcdBackend({ endpoints: etcd.endpoints });
+  const client = new Etcd3({ hosts: etcd.endpoints });
+  return {
+    backend,
+    read: async () => {
+      const status = await client.maintenance.status();
+      return {
+        // Per name: the lock key and the waiters' queue keys; `dlm/event` is one marker key
+        // per deployment, counted apart.
+        nameKeys:
+          (await client.getAll().prefix('dlm/lock/').count()) +
+          (await client.getAll().prefix('dlm/queue/').count()),
+        otherKeys: await client.getAll().prefix('dlm/event').count(),
+        revision: Number(status.header.revision),
+        dbSizeKiB: Math.round(Number(status.dbSize) / 1024),
+      };
+    },
+    returns: ['nameKeys'],
+    notes: [
+      'etcd keeps every revision until it is compacted (etcd --auto-compaction-retention, or a compaction by the operator); the row after the compaction shows what remains then',
+    ],
+    async afterRelease() {
+      const status = await client.maintenance.status();
+      await client.kv.compact({ revision: status.header.revision, physical: true });
+      await client.maintenance.defragment();
+    },
+    async stop() {
+      await backend.close();
+      client.close();
+      await etcd.stop();
+    },
+  };
+}
+
+/** One ZooKeeper: the name nodes, and its own count of every znode. */
+async function zookeeperProbe(options: ResidueOptions): Promise<Probe> {
+  const zk = await startZooKeeper();
+  const member = zk.members[0];
+  const backend = zookeeperBackend({
+    connect: zk.connectString,
+    sweepIntervalMs: options.sweepIntervalMs,
+  });
+  const raw = zookeeper.createClient(zk.connectString);
+  raw.connect();
+  const children = (path: string) =>
+    new Promise<number>((resolve, reject) =>
+      raw.getChildren(path, (error, list) => {
+        if (error && 'getCode' in error && error.getCode() === zookeeper.Exception.NO_NODE) {
+          resolve(0);
+        } else if (error) reject(error);
+        else resolve(list.length);
+      }),
+    );
+  return {
+    backend,
+    read: async () => ({
+      nameNodes: await children('/dlm/locks'),
+      ...(member ? { znodes: await zkNodeCount(member.clientPort) } : {}),
+    }),
+    returns: ['nameNodes'],
+    notes: [
+      `a name node stays until a sweep finds it unused for a whole sweepIntervalMs (${options.sweepIntervalMs} ms here, sweeps every 0.5–1.5 × that, each reading every name node, 16 at a time): back within 2.5 × sweepIntervalMs plus one sweep's duration`,
+    ],
+    async stop() {
+      await backend.close();
+      raw.close();
+      await zk.stop();
+    },
+  };
+}
+
 async function probe(adapter: ResidueAdapter, options: ResidueOptions): Promise<Probe> {
   switch (adapter) {
-    case 'embedded-memory': {
-      const backend = await embeddedBackend();
-      return {
-        backend,
-        read: async () => ({
-          heldListed: (await backend.list!('')).length,
-          heapKiB: Math.round(heapBytes() / 1024),
-        }),
-        returns: ['heldListed'],
-        notes: ['heap is the whole process (run with --expose-gc for a collected heap)'],
-        stop: () => backend.close(),
-      };
-    }
-    case 'embedded-data-dir': {
-      const dataDir = tempDir('residue-embedded');
-      const backend = await embeddedBackend({
-        dataDir,
-        ...(options.compactAfterBytes ? { compactAfterBytes: options.compactAfterBytes } : {}),
-      });
-      return {
-        backend,
-        read: async () => ({
-          heldListed: (await backend.list!('')).length,
-          dataDirBytes: dirBytes(dataDir),
-        }),
-        returns: ['heldListed'],
-        notes: [
-          `the journal grows until compactAfterBytes (${options.compactAfterBytes ?? '64 MiB by default'}, or 4 × the last snapshot), then is rewritten as a snapshot of what is held`,
-        ],
-        stop: () => backend.close(),
-      };
-    }
-    case 'redis': {
-      const redis = await startRedis({ aof: false });
-      const backend = redisBackend({ url: redis.url, fenceRetentionMs: options.fenceRetentionMs });
-      await backend.ready();
-      const raw = new Redis(redis.url);
-      return {
-        backend,
-        read: async () => ({ keys: await raw.dbsize() }),
-        returns: ['keys'],
-        notes: [],
-        async stop() {
-          await backend.close();
-          raw.disconnect();
-          await redis.stop(1_000);
-        },
-      };
-    }
-    case 'redlock': {
-      const nodes = await startRedisNodes(3);
-      const backend = redlockBackend({
-        urls: nodes.map((node) => node.url),
-        fenceRetentionMs: options.fenceRetentionMs,
-      });
-      await backend.ready();
-      const raws = nodes.map((node) => new Redis(node.url));
-      return {
-        backend,
-        read: async () =>
-          Object.fromEntries(
-            await Promise.all(raws.map(async (raw, i) => [`keys@r${i + 1}`, await raw.dbsize()])),
-          ),
-        returns: nodes.map((_, i) => `keys@r${i + 1}`),
-        notes: [],
-        async stop() {
-          await backend.close();
-          for (const raw of raws) raw.disconnect();
-          await Promise.all(nodes.map((node) => node.stop(1_000)));
-        },
-      };
-    }
-    case 'etcd': {
-      const etcd = await startEtcd();
-      const backend = etcdBackend({ endpoints: etcd.endpoints });
-      const client = new Etcd3({ hosts: etcd.endpoints });
-      return {
-        backend,
-        read: async () => {
-          const status = await client.maintenance.status();
-          return {
-            // Per name: the lock key and the waiters' queue keys; `dlm/event` is one marker key
-            // per deployment, counted apart.
-            nameKeys:
-              (await client.getAll().prefix('dlm/lock/').count()) +
-              (await client.getAll().prefix('dlm/queue/').count()),
-            otherKeys: await client.getAll().prefix('dlm/event').count(),
-            revision: Number(status.header.revision),
-            dbSizeKiB: Math.round(Number(status.dbSize) / 1024),
-          };
-        },
-        returns: ['nameKeys'],
-        notes: [
-          'etcd keeps every revision until it is compacted (etcd --auto-compaction-retention, or a compaction by the operator); the row after the compaction shows what remains then',
-        ],
-        async afterRelease() {
-          const status = await client.maintenance.status();
-          await client.kv.compact({ revision: status.header.revision, physical: true });
-          await client.maintenance.defragment();
-        },
-        async stop() {
-          await backend.close();
-          client.close();
-          await etcd.stop();
-        },
-      };
-    }
-    case 'zookeeper': {
-      const zk = await startZooKeeper();
-      const member = zk.members[0];
-      const backend = zookeeperBackend({
-        connect: zk.connectString,
-        sweepIntervalMs: options.sweepIntervalMs,
-      });
-      const raw = zookeeper.createClient(zk.connectString);
-      raw.connect();
-      const children = (path: string) =>
-        new Promise<number>((resolve, reject) =>
-          raw.getChildren(path, (error, list) => {
-            if (error && 'getCode' in error && error.getCode() === zookeeper.Exception.NO_NODE) {
-              resolve(0);
-            } else if (error) reject(error);
-            else resolve(list.length);
-          }),
-        );
-      return {
-        backend,
-        read: async () => ({
-          nameNodes: await children('/dlm/locks'),
-          ...(member ? { znodes: await zkNodeCount(member.clientPort) } : {}),
-        }),
-        returns: ['nameNodes'],
-        notes: [
-          `a name node stays until a sweep finds it unused for a whole sweepIntervalMs (${options.sweepIntervalMs} ms here, sweeps every 0.5–1.5 × that, each reading every name node, 16 at a time): back within 2.5 × sweepIntervalMs plus one sweep's duration`,
-        ],
-        async stop() {
-          await backend.close();
-          raw.close();
-          await zk.stop();
-        },
-      };
-    }
+    case 'embedded-memory':
+      return embeddedMemoryProbe();
+    case 'embedded-data-dir':
+      return embeddedDataDirProbe(options);
+    case 'redis':
+      return redisProbe(options);
+    case 'redlock':
+      return redlockProbe(options);
+    case 'etcd':
+      return etcdProbe();
+    case 'zookeeper':
+      return zookeeperProbe(options);
   }
 }
 
@@ -337,38 +361,28 @@ function row(result: ResidueResult): string {
   return `| ${result.adapter} | ${result.names} | ${show(result.baseline)} | ${show(result.afterRelease)} | ${show(result.settled)} | ${back} (${result.returns.join(', ')}) | ${Math.round(result.lockMs / 1000)} s |`;
 }
 
-async function main(): Promise<void> {
-  const { values } = parseArgs({
-    args: process.argv.slice(2).filter((arg) => arg !== '--'),
-    options: {
-      names: { type: 'string', default: '100000' },
-      adapter: { type: 'string', default: 'all' },
-      'ttl-ms': { type: 'string', default: '5000' },
-      concurrency: { type: 'string', default: '32' },
-      'settle-ms': { type: 'string', default: '120000' },
-      'poll-ms': { type: 'string', default: '500' },
-      'fence-retention-ms': { type: 'string', default: '60000' },
-      'sweep-interval-ms': { type: 'string', default: '20000' },
-    },
+/** The adapters to measure and the options, from the flags. @throws UsageError */
+function residueArgs(argv: string[]): { adapters: ResidueAdapter[]; options: ResidueOptions } {
+  const { values } = parseFlags(argv, {
+    names: { type: 'string', default: '100000' },
+    adapter: { type: 'string', default: 'all' },
+    'ttl-ms': { type: 'string', default: '5000' },
+    concurrency: { type: 'string', default: '32' },
+    'settle-ms': { type: 'string', default: '120000' },
+    'poll-ms': { type: 'string', default: '500' },
+    'fence-retention-ms': { type: 'string', default: '60000' },
+    'sweep-interval-ms': { type: 'string', default: '20000' },
   });
-  const number = (text: string, flag: string) => {
-    const value = Number(text);
-    if (!Number.isInteger(value) || value <= 0) {
-      process.stderr.write(`residue: --${flag} must be a positive integer\n`);
-      process.exit(2);
-    }
-    return value;
-  };
+  const number = (text: string, flag: string) => parseInteger(text, `--${flag}`);
   const adapters =
     values.adapter === 'all'
       ? [...RESIDUE_ADAPTERS]
       : (values.adapter.split(',') as ResidueAdapter[]);
   for (const adapter of adapters) {
     if (!RESIDUE_ADAPTERS.includes(adapter)) {
-      process.stderr.write(
-        `residue: unknown adapter ${JSON.stringify(adapter)} (${RESIDUE_ADAPTERS.join(', ')})\n`,
+      throw new UsageError(
+        `unknown adapter ${JSON.stringify(adapter)} (${RESIDUE_ADAPTERS.join(', ')})`,
       );
-      process.exit(2);
     }
   }
   const options: ResidueOptions = {
@@ -380,6 +394,19 @@ async function main(): Promise<void> {
     fenceRetentionMs: number(values['fence-retention-ms'], 'fence-retention-ms'),
     sweepIntervalMs: number(values['sweep-interval-ms'], 'sweep-interval-ms'),
   };
+  return { adapters, options };
+}
+
+async function main(): Promise<void> {
+  let args: ReturnType<typeof residueArgs>;
+  try {
+    args = residueArgs(process.argv.slice(2));
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    process.stderr.write(`residue: ${error.message}\n`);
+    process.exit(2);
+  }
+  const { adapters, options } = args;
   const log = (line: string) => process.stderr.write(`[residue] ${line}\n`);
   process.stdout.write(
     `| adapter | names | before | right after the last release | settled | back to the baseline after | locking took |\n|---|--:|---|---|---|---|--:|\n`,

@@ -1,6 +1,5 @@
-import { type ParseArgsConfig, parseArgs } from 'node:util';
+import type { FlagOptions } from '@dlm/flags';
 import { CONNECTION_FLAGS } from './connection-options.js';
-import { UsageError } from './usage-error.js';
 
 /** One `dlm` subcommand. */
 export interface Command {
@@ -14,20 +13,9 @@ export interface Command {
   run(argv: string[]): Promise<number | undefined>;
 }
 
-type Options = NonNullable<ParseArgsConfig['options']>;
-
 /** Flags every command takes. */
 export const COMMON_OPTIONS = {
   ...CONNECTION_FLAGS,
   json: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
-} as const satisfies Options;
-
-/** `node:util` parseArgs, strict, with its errors turned into usage errors. */
-export function parseFlags<O extends Options>(argv: string[], options: O) {
-  try {
-    return parseArgs({ args: argv, options, strict: true, allowPositionals: true });
-  } catch (error) {
-    throw new UsageError((error as Error).message);
-  }
-}
+} as const satisfies FlagOptions;

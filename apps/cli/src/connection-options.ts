@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { ClientOptions } from '@dlm/client';
+import { UsageError } from '@dlm/flags';
 import { serverUrl } from './server-url.js';
-import { UsageError } from './usage-error.js';
 
 /** Where a command finds its server and how it proves who it is. */
 export interface ConnectionOptions {

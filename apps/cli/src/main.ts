@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 import { readFileSync } from 'node:fs';
+import { UsageError, withoutLeadingSeparator } from '@dlm/flags';
 import type { Command } from './command.js';
 import { EXIT } from './exit-codes.js';
-import { UsageError } from './usage-error.js';
 
 /**
  * Each command's module is loaded only when it runs: `dlm get` need not load the server (which
@@ -66,7 +66,7 @@ Examples:
 
 async function main(argv: string[]): Promise<number | undefined> {
   // `pnpm dlm -- ls` hands the `--` on (pnpm 12): before the command name it is no argument.
-  const [name, ...rest] = argv[0] === '--' ? argv.slice(1) : argv;
+  const [name, ...rest] = withoutLeadingSeparator(argv);
   if (name === undefined || name === '-h' || name === '--help' || name === 'help') {
     const topic =
       name === 'help' ? COMMANDS.find((command) => command.name === rest[0]) : undefined;

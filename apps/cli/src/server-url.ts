@@ -1,4 +1,4 @@
-import { UsageError } from './usage-error.js';
+import { UsageError } from '@dlm/flags';
 
 /** Where the server is when neither `--server` nor `DLM_URL` says. */
 export const DEFAULT_SERVER_URL = 'ws://127.0.0.1:7070/v1/ws';

@@ -222,12 +222,19 @@ describe('dlm lock NAME -- CMD', () => {
       ['lock', 'cli/x'],
       ['lock', '--', 'true'],
       ['lock', 'cli/x', '--ttl', '10 parsecs', '--', 'true'],
+      ['lock', 'cli/x', '--ttl', '30', '--', 'true'],
       ['lock', 'cli/x', '--bogus', '--', 'true'],
     ]) {
       const done = await runDlm(args, env);
       expect(done.code, args.join(' ')).toBe(2);
       expect(done.stderr).toContain('Usage: dlm lock');
     }
+    // A bare number has no unit to guess: the error names the units.
+    const bare = await runDlm(['lock', 'cli/x', '--wait', '30', '--', 'true'], env);
+    expect(bare.code).toBe(2);
+    expect(bare.stderr).toContain(
+      'dlm lock: --wait must be a duration with a unit (ms, s, m or h), like 30s or 30ms, got "30"',
+    );
   });
 
   it('says in the units the user typed what is out of range, before connecting (exit 2)', async () => {

@@ -7,7 +7,7 @@ import { expectedLinearizabilityReason, expectedReason } from './expectations.js
 import { type LockSegmentResult, runLockSegment } from './lock-segment.js';
 import { NEMESES, type Nemesis, nemesisNamed } from './nemeses.js';
 import { runSegment, type SegmentResult, type WorkloadOptions } from './segment.js';
-import { type BackendVariant, startTopology } from './topology.js';
+import { type BackendVariant, startTopology, type Topology } from './topology.js';
 
 export interface CampaignOptions extends WorkloadOptions {
   backends: BackendVariant[];
@@ -111,6 +111,110 @@ function planFor(backend: BackendVariant, options: CampaignOptions): Nemesis[] {
   });
 }
 
+/** What the segments of one backend share. */
+interface BackendRun {
+  backend: BackendVariant;
+  topology: Topology;
+  server: DlmServer;
+  historyDir: string;
+  options: CampaignOptions;
+  log: (line: string) => void;
+}
+
+/**
+ * The fenced read-modify-write segments, one per nemesis, and the negative control if asked.
+ * Each report goes to `reports` as soon as it is made, so a later failure keeps it.
+ */
+async function runFencedSegments(
+  run: BackendRun,
+  nemeses: Nemesis[],
+  control: boolean,
+  reports: SegmentReport[],
+): Promise<void> {
+  const { backend, topology, server, options, log } = run;
+  const runs: { nemesis: Nemesis; fencing: boolean; control: boolean }[] = nemeses.map(
+    (nemesis) => ({ nemesis, fencing: options.fencing, control: false }),
+  );
+  if (control) {
+    runs.push({ nemesis: nemesisNamed('client-pause')!, fencing: false, control: true });
+  }
+  for (const segment of runs) {
+    const label = `${backend} × ${segment.nemesis.name}${segment.control ? ' (fencing off)' : ''}`;
+    const durationMs = options.durationsMs?.[backend] ?? options.durationMs;
+    log(`${label}: ${Math.round(durationMs / 1000)} s`);
+    const result = await runSegment(topology, server, {
+      ...options,
+      durationMs,
+      nemesis: segment.nemesis,
+      fencing: segment.fencing,
+      dir: join(
+        run.historyDir,
+        backend,
+        `${segment.nemesis.name}${segment.control ? '-fencing-off' : ''}`,
+      ),
+      log,
+    });
+    const report = annotate(result, server, segment.control);
+    reports.push(report);
+    const shown = PROPERTIES.filter((p) => report.check.counts[p])
+      .map((p) => `${p}=${report.check.counts[p]}${report.expected[p] ? ' (expected)' : ''}`)
+      .join(' ');
+    log(
+      `${label}: ${report.check.stats.ops} ops, ${report.check.stats.grants} grants, ${report.check.stats.faults} faults, ${report.check.stats.meddling.refused}/${report.check.stats.meddling.answered} meddling calls refused; ${shown || 'no violations'}`,
+    );
+  }
+}
+
+/**
+ * The linearizability segments, over `servers` (two on a shared backend, one on embedded); each
+ * report goes to `reports` as soon as it is made.
+ */
+async function runLockSegments(
+  run: BackendRun,
+  servers: DlmServer[],
+  lockNemeses: Nemesis[],
+  reports: LockSegmentReport[],
+): Promise<void> {
+  const { backend, topology, server, options, log } = run;
+  for (const nemesis of lockNemeses) {
+    const label = `${backend} × ${nemesis.name} (linearizability, ${servers.length === 1 ? '1 server' : `${servers.length} servers`})`;
+    const durationMs = options.lockDurationMs ?? 6_000;
+    log(`${label}: ${Math.round(durationMs / 1000)} s`);
+    const result = await runLockSegment(topology, servers, {
+      ttlMs: options.ttlMs,
+      nemesis,
+      durationMs,
+      dir: join(run.historyDir, backend, `lin-${nemesis.name}`),
+      log,
+    });
+    const expected = result.check.violations
+      ? (expectedLinearizabilityReason({
+          capabilities: server.capabilities,
+          nemesis: nemesis.name,
+        }) ?? null)
+      : undefined;
+    reports.push({
+      ...result,
+      kind: server.kind,
+      capabilities: server.capabilities,
+      expected,
+      unexpected: expected === null ? result.check.violations : 0,
+    });
+    const { check } = result;
+    log(
+      `${label}: ${check.ops} ops (${check.unknown} unknown) on ${check.names.length} names; ${check.violations} not linearizable${expected ? ' (expected)' : ''}, ${check.inconclusive} inconclusive`,
+    );
+  }
+}
+
+function nemesesNamed(names: string[]): Nemesis[] {
+  return names.map((name) => {
+    const nemesis = nemesisNamed(name);
+    if (!nemesis) throw new Error(`unknown nemesis ${JSON.stringify(name)}`);
+    return nemesis;
+  });
+}
+
 /**
  * Runs every planned (backend, nemesis) segment: per backend, its processes and one dlm
  * server are started once and shared by its segments; each segment has fresh lock names,
@@ -139,46 +243,17 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
       return false;
     });
     const control = options.negativeControl && index === 0;
-    const lockNemeses = (lockPlan[backend] ?? []).map((name) => {
-      const nemesis = nemesisNamed(name);
-      if (!nemesis) throw new Error(`unknown nemesis ${JSON.stringify(name)}`);
-      return nemesis;
-    });
+    const lockNemeses = nemesesNamed(lockPlan[backend] ?? []);
     if (!nemeses.length && !control && !lockNemeses.length) continue;
     log(`${backend}: starting`);
-    let topology: Awaited<ReturnType<typeof startTopology>> | undefined;
+    let topology: Topology | undefined;
     let server: DlmServer | undefined;
     let second: DlmServer | undefined;
     try {
       topology = await startTopology(backend);
       server = await startDlmServer(topology);
-      const runs: { nemesis: Nemesis; fencing: boolean; control: boolean }[] = nemeses.map(
-        (nemesis) => ({ nemesis, fencing: options.fencing, control: false }),
-      );
-      if (control) {
-        runs.push({ nemesis: nemesisNamed('client-pause')!, fencing: false, control: true });
-      }
-      for (const run of runs) {
-        const label = `${backend} × ${run.nemesis.name}${run.control ? ' (fencing off)' : ''}`;
-        const durationMs = options.durationsMs?.[backend] ?? options.durationMs;
-        log(`${label}: ${Math.round(durationMs / 1000)} s`);
-        const result = await runSegment(topology, server, {
-          ...options,
-          durationMs,
-          nemesis: run.nemesis,
-          fencing: run.fencing,
-          dir: join(historyDir, backend, `${run.nemesis.name}${run.control ? '-fencing-off' : ''}`),
-          log,
-        });
-        const report = annotate(result, server, run.control);
-        segments.push(report);
-        const shown = PROPERTIES.filter((p) => report.check.counts[p])
-          .map((p) => `${p}=${report.check.counts[p]}${report.expected[p] ? ' (expected)' : ''}`)
-          .join(' ');
-        log(
-          `${label}: ${report.check.stats.ops} ops, ${report.check.stats.grants} grants, ${report.check.stats.faults} faults, ${report.check.stats.meddling.refused}/${report.check.stats.meddling.answered} meddling calls refused; ${shown || 'no violations'}`,
-        );
-      }
+      const run: BackendRun = { backend, topology, server, historyDir, options, log };
+      await runFencedSegments(run, nemeses, control, segments);
       if (lockNemeses.length) {
         // Two servers on one shared backend; two embedded servers would be two lock spaces.
         const servers = [server];
@@ -186,36 +261,7 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
           second = await startDlmServer(topology);
           servers.push(second);
         }
-        for (const nemesis of lockNemeses) {
-          const label = `${backend} × ${nemesis.name} (linearizability, ${servers.length === 1 ? '1 server' : `${servers.length} servers`})`;
-          const durationMs = options.lockDurationMs ?? 6_000;
-          log(`${label}: ${Math.round(durationMs / 1000)} s`);
-          const result = await runLockSegment(topology, servers, {
-            ttlMs: options.ttlMs,
-            nemesis,
-            durationMs,
-            dir: join(historyDir, backend, `lin-${nemesis.name}`),
-            log,
-          });
-          const expected = result.check.violations
-            ? (expectedLinearizabilityReason({
-                capabilities: server.capabilities,
-                nemesis: nemesis.name,
-              }) ?? null)
-            : undefined;
-          const report: LockSegmentReport = {
-            ...result,
-            kind: server.kind,
-            capabilities: server.capabilities,
-            expected,
-            unexpected: expected === null ? result.check.violations : 0,
-          };
-          lockSegments.push(report);
-          const { check } = result;
-          log(
-            `${label}: ${check.ops} ops (${check.unknown} unknown) on ${check.names.length} names; ${check.violations} not linearizable${expected ? ' (expected)' : ''}, ${check.inconclusive} inconclusive`,
-          );
-        }
+        await runLockSegments(run, servers, lockNemeses, lockSegments);
       }
     } catch (error) {
       errors.push(`${backend}: ${(error as Error).stack ?? String(error)}`);

@@ -222,18 +222,50 @@ function highestCompletedBefore<T>(
   }
 }
 
-/** Checks a merged history (see `readHistoryDir`) against S1–S6, L1 and L4. */
-export function checkHistory(events: HistoryEvent[], options: CheckOptions): CheckResult {
-  const violations: Violation[] = [];
-  const flag = (violation: Violation) => violations.push(violation);
-  const ops = collectOps(events);
-  const { pauses, killed, stopped, linkFaults } = intervalsOf(events);
-  const resourceEvents = events.filter((e): e is ResourceEvent => e.kind === 'resource');
-  const lostEvents = events.filter((e): e is LostEvent => e.kind === 'lost');
-  const faults = events.filter((e): e is FaultEvent => e.kind === 'fault');
-  const endOfHistory = events.length ? events[events.length - 1]!.t : 0;
+/** Where a check reports what it found. */
+type Flag = (violation: Violation) => void;
 
-  // ---- grants and what became of them ----------------------------------------------------
+/**
+ * A history read once for every check: operations paired, fault intervals per process, and
+ * the grants with what became of them (renewals, release, loss).
+ */
+interface Checked {
+  ops: Op[];
+  pauses: Map<string, [number, number][]>;
+  killed: Map<string, number>;
+  stopped: Map<string, number>;
+  linkFaults: Map<string, [number, number][]>;
+  resourceEvents: ResourceEvent[];
+  lostEvents: LostEvent[];
+  faults: FaultEvent[];
+  endOfHistory: number;
+  grants: Grant[];
+  grantsByName: Map<string, Grant[]>;
+  /** The grant of `t` to `proc` on `name` that an operation invoked at `at` refers to. */
+  grantAt(proc: string, name: string, t: bigint, at: number): Grant | undefined;
+  ackedWrites: Op[];
+}
+
+function readHistory(events: HistoryEvent[]): Checked {
+  const ops = collectOps(events);
+  const lostEvents = events.filter((e): e is LostEvent => e.kind === 'lost');
+  const { grants, grantAt } = collectGrants(ops, lostEvents);
+  return {
+    ops,
+    ...intervalsOf(events),
+    resourceEvents: events.filter((e): e is ResourceEvent => e.kind === 'resource'),
+    lostEvents,
+    faults: events.filter((e): e is FaultEvent => e.kind === 'fault'),
+    endOfHistory: events.length ? events[events.length - 1]!.t : 0,
+    grants,
+    grantsByName: groupBy(grants, (g) => g.name),
+    grantAt,
+    ackedWrites: ops.filter((op) => op.f === 'write' && op.done?.type === 'ok'),
+  };
+}
+
+/** Every acquire that returned a lease, with its extends, release and reported loss. */
+function collectGrants(ops: Op[], lostEvents: LostEvent[]) {
   const grants: Grant[] = [];
   // A backend that forgets its counters (Redis without AOF) can grant one process the same
   // token twice: an extend, release or loss belongs to that process's latest such grant.
@@ -282,9 +314,11 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
     const grant = grantAt(lost.proc, lost.name, BigInt(lost.token), lost.t);
     if (grant) grant.lostT = Math.min(grant.lostT ?? INF, lost.t);
   }
-  const grantsByName = groupBy(grants, (g) => g.name);
+  return { grants, grantAt };
+}
 
-  // ---- S1: no stale token accepted --------------------------------------------------------
+/** S1: no stale token accepted. */
+function checkS1({ resourceEvents, ops }: Checked, flag: Flag): void {
   if (resourceEvents.length) {
     // The resource's own log is complete and in its order of handling.
     for (const [name, list] of groupBy(resourceEvents, (e) => e.name)) {
@@ -302,33 +336,35 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
         } else highest = t;
       }
     }
-  } else {
-    // From the clients' side: an access acknowledged with token t although an access with a
-    // higher token had been acknowledged before it was even sent.
-    const accesses = ops.filter(
-      (op) => (op.f === 'read' || op.f === 'write') && op.done?.type === 'ok' && op.token,
-    );
-    for (const [name, list] of groupBy(accesses, (op) => op.name)) {
-      highestCompletedBefore(
-        list,
-        (op) => op.invoke.t,
-        (op) => op.done!.t,
-        (op) => op.token!,
-        (op, highest, by) => {
-          if (highest !== undefined && highest > op.token!) {
-            flag({
-              property: 'S1',
-              name,
-              t: op.done!.t,
-              message: `${op.proc}'s ${op.f} with token ${op.token} was accepted after ${by!.proc}'s ${by!.f} with token ${highest} had been`,
-            });
-          }
-        },
-      );
-    }
+    return;
   }
+  // From the clients' side: an access acknowledged with token t although an access with a
+  // higher token had been acknowledged before it was even sent.
+  const accesses = ops.filter(
+    (op) => (op.f === 'read' || op.f === 'write') && op.done?.type === 'ok' && op.token,
+  );
+  for (const [name, list] of groupBy(accesses, (op) => op.name)) {
+    highestCompletedBefore(
+      list,
+      (op) => op.invoke.t,
+      (op) => op.done!.t,
+      (op) => op.token!,
+      (op, highest, by) => {
+        if (highest !== undefined && highest > op.token!) {
+          flag({
+            property: 'S1',
+            name,
+            t: op.done!.t,
+            message: `${op.proc}'s ${op.f} with token ${op.token} was accepted after ${by!.proc}'s ${by!.f} with token ${highest} had been`,
+          });
+        }
+      },
+    );
+  }
+}
 
-  // ---- S2: tokens unique and increasing ---------------------------------------------------
+/** S2: tokens unique and increasing. */
+function checkS2({ grantsByName }: Checked, flag: Flag): void {
   for (const [name, list] of grantsByName) {
     const seen = new Map<bigint, Grant>();
     for (const grant of list) {
@@ -359,12 +395,13 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
       },
     );
   }
+}
 
-  // ---- S3: no lost update -------------------------------------------------------------------
-  const ackedWrites = ops.filter((op) => op.f === 'write' && op.done?.type === 'ok');
-  const ackedByName = groupBy(ackedWrites, (op) => op.name);
+/** S3: no lost update, judged three ways; the largest count is the key's lost updates. */
+function checkS3(history: Checked, options: CheckOptions, flag: Flag): void {
+  const ackedByName = groupBy(history.ackedWrites, (op) => op.name);
   const resourceWritesByName = groupBy(
-    resourceEvents.filter((e) => e.f === 'write' && e.accepted),
+    history.resourceEvents.filter((e) => e.f === 'write' && e.accepted),
     (e) => e.name,
   );
   const names = new Set([
@@ -406,16 +443,20 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
       flag({
         property: 'S3',
         name,
-        t: acked.at(-1)?.done?.t ?? endOfHistory,
+        t: acked.at(-1)?.done?.t ?? history.endOfHistory,
         message: `${lost} lost update(s): ${details.join('; ')}`,
         count: lost,
       });
     }
   }
+}
 
-  // ---- S4: stale release/extend -----------------------------------------------------------
-  // "Newer" is by time, not by token: a backend that forgot its counters hands out low tokens
-  // again, and a release that frees such a newer holder's lock is exactly the hazard.
+/**
+ * S4: no stale release or extend. "Newer" is by time, not by token: a backend that forgot its
+ * counters hands out low tokens again, and a release that frees such a newer holder's lock is
+ * exactly the hazard.
+ */
+function checkS4({ ops, grantAt, grantsByName }: Checked, flag: Flag): void {
   for (const op of ops) {
     if ((op.f !== 'release' && op.f !== 'extend') || op.done?.type !== 'ok') continue;
     if (op.f === 'release' && op.done.released !== true) continue;
@@ -444,77 +485,83 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
       });
     }
   }
+}
 
-  // ---- S5: no grant reported already over; S6: no overlap as the clients see it ---------------
-  for (const [name, list] of grantsByName) {
+/** S5: no grant reported already over (or after a newer grant completed). */
+function checkS5({ pauses, linkFaults }: Checked, grant: Grant, list: Grant[], flag: Flag): void {
+  // A client that was paused, or whose link was faulty, while the reply was on its way
+  // cannot tell when the server sent it: S5 is judged only where the reply came straight.
+  const clean =
+    !overlaps(pauses.get(grant.proc), grant.invokeT, grant.okT) &&
+    !overlaps(linkFaults.get(grant.proc), grant.invokeT, grant.okT);
+  if (!clean) return;
+  const over = grant.renewals[0]!.deadline <= grant.okT;
+  // A newer grant that completed while this one was on its way (one that completed
+  // before this one was even asked for is S2's business).
+  const newer = list.find(
+    (g) => g.token > grant.token && g.okT > grant.invokeT && g.okT < grant.okT,
+  );
+  if (over || newer) {
+    flag({
+      property: 'S5',
+      name: grant.name,
+      t: grant.okT,
+      message: over
+        ? `${grant.proc}'s grant of token ${grant.token} arrived with no time left`
+        : `${grant.proc}'s grant of token ${grant.token} arrived after ${newer!.proc} had been granted ${newer!.token}`,
+    });
+  }
+}
+
+/** S6: no overlap as the clients see it (a newer grant before this holder's own deadline). */
+function checkS6({ killed }: Checked, grant: Grant, list: Grant[], flag: Flag): void {
+  const believedUntil = Math.min(
+    Math.max(...grant.renewals.map((r) => r.deadline)),
+    grant.releaseInvokeT ?? INF,
+    grant.lostT ?? INF,
+    killed.get(grant.proc) ?? INF,
+  );
+  const overlapping = list.find(
+    (g) => g.token > grant.token && g.okT >= grant.okT && g.okT < believedUntil,
+  );
+  if (overlapping) {
+    flag({
+      property: 'S6',
+      name: grant.name,
+      t: overlapping.okT,
+      message: `${overlapping.proc} was granted token ${overlapping.token} while ${grant.proc} still held ${grant.token} by its own deadline (${Math.round(believedUntil - overlapping.okT)} ms left)`,
+    });
+  }
+}
+
+/** S5 and S6 grant by grant, so that their violations come in the history's order. */
+function checkS5S6(history: Checked, flag: Flag): void {
+  for (const list of history.grantsByName.values()) {
     for (const grant of list) {
-      // A client that was paused, or whose link was faulty, while the reply was on its way
-      // cannot tell when the server sent it: S5 is judged only where the reply came straight.
-      const clean =
-        !overlaps(pauses.get(grant.proc), grant.invokeT, grant.okT) &&
-        !overlaps(linkFaults.get(grant.proc), grant.invokeT, grant.okT);
-      if (clean) {
-        const over = grant.renewals[0]!.deadline <= grant.okT;
-        // A newer grant that completed while this one was on its way (one that completed
-        // before this one was even asked for is S2's business).
-        const newer = list.find(
-          (g) => g.token > grant.token && g.okT > grant.invokeT && g.okT < grant.okT,
-        );
-        if (over || newer) {
-          flag({
-            property: 'S5',
-            name,
-            t: grant.okT,
-            message: over
-              ? `${grant.proc}'s grant of token ${grant.token} arrived with no time left`
-              : `${grant.proc}'s grant of token ${grant.token} arrived after ${newer!.proc} had been granted ${newer!.token}`,
-          });
-        }
-      }
-      const believedUntil = Math.min(
-        Math.max(...grant.renewals.map((r) => r.deadline)),
-        grant.releaseInvokeT ?? INF,
-        grant.lostT ?? INF,
-        killed.get(grant.proc) ?? INF,
-      );
-      const overlapping = list.find(
-        (g) => g.token > grant.token && g.okT >= grant.okT && g.okT < believedUntil,
-      );
-      if (overlapping) {
-        flag({
-          property: 'S6',
-          name,
-          t: overlapping.okT,
-          message: `${overlapping.proc} was granted token ${overlapping.token} while ${grant.proc} still held ${grant.token} by its own deadline (${Math.round(believedUntil - overlapping.okT)} ms left)`,
-        });
-      }
+      checkS5(history, grant, list, flag);
+      checkS6(history, grant, list, flag);
     }
   }
+}
 
-  // ---- L1: a dead or paused holder's lock comes free -----------------------------------------
+/**
+ * L1: a dead or paused holder's lock comes free. Returns, per such holder, the ms from its
+ * lease's end to the next grant.
+ */
+function checkL1(history: Checked, options: CheckOptions, flag: Flag): number[] {
+  const { ops, grantAt, grantsByName, endOfHistory } = history;
   const takeoverMs: number[] = [];
   const acquiresByName = groupBy(
     ops.filter((op) => op.f === 'acquire'),
     (op) => op.name,
   );
-  for (const fault of faults) {
+  for (const fault of history.faults) {
     if (fault.phase !== 'start' || !fault.holding || !fault.target) continue;
     if (fault.nemesis !== 'client-kill' && fault.nemesis !== 'client-pause') continue;
     const { name } = fault.holding;
     const grant = grantAt(fault.target, name, BigInt(fault.holding.token), fault.t);
     if (!grant) continue;
-    const renewal = grant.renewals.filter((r) => r.okT <= fault.t).at(-1) ?? grant.renewals[0]!;
-    const leaseEnd = renewal.okT + grant.ttlMs;
-    const releasedAt = ops.find(
-      (op) =>
-        op.f === 'release' &&
-        op.proc === grant.proc &&
-        op.token === grant.token &&
-        op.invoke.t >= grant.okT &&
-        op.done?.type === 'ok' &&
-        op.done.released === true,
-    )?.done?.t;
-    const freeAt = Math.min(leaseEnd, releasedAt ?? INF);
+    const freeAt = freedAt(ops, grant, fault.t);
     const others = (acquiresByName.get(name) ?? []).filter((op) => op.proc !== fault.target);
     const contender = others
       .filter((op) => (op.done?.t ?? INF) > freeAt)
@@ -543,21 +590,31 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
       });
     }
   }
+  return takeoverMs;
+}
 
-  // ---- L4: a lost lease is reported in time --------------------------------------------------
-  for (const grant of grants) {
+/** When a holder struck at `faultT` stopped holding: its lease's end, or its release if sooner. */
+function freedAt(ops: Op[], grant: Grant, faultT: number): number {
+  const renewal = grant.renewals.filter((r) => r.okT <= faultT).at(-1) ?? grant.renewals[0]!;
+  const leaseEnd = renewal.okT + grant.ttlMs;
+  const releasedAt = ops.find(
+    (op) =>
+      op.f === 'release' &&
+      op.proc === grant.proc &&
+      op.token === grant.token &&
+      op.invoke.t >= grant.okT &&
+      op.done?.type === 'ok' &&
+      op.done.released === true,
+  )?.done?.t;
+  return Math.min(leaseEnd, releasedAt ?? INF);
+}
+
+/** L4: a lost lease is reported in time. */
+function checkL4(history: Checked, options: CheckOptions, flag: Flag): void {
+  const { killed, stopped, endOfHistory } = history;
+  for (const grant of history.grants) {
     const deadline = Math.max(...grant.renewals.map((r) => r.deadline));
-    // A process paused at its deadline can only say so once it runs again.
-    let due = deadline;
-    for (let changed = true; changed; ) {
-      changed = false;
-      for (const [start, end] of pauses.get(grant.proc) ?? []) {
-        if (start <= due + options.l4BoundMs && end > due) {
-          due = end;
-          changed = true;
-        }
-      }
-    }
+    const due = dueAfterPauses(history.pauses.get(grant.proc) ?? [], deadline, options.l4BoundMs);
     const limit = due + options.l4BoundMs;
     // Released before a report of the loss was due: the holder let go in time (a late event
     // loop may run the release before the deadline's timer; the lease is over either way).
@@ -575,8 +632,25 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
           : `${grant.proc} never reported token ${grant.token} lost (deadline passed${grant.releaseInvokeT === undefined ? '' : `, released ${Math.round(grant.releaseInvokeT - deadline)} ms after it`})`,
     });
   }
+}
 
-  // ---- stats and recovery ------------------------------------------------------------------
+/** A process paused at its deadline can only say so once it runs again. */
+function dueAfterPauses(pauses: [number, number][], deadline: number, boundMs: number): number {
+  let due = deadline;
+  for (let changed = true; changed; ) {
+    changed = false;
+    for (const [start, end] of pauses) {
+      if (start <= due + boundMs && end > due) {
+        due = end;
+        changed = true;
+      }
+    }
+  }
+  return due;
+}
+
+function statsOf(history: Checked): CheckStats {
+  const { ops, grantAt, resourceEvents } = history;
   const meddled = ops.filter(
     (op) =>
       (op.f === 'release' || op.f === 'extend') &&
@@ -585,39 +659,58 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
       op.done.type !== 'info' &&
       !grantAt(op.proc, op.name, op.token, op.invoke.t),
   );
+  return {
+    ops: ops.length,
+    okOps: ops.filter((op) => op.done?.type === 'ok').length,
+    grants: history.grants.length,
+    writes: history.ackedWrites.length,
+    staleRefused: resourceEvents.length
+      ? resourceEvents.filter((e) => !e.accepted).length
+      : ops.filter((op) => (op.f === 'read' || op.f === 'write') && op.done?.type === 'fail')
+          .length,
+    unknown: ops.filter((op) => !op.done || op.done.type === 'info').length,
+    lost: history.lostEvents.length,
+    faults: history.faults.filter((fault) => fault.phase === 'start').length,
+    meddling: {
+      answered: meddled.length,
+      // NOT_HOLDER: a meddler records it as fail; a client's release reports released false.
+      refused: meddled.filter(
+        (op) => op.done?.type === 'fail' || (op.f === 'release' && op.done?.released === false),
+      ).length,
+    },
+  };
+}
+
+/** Per fault, ms from its end to the next acknowledged write (null: none before the end). */
+function recoveryOf({ faults, ackedWrites }: Checked): (number | null)[] {
   const writesByOk = ackedWrites.map((op) => op.done!.t).sort((a, b) => a - b);
-  const recoveryMs = faults
+  return faults
     .filter((fault) => fault.phase === 'end')
     .map((fault) => {
       const next = writesByOk.find((t) => t > fault.t);
       return next === undefined ? null : next - fault.t;
     });
+}
+
+/** Checks a merged history (see `readHistoryDir`) against S1–S6, L1 and L4. */
+export function checkHistory(events: HistoryEvent[], options: CheckOptions): CheckResult {
+  const violations: Violation[] = [];
+  const flag: Flag = (violation) => violations.push(violation);
+  const history = readHistory(events);
+  checkS1(history, flag);
+  checkS2(history, flag);
+  checkS3(history, options, flag);
+  checkS4(history, flag);
+  checkS5S6(history, flag);
+  const takeoverMs = checkL1(history, options, flag);
+  checkL4(history, options, flag);
   const counts = Object.fromEntries(PROPERTIES.map((p) => [p, 0])) as Record<Property, number>;
   for (const violation of violations) counts[violation.property] += violation.count ?? 1;
   return {
     violations,
     counts,
-    stats: {
-      ops: ops.length,
-      okOps: ops.filter((op) => op.done?.type === 'ok').length,
-      grants: grants.length,
-      writes: ackedWrites.length,
-      staleRefused: resourceEvents.length
-        ? resourceEvents.filter((e) => !e.accepted).length
-        : ops.filter((op) => (op.f === 'read' || op.f === 'write') && op.done?.type === 'fail')
-            .length,
-      unknown: ops.filter((op) => !op.done || op.done.type === 'info').length,
-      lost: lostEvents.length,
-      faults: faults.filter((fault) => fault.phase === 'start').length,
-      meddling: {
-        answered: meddled.length,
-        // NOT_HOLDER: a meddler records it as fail; a client's release reports released false.
-        refused: meddled.filter(
-          (op) => op.done?.type === 'fail' || (op.f === 'release' && op.done?.released === false),
-        ).length,
-      },
-    },
-    recoveryMs,
+    stats: statsOf(history),
+    recoveryMs: recoveryOf(history),
     takeoverMs,
   };
 }

@@ -44,5 +44,5 @@ export { renderMarkdown, toJson, writeReport } from './report.js';
 export { createFencedCounter, type FencedCounter } from './resource.js';
 export { createSkewClock, type SkewClock } from './skew-clock.js';
 export { createTcpProxy, type ProxyMode, type TcpProxy } from './tcp-proxy.js';
-export { monoNow, parseDurationMs } from './time.js';
+export { monoNow } from './time.js';
 export { BACKENDS, type BackendVariant, startTopology } from './topology.js';

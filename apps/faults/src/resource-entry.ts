@@ -10,13 +10,14 @@
  * answer goes out, in the order the resource handled them. Flags: `--port N`, `--no-fencing`.
  */
 import { createServer } from 'node:http';
-import { parseArgs } from 'node:util';
 import { parseToken } from '@dlm/core';
+import { parseFlags } from '@dlm/flags';
 import { createHistoryWriter } from './history.js';
 import { createFencedCounter } from './resource.js';
 
-const { values } = parseArgs({
-  options: { port: { type: 'string' }, 'no-fencing': { type: 'boolean' } },
+const { values } = parseFlags(process.argv.slice(2), {
+  port: { type: 'string' },
+  'no-fencing': { type: 'boolean' },
 });
 const counter = createFencedCounter({ fencing: values['no-fencing'] !== true });
 const historyPath = process.env.DLM_FAULTS_HISTORY;

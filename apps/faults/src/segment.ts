@@ -52,105 +52,115 @@ async function resourceState(port: number): Promise<Record<string, number>> {
   return Object.fromEntries(Object.entries(state.keys).map(([key, { value }]) => [key, value]));
 }
 
-/**
- * One row of the report: a fresh resource and fresh workers on fresh lock names, the nemesis
- * injecting one bounded fault after another for `durationMs`, then everything healed, a
- * settling period (TTL + 3 s) in which the system must recover, the workers stopped, and the
- * merged history checked.
- */
-export async function runSegment(
-  topology: Topology,
-  server: DlmServer,
-  options: SegmentOptions,
-): Promise<SegmentResult> {
-  const { dir, ttlMs } = options;
-  mkdirSync(dir, { recursive: true });
-  const tag = `${options.nemesis.name}-${Math.random().toString(36).slice(2, 7)}`;
-  const names = Array.from({ length: options.keys }, (_, i) => `${tag}/k${i + 1}`);
-  const errors: string[] = [];
-
-  const resourcePort = await freePort();
-  const resource = await startProcess({
+/** The fenced resource as a process of its own, on a free port (`resource-entry.ts`). */
+async function startResource(dir: string, fencing: boolean) {
+  const port = await freePort();
+  const managed = await startProcess({
     name: 'fenced resource',
     command: process.execPath,
     args: [
       entryPoint('resource-entry.js'),
       '--port',
-      String(resourcePort),
-      ...(options.fencing ? [] : ['--no-fencing']),
+      String(port),
+      ...(fencing ? [] : ['--no-fencing']),
     ],
     env: { DLM_FAULTS_HISTORY: join(dir, 'resource.jsonl') },
     ready: async () => {
       try {
-        return (await fetch(`http://127.0.0.1:${resourcePort}/state`)).ok;
+        return (await fetch(`http://127.0.0.1:${port}/state`)).ok;
       } catch {
         return false;
       }
     },
   });
+  return { port, process: managed };
+}
 
-  const nemesisLog = createHistoryWriter(join(dir, 'nemesis.jsonl'), 'nemesis');
-  const workers: WorkerHandle[] = [];
-  const replacements = new Map<string, number>();
+type HistoryWriter = ReturnType<typeof createHistoryWriter>;
 
-  async function startWorker(
-    proc: string,
-    proxy: WorkerHandle['proxy'],
-    role: WorkerConfig['role'] = 'holder',
-  ): Promise<WorkerHandle> {
-    const statusPath = join(dir, `${proc}.status.json`);
-    const config: WorkerConfig = {
-      proc,
-      url: `ws://127.0.0.1:${proxy.port}/v1/ws`,
-      resourceUrl: `http://127.0.0.1:${resourcePort}`,
-      names,
-      ttlMs,
-      waitMs: 3 * ttlMs,
-      historyPath: join(dir, `${proc}.jsonl`),
-      statusPath,
-      holdMs: [10, 100],
-      thinkMs: [0, 50],
-      extendProbability: 0.25,
-      requestTimeoutMs: 5_000,
-      role,
-    };
-    const managed: ManagedProcess = await startProcess({
-      name: `worker ${proc}`,
-      command: process.execPath,
-      args: [entryPoint('worker-entry.js')],
-      env: { DLM_FAULTS_WORKER: JSON.stringify(config) },
-      ready: async () => true,
-    });
-    nemesisLog.record({ kind: 'process', target: proc, what: 'start' });
-    return {
-      proc,
-      process: managed,
-      proxy,
-      status() {
-        try {
-          return JSON.parse(readFileSync(statusPath, 'utf8')) as WorkerStatus;
-        } catch {
-          return undefined;
-        }
-      },
-    };
-  }
+/** What every worker of a segment shares. */
+interface WorkerSetup {
+  dir: string;
+  names: string[];
+  ttlMs: number;
+  resourcePort: number;
+  nemesisLog: HistoryWriter;
+}
 
-  for (let i = 1; i <= options.workers; i++) {
-    const proxy = await createTcpProxy({ targetPort: server.port });
-    workers.push(await startWorker(`w${i}`, proxy));
-  }
-  // Meddlers hold nothing, so the nemeses (which pick holders) leave them alone; server and
-  // backend faults reach them all the same.
-  const meddlers: WorkerHandle[] = [];
-  for (let i = 1; i <= (options.meddlers ?? 0); i++) {
-    const proxy = await createTcpProxy({ targetPort: server.port });
-    meddlers.push(await startWorker(`m${i}`, proxy, 'meddler'));
-  }
-
-  let faultSeq = 0;
-  const context: NemesisContext = {
+/** Starts one workload process (`worker-entry.ts`) behind `proxy`, and logs its start. */
+async function startWorker(
+  setup: WorkerSetup,
+  proc: string,
+  proxy: WorkerHandle['proxy'],
+  role: WorkerConfig['role'] = 'holder',
+): Promise<WorkerHandle> {
+  const { dir, ttlMs } = setup;
+  const statusPath = join(dir, `${proc}.status.json`);
+  const config: WorkerConfig = {
+    proc,
+    url: `ws://127.0.0.1:${proxy.port}/v1/ws`,
+    resourceUrl: `http://127.0.0.1:${setup.resourcePort}`,
+    names: setup.names,
     ttlMs,
+    waitMs: 3 * ttlMs,
+    historyPath: join(dir, `${proc}.jsonl`),
+    statusPath,
+    holdMs: [10, 100],
+    thinkMs: [0, 50],
+    extendProbability: 0.25,
+    requestTimeoutMs: 5_000,
+    role,
+  };
+  const managed: ManagedProcess = await startProcess({
+    name: `worker ${proc}`,
+    command: process.execPath,
+    args: [entryPoint('worker-entry.js')],
+    env: { DLM_FAULTS_WORKER: JSON.stringify(config) },
+    ready: async () => true,
+  });
+  setup.nemesisLog.record({ kind: 'process', target: proc, what: 'start' });
+  return {
+    proc,
+    process: managed,
+    proxy,
+    status() {
+      try {
+        return JSON.parse(readFileSync(statusPath, 'utf8')) as WorkerStatus;
+      } catch {
+        return undefined;
+      }
+    },
+  };
+}
+
+/** `count` processes named `prefix1…`, each behind a TCP proxy of its own to the server. */
+async function startWorkers(
+  setup: WorkerSetup,
+  server: DlmServer,
+  count: number,
+  prefix: string,
+  role: WorkerConfig['role'],
+): Promise<WorkerHandle[]> {
+  const started: WorkerHandle[] = [];
+  for (let i = 1; i <= count; i++) {
+    const proxy = await createTcpProxy({ targetPort: server.port });
+    started.push(await startWorker(setup, `${prefix}${i}`, proxy, role));
+  }
+  return started;
+}
+
+/** What a nemesis may do to this segment; faults and process events go to the nemesis log. */
+function nemesisContext(
+  topology: Topology,
+  server: DlmServer,
+  setup: WorkerSetup,
+  workers: WorkerHandle[],
+): NemesisContext {
+  const { nemesisLog } = setup;
+  const replacements = new Map<string, number>();
+  let faultSeq = 0;
+  return {
+    ttlMs: setup.ttlMs,
     topology,
     server: server.process,
     clock: (command) => server.clock(command),
@@ -159,7 +169,7 @@ export async function runSegment(
       const base = dead.proc.split('.')[0]!;
       const n = (replacements.get(base) ?? 0) + 1;
       replacements.set(base, n);
-      const fresh = await startWorker(`${base}.${n}`, dead.proxy);
+      const fresh = await startWorker(setup, `${base}.${n}`, dead.proxy);
       workers[workers.indexOf(dead)] = fresh;
     },
     fault(start) {
@@ -179,7 +189,14 @@ export async function runSegment(
       nemesisLog.record({ kind: 'process', target, what });
     },
   };
+}
 
+/** One bounded fault after another for `durationMs`; a failed injection is noted, not fatal. */
+async function injectFaults(
+  options: SegmentOptions,
+  context: NemesisContext,
+  errors: string[],
+): Promise<void> {
   const startedAt = monoNow();
   await sleep(1_500);
   for (let n = 0; options.nemesis.name !== 'none'; n++) {
@@ -190,9 +207,37 @@ export async function runSegment(
       errors.push(`${options.nemesis.name} #${n}: ${(error as Error).message}`);
       options.log(`  ! ${errors.at(-1)}`);
     }
-    await sleep(Math.max(2_000, ttlMs) + Math.random() * 1_000);
+    await sleep(Math.max(2_000, options.ttlMs) + Math.random() * 1_000);
   }
   if (options.nemesis.name === 'none') await sleep(options.durationMs);
+}
+
+/**
+ * One row of the report: a fresh resource and fresh workers on fresh lock names, the nemesis
+ * injecting one bounded fault after another for `durationMs`, then everything healed, a
+ * settling period (TTL + 3 s) in which the system must recover, the workers stopped, and the
+ * merged history checked.
+ */
+export async function runSegment(
+  topology: Topology,
+  server: DlmServer,
+  options: SegmentOptions,
+): Promise<SegmentResult> {
+  const { dir, ttlMs } = options;
+  mkdirSync(dir, { recursive: true });
+  const tag = `${options.nemesis.name}-${Math.random().toString(36).slice(2, 7)}`;
+  const names = Array.from({ length: options.keys }, (_, i) => `${tag}/k${i + 1}`);
+  const errors: string[] = [];
+
+  const resource = await startResource(dir, options.fencing);
+  const nemesisLog = createHistoryWriter(join(dir, 'nemesis.jsonl'), 'nemesis');
+  const setup: WorkerSetup = { dir, names, ttlMs, resourcePort: resource.port, nemesisLog };
+  const workers = await startWorkers(setup, server, options.workers, 'w', 'holder');
+  // Meddlers hold nothing, so the nemeses (which pick holders) leave them alone; server and
+  // backend faults reach them all the same.
+  const meddlers = await startWorkers(setup, server, options.meddlers ?? 0, 'm', 'meddler');
+
+  await injectFaults(options, nemesisContext(topology, server, setup, workers), errors);
 
   // Heal whatever a failed injection may have left broken.
   for (const worker of workers) worker.proxy.heal();
@@ -205,11 +250,11 @@ export async function runSegment(
   await Promise.all([...workers, ...meddlers].map((worker) => worker.process.stop(8_000)));
   let finalValues: Record<string, number> = {};
   try {
-    finalValues = await resourceState(resourcePort);
+    finalValues = await resourceState(resource.port);
   } catch (error) {
     errors.push(`resource state: ${(error as Error).message}`);
   }
-  await resource.stop();
+  await resource.process.stop();
   nemesisLog.close();
   await Promise.all([...workers, ...meddlers].map((worker) => worker.proxy.close()));
 

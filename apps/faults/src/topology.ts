@@ -64,149 +64,179 @@ function redisWallClock(): WallClockOffset | undefined {
   return shim ? createWallClockOffset(shim) : undefined;
 }
 
+const none = async () => undefined;
+const nothing = async () => {};
+
+/** The embedded backend: a data dir of its own, nothing to proxy. */
+async function embeddedTopology(): Promise<Topology> {
+  const variant = 'embedded';
+  const dataDir = tempDir('faults-embedded');
+  return {
+    variant,
+    serverArgs: ['--backend', 'embedded', '--data-dir', dataDir],
+    members: [],
+    proxies: [],
+    leader: none,
+    settled: nothing,
+    stop: nothing,
+  };
+}
+
+/** One redis-server, with AOF (`redis`) or without (`redis-noaof`). */
+async function redisTopology(variant: 'redis' | 'redis-noaof'): Promise<Topology> {
+  const wallClock = redisWallClock();
+  const redis = await startRedis({
+    aof: variant === 'redis',
+    ...(wallClock ? { env: wallClock.env } : {}),
+  });
+  const proxies = await proxiesFor([redis.port]);
+  return {
+    variant,
+    serverArgs: [
+      '--backend',
+      'redis',
+      '--redis-url',
+      `redis://127.0.0.1:${proxies[0]!.port}`,
+      // AOF with appendfsync always: the server may declare it durable.
+      ...(variant === 'redis' ? ['--redis-durable'] : []),
+    ],
+    members: [{ id: 'redis', process: redis }],
+    proxies,
+    ...(wallClock ? { wallClock } : {}),
+    leader: none,
+    settled: nothing,
+    async stop() {
+      await Promise.all(proxies.map((proxy) => proxy.close()));
+      await redis.kill();
+    },
+  };
+}
+
+/** Three independent Redis nodes for Redlock. */
+async function redlockTopology(): Promise<Topology> {
+  const variant = 'redlock';
+  const wallClock = redisWallClock();
+  const nodes = await startRedisNodes(3, wallClock ? { env: wallClock.env } : {});
+  const proxies = await proxiesFor(nodes.map((node) => node.port));
+  return {
+    variant,
+    serverArgs: [
+      '--backend',
+      'redlock',
+      '--redlock-urls',
+      proxies.map((proxy) => `redis://127.0.0.1:${proxy.port}`).join(','),
+    ],
+    members: nodes.map((node, i) => ({ id: `r${i + 1}`, process: node })),
+    proxies,
+    ...(wallClock ? { wallClock } : {}),
+    leader: none,
+    settled: nothing,
+    async stop() {
+      await Promise.all(proxies.map((proxy) => proxy.close()));
+      await Promise.all(nodes.map((node) => node.kill()));
+    },
+  };
+}
+
+/** A 3-member etcd cluster. */
+async function etcdTopology(): Promise<Topology> {
+  const variant = 'etcd';
+  const etcd = await startEtcdCluster(3);
+  const proxies = await proxiesFor(etcd.members.map((member) => portOf(member.clientUrl)));
+  const members = etcd.members.map((member) => ({ id: member.name, process: member.process }));
+  return {
+    variant,
+    serverArgs: [
+      '--backend',
+      'etcd',
+      '--etcd-endpoints',
+      proxies.map((proxy) => `http://127.0.0.1:${proxy.port}`).join(','),
+    ],
+    members,
+    proxies,
+    async leader() {
+      const leader = await etcd.leader();
+      return members.find((member) => member.id === leader?.name);
+    },
+    async settled() {
+      await etcd.waitForLeader(30_000);
+    },
+    async stop() {
+      await Promise.all(proxies.map((proxy) => proxy.close()));
+      await etcd.stop();
+    },
+  };
+}
+
+/** A 3-member ZooKeeper ensemble. */
+async function zookeeperTopology(): Promise<Topology> {
+  const variant = 'zookeeper';
+  const zk = await startZooKeeperEnsemble(3);
+  const proxies = await proxiesFor(zk.members.map((member) => member.clientPort));
+  const members = zk.members.map((member) => ({
+    id: `zk${member.id}`,
+    process: member.process,
+  }));
+  return {
+    variant,
+    serverArgs: [
+      '--backend',
+      'zookeeper',
+      '--zk-connect',
+      proxies.map((proxy) => `127.0.0.1:${proxy.port}`).join(','),
+    ],
+    members,
+    proxies,
+    async leader() {
+      const leader = await zk.leader();
+      return members.find((member) => member.id === `zk${leader?.id}`);
+    },
+    async settled() {
+      await zk.waitForLeader(60_000);
+    },
+    async stop() {
+      await Promise.all(proxies.map((proxy) => proxy.close()));
+      await zk.stop();
+    },
+  };
+}
+
+/** One PostgreSQL. */
+async function postgresTopology(): Promise<Topology> {
+  const variant = 'postgres';
+  const postgres = await startPostgres();
+  const proxies = await proxiesFor([postgres.port]);
+  const url = new URL(postgres.url);
+  url.port = String(proxies[0]!.port);
+  return {
+    variant,
+    serverArgs: ['--backend', 'postgres', '--postgres-url', url.href],
+    members: [{ id: 'postgres', process: postgres }],
+    proxies,
+    leader: none,
+    settled: nothing,
+    async stop() {
+      await Promise.all(proxies.map((proxy) => proxy.close()));
+      await postgres.kill();
+    },
+  };
+}
+
 /** Starts the backend's processes (a 3-member cluster for etcd and ZooKeeper, 3 Redlock nodes). */
-export async function startTopology(variant: BackendVariant): Promise<Topology> {
-  const none = async () => undefined;
-  const nothing = async () => {};
+export function startTopology(variant: BackendVariant): Promise<Topology> {
   switch (variant) {
-    case 'embedded': {
-      const dataDir = tempDir('faults-embedded');
-      return {
-        variant,
-        serverArgs: ['--backend', 'embedded', '--data-dir', dataDir],
-        members: [],
-        proxies: [],
-        leader: none,
-        settled: nothing,
-        stop: nothing,
-      };
-    }
+    case 'embedded':
+      return embeddedTopology();
     case 'redis':
-    case 'redis-noaof': {
-      const wallClock = redisWallClock();
-      const redis = await startRedis({
-        aof: variant === 'redis',
-        ...(wallClock ? { env: wallClock.env } : {}),
-      });
-      const proxies = await proxiesFor([redis.port]);
-      return {
-        variant,
-        serverArgs: [
-          '--backend',
-          'redis',
-          '--redis-url',
-          `redis://127.0.0.1:${proxies[0]!.port}`,
-          // AOF with appendfsync always: the server may declare it durable.
-          ...(variant === 'redis' ? ['--redis-durable'] : []),
-        ],
-        members: [{ id: 'redis', process: redis }],
-        proxies,
-        ...(wallClock ? { wallClock } : {}),
-        leader: none,
-        settled: nothing,
-        async stop() {
-          await Promise.all(proxies.map((proxy) => proxy.close()));
-          await redis.kill();
-        },
-      };
-    }
-    case 'redlock': {
-      const wallClock = redisWallClock();
-      const nodes = await startRedisNodes(3, wallClock ? { env: wallClock.env } : {});
-      const proxies = await proxiesFor(nodes.map((node) => node.port));
-      return {
-        variant,
-        serverArgs: [
-          '--backend',
-          'redlock',
-          '--redlock-urls',
-          proxies.map((proxy) => `redis://127.0.0.1:${proxy.port}`).join(','),
-        ],
-        members: nodes.map((node, i) => ({ id: `r${i + 1}`, process: node })),
-        proxies,
-        ...(wallClock ? { wallClock } : {}),
-        leader: none,
-        settled: nothing,
-        async stop() {
-          await Promise.all(proxies.map((proxy) => proxy.close()));
-          await Promise.all(nodes.map((node) => node.kill()));
-        },
-      };
-    }
-    case 'etcd': {
-      const etcd = await startEtcdCluster(3);
-      const proxies = await proxiesFor(etcd.members.map((member) => portOf(member.clientUrl)));
-      const members = etcd.members.map((member) => ({ id: member.name, process: member.process }));
-      return {
-        variant,
-        serverArgs: [
-          '--backend',
-          'etcd',
-          '--etcd-endpoints',
-          proxies.map((proxy) => `http://127.0.0.1:${proxy.port}`).join(','),
-        ],
-        members,
-        proxies,
-        async leader() {
-          const leader = await etcd.leader();
-          return members.find((member) => member.id === leader?.name);
-        },
-        async settled() {
-          await etcd.waitForLeader(30_000);
-        },
-        async stop() {
-          await Promise.all(proxies.map((proxy) => proxy.close()));
-          await etcd.stop();
-        },
-      };
-    }
-    case 'postgres': {
-      const postgres = await startPostgres();
-      const proxies = await proxiesFor([postgres.port]);
-      const url = new URL(postgres.url);
-      url.port = String(proxies[0]!.port);
-      return {
-        variant,
-        serverArgs: ['--backend', 'postgres', '--postgres-url', url.href],
-        members: [{ id: 'postgres', process: postgres }],
-        proxies,
-        leader: none,
-        settled: nothing,
-        async stop() {
-          await Promise.all(proxies.map((proxy) => proxy.close()));
-          await postgres.kill();
-        },
-      };
-    }
-    case 'zookeeper': {
-      const zk = await startZooKeeperEnsemble(3);
-      const proxies = await proxiesFor(zk.members.map((member) => member.clientPort));
-      const members = zk.members.map((member) => ({
-        id: `zk${member.id}`,
-        process: member.process,
-      }));
-      return {
-        variant,
-        serverArgs: [
-          '--backend',
-          'zookeeper',
-          '--zk-connect',
-          proxies.map((proxy) => `127.0.0.1:${proxy.port}`).join(','),
-        ],
-        members,
-        proxies,
-        async leader() {
-          const leader = await zk.leader();
-          return members.find((member) => member.id === `zk${leader?.id}`);
-        },
-        async settled() {
-          await zk.waitForLeader(60_000);
-        },
-        async stop() {
-          await Promise.all(proxies.map((proxy) => proxy.close()));
-          await zk.stop();
-        },
-      };
-    }
+    case 'redis-noaof':
+      return redisTopology(variant);
+    case 'redlock':
+      return redlockTopology();
+    case 'etcd':
+      return etcdTopology();
+    case 'zookeeper':
+      return zookeeperTopology();
+    case 'postgres':
+      return postgresTopology();
   }
 }

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
+import { type FlagOptions, parseFlags, parseInteger, UsageError } from '@dlm/flags';
 import { AuthConfigError, parseTokenFile, type TokenGrant } from './auth.js';
 import {
   DEFAULT_SERVER_LIMITS,
@@ -93,8 +93,13 @@ ${limitLines()}
 
 export const USAGE = usage();
 
-/** Thrown for a bad flag or environment value; main prints it with the usage and exits 2. */
-export class ConfigError extends Error {}
+/**
+ * Thrown for a bad flag or environment value; main prints it with the usage and exits 2.
+ * @deprecated The one `UsageError` of `@dlm/flags`, under its old name: catch `UsageError`.
+ */
+export const ConfigError = UsageError;
+/** @deprecated `UsageError` of `@dlm/flags`. */
+export type ConfigError = UsageError;
 
 function defaultDataDir(env: NodeJS.ProcessEnv): string {
   const state = env.XDG_STATE_HOME || join(homedir(), '.local', 'state');
@@ -106,7 +111,7 @@ function list(value: string | undefined, what: string): string[] {
     .split(',')
     .map((item) => item.trim())
     .filter(Boolean);
-  if (!items.length) throw new ConfigError(`${what} is required for this backend`);
+  if (!items.length) throw new UsageError(`${what} is required for this backend`);
   return items;
 }
 
@@ -127,149 +132,78 @@ const BACKEND_FLAGS: Readonly<Record<string, BackendConfig['kind']>> = {
   'zk-connect': 'zookeeper',
 };
 
+const SERVER_FLAGS = {
+  host: { type: 'string' },
+  port: { type: 'string' },
+  backend: { type: 'string' },
+  'data-dir': { type: 'string' },
+  memory: { type: 'boolean' },
+  'redis-url': { type: 'string' },
+  'redis-durable': { type: 'boolean' },
+  'redlock-urls': { type: 'string' },
+  'etcd-endpoints': { type: 'string' },
+  'zk-connect': { type: 'string' },
+  'postgres-url': { type: 'string' },
+  'log-level': { type: 'string' },
+  'auth-file': { type: 'string' },
+  insecure: { type: 'boolean' },
+  'tls-cert': { type: 'string' },
+  'tls-key': { type: 'string' },
+  'allowed-origins': { type: 'string' },
+  ...Object.fromEntries(
+    Object.values(LIMIT_FLAGS).map((flag) => [flag, { type: 'string' as const }]),
+  ),
+  help: { type: 'boolean', short: 'h' },
+} as const satisfies FlagOptions;
+
+/** The parsed flags and the environment (empty variables dropped), read the same way. */
+interface Sources {
+  values: Readonly<Record<string, string | boolean | undefined>>;
+  env: NodeJS.ProcessEnv;
+  /** A string flag's value. */
+  flag(name: string): string | undefined;
+  /** A boolean setting: its flag, or its variable set to `1` or `true`. */
+  on(name: string, envName: string): boolean;
+}
+
+function sources(values: Sources['values'], rawEnv: NodeJS.ProcessEnv): Sources {
+  // An empty environment variable counts as unset.
+  const env = Object.fromEntries(Object.entries(rawEnv).filter(([, value]) => value !== ''));
+  return {
+    values,
+    env,
+    flag: (name) => values[name] as string | undefined,
+    on: (name, envName) => values[name] === true || env[envName] === '1' || env[envName] === 'true',
+  };
+}
+
 /** Reads flags and environment into a config; `null` means `--help` was asked for. */
 export function parseConfig(
   argv: string[],
   env: NodeJS.ProcessEnv = process.env,
 ): ServerConfig | null {
-  // `pnpm start -- --memory` hands the server its `--` (pnpm ≥ 9 passes it on): a leading one
-  // only ends pnpm's own options, it is no argument of the server's.
-  const args = argv[0] === '--' ? argv.slice(1) : argv;
-  let values: Record<string, string | boolean | undefined>;
-  try {
-    ({ values } = parseArgs({
-      args,
-      strict: true,
-      options: {
-        host: { type: 'string' },
-        port: { type: 'string' },
-        backend: { type: 'string' },
-        'data-dir': { type: 'string' },
-        memory: { type: 'boolean' },
-        'redis-url': { type: 'string' },
-        'redis-durable': { type: 'boolean' },
-        'redlock-urls': { type: 'string' },
-        'etcd-endpoints': { type: 'string' },
-        'zk-connect': { type: 'string' },
-        'postgres-url': { type: 'string' },
-        'log-level': { type: 'string' },
-        'auth-file': { type: 'string' },
-        insecure: { type: 'boolean' },
-        'tls-cert': { type: 'string' },
-        'tls-key': { type: 'string' },
-        'allowed-origins': { type: 'string' },
-        ...Object.fromEntries(
-          Object.values(LIMIT_FLAGS).map((flag) => [flag, { type: 'string' as const }]),
-        ),
-        help: { type: 'boolean', short: 'h' },
-      },
-    }));
-  } catch (error) {
-    throw new ConfigError((error as Error).message);
-  }
+  // `pnpm start -- --memory` hands the server its `--`: parseFlags drops a leading one.
+  const { values } = parseFlags(argv, SERVER_FLAGS);
   if (values.help) return null;
-  const flag = (key: string) => values[key] as string | undefined;
-  // An empty environment variable counts as unset.
-  env = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== ''));
-
-  const host = flag('host') ?? env.DLM_HOST ?? '127.0.0.1';
-  const portText = flag('port') ?? env.DLM_PORT ?? '7070';
-  const port = Number(portText);
-  if (!/^\d+$/.test(portText) || port > 65_535)
-    throw new ConfigError(`--port must be 0-65535, got ${portText}`);
-  const logLevel = flag('log-level') ?? env.DLM_LOG_LEVEL ?? 'info';
-  if (!isLogLevel(logLevel))
-    throw new ConfigError(`--log-level must be debug|info|warn|error|silent, got ${logLevel}`);
-
-  const kind = flag('backend') ?? env.DLM_BACKEND ?? 'embedded';
-  /** Where the backend's choice came from, when not from --backend. */
-  const backendSource = () =>
-    flag('backend') !== undefined ? '' : env.DLM_BACKEND ? ' (DLM_BACKEND)' : ' (the default)';
-  // A flag for another backend than the one chosen is a mistake the user should hear of, not a
-  // setting silently ignored (`--memory --backend redis` would otherwise serve Redis).
-  // Environment variables may be set for several backends at once, so only flags are checked.
-  for (const [name, owner] of Object.entries(BACKEND_FLAGS)) {
-    if (values[name] !== undefined && owner !== kind && isBackendKind(kind))
-      throw new ConfigError(
-        `--${name} is for --backend ${owner}, but the backend is ${kind}${backendSource()}`,
-      );
-  }
-  let backend: BackendConfig;
-  switch (kind) {
-    case 'embedded': {
-      const memory = values.memory === true || env.DLM_MEMORY === '1' || env.DLM_MEMORY === 'true';
-      const dataDir = flag('data-dir') ?? env.DLM_DATA_DIR;
-      if (memory && dataDir && flag('data-dir'))
-        throw new ConfigError('--memory and --data-dir exclude each other');
-      backend = { kind, dataDir: memory ? null : (dataDir ?? defaultDataDir(env)) };
-      break;
-    }
-    case 'redis':
-      backend = {
-        kind,
-        url: list(flag('redis-url') ?? env.DLM_REDIS_URL, '--redis-url')[0]!,
-        durable:
-          values['redis-durable'] === true ||
-          env.DLM_REDIS_DURABLE === '1' ||
-          env.DLM_REDIS_DURABLE === 'true',
-      };
-      break;
-    case 'redlock':
-      backend = {
-        kind,
-        urls: list(flag('redlock-urls') ?? env.DLM_REDLOCK_URLS, '--redlock-urls'),
-      };
-      break;
-    case 'etcd':
-      backend = {
-        kind,
-        endpoints: list(flag('etcd-endpoints') ?? env.DLM_ETCD_ENDPOINTS, '--etcd-endpoints'),
-      };
-      break;
-    case 'zookeeper':
-      backend = {
-        kind,
-        connect: list(flag('zk-connect') ?? env.DLM_ZK_CONNECT, '--zk-connect').join(','),
-      };
-      break;
-    case 'postgres': {
-      const url = list(flag('postgres-url') ?? env.DLM_POSTGRES_URL, '--postgres-url')[0]!;
-      if (!/^postgres(ql)?:\/\//.test(url))
-        throw new ConfigError(`--postgres-url must be a postgres:// URL, got ${url}`);
-      backend = { kind, url };
-      break;
-    }
-    default:
-      throw new ConfigError(
-        `--backend must be embedded|redis|redlock|etcd|zookeeper|postgres, got ${kind}`,
-      );
-  }
-  const limits: Partial<ServerLimits> = {};
-  for (const [key, name] of Object.entries(LIMIT_FLAGS) as [keyof ServerLimits, string][]) {
-    const text = flag(name) ?? env[limitEnvName(name)];
-    if (text === undefined) continue;
-    const value = Number(text);
-    const min = LIMITS_OFF_AT_ZERO.has(key) ? 0 : 1;
-    if (!/^\d+$/.test(text) || !Number.isSafeInteger(value) || value < min)
-      throw new ConfigError(
-        `--${name} must be a ${min ? 'positive' : 'non-negative (0 = off)'} integer, got ${text}`,
-      );
-    limits[key] = value;
-  }
-  const headersTimeoutMs = limits.headersTimeoutMs ?? DEFAULT_SERVER_LIMITS.headersTimeoutMs;
-  const requestTimeoutMs = limits.requestTimeoutMs ?? DEFAULT_SERVER_LIMITS.requestTimeoutMs;
-  if (headersTimeoutMs > requestTimeoutMs)
-    throw new ConfigError('--headers-timeout-ms must not exceed --request-timeout-ms');
-
+  const from = sources(values, env);
+  const { flag } = from;
+  // Checked in this order, so that of two mistakes the same one is reported as before.
+  const port = parsePort(flag('port') ?? from.env.DLM_PORT ?? '7070');
+  const logLevel = parseLogLevel(flag('log-level') ?? from.env.DLM_LOG_LEVEL ?? 'info');
+  const backend = parseBackend(from);
+  const limits = parseLimits(from);
   return {
-    host,
+    host: flag('host') ?? from.env.DLM_HOST ?? '127.0.0.1',
     port,
     backend,
     logLevel,
-    auth: readAuth(flag('auth-file') ?? env.DLM_AUTH_FILE, env.DLM_AUTH_TOKENS),
-    insecure: values.insecure === true || env.DLM_INSECURE === '1' || env.DLM_INSECURE === 'true',
-    tls: readTls(flag('tls-cert') ?? env.DLM_TLS_CERT, flag('tls-key') ?? env.DLM_TLS_KEY),
-    allowedOrigins: (flag('allowed-origins') ?? env.DLM_ALLOWED_ORIGINS ?? '')
+    auth: readAuth(flag('auth-file') ?? from.env.DLM_AUTH_FILE, from.env.DLM_AUTH_TOKENS),
+    insecure: from.on('insecure', 'DLM_INSECURE'),
+    tls: readTls(
+      flag('tls-cert') ?? from.env.DLM_TLS_CERT,
+      flag('tls-key') ?? from.env.DLM_TLS_KEY,
+    ),
+    allowedOrigins: (flag('allowed-origins') ?? from.env.DLM_ALLOWED_ORIGINS ?? '')
       .split(',')
       .map((origin) => origin.trim())
       .filter(Boolean),
@@ -277,19 +211,107 @@ export function parseConfig(
   };
 }
 
+function parsePort(text: string): number {
+  const port = Number(text);
+  if (!/^\d+$/.test(text) || port > 65_535)
+    throw new UsageError(`--port must be 0-65535, got ${text}`);
+  return port;
+}
+
+function parseLogLevel(text: string): LogLevel {
+  if (!isLogLevel(text))
+    throw new UsageError(`--log-level must be debug|info|warn|error|silent, got ${text}`);
+  return text;
+}
+
+/**
+ * A flag for another backend than the one chosen is a mistake the user should hear of, not a
+ * setting silently ignored (`--memory --backend redis` would otherwise serve Redis).
+ * Environment variables may be set for several backends at once, so only flags are checked.
+ */
+function checkBackendFlags({ values, flag, env }: Sources, kind: string): void {
+  /** Where the backend's choice came from, when not from --backend. */
+  const source =
+    flag('backend') !== undefined ? '' : env.DLM_BACKEND ? ' (DLM_BACKEND)' : ' (the default)';
+  for (const [name, owner] of Object.entries(BACKEND_FLAGS)) {
+    if (values[name] !== undefined && owner !== kind && isBackendKind(kind))
+      throw new UsageError(
+        `--${name} is for --backend ${owner}, but the backend is ${kind}${source}`,
+      );
+  }
+}
+
+function parseBackend(from: Sources): BackendConfig {
+  const { flag, env } = from;
+  const kind = flag('backend') ?? env.DLM_BACKEND ?? 'embedded';
+  checkBackendFlags(from, kind);
+  switch (kind) {
+    case 'embedded': {
+      const memory = from.on('memory', 'DLM_MEMORY');
+      const dataDir = flag('data-dir') ?? env.DLM_DATA_DIR;
+      if (memory && dataDir && flag('data-dir'))
+        throw new UsageError('--memory and --data-dir exclude each other');
+      return { kind, dataDir: memory ? null : (dataDir ?? defaultDataDir(env)) };
+    }
+    case 'redis':
+      return {
+        kind,
+        url: list(flag('redis-url') ?? env.DLM_REDIS_URL, '--redis-url')[0]!,
+        durable: from.on('redis-durable', 'DLM_REDIS_DURABLE'),
+      };
+    case 'redlock':
+      return { kind, urls: list(flag('redlock-urls') ?? env.DLM_REDLOCK_URLS, '--redlock-urls') };
+    case 'etcd':
+      return {
+        kind,
+        endpoints: list(flag('etcd-endpoints') ?? env.DLM_ETCD_ENDPOINTS, '--etcd-endpoints'),
+      };
+    case 'zookeeper':
+      return {
+        kind,
+        connect: list(flag('zk-connect') ?? env.DLM_ZK_CONNECT, '--zk-connect').join(','),
+      };
+    case 'postgres': {
+      const url = list(flag('postgres-url') ?? env.DLM_POSTGRES_URL, '--postgres-url')[0]!;
+      if (!/^postgres(ql)?:\/\//.test(url))
+        throw new UsageError(`--postgres-url must be a postgres:// URL, got ${url}`);
+      return { kind, url };
+    }
+    default:
+      throw new UsageError(
+        `--backend must be embedded|redis|redlock|etcd|zookeeper|postgres, got ${kind}`,
+      );
+  }
+}
+
+/** The limits set by flag or environment, each an integer (0 = off where that is allowed). */
+function parseLimits({ flag, env }: Sources): Partial<ServerLimits> {
+  const limits: Partial<ServerLimits> = {};
+  for (const [key, name] of Object.entries(LIMIT_FLAGS) as [keyof ServerLimits, string][]) {
+    const text = flag(name) ?? env[limitEnvName(name)];
+    if (text === undefined) continue;
+    limits[key] = LIMITS_OFF_AT_ZERO.has(key)
+      ? parseInteger(text, `--${name}`, { min: 0, note: '0 = off' })
+      : parseInteger(text, `--${name}`);
+  }
+  const headersTimeoutMs = limits.headersTimeoutMs ?? DEFAULT_SERVER_LIMITS.headersTimeoutMs;
+  const requestTimeoutMs = limits.requestTimeoutMs ?? DEFAULT_SERVER_LIMITS.requestTimeoutMs;
+  if (headersTimeoutMs > requestTimeoutMs)
+    throw new UsageError('--headers-timeout-ms must not exceed --request-timeout-ms');
+  return limits;
+}
+
 function readFile(path: string, what: string): Buffer {
   try {
     return readFileSync(path);
   } catch (error) {
-    throw new ConfigError(`cannot read ${what} ${path}: ${(error as Error).message}`);
+    throw new UsageError(`cannot read ${what} ${path}: ${(error as Error).message}`);
   }
 }
 
 function readAuth(file: string | undefined, inline: string | undefined): TokenGrant[] {
   if (file !== undefined && inline !== undefined)
-    throw new ConfigError(
-      'give tokens in --auth-file (DLM_AUTH_FILE) or DLM_AUTH_TOKENS, not both',
-    );
+    throw new UsageError('give tokens in --auth-file (DLM_AUTH_FILE) or DLM_AUTH_TOKENS, not both');
   if (file === undefined && inline === undefined) return [];
   const source = file === undefined ? 'DLM_AUTH_TOKENS' : file;
   const text = file === undefined ? inline! : readFile(file, 'the token file').toString('utf8');
@@ -298,7 +320,7 @@ function readAuth(file: string | undefined, inline: string | undefined): TokenGr
     if (!grants.length) throw new AuthConfigError('no tokens in it');
     return grants;
   } catch (error) {
-    if (error instanceof AuthConfigError) throw new ConfigError(`${source}: ${error.message}`);
+    if (error instanceof AuthConfigError) throw new UsageError(`${source}: ${error.message}`);
     throw error;
   }
 }
@@ -306,6 +328,6 @@ function readAuth(file: string | undefined, inline: string | undefined): TokenGr
 function readTls(cert: string | undefined, key: string | undefined) {
   if (cert === undefined && key === undefined) return null;
   if (cert === undefined || key === undefined)
-    throw new ConfigError('--tls-cert and --tls-key go together');
+    throw new UsageError('--tls-cert and --tls-key go together');
   return { cert: readFile(cert, 'the TLS certificate'), key: readFile(key, 'the TLS key') };
 }

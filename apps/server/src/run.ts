@@ -1,5 +1,6 @@
+import { UsageError } from '@dlm/flags';
 import { hashToken, newToken } from './auth.js';
-import { ConfigError, parseConfig, usage } from './config.js';
+import { parseConfig, usage } from './config.js';
 import { createLogger } from './logger.js';
 import { startServer } from './server.js';
 
@@ -21,7 +22,7 @@ export async function runServer(argv: string[], command = 'dlm-server'): Promise
   try {
     config = parseConfig(argv);
   } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
+    if (!(error instanceof UsageError)) throw error;
     process.stderr.write(`${command}: ${error.message}\n\n${usage(command)}`);
     process.exit(2);
   }

@@ -1,10 +1,9 @@
 import { createClient } from '@dlm/client';
-import { COMMON_OPTIONS, type Command, parseFlags } from '../command.js';
+import { formatDuration, parseFlags, UsageError } from '@dlm/flags';
+import { COMMON_OPTIONS, type Command } from '../command.js';
 import { CONNECTION_USAGE, clientOptions, connectionOptions } from '../connection-options.js';
-import { formatDuration } from '../duration.js';
 import { EXIT } from '../exit-codes.js';
 import { printError, printJson } from '../output.js';
-import { UsageError } from '../usage-error.js';
 
 const USAGE = `Usage: dlm get NAME [--server URL] [--json]
 
@@ -22,7 +21,7 @@ export const getCommand: Command = {
   name: 'get',
   usage: USAGE,
   async run(argv) {
-    const { values, positionals } = parseFlags(argv, COMMON_OPTIONS);
+    const { values, positionals } = parseFlags(argv, COMMON_OPTIONS, { allowPositionals: true });
     if (values.help) {
       process.stdout.write(USAGE);
       return EXIT.OK;

@@ -2,17 +2,16 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants, hostname } from 'node:os';
 import { createClient, isDlmError, type Lease } from '@dlm/client';
-import { type Command, parseFlags } from '../command.js';
+import { formatBound, formatDuration, parseDuration, parseFlags, UsageError } from '@dlm/flags';
+import type { Command } from '../command.js';
 import {
   CONNECTION_FLAGS,
   CONNECTION_USAGE,
   clientOptions,
   connectionOptions,
 } from '../connection-options.js';
-import { formatBound, formatDuration, parseDuration } from '../duration.js';
 import { EXIT } from '../exit-codes.js';
 import { printError } from '../output.js';
-import { UsageError } from '../usage-error.js';
 import { noticeWaiting } from '../waiting-notice.js';
 
 const USAGE = `Usage: dlm lock NAME [options] -- CMD [ARGS...]
@@ -31,7 +30,7 @@ Options:
 ${CONNECTION_USAGE}
   -v, --verbose      say on stderr when the lock is acquired and released
   -h, --help         print this help
-Durations: 500ms, 30s, 5m, 1h, 1m30s.
+Durations: 500ms, 30s, 5m, 1h, 1m30s; 0 alone is zero, any other number needs its unit.
 
 CMD's environment gets DLM_LOCK_NAME, DLM_FENCING_TOKEN (decimal) and DLM_LOCK_OWNER: pass
 the fencing token to whatever CMD writes to, so a stale holder's writes can be refused. CMD
@@ -92,14 +91,6 @@ function splitCommand(argv: string[]): { own: string[]; command: string[] } {
   return { own: argv, command: [] };
 }
 
-function duration(value: string | undefined, fallback: string, what: string): number {
-  try {
-    return parseDuration(value ?? fallback, what);
-  } catch (error) {
-    throw new UsageError((error as Error).message);
-  }
-}
-
 function signalStatus(signal: NodeJS.Signals): number {
   return 128 + (constants.signals[signal] ?? 0);
 }
@@ -109,7 +100,7 @@ export const lockCommand: Command = {
   usage: USAGE,
   async run(argv) {
     const { own, command } = splitCommand(argv);
-    const { values, positionals } = parseFlags(own, LOCK_OPTIONS);
+    const { values, positionals } = parseFlags(own, LOCK_OPTIONS, { allowPositionals: true });
     if (values.help) {
       process.stdout.write(USAGE);
       return EXIT.OK;
@@ -119,9 +110,9 @@ export const lockCommand: Command = {
       throw new UsageError('nothing to run: dlm lock NAME -- CMD [ARGS...]');
     }
     const name = positionals[0]!;
-    const ttlMs = duration(values.ttl, '30s', '--ttl');
-    const waitMs = duration(values.wait, '10s', '--wait');
-    const graceMs = duration(values.grace, '10s', '--grace');
+    const ttlMs = parseDuration(values.ttl ?? '30s', '--ttl');
+    const waitMs = parseDuration(values.wait ?? '10s', '--wait');
+    const graceMs = parseDuration(values.grace ?? '10s', '--grace');
     if (ttlMs <= 0) throw new UsageError('--ttl must be more than 0');
     const owner = values.owner ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     const verbose = values.verbose === true;

@@ -1,11 +1,10 @@
-import { COMMON_OPTIONS, type Command, parseFlags } from '../command.js';
+import { formatDuration, parseFlags, UsageError } from '@dlm/flags';
+import { COMMON_OPTIONS, type Command } from '../command.js';
 import { CONNECTION_USAGE, connectionOptions } from '../connection-options.js';
-import { formatDuration } from '../duration.js';
 import { EXIT } from '../exit-codes.js';
 import { getJson } from '../http-get.js';
 import { formatTable, printError, printJson } from '../output.js';
 import { httpBase } from '../server-url.js';
-import { UsageError } from '../usage-error.js';
 
 const USAGE = `Usage: dlm ls [--prefix P] [--server URL] [--json]
 
@@ -35,10 +34,14 @@ export const lsCommand: Command = {
   name: 'ls',
   usage: USAGE,
   async run(argv) {
-    const { values, positionals } = parseFlags(argv, {
-      ...COMMON_OPTIONS,
-      prefix: { type: 'string' },
-    });
+    const { values, positionals } = parseFlags(
+      argv,
+      {
+        ...COMMON_OPTIONS,
+        prefix: { type: 'string' },
+      },
+      { allowPositionals: true },
+    );
     if (values.help) {
       process.stdout.write(USAGE);
       return EXIT.OK;

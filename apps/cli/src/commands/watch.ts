@@ -1,9 +1,9 @@
 import { createClient, type LockChange } from '@dlm/client';
-import { COMMON_OPTIONS, type Command, parseFlags } from '../command.js';
+import { parseFlags, UsageError } from '@dlm/flags';
+import { COMMON_OPTIONS, type Command } from '../command.js';
 import { CONNECTION_USAGE, clientOptions, connectionOptions } from '../connection-options.js';
 import { EXIT } from '../exit-codes.js';
 import { printError, printJson } from '../output.js';
-import { UsageError } from '../usage-error.js';
 import { noticeWaiting } from '../waiting-notice.js';
 
 const USAGE = `Usage: dlm watch NAME [--server URL] [--json]
@@ -37,7 +37,7 @@ export const watchCommand: Command = {
   name: 'watch',
   usage: USAGE,
   async run(argv) {
-    const { values, positionals } = parseFlags(argv, COMMON_OPTIONS);
+    const { values, positionals } = parseFlags(argv, COMMON_OPTIONS, { allowPositionals: true });
     if (values.help) {
       process.stdout.write(USAGE);
       return EXIT.OK;

@@ -1,0 +1,188 @@
+import { type FlagOptions, integerFlag, parseDuration, parseFlags, UsageError } from '@dlm/flags';
+import type { CampaignOptions } from './campaign.js';
+import { LOCK_SEGMENT_NEMESES } from './lock-segment.js';
+import { NEMESES } from './nemeses.js';
+import { BACKENDS, type BackendVariant, isBackendVariant } from './topology.js';
+
+export const USAGE = `Usage: dlm-faults [options]   (from the repo: pnpm --filter @dlm/faults faults -- [options])
+
+Runs a fenced read-modify-write workload in separate processes against a dlm server, injects
+faults, checks the history (S1-S6, L1, L4) and writes a report (Markdown + JSON).
+
+  --backend LIST        ${BACKENDS.join(', ')} or all (default all)
+  --nemesis LIST        nemeses to run, one segment each, or all (default: all that apply):
+                        ${NEMESES.map((n) => n.name).join(', ')}
+  --duration D          faults per segment, e.g. 30s, 2m (default 30s; 15s with --short); per
+                        backend with BACKEND=D items: --duration 30s,embedded=60s
+  --ttl-ms N            lease TTL asked for (default 2000; etcd's minimum)
+  --workers N           workload processes (default 3)
+  --meddlers N          meddling processes: they release, extend and re-acquire others' leases
+                        with the public token and owner, never the key (default 1; 0 for none)
+  --keys N              lock names they share (default 2)
+  --l1-bound-ms N       L1 bound past the lease's end (default 2000)
+  --l4-bound-ms N       L4 bound past the local deadline (default 1000)
+  --negative-control    add a segment with the resource's fencing off (must show lost updates)
+  --no-fencing          run every segment with the resource's fencing off
+  --lin LIST            nemeses for linearizability segments (try-acquire/release/get, two
+                        servers per shared backend), one segment each (default: none;
+                        with --short: server-kill); without --nemesis, only these run
+  --lin-duration D      faults per linearizability segment (default 6s)
+  --short               the CI campaign: one or two nemeses per backend, 15 s each, negative
+                        control, and a linearizability segment per backend
+  --out DIR             where the report goes (default apps/faults/results)
+  --label NAME          report file name (default campaign-<time>)
+  --history-dir DIR     keep the histories there (default: a temp dir, removed at exit)
+  --merge A.json,B.json no campaign: merge the JSON reports of earlier runs (--out, --label)
+  -h, --help
+
+Durations: 500ms, 30s, 5m, 1h, 1m30s; a number needs its unit (flags named -ms take a plain
+number of milliseconds).
+
+Exit status: 0 when no unexpected violation was found (and the negative control, if run, was
+detected), 1 otherwise, 2 on bad flags.`;
+
+/**
+ * The short campaign's linearizability segments: a dlm server killed while a second one on
+ * the same backend serves on (embedded: one server, restarted on its data dir).
+ */
+const SHORT_LOCK_PLAN = ['server-kill'];
+
+/** The short campaign CI runs: at least one nemesis per backend. */
+const SHORT_PLAN: Record<BackendVariant, string[]> = {
+  embedded: ['client-pause', 'server-kill'],
+  redis: ['backend-kill', 'backend-clock-back'],
+  'redis-noaof': ['backend-kill'],
+  redlock: ['backend-kill', 'majority-kill'],
+  etcd: ['leader-kill'],
+  zookeeper: ['leader-kill'],
+  postgres: ['backend-kill'],
+};
+
+const OPTIONS = {
+  backend: { type: 'string' },
+  nemesis: { type: 'string' },
+  duration: { type: 'string' },
+  'ttl-ms': { type: 'string' },
+  workers: { type: 'string' },
+  meddlers: { type: 'string' },
+  keys: { type: 'string' },
+  'l1-bound-ms': { type: 'string' },
+  'l4-bound-ms': { type: 'string' },
+  'negative-control': { type: 'boolean' },
+  'no-fencing': { type: 'boolean' },
+  short: { type: 'boolean' },
+  lin: { type: 'string' },
+  'lin-duration': { type: 'string' },
+  out: { type: 'string' },
+  label: { type: 'string' },
+  'history-dir': { type: 'string' },
+  merge: { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const satisfies FlagOptions;
+
+type Values = ReturnType<typeof parseFlags<typeof OPTIONS>>['values'];
+
+/** What `dlm-faults` was asked to do. `out` and `label` are unset when not given. */
+export type FaultsCommand =
+  | { kind: 'help' }
+  | {
+      kind: 'merge';
+      short: boolean;
+      files: string[];
+      out: string | undefined;
+      label: string | undefined;
+    }
+  | {
+      kind: 'campaign';
+      short: boolean;
+      campaign: Omit<CampaignOptions, 'log'>;
+      out: string | undefined;
+      label: string | undefined;
+    };
+
+/**
+ * Reads `dlm-faults`'s flags (a leading `--` from `pnpm faults --` dropped).
+ * @throws UsageError on a bad flag: main prints it with USAGE and exits 2.
+ */
+export function parseFaultsArgs(argv: readonly string[]): FaultsCommand {
+  const { values } = parseFlags(argv, OPTIONS);
+  if (values.help) return { kind: 'help' };
+  const { out, label } = values;
+  const short = values.short === true;
+  if (values.merge) return { kind: 'merge', short, files: values.merge.split(','), out, label };
+  return { kind: 'campaign', short, campaign: campaignOptions(values, short), out, label };
+}
+
+function campaignOptions(values: Values, short: boolean): Omit<CampaignOptions, 'log'> {
+  const backends = backendList(values.backend);
+  const nemeses = nemesisList(values.nemesis);
+  const lockList = linList(values.lin, short);
+  const durations = durationList(values.duration, short ? '15s' : '30s');
+  return {
+    backends,
+    // `--lin` alone runs only linearizability segments.
+    nemeses: (backend) =>
+      short && !values.nemesis ? SHORT_PLAN[backend] : values.lin && !values.nemesis ? [] : nemeses,
+    durationMs: durations.durationMs,
+    durationsMs: durations.durationsMs,
+    lockNemeses: () => lockList,
+    lockDurationMs: parseDuration(values['lin-duration'] ?? '6s', '--lin-duration'),
+    ttlMs: integerFlag(values['ttl-ms'], 2_000, '--ttl-ms'),
+    workers: integerFlag(values.workers, 3, '--workers'),
+    meddlers: integerFlag(values.meddlers, 1, '--meddlers', { min: 0 }),
+    keys: integerFlag(values.keys, 2, '--keys'),
+    l1BoundMs: integerFlag(values['l1-bound-ms'], 2_000, '--l1-bound-ms'),
+    l4BoundMs: integerFlag(values['l4-bound-ms'], 1_000, '--l4-bound-ms'),
+    fencing: values['no-fencing'] !== true,
+    negativeControl: short || values['negative-control'] === true,
+    ...(values['history-dir'] ? { historyDir: values['history-dir'] } : {}),
+  };
+}
+
+function backendList(text: string | undefined): BackendVariant[] {
+  const list = !text || text === 'all' ? [...BACKENDS] : text.split(',');
+  for (const backend of list) {
+    if (!isBackendVariant(backend))
+      throw new UsageError(`unknown backend ${JSON.stringify(backend)}`);
+  }
+  return list as BackendVariant[];
+}
+
+function nemesisList(text: string | undefined): string[] | 'all' {
+  if (!text || text === 'all') return 'all';
+  const list = text.split(',');
+  for (const name of list) {
+    if (!NEMESES.some((n) => n.name === name))
+      throw new UsageError(`unknown nemesis ${JSON.stringify(name)}`);
+  }
+  return list;
+}
+
+function linList(text: string | undefined, short: boolean): string[] {
+  const list = text ? text.split(',') : short ? SHORT_LOCK_PLAN : [];
+  for (const name of list) {
+    if (!LOCK_SEGMENT_NEMESES.has(name)) {
+      throw new UsageError(
+        `nemesis ${JSON.stringify(name)} does not apply to a linearizability segment`,
+      );
+    }
+  }
+  return list;
+}
+
+/** `--duration 30s,embedded=60s`: a default and per-backend overrides. */
+function durationList(
+  text: string | undefined,
+  fallback: string,
+): { durationMs: number; durationsMs: Partial<Record<BackendVariant, number>> } {
+  let durationMs = parseDuration(fallback, '--duration');
+  const durationsMs: Partial<Record<BackendVariant, number>> = {};
+  for (const item of (text ?? '').split(',').filter(Boolean)) {
+    const [backend, value] = item.includes('=') ? item.split('=') : [undefined, item];
+    if (backend === undefined) durationMs = parseDuration(value!, '--duration');
+    else if (isBackendVariant(backend))
+      durationsMs[backend] = parseDuration(value!, `--duration (for ${backend})`);
+    else throw new UsageError(`unknown backend ${JSON.stringify(backend)} in --duration`);
+  }
+  return { durationMs, durationsMs };
+}

@@ -1,0 +1,9 @@
+export { formatBound, formatDuration, parseDuration } from './duration.js';
+export { type IntegerFlag, integerFlag, parseInteger } from './integer.js';
+export {
+  type FlagOptions,
+  type ParsedFlags,
+  parseFlags,
+  withoutLeadingSeparator,
+} from './parse-flags.js';
+export { UsageError } from './usage-error.js';

@@ -1,0 +1,45 @@
+import { type ParseArgsConfig, parseArgs } from 'node:util';
+import { UsageError } from './usage-error.js';
+
+/** The flag table `parseFlags` takes: `node:util` parseArgs's `options`. */
+export type FlagOptions = NonNullable<ParseArgsConfig['options']>;
+
+/** What `parseFlags` returns: parseArgs's typed `values` and `positionals`. */
+export type ParsedFlags<O extends FlagOptions, P extends boolean> = ReturnType<
+  typeof parseArgs<{ options: O; strict: true; allowPositionals: P }>
+>;
+
+/**
+ * `argv` without a leading `--`. `pnpm start -- --memory` (pnpm ≥ 9) hands the program its `--`:
+ * a leading one only ends pnpm's own options, it is no argument of the program's.
+ */
+export function withoutLeadingSeparator(argv: readonly string[]): string[] {
+  return argv[0] === '--' ? argv.slice(1) : [...argv];
+}
+
+/**
+ * `node:util` parseArgs, strict, with its errors turned into `UsageError`s.
+ *
+ * A leading `--` is dropped (see `withoutLeadingSeparator`), except where positionals are
+ * allowed: there `--` keeps its usual meaning, the end of the flags (`dlm get -- -odd-name`).
+ *
+ * @example
+ * const { values } = parseFlags(process.argv.slice(2), { port: { type: 'string' } });
+ */
+export function parseFlags<O extends FlagOptions, P extends boolean = false>(
+  argv: readonly string[],
+  options: O,
+  { allowPositionals }: { allowPositionals?: P } = {},
+): ParsedFlags<O, P> {
+  const args = allowPositionals ? [...argv] : withoutLeadingSeparator(argv);
+  try {
+    return parseArgs({
+      args,
+      options,
+      strict: true,
+      allowPositionals: (allowPositionals ?? false) as P,
+    });
+  } catch (error) {
+    throw new UsageError((error as Error).message, { cause: error });
+  }
+}

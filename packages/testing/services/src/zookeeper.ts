@@ -195,17 +195,17 @@ export async function zookeeperServes(clientPort: number, size: number): Promise
   return size === 1 ? mode === 'standalone' : mode === 'leader' || mode === 'follower';
 }
 
-/** The member that `spec` planned, served by `process`. */
+/** The member that `spec` planned, served by `managed` (a process or a container). */
 export function zookeeperMember<P extends ManagedProcess>(
   spec: ZooKeeperMemberSpec,
-  process: P,
+  managed: P,
 ): ZooKeeperMember & { process: P } {
   return {
     id: spec.id,
     clientPort: spec.clientPort,
     connectString: `127.0.0.1:${spec.clientPort}`,
     dataDir: spec.dataDir,
-    process,
+    process: managed,
   };
 }
 

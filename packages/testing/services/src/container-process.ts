@@ -7,6 +7,7 @@ import {
   untrackContainer,
 } from './docker-engine.js';
 import type { ManagedProcess } from './process.js';
+import type { ServiceKind } from './provider.js';
 
 /**
  * One service container, started by testcontainers on the host network, behind the same
@@ -188,4 +189,25 @@ export async function startContainer(spec: ContainerSpec): Promise<ContainerProc
       }
     },
   };
+}
+
+/**
+ * Each service's image: the variable that names another (a locally built dlm-test/…:local,
+ * a mirror), and the official image used when it is unset or blank.
+ */
+const images: Record<ServiceKind, { env: string; fallback: string }> = {
+  redis: { env: 'DLM_TEST_REDIS_IMAGE', fallback: 'redis:7' },
+  etcd: { env: 'DLM_TEST_ETCD_IMAGE', fallback: 'gcr.io/etcd-development/etcd:v3.5.17' },
+  zookeeper: { env: 'DLM_TEST_ZK_IMAGE', fallback: 'zookeeper:3.8' },
+};
+
+/** The image `kind`'s containers run (see `images`). */
+export function serviceImage(kind: ServiceKind): string {
+  const { env, fallback } = images[kind];
+  return process.env[env]?.trim() || fallback;
+}
+
+/** Removes the members' containers (and their data): how a service in containers stops. */
+export async function removeAll(members: { readonly process: ContainerProcess }[]): Promise<void> {
+  await Promise.all(members.map((member) => member.process.remove()));
 }

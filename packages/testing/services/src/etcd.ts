@@ -1,5 +1,7 @@
 import { join } from 'node:path';
+import { askRunning, memberSet } from './members.js';
 import {
+  allStarted,
   findBinary,
   freePort,
   type ManagedProcess,
@@ -114,64 +116,41 @@ async function status(clientUrl: string): Promise<MemberStatus | undefined> {
 }
 
 async function findLeader(members: EtcdMember[]): Promise<EtcdMember | undefined> {
-  const statuses = await Promise.all(
-    members.map(async (member) => ({
-      member,
-      status: member.process.running ? await status(member.clientUrl) : undefined,
-    })),
-  );
+  const statuses = await askRunning(members, (member) => status(member.clientUrl));
   const leaderIds = new Set(
-    statuses.flatMap(({ status }) => (status && status.leaderId !== '0' ? [status.leaderId] : [])),
+    statuses.flatMap(({ answer }) => (answer && answer.leaderId !== '0' ? [answer.leaderId] : [])),
   );
-  return statuses.find(({ status }) => status && leaderIds.has(status.memberId))?.member;
+  return statuses.find(({ answer }) => answer && leaderIds.has(answer.memberId))?.member;
 }
-
-/** All members, or (when one failed to start) kill the others and rethrow. */
-async function settledOrKill(results: PromiseSettledResult<EtcdMember>[]): Promise<EtcdMember[]> {
-  const failed = results.find((result) => result.status === 'rejected');
-  const members = results.flatMap((result) =>
-    result.status === 'fulfilled' ? [result.value] : [],
-  );
-  if (!failed) return members;
-  await Promise.all(members.map((member) => member.process.kill()));
-  throw failed.reason;
-}
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function service(endpoints: string[], members: EtcdMember[], external: boolean): EtcdService {
-  return {
-    endpoints,
-    members,
-    external,
-    leader: () => findLeader(members),
-    async waitForLeader(timeoutMs = 20_000) {
-      const deadline = Date.now() + timeoutMs;
-      for (;;) {
-        const leader = await findLeader(members);
-        if (leader) return leader;
-        if (Date.now() > deadline) throw new Error('etcd: no leader elected in time');
-        await sleep(100);
-      }
-    },
-    async stop() {
-      await Promise.all(members.map((member) => member.process.kill()));
-    },
-  };
+  return { endpoints, external, ...memberSet(members, findLeader, 'etcd', 20_000) };
 }
 
-async function startMembers(size: number, options: EtcdOptions): Promise<EtcdService> {
-  const external = externalEndpoints();
-  if (external) return service(external, [], true);
-  const root = tempDir('etcd');
+export interface EtcdMemberSpec {
+  readonly name: string;
+  readonly clientUrl: string;
+  readonly peerUrl: string;
+  readonly dataDir: string;
+}
+
+/**
+ * The members of a new cluster of `size` (names, free loopback ports, data dirs from
+ * `dataDir`), and `args`: etcd's flags for one of them, the same for a process and a container.
+ */
+export async function planEtcdCluster(
+  size: number,
+  options: EtcdOptions,
+  dataDir: (name: string) => string,
+): Promise<{ specs: EtcdMemberSpec[]; args: (spec: EtcdMemberSpec) => string[] }> {
   const token = `dlm-${process.pid}-${Date.now()}`;
-  const specs = [];
+  const specs: EtcdMemberSpec[] = [];
   for (let i = 1; i <= size; i++) {
     specs.push({
       name: `n${i}`,
       clientUrl: `http://127.0.0.1:${await freePort()}`,
       peerUrl: `http://127.0.0.1:${await freePort()}`,
-      dataDir: join(root, `n${i}`),
+      dataDir: dataDir(`n${i}`),
     });
   }
   const initialCluster = specs.map((spec) => `${spec.name}=${spec.peerUrl}`).join(',');
@@ -181,43 +160,52 @@ async function startMembers(size: number, options: EtcdOptions): Promise<EtcdSer
       : []),
     ...(options.electionTimeoutMs ? ['--election-timeout', `${options.electionTimeoutMs}`] : []),
   ];
+  const args = (spec: EtcdMemberSpec) => [
+    '--name',
+    spec.name,
+    '--data-dir',
+    spec.dataDir,
+    '--listen-client-urls',
+    spec.clientUrl,
+    '--advertise-client-urls',
+    spec.clientUrl,
+    '--listen-peer-urls',
+    spec.peerUrl,
+    '--initial-advertise-peer-urls',
+    spec.peerUrl,
+    '--initial-cluster',
+    initialCluster,
+    '--initial-cluster-state',
+    'new',
+    '--initial-cluster-token',
+    token,
+    '--logger',
+    'zap',
+    '--log-level',
+    'warn',
+    ...timing,
+  ];
+  return { specs, args };
+}
+
+async function startMembers(size: number, options: EtcdOptions): Promise<EtcdService> {
+  const external = externalEndpoints();
+  if (external) return service(external, [], true);
+  const root = tempDir('etcd');
+  const { specs, args } = await planEtcdCluster(size, options, (name) => join(root, name));
   // Members of a new cluster only become healthy once a quorum of them runs: start all at once.
-  const started = await Promise.allSettled(
+  const members = await allStarted(
     specs.map(async (spec): Promise<EtcdMember> => {
       const managed = await startProcess({
         name: `etcd ${spec.name}`,
         command: 'etcd',
-        args: [
-          '--name',
-          spec.name,
-          '--data-dir',
-          spec.dataDir,
-          '--listen-client-urls',
-          spec.clientUrl,
-          '--advertise-client-urls',
-          spec.clientUrl,
-          '--listen-peer-urls',
-          spec.peerUrl,
-          '--initial-advertise-peer-urls',
-          spec.peerUrl,
-          '--initial-cluster',
-          initialCluster,
-          '--initial-cluster-state',
-          'new',
-          '--initial-cluster-token',
-          token,
-          '--logger',
-          'zap',
-          '--log-level',
-          'warn',
-          ...timing,
-        ],
+        args: args(spec),
         ready: () => healthy(spec.clientUrl),
       });
       return { ...spec, process: managed };
     }),
+    (member) => member.process.kill(),
   );
-  const members = await settledOrKill(started);
   return service(
     members.map((member) => member.clientUrl),
     members,

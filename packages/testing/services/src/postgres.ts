@@ -4,7 +4,9 @@ import { connect } from 'node:net';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import {
+  externalProcess,
   findBinary,
+  forwardProcess,
   freePort,
   type ManagedProcess,
   serviceAvailable,
@@ -151,17 +153,9 @@ function signal(pids: number[], name: NodeJS.Signals): void {
   }
 }
 
-function unsupported(what: string): never {
-  throw new Error(
-    `${what} is not supported against the external PostgreSQL from ${ENV}: it is not ours to control`,
-  );
-}
-
 function externalService(url: URL): PostgresService {
   return {
-    name: `postgres(${ENV})`,
-    pid: undefined,
-    running: true,
+    ...externalProcess(`postgres(${ENV})`, 'PostgreSQL', ENV),
     external: true,
     url: url.href,
     host: url.hostname || '127.0.0.1',
@@ -169,12 +163,6 @@ function externalService(url: URL): PostgresService {
     user: decodeURIComponent(url.username) || 'postgres',
     database: url.pathname.replace(/^\//, '') || 'postgres',
     dir: '',
-    output: () => '',
-    kill: () => Promise.reject(new Error(`kill: not supported against ${ENV}`)),
-    stop: async () => {},
-    pause: () => unsupported('pause'),
-    resume: () => unsupported('resume'),
-    start: () => Promise.reject(new Error(`start: not supported against ${ENV}`)),
   };
 }
 
@@ -281,18 +269,7 @@ export async function startPostgres(): Promise<PostgresService> {
     ready: () => pingPostgres(host, port, user),
   });
   let paused: number[] = [];
-  // Spread would copy the getters' current values: forward them instead.
-  return {
-    get name() {
-      return managed.name;
-    },
-    get pid() {
-      return managed.pid;
-    },
-    get running() {
-      return managed.running;
-    },
-    output: () => managed.output(),
+  return forwardProcess(managed, {
     kill: () => {
       signal(paused, 'SIGCONT');
       paused = [];
@@ -325,7 +302,6 @@ export async function startPostgres(): Promise<PostgresService> {
       paused = [];
       managed.resume();
     },
-    start: () => managed.start(),
     url: `postgres://${user}@${host}:${port}/postgres`,
     host,
     port,
@@ -333,5 +309,5 @@ export async function startPostgres(): Promise<PostgresService> {
     database: 'postgres',
     dir: dataDir,
     external: false,
-  };
+  });
 }

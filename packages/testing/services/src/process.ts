@@ -209,3 +209,77 @@ export async function startProcess(spec: ProcessSpec): Promise<ManagedProcess> {
     },
   };
 }
+
+/**
+ * A `ManagedProcess` that forwards to `managed`, with `extra` on top (a service's URL, or its
+ * own kill/pause). Spread would copy the getters' current values: they are forwarded instead.
+ * (`NoInfer`: `T` is what `extra` holds, not the service type the caller returns.)
+ */
+export function forwardProcess<T extends object>(
+  managed: ManagedProcess,
+  extra: T,
+): ManagedProcess & NoInfer<T> {
+  const forwarded: ManagedProcess = {
+    get name() {
+      return managed.name;
+    },
+    get pid() {
+      return managed.pid;
+    },
+    get running() {
+      return managed.running;
+    },
+    output: () => managed.output(),
+    kill: () => managed.kill(),
+    stop: (graceMs?: number) => managed.stop(graceMs),
+    pause: () => managed.pause(),
+    resume: () => managed.resume(),
+    start: () => managed.start(),
+  };
+  return Object.assign(forwarded, extra);
+}
+
+/**
+ * The `ManagedProcess` side of the user's own server (`server`, e.g. `Redis`, from the variable
+ * `env`): always running, stop does nothing, and kill/pause/resume/start refuse, since it is
+ * not ours to control.
+ */
+export function externalProcess(name: string, server: string, env: string): ManagedProcess {
+  const unsupported = (what: string): never => {
+    throw new Error(
+      `${what} is not supported against the external ${server} from ${env}: it is not ours to control`,
+    );
+  };
+  return {
+    name,
+    pid: undefined,
+    running: true,
+    output: () => '',
+    kill: () => Promise.reject(new Error(`kill: not supported against ${env}`)),
+    stop: async () => {},
+    pause: () => unsupported('pause'),
+    resume: () => unsupported('resume'),
+    start: () => Promise.reject(new Error(`start: not supported against ${env}`)),
+  };
+}
+
+/**
+ * Waits for every start, and resolves with all the started services; when one failed, `undo`
+ * (kill or remove) runs on the others and the first failure is rethrown, so nothing is left
+ * running behind an error.
+ */
+export async function allStarted<T>(
+  starting: Promise<T>[],
+  undo: (started: T) => Promise<unknown>,
+): Promise<T[]> {
+  const results = await Promise.allSettled(starting);
+  const started = results.flatMap((result) =>
+    result.status === 'fulfilled' ? [result.value] : [],
+  );
+  const failed = results.find(
+    (result): result is PromiseRejectedResult => result.status === 'rejected',
+  );
+  if (!failed) return started;
+  await Promise.all(started.map((value) => undo(value)));
+  throw failed.reason;
+}

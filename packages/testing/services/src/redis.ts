@@ -1,6 +1,9 @@
 import { connect } from 'node:net';
 import {
+  allStarted,
+  externalProcess,
   findBinary,
+  forwardProcess,
   freePort,
   type ManagedProcess,
   serviceAvailable,
@@ -83,33 +86,62 @@ export function pingRedis(host: string, port: number, timeoutMs = 1_000): Promis
   });
 }
 
-function unsupported(what: string): never {
-  throw new Error(
-    `${what} is not supported against the external Redis from ${ENV}: it is not ours to control`,
-  );
-}
-
 function externalService(url: URL, db: number): RedisService {
   const host = url.hostname || '127.0.0.1';
   const port = Number(url.port || 6379);
   const withDb = new URL(url.href);
   if (db > 0) withDb.pathname = `/${db}`;
   return {
-    name: `redis(${ENV})`,
-    pid: undefined,
-    running: true,
+    ...externalProcess(`redis(${ENV})`, 'Redis', ENV),
     external: true,
     url: withDb.href.replace(/\/$/, ''),
     host,
     port,
     dir: '',
-    output: () => '',
-    kill: () => Promise.reject(new Error(`kill: not supported against ${ENV}`)),
-    stop: async () => {},
-    pause: () => unsupported('pause'),
-    resume: () => unsupported('resume'),
-    start: () => Promise.reject(new Error(`start: not supported against ${ENV}`)),
   };
+}
+
+/**
+ * redis-server's arguments after the program name, the same for a process and a container:
+ * no snapshots, AOF (fsynced on every write) only with `options.aof`, its files in `dir`.
+ */
+export function redisServerArgs(
+  host: string,
+  port: number,
+  dir: string,
+  options: RedisOptions,
+): string[] {
+  return [
+    '--port',
+    String(port),
+    '--bind',
+    host,
+    '--save',
+    '',
+    '--appendonly',
+    options.aof ? 'yes' : 'no',
+    '--appendfsync',
+    'always',
+    '--dir',
+    dir,
+    ...(options.args ?? []),
+  ];
+}
+
+/** The service over a redis-server we started (a process or a container). */
+export function redisService(
+  managed: ManagedProcess,
+  host: string,
+  port: number,
+  dir: string,
+): RedisService {
+  return forwardProcess(managed, {
+    url: `redis://${host}:${port}`,
+    host,
+    port,
+    dir,
+    external: false,
+  });
 }
 
 /**
@@ -129,48 +161,12 @@ export async function startRedis(options: RedisOptions = {}): Promise<RedisServi
   const managed = await startProcess({
     name: `redis-server:${port}`,
     command: binary,
-    args: [
-      '--port',
-      String(port),
-      '--bind',
-      host,
-      '--save',
-      '',
-      '--appendonly',
-      options.aof ? 'yes' : 'no',
-      '--appendfsync',
-      'always',
-      '--dir',
-      dir,
-      ...(options.args ?? []),
-    ],
+    args: redisServerArgs(host, port, dir, options),
     cwd: dir,
     ...(options.env ? { env: options.env } : {}),
     ready: () => pingRedis(host, port),
   });
-  // Spread would copy the getters' current values: forward them instead.
-  return {
-    get name() {
-      return managed.name;
-    },
-    get pid() {
-      return managed.pid;
-    },
-    get running() {
-      return managed.running;
-    },
-    output: () => managed.output(),
-    kill: () => managed.kill(),
-    stop: (graceMs?: number) => managed.stop(graceMs),
-    pause: () => managed.pause(),
-    resume: () => managed.resume(),
-    start: () => managed.start(),
-    url: `redis://${host}:${port}`,
-    host,
-    port,
-    dir,
-    external: false,
-  };
+  return redisService(managed, host, port, dir);
 }
 
 /**
@@ -184,12 +180,8 @@ export async function startRedisNodes(
 ): Promise<RedisService[]> {
   const external = externalUrl();
   if (external) return Array.from({ length: n }, (_, db) => externalService(external, db));
-  const started = await Promise.allSettled(Array.from({ length: n }, () => startRedis(options)));
-  const nodes = started.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
-  const failed = started.find((result) => result.status === 'rejected');
-  if (failed) {
-    await Promise.all(nodes.map((node) => node.kill()));
-    throw failed.reason;
-  }
-  return nodes;
+  return allStarted(
+    Array.from({ length: n }, () => startRedis(options)),
+    (node) => node.kill(),
+  );
 }

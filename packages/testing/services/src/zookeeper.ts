@@ -1,7 +1,9 @@
 import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
+import { askRunning, memberSet } from './members.js';
 import {
+  allStarted,
   findBinary,
   freePort,
   type ManagedProcess,
@@ -120,16 +122,9 @@ export async function zookeeperMode(port: number, host = '127.0.0.1'): Promise<s
   }
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
 async function findLeader(members: ZooKeeperMember[]): Promise<ZooKeeperMember | undefined> {
-  const modes = await Promise.all(
-    members.map(async (member) => ({
-      member,
-      mode: member.process.running ? await zookeeperMode(member.clientPort) : undefined,
-    })),
-  );
-  return modes.find(({ mode }) => mode === 'leader' || mode === 'standalone')?.member;
+  const modes = await askRunning(members, (member) => zookeeperMode(member.clientPort));
+  return modes.find(({ answer }) => answer === 'leader' || answer === 'standalone')?.member;
 }
 
 function service(
@@ -137,23 +132,80 @@ function service(
   members: ZooKeeperMember[],
   external: boolean,
 ): ZooKeeperService {
+  return { connectString, external, ...memberSet(members, findLeader, 'zookeeper', 30_000) };
+}
+
+export interface ZooKeeperMemberSpec {
+  /** The member's `myid`. */
+  readonly id: number;
+  readonly clientPort: number;
+  readonly quorumPort: number;
+  readonly electionPort: number;
+  /** As the member sees it (a host path, or a path in its container). */
+  readonly dataDir: string;
+}
+
+/**
+ * The members of a new ensemble of `size` (1 = standalone) on free loopback ports, data dirs
+ * from `dataDir`, and `config`: one member's zoo.cfg, the same for a process and a container.
+ */
+export async function planEnsemble(
+  size: number,
+  dataDir: (id: number) => string,
+): Promise<{ specs: ZooKeeperMemberSpec[]; config: (spec: ZooKeeperMemberSpec) => string }> {
+  const specs: ZooKeeperMemberSpec[] = [];
+  for (let id = 1; id <= size; id++) {
+    specs.push({
+      id,
+      clientPort: await freePort(),
+      quorumPort: await freePort(),
+      electionPort: await freePort(),
+      dataDir: dataDir(id),
+    });
+  }
+  const ensemble =
+    size > 1
+      ? specs.map((spec) => `server.${spec.id}=127.0.0.1:${spec.quorumPort}:${spec.electionPort}`)
+      : [];
+  // tickTime=200 keeps session timeouts short (the server allows 2–20 ticks: 0.4–4 s).
+  const config = (spec: ZooKeeperMemberSpec) =>
+    [
+      'tickTime=200',
+      `initLimit=${size > 1 ? 20 : 10}`,
+      `syncLimit=${size > 1 ? 10 : 5}`,
+      `dataDir=${spec.dataDir}`,
+      `clientPort=${spec.clientPort}`,
+      'clientPortAddress=127.0.0.1',
+      'admin.enableServer=false',
+      '4lw.commands.whitelist=ruok,srvr',
+      ...ensemble,
+      '',
+    ].join('\n');
+  return { specs, config };
+}
+
+/**
+ * Whether the member on `clientPort` serves: `ruok` says imok as soon as the process listens,
+ * before it serves; `srvr` names a mode only once it does (standalone, or leader/follower of a
+ * quorum).
+ */
+export async function zookeeperServes(clientPort: number, size: number): Promise<boolean> {
+  if ((await fourLetterWord('127.0.0.1', clientPort, 'ruok')) !== 'imok') return false;
+  const mode = await zookeeperMode(clientPort);
+  return size === 1 ? mode === 'standalone' : mode === 'leader' || mode === 'follower';
+}
+
+/** The member that `spec` planned, served by `managed` (a process or a container). */
+export function zookeeperMember<P extends ManagedProcess>(
+  spec: ZooKeeperMemberSpec,
+  managed: P,
+): ZooKeeperMember & { process: P } {
   return {
-    connectString,
-    members,
-    external,
-    leader: () => findLeader(members),
-    async waitForLeader(timeoutMs = 30_000) {
-      const deadline = Date.now() + timeoutMs;
-      for (;;) {
-        const leader = await findLeader(members);
-        if (leader) return leader;
-        if (Date.now() > deadline) throw new Error('zookeeper: no leader elected in time');
-        await sleep(100);
-      }
-    },
-    async stop() {
-      await Promise.all(members.map((member) => member.process.kill()));
-    },
+    id: spec.id,
+    clientPort: spec.clientPort,
+    connectString: `127.0.0.1:${spec.clientPort}`,
+    dataDir: spec.dataDir,
+    process: managed,
   };
 }
 
@@ -161,41 +213,13 @@ async function startMembers(size: number): Promise<ZooKeeperService> {
   const external = externalConnect();
   if (external) return service(external, [], true);
   const root = tempDir('zookeeper');
-  const specs = [];
-  for (let id = 1; id <= size; id++) {
-    specs.push({
-      id,
-      clientPort: await freePort(),
-      quorumPort: await freePort(),
-      electionPort: await freePort(),
-      dataDir: join(root, `zk${id}`),
-    });
-  }
-  const ensemble =
-    size > 1
-      ? specs.map((spec) => `server.${spec.id}=127.0.0.1:${spec.quorumPort}:${spec.electionPort}`)
-      : [];
-  const started = await Promise.allSettled(
+  const { specs, config } = await planEnsemble(size, (id) => join(root, `zk${id}`));
+  const members = await allStarted(
     specs.map(async (spec): Promise<ZooKeeperMember> => {
       mkdirSync(spec.dataDir, { recursive: true });
       if (size > 1) writeFileSync(join(spec.dataDir, 'myid'), `${spec.id}\n`);
-      const config = join(spec.dataDir, 'zoo.cfg');
-      // tickTime=200 keeps session timeouts short (the server allows 2–20 ticks: 0.4–4 s).
-      writeFileSync(
-        config,
-        [
-          'tickTime=200',
-          `initLimit=${size > 1 ? 20 : 10}`,
-          `syncLimit=${size > 1 ? 10 : 5}`,
-          `dataDir=${spec.dataDir}`,
-          `clientPort=${spec.clientPort}`,
-          'clientPortAddress=127.0.0.1',
-          'admin.enableServer=false',
-          '4lw.commands.whitelist=ruok,srvr',
-          ...ensemble,
-          '',
-        ].join('\n'),
-      );
+      const configFile = join(spec.dataDir, 'zoo.cfg');
+      writeFileSync(configFile, config(spec));
       const managed = await startProcess({
         name: `zookeeper ${spec.id}`,
         command: 'java',
@@ -205,35 +229,16 @@ async function startMembers(size: number): Promise<ZooKeeperService> {
           '-cp',
           CLASSPATH,
           MAIN,
-          config,
+          configFile,
         ],
         cwd: spec.dataDir,
         readyTimeoutMs: 60_000,
-        // `ruok` says imok as soon as the process listens, before it serves; `srvr` names a
-        // mode only once it does (standalone, or leader/follower of a quorum).
-        ready: async () => {
-          if ((await fourLetterWord('127.0.0.1', spec.clientPort, 'ruok')) !== 'imok') return false;
-          const mode = await zookeeperMode(spec.clientPort);
-          return size === 1 ? mode === 'standalone' : mode === 'leader' || mode === 'follower';
-        },
+        ready: () => zookeeperServes(spec.clientPort, size),
       });
-      return {
-        id: spec.id,
-        clientPort: spec.clientPort,
-        connectString: `127.0.0.1:${spec.clientPort}`,
-        dataDir: spec.dataDir,
-        process: managed,
-      };
+      return zookeeperMember(spec, managed);
     }),
+    (member) => member.process.kill(),
   );
-  const failed = started.find((result) => result.status === 'rejected');
-  const members = started.flatMap((result) =>
-    result.status === 'fulfilled' ? [result.value] : [],
-  );
-  if (failed) {
-    await Promise.all(members.map((member) => member.process.kill()));
-    throw failed.reason;
-  }
   return service(members.map((member) => member.connectString).join(','), members, false);
 }
 

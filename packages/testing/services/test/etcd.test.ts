@@ -1,5 +1,6 @@
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { etcdAvailable, etcdManaged, startEtcd, startEtcdCluster } from '../src/index.js';
+import { serviceFor } from './support.js';
 
 const run = etcdAvailable();
 
@@ -27,11 +28,10 @@ async function get(endpoint: string, key: string): Promise<string | undefined> {
 
 describe.skipIf(!run)('etcd test service', () => {
   describe('single member', () => {
-    const started = run ? startEtcd() : undefined;
-    afterAll(async () => (await started)?.stop());
+    const started = serviceFor(run, () => startEtcd());
 
     it('serves reads and writes on its endpoint and leads itself', async () => {
-      const etcd = (await started)!;
+      const etcd = await started();
       expect(etcd.endpoints).toHaveLength(1);
       await put(etcd.endpoints[0]!, 'k', 'v');
       expect(await get(etcd.endpoints[0]!, 'k')).toBe('v');
@@ -40,11 +40,10 @@ describe.skipIf(!run)('etcd test service', () => {
   });
 
   describe.skipIf(!etcdManaged())('three members', () => {
-    const started = run && etcdManaged() ? startEtcdCluster(3) : undefined;
-    afterAll(async () => (await started)?.stop());
+    const started = serviceFor(run && etcdManaged(), () => startEtcdCluster(3));
 
     it('elects a new leader after kill -9 of the leader and takes the member back with its data', async () => {
-      const etcd = (await started)!;
+      const etcd = await started();
       expect(etcd.members).toHaveLength(3);
       const leader = await etcd.waitForLeader();
       const others = etcd.members.filter((member) => member !== leader);

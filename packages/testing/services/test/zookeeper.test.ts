@@ -1,4 +1,4 @@
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   fourLetterWord,
   startZooKeeper,
@@ -7,16 +7,16 @@ import {
   zookeeperManaged,
   zookeeperMode,
 } from '../src/index.js';
+import { serviceFor } from './support.js';
 
 const run = zookeeperAvailable();
 
 describe.skipIf(!run)('zookeeper test service', () => {
   describe('standalone', () => {
-    const started = run ? startZooKeeper() : undefined;
-    afterAll(async () => (await started)?.stop());
+    const started = serviceFor(run, () => startZooKeeper());
 
     it('answers ruok and runs standalone', async () => {
-      const zk = (await started)!;
+      const zk = await started();
       if (zk.external) return;
       const member = zk.members[0]!;
       expect(zk.connectString).toBe(`127.0.0.1:${member.clientPort}`);
@@ -27,11 +27,10 @@ describe.skipIf(!run)('zookeeper test service', () => {
   });
 
   describe.skipIf(!zookeeperManaged())('ensemble of three', () => {
-    const started = run && zookeeperManaged() ? startZooKeeperEnsemble(3) : undefined;
-    afterAll(async () => (await started)?.stop());
+    const started = serviceFor(run && zookeeperManaged(), () => startZooKeeperEnsemble(3));
 
     it('has one leader, elects another after kill -9, and takes the member back', async () => {
-      const zk = (await started)!;
+      const zk = await started();
       const modes = await Promise.all(zk.members.map((member) => zookeeperMode(member.clientPort)));
       expect(modes.filter((mode) => mode === 'leader')).toHaveLength(1);
       expect(modes.filter((mode) => mode === 'follower')).toHaveLength(2);

@@ -150,6 +150,7 @@ describe('the tarballs of pnpm release:pack', () => {
       'cli',
       'conformance',
       'transcripts',
+      'flags',
     ].concat(
       ['embedded', 'redis', 'redlock', 'etcd', 'zookeeper', 'postgres'].map(
         (kind) => `adapter-${kind}`,

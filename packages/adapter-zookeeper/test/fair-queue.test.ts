@@ -1,4 +1,4 @@
-import { sleep, until } from '@dlm/conformance';
+import { granted, sleep, until } from '@dlm/conformance';
 import type { AcquireResult, LockBackend } from '@dlm/core';
 import { startZooKeeper, type ZooKeeperService, zookeeperAvailable } from '@dlm/test-services';
 import { type Client, CreateMode, createClient } from 'node-zookeeper-client';
@@ -11,12 +11,6 @@ let unique = 0;
 const lockName = (label: string) => `zk-queue/${label}/${process.pid}-${Date.now()}-${++unique}`;
 const prefix = '/dlm-queue-test';
 const paths = lockPaths(prefix);
-
-async function granted(backend: LockBackend, name: string, owner: string, ttlMs = 10_000) {
-  const result = await backend.tryAcquire({ name, owner, ttlMs });
-  if (!result.granted) throw new Error(`expected ${owner} to be granted ${name}`);
-  return result.grant;
-}
 
 describe.skipIf(!run)('zookeeper fair queue (acquireQueued)', () => {
   let zk: ZooKeeperService;

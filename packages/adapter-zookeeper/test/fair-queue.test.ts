@@ -1,10 +1,11 @@
 import { granted, sleep, until } from '@dlm/conformance';
 import type { AcquireResult, LockBackend } from '@dlm/core';
 import { startZooKeeper, type ZooKeeperService, zookeeperAvailable } from '@dlm/test-services';
-import { type Client, CreateMode, createClient } from 'node-zookeeper-client';
+import { type Client, CreateMode } from 'node-zookeeper-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { zookeeperBackend } from '../src/index.js';
 import { lockPaths } from '../src/zk-paths.js';
+import { connectRaw } from './support.js';
 
 const run = zookeeperAvailable();
 let unique = 0;
@@ -48,11 +49,7 @@ describe.skipIf(!run)('zookeeper fair queue (acquireQueued)', () => {
 
   beforeAll(async () => {
     zk = await startZooKeeper();
-    raw = createClient(zk.connectString, { sessionTimeout: 4_000 });
-    await new Promise<void>((resolve) => {
-      raw.once('connected', () => resolve());
-      raw.connect();
-    });
+    raw = await connectRaw(zk.connectString);
   });
   afterAll(async () => {
     await Promise.all(opened.map((backend) => backend.close()));

@@ -1,20 +1,19 @@
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { embeddedBackend } from '@dlm/adapter-embedded';
+import { sleep, until } from '@dlm/conformance';
 import type { LockBackend } from '@dlm/core';
 import { type RunningServer, startServer } from '@dlm/server';
 import { afterAll, beforeAll, expect } from 'vitest';
 import { createClient, type DlmClient } from '../src/index.js';
 
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+export { sleep };
 
 /** Polls `check` (a test-side observation, not client behaviour) until it holds or time runs out. */
-export async function eventually(check: () => Promise<boolean> | boolean, timeoutMs = 3_000) {
-  const deadline = performance.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (performance.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await sleep(10);
-  }
+export function eventually(
+  check: () => Promise<boolean> | boolean,
+  timeoutMs = 3_000,
+): Promise<void> {
+  return until(check, { timeoutMs, intervalMs: 10 });
 }
 
 /** A unique lock name per test, so tests never see each other's locks. */

@@ -1,6 +1,6 @@
 import { freePort } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
-import { runDlm, startDlm, useCliServer } from './run-dlm.js';
+import { jsonLines, runDlm, startDlm, useCliServer } from './run-dlm.js';
 
 const cli = useCliServer();
 const { env } = cli;
@@ -76,10 +76,7 @@ describe('dlm watch', () => {
     watch.child.kill('SIGINT');
     const done = await watch.finished;
     expect(done.code).toBe(0);
-    const changes = done.stdout
-      .trim()
-      .split('\n')
-      .map((line) => JSON.parse(line));
+    const changes = jsonLines(done.stdout);
     expect(changes.map((change) => change.held)).toEqual([false, true, false]);
     expect(changes[1]).toMatchObject({
       name: 'watch/a',
@@ -120,10 +117,7 @@ describe('dlm serve', () => {
     serve.child.kill('SIGTERM');
     const done = await serve.finished;
     expect(done.code).toBe(0);
-    const logs = done.stderr
-      .trim()
-      .split('\n')
-      .map((line) => JSON.parse(line));
+    const logs = jsonLines(done.stderr);
     expect(logs.map((line) => line.msg)).toEqual(
       expect.arrayContaining(['listening', 'session opened', 'shutting down', 'stopped']),
     );

@@ -121,3 +121,11 @@ export function useCliServer(): CliServer {
     env,
   };
 }
+
+/** The JSON values of output written one per line (`--json` watch changes, the server's log). */
+export function jsonLines(output: string): any[] {
+  return output
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line));
+}

@@ -1,36 +1,22 @@
-import { createClient, type DlmClient } from '@dlm/client';
-import { type RunningServer, startServer } from '@dlm/server';
 import { freePort } from '@dlm/test-services';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertBuilt, runDlm, startDlm } from './run-dlm.js';
+import { describe, expect, it } from 'vitest';
+import { jsonLines, runDlm, startDlm, useCliServer } from './run-dlm.js';
 
-let server: RunningServer;
-let client: DlmClient;
-let env: NodeJS.ProcessEnv;
-
-beforeAll(async () => {
-  assertBuilt();
-  server = await startServer({ port: 0 });
-  env = { DLM_URL: server.url };
-  client = createClient({ url: server.url });
-});
-afterAll(async () => {
-  await client.close();
-  await server.close();
-});
+const cli = useCliServer();
+const { env } = cli;
 
 describe('dlm get', () => {
   it('says free or who holds it, and --json gives the fields with the token as a string', async () => {
     const free = await runDlm(['get', 'get/a'], env);
     expect(free).toMatchObject({ code: 0, stdout: 'get/a: free\n' });
 
-    const lease = await client.acquire('get/a', { ttlMs: 60_000, owner: 'worker-9' });
+    const lease = await cli.client.acquire('get/a', { ttlMs: 60_000, owner: 'worker-9' });
     const held = await runDlm(['get', 'get/a'], env);
     expect(held.code).toBe(0);
     expect(held.stdout).toMatch(
       new RegExp(`^get/a: held by worker-9, token ${lease.token}, (59s|1m00s) left\\n$`),
     );
-    const json = await runDlm(['get', 'get/a', '--json', '--server', server.url], {});
+    const json = await runDlm(['get', 'get/a', '--json', '--server', cli.server.url], {});
     expect(JSON.parse(json.stdout)).toMatchObject({
       name: 'get/a',
       held: true,
@@ -50,9 +36,9 @@ describe('dlm get', () => {
 
 describe('dlm ls', () => {
   it('lists held locks as a table, filtered by prefix, or as JSON', async () => {
-    const a = await client.acquire('ls/alpha', { ttlMs: 60_000, owner: 'o-alpha' });
-    const b = await client.acquire('ls/beta', { ttlMs: 30_000, owner: 'o-beta' });
-    const c = await client.acquire('other/gamma', { ttlMs: 30_000 });
+    const a = await cli.client.acquire('ls/alpha', { ttlMs: 60_000, owner: 'o-alpha' });
+    const b = await cli.client.acquire('ls/beta', { ttlMs: 30_000, owner: 'o-beta' });
+    const c = await cli.client.acquire('other/gamma', { ttlMs: 30_000 });
 
     const table = await runDlm(['ls', '--prefix', 'ls/'], env);
     expect(table.code).toBe(0);
@@ -83,17 +69,14 @@ describe('dlm watch', () => {
   it('prints the state, then each change as it happens, until interrupted', async () => {
     const watch = startDlm(['watch', 'watch/a', '--json'], env);
     await watch.waitForOutput(/"held":false/);
-    const lease = await client.acquire('watch/a', { ttlMs: 10_000, owner: 'w-1' });
+    const lease = await cli.client.acquire('watch/a', { ttlMs: 10_000, owner: 'w-1' });
     await watch.waitForOutput(/"held":true/);
     await lease.release();
     await watch.waitForOutput(/"held":true.*\n.*"held":false/s);
     watch.child.kill('SIGINT');
     const done = await watch.finished;
     expect(done.code).toBe(0);
-    const changes = done.stdout
-      .trim()
-      .split('\n')
-      .map((line) => JSON.parse(line));
+    const changes = jsonLines(done.stdout);
     expect(changes.map((change) => change.held)).toEqual([false, true, false]);
     expect(changes[1]).toMatchObject({
       name: 'watch/a',
@@ -106,7 +89,7 @@ describe('dlm watch', () => {
   it('prints one readable line per change by default', async () => {
     const watch = startDlm(['watch', 'watch/b'], env);
     await watch.waitForOutput(/watch\/b {2}free/);
-    const lease = await client.acquire('watch/b', { ttlMs: 10_000, owner: 'w-2' });
+    const lease = await cli.client.acquire('watch/b', { ttlMs: 10_000, owner: 'w-2' });
     await watch.waitForOutput(new RegExp(`watch/b {2}held by w-2 \\(token ${lease.token}\\)`));
     watch.child.kill('SIGTERM');
     expect((await watch.finished).code).toBe(0);
@@ -134,10 +117,7 @@ describe('dlm serve', () => {
     serve.child.kill('SIGTERM');
     const done = await serve.finished;
     expect(done.code).toBe(0);
-    const logs = done.stderr
-      .trim()
-      .split('\n')
-      .map((line) => JSON.parse(line));
+    const logs = jsonLines(done.stderr);
     expect(logs.map((line) => line.msg)).toEqual(
       expect.arrayContaining(['listening', 'session opened', 'shutting down', 'stopped']),
     );
@@ -197,7 +177,7 @@ describe('help', () => {
 
   it('a leading -- (as pnpm dlm -- … passes it on) is not a command', async () => {
     expect((await runDlm(['--', '--version'])).stdout).toMatch(/^\d+\.\d+\.\d+\n$/);
-    const get = await runDlm(['--', 'get', 'dashdash', '--server', server.url]);
+    const get = await runDlm(['--', 'get', 'dashdash', '--server', cli.server.url]);
     expect(get).toMatchObject({ code: 0, stdout: 'dashdash: free\n' });
     // Only before the command: after it, `--` keeps its meaning (dlm lock NAME -- CMD).
     expect((await runDlm(['--', '--', 'get', 'x'])).code).toBe(2);

@@ -2,30 +2,17 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { embeddedBackend } from '@dlm/adapter-embedded';
-import { createClient, type DlmClient } from '@dlm/client';
 import { hashLeaseKey, type LockBackend } from '@dlm/core';
-import { type RunningServer, startServer } from '@dlm/server';
+import { startServer } from '@dlm/server';
 import { tempDir } from '@dlm/test-services';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertBuilt, runDlm, startDlm } from './run-dlm.js';
+import { describe, expect, it } from 'vitest';
+import { runDlm, startDlm, useCliServer } from './run-dlm.js';
 
 const COMMAND = fileURLToPath(new URL('./fixtures/command.mjs', import.meta.url));
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-let server: RunningServer;
-let client: DlmClient;
-let env: NodeJS.ProcessEnv;
-
-beforeAll(async () => {
-  assertBuilt();
-  server = await startServer({ port: 0 });
-  env = { DLM_URL: server.url };
-  client = createClient({ url: server.url });
-});
-afterAll(async () => {
-  await client.close();
-  await server.close();
-});
+const cli = useCliServer();
+const { env } = cli;
 
 /** The command's arguments, as `dlm lock` takes them after `--`. */
 function command(dir: string, mode: string, arg?: string | number): string[] {
@@ -42,7 +29,7 @@ async function waitForFile(path: string, timeoutMs = 10_000): Promise<string> {
 }
 
 async function adminGet(name: string): Promise<Record<string, any>> {
-  const response = await fetch(`${server.httpUrl}/v1/locks/${encodeURIComponent(name)}`);
+  const response = await fetch(`${cli.server.httpUrl}/v1/locks/${encodeURIComponent(name)}`);
   return (await response.json()) as Record<string, any>;
 }
 
@@ -134,7 +121,7 @@ describe('dlm lock NAME -- CMD', () => {
     await sleep(1_000);
     // Well past the TTL, the same lease still holds it.
     expect(await adminGet('cli/renew')).toMatchObject({ held: true, token: seen.token });
-    expect(await client.tryAcquire('cli/renew', { ttlMs: 1_000 })).toBeNull();
+    expect(await cli.client.tryAcquire('cli/renew', { ttlMs: 1_000 })).toBeNull();
     const done = await run.finished;
     expect(done.code).toBe(0);
     expect(done.stderr).toBe('');
@@ -144,7 +131,9 @@ describe('dlm lock NAME -- CMD', () => {
     const dir = tempDir('cli-revoke');
     const run = startDlm(['lock', 'cli/revoke', '--', ...command(dir, 'trap-term')], env);
     const seen = JSON.parse(await waitForFile(join(dir, 'env.json')));
-    const response = await fetch(`${server.httpUrl}/v1/locks/cli%2Frevoke`, { method: 'DELETE' });
+    const response = await fetch(`${cli.server.httpUrl}/v1/locks/cli%2Frevoke`, {
+      method: 'DELETE',
+    });
     expect(response.status).toBe(200);
     const done = await run.finished;
     expect(done.code).toBe(123);
@@ -163,7 +152,7 @@ describe('dlm lock NAME -- CMD', () => {
     );
     await waitForFile(join(dir, 'env.json'));
     const revokedAt = Date.now();
-    await fetch(`${server.httpUrl}/v1/locks/cli%2Fgrace`, { method: 'DELETE' });
+    await fetch(`${cli.server.httpUrl}/v1/locks/cli%2Fgrace`, { method: 'DELETE' });
     const done = await run.finished;
     expect(done.code).toBe(123);
     expect(existsSync(join(dir, 'ignored'))).toBe(true);
@@ -173,7 +162,7 @@ describe('dlm lock NAME -- CMD', () => {
   });
 
   it('waits for the holder, then runs CMD with a higher token', async () => {
-    const holder = await client.acquire('cli/queue', { ttlMs: 10_000 });
+    const holder = await cli.client.acquire('cli/queue', { ttlMs: 10_000 });
     const dir = tempDir('cli-queue');
     const run = startDlm(
       ['lock', 'cli/queue', '--wait', '5s', '--', ...command(dir, 'sleep', 0)],
@@ -189,7 +178,7 @@ describe('dlm lock NAME -- CMD', () => {
   });
 
   it('exits 124 without running CMD when --wait runs out', async () => {
-    const holder = await client.acquire('cli/busy', { ttlMs: 10_000 });
+    const holder = await cli.client.acquire('cli/busy', { ttlMs: 10_000 });
     const dir = tempDir('cli-busy');
     const startedAt = Date.now();
     const done = await runDlm(

@@ -1,6 +1,9 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { createClient, type DlmClient } from '@dlm/client';
+import { type RunningServer, startServer } from '@dlm/server';
+import { afterAll, beforeAll } from 'vitest';
 
 // These tests run the built CLI (`dist/main.js`) as its own process, as a user would: exit
 // codes, signals and the child command are real. `pnpm test` builds first.
@@ -79,4 +82,50 @@ export function startDlm(args: string[], env: NodeJS.ProcessEnv = {}): Running {
 /** Runs `dlm ARGS` to the end. */
 export function runDlm(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Finished> {
   return startDlm(args, env).finished;
+}
+
+/** The server a test file's `dlm` runs talk to, and a client of it to set the scene with. */
+export interface CliServer {
+  readonly server: RunningServer;
+  readonly client: DlmClient;
+  /** `DLM_URL` for the server: pass it to `runDlm`/`startDlm` (filled in before the tests run). */
+  readonly env: NodeJS.ProcessEnv;
+}
+
+/** Checks the CLI is built, starts a {@link CliServer} before the file's tests and closes it after. */
+export function useCliServer(): CliServer {
+  let server: RunningServer | undefined;
+  let client: DlmClient | undefined;
+  const env: NodeJS.ProcessEnv = {};
+  beforeAll(async () => {
+    assertBuilt();
+    server = await startServer({ port: 0 });
+    env.DLM_URL = server.url;
+    client = createClient({ url: server.url });
+  });
+  afterAll(async () => {
+    await client?.close();
+    await server?.close();
+  });
+  const started = <T>(value: T | undefined): T => {
+    if (value === undefined) throw new Error('the CLI test server starts in beforeAll');
+    return value;
+  };
+  return {
+    get server() {
+      return started(server);
+    },
+    get client() {
+      return started(client);
+    },
+    env,
+  };
+}
+
+/** The JSON values of output written one per line (`--json` watch changes, the server's log). */
+export function jsonLines(output: string): any[] {
+  return output
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line));
 }

@@ -2,7 +2,7 @@ import { embeddedBackend } from '@dlm/adapter-embedded';
 import type { LockBackend } from '@dlm/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, type RunningServer, startServer } from '../src/index.js';
-import { connect, type Peer } from './ws-peer.js';
+import { connect, openSession, type Peer } from './ws-peer.js';
 
 const logLines: Array<Record<string, unknown>> = [];
 let server: RunningServer;
@@ -19,11 +19,7 @@ afterAll(async () => {
   await server.close();
 });
 
-async function session(): Promise<Peer> {
-  const peer = await connect(server.url);
-  await peer.hello();
-  return peer;
-}
+const session = (): Promise<Peer> => openSession(server.url);
 
 async function json(response: Response): Promise<Record<string, any>> {
   expect(response.headers.get('content-type')).toMatch(/^application\/json/);

@@ -3,7 +3,7 @@ import { findBinary, serviceAvailable } from '@dlm/test-services';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashToken, newToken, type RunningServer, startServer } from '../src/index.js';
-import { connect, type Peer } from './ws-peer.js';
+import { connect, openSession, type Peer } from './ws-peer.js';
 
 // Debian's chromium package (`apt-get install chromium`), driven by playwright-core: no
 // browser download. DLM_CHROMIUM points elsewhere.
@@ -20,8 +20,7 @@ let browser: Browser;
 const peers: Peer[] = [];
 
 async function session(): Promise<Peer> {
-  const peer = await connect(server.url);
-  await peer.hello();
+  const peer = await openSession(server.url);
   peers.push(peer);
   return peer;
 }

@@ -2,7 +2,7 @@ import { embeddedBackend } from '@dlm/adapter-embedded';
 import { hashLeaseKey, type LockBackend } from '@dlm/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, type RunningServer, startServer } from '../src/index.js';
-import { connect, type Peer } from './ws-peer.js';
+import { openSession, type Peer } from './ws-peer.js';
 
 // Two dlm servers over one backend: a deployment behind a load balancer. The key presented on
 // the other server works; a token alone does not, on either.
@@ -26,8 +26,7 @@ afterAll(async () => {
 });
 
 async function session(server: RunningServer = first): Promise<Peer> {
-  const peer = await connect(server.url);
-  await peer.hello();
+  const peer = await openSession(server.url);
   peers.push(peer);
   return peer;
 }

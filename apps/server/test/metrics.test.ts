@@ -1,7 +1,7 @@
 import { redisAvailable, redisManaged, startRedis } from '@dlm/test-services';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, type RunningServer, startServer } from '../src/index.js';
-import { connect, type Peer } from './ws-peer.js';
+import { openSession, type Peer } from './ws-peer.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -47,11 +47,7 @@ async function end(...peers: Peer[]): Promise<void> {
   await sleep(20);
 }
 
-async function session(url = server.url): Promise<Peer> {
-  const peer = await connect(url);
-  await peer.hello();
-  return peer;
-}
+const session = (url = server.url): Promise<Peer> => openSession(url);
 
 describe('GET /metrics', () => {
   it('exposes every dlm metric and the Node process metrics', async () => {

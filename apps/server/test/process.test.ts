@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort, type ManagedProcess, startProcess, tempDir } from '@dlm/test-services';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { connect, type Peer } from './ws-peer.js';
+import { connect, openSession } from './ws-peer.js';
 
 // These tests run the built server (`dist/main.js`) as its own OS process, so that kill -9
 // and signals hit a real server. `pnpm test` builds first.
@@ -31,17 +31,11 @@ async function serve(args: string[], env: NodeJS.ProcessEnv = {}) {
   return { proc, port, url: `ws://127.0.0.1:${port}/v1/ws` };
 }
 
-async function session(url: string): Promise<Peer> {
-  const peer = await connect(url);
-  await peer.hello();
-  return peer;
-}
-
 describe('the server process on the embedded backend with a data directory', () => {
   it('after kill -9 tokens keep increasing and a held lock is not granted to another owner', async () => {
     const dataDir = tempDir('server-kill9');
     const first = await serve(['--data-dir', dataDir]);
-    let peer = await session(first.url);
+    let peer = await openSession(first.url);
     const tokens: bigint[] = [];
     for (let i = 0; i < 5; i += 1) {
       const lease = (await peer.call('lock.acquire', { name: 'cycled', ttlMs: 5_000 })).result;
@@ -59,7 +53,7 @@ describe('the server process on the embedded backend with a data directory', () 
       ready: async () => (await fetch(`http://127.0.0.1:${first.port}/healthz`)).ok,
     });
     running.push(again);
-    peer = await session(first.url);
+    peer = await openSession(first.url);
     const next = (await peer.call('lock.acquire', { name: 'cycled', ttlMs: 5_000 })).result;
     expect(BigInt(next.token)).toBeGreaterThan(tokens.at(-1)!);
     expect(BigInt(next.token)).toBeGreaterThan(BigInt(held.token));
@@ -90,7 +84,7 @@ describe('the server process on the embedded backend with a data directory', () 
   it('SIGTERM ends pending waits with CANCELLED, exits 0, and keeps held locks for the next start', async () => {
     const dataDir = tempDir('server-sigterm');
     const server = await serve(['--data-dir', dataDir]);
-    const peer = await session(server.url);
+    const peer = await openSession(server.url);
     const held = (await peer.call('lock.acquire', { name: 'kept', ttlMs: 60_000, owner: 'holder' }))
       .result;
     const waiting = peer.call('lock.acquire', { name: 'kept', ttlMs: 1_000, waitMs: 30_000 });
@@ -99,7 +93,7 @@ describe('the server process on the embedded backend with a data directory', () 
     expect((await waiting).error?.data.code).toBe('CANCELLED');
 
     const restarted = await serve(['--data-dir', dataDir]);
-    const after = await session(restarted.url);
+    const after = await openSession(restarted.url);
     expect((await after.call('lock.get', { name: 'kept' })).result).toMatchObject({
       held: true,
       owner: 'holder',
@@ -111,14 +105,14 @@ describe('the server process on the embedded backend with a data directory', () 
   it('keeps its data under $XDG_STATE_HOME/dlm by default, and nothing with --memory', async () => {
     const state = tempDir('server-state');
     const byDefault = await serve([], { XDG_STATE_HOME: state, DLM_DATA_DIR: '' });
-    const peer = await session(byDefault.url);
+    const peer = await openSession(byDefault.url);
     await peer.call('lock.acquire', { name: 'x', ttlMs: 5_000 });
     peer.close();
     expect(readdirSync(join(state, 'dlm')).length).toBeGreaterThan(0);
 
     const memoryState = tempDir('server-memory');
     const inMemory = await serve(['--memory'], { XDG_STATE_HOME: memoryState });
-    const other = await session(inMemory.url);
+    const other = await openSession(inMemory.url);
     await other.call('lock.acquire', { name: 'x', ttlMs: 5_000 });
     other.close();
     expect(existsSync(join(memoryState, 'dlm'))).toBe(false);
@@ -138,7 +132,7 @@ describe('the server process on the embedded backend with a data directory', () 
         ready: async () => (await fetch(`http://127.0.0.1:${port}/livez`)).ok,
       });
       running.push(proc);
-      const peer = await session(`ws://127.0.0.1:${port}/v1/ws`);
+      const peer = await openSession(`ws://127.0.0.1:${port}/v1/ws`);
       expect((await peer.call('lock.acquire', { name: 'x', ttlMs: 5_000 })).result.token).toBe('1');
       peer.close();
       await proc.kill();

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { type RunningServer, startServer } from '../src/index.js';
-import { connect, type Peer } from './ws-peer.js';
+import { connect, openSession, type Peer } from './ws-peer.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -13,11 +13,7 @@ afterAll(async () => {
   await server.close();
 });
 
-async function session(): Promise<Peer> {
-  const peer = await connect(server.url);
-  await peer.hello();
-  return peer;
-}
+const session = (): Promise<Peer> => openSession(server.url);
 
 describe('connection and hello', () => {
   it('GET /healthz answers ok with the backend kind', async () => {

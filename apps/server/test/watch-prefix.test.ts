@@ -2,7 +2,7 @@ import { embeddedBackend } from '@dlm/adapter-embedded';
 import { formatToken, type LockBackend } from '@dlm/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningServer, startServer } from '../src/index.js';
-import { connect, type Peer } from './ws-peer.js';
+import { openSession, type Peer } from './ws-peer.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -19,11 +19,7 @@ afterAll(async () => {
   await backend.close();
 });
 
-async function session(): Promise<Peer> {
-  const peer = await connect(server.url);
-  await peer.hello();
-  return peer;
-}
+const session = (): Promise<Peer> => openSession(server.url);
 
 /** The next lock.changed for `watchId` (others are left in place). */
 async function nextChange(peer: Peer, watchId: string, timeoutMs = 5_000) {

@@ -116,3 +116,10 @@ export async function connect(
   };
   return peer;
 }
+
+/** A peer that has said `session.hello`, as most tests need before their first call. */
+export async function openSession(url: string): Promise<Peer> {
+  const peer = await connect(url);
+  await peer.hello();
+  return peer;
+}

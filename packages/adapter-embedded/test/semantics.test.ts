@@ -1,3 +1,4 @@
+import { granted } from '@dlm/conformance';
 import { createManualClock, type LockBackend, type LockEvent, type ManualClock } from '@dlm/core';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { embeddedBackend } from '../src/index.js';
@@ -16,11 +17,8 @@ describe('embedded backend semantics (in memory, manual clock)', () => {
   });
   afterEach(() => backend.close());
 
-  const grant = async (name: string, owner: string, ttlMs: number) => {
-    const result = await backend.tryAcquire({ name, owner, ttlMs });
-    if (!result.granted) throw new Error(`${name} was not granted to ${owner}`);
-    return result.grant;
-  };
+  const grant = (name: string, owner: string, ttlMs: number) =>
+    granted(backend, name, owner, ttlMs);
 
   it('declares its capabilities', () => {
     expect(backend.kind).toBe('embedded');

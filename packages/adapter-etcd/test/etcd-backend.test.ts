@@ -1,3 +1,4 @@
+import { sleep, until } from '@dlm/conformance';
 import type { LockBackend, LockEvent } from '@dlm/core';
 import { isDlmError } from '@dlm/core';
 import { type EtcdService, etcdAvailable, etcdManaged, startEtcd } from '@dlm/test-services';
@@ -5,14 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { etcdBackend } from '../src/index.js';
 
 const run = etcdAvailable();
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 let unique = 0;
 const lockName = (label: string) => `etcd-test/${label}/${process.pid}-${Date.now()}-${++unique}`;
-
-async function until(check: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!check() && performance.now() < deadline) await sleep(20);
-}
 
 describe.skipIf(!run)('etcd backend primitives', () => {
   let etcd: EtcdService;

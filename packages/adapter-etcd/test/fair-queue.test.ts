@@ -1,4 +1,4 @@
-import { sleep, until } from '@dlm/conformance';
+import { granted, sleep, until } from '@dlm/conformance';
 import type { AcquireResult, LockBackend } from '@dlm/core';
 import { type EtcdService, etcdAvailable, startEtcd } from '@dlm/test-services';
 import { Etcd3 } from 'etcd3';
@@ -9,12 +9,6 @@ const run = etcdAvailable();
 let unique = 0;
 const lockName = (label: string) => `etcd-queue/${label}/${process.pid}-${Date.now()}-${++unique}`;
 const prefix = 'queue-test/';
-
-async function granted(backend: LockBackend, name: string, owner: string, ttlMs = 10_000) {
-  const result = await backend.tryAcquire({ name, owner, ttlMs });
-  if (!result.granted) throw new Error(`expected ${owner} to be granted ${name}`);
-  return result.grant;
-}
 
 describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
   let etcd: EtcdService;

@@ -1,3 +1,4 @@
+import { sleep, until } from '@dlm/conformance';
 import { isDlmError, type LockEvent } from '@dlm/core';
 import {
   type PostgresService,
@@ -14,14 +15,8 @@ import {
 } from '../src/index.js';
 
 const run = postgresAvailable();
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 let unique = 0;
 const lockName = (label: string) => `pg-test/${label}/${process.pid}-${Date.now()}-${++unique}`;
-
-async function until(check: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!check() && performance.now() < deadline) await sleep(20);
-}
 
 async function failure(promise: Promise<unknown>): Promise<unknown> {
   return promise.then(

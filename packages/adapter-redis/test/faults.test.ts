@@ -1,5 +1,5 @@
-import { sleep, until } from '@dlm/conformance';
-import { createLockService, isDlmError, type LockBackend, type LockEvent } from '@dlm/core';
+import { failure, sleep, until } from '@dlm/conformance';
+import { createLockService, type LockBackend, type LockEvent } from '@dlm/core';
 import { type RedisService, redisAvailable, redisManaged, startRedis } from '@dlm/test-services';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -7,16 +7,6 @@ import { type RedisBackend, redisBackend } from '../src/index.js';
 import { nameKeys } from '../src/key-encoding.js';
 
 const enabled = redisAvailable() && redisManaged();
-
-async function failure(promise: Promise<unknown>) {
-  try {
-    await promise;
-  } catch (error) {
-    if (isDlmError(error)) return error;
-    throw error;
-  }
-  throw new Error('expected a failure');
-}
 
 let unique = 0;
 const lockName = (label: string) => `faults/${label}/${process.pid}-${++unique}`;

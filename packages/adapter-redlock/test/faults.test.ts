@@ -1,4 +1,5 @@
 import { nameKeys } from '@dlm/adapter-redis';
+import { granted, sleep, until } from '@dlm/conformance';
 import { isDlmError, type LockEvent } from '@dlm/core';
 import {
   type RedisService,
@@ -11,16 +12,6 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { type RedlockBackend, redlockBackend } from '../src/index.js';
 
 const enabled = redisAvailable() && redisManaged();
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Test-side waiting for an outside condition (the code under test never polls). */
-async function until(check: () => Promise<boolean> | boolean, timeoutMs: number): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!(await check())) {
-    if (performance.now() > deadline) throw new Error(`condition not met in ${timeoutMs} ms`);
-    await sleep(20);
-  }
-}
 
 let unique = 0;
 const lockName = (label: string) => `redlock-faults/${label}/${process.pid}-${++unique}`;
@@ -60,12 +51,6 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
     return client;
   }
 
-  async function grant(lock: RedlockBackend, name: string, owner: string, ttlMs = 10_000) {
-    const result = await lock.tryAcquire({ name, owner, ttlMs });
-    if (!result.granted) throw new Error(`${name} was not granted`);
-    return result.grant;
-  }
-
   it('keeps granting, extending and releasing with 1 of 3 nodes killed', async () => {
     const three = await nodes(3);
     const lock = await backend(three, { commandTimeoutMs: 2_000 });
@@ -74,7 +59,7 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
     let last = 0n;
     for (let i = 0; i < 3; i += 1) {
       const started = performance.now();
-      const lease = await grant(lock, name, `o${i}`);
+      const lease = await granted(lock, name, `o${i}`);
       // The dead node refuses at once: no waiting for its time-out.
       expect(performance.now() - started).toBeLessThan(1_000);
       expect(lease.token).toBeGreaterThan(last);
@@ -111,7 +96,7 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
     const lock = await backend(five, { commandTimeoutMs: 1_000 });
     expect(lock.quorum).toBe(3);
     await Promise.all([five[0]!.kill(), five[1]!.kill()]);
-    const lease = await grant(lock, lockName('five'), 'a');
+    const lease = await granted(lock, lockName('five'), 'a');
     expect(await lock.release({ name: lease.name, token: lease.token })).toBe(true);
     await five[2]!.kill();
     await expect(
@@ -122,7 +107,7 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
   it('a stalled minority node does not slow grants, and takes no late lock when it resumes', async () => {
     const three = await nodes(3);
     const lock = await backend(three, { commandTimeoutMs: 1_500 });
-    await grant(lock, lockName('warm'), 'w');
+    await granted(lock, lockName('warm'), 'w');
     const stalled = raw(three[0]!);
     const calls = async () =>
       Number(/cmdstat_evalsha:calls=(\d+)/.exec(await stalled.info('commandstats'))?.[1] ?? 0);
@@ -130,7 +115,7 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
     three[0]!.pause();
     const name = lockName('stalled-minority');
     const started = performance.now();
-    await grant(lock, name, 'a');
+    await granted(lock, name, 'a');
     // Decided by the quorum's answers, not after the stalled node's time-out.
     expect(performance.now() - started).toBeLessThan(750);
     await sleep(1_700);
@@ -143,7 +128,7 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
   it('a stalled majority gives UNAVAILABLE within commandTimeoutMs, and no node holds the lock after they resume', async () => {
     const three = await nodes(3);
     const lock = await backend(three, { commandTimeoutMs: 800 });
-    await grant(lock, lockName('warm'), 'w');
+    await granted(lock, lockName('warm'), 'w');
     three[0]!.pause();
     three[1]!.pause();
     const name = lockName('stalled-majority');
@@ -175,7 +160,7 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
     const name = lockName('restarts');
     let last = 0n;
     const cycle = async () => {
-      const lease = await grant(lock, name, `o${last}`);
+      const lease = await granted(lock, name, `o${last}`);
       expect(lease.token).toBeGreaterThan(last);
       last = lease.token;
       await lock.release({ name, token: lease.token });
@@ -219,7 +204,7 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
     await raw(a).del(key);
     await raw(b).del(key);
     await raw(a).set(key, '43:ghost', 'PX', 10_000);
-    const lease = await grant(lock, name, 'x');
+    const lease = await granted(lock, name, 'x');
     expect(await lock.inspect(name)).toMatchObject({ owner: 'x', token: lease.token });
     expect(await lock.list!(name)).toMatchObject([{ owner: 'x', token: lease.token }]);
   });
@@ -230,7 +215,7 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
     const reader = await backend(three);
     const name = lockName('read-after');
     for (let i = 0; i < 20; i += 1) {
-      const lease = await grant(lock, name, `o${i}`);
+      const lease = await granted(lock, name, `o${i}`);
       expect(await reader.inspect(name)).toMatchObject({ owner: `o${i}`, token: lease.token });
       await lock.release({ name, token: lease.token });
       expect(await reader.inspect(name)).toBeNull();
@@ -244,7 +229,7 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
     const name = lockName('dedupe');
     const events: LockEvent[] = [];
     watcher.watch(name, (event) => events.push(event));
-    const lease = await grant(actor, name, 'a');
+    const lease = await granted(actor, name, 'a');
     await actor.release({ name, token: lease.token });
     await until(() => events.some((event) => event.type === 'released'), 2_000);
     await sleep(200);
@@ -260,7 +245,7 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
     const three = await nodes(3);
     const lock = await backend(three);
     const name = lockName('validity');
-    const lease = await grant(lock, name, 'a', 5_000);
+    const lease = await granted(lock, name, 'a', 5_000);
     expect(lease.ttlMs).toBeGreaterThanOrEqual(5_000);
     const pttls = await Promise.all(
       three.map((node) => raw(node).pttl(nameKeys('dlm:', name).lock)),
@@ -268,7 +253,7 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
     for (const pttl of pttls) expect(pttl).toBeGreaterThan(lease.ttlMs);
     // Without the latency allowance the validity is what Redlock's formula leaves: less.
     const strict = await backend(three, { latencyAllowanceMs: 0 });
-    const tight = await grant(strict, lockName('validity'), 'b', 5_000);
+    const tight = await granted(strict, lockName('validity'), 'b', 5_000);
     expect(tight.ttlMs).toBeLessThan(5_000);
     expect(tight.ttlMs).toBeGreaterThan(4_900);
   });

@@ -6,10 +6,11 @@ import {
   zookeeperAvailable,
   zookeeperManaged,
 } from '@dlm/test-services';
-import { type Client, createClient } from 'node-zookeeper-client';
+import type { Client } from 'node-zookeeper-client';
 import { afterAll, beforeAll, describe } from 'vitest';
 import { zookeeperBackend } from '../src/index.js';
 import { lockPaths } from '../src/zk-paths.js';
+import { connectRaw } from './support.js';
 
 const run = zookeeperAvailable();
 /** zookeeperBackend's default root: the fair-queue probe lists its waiter nodes. */
@@ -20,11 +21,7 @@ describe.skipIf(!run)('zookeeper adapter', () => {
   let raw: Client;
   beforeAll(async () => {
     zk = await startZooKeeper();
-    raw = createClient(zk.connectString, { sessionTimeout: 4_000 });
-    await new Promise<void>((resolve) => {
-      raw.once('connected', () => resolve());
-      raw.connect();
-    });
+    raw = await connectRaw(zk.connectString);
   });
   afterAll(async () => {
     raw?.close();

@@ -1,22 +1,17 @@
-import { sleep, until } from '@dlm/conformance';
+import { granted, sleep, until } from '@dlm/conformance';
 import type { AcquireResult, LockBackend } from '@dlm/core';
 import { startZooKeeper, type ZooKeeperService, zookeeperAvailable } from '@dlm/test-services';
-import { type Client, CreateMode, createClient } from 'node-zookeeper-client';
+import { type Client, CreateMode } from 'node-zookeeper-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { zookeeperBackend } from '../src/index.js';
 import { lockPaths } from '../src/zk-paths.js';
+import { connectRaw } from './support.js';
 
 const run = zookeeperAvailable();
 let unique = 0;
 const lockName = (label: string) => `zk-queue/${label}/${process.pid}-${Date.now()}-${++unique}`;
 const prefix = '/dlm-queue-test';
 const paths = lockPaths(prefix);
-
-async function granted(backend: LockBackend, name: string, owner: string, ttlMs = 10_000) {
-  const result = await backend.tryAcquire({ name, owner, ttlMs });
-  if (!result.granted) throw new Error(`expected ${owner} to be granted ${name}`);
-  return result.grant;
-}
 
 describe.skipIf(!run)('zookeeper fair queue (acquireQueued)', () => {
   let zk: ZooKeeperService;
@@ -54,11 +49,7 @@ describe.skipIf(!run)('zookeeper fair queue (acquireQueued)', () => {
 
   beforeAll(async () => {
     zk = await startZooKeeper();
-    raw = createClient(zk.connectString, { sessionTimeout: 4_000 });
-    await new Promise<void>((resolve) => {
-      raw.once('connected', () => resolve());
-      raw.connect();
-    });
+    raw = await connectRaw(zk.connectString);
   });
   afterAll(async () => {
     await Promise.all(opened.map((backend) => backend.close()));

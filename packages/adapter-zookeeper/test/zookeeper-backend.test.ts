@@ -1,3 +1,4 @@
+import { granted, sleep, until } from '@dlm/conformance';
 import { isDlmError, type LockBackend, type LockEvent } from '@dlm/core';
 import {
   startZooKeeper,
@@ -9,20 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { zookeeperBackend } from '../src/index.js';
 
 const run = zookeeperAvailable();
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 let unique = 0;
 const lockName = (label: string) => `zk-test/${label}/${process.pid}-${Date.now()}-${++unique}`;
-
-async function until(check: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!check() && performance.now() < deadline) await sleep(20);
-}
-
-async function granted(backend: LockBackend, name: string, owner: string, ttlMs: number) {
-  const result = await backend.tryAcquire({ name, owner, ttlMs });
-  if (!result.granted) throw new Error(`expected ${owner} to be granted ${name}`);
-  return result.grant;
-}
 
 describe.skipIf(!run)('zookeeper backend primitives', () => {
   let zk: ZooKeeperService;

@@ -1,31 +1,20 @@
-import { embeddedBackend } from '@dlm/adapter-embedded';
-import type { Clock, LockBackend } from '@dlm/core';
-import { type RunningServer, startServer } from '@dlm/server';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Clock } from '@dlm/core';
+import { describe, expect, it } from 'vitest';
 import { createClient, type DlmClient, isDlmError, type Lease } from '../src/index.js';
-import { eventually, failOnUnhandledRejections, lockName, sleep, startProxy } from './support.js';
+import {
+  type ClientOptions,
+  eventually,
+  failOnUnhandledRejections,
+  lockName,
+  sleep,
+  startProxy,
+  useProxiedServer,
+} from './support.js';
 
 failOnUnhandledRejections();
 
-let backend: LockBackend;
-let server: RunningServer;
-const clients: DlmClient[] = [];
-
-function client(options: Partial<Parameters<typeof createClient>[0]> = {}): DlmClient {
-  const created = createClient({ url: server.url, ...options });
-  clients.push(created);
-  return created;
-}
-
-beforeAll(async () => {
-  backend = await embeddedBackend();
-  server = await startServer({ port: 0, backend });
-});
-afterAll(async () => {
-  await Promise.all(clients.map((c) => c.close()));
-  await server.close();
-  await backend.close();
-});
+const env = useProxiedServer();
+const client = (options?: ClientOptions): DlmClient => env.client(options);
 
 describe('acquire and release', () => {
   it('acquire grants a lease with a bigint token that get() reports, and release frees it', async () => {
@@ -216,12 +205,12 @@ describe('losing a lease', () => {
     // Through a proxy that is then cut client→server, so that the client's own background
     // release cannot reach the server and the server expires the lease by itself: the moment
     // it does (and sends lock.lost) is the backend's `expired` event, in this same process.
-    const proxy = await startProxy(server.port);
+    const proxy = await startProxy(env.server.port);
     const a = client({ url: `ws://127.0.0.1:${proxy.port}`, pingIntervalMs: 0 });
     try {
       const name = lockName('deadline');
       let expiredAt = 0;
-      const stop = backend.watch(name, (event) => {
+      const stop = env.backend.watch(name, (event) => {
         if (event.type === 'expired') expiredAt = performance.now();
       });
       const lost: string[] = [];
@@ -303,7 +292,7 @@ describe('losing a lease', () => {
     const a = client({ clock: fastClock });
     const name = lockName('deadline-release');
     const events: string[] = [];
-    const stop = backend.watch(name, (event) => events.push(event.type));
+    const stop = env.backend.watch(name, (event) => events.push(event.type));
     const lease = await a.acquire(name, { ttlMs: 1_000 });
     await eventually(() => lease.signal.aborted, 2_000);
     expect(lease.lost).toBe('deadline');
@@ -321,7 +310,7 @@ describe('losing a lease', () => {
     });
     const lease = await a.acquire(name, { ttlMs: 30_000 });
     const started = performance.now();
-    expect(await backend.revoke?.(name)).toBe(true);
+    expect(await env.backend.revoke?.(name)).toBe(true);
     await eventually(() => lease.signal.aborted, 2_000);
     expect(performance.now() - started).toBeLessThan(1_000);
     expect(lease.lost).toBe('revoked');
@@ -361,7 +350,7 @@ describe('close', () => {
     };
     await sleep(50);
     const before = count();
-    const c = createClient({ url: server.url });
+    const c = createClient({ url: env.server.url });
     const name = lockName('close');
     const lease = await c.acquire(name, { ttlMs: 5_000, autoExtend: true });
     await c.watch(lockName('close-watch'), () => {});
@@ -369,7 +358,7 @@ describe('close', () => {
     await c.close();
     expect(lease.signal.aborted).toBe(true);
     expect(lease.lost).toBeUndefined();
-    expect(await backend.inspect(name)).toBeNull();
+    expect(await env.backend.inspect(name)).toBeNull();
     await expect(c.acquire(name, { ttlMs: 1_000 })).rejects.toMatchObject({ code: 'CANCELLED' });
     await sleep(50);
     const after = count();

@@ -1,31 +1,19 @@
-import { embeddedBackend } from '@dlm/adapter-embedded';
-import type { LockBackend } from '@dlm/core';
-import { type RunningServer, startServer } from '@dlm/server';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClient, type DlmClient, type Leader } from '../src/index.js';
-import { eventually, failOnUnhandledRejections, lockName, sleep, startProxy } from './support.js';
+import { describe, expect, it } from 'vitest';
+import type { DlmClient, Leader } from '../src/index.js';
+import {
+  type ClientOptions,
+  eventually,
+  failOnUnhandledRejections,
+  lockName,
+  sleep,
+  startProxy,
+  useProxiedServer,
+} from './support.js';
 
 failOnUnhandledRejections();
 
-let backend: LockBackend;
-let server: RunningServer;
-const clients: DlmClient[] = [];
-
-function client(options: Partial<Parameters<typeof createClient>[0]> = {}): DlmClient {
-  const created = createClient({ url: server.url, ...options });
-  clients.push(created);
-  return created;
-}
-
-beforeAll(async () => {
-  backend = await embeddedBackend();
-  server = await startServer({ port: 0, backend });
-});
-afterAll(async () => {
-  await Promise.all(clients.map((c) => c.close()));
-  await server.close();
-  await backend.close();
-});
+const env = useProxiedServer();
+const client = (options?: ClientOptions): DlmClient => env.client(options);
 
 /** Collects what `observe` yields, until stopped. */
 function collect(c: DlmClient, name: string) {
@@ -52,7 +40,7 @@ describe('campaign', () => {
 
     const a = await client().campaign(name, { ttlMs: 5_000, owner: 'candidate-a' });
     expect(a.owner).toBe('candidate-a');
-    expect(await backend.inspect(name)).toMatchObject({ owner: 'candidate-a', token: a.term });
+    expect(await env.backend.inspect(name)).toMatchObject({ owner: 'candidate-a', token: a.term });
 
     let bLeads = false;
     const bCampaign = client()
@@ -87,7 +75,7 @@ describe('campaign', () => {
     const leadership = await client().campaign(name, { ttlMs: 500 });
     await sleep(1_700);
     expect(leadership.signal.aborted).toBe(false);
-    expect(await backend.inspect(name)).toMatchObject({ token: leadership.term });
+    expect(await env.backend.inspect(name)).toMatchObject({ token: leadership.term });
     await leadership.resign();
   });
 
@@ -99,7 +87,7 @@ describe('campaign', () => {
       if (lease.name === name) lost.push(reason);
     });
     const leadership = await c.campaign(name, { ttlMs: 10_000 });
-    await backend.revoke?.(name);
+    await env.backend.revoke?.(name);
     await eventually(() => leadership.signal.aborted, 2_000);
     expect(leadership.signal.reason).toMatchObject({ code: 'NOT_HOLDER' });
     expect(leadership.lease.lost).toBe('revoked');
@@ -119,11 +107,11 @@ describe('campaign', () => {
     // The server still queues the abandoned wait; once the leader resigns, the grant that
     // reaches the abandoned candidate is handed back at once.
     await leader.resign();
-    await eventually(async () => (await backend.inspect(name)) === null, 2_000);
+    await eventually(async () => (await env.backend.inspect(name)) === null, 2_000);
   });
 
   it('a leader cut off from the server knows it lost before the follower leads', async () => {
-    const proxy = await startProxy(server.port);
+    const proxy = await startProxy(env.server.port);
     try {
       const name = lockName('cut-off');
       const leaderClient = client({

@@ -6,16 +6,13 @@ import { createClient, type DlmClient, type LockChange } from '../src/index.js';
 import {
   eventually,
   failOnUnhandledRejections,
+  fastReconnect,
   lockName,
   sleep,
-  startProxy,
-  type TcpProxy,
-  unusedPort,
+  useProxiedServer,
 } from './support.js';
 
 failOnUnhandledRejections();
-
-const fastReconnect = { initialDelayMs: 20, maxDelayMs: 200 };
 
 describe('server restart on the same port, backend kept', () => {
   let backend: LockBackend;
@@ -96,46 +93,21 @@ describe('server restart on the same port, backend kept', () => {
 });
 
 describe('network faults', () => {
-  let backend: LockBackend;
-  let server: RunningServer;
-  let proxy: TcpProxy;
-  const clients: DlmClient[] = [];
-
-  beforeAll(async () => {
-    backend = await embeddedBackend();
-    server = await startServer({ port: 0, backend });
-    proxy = await startProxy(server.port);
-  });
-  afterAll(async () => {
-    await Promise.all(clients.map((c) => c.close()));
-    await proxy.close();
-    await server.close();
-    await backend.close();
-  });
-
-  function viaProxy(): DlmClient {
-    const created = createClient({
-      url: `ws://127.0.0.1:${proxy.port}`,
-      reconnect: fastReconnect,
-      requestTimeoutMs: 1_000,
-    });
-    clients.push(created);
-    return created;
-  }
+  const env = useProxiedServer();
+  const viaProxy = (): DlmClient => env.viaProxy({ requestTimeoutMs: 1_000 });
 
   it('requests in flight when the connection drops reject UNAVAILABLE; writes are indeterminate', async () => {
     const a = viaProxy();
     const holderName = lockName('drop-held');
-    const direct = createClient({ url: server.url });
-    clients.push(direct);
+    const direct = env.client();
     const holder = await direct.acquire(holderName, { ttlMs: 5_000 });
     await a.connect();
     const waiting = a.acquire(holderName, { ttlMs: 1_000, waitMs: 5_000, retry: false });
     const reading = a.get(lockName('drop-get'), { retry: false });
-    proxy.blackhole('replies');
+    env.proxy.blackhole('replies');
     await sleep(50);
-    proxy.dropConnections();
-    proxy.blackhole('none');
+    env.proxy.dropConnections();
+    env.proxy.blackhole('none');
     await expect(waiting).rejects.toMatchObject({
       code: 'UNAVAILABLE',
       details: { indeterminate: true },
@@ -152,25 +124,25 @@ describe('network faults', () => {
     const a = viaProxy();
     const name = lockName('orphan');
     await a.connect();
-    proxy.blackhole('replies');
+    env.proxy.blackhole('replies');
     const acquiring = a.acquire(name, { ttlMs: 30_000, retry: false });
     acquiring.catch(() => {});
     // The server grants it, but the reply never arrives.
-    await eventually(async () => (await backend.inspect(name)) !== null, 2_000);
-    proxy.dropConnections();
-    proxy.blackhole('none');
+    await eventually(async () => (await env.backend.inspect(name)) !== null, 2_000);
+    env.proxy.dropConnections();
+    env.proxy.blackhole('none');
     await expect(acquiring).rejects.toMatchObject({
       code: 'UNAVAILABLE',
       details: { indeterminate: true },
     });
     // Without the cleanup it would stay held for 30 s.
-    await eventually(async () => (await backend.inspect(name)) === null, 3_000);
+    await eventually(async () => (await env.backend.inspect(name)) === null, 3_000);
   });
 
   it('a request with no reply times out with UNAVAILABLE within requestTimeoutMs', async () => {
     const a = viaProxy();
     await a.connect();
-    proxy.blackhole('replies');
+    env.proxy.blackhole('replies');
     const started = performance.now();
     await expect(
       a.acquire(lockName('timeout'), { ttlMs: 30_000, retry: false }),
@@ -179,19 +151,13 @@ describe('network faults', () => {
       details: { indeterminate: true },
     });
     const elapsed = performance.now() - started;
-    proxy.blackhole('none');
+    env.proxy.blackhole('none');
     expect(elapsed).toBeGreaterThanOrEqual(950);
     expect(elapsed).toBeLessThan(1_500);
   });
 
   it('with no server at all, a request fails with UNAVAILABLE within requestTimeoutMs', async () => {
-    const port = await unusedPort();
-    const c = createClient({
-      url: `ws://127.0.0.1:${port}`,
-      requestTimeoutMs: 300,
-      reconnect: fastReconnect,
-    });
-    clients.push(c);
+    const c = await env.clientOfNoServer();
     const errors: Error[] = [];
     c.on('error', (error) => errors.push(error));
     const started = performance.now();
@@ -204,7 +170,7 @@ describe('network faults', () => {
     const a = viaProxy();
     const name = lockName('cut');
     let expiredAt = 0;
-    const stop = backend.watch(name, (event) => {
+    const stop = env.backend.watch(name, (event) => {
       if (event.type === 'expired') expiredAt = performance.now();
     });
     const lease = await a.acquire(name, { ttlMs: 500, autoExtend: true });
@@ -213,10 +179,10 @@ describe('network faults', () => {
       abortedAt = performance.now();
     });
     // Requests (extends) stop reaching the server; the connection itself looks open.
-    proxy.blackhole('requests');
+    env.proxy.blackhole('requests');
     await eventually(() => expiredAt > 0 && abortedAt > 0, 3_000);
-    proxy.blackhole('none');
-    proxy.dropConnections();
+    env.proxy.blackhole('none');
+    env.proxy.dropConnections();
     stop();
     expect(lease.lost).toBe('deadline');
     expect(abortedAt).toBeLessThan(expiredAt);

@@ -1,88 +1,56 @@
 import { createServer, type Server, type Socket } from 'node:net';
-import { embeddedBackend } from '@dlm/adapter-embedded';
-import type { LockBackend } from '@dlm/core';
-import { type RunningServer, startServer } from '@dlm/server';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createClient, type DlmClient, isDlmError } from '../src/index.js';
+import { startServer } from '@dlm/server';
+import { describe, expect, it } from 'vitest';
+import { type DlmClient, isDlmError } from '../src/index.js';
 import {
+  type ClientOptions,
   eventually,
   failOnUnhandledRejections,
   lockName,
   sleep,
-  startProxy,
-  type TcpProxy,
-  unusedPort,
+  useProxiedServer,
 } from './support.js';
 
 failOnUnhandledRejections();
 
-const fastReconnect = { initialDelayMs: 20, maxDelayMs: 200 };
-
-let backend: LockBackend;
-let server: RunningServer;
-let proxy: TcpProxy;
-const clients: DlmClient[] = [];
-
-beforeAll(async () => {
-  backend = await embeddedBackend();
-  server = await startServer({ port: 0, backend });
-  proxy = await startProxy(server.port);
-});
-afterAll(async () => {
-  await Promise.all(clients.map((c) => c.close()));
-  await proxy.close();
-  await server.close();
-  await backend.close();
-});
-
-function client(options: Partial<Parameters<typeof createClient>[0]> = {}): DlmClient {
-  const created = createClient({ url: server.url, ...options });
-  clients.push(created);
-  return created;
-}
-
-function viaProxy(options: Partial<Parameters<typeof createClient>[0]> = {}): DlmClient {
-  return client({
-    url: `ws://127.0.0.1:${proxy.port}`,
-    reconnect: fastReconnect,
-    requestTimeoutMs: 2_000,
-    ...options,
-  });
-}
+const env = useProxiedServer();
+const client = (options?: ClientOptions): DlmClient => env.client(options);
+const viaProxy = (options: ClientOptions = {}): DlmClient =>
+  env.viaProxy({ requestTimeoutMs: 2_000, ...options });
 
 describe('idempotent retries', () => {
   it('an acquire whose reply was lost is re-sent with the same owner and returns that same lease', async () => {
     const a = viaProxy();
     const name = lockName('retry-acquire');
     await a.connect();
-    proxy.blackhole('replies');
+    env.proxy.blackhole('replies');
     const acquiring = a.acquire(name, { ttlMs: 5_000 });
     // The server grants it; the reply never arrives; the connection drops.
-    await eventually(async () => (await backend.inspect(name)) !== null, 2_000);
-    const granted = await backend.inspect(name);
-    proxy.dropConnections();
-    proxy.blackhole('none');
+    await eventually(async () => (await env.backend.inspect(name)) !== null, 2_000);
+    const granted = await env.backend.inspect(name);
+    env.proxy.dropConnections();
+    env.proxy.blackhole('none');
     const lease = await acquiring;
     // The retry was answered as a re-entry: the one grant, not a second lock.
     expect(lease.token).toBe(granted?.token);
     expect(lease.owner).toBe(granted?.owner);
     // And the lost try's orphan cleanup did not free the lease the retry handed back.
     await sleep(300);
-    expect(await backend.inspect(name)).toMatchObject({ token: lease.token });
+    expect(await env.backend.inspect(name)).toMatchObject({ token: lease.token });
     expect(lease.signal.aborted).toBe(false);
     expect(await lease.release()).toBe(true);
-    expect(await backend.inspect(name)).toBeNull();
+    expect(await env.backend.inspect(name)).toBeNull();
   });
 
   it('a release whose reply was lost is retried, and the NOT_HOLDER that follows counts as released', async () => {
     const a = viaProxy();
     const name = lockName('retry-release');
     const lease = await a.acquire(name, { ttlMs: 10_000 });
-    proxy.blackhole('replies');
+    env.proxy.blackhole('replies');
     const releasing = lease.release();
-    await eventually(async () => (await backend.inspect(name)) === null, 2_000);
-    proxy.dropConnections();
-    proxy.blackhole('none');
+    await eventually(async () => (await env.backend.inspect(name)) === null, 2_000);
+    env.proxy.dropConnections();
+    env.proxy.blackhole('none');
     expect(await releasing).toBe(true);
   });
 
@@ -90,12 +58,12 @@ describe('idempotent retries', () => {
     const a = viaProxy();
     const name = lockName('no-retry-release');
     const lease = await a.acquire(name, { ttlMs: 10_000 });
-    proxy.blackhole('replies');
+    env.proxy.blackhole('replies');
     const releasing = lease.release({ retry: false });
     releasing.catch(() => {});
-    await eventually(async () => (await backend.inspect(name)) === null, 2_000);
-    proxy.dropConnections();
-    proxy.blackhole('none');
+    await eventually(async () => (await env.backend.inspect(name)) === null, 2_000);
+    env.proxy.dropConnections();
+    env.proxy.blackhole('none');
     await expect(releasing).rejects.toMatchObject({
       code: 'UNAVAILABLE',
       details: { indeterminate: true },
@@ -106,22 +74,22 @@ describe('idempotent retries', () => {
     const a = viaProxy();
     const name = lockName('retry-extend');
     const lease = await a.acquire(name, { ttlMs: 3_000 });
-    proxy.blackhole('replies');
+    env.proxy.blackhole('replies');
     const extending = lease.extend(6_000);
     await sleep(100);
-    proxy.dropConnections();
-    proxy.blackhole('none');
+    env.proxy.dropConnections();
+    env.proxy.blackhole('none');
     await extending;
     expect(lease.ttlMs).toBe(6_000);
     expect(lease.remainingMs()).toBeGreaterThan(5_000);
-    expect(await backend.inspect(name)).toMatchObject({ token: lease.token });
+    expect(await env.backend.inspect(name)).toMatchObject({ token: lease.token });
     await lease.release();
   });
 });
 
 describe('what is retried', () => {
   it('LIMIT_EXCEEDED is retried until a slot frees up; with retry: false it is not', async () => {
-    const limited = await startServer({ port: 0, backend, maxInflight: 1 });
+    const limited = await startServer({ port: 0, backend: env.backend, maxInflight: 1 });
     try {
       const holder = client();
       const name = lockName('limit');
@@ -170,12 +138,7 @@ describe('what is retried', () => {
   });
 
   it('the overall deadline bounds the whole operation', async () => {
-    const port = await unusedPort();
-    const c = client({
-      url: `ws://127.0.0.1:${port}`,
-      requestTimeoutMs: 300,
-      reconnect: fastReconnect,
-    });
+    const c = await env.clientOfNoServer();
     c.on('error', () => {});
     const started = performance.now();
     await expect(
@@ -190,12 +153,7 @@ describe('what is retried', () => {
   });
 
   it('aborting the signal stops retrying at once with CANCELLED', async () => {
-    const port = await unusedPort();
-    const c = client({
-      url: `ws://127.0.0.1:${port}`,
-      requestTimeoutMs: 300,
-      reconnect: fastReconnect,
-    });
+    const c = await env.clientOfNoServer();
     c.on('error', () => {});
     const controller = new AbortController();
     const getting = c.get('x', {

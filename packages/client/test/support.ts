@@ -1,16 +1,19 @@
 import { connect, createServer, type Server, type Socket } from 'node:net';
-import { afterAll, expect } from 'vitest';
+import { embeddedBackend } from '@dlm/adapter-embedded';
+import { sleep, until } from '@dlm/conformance';
+import type { LockBackend } from '@dlm/core';
+import { type RunningServer, startServer } from '@dlm/server';
+import { afterAll, beforeAll, expect } from 'vitest';
+import { createClient, type DlmClient } from '../src/index.js';
 
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+export { sleep };
 
 /** Polls `check` (a test-side observation, not client behaviour) until it holds or time runs out. */
-export async function eventually(check: () => Promise<boolean> | boolean, timeoutMs = 3_000) {
-  const deadline = performance.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (performance.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await sleep(10);
-  }
+export function eventually(
+  check: () => Promise<boolean> | boolean,
+  timeoutMs = 3_000,
+): Promise<void> {
+  return until(check, { timeoutMs, intervalMs: 10 });
 }
 
 /** A unique lock name per test, so tests never see each other's locks. */
@@ -98,4 +101,80 @@ export async function startProxy(targetPort: number): Promise<TcpProxy> {
       return new Promise((resolve) => server.close(() => resolve()));
     },
   };
+}
+
+/** Reconnect quickly, so a test that drops connections does not wait out the default backoff. */
+export const fastReconnect = { initialDelayMs: 20, maxDelayMs: 200 };
+
+export type ClientOptions = Partial<Parameters<typeof createClient>[0]>;
+
+/** A server on an embedded backend with a fault-injecting proxy in front, for the enclosing scope. */
+export interface ProxiedServer {
+  readonly backend: LockBackend;
+  readonly server: RunningServer;
+  readonly proxy: TcpProxy;
+  /** A client of the server (direct unless `options.url` says otherwise), closed with the scope. */
+  client(options?: ClientOptions): DlmClient;
+  /** A client through the proxy that reconnects fast. */
+  viaProxy(options?: ClientOptions): DlmClient;
+  /** A client of a port nothing listens on, with a 300 ms request timeout. */
+  clientOfNoServer(): Promise<DlmClient>;
+}
+
+/**
+ * Starts a {@link ProxiedServer} before the enclosing scope's tests (file or `describe`) and
+ * closes its clients, proxy, server and backend, in that order, after them.
+ */
+export function useProxiedServer(): ProxiedServer {
+  let backend: LockBackend | undefined;
+  let server: RunningServer | undefined;
+  let proxy: TcpProxy | undefined;
+  const clients: DlmClient[] = [];
+  beforeAll(async () => {
+    backend = await embeddedBackend();
+    server = await startServer({ port: 0, backend });
+    proxy = await startProxy(server.port);
+  });
+  afterAll(async () => {
+    await Promise.all(clients.map((c) => c.close()));
+    await proxy?.close();
+    await server?.close();
+    await backend?.close();
+  });
+  const started = <T>(value: T | undefined): T => {
+    if (value === undefined) throw new Error('the proxied server starts in beforeAll');
+    return value;
+  };
+  const running: ProxiedServer = {
+    get backend() {
+      return started(backend);
+    },
+    get server() {
+      return started(server);
+    },
+    get proxy() {
+      return started(proxy);
+    },
+    client(options = {}) {
+      const created = createClient({ url: started(server).url, ...options });
+      clients.push(created);
+      return created;
+    },
+    viaProxy(options = {}) {
+      return running.client({
+        url: `ws://127.0.0.1:${started(proxy).port}`,
+        reconnect: fastReconnect,
+        ...options,
+      });
+    },
+    async clientOfNoServer() {
+      const port = await unusedPort();
+      return running.client({
+        url: `ws://127.0.0.1:${port}`,
+        requestTimeoutMs: 300,
+        reconnect: fastReconnect,
+      });
+    },
+  };
+  return running;
 }

@@ -1,11 +1,11 @@
 import { type ChildProcess, type SpawnOptions, spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
 import { join, resolve } from 'node:path';
 import { createClient } from '@dlm/client';
 import { type RunningServer, startServer } from '@dlm/server';
 import {
   freePort,
+  portOpen,
   type RedisService,
   redisAvailable,
   startRedis,
@@ -117,17 +117,6 @@ function runShell(block: CodeBlock): Promise<Outcome> {
     cwd: root,
     timeoutMs: 100_000,
     env: { ...process.env, DLM_URL: server.url },
-  });
-}
-
-function portOpen(port: number): Promise<boolean> {
-  return new Promise((done) => {
-    const socket = connect(port, '127.0.0.1');
-    socket.once('connect', () => {
-      socket.destroy();
-      done(true);
-    });
-    socket.once('error', () => done(false));
   });
 }
 

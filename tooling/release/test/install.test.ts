@@ -1,10 +1,10 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
 import { join, resolve } from 'node:path';
 import {
   freePort,
   type ManagedProcess,
+  portOpen,
   type RedisService,
   redisAvailable,
   startProcess,
@@ -117,17 +117,6 @@ function tarList(file: string): string[] {
 
 function tarRead(file: string, member: string): string {
   return execFileSync('tar', ['-xzOf', file, member], { encoding: 'utf8', maxBuffer: 64 << 20 });
-}
-
-function portOpen(port: number): Promise<boolean> {
-  return new Promise((done) => {
-    const socket = connect(port, '127.0.0.1');
-    socket.once('connect', () => {
-      socket.destroy();
-      done(true);
-    });
-    socket.once('error', () => done(false));
-  });
 }
 
 beforeAll(() => {

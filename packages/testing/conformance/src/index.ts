@@ -13,6 +13,7 @@ import { watchAndRevokeGroup } from './groups/watch-revoke.js';
 import type { ConformanceTarget } from './target.js';
 
 export type { ConformanceContext } from './context.js';
+export { granted } from './grants.js';
 export { expirySlack, failure, lockName, shortTtl } from './support.js';
 export type { ClusterMember, ClusterTarget, ConformanceTarget, FairQueueProbe } from './target.js';
 export { sleep, type UntilOptions, until } from './wait.js';

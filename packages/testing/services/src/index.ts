@@ -3,6 +3,7 @@ export type {
   EtcdOptions,
   EtcdService,
 } from './etcd.js';
+export { portOpen } from './port-open.js';
 export {
   type PostgresService,
   pingPostgres,

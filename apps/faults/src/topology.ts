@@ -138,13 +138,47 @@ async function redlockTopology(): Promise<Topology> {
   };
 }
 
+/** What a 3-member consensus cluster (etcd, ZooKeeper) gives its topology. */
+interface ClusterTopologyOptions {
+  variant: BackendVariant;
+  serverArgs: string[];
+  members: Member[];
+  proxies: TcpProxy[];
+  cluster: { waitForLeader(timeoutMs: number): Promise<unknown>; stop(): Promise<void> };
+  /** The leading member's id, as `members` names it (undefined or unmatched: none leads). */
+  leaderId(): Promise<string | undefined>;
+  /** How long a restarted member may take until a leader is elected again. */
+  settleMs: number;
+}
+
+function clusterTopology(options: ClusterTopologyOptions): Topology {
+  const { variant, serverArgs, members, proxies, cluster } = options;
+  return {
+    variant,
+    serverArgs,
+    members,
+    proxies,
+    async leader() {
+      const id = await options.leaderId();
+      return members.find((member) => member.id === id);
+    },
+    async settled() {
+      await cluster.waitForLeader(options.settleMs);
+    },
+    async stop() {
+      await Promise.all(proxies.map((proxy) => proxy.close()));
+      await cluster.stop();
+    },
+  };
+}
+
 /** A 3-member etcd cluster. */
 async function etcdTopology(): Promise<Topology> {
   const variant = 'etcd';
   const etcd = await startEtcdCluster(3);
   const proxies = await proxiesFor(etcd.members.map((member) => portOf(member.clientUrl)));
   const members = etcd.members.map((member) => ({ id: member.name, process: member.process }));
-  return {
+  return clusterTopology({
     variant,
     serverArgs: [
       '--backend',
@@ -154,18 +188,10 @@ async function etcdTopology(): Promise<Topology> {
     ],
     members,
     proxies,
-    async leader() {
-      const leader = await etcd.leader();
-      return members.find((member) => member.id === leader?.name);
-    },
-    async settled() {
-      await etcd.waitForLeader(30_000);
-    },
-    async stop() {
-      await Promise.all(proxies.map((proxy) => proxy.close()));
-      await etcd.stop();
-    },
-  };
+    cluster: etcd,
+    leaderId: async () => (await etcd.leader())?.name,
+    settleMs: 30_000,
+  });
 }
 
 /** A 3-member ZooKeeper ensemble. */
@@ -177,7 +203,7 @@ async function zookeeperTopology(): Promise<Topology> {
     id: `zk${member.id}`,
     process: member.process,
   }));
-  return {
+  return clusterTopology({
     variant,
     serverArgs: [
       '--backend',
@@ -187,18 +213,10 @@ async function zookeeperTopology(): Promise<Topology> {
     ],
     members,
     proxies,
-    async leader() {
-      const leader = await zk.leader();
-      return members.find((member) => member.id === `zk${leader?.id}`);
-    },
-    async settled() {
-      await zk.waitForLeader(60_000);
-    },
-    async stop() {
-      await Promise.all(proxies.map((proxy) => proxy.close()));
-      await zk.stop();
-    },
-  };
+    cluster: zk,
+    leaderId: async () => `zk${(await zk.leader())?.id}`,
+    settleMs: 60_000,
+  });
 }
 
 /** One PostgreSQL. */

@@ -6,4 +6,5 @@ export {
   parseFlags,
   withoutLeadingSeparator,
 } from './parse-flags.js';
+export { readPackageVersion } from './package-version.js';
 export { UsageError } from './usage-error.js';

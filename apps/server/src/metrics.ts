@@ -196,15 +196,30 @@ export function createMetrics(options: { version: string; backend: string }): Se
     labelName: 'end',
     buckets: HOLD_BUCKETS,
   });
-  const lostCounter = labelledCounter(registers, 'dlm_locks_lost_total', 'lock.lost notifications sent to holders, by reason (expired, revoked).', 'reason');
+  const lostCounter = labelledCounter(
+    registers,
+    'dlm_locks_lost_total',
+    'lock.lost notifications sent to holders, by reason (expired, revoked).',
+    'reason',
+  );
   const backendDuration = fastHistogram(registry, {
     name: 'dlm_backend_duration_seconds',
     help: 'Backend call latency, by operation.',
     labelName: 'operation',
     buckets: LATENCY_BUCKETS,
   });
-  const backendErrors = labelledCounter(registers, 'dlm_backend_errors_total', 'Backend calls that failed, by operation.', 'operation');
-  const rejections = labelledCounter(registers, 'dlm_connections_rejected_total', 'WebSocket connections refused at the upgrade or ended by the server, by reason.', 'reason');
+  const backendErrors = labelledCounter(
+    registers,
+    'dlm_backend_errors_total',
+    'Backend calls that failed, by operation.',
+    'operation',
+  );
+  const rejections = labelledCounter(
+    registers,
+    'dlm_connections_rejected_total',
+    'WebSocket connections refused at the upgrade or ended by the server, by reason.',
+    'reason',
+  );
   registerGauges(registry, () => gauges);
 
   // Bound children. The label values are closed sets, so all are bound up front and the

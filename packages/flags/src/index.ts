@@ -1,10 +1,10 @@
 export { formatBound, formatDuration, parseDuration } from './duration.js';
 export { type IntegerFlag, integerFlag, parseInteger } from './integer.js';
+export { readPackageVersion } from './package-version.js';
 export {
   type FlagOptions,
   type ParsedFlags,
   parseFlags,
   withoutLeadingSeparator,
 } from './parse-flags.js';
-export { readPackageVersion } from './package-version.js';
 export { UsageError } from './usage-error.js';

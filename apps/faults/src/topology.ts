@@ -67,6 +67,20 @@ function redisWallClock(): WallClockOffset | undefined {
 const none = async () => undefined;
 const nothing = async () => {};
 
+/** Closes the backend's proxies, then stops the backend itself. */
+async function stopBehind(proxies: TcpProxy[], stopBackend: () => Promise<unknown>): Promise<void> {
+  await Promise.all(proxies.map((proxy) => proxy.close()));
+  await stopBackend();
+}
+
+/** A backend with no leader (one Redis, Redlock's nodes, PostgreSQL): nothing to settle. */
+function leaderless(
+  proxies: TcpProxy[],
+  stopBackend: () => Promise<unknown>,
+): Pick<Topology, 'leader' | 'settled' | 'stop'> {
+  return { leader: none, settled: nothing, stop: () => stopBehind(proxies, stopBackend) };
+}
+
 /** The embedded backend: a data dir of its own, nothing to proxy. */
 async function embeddedTopology(): Promise<Topology> {
   const variant = 'embedded';
@@ -103,12 +117,7 @@ async function redisTopology(variant: 'redis' | 'redis-noaof'): Promise<Topology
     members: [{ id: 'redis', process: redis }],
     proxies,
     ...(wallClock ? { wallClock } : {}),
-    leader: none,
-    settled: nothing,
-    async stop() {
-      await Promise.all(proxies.map((proxy) => proxy.close()));
-      await redis.kill();
-    },
+    ...leaderless(proxies, () => redis.kill()),
   };
 }
 
@@ -129,12 +138,7 @@ async function redlockTopology(): Promise<Topology> {
     members: nodes.map((node, i) => ({ id: `r${i + 1}`, process: node })),
     proxies,
     ...(wallClock ? { wallClock } : {}),
-    leader: none,
-    settled: nothing,
-    async stop() {
-      await Promise.all(proxies.map((proxy) => proxy.close()));
-      await Promise.all(nodes.map((node) => node.kill()));
-    },
+    ...leaderless(proxies, () => Promise.all(nodes.map((node) => node.kill()))),
   };
 }
 
@@ -165,10 +169,7 @@ function clusterTopology(options: ClusterTopologyOptions): Topology {
     async settled() {
       await cluster.waitForLeader(options.settleMs);
     },
-    async stop() {
-      await Promise.all(proxies.map((proxy) => proxy.close()));
-      await cluster.stop();
-    },
+    stop: () => stopBehind(proxies, () => cluster.stop()),
   };
 }
 
@@ -231,12 +232,7 @@ async function postgresTopology(): Promise<Topology> {
     serverArgs: ['--backend', 'postgres', '--postgres-url', url.href],
     members: [{ id: 'postgres', process: postgres }],
     proxies,
-    leader: none,
-    settled: nothing,
-    async stop() {
-      await Promise.all(proxies.map((proxy) => proxy.close()));
-      await postgres.kill();
-    },
+    ...leaderless(proxies, () => postgres.kill()),
   };
 }
 

@@ -1,4 +1,6 @@
 import { type FlagOptions, integerFlag, parseFlags, UsageError } from '@dlm/flags';
+import type { ContentionOptions } from './workloads/contention.js';
+import type { ScaleOptions } from './workloads/scale.js';
 
 export const WORKLOADS = ['uncontended', 'throughput', 'shared', 'contention', 'scale'] as const;
 export type Workload = (typeof WORKLOADS)[number];
@@ -12,24 +14,13 @@ export interface BenchOptions {
   workloads: Workload[];
   uncontended: { count: number; warmup: number; maxMs: number };
   throughput: { clients: number; durationMs: number; warmupMs: number };
-  contention: {
-    clients: number;
-    durationMs: number;
-    warmupMs: number;
-    holdMs: number;
-    waitMs: number;
-  };
+  /** The run's `ttlMs` completes them. */
+  contention: Omit<ContentionOptions, 'ttlMs'>;
   ttlMs: number;
   /** The retry interval of every polling peer (raw Redis, redlock, redis-semaphore, etcd3). */
   pollMs: number;
-  scale: {
-    sessions: number;
-    locks: number;
-    probeAtLocks: number;
-    probeCount: number;
-    sessionsPerWorker: number;
-    phaseTimeoutMs: number;
-  };
+  /** The run's `profileDir` completes them. */
+  scale: Omit<ScaleOptions, 'profileDir'>;
   /** Where latest.json and RESULTS.md go. */
   outDir: string | undefined;
   /** Run every dlm server under `node --cpu-prof`, profiles written here. */

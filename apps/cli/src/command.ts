@@ -1,4 +1,4 @@
-import type { FlagOptions } from '@dlm/flags';
+import { type FlagOptions, parseFlags, UsageError } from '@dlm/flags';
 import { CONNECTION_FLAGS } from './connection-options.js';
 
 /** One `dlm` subcommand. */
@@ -19,3 +19,17 @@ export const COMMON_OPTIONS = {
   json: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const satisfies FlagOptions;
+
+/**
+ * Parses the arguments of a command that takes exactly one lock NAME and the common flags.
+ * On `--help` it prints `usage` and returns undefined: the command then exits with OK.
+ */
+export function parseNameArgs(command: string, usage: string, argv: string[]) {
+  const { values, positionals } = parseFlags(argv, COMMON_OPTIONS, { allowPositionals: true });
+  if (values.help) {
+    process.stdout.write(usage);
+    return undefined;
+  }
+  if (positionals.length !== 1) throw new UsageError(`dlm ${command} takes exactly one lock NAME`);
+  return { values, name: positionals[0]! };
+}

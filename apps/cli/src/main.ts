@@ -1,6 +1,5 @@
 #!/usr/bin/env node
-import { readFileSync } from 'node:fs';
-import { UsageError, withoutLeadingSeparator } from '@dlm/flags';
+import { readPackageVersion, UsageError, withoutLeadingSeparator } from '@dlm/flags';
 import type { Command } from './command.js';
 import { EXIT } from './exit-codes.js';
 
@@ -37,14 +36,7 @@ const COMMANDS: Array<{ name: string; summary: string; load: () => Promise<Comma
 ];
 
 function version(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
-      version: string;
-    };
-    return pkg.version;
-  } catch {
-    return '0.0.0';
-  }
+  return readPackageVersion(new URL('../package.json', import.meta.url));
 }
 
 const HELP = `Usage: dlm COMMAND [options]

@@ -86,6 +86,29 @@ async function restartMember(context: NemesisContext, member: Member, downMs: nu
   await context.topology.settled();
 }
 
+/** SIGSTOPs `process` for `factor` × TTL, then SIGCONTs it. */
+async function pauseFor(context: NemesisContext, process: ManagedProcess, factor: number) {
+  process.pause();
+  await sleep(factor * context.ttlMs);
+  process.resume();
+}
+
+/**
+ * Records a `factor` × TTL pause fault on `target` and pauses `process` for it. Returns the
+ * fault's end, so the caller may wait for the backend to settle before recording it.
+ */
+async function pauseFault(
+  context: NemesisContext,
+  nemesis: string,
+  target: string,
+  process: ManagedProcess,
+  factor: number,
+): Promise<() => void> {
+  const end = context.fault({ nemesis, target, detail: `${factor}×TTL` });
+  await pauseFor(context, process, factor);
+  return end;
+}
+
 function clientPause(): Nemesis {
   return {
     name: 'client-pause',
@@ -102,9 +125,7 @@ function clientPause(): Nemesis {
         detail: `${factor}×TTL`,
       });
       context.processEvent(worker.proc, 'pause');
-      worker.process.pause();
-      await sleep(factor * context.ttlMs);
-      worker.process.resume();
+      await pauseFor(context, worker.process, factor);
       context.processEvent(worker.proc, 'resume');
       end();
     },
@@ -154,14 +175,7 @@ function serverPause(): Nemesis {
     appliesTo: ALL,
     async inject(context, n) {
       const factor = cycle([0.5, 1.5], n);
-      const end = context.fault({
-        nemesis: 'server-pause',
-        target: 'server',
-        detail: `${factor}×TTL`,
-      });
-      context.server.pause();
-      await sleep(factor * context.ttlMs);
-      context.server.resume();
+      const end = await pauseFault(context, 'server-pause', 'server', context.server, factor);
       end();
     },
   };
@@ -190,14 +204,7 @@ function backendPause(): Nemesis {
     async inject(context, n) {
       const factor = cycle([0.5, 1.5, 3], n);
       const member = random(context.topology.members)!;
-      const end = context.fault({
-        nemesis: 'backend-pause',
-        target: member.id,
-        detail: `${factor}×TTL`,
-      });
-      member.process.pause();
-      await sleep(factor * context.ttlMs);
-      member.process.resume();
+      const end = await pauseFault(context, 'backend-pause', member.id, member.process, factor);
       end();
     },
   };
@@ -250,14 +257,7 @@ function memberPause(role: 'leader' | 'follower'): Nemesis {
     async inject(context, n) {
       const factor = cycle([1, 3], n);
       const member = await pickMember(context, role);
-      const end = context.fault({
-        nemesis: `${role}-pause`,
-        target: member.id,
-        detail: `${factor}×TTL`,
-      });
-      member.process.pause();
-      await sleep(factor * context.ttlMs);
-      member.process.resume();
+      const end = await pauseFault(context, `${role}-pause`, member.id, member.process, factor);
       await context.topology.settled();
       end();
     },

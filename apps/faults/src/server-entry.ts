@@ -13,7 +13,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
-import { createLogger, parseConfig, startServer } from '@dlm/server';
+import { baseServerOptions, createLogger, parseConfig, startServer } from '@dlm/server';
 import { createSkewClock, type SkewClock } from './skew-clock.js';
 
 function serveClockControl(clock: SkewClock, port: number): void {
@@ -44,13 +44,7 @@ const config = parseConfig(process.argv.slice(2));
 if (config === null) process.exit(0);
 const clock = createSkewClock();
 const logger = createLogger(config.logLevel);
-const server = await startServer({
-  host: config.host,
-  port: config.port,
-  backendConfig: config.backend,
-  logger,
-  service: { clock },
-});
+const server = await startServer({ ...baseServerOptions(config, logger), service: { clock } });
 const { backend } = server;
 const controlPort = Number(process.env.DLM_FAULTS_CONTROL_PORT ?? 0);
 if (controlPort > 0) serveClockControl(clock, controlPort);

@@ -67,6 +67,20 @@ function redisWallClock(): WallClockOffset | undefined {
 const none = async () => undefined;
 const nothing = async () => {};
 
+/** Closes the backend's proxies, then stops the backend itself. */
+async function stopBehind(proxies: TcpProxy[], stopBackend: () => Promise<unknown>): Promise<void> {
+  await Promise.all(proxies.map((proxy) => proxy.close()));
+  await stopBackend();
+}
+
+/** A backend with no leader (one Redis, Redlock's nodes, PostgreSQL): nothing to settle. */
+function leaderless(
+  proxies: TcpProxy[],
+  stopBackend: () => Promise<unknown>,
+): Pick<Topology, 'leader' | 'settled' | 'stop'> {
+  return { leader: none, settled: nothing, stop: () => stopBehind(proxies, stopBackend) };
+}
+
 /** The embedded backend: a data dir of its own, nothing to proxy. */
 async function embeddedTopology(): Promise<Topology> {
   const variant = 'embedded';
@@ -103,12 +117,7 @@ async function redisTopology(variant: 'redis' | 'redis-noaof'): Promise<Topology
     members: [{ id: 'redis', process: redis }],
     proxies,
     ...(wallClock ? { wallClock } : {}),
-    leader: none,
-    settled: nothing,
-    async stop() {
-      await Promise.all(proxies.map((proxy) => proxy.close()));
-      await redis.kill();
-    },
+    ...leaderless(proxies, () => redis.kill()),
   };
 }
 
@@ -129,12 +138,38 @@ async function redlockTopology(): Promise<Topology> {
     members: nodes.map((node, i) => ({ id: `r${i + 1}`, process: node })),
     proxies,
     ...(wallClock ? { wallClock } : {}),
-    leader: none,
-    settled: nothing,
-    async stop() {
-      await Promise.all(proxies.map((proxy) => proxy.close()));
-      await Promise.all(nodes.map((node) => node.kill()));
+    ...leaderless(proxies, () => Promise.all(nodes.map((node) => node.kill()))),
+  };
+}
+
+/** What a 3-member consensus cluster (etcd, ZooKeeper) gives its topology. */
+interface ClusterTopologyOptions {
+  variant: BackendVariant;
+  serverArgs: string[];
+  members: Member[];
+  proxies: TcpProxy[];
+  cluster: { waitForLeader(timeoutMs: number): Promise<unknown>; stop(): Promise<void> };
+  /** The leading member's id, as `members` names it (undefined or unmatched: none leads). */
+  leaderId(): Promise<string | undefined>;
+  /** How long a restarted member may take until a leader is elected again. */
+  settleMs: number;
+}
+
+function clusterTopology(options: ClusterTopologyOptions): Topology {
+  const { variant, serverArgs, members, proxies, cluster } = options;
+  return {
+    variant,
+    serverArgs,
+    members,
+    proxies,
+    async leader() {
+      const id = await options.leaderId();
+      return members.find((member) => member.id === id);
     },
+    async settled() {
+      await cluster.waitForLeader(options.settleMs);
+    },
+    stop: () => stopBehind(proxies, () => cluster.stop()),
   };
 }
 
@@ -144,7 +179,7 @@ async function etcdTopology(): Promise<Topology> {
   const etcd = await startEtcdCluster(3);
   const proxies = await proxiesFor(etcd.members.map((member) => portOf(member.clientUrl)));
   const members = etcd.members.map((member) => ({ id: member.name, process: member.process }));
-  return {
+  return clusterTopology({
     variant,
     serverArgs: [
       '--backend',
@@ -154,18 +189,10 @@ async function etcdTopology(): Promise<Topology> {
     ],
     members,
     proxies,
-    async leader() {
-      const leader = await etcd.leader();
-      return members.find((member) => member.id === leader?.name);
-    },
-    async settled() {
-      await etcd.waitForLeader(30_000);
-    },
-    async stop() {
-      await Promise.all(proxies.map((proxy) => proxy.close()));
-      await etcd.stop();
-    },
-  };
+    cluster: etcd,
+    leaderId: async () => (await etcd.leader())?.name,
+    settleMs: 30_000,
+  });
 }
 
 /** A 3-member ZooKeeper ensemble. */
@@ -177,7 +204,7 @@ async function zookeeperTopology(): Promise<Topology> {
     id: `zk${member.id}`,
     process: member.process,
   }));
-  return {
+  return clusterTopology({
     variant,
     serverArgs: [
       '--backend',
@@ -187,18 +214,10 @@ async function zookeeperTopology(): Promise<Topology> {
     ],
     members,
     proxies,
-    async leader() {
-      const leader = await zk.leader();
-      return members.find((member) => member.id === `zk${leader?.id}`);
-    },
-    async settled() {
-      await zk.waitForLeader(60_000);
-    },
-    async stop() {
-      await Promise.all(proxies.map((proxy) => proxy.close()));
-      await zk.stop();
-    },
-  };
+    cluster: zk,
+    leaderId: async () => `zk${(await zk.leader())?.id}`,
+    settleMs: 60_000,
+  });
 }
 
 /** One PostgreSQL. */
@@ -213,12 +232,7 @@ async function postgresTopology(): Promise<Topology> {
     serverArgs: ['--backend', 'postgres', '--postgres-url', url.href],
     members: [{ id: 'postgres', process: postgres }],
     proxies,
-    leader: none,
-    settled: nothing,
-    async stop() {
-      await Promise.all(proxies.map((proxy) => proxy.close()));
-      await postgres.kill();
-    },
+    ...leaderless(proxies, () => postgres.kill()),
   };
 }
 

@@ -10,7 +10,8 @@ import {
   limitEnvName,
   type ServerLimits,
 } from './limits.js';
-import { isLogLevel, type LogLevel } from './logger.js';
+import { isLogLevel, type Logger, type LogLevel } from './logger.js';
+import type { ServerOptions } from './server.js';
 
 export type BackendConfig =
   | { kind: 'embedded'; dataDir: string | null }
@@ -175,6 +176,17 @@ function sources(values: Sources['values'], rawEnv: NodeJS.ProcessEnv): Sources 
     flag: (name) => values[name] as string | undefined,
     on: (name, envName) => values[name] === true || env[envName] === '1' || env[envName] === 'true',
   };
+}
+
+/**
+ * What every program that serves from a parsed config passes to `startServer` (`dlm-server`,
+ * the fault harness's server): where to listen, which backend, and the logger.
+ */
+export function baseServerOptions(
+  config: ServerConfig,
+  logger: Logger,
+): Pick<ServerOptions, 'host' | 'port' | 'backendConfig' | 'logger'> {
+  return { host: config.host, port: config.port, backendConfig: config.backend, logger };
 }
 
 /** Reads flags and environment into a config; `null` means `--help` was asked for. */

@@ -10,6 +10,7 @@ export {
 export { CLOSE } from './close-codes.js';
 export {
   type BackendConfig,
+  baseServerOptions,
   ConfigError,
   parseConfig,
   type ServerConfig,

@@ -148,6 +148,16 @@ function registerGauges(registry: PromRegistry, sources: () => GaugeSources): vo
   }
 }
 
+/** A prom-client counter with one label, in `registers`: the slow-path counters. */
+function labelledCounter<Label extends string>(
+  registers: PromRegistry[],
+  name: string,
+  help: string,
+  label: Label,
+): Counter<Label> {
+  return new Counter({ name, help, labelNames: [label], registers });
+}
+
 export function createMetrics(options: { version: string; backend: string }): ServerMetrics {
   const registry = new Registry();
   const registers = [registry];
@@ -186,30 +196,30 @@ export function createMetrics(options: { version: string; backend: string }): Se
     labelName: 'end',
     buckets: HOLD_BUCKETS,
   });
-  const lostCounter = new Counter({
-    name: 'dlm_locks_lost_total',
-    help: 'lock.lost notifications sent to holders, by reason (expired, revoked).',
-    labelNames: ['reason'] as const,
+  const lostCounter = labelledCounter(
     registers,
-  });
+    'dlm_locks_lost_total',
+    'lock.lost notifications sent to holders, by reason (expired, revoked).',
+    'reason',
+  );
   const backendDuration = fastHistogram(registry, {
     name: 'dlm_backend_duration_seconds',
     help: 'Backend call latency, by operation.',
     labelName: 'operation',
     buckets: LATENCY_BUCKETS,
   });
-  const backendErrors = new Counter({
-    name: 'dlm_backend_errors_total',
-    help: 'Backend calls that failed, by operation.',
-    labelNames: ['operation'] as const,
+  const backendErrors = labelledCounter(
     registers,
-  });
-  const rejections = new Counter({
-    name: 'dlm_connections_rejected_total',
-    help: 'WebSocket connections refused at the upgrade or ended by the server, by reason.',
-    labelNames: ['reason'] as const,
+    'dlm_backend_errors_total',
+    'Backend calls that failed, by operation.',
+    'operation',
+  );
+  const rejections = labelledCounter(
     registers,
-  });
+    'dlm_connections_rejected_total',
+    'WebSocket connections refused at the upgrade or ended by the server, by reason.',
+    'reason',
+  );
   registerGauges(registry, () => gauges);
 
   // Bound children. The label values are closed sets, so all are bound up front and the

@@ -1,6 +1,6 @@
 import { UsageError } from '@dlm/flags';
 import { hashToken, newToken } from './auth.js';
-import { parseConfig, usage } from './config.js';
+import { baseServerOptions, parseConfig, usage } from './config.js';
 import { createLogger } from './logger.js';
 import { startServer } from './server.js';
 
@@ -33,10 +33,7 @@ export async function runServer(argv: string[], command = 'dlm-server'): Promise
 
   const logger = createLogger(config.logLevel);
   const server = await startServer({
-    host: config.host,
-    port: config.port,
-    backendConfig: config.backend,
-    logger,
+    ...baseServerOptions(config, logger),
     auth: config.auth,
     insecure: config.insecure,
     ...(config.tls ? { tls: config.tls } : {}),

@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import { createServer, type ServerOptions as HttpOptions, type RequestListener } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -9,6 +8,7 @@ import {
   type LockServiceOptions,
   systemClock,
 } from '@dlm/core';
+import { readPackageVersion } from '@dlm/flags';
 import { MAX_PAYLOAD_BYTES, SUBPROTOCOL, WS_PATH } from '@dlm/protocol';
 import { WebSocketServer } from 'ws';
 import { type Authenticator, createAuthenticator, type TokenGrant } from './auth.js';
@@ -79,16 +79,7 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-const VERSION: string = (() => {
-  try {
-    const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
-      version: string;
-    };
-    return pkg.version;
-  } catch {
-    return '0.0.0';
-  }
-})();
+const VERSION: string = readPackageVersion(new URL('../package.json', import.meta.url));
 
 /** The limits in force: the defaults, then what the options say (`limits` last). */
 function resolveLimits(options: ServerOptions): ServerLimits {

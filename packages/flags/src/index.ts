@@ -1,5 +1,6 @@
 export { formatBound, formatDuration, parseDuration } from './duration.js';
 export { type IntegerFlag, integerFlag, parseInteger } from './integer.js';
+export { readPackageVersion } from './package-version.js';
 export {
   type FlagOptions,
   type ParsedFlags,

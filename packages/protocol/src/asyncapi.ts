@@ -72,14 +72,22 @@ export function protocolAsyncApi(): Record<string, unknown> {
 
   const channelRef = { $ref: `#/channels/${CHANNEL}` };
   const messageRef = (name: string) => ({ $ref: `#/channels/${CHANNEL}/messages/${name}` });
+  // The server receives requests (and replies on the same channel) and sends notifications.
+  const operation = (
+    action: 'receive' | 'send',
+    method: MethodName | NotificationName,
+    message: string,
+  ) => ({
+    action,
+    channel: channelRef,
+    title: method,
+    summary: summary(method),
+    messages: [messageRef(message)],
+  });
   const operations: Record<string, unknown> = {};
   for (const method of Object.keys(Methods) as MethodName[]) {
     operations[method] = {
-      action: 'receive',
-      channel: channelRef,
-      title: method,
-      summary: summary(method),
-      messages: [messageRef(`${method}.request`)],
+      ...operation('receive', method, `${method}.request`),
       reply: {
         channel: channelRef,
         messages: [messageRef(`${method}.result`), messageRef('error')],
@@ -87,13 +95,7 @@ export function protocolAsyncApi(): Record<string, unknown> {
     };
   }
   for (const method of Object.keys(Notifications) as NotificationName[]) {
-    operations[method] = {
-      action: 'send',
-      channel: channelRef,
-      title: method,
-      summary: summary(method),
-      messages: [messageRef(method)],
-    };
+    operations[method] = operation('send', method, method);
   }
 
   return {

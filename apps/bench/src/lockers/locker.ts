@@ -54,3 +54,15 @@ export class WaitTimeout extends Error {
     super(`timed out waiting for ${name}`);
   }
 }
+
+/** A peer that has nothing of its own to start or stop: only clients to connect. */
+export function peerTarget(id: string, label: string, connect: () => Promise<Locker>): Target {
+  return {
+    id,
+    label,
+    kind: 'peer',
+    async start() {
+      return { connect, async stop() {} };
+    },
+  };
+}

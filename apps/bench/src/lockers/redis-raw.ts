@@ -1,6 +1,14 @@
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
-import { type Locker, type PollOptions, sleep, type Target, WaitTimeout } from './locker.js';
+import type { Redis } from 'ioredis';
+import {
+  type Locker,
+  type PollOptions,
+  peerTarget,
+  sleep,
+  type Target,
+  WaitTimeout,
+} from './locker.js';
+import { connectRedis } from './redis-connection.js';
 
 /**
  * The hand-rolled Redis lock most projects start with: `SET key owner NX PX ttl` to acquire,
@@ -13,40 +21,29 @@ type RedisWithRelease = Redis & {
 };
 
 export function rawRedisTarget(url: string, poll: PollOptions): Target {
-  return {
-    id: 'peer-raw-redis',
-    label: 'raw ioredis SET NX PX',
-    kind: 'peer',
-    async start() {
-      return {
-        async connect(): Promise<Locker> {
-          const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 });
-          await redis.connect();
-          redis.defineCommand('releaseLock', { numberOfKeys: 1, lua: RELEASE });
-          const client = redis as RedisWithRelease;
-          return {
-            async acquire(name, { ttlMs, waitMs }) {
-              const owner = randomUUID();
-              const deadline = performance.now() + waitMs;
-              for (;;) {
-                if ((await client.set(name, owner, 'PX', ttlMs, 'NX')) === 'OK') {
-                  return {
-                    async release() {
-                      await client.releaseLock(name, owner);
-                    },
-                  };
-                }
-                if (performance.now() + poll.pollMs > deadline) throw new WaitTimeout(name);
-                await sleep(poll.pollMs);
-              }
-            },
-            async close() {
-              await client.quit();
-            },
-          };
-        },
-        async stop() {},
-      };
-    },
-  };
+  return peerTarget('peer-raw-redis', 'raw ioredis SET NX PX', async (): Promise<Locker> => {
+    const redis = await connectRedis(url);
+    redis.defineCommand('releaseLock', { numberOfKeys: 1, lua: RELEASE });
+    const client = redis as RedisWithRelease;
+    return {
+      async acquire(name, { ttlMs, waitMs }) {
+        const owner = randomUUID();
+        const deadline = performance.now() + waitMs;
+        for (;;) {
+          if ((await client.set(name, owner, 'PX', ttlMs, 'NX')) === 'OK') {
+            return {
+              async release() {
+                await client.releaseLock(name, owner);
+              },
+            };
+          }
+          if (performance.now() + poll.pollMs > deadline) throw new WaitTimeout(name);
+          await sleep(poll.pollMs);
+        }
+      },
+      async close() {
+        await client.quit();
+      },
+    };
+  });
 }

@@ -1,6 +1,6 @@
 import { createClient } from '@dlm/client';
-import { formatDuration, parseFlags, UsageError } from '@dlm/flags';
-import { COMMON_OPTIONS, type Command } from '../command.js';
+import { formatDuration } from '@dlm/flags';
+import { type Command, parseNameArgs } from '../command.js';
 import { CONNECTION_USAGE, clientOptions, connectionOptions } from '../connection-options.js';
 import { EXIT } from '../exit-codes.js';
 import { printError, printJson } from '../output.js';
@@ -21,13 +21,9 @@ export const getCommand: Command = {
   name: 'get',
   usage: USAGE,
   async run(argv) {
-    const { values, positionals } = parseFlags(argv, COMMON_OPTIONS, { allowPositionals: true });
-    if (values.help) {
-      process.stdout.write(USAGE);
-      return EXIT.OK;
-    }
-    if (positionals.length !== 1) throw new UsageError('dlm get takes exactly one lock NAME');
-    const name = positionals[0]!;
+    const args = parseNameArgs('get', USAGE, argv);
+    if (!args) return EXIT.OK;
+    const { values, name } = args;
     const client = createClient({
       ...clientOptions(connectionOptions(values)),
       name: 'dlm-cli',

@@ -1,6 +1,5 @@
 import { createClient, type LockChange } from '@dlm/client';
-import { parseFlags, UsageError } from '@dlm/flags';
-import { COMMON_OPTIONS, type Command } from '../command.js';
+import { type Command, parseNameArgs } from '../command.js';
 import { CONNECTION_USAGE, clientOptions, connectionOptions } from '../connection-options.js';
 import { EXIT } from '../exit-codes.js';
 import { printError, printJson } from '../output.js';
@@ -37,13 +36,9 @@ export const watchCommand: Command = {
   name: 'watch',
   usage: USAGE,
   async run(argv) {
-    const { values, positionals } = parseFlags(argv, COMMON_OPTIONS, { allowPositionals: true });
-    if (values.help) {
-      process.stdout.write(USAGE);
-      return EXIT.OK;
-    }
-    if (positionals.length !== 1) throw new UsageError('dlm watch takes exactly one lock NAME');
-    const name = positionals[0]!;
+    const args = parseNameArgs('watch', USAGE, argv);
+    if (!args) return EXIT.OK;
+    const { values, name } = args;
     const connection = connectionOptions(values);
     const client = createClient({ ...clientOptions(connection), name: 'dlm-cli' });
     noticeWaiting(client, connection.url);

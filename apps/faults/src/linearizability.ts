@@ -334,16 +334,30 @@ export function checkName(
   }
 
   const stuck = furthest?.candidates.map((index) => ops[index]!) ?? [];
+  const t = Math.min(...stuck.map((op) => op.invoke));
   return {
     name,
     ops: ops.length,
     verdict: 'not-linearizable',
     states: visited.size,
-    t: Math.min(...stuck.map((op) => op.invoke)),
+    t,
     message: `after ${furthest?.placed ?? 0} of ${ops.length} operations (lock ${describeModel(
       furthest?.node.model ?? { holder: null, max: 0n },
-    )}), none of these can come next: ${stuck.map(describe).join('; ')}`,
+    )}), none of these can come next: ${stuck.map(describe).join('; ')}; before them: ${leadUp(
+      ops,
+      t,
+    )
+      .map(describe)
+      .join('; ')}`,
   };
+}
+
+/**
+ * The operations invoked in the last expiry bound or so before `t` (at most 12): what a reader
+ * of the report needs to see why none of the stuck operations could come next.
+ */
+function leadUp(ops: readonly LockOp[], t: number): LockOp[] {
+  return ops.filter((op) => op.invoke < t && op.invoke >= t - 3_000).slice(-12);
 }
 
 /** Checks every name's operations in a history of lock events. */

@@ -111,6 +111,10 @@ describe('linearizability checker', () => {
   it('catches a holder read after its release returned, and a release by a token that does not hold', () => {
     const stale = history().granted('a', 0, 1, 5).release('a', 2, 3, 5).get('b', 4, 5, 5);
     expect(verdict(stale.ops)).toBe('not-linearizable');
+    // The report shows what led up to it, for diagnosis from CI's output alone.
+    expect(checkName('x', stale.ops, OPTIONS).message).toContain(
+      'before them: acquire → granted 5 (a, 0.0–1.0); release(5) → released (a, 2.0–3.0)',
+    );
     const wrongRelease = history().granted('a', 0, 1, 5).release('b', 2, 3, 4);
     expect(verdict(wrongRelease.ops)).toBe('not-linearizable');
     const notHeld = history().granted('a', 0, 1, 5).release('b', 2, 3, 4, false);

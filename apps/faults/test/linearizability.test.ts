@@ -1,5 +1,6 @@
 import { DlmError } from '@dlm/core';
 import { describe, expect, it } from 'vitest';
+import { expectedLinearizabilityReason } from '../src/expectations.js';
 import { lockCompletionOf } from '../src/history.js';
 import {
   checkLinearizability,
@@ -222,5 +223,28 @@ describe('lock workload completions', () => {
     expect(lockCompletionOf('acquire', down).type).toBe('info');
     expect(lockCompletionOf('get', down).type).toBe('fail');
     expect(lockCompletionOf('release', new DlmError('NOT_HOLDER', 'gone')).type).toBe('fail');
+  });
+});
+
+describe('which non-linearizable histories a backend explains', () => {
+  const strict = {
+    fencing: 'strict',
+    minTtlMs: 1,
+    ttlGranularityMs: 1,
+    durableAcrossRestart: true,
+    fairQueue: false,
+    expiryEvents: true,
+  } as const;
+  it('best-effort fencing (Redlock) under any nemesis; a strict durable backend under none', () => {
+    const bestEffort = { ...strict, fencing: 'best-effort' } as const;
+    expect(
+      expectedLinearizabilityReason({ capabilities: bestEffort, nemesis: 'server-kill' }),
+    ).toMatch(/one by one/);
+    expect(
+      expectedLinearizabilityReason({ capabilities: bestEffort, nemesis: 'backend-kill' }),
+    ).toMatch(/backend faults/);
+    for (const nemesis of ['server-kill', 'backend-kill', 'client-pause']) {
+      expect(expectedLinearizabilityReason({ capabilities: strict, nemesis })).toBeUndefined();
+    }
   });
 });

@@ -10,6 +10,8 @@ import { failure, lockName } from '../support.js';
 export function durabilityGroup(ctx: ConformanceContext): void {
   describe('durability', () => {
     it('tokens keep increasing and held locks stay held across a backend restart', async (test) => {
+      // Capability gate: a backend that does not declare durability (or a target that cannot
+      // restart it) cannot keep locks across a restart; nothing the service promises is skipped.
       if (!ctx.caps.durableAcrossRestart || !ctx.target.restart) test.skip();
       const released = lockName('durable-released');
       const held = lockName('durable-held');

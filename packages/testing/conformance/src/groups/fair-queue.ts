@@ -31,6 +31,8 @@ export function fairQueueGroup(ctx: ConformanceContext): void {
   };
   /** This test's backend, when it has a fair queue (the test is skipped otherwise). */
   const fairQueueBackend = (test: { skip(): void }) => {
+    // Capability gate: the cross-server queue lives in the backend; without one, each server's
+    // core queues its own waiters (covered by the waiting group on every backend).
     if (!ctx.caps.fairQueue || !ctx.backend.acquireQueued) test.skip();
     return ctx.backend;
   };
@@ -40,6 +42,7 @@ export function fairQueueGroup(ctx: ConformanceContext): void {
 
   describe('fair queue across servers', () => {
     it('with a fair queue, waiters on different service instances are granted in arrival order', async (test) => {
+      // Capability gate: arrival order across servers needs the backend's own queue.
       if (!ctx.caps.fairQueue) test.skip();
       const name = lockName('fair-across');
       const services = [ctx.service];

@@ -52,24 +52,20 @@ const BACKEND_FAULT = (nemesis: string) =>
 
 /**
  * Why a non-linearizable lock history is what the backend promises, or undefined when it is a
- * failure. Best-effort fencing (Redlock) is not linearizable even without faults: an acquire
- * takes the nodes one by one, so while it is under way a contender's try-lock can be refused
- * (the nodes split) and reads between see no holder on a quorum yet (seen in CI: LOCK_HELD,
- * then `get → free`, then the grant completing). Under faults of the backend itself it
- * promises neither increasing tokens nor a single holder. A backend that is not durable forgets
- * its locks when restarted. Every other backend must be linearizable.
+ * failure. Under faults of the backend itself, best-effort fencing (Redlock) promises neither
+ * increasing tokens nor a single holder, and a backend that is not durable forgets its locks
+ * when restarted. Without backend faults every backend, Redlock included, must be
+ * linearizable.
  */
 export function expectedLinearizabilityReason(context: {
   capabilities: BackendCapabilities;
   nemesis: string;
 }): string | undefined {
   const { capabilities, nemesis } = context;
-  if (capabilities.fencing === 'best-effort') {
-    return BACKEND_FAULT(nemesis)
-      ? 'best-effort fencing under backend faults (declared by the backend)'
-      : 'best-effort fencing: an acquire takes the nodes one by one, so contenders split and reads see no quorum meanwhile (declared by the backend)';
-  }
   if (!BACKEND_FAULT(nemesis)) return undefined;
+  if (capabilities.fencing === 'best-effort') {
+    return 'best-effort fencing under backend faults (declared by the backend)';
+  }
   if (
     !capabilities.durableAcrossRestart &&
     (nemesis === 'backend-kill' || nemesis === 'majority-kill')

@@ -21,6 +21,7 @@ import {
   type HolderProof,
   type LockBackend,
   type LockState,
+  sleep,
   systemClock,
   toUnavailable,
 } from '@dlm/core';
@@ -252,7 +253,60 @@ async function ready(r: Redlock): Promise<void> {
 
 type NodeAttempt = Gathered<NodeAcquireResult>;
 
-async function tryAcquire(
+/**
+ * The longest a refused try-lock keeps looking at a split: copies of another owner's lease on
+ * the nodes that no quorum agrees on. An acquire under way settles it within a few round trips;
+ * copies still split after this long are a dead attempt's, and stay until they run out.
+ */
+const SPLIT_SETTLE_MS = 250;
+
+/**
+ * Redlock's try-lock, answered only from what a quorum says. An acquire takes the nodes one by
+ * one, so a refusal can come from another acquire still under way, whose copies no quorum
+ * agrees on yet. Answering LOCK_HELD then, while readers see no holder, is no order a single
+ * lock could have (the fault harness's linearizability check found it). So a refusal is given
+ * once a quorum agrees on a holder; while the copies are split it waits for them to settle (a
+ * grant, or copies given back: then it tries again), up to SPLIT_SETTLE_MS.
+ */
+async function tryAcquire(r: Redlock, request: AcquireRequest): Promise<AcquireResult> {
+  assertOpen(r);
+  const settleBy = r.clock.now() + Math.min(SPLIT_SETTLE_MS, r.commandTimeoutMs);
+  for (;;) {
+    const result = await attemptAcquire(r, request);
+    if (result.granted) return result;
+    const settled = await splitSettled(r, request, settleBy);
+    if (settled !== 'free' || r.clock.now() > settleBy) return result;
+  }
+}
+
+/**
+ * After a refusal: 'held' once a quorum agrees on a holder, 'free' once no other owner's copy
+ * is left (try again), 'split' when the bound passes first or no quorum answers.
+ */
+async function splitSettled(
+  r: Redlock,
+  { name, owner }: AcquireRequest,
+  settleBy: number,
+): Promise<'held' | 'free' | 'split'> {
+  let pauseMs = 1;
+  for (;;) {
+    const read = gather(
+      r.nodes,
+      (node) => node.inspect(name),
+      (so) => so.filter((o) => o !== undefined).length >= r.quorum,
+    );
+    const states = answers(await read.early);
+    if (states.length < r.quorum) return 'split';
+    if (agreed(name, states, r.quorum, (nodeMs) => nodeMs) !== null) return 'held';
+    // Our own copies are being given back: they are no contender's.
+    if (!states.some((state) => state !== null && state.owner !== owner)) return 'free';
+    if (r.clock.now() + pauseMs > settleBy) return 'split';
+    await sleep(r.clock, pauseMs);
+    pauseMs = Math.min(pauseMs * 2, 32);
+  }
+}
+
+async function attemptAcquire(
   r: Redlock,
   { name, owner, ttlMs, keyHash }: AcquireRequest,
 ): Promise<AcquireResult> {

@@ -59,7 +59,6 @@ describe.skipIf(!run)('etcd adapter', () => {
             return {
               backend,
               commandTimeoutMs,
-              releaseBoundedInOutage: true,
               members: cluster.members,
               waitForLeader: () => cluster.waitForLeader(),
               stop: async () => {

@@ -53,7 +53,8 @@ export interface RedisNode {
   readonly client: Redis;
   /**
    * `startedAt` (monotonic) starts the call's time budget; default now. `keyHash` is stored with
-   * the lease and must match for the same owner's re-acquire (undefined: none).
+   * the lease and must match for the same owner's re-acquire (undefined: none). `freshMs`: how
+   * long a fresh lease lives on the node (default `ttlMs`; a re-acquire is refreshed for `ttlMs`).
    */
   acquire(
     name: string,
@@ -61,6 +62,7 @@ export interface RedisNode {
     keyHash: string | undefined,
     ttlMs: number,
     startedAt?: number,
+    freshMs?: number,
   ): Promise<NodeAcquireResult>;
   /** `keyHash` undefined: the token alone (an operator's call). */
   release(name: string, token: bigint, keyHash: string | undefined): Promise<boolean>;
@@ -85,6 +87,8 @@ export interface RedisNode {
     token: bigint,
     ttlMs: number,
     announce: boolean,
+    /** The lease's time to live from now on, in ms (default: it keeps its own). */
+    leaseMs?: number,
   ): Promise<boolean>;
   list(namePrefix: string): Promise<LockState[]>;
   /** Resolves once the client has connected for the first time (UNAVAILABLE after the time-out). */
@@ -319,6 +323,7 @@ class ScriptedRedisNode implements RedisNode {
     keyHash: string | undefined,
     ttlMs: number,
     startedAt = this.clock.now(),
+    freshMs?: number,
   ): Promise<NodeAcquireResult> {
     const keys = this.keysOf(name);
     const reply = asArray(
@@ -336,6 +341,7 @@ class ScriptedRedisNode implements RedisNode {
           keys.hex,
           keyHash ?? '',
           this.options.fenceRetentionMs,
+          freshMs === undefined ? '' : Math.max(1, Math.ceil(freshMs)),
         ],
         true,
       ),
@@ -412,6 +418,7 @@ class ScriptedRedisNode implements RedisNode {
     token: bigint,
     ttlMs: number,
     announce: boolean,
+    leaseMs?: number,
   ): Promise<boolean> {
     const keys = this.keysOf(name);
     const reply = await this.call(
@@ -427,6 +434,7 @@ class ScriptedRedisNode implements RedisNode {
         keys.hex,
         keyHash ?? '',
         ttlMs + this.options.fenceRetentionMs,
+        leaseMs === undefined ? '' : Math.max(1, Math.ceil(leaseMs)),
       ],
     );
     return reply === 1;

@@ -70,7 +70,9 @@ end
 
 /**
  * KEYS: lock, fence. ARGV: owner, ttlMs, deadline (server ms; 0 = none), channel ('' = do not
- * publish), hex name, key hash ('' = none), fence retention ms (the fence key lives ttlMs + this).
+ * publish), hex name, key hash ('' = none), fence retention ms (the fence key lives ttlMs + this),
+ * a fresh lease's own ms ('' = ttlMs: Redlock's first step takes the nodes for less, until its
+ * second step labels the grant, so a dead attempt's copies run out soon).
  * Returns {1, token, now, fresh(1|0)} granted; {0, pttl, now} held by another; {-1, 0, now} stale.
  */
 export const ACQUIRE = script(
@@ -88,7 +90,7 @@ if current then
   return {0, redis.call('PTTL', KEYS[1]), now}
 end
 ${nextToken('tonumber(ARGV[2]) + tonumber(ARGV[7])')}
-redis.call('SET', KEYS[1], format(token, ARGV[6], ARGV[1]), 'PX', ARGV[2])
+redis.call('SET', KEYS[1], format(token, ARGV[6], ARGV[1]), 'PX', tonumber(ARGV[8]) or ARGV[2])
 if ARGV[4] ~= '' then
   redis.call('PUBLISH', ARGV[4], 'acquired ' .. ARGV[5] .. ' ' .. token .. ' ' .. ARGV[1])
 end
@@ -167,7 +169,8 @@ return {1, current}
  * above it, and relabel this owner's lease on the node with M, so release/extend/re-acquire
  * speak one token on every node. KEYS: lock, fence. ARGV: owner, M, channel ('' = do not
  * publish), hex name, key hash ('' = none), how long the fence key lives (ms: the lease + the
- * retention margin). Returns 1 when the owner's lease is on this node.
+ * retention margin), the lease's ms from now ('' = keep its time to live). Returns 1 when the
+ * owner's lease is on this node.
  */
 export const ADOPT_TOKEN = script(
   'adopt-token',
@@ -180,7 +183,9 @@ local current = redis.call('GET', KEYS[1])
 if not current then return 0 end
 local held, hash, owner = parse(current)
 if owner ~= ARGV[1] or hash ~= ARGV[5] then return 0 end
-if held ~= ARGV[2] then
+if tonumber(ARGV[7]) then
+  redis.call('SET', KEYS[1], format(ARGV[2], hash, owner), 'PX', ARGV[7])
+elseif held ~= ARGV[2] then
   redis.call('SET', KEYS[1], format(ARGV[2], hash, owner), 'KEEPTTL')
 end
 if ARGV[3] ~= '' then

@@ -57,6 +57,13 @@ export interface RedlockBackendOptions {
    * Default 60000.
    */
   fenceRetentionMs?: number;
+  /**
+   * How long one acquire may take over the nodes, in ms. Its copies on the nodes live this long
+   * until the grant is labelled with its token, so the copies of an attempt whose dlm server died
+   * half-way run out after it (not after the lease's ttl), and a contender refused by such a split
+   * waits at most this long for it to clear. Default 500.
+   */
+  acquireAttemptMs?: number;
   clock?: Clock;
 }
 
@@ -93,7 +100,8 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
   const clock = options.clock ?? systemClock;
   const driftFactor = options.driftFactor ?? 0.01;
   const allowanceMs = options.latencyAllowanceMs ?? 100;
-  checkRedlockOptions(options, driftFactor);
+  const attemptMs = options.acquireAttemptMs ?? 500;
+  checkRedlockOptions(options, driftFactor, attemptMs);
   const ownsClients = options.clients === undefined;
   const clients =
     options.clients ??
@@ -140,6 +148,7 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
     quorum,
     driftFactor,
     allowanceMs,
+    attemptMs,
     commandTimeoutMs,
     closed: false,
   };
@@ -167,7 +176,18 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
   };
 }
 
-function checkRedlockOptions(options: RedlockBackendOptions, driftFactor: number): void {
+function checkRedlockOptions(
+  options: RedlockBackendOptions,
+  driftFactor: number,
+  attemptMs: number,
+): void {
+  if (!(Number.isInteger(attemptMs) && attemptMs >= 10 && attemptMs <= 60_000)) {
+    throw new DlmError(
+      'INVALID_PARAMS',
+      `acquireAttemptMs must be a whole number of ms from 10 to 60000, got ${attemptMs}`,
+      { field: 'acquireAttemptMs' },
+    );
+  }
   if (!(driftFactor >= 0 && driftFactor < 0.5)) {
     throw new DlmError('INVALID_PARAMS', 'driftFactor must be in [0, 0.5)', {
       field: 'driftFactor',
@@ -188,6 +208,8 @@ interface Redlock {
   readonly quorum: number;
   readonly driftFactor: number;
   readonly allowanceMs: number;
+  /** How long an acquire's copies live on the nodes until its grant is labelled. */
+  readonly attemptMs: number;
   readonly commandTimeoutMs: number;
   closed: boolean;
 }
@@ -253,12 +275,8 @@ async function ready(r: Redlock): Promise<void> {
 
 type NodeAttempt = Gathered<NodeAcquireResult>;
 
-/**
- * The longest a refused try-lock keeps looking at a split: copies of another owner's lease on
- * the nodes that no quorum agrees on. An acquire under way settles it within a few round trips;
- * copies still split after this long are a dead attempt's, and stay until they run out.
- */
-const SPLIT_SETTLE_MS = 250;
+/** Past `acquireAttemptMs`: by then a split's copies have run out on the nodes' clocks. */
+const SPLIT_MARGIN_MS = 50;
 
 /**
  * Redlock's try-lock, answered only from what a quorum says. An acquire takes the nodes one by
@@ -266,16 +284,20 @@ const SPLIT_SETTLE_MS = 250;
  * agrees on yet. Answering LOCK_HELD then, while readers see no holder, is no order a single
  * lock could have (the fault harness's linearizability check found it). So a refusal is given
  * once a quorum agrees on a holder; while the copies are split it waits for them to settle (a
- * grant, or copies given back: then it tries again), up to SPLIT_SETTLE_MS.
+ * grant, or copies given back or run out: then it tries again). An attempt's copies live
+ * `acquireAttemptMs` until its grant is labelled, so the wait ends by then.
  */
 async function tryAcquire(r: Redlock, request: AcquireRequest): Promise<AcquireResult> {
   assertOpen(r);
-  const settleBy = r.clock.now() + Math.min(SPLIT_SETTLE_MS, r.commandTimeoutMs);
-  for (;;) {
+  const settleBy = r.clock.now() + r.attemptMs + SPLIT_MARGIN_MS;
+  for (let round = 1; ; round += 1) {
     const result = await attemptAcquire(r, request);
     if (result.granted) return result;
     const settled = await splitSettled(r, request, settleBy);
     if (settled !== 'free' || r.clock.now() > settleBy) return result;
+    // Contenders that split the vote all see it settle at once: a random pause, growing with
+    // each round, lets one of them take a quorum next time (Redlock's own retry advice).
+    await sleep(r.clock, Math.random() * Math.min(2 ** round, 32));
   }
 }
 
@@ -317,7 +339,8 @@ async function attemptAcquire(
   const onNodes = nodeTtl(r, ttlMs);
   const run = gather(
     nodes,
-    (node) => node.acquire(name, owner, keyHash, onNodes, startedAt),
+    (node) =>
+      node.acquire(name, owner, keyHash, onNodes, startedAt, Math.min(onNodes, r.attemptMs)),
     (outcomes) => {
       const granted = outcomes.filter((o) => o?.ok && o.value.granted).length;
       const refused = outcomes.filter((o) => o && !(o.ok && o.value.granted)).length;
@@ -369,9 +392,12 @@ async function labelGrant(
   // a node forgets its data or misses the adoption.
   const token = maxToken(grants.map((g) => g.token));
   const announce = grants.some((g) => g.fresh);
+  // The copies were taken for `acquireAttemptMs`; labelled, each lives until at least
+  // startedAt + onNodes, as if taken for the whole lease.
+  const leaseMs = onNodes - (r.clock.now() - startedAt);
   const adopted = await gather(
     r.nodes,
-    (node) => node.adoptToken(name, owner, keyHash, token, onNodes, announce),
+    (node) => node.adoptToken(name, owner, keyHash, token, onNodes, announce, leaseMs),
     (so) => so.filter((o) => o?.ok && o.value).length >= quorum,
   ).early;
   const labelled = answers(adopted).filter(Boolean).length;

@@ -1,6 +1,6 @@
-import { nameKeys } from '@dlm/adapter-redis';
+import { createRedisNode, nameKeys } from '@dlm/adapter-redis';
 import { granted, sleep, until } from '@dlm/conformance';
-import { isDlmError, type LockEvent } from '@dlm/core';
+import { isDlmError, type LockEvent, systemClock } from '@dlm/core';
 import {
   type RedisService,
   redisAvailable,
@@ -256,5 +256,80 @@ describe.skipIf(!enabled)('redlock adapter under faults', () => {
     const tight = await granted(strict, lockName('validity'), 'b', 5_000);
     expect(tight.ttlMs).toBeLessThan(5_000);
     expect(tight.ttlMs).toBeGreaterThan(4_900);
+  });
+
+  /**
+   * What an acquire leaves on the nodes when its dlm server dies between Redlock's two steps:
+   * fresh copies on a majority, never labelled with one token, so no quorum agrees on a holder
+   * (a reader sees the lock free). Planted here with the node's own first step.
+   */
+  async function plantSplit(on: RedisService[], name: string, freshMs?: number): Promise<void> {
+    for (const service of on) {
+      const node = createRedisNode({
+        client: raw(service),
+        prefix: 'dlm:',
+        commandTimeoutMs: 2_000,
+        clock: systemClock,
+        publishAcquired: false,
+        fenceRetentionMs: 60_000,
+      });
+      const taken = await node.acquire(
+        name,
+        'died-half-way',
+        undefined,
+        10_000,
+        undefined,
+        freshMs,
+      );
+      expect(taken.granted).toBe(true);
+    }
+  }
+
+  it('an acquire that died half-way: its copies live acquireAttemptMs, and a contender gets the lock then, never LOCK_HELD', async () => {
+    const three = await nodes(3);
+    const lock = await backend(three, { acquireAttemptMs: 300 });
+    const name = lockName('dead-split');
+    await plantSplit(three.slice(0, 2), name, 300);
+    expect(await lock.inspect(name)).toBeNull(); // no quorum agrees: a reader sees it free
+    const started = performance.now();
+    const result = await lock.tryAcquire({ name, owner: 'b', ttlMs: 5_000 });
+    expect(result.granted).toBe(true);
+    expect(performance.now() - started).toBeLessThan(300 + 500);
+    // The first step's copies are short; labelled, the grant's live the whole lease.
+    const pttls = await Promise.all(
+      three.map((node) => raw(node).pttl(nameKeys('dlm:', name).lock)),
+    );
+    expect(pttls.filter((pttl) => pttl > 5_000)).toHaveLength(3);
+  });
+
+  it('a split that does not clear (copies taken for the whole ttl) is refused once acquireAttemptMs has passed, not sooner and not never', async () => {
+    const three = await nodes(3);
+    const lock = await backend(three, { acquireAttemptMs: 200 });
+    const name = lockName('lasting-split');
+    await plantSplit(three.slice(0, 2), name);
+    const started = performance.now();
+    const result = await lock.tryAcquire({ name, owner: 'b', ttlMs: 5_000 });
+    const elapsed = performance.now() - started;
+    expect(result.granted).toBe(false);
+    expect(elapsed).toBeGreaterThanOrEqual(200);
+    expect(elapsed).toBeLessThan(200 + 1_000);
+  });
+
+  it('a holder a quorum agrees on is refused at once', async () => {
+    const three = await nodes(3);
+    const lock = await backend(three, { acquireAttemptMs: 2_000 });
+    const name = lockName('agreed-holder');
+    await granted(lock, name, 'a', 5_000);
+    const started = performance.now();
+    expect((await lock.tryAcquire({ name, owner: 'b', ttlMs: 5_000 })).granted).toBe(false);
+    expect(performance.now() - started).toBeLessThan(1_000);
+  });
+
+  it('refuses a bad acquireAttemptMs with its field', () => {
+    for (const acquireAttemptMs of [0, 5, 1.5, 120_000]) {
+      expect(() => redlockBackend({ urls: ['redis://127.0.0.1:1'], acquireAttemptMs })).toThrow(
+        expect.objectContaining({ code: 'INVALID_PARAMS', details: { field: 'acquireAttemptMs' } }),
+      );
+    }
   });
 });

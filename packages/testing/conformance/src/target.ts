@@ -69,10 +69,4 @@ export interface ClusterTarget {
   heldTtlMs?: number;
   /** How long locking may take to come back once a lost majority restarts (default 15 s). */
   resumeAfterMajorityMs?: number;
-  /**
-   * Whether a release during the outage also answers UNAVAILABLE within the bound (checked
-   * where true; etcd's is. ZooKeeper's release during a lost quorum is not answered within the
-   * test's time, so its target leaves this out).
-   */
-  releaseBoundedInOutage?: boolean;
 }

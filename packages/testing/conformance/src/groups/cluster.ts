@@ -114,12 +114,20 @@ export function clusterGroup(name: string, start: () => Promise<ClusterTarget>):
         expect(elapsed).toBeLessThan(commandTimeoutMs + 500);
         waits.push(Math.round(elapsed));
       }
-      console.log(`[${name}] majority down: UNAVAILABLE after ${waits.join(', ')} ms`);
-      if (cluster.releaseBoundedInOutage) {
-        expect(await outcomeOf(backend.release({ name: lock, token: before.grant.token }))).toBe(
-          'unavailable',
-        );
+      // A release and an extend of the lock held since before: UNAVAILABLE within the bound too.
+      for (const call of [
+        () => backend.release({ name: before.grant.name, token: before.grant.token }),
+        () => backend.extend({ name: before.grant.name, token: before.grant.token, ttlMs: 5_000 }),
+      ]) {
+        const started = performance.now();
+        expect(await outcomeOf(call())).toBe('unavailable');
+        const elapsed = performance.now() - started;
+        expect(elapsed).toBeLessThan(commandTimeoutMs + 500);
+        waits.push(Math.round(elapsed));
       }
+      console.log(
+        `[${name}] majority down: UNAVAILABLE after ${waits.join(', ')} ms (3 acquires, release, extend)`,
+      );
 
       // Members come back together (each one alone is a minority and never serves).
       const restarted = performance.now();

@@ -20,6 +20,7 @@ const ROUTES: Record<string, [file: string, type: string]> = {
   '/': ['index.html', 'text/html; charset=utf-8'],
   '/index.html': ['index.html', 'text/html; charset=utf-8'],
   '/dashboard.js': ['dashboard.js', 'text/javascript; charset=utf-8'],
+  '/charts.js': ['charts.js', 'text/javascript; charset=utf-8'],
   '/dashboard.css': ['dashboard.css', 'text/css; charset=utf-8'],
   '/favicon.svg': ['favicon.svg', 'image/svg+xml'],
 };
@@ -123,11 +124,19 @@ function afterOf(value: string | null): number {
   return after;
 }
 
+interface LockActivity {
+  name: string;
+  token?: string;
+  heldMs?: number;
+  waitingMs: number[];
+}
+
 /** Per name under `prefix`: how long its lease has been held, and how long each waiter waits. */
-function locksOf(feed: LockFeed, prefix: string) {
-  const locks = new Map<string, { name: string; heldMs?: number; waitingMs: number[] }>();
+function locksOf(feed: LockFeed, prefix: string): LockActivity[] {
+  const locks = new Map<string, LockActivity>();
   for (const lock of feed.snapshot(prefix)) {
-    locks.set(lock.name, { name: lock.name, heldMs: lock.heldMs, waitingMs: [] });
+    const { name, heldMs } = lock;
+    locks.set(name, { name, token: formatToken(lock.token), heldMs, waitingMs: [] });
   }
   for (const name of feed.history.waitingNames()) {
     if (!name.startsWith(prefix)) continue;

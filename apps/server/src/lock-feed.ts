@@ -295,7 +295,7 @@ class Feed implements LockFeed {
         name,
         owner,
         token,
-        ...(local && waitedMs !== undefined ? { waitedMs } : {}),
+        ...(local && waitedMs !== undefined ? { waitedMs: Math.round(waitedMs) } : {}),
       });
     }
     if (type) this.emit(type, state.name, entry, true);
@@ -325,7 +325,7 @@ class Feed implements LockFeed {
       if (heldMs !== undefined) this.options.onHoldEnded?.(type, heldMs / 1000);
     }
     const { name, owner, token } = entry;
-    this.history.record({ type, name, owner, token, ...(heldMs === undefined ? {} : { heldMs }) });
+    this.history.record({ type, name, owner, token, ...(heldMs === undefined ? {} : { heldMs: Math.round(heldMs) }) });
     this.emit(type, entry.name, entry, false);
   }
 

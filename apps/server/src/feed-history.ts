@@ -10,11 +10,21 @@ export interface HistoryEvent {
   at: number;
   type: HistoryEventType;
   name: string;
+  owner: string | undefined;
+  token: bigint | undefined;
+  /** A grant through this server: how long its acquire queued first. */
+  waitedMs: number | undefined;
+  /** The end of a lease granted through this server: how long it was held. */
+  heldMs: number | undefined;
+}
+
+/** What `record` is given: an event without its seq and time, and only the fields it has. */
+export interface NewHistoryEvent {
+  type: HistoryEventType;
+  name: string;
   owner?: string;
   token?: bigint;
-  /** A grant through this server: how long its acquire queued first. */
   waitedMs?: number;
-  /** The end of a lease granted through this server: how long it was held. */
   heldMs?: number;
 }
 
@@ -36,7 +46,7 @@ export interface FeedHistoryOptions {
   rateSeconds?: number;
 }
 
-export const HISTORY_MAX_EVENTS = 2_000;
+export const HISTORY_MAX_EVENTS = 10_000;
 export const HISTORY_MAX_AGE_MS = 5 * 60_000;
 export const RATE_SECONDS = 300;
 
@@ -48,7 +58,7 @@ export const RATE_SECONDS = 300;
  * acquire still queued here joined the queue.
  */
 export interface FeedHistory {
-  record(event: Omit<HistoryEvent, 'seq' | 'at'>): void;
+  record(event: NewHistoryEvent): void;
   /** The number of acquires queued here for `name` is now `count` (the observer's report). */
   queued(name: string, count: number): void;
   /** Events after `afterSeq` under `prefix`, oldest first; all of them if `afterSeq` is ahead. */
@@ -155,7 +165,18 @@ export function createFeedHistory(options: FeedHistoryOptions): FeedHistory {
   return {
     record(event) {
       seq += 1;
-      push({ ...event, seq, at: clock.now() });
+      // Every event has the same shape (absent fields undefined): a third of the memory of
+      // objects of varying shapes.
+      push({
+        seq,
+        at: clock.now(),
+        type: event.type,
+        name: event.name,
+        owner: event.owner,
+        token: event.token,
+        waitedMs: event.waitedMs,
+        heldMs: event.heldMs,
+      });
     },
 
     queued(name, count) {
@@ -167,7 +188,16 @@ export function createFeedHistory(options: FeedHistoryOptions): FeedHistory {
       while (times.length < count) {
         times.push(now);
         seq += 1;
-        push({ seq, at: now, type: 'queued', name });
+        push({
+          seq,
+          at: now,
+          type: 'queued',
+          name,
+          owner: undefined,
+          token: undefined,
+          waitedMs: undefined,
+          heldMs: undefined,
+        });
       }
       if (times.length === 0) joined.delete(name);
       else joined.set(name, times);

@@ -325,7 +325,13 @@ class Feed implements LockFeed {
       if (heldMs !== undefined) this.options.onHoldEnded?.(type, heldMs / 1000);
     }
     const { name, owner, token } = entry;
-    this.history.record({ type, name, owner, token, ...(heldMs === undefined ? {} : { heldMs: Math.round(heldMs) }) });
+    this.history.record({
+      type,
+      name,
+      owner,
+      token,
+      ...(heldMs === undefined ? {} : { heldMs: Math.round(heldMs) }),
+    });
     this.emit(type, entry.name, entry, false);
   }
 

@@ -60,7 +60,8 @@ export function drawRates(chart, scale, legend, rates) {
   scale.textContent = `${top}/s`;
   for (const { key } of SERIES) {
     const points = [];
-    for (let i = 0; i < shown; i += 1) points.push(`${x(i).toFixed(1)},${y(rates[key][i]).toFixed(1)}`);
+    for (let i = 0; i < shown; i += 1)
+      points.push(`${x(i).toFixed(1)},${y(rates[key][i]).toFixed(1)}`);
     chart.append(svg('polyline', { points: points.join(' '), class: `series ${key}` }));
   }
   chart.dataset.total = String(total);

@@ -400,7 +400,8 @@ async function readHistory() {
       headers: token ? { authorization: `Bearer ${token}` } : {},
     });
     const body = await response.json();
-    if (!response.ok) chart.note.textContent = `History: ${body.error?.message ?? response.statusText}`;
+    if (!response.ok)
+      chart.note.textContent = `History: ${body.error?.message ?? response.statusText}`;
     else if (asked === prefix) applyHistory(body);
   } catch (error) {
     chart.note.textContent = `History: ${error.message}`;
@@ -419,11 +420,14 @@ function applyHistory(body) {
     recent.events = [];
     feedList.replaceChildren();
   }
+  const shown = [];
   for (const event of body.events) {
     const entry = { ...event, at: now - event.ageMs };
     recent.events.push(entry);
-    if (FEED_EVENTS.has(entry.type)) addFeedItem(entry);
+    if (FEED_EVENTS.has(entry.type)) shown.push(entry);
   }
+  // A first read brings the whole ring: only the newest can stay in the list.
+  for (const entry of shown.slice(-FEED_LIMIT)) addFeedItem(entry);
   recent.seq = body.seq;
   const { events } = recent;
   let drop = Math.max(0, events.length - body.maxEvents);

@@ -97,164 +97,175 @@ function kindOf(type: HistoryEventType): Kind | undefined {
 }
 
 export function createFeedHistory(options: FeedHistoryOptions): FeedHistory {
-  const { clock } = options;
-  const maxEvents = options.maxEvents ?? HISTORY_MAX_EVENTS;
-  const maxAgeMs = options.maxAgeMs ?? HISTORY_MAX_AGE_MS;
-  const seconds = options.rateSeconds ?? RATE_SECONDS;
-  // A circular buffer: `start` is the oldest event, `length` how many there are.
-  const ring: (HistoryEvent | undefined)[] = new Array(maxEvents);
-  let start = 0;
-  let length = 0;
-  let seq = 0;
+  return new History(options);
+}
+
+/** Per-second counts of each kind over the last `seconds`, in fixed arrays. */
+class RateCounter {
   // Slot `second % seconds` counts that second's events of each kind, if `stamps` says it is it.
-  const counts = KINDS.map(() => new Float64Array(seconds));
-  const stamps = new Float64Array(seconds).fill(-1);
-  const joined = new Map<string, number[]>();
+  private readonly counts: Float64Array[];
+  private readonly stamps: Float64Array;
 
-  function at(index: number): HistoryEvent {
-    return ring[(start + index) % maxEvents]!;
+  constructor(private readonly seconds: number) {
+    this.counts = KINDS.map(() => new Float64Array(seconds));
+    this.stamps = new Float64Array(seconds).fill(-1);
   }
 
-  function dropOld(now: number): void {
-    while (length > 0 && now - at(0).at > maxAgeMs) {
-      ring[start] = undefined;
-      start = (start + 1) % maxEvents;
-      length -= 1;
+  count(kind: Kind, at: number): void {
+    const second = Math.floor(at / 1000);
+    const slot = second % this.seconds;
+    if (this.stamps[slot] !== second) {
+      this.stamps[slot] = second;
+      for (const series of this.counts) series[slot] = 0;
     }
+    this.counts[KINDS.indexOf(kind)]![slot]! += 1;
   }
 
-  function push(event: HistoryEvent): void {
-    dropOld(event.at);
-    if (length === maxEvents) {
-      start = (start + 1) % maxEvents;
-      length -= 1;
-    }
-    ring[(start + length) % maxEvents] = event;
-    length += 1;
-    const kind = kindOf(event.type);
-    if (kind === undefined) return;
-    const second = Math.floor(event.at / 1000);
-    const slot = second % seconds;
-    if (stamps[slot] !== second) {
-      stamps[slot] = second;
-      for (const series of counts) series[slot] = 0;
-    }
-    counts[KINDS.indexOf(kind)]![slot]! += 1;
-  }
-
-  function since(afterSeq: number, prefix: string): HistoryEvent[] {
-    dropOld(clock.now());
-    const from = afterSeq > seq ? 0 : afterSeq;
-    const events: HistoryEvent[] = [];
-    for (let i = 0; i < length; i += 1) {
-      const event = at(i);
-      if (event.seq > from && event.name.startsWith(prefix)) events.push(event);
-    }
-    return events;
-  }
-
-  function emptyRates(): Rates {
-    return {
-      grants: new Array<number>(seconds).fill(0),
-      releases: new Array<number>(seconds).fill(0),
-      expiries: new Array<number>(seconds).fill(0),
-      waits: new Array<number>(seconds).fill(0),
-    };
-  }
-
-  return {
-    record(event) {
-      seq += 1;
-      // Every event has the same shape (absent fields undefined): a third of the memory of
-      // objects of varying shapes.
-      push({
-        seq,
-        at: clock.now(),
-        type: event.type,
-        name: event.name,
-        owner: event.owner,
-        token: event.token,
-        waitedMs: event.waitedMs,
-        heldMs: event.heldMs,
-      });
-    },
-
-    queued(name, count) {
-      const times = joined.get(name) ?? [];
-      // A grant goes to the head of the queue; a waiter that gives up may be anywhere in it,
-      // but the observer reports only the length, so the oldest are counted off first.
-      while (times.length > count) times.shift();
-      const now = clock.now();
-      while (times.length < count) {
-        times.push(now);
-        seq += 1;
-        push({
-          seq,
-          at: now,
-          type: 'queued',
-          name,
-          owner: undefined,
-          token: undefined,
-          waitedMs: undefined,
-          heldMs: undefined,
-        });
-      }
-      if (times.length === 0) joined.delete(name);
-      else joined.set(name, times);
-    },
-
-    since,
-
-    rates(prefix) {
-      const now = Math.floor(clock.now() / 1000);
-      const rates = emptyRates();
-      const first = now - seconds + 1;
-      if (prefix === '') {
-        for (let second = first; second <= now; second += 1) {
-          const slot = second % seconds;
-          if (stamps[slot] !== second) continue;
-          KINDS.forEach((kind, k) => {
-            rates[kind][second - first] = counts[k]![slot]!;
-          });
-        }
-        return rates;
-      }
-      // A filtered view counts only what the ring still holds under the prefix.
-      for (const event of since(0, prefix)) {
+  /** The counts up to the second of `now`; `events`, if given, are counted instead. */
+  read(now: number, events?: readonly HistoryEvent[]): Rates {
+    const last = Math.floor(now / 1000);
+    const first = last - this.seconds + 1;
+    const rates = {} as Rates;
+    for (const kind of KINDS) rates[kind] = new Array<number>(this.seconds).fill(0);
+    if (events) {
+      for (const event of events) {
         const kind = kindOf(event.type);
         const second = Math.floor(event.at / 1000);
         if (kind !== undefined && second >= first) rates[kind][second - first]! += 1;
       }
       return rates;
-    },
+    }
+    for (let second = first; second <= last; second += 1) {
+      const slot = second % this.seconds;
+      if (this.stamps[slot] !== second) continue;
+      KINDS.forEach((kind, k) => {
+        rates[kind][second - first] = this.counts[k]![slot]!;
+      });
+    }
+    return rates;
+  }
+}
 
-    waitingMs(name) {
-      const now = clock.now();
-      return (joined.get(name) ?? []).map((time) => Math.max(0, Math.round(now - time)));
-    },
+class History implements FeedHistory {
+  private readonly clock: Clock;
+  private readonly maxEvents: number;
+  private readonly maxAgeMs: number;
+  // A circular buffer: `start` is the oldest event, `length` how many there are.
+  private readonly ring: (HistoryEvent | undefined)[];
+  private start = 0;
+  private length = 0;
+  private lastSeq = 0;
+  private readonly counter: RateCounter;
+  /** Per name with acquires queued here, when each joined, oldest first. */
+  private readonly joined = new Map<string, number[]>();
 
-    ageMs(at) {
-      return Math.max(0, Math.round(clock.now() - at));
-    },
+  constructor(options: FeedHistoryOptions) {
+    this.clock = options.clock;
+    this.maxEvents = options.maxEvents ?? HISTORY_MAX_EVENTS;
+    this.maxAgeMs = options.maxAgeMs ?? HISTORY_MAX_AGE_MS;
+    this.ring = new Array(this.maxEvents);
+    this.counter = new RateCounter(options.rateSeconds ?? RATE_SECONDS);
+  }
 
-    waitingNames() {
-      return joined.keys();
-    },
+  get seq(): number {
+    return this.lastSeq;
+  }
 
-    get seq() {
-      return seq;
-    },
+  get size(): number {
+    this.dropOld(this.clock.now());
+    return this.length;
+  }
 
-    get size() {
-      dropOld(clock.now());
-      return length;
-    },
+  record(event: NewHistoryEvent): void {
+    // Every event has the same shape (absent fields undefined): a third of the memory of
+    // objects of varying shapes.
+    this.push({
+      seq: 0,
+      at: this.clock.now(),
+      type: event.type,
+      name: event.name,
+      owner: event.owner,
+      token: event.token,
+      waitedMs: event.waitedMs,
+      heldMs: event.heldMs,
+    });
+  }
 
-    clear() {
-      ring.fill(undefined);
-      start = 0;
-      length = 0;
-      joined.clear();
-    },
-  };
+  queued(name: string, count: number): void {
+    const times = this.joined.get(name) ?? [];
+    // A grant goes to the head of the queue; a waiter that gives up may be anywhere in it,
+    // but the observer reports only the length, so the oldest are counted off first.
+    while (times.length > count) times.shift();
+    const at = this.clock.now();
+    while (times.length < count) {
+      times.push(at);
+      const none = { owner: undefined, token: undefined, waitedMs: undefined, heldMs: undefined };
+      this.push({ seq: 0, at, type: 'queued', name, ...none });
+    }
+    if (times.length === 0) this.joined.delete(name);
+    else this.joined.set(name, times);
+  }
+
+  since(afterSeq: number, prefix: string): HistoryEvent[] {
+    this.dropOld(this.clock.now());
+    const from = afterSeq > this.lastSeq ? 0 : afterSeq;
+    const events: HistoryEvent[] = [];
+    for (let i = 0; i < this.length; i += 1) {
+      const event = this.at(i);
+      if (event.seq > from && event.name.startsWith(prefix)) events.push(event);
+    }
+    return events;
+  }
+
+  rates(prefix: string): Rates {
+    const now = this.clock.now();
+    // A filtered view counts only what the ring still holds under the prefix.
+    return this.counter.read(now, prefix === '' ? undefined : this.since(0, prefix));
+  }
+
+  waitingMs(name: string): number[] {
+    return (this.joined.get(name) ?? []).map((at) => this.ageMs(at));
+  }
+
+  ageMs(at: number): number {
+    return Math.max(0, Math.round(this.clock.now() - at));
+  }
+
+  waitingNames(): IterableIterator<string> {
+    return this.joined.keys();
+  }
+
+  clear(): void {
+    this.ring.fill(undefined);
+    this.start = 0;
+    this.length = 0;
+    this.joined.clear();
+  }
+
+  private at(index: number): HistoryEvent {
+    return this.ring[(this.start + index) % this.maxEvents]!;
+  }
+
+  private dropOld(now: number): void {
+    while (this.length > 0 && now - this.at(0).at > this.maxAgeMs) {
+      this.ring[this.start] = undefined;
+      this.start = (this.start + 1) % this.maxEvents;
+      this.length -= 1;
+    }
+  }
+
+  /** Adds `event` with the next seq, making room by age, then by count. */
+  private push(event: HistoryEvent): void {
+    this.lastSeq += 1;
+    event.seq = this.lastSeq;
+    this.dropOld(event.at);
+    if (this.length === this.maxEvents) {
+      this.start = (this.start + 1) % this.maxEvents;
+      this.length -= 1;
+    }
+    this.ring[(this.start + this.length) % this.maxEvents] = event;
+    this.length += 1;
+    const kind = kindOf(event.type);
+    if (kind !== undefined) this.counter.count(kind, event.at);
+  }
 }

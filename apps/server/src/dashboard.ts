@@ -1,5 +1,11 @@
 import { readFileSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
+import { DlmError, formatToken, type Limits } from '@dlm/core';
+import { HISTORY_MAX_AGE_MS, HISTORY_MAX_EVENTS } from './feed-history.js';
+import { sendJson, sendThrown } from './http-json.js';
+import type { LockFeed } from './lock-feed.js';
+import { allowsPrefix, type Principal } from './permissions.js';
+import { validatePrefix } from './prefix.js';
 
 /** A file of the dashboard, read once at start-up. */
 interface StaticFile {
@@ -14,6 +20,7 @@ const ROUTES: Record<string, [file: string, type: string]> = {
   '/': ['index.html', 'text/html; charset=utf-8'],
   '/index.html': ['index.html', 'text/html; charset=utf-8'],
   '/dashboard.js': ['dashboard.js', 'text/javascript; charset=utf-8'],
+  '/charts.js': ['charts.js', 'text/javascript; charset=utf-8'],
   '/dashboard.css': ['dashboard.css', 'text/css; charset=utf-8'],
   '/favicon.svg': ['favicon.svg', 'image/svg+xml'],
 };
@@ -58,4 +65,84 @@ export function serveDashboard(
   });
   response.end(method === 'HEAD' ? undefined : file.body);
   return true;
+}
+
+export const FEED_PATH = '/v1/feed';
+
+/**
+ * `GET /v1/feed?prefix=P&after=SEQ`: the lock feed's recent past under a prefix, for the
+ * dashboard's charts and its live feed across page loads. `after` is the last `seq` the reader
+ * saw (0, or absent, for the whole ring; a server that restarted answers with its whole ring).
+ * Times are ages (`ageMs`: how long ago), so that the reader needs no clock of ours. Needs
+ * `watch` on the prefix, as `lock.watchPrefix` does.
+ */
+export function serveFeed(
+  feed: LockFeed,
+  limits: Limits,
+  principal: Principal,
+  query: URLSearchParams,
+  response: ServerResponse,
+): void {
+  try {
+    const prefix = validatePrefix(query.get('prefix') ?? '', limits);
+    if (!allowsPrefix(principal, 'watch', prefix)) {
+      throw new DlmError(
+        'FORBIDDEN',
+        `token ${JSON.stringify(principal.name)} may not watch the prefix ${JSON.stringify(prefix)}`,
+      );
+    }
+    const after = afterOf(query.get('after'));
+    const { history } = feed;
+    sendJson(response, 200, {
+      seq: history.seq,
+      maxEvents: HISTORY_MAX_EVENTS,
+      maxAgeMs: HISTORY_MAX_AGE_MS,
+      events: history.since(after, prefix).map(({ seq, at, token, ...event }) => ({
+        seq,
+        ageMs: history.ageMs(at),
+        ...event,
+        ...(token === undefined ? {} : { token: formatToken(token) }),
+      })),
+      rates: history.rates(prefix),
+      locks: locksOf(feed, prefix),
+    });
+  } catch (error) {
+    sendThrown(response, error);
+  }
+}
+
+function afterOf(value: string | null): number {
+  if (value === null || value === '') return 0;
+  const after = Number(value);
+  if (!Number.isSafeInteger(after) || after < 0) {
+    throw new DlmError(
+      'INVALID_PARAMS',
+      `after must be the seq of the last event read: a whole number ≥ 0, not ${JSON.stringify(value)}`,
+      { field: 'after' },
+    );
+  }
+  return after;
+}
+
+interface LockActivity {
+  name: string;
+  token?: string;
+  heldMs?: number;
+  waitingMs: number[];
+}
+
+/** Per name under `prefix`: how long its lease has been held, and how long each waiter waits. */
+function locksOf(feed: LockFeed, prefix: string): LockActivity[] {
+  const locks = new Map<string, LockActivity>();
+  for (const lock of feed.snapshot(prefix)) {
+    const { name, heldMs } = lock;
+    locks.set(name, { name, token: formatToken(lock.token), heldMs, waitingMs: [] });
+  }
+  for (const name of feed.history.waitingNames()) {
+    if (!name.startsWith(prefix)) continue;
+    const lock = locks.get(name) ?? { name, waitingMs: [] };
+    lock.waitingMs = feed.history.waitingMs(name);
+    locks.set(name, lock);
+  }
+  return [...locks.values()];
 }

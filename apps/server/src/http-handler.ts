@@ -2,8 +2,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type AdminContext, handleAdmin, LOCKS_PATH } from './admin-api.js';
 import { type Authenticator, bearerToken } from './auth.js';
 import type { Readiness } from './backend-health.js';
-import { type Dashboard, serveDashboard } from './dashboard.js';
+import { type Dashboard, FEED_PATH, serveDashboard, serveFeed } from './dashboard.js';
 import { sendError, sendJson, sendThrown } from './http-json.js';
+import type { LockFeed } from './lock-feed.js';
 import type { ServerMetrics } from './metrics.js';
 import type { OriginPolicy } from './origin-policy.js';
 import { ANONYMOUS, type Principal } from './permissions.js';
@@ -11,6 +12,8 @@ import { ANONYMOUS, type Principal } from './permissions.js';
 export interface HttpContext extends AdminContext {
   metrics: ServerMetrics;
   dashboard: Dashboard;
+  /** The lock feed, whose recent past `GET /v1/feed` tells. */
+  feed: LockFeed;
   authenticator: Authenticator;
   origins: OriginPolicy;
   /** Whether the backend answers, with what `/readyz` adds to it (backend kind, sessions). */
@@ -55,8 +58,9 @@ function authenticate(
 /**
  * Everything on the server's port that is not the WebSocket: `/livez`, `/readyz`, `/healthz` and
  * the dashboard's files
- * (open to all), `/metrics` (any valid token) and the admin API under `/v1/locks` (a token with
- * `admin` for the names concerned).
+ * (open to all), `/metrics` (any valid token), the feed's recent past at `/v1/feed` (a token with
+ * `watch` on the prefix) and the admin API under `/v1/locks` (a token with `admin` for the names
+ * concerned).
  */
 export function createHttpHandler(context: HttpContext) {
   return (request: IncomingMessage, response: ServerResponse): void => {
@@ -89,6 +93,13 @@ export function createHttpHandler(context: HttpContext) {
         },
         (error: unknown) => sendThrown(response, error),
       );
+      return;
+    }
+    if (path === FEED_PATH && get) {
+      const principal = authenticate(context, request, response);
+      if (!principal) return;
+      const query = new URLSearchParams(queryAt < 0 ? '' : url.slice(queryAt + 1));
+      serveFeed(context.feed, context.service.limits, principal, query, response);
       return;
     }
     if (path === LOCKS_PATH || path.startsWith(`${LOCKS_PATH}/`)) {

@@ -8,6 +8,7 @@ import type {
   LostEvent,
   Unsubscribe,
 } from '@dlm/core';
+import { createFeedHistory, type FeedHistory } from './feed-history.js';
 import { createFeedSubscribers, createWaitersBatch } from './feed-subscribers.js';
 import type { ListLocks } from './lock-observer.js';
 import type { HoldEnd } from './metrics.js';
@@ -28,6 +29,8 @@ export interface FeedLock {
   ttlRemainingMs: number;
   /** Waiters queued on this server. */
   waiters: number;
+  /** How long the feed has known this lease: since its grant, if that was through this server. */
+  heldMs: number;
 }
 
 /**
@@ -68,12 +71,12 @@ export interface LockFeedOptions {
  * of its own: a lease's deadline here only says how much of it is left.
  */
 export interface LockFeed extends LockObserver {
-  granted(lease: Lease): void;
+  granted(lease: Lease, waitedMs?: number): void;
   extended(lease: Lease): void;
   released(name: string, token: bigint): void;
   lost(event: LostEvent): void;
-  /** The number of waiters for `name` changed (reported once per turn, if it did). */
-  waiting(name: string): void;
+  /** The number of acquires queued here for `name` is now `count`. */
+  waiting(name: string, count: number): void;
   /** Adds the backend's held locks under `prefix` that the feed does not know yet. */
   seed(prefix: string): Promise<void>;
   /** Held locks under `prefix`, by name. */
@@ -82,6 +85,8 @@ export interface LockFeed extends LockObserver {
   subscribe(prefix: string, listener: (event: FeedEvent) => void): () => void;
   /** Leases granted (or extended) through this server that are still held. */
   readonly localHeld: number;
+  /** The recent past: grants, ends and queued acquires, for a dashboard opened after them. */
+  readonly history: FeedHistory;
   close(): void;
 }
 
@@ -93,6 +98,8 @@ interface Entry {
   expiresAt: number | undefined;
   /** When this server granted it; undefined for leases granted elsewhere. */
   grantedAt: number | undefined;
+  /** When the feed first knew of this lease. */
+  knownAt: number;
   local: boolean;
   unwatch: Unsubscribe;
   /** Subscribed to core's changes of this name. */
@@ -120,10 +127,12 @@ class Feed implements LockFeed {
   // what the feed knows, so it is dropped.
   private readonly readsInFlight = new Set<Set<string>>();
   private readonly waiters;
+  readonly history: FeedHistory;
   private held = 0;
   private closed = false;
 
   constructor(private readonly options: LockFeedOptions) {
+    this.history = createFeedHistory({ clock: options.clock });
     this.waiters = createWaitersBatch(
       (name) => options.service.waiters(name),
       (name) => {
@@ -139,7 +148,7 @@ class Feed implements LockFeed {
 
   // ---- events of leases granted through this server (the observer part) ----
 
-  granted(lease: Lease): void {
+  granted(lease: Lease, waitedMs = 0): void {
     if (this.closed) return;
     const entry = this.entries.get(lease.name);
     if (entry && entry.token === lease.token) {
@@ -155,7 +164,7 @@ class Feed implements LockFeed {
       if (lease.token < entry.token) return;
       this.end(entry, 'expired');
     }
-    this.open(this.openingOf(lease), true, 'acquired');
+    this.open(this.openingOf(lease), true, 'acquired', waitedMs);
   }
 
   extended(lease: Lease): void {
@@ -182,8 +191,10 @@ class Feed implements LockFeed {
     if (entry?.token === event.token) this.end(entry, event.reason);
   }
 
-  waiting(name: string): void {
-    if (!this.closed) this.waiters.touch(name);
+  waiting(name: string, count: number): void {
+    if (this.closed) return;
+    this.history.queued(name, count);
+    this.waiters.touch(name);
   }
 
   // ---- what watchers ask ----
@@ -216,6 +227,7 @@ class Feed implements LockFeed {
         token: entry.token,
         ttlRemainingMs: this.remainingMs(entry),
         waiters: this.options.service.waiters(entry.name),
+        heldMs: Math.max(0, Math.round(this.options.clock.now() - entry.knownAt)),
       });
     }
     return locks.sort(byName);
@@ -239,6 +251,7 @@ class Feed implements LockFeed {
     for (const entry of this.entries.values()) this.unwatch(entry);
     this.entries.clear();
     this.subscribers.clear();
+    this.history.clear();
     this.held = 0;
   }
 
@@ -253,7 +266,12 @@ class Feed implements LockFeed {
     };
   }
 
-  private open(state: Opening, local: boolean, type: 'acquired' | 'extended' | null): void {
+  private open(
+    state: Opening,
+    local: boolean,
+    type: 'acquired' | 'extended' | null,
+    waitedMs?: number,
+  ): void {
     const now = this.options.clock.now();
     const entry: Entry = {
       name: state.name,
@@ -261,6 +279,7 @@ class Feed implements LockFeed {
       token: state.token,
       expiresAt: state.ttlRemainingMs === undefined ? undefined : now + state.ttlRemainingMs,
       grantedAt: local && type === 'acquired' ? now : undefined,
+      knownAt: now,
       local,
       unwatch: () => {},
       watching: false,
@@ -269,6 +288,16 @@ class Feed implements LockFeed {
     this.touch(state.name);
     if (local) this.held += 1;
     if (!local || this.subscribers.size > 0) this.watch(entry);
+    if (type === 'acquired') {
+      const { name, owner, token } = state;
+      this.history.record({
+        type,
+        name,
+        owner,
+        token,
+        ...(local && waitedMs !== undefined ? { waitedMs: Math.round(waitedMs) } : {}),
+      });
+    }
     if (type) this.emit(type, state.name, entry, true);
   }
 
@@ -289,12 +318,20 @@ class Feed implements LockFeed {
     this.entries.delete(entry.name);
     this.touch(entry.name);
     this.unwatch(entry);
+    const heldMs =
+      entry.grantedAt === undefined ? undefined : this.options.clock.now() - entry.grantedAt;
     if (entry.local) {
       this.held -= 1;
-      if (entry.grantedAt !== undefined) {
-        this.options.onHoldEnded?.(type, (this.options.clock.now() - entry.grantedAt) / 1000);
-      }
+      if (heldMs !== undefined) this.options.onHoldEnded?.(type, heldMs / 1000);
     }
+    const { name, owner, token } = entry;
+    this.history.record({
+      type,
+      name,
+      owner,
+      token,
+      ...(heldMs === undefined ? {} : { heldMs: Math.round(heldMs) }),
+    });
     this.emit(type, entry.name, entry, false);
   }
 

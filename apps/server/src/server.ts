@@ -301,6 +301,7 @@ function httpHandlerOf(parts: Parts): RequestListener {
     authenticator: parts.authenticator,
     origins: parts.origins,
     dashboard: loadDashboard(),
+    feed: locks.feed,
     readiness: () => ({
       ...health.readiness(),
       backend: opened.backend.kind,

@@ -1,9 +1,16 @@
-// The dlm dashboard: held locks and a live feed, kept up to date over the WebSocket protocol
-// (lock.watchPrefix). No build step and no dependencies: this file is served as it is.
+// The dlm dashboard: held locks, kept up to date over the WebSocket protocol (lock.watchPrefix),
+// and the server's recent past (GET /v1/feed): the live feed and the charts, which therefore
+// survive a reload. No build step and no dependencies: this file is served as it is.
+
+import { drawContended, drawDurations, drawRates } from './charts.js';
 
 const SUBPROTOCOL = 'dlm.v1.json';
 const FEED_LIMIT = 200;
 const FEED_EVENTS = new Set(['acquired', 'released', 'expired', 'revoked']);
+/** How often the charts ask for what happened since they last asked. */
+const HISTORY_POLL_MS = 1_000;
+/** A change on the WebSocket asks for the history sooner, but not more often than this. */
+const HISTORY_SOON_MS = 150;
 const FEED_LABELS = {
   acquired: 'granted',
   released: 'released',
@@ -21,6 +28,15 @@ const feedList = $('feed');
 const authForm = $('auth');
 const authNote = $('auth-note');
 const tokenInput = $('token');
+const chart = {
+  rates: $('rates'),
+  scale: $('rate-scale'),
+  legend: $('rate-legend'),
+  waits: $('wait-times'),
+  holds: $('hold-times'),
+  contended: $('contended'),
+  note: $('history-note'),
+};
 
 // With tokens configured the server wants one in session.hello (browsers cannot set headers on
 // a WebSocket) and in the admin API's Authorization header. It lives in this tab's
@@ -40,6 +56,19 @@ let watchId;
 let prefix = new URLSearchParams(location.search).get('prefix') ?? '';
 let reconnectDelayMs = 500;
 let serverInfo = '';
+
+/**
+ * What GET /v1/feed told, for the prefix `recent.prefix`: its events (oldest first, `at` on
+ * performance.now()), the per-second rates, and per name when its lease began and when each
+ * waiter queued (performance.now() ms).
+ */
+const recent = { prefix: undefined, seq: 0, events: [], rates: undefined, activity: new Map() };
+let historyTimer;
+let historyDueAt = 0;
+let historyBusy = false;
+let historyAgain = false;
+/** Whether the session is live: history is read only then (a refused token would flood logs). */
+let historyOn = false;
 
 prefixInput.value = prefix;
 
@@ -104,6 +133,7 @@ function connect() {
     for (const { reject } of pending.values()) reject(new Error('connection closed'));
     pending.clear();
     watchId = undefined;
+    stopHistory();
     if (awaitingToken) return;
     setStatus(
       'offline',
@@ -148,6 +178,7 @@ async function watch(newPrefix) {
   for (const lock of result.locks) upsert(lock);
   render();
   setStatus('live', `Live · ${serverInfo}`);
+  startHistory();
 }
 
 // ---- state -------------------------------------------------------------------------------
@@ -176,7 +207,8 @@ function applyChange(change) {
     default:
       return;
   }
-  if (FEED_EVENTS.has(change.event)) addFeedItem(change);
+  // The feed's list and the charts come from the server's history, which this change is in.
+  if (FEED_EVENTS.has(change.event) || change.event === 'waiters') readHistorySoon();
   render();
 }
 
@@ -187,6 +219,8 @@ function upsert(info) {
     locks.set(info.name, lock);
     createRow(lock);
   }
+  // A new lease (not an extend of the one shown) is held from now until the history says.
+  if (info.token !== lock.token) lock.heldSince = performance.now();
   lock.owner = info.owner;
   lock.token = info.token;
   lock.waiters = info.waiters ?? lock.waiters ?? 0;
@@ -209,6 +243,7 @@ function createRow(lock) {
   const name = cell('Name', 'name');
   const owner = cell('Holder', 'owner');
   const token = cell('Token', 'num token');
+  const held = cell('Held for', 'num held');
   const ttl = cell('TTL left', 'num ttl');
   const waiters = cell('Waiters', 'num waiters');
   const actions = cell('', 'actions');
@@ -219,9 +254,14 @@ function createRow(lock) {
   revoke.setAttribute('aria-label', `Revoke lock ${lock.name}`);
   revoke.addEventListener('click', () => revokeLock(lock));
   actions.append(revoke);
-  row.append(name, owner, token, ttl, waiters, actions);
+  const count = document.createElement('span');
+  count.className = 'n';
+  const waitTimes = document.createElement('span');
+  waitTimes.className = 'wait-times';
+  waiters.append(count, waitTimes);
+  row.append(name, owner, token, held, ttl, waiters, actions);
   lock.row = row;
-  lock.cells = { name, owner, token, ttl, waiters };
+  lock.cells = { name, owner, token, held, ttl, waiters, count, waitTimes };
   name.textContent = lock.name;
   // Keep the rows sorted by name.
   const after = [...locks.keys()].filter((other) => other > lock.name).sort()[0];
@@ -233,9 +273,9 @@ function fillRow(lock) {
   lock.cells.owner.textContent = lock.owner;
   lock.cells.owner.title = lock.owner;
   lock.cells.token.textContent = lock.token;
-  lock.cells.waiters.textContent = String(lock.waiters);
+  lock.cells.count.textContent = String(lock.waiters);
   lock.cells.waiters.classList.toggle('busy', lock.waiters > 0);
-  paintTtl(lock, performance.now());
+  paintTimes(lock, performance.now());
 }
 
 function formatDuration(ms) {
@@ -248,11 +288,28 @@ function formatDuration(ms) {
   return `${Math.floor(minutes / 60)} h ${String(minutes % 60).padStart(2, '0')} m`;
 }
 
-function paintTtl(lock, now) {
-  if (lock.expiresAt === undefined) return;
-  const left = lock.expiresAt - now;
-  lock.cells.ttl.textContent = formatDuration(left);
-  lock.cells.ttl.classList.toggle('low', left < 5_000);
+/** How long something has lasted: `340 ms`, `4.1 s`, `2 m 05 s`. */
+function formatElapsed(ms) {
+  if (ms < 1_000) return `${Math.max(0, Math.round(ms))} ms`;
+  return formatDuration(ms);
+}
+
+/** The TTL left, how long the lease has been held, and how long each waiter has waited. */
+function paintTimes(lock, now) {
+  if (lock.expiresAt !== undefined) {
+    const left = lock.expiresAt - now;
+    lock.cells.ttl.textContent = formatDuration(left);
+    lock.cells.ttl.classList.toggle('low', left < 5_000);
+  }
+  const activity = recent.activity.get(lock.name);
+  const heldSince = activity?.token === lock.token ? activity.heldSince : lock.heldSince;
+  lock.cells.held.textContent = heldSince === undefined ? '—' : formatElapsed(now - heldSince);
+  // The server counts waiters off the oldest first (it hears only the queue's length).
+  const since = (activity?.waitingSince ?? []).slice(0, lock.waiters);
+  const shown = since.slice(0, 3).map((at) => formatElapsed(now - at));
+  if (since.length > 3) shown.push(`+${since.length - 3}`);
+  lock.cells.waitTimes.textContent = shown.length ? shown.join(', ') : '';
+  lock.cells.waitTimes.title = shown.length ? 'How long each waiter has waited, oldest first' : '';
 }
 
 function render() {
@@ -266,16 +323,17 @@ function setStatus(state, text) {
   statusLine.textContent = text;
 }
 
+/** Adds `change` (a history event, or a note of the page's own) to the top of the feed. */
 function addFeedItem(change) {
   const item = document.createElement('li');
-  item.className = `event ${change.event}`;
+  item.className = `event ${change.type}`;
   const time = document.createElement('time');
-  const now = new Date();
+  const now = new Date(Date.now() - (performance.now() - (change.at ?? performance.now())));
   time.dateTime = now.toISOString();
   time.textContent = now.toLocaleTimeString([], { hour12: false });
   const kind = document.createElement('span');
   kind.className = 'kind';
-  kind.textContent = FEED_LABELS[change.event] ?? change.event;
+  kind.textContent = FEED_LABELS[change.type] ?? change.type;
   const name = document.createElement('span');
   name.className = 'name';
   name.textContent = change.name;
@@ -284,8 +342,8 @@ function addFeedItem(change) {
   const parts = [];
   if (change.owner) parts.push(change.owner);
   if (change.token) parts.push(`token ${change.token}`);
-  if (change.event === 'acquired' && change.ttlRemainingMs !== undefined)
-    parts.push(`ttl ${formatDuration(change.ttlRemainingMs)}`);
+  if (change.waitedMs > 0) parts.push(`waited ${formatElapsed(change.waitedMs)}`);
+  if (change.heldMs !== undefined) parts.push(`held ${formatElapsed(change.heldMs)}`);
   detail.textContent = parts.join(' · ');
   item.append(time, kind, name, detail);
   feedList.prepend(item);
@@ -293,7 +351,131 @@ function addFeedItem(change) {
 }
 
 function feedNote(text, kind = 'note') {
-  addFeedItem({ event: kind, name: text });
+  addFeedItem({ type: kind, name: text });
+}
+
+// ---- history and charts ------------------------------------------------------------------
+
+function startHistory() {
+  historyOn = true;
+  readHistorySoon(0);
+}
+
+function stopHistory() {
+  historyOn = false;
+  clearTimeout(historyTimer);
+  historyTimer = undefined;
+}
+
+/** Reads the history in `delayMs`, or sooner if a read is due sooner: never later. */
+function readHistorySoon(delayMs = HISTORY_SOON_MS) {
+  if (!historyOn) return;
+  if (historyBusy) {
+    historyAgain = true;
+    return;
+  }
+  const dueAt = performance.now() + delayMs;
+  if (historyTimer !== undefined && historyDueAt <= dueAt) return;
+  scheduleHistory(delayMs);
+}
+
+function scheduleHistory(delayMs) {
+  clearTimeout(historyTimer);
+  historyDueAt = performance.now() + delayMs;
+  historyTimer = setTimeout(readHistory, delayMs);
+}
+
+async function readHistory() {
+  historyTimer = undefined;
+  historyBusy = true;
+  const asked = prefix;
+  if (asked !== recent.prefix) {
+    // A new filter: its own history, read from the start.
+    Object.assign(recent, { prefix: asked, seq: 0, events: [], activity: new Map() });
+    feedList.replaceChildren();
+  }
+  try {
+    const query = new URLSearchParams({ prefix: asked, after: String(recent.seq) });
+    const response = await fetch(`/v1/feed?${query}`, {
+      headers: token ? { authorization: `Bearer ${token}` } : {},
+    });
+    const body = await response.json();
+    if (!response.ok)
+      chart.note.textContent = `History: ${body.error?.message ?? response.statusText}`;
+    else if (asked === prefix) applyHistory(body);
+  } catch (error) {
+    chart.note.textContent = `History: ${error.message}`;
+  } finally {
+    historyBusy = false;
+    const delayMs = historyAgain ? HISTORY_SOON_MS : HISTORY_POLL_MS;
+    historyAgain = false;
+    if (historyOn) scheduleHistory(delayMs);
+  }
+}
+
+function applyHistory(body) {
+  const now = performance.now();
+  if (body.seq < recent.seq) {
+    // The server restarted: its history began again.
+    recent.events = [];
+    feedList.replaceChildren();
+  }
+  const shown = [];
+  for (const event of body.events) {
+    const entry = { ...event, at: now - event.ageMs };
+    recent.events.push(entry);
+    if (FEED_EVENTS.has(entry.type)) shown.push(entry);
+  }
+  // A first read brings the whole ring: only the newest can stay in the list.
+  for (const entry of shown.slice(-FEED_LIMIT)) addFeedItem(entry);
+  recent.seq = body.seq;
+  const { events } = recent;
+  let drop = Math.max(0, events.length - body.maxEvents);
+  while (drop < events.length && now - events[drop].at > body.maxAgeMs) drop += 1;
+  events.splice(0, drop);
+  recent.rates = body.rates;
+  recent.activity = new Map(
+    body.locks.map((lock) => [
+      lock.name,
+      {
+        token: lock.token,
+        heldSince: lock.heldMs === undefined ? undefined : now - lock.heldMs,
+        waitingSince: lock.waitingMs.map((ms) => now - ms),
+      },
+    ]),
+  );
+  const oldest = events[0];
+  chart.note.textContent = `The server keeps the last ${body.maxEvents.toLocaleString()} events or ${Math.round(body.maxAgeMs / 60_000)} minutes${oldest ? `; this view goes back ${formatElapsed(now - oldest.at)}` : ''}.`;
+  drawCharts();
+  for (const lock of locks.values()) paintTimes(lock, now);
+}
+
+function drawCharts() {
+  if (recent.rates) drawRates(chart.rates, chart.scale, chart.legend, recent.rates);
+  const waited = [];
+  const held = [];
+  const byName = new Map();
+  const named = (name) => {
+    let row = byName.get(name);
+    if (!row) {
+      row = { name, waits: 0, waitedMs: 0, waiting: 0 };
+      byName.set(name, row);
+    }
+    return row;
+  };
+  for (const event of recent.events) {
+    if (event.type === 'queued') named(event.name).waits += 1;
+    else if (event.type === 'acquired' && event.waitedMs !== undefined) {
+      waited.push(event.waitedMs);
+      if (event.waitedMs > 0) named(event.name).waitedMs += event.waitedMs;
+    } else if (event.heldMs !== undefined) held.push(event.heldMs);
+  }
+  for (const [name, activity] of recent.activity) {
+    if (activity.waitingSince.length) named(name).waiting = activity.waitingSince.length;
+  }
+  drawDurations(chart.waits, waited);
+  drawDurations(chart.holds, held);
+  drawContended(chart.contended, byName.values(), formatElapsed);
 }
 
 // ---- actions -----------------------------------------------------------------------------
@@ -324,6 +506,7 @@ prefixInput.addEventListener('input', () => {
     else url.searchParams.delete('prefix');
     history.replaceState(null, '', url);
     if (socket?.readyState === WebSocket.OPEN && serverInfo) {
+      readHistorySoon(0);
       watch(prefix).catch((error) =>
         setStatus(
           'error',
@@ -356,7 +539,7 @@ document.addEventListener('keydown', (event) => {
 // numbers, it does not ask the server anything.
 setInterval(() => {
   const now = performance.now();
-  for (const lock of locks.values()) paintTtl(lock, now);
+  for (const lock of locks.values()) paintTimes(lock, now);
 }, 250);
 
 render();

@@ -65,6 +65,14 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
     return scope.leases.keyFor(name, token);
   }
 
+  /** The lease a release or extend is about, told to its span, and the proof it presents. */
+  function presented(params: Record<string, unknown>, request: RequestTrace) {
+    const name = permittedName(scope, params, 'lock');
+    const token = parseToken(params.token);
+    request.set({ 'dlm.lock.name': name, 'dlm.lock.token': formatToken(token) });
+    return { name, token, leaseKey: proofFor(name, token, params) };
+  }
+
   /**
    * Without a key: this session's own lease for that owner (an idempotent re-acquire on the
    * same connection), else a fresh one. Never the service's default, which would hand any
@@ -144,10 +152,7 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
 
     'lock.release': (params) =>
       tracer.trace('lock.release', params, 'released', async (request) => {
-        const name = permittedName(scope, params, 'lock');
-        const token = parseToken(params.token);
-        request.set({ 'dlm.lock.name': name, 'dlm.lock.token': formatToken(token) });
-        const leaseKey = proofFor(name, token, params);
+        const { name, token, leaseKey } = presented(params, request);
         if (leaseKey === null) throw notHolderError(name, token);
         // The lease's end reaches this session's count through core (holds) and the observer.
         await service.release({
@@ -161,10 +166,7 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
 
     'lock.extend': (params) =>
       tracer.trace('lock.extend', params, 'extended', async (request) => {
-        const name = permittedName(scope, params, 'lock');
-        const token = parseToken(params.token);
-        request.set({ 'dlm.lock.name': name, 'dlm.lock.token': formatToken(token) });
-        const leaseKey = proofFor(name, token, params);
+        const { name, token, leaseKey } = presented(params, request);
         // Bad input is told as such before NOT_HOLDER, as the service would.
         validateTtl(params.ttlMs, service.limits);
         if (leaseKey === null) throw notHolderError(name, token);

@@ -138,21 +138,21 @@ describe('with an SDK registered', () => {
     const first = await session();
     const second = await session();
     const held = (await holder.call('lock.acquire', { name: 'queue', ttlMs: 10_000 })).result;
-    const firstWait = first.call('lock.acquire', {
-      name: 'queue',
-      ttlMs: 10_000,
-      waitMs: 10_000,
-      owner: 'first',
-    });
-    // The second arrives after the first is queued (a get on its connection is answered after).
-    await first.call('lock.get', { name: 'queue' });
-    const secondWait = second.call('lock.acquire', {
-      name: 'queue',
-      ttlMs: 10_000,
-      waitMs: 10_000,
-      owner: 'second',
-    });
-    await second.call('lock.get', { name: 'queue' });
+    // Each waiter is queued before the next one is sent: a get on its connection is answered
+    // after its acquire has joined the queue.
+    const queue = async (peer: Peer, owner: string) => {
+      const wait = peer.call('lock.acquire', {
+        name: 'queue',
+        ttlMs: 10_000,
+        waitMs: 10_000,
+        owner,
+      });
+      await peer.call('lock.get', { name: 'queue' });
+      // In an object: an async function returning the promise itself would wait for the grant.
+      return { wait };
+    };
+    const { wait: firstWait } = await queue(first, 'first');
+    const { wait: secondWait } = await queue(second, 'second');
     await holder.call('lock.release', { name: 'queue', token: held.token });
     const granted = (await firstWait).result;
     await first.call('lock.release', { name: 'queue', token: granted.token });

@@ -69,7 +69,9 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
   function presented(params: Record<string, unknown>, request: RequestTrace) {
     const name = permittedName(scope, params, 'lock');
     const token = parseToken(params.token);
-    request.set({ 'dlm.lock.name': name, 'dlm.lock.token': formatToken(token) });
+    if (request.recording) {
+      request.set({ 'dlm.lock.name': name, 'dlm.lock.token': formatToken(token) });
+    }
     return { name, token, leaseKey: proofFor(name, token, params) };
   }
 
@@ -108,13 +110,15 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
     const leaseKey = acquireKey(name, owner, params);
     reserveLock(name);
     // Read before the service queues this acquire: the waiters ahead of it on this server.
-    request.set({
-      'dlm.lock.name': name,
-      'dlm.lock.ttl_ms': params.ttlMs as number,
-      'dlm.lock.wait_ms': (params.waitMs as number | undefined) ?? 0,
-      'dlm.lock.queue_position': service.waiters(name),
-    });
-    const arrivedAt = performance.now();
+    if (request.recording) {
+      request.set({
+        'dlm.lock.name': name,
+        'dlm.lock.ttl_ms': params.ttlMs as number,
+        'dlm.lock.wait_ms': (params.waitMs as number | undefined) ?? 0,
+        'dlm.lock.queue_position': service.waiters(name),
+      });
+    }
+    const arrivedAt = request.recording ? performance.now() : 0;
     scope.acquiring += 1;
     let lease: Lease;
     try {
@@ -130,9 +134,11 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
       });
     } finally {
       scope.acquiring -= 1;
-      request.set({ 'dlm.lock.waited_ms': performance.now() - arrivedAt });
+      if (request.recording) request.set({ 'dlm.lock.waited_ms': performance.now() - arrivedAt });
     }
-    request.set({ 'dlm.lock.token': formatToken(lease.token), 'dlm.lock.ttl_ms': lease.ttlMs });
+    if (request.recording) {
+      request.set({ 'dlm.lock.token': formatToken(lease.token), 'dlm.lock.ttl_ms': lease.ttlMs });
+    }
     hold(lease);
     // The only place a key is ever sent: to the caller of this acquire.
     return {
@@ -178,7 +184,7 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
           onLost,
           aroundBackendCall: request.aroundBackendCall,
         });
-        request.set({ 'dlm.lock.ttl_ms': lease.ttlMs });
+        if (request.recording) request.set({ 'dlm.lock.ttl_ms': lease.ttlMs });
         // Extending with the key adopts the lease: its lock.lost now comes here, and it counts
         // as held here (a holder that reconnected to this server).
         hold(lease);

@@ -21,6 +21,8 @@ import {
 
 /** What a handler may add to its request's span. */
 export interface RequestTrace {
+  /** Whether the span records: without it, a handler need not make attributes at all. */
+  readonly recording: boolean;
   /** Adds attributes to the request's span (nothing when it records nothing). */
   set(attributes: Attributes): void;
   /** Opens a child span per backend call; undefined when the request's span records nothing. */
@@ -45,7 +47,8 @@ export interface RequestTracer {
 /** Codes that say the server or its backend failed, rather than that the request was refused. */
 const SERVER_FAULTS: ReadonlySet<string> = new Set(['UNAVAILABLE', 'INTERNAL']);
 
-const UNTRACED: RequestTrace = { set() {}, aroundBackendCall: undefined };
+const UNTRACED: RequestTrace = { recording: false, set() {}, aroundBackendCall: undefined };
+const SERVER_SPAN = { kind: SpanKind.SERVER } as const;
 
 /**
  * The parent a request's span gets: the caller's span from its `traceparent`, else none. Never
@@ -113,23 +116,19 @@ export function createRequestTracer(version: string, backendKind: string): Reque
   const tracer = trace.getTracer('@dlm/server', version);
   return {
     async trace(method, params, outcome, handle) {
-      const span = tracer.startSpan(
-        method,
-        {
-          kind: SpanKind.SERVER,
-          attributes: {
-            'rpc.system': 'jsonrpc',
-            'rpc.method': method,
-            'dlm.backend.kind': backendKind,
-          },
-        },
-        parentOf(params),
-      );
+      const span = tracer.startSpan(method, SERVER_SPAN, parentOf(params));
+      // Without an SDK (or when not sampled) nothing more is made per request.
       if (!span.isRecording()) {
         span.end();
         return handle(UNTRACED);
       }
+      span.setAttributes({
+        'rpc.system': 'jsonrpc',
+        'rpc.method': method,
+        'dlm.backend.kind': backendKind,
+      });
       const request: RequestTrace = {
+        recording: true,
         set: (attributes) => span.setAttributes(attributes),
         aroundBackendCall: backendSpans(tracer, span, backendKind),
       };

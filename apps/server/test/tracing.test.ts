@@ -1,6 +1,6 @@
 import { embeddedBackend } from '@dlm/adapter-embedded';
 import type { LockBackend } from '@dlm/core';
-import { redisAvailable, startRedis } from '@dlm/test-services';
+import { etcdAvailable, redisAvailable, startEtcd, startRedis } from '@dlm/test-services';
 import { SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import {
   BasicTracerProvider,
@@ -260,6 +260,49 @@ describe.runIf(redisAvailable())('on Redis', () => {
     } finally {
       await onRedis.close();
       await redis.stop();
+    }
+  });
+});
+
+describe.runIf(etcdAvailable())('on etcd (a backend with its own fair queue)', () => {
+  beforeEach(() => exporter.reset());
+
+  it("a wait in etcd's queue is one backend.acquireQueued child span, in the caller's trace", async () => {
+    const etcd = await startEtcd();
+    const onEtcd = await startServer({
+      port: 0,
+      backendConfig: { kind: 'etcd', endpoints: etcd.endpoints },
+      logger: createLogger('error', () => {}),
+    });
+    try {
+      const holder = await session(onEtcd.url);
+      const waiter = await session(onEtcd.url);
+      const held = (await holder.call('lock.acquire', { name: 'on-etcd', ttlMs: 5_000 })).result;
+      const wait = waiter.call('lock.acquire', {
+        name: 'on-etcd',
+        ttlMs: 5_000,
+        waitMs: 10_000,
+        traceparent: TRACEPARENT,
+      });
+      await waiter.call('lock.get', { name: 'on-etcd' });
+      await holder.call('lock.release', { name: 'on-etcd', token: held.token });
+      const granted = (await wait).result;
+      await waiter.call('lock.release', { name: 'on-etcd', token: granted.token });
+      const acquire = only(
+        spans('lock.acquire').filter((span) => span.spanContext().traceId === TRACE_ID),
+      );
+      expect(acquire.attributes).toMatchObject({
+        'dlm.backend.kind': 'etcd',
+        'dlm.lock.queue_position': 0,
+        'dlm.outcome': 'granted',
+      });
+      const [call] = childrenOf(acquire);
+      expect(childrenOf(acquire)).toHaveLength(1);
+      expect(call?.name).toBe('backend.acquireQueued');
+      expect(call?.spanContext().traceId).toBe(TRACE_ID);
+    } finally {
+      await onEtcd.close();
+      await etcd.stop();
     }
   });
 });

@@ -1,6 +1,12 @@
 import { embeddedBackend } from '@dlm/adapter-embedded';
 import type { LockBackend } from '@dlm/core';
-import { etcdAvailable, redisAvailable, startEtcd, startRedis } from '@dlm/test-services';
+import {
+  etcdAvailable,
+  redisAvailable,
+  redisManaged,
+  startEtcd,
+  startRedis,
+} from '@dlm/test-services';
 import { SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import {
   BasicTracerProvider,
@@ -228,7 +234,7 @@ describe('with an SDK registered', () => {
 describe.runIf(redisAvailable())('on Redis', () => {
   beforeEach(() => exporter.reset());
 
-  it("an acquire's backend call on Redis is a child span in the caller's trace", async () => {
+  it("an acquire's backend call on Redis is a child span in the caller's trace; with Redis gone both are errors", async () => {
     const redis = await startRedis();
     const onRedis = await startServer({
       port: 0,
@@ -257,6 +263,21 @@ describe.runIf(redisAvailable())('on Redis', () => {
       expect(childrenOf(only(spans('lock.release'))).map((span) => span.name)).toEqual([
         'backend.release',
       ]);
+      if (!redisManaged()) return;
+      // With Redis gone, the acquire and its backend call are errors: a fault, not an answer.
+      exporter.reset();
+      await redis.kill();
+      const down = await peer.call('lock.acquire', { name: 'on-redis', ttlMs: 5_000 });
+      expect(down.error.data.code).toBe('UNAVAILABLE');
+      const failed = only(spans('lock.acquire'));
+      expect(failed.status.code).toBe(SpanStatusCode.ERROR);
+      expect(failed.attributes).toMatchObject({
+        'dlm.outcome': 'UNAVAILABLE',
+        'error.type': 'UNAVAILABLE',
+      });
+      const [failedCall] = childrenOf(failed);
+      expect(failedCall?.name).toBe('backend.tryAcquire');
+      expect(failedCall?.status.code).toBe(SpanStatusCode.ERROR);
     } finally {
       await onRedis.close();
       await redis.stop();

@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import {
   createLeaseKey,
   DlmError,
@@ -10,6 +11,7 @@ import {
   validateTtl,
 } from '@dlm/core';
 import { type Action, allows } from './permissions.js';
+import { createRequestTracer, type RequestTrace } from './request-tracing.js';
 import type { Handlers, SessionScope } from './session-scope.js';
 
 type LockMethod = 'lock.acquire' | 'lock.release' | 'lock.extend' | 'lock.get';
@@ -38,6 +40,7 @@ export function permittedName(
 /** `lock.acquire`, `lock.release`, `lock.extend` and `lock.get` for one session. */
 export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
   const { service } = scope.context;
+  const tracer = createRequestTracer(scope.context.serverVersion, service.backend.kind);
 
   const onLost = (event: LostEvent) => {
     scope.notify('lock.lost', {
@@ -60,6 +63,16 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
   function proofFor(name: string, token: bigint, params: Record<string, unknown>): string | null {
     if (params.leaseKey !== undefined) return validateLeaseKey(params.leaseKey);
     return scope.leases.keyFor(name, token);
+  }
+
+  /** The lease a release or extend is about, told to its span, and the proof it presents. */
+  function presented(params: Record<string, unknown>, request: RequestTrace) {
+    const name = permittedName(scope, params, 'lock');
+    const token = parseToken(params.token);
+    if (request.recording) {
+      request.set({ 'dlm.lock.name': name, 'dlm.lock.token': formatToken(token) });
+    }
+    return { name, token, leaseKey: proofFor(name, token, params) };
   }
 
   /**
@@ -86,67 +99,97 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
     );
   }
 
-  return {
-    'lock.acquire': async (params, signal) => {
-      const name = permittedName(scope, params, 'lock');
-      const owner = params.owner === undefined ? scope.id : (params.owner as string);
-      const leaseKey = acquireKey(name, owner, params);
-      reserveLock(name);
-      scope.acquiring += 1;
-      let lease: Lease;
-      try {
-        lease = await service.acquire({
-          name,
-          ttlMs: params.ttlMs as number,
-          waitMs: params.waitMs as number,
-          owner,
-          leaseKey,
-          ...(signal ? { signal } : {}),
-          onLost,
-        });
-      } finally {
-        scope.acquiring -= 1;
-      }
-      hold(lease);
-      // The only place a key is ever sent: to the caller of this acquire.
-      return {
-        name: lease.name,
-        owner: lease.owner,
-        token: formatToken(lease.token),
-        ttlMs: lease.ttlMs,
-        leaseKey: lease.leaseKey,
-      };
-    },
-
-    'lock.release': async (params) => {
-      const name = permittedName(scope, params, 'lock');
-      const token = parseToken(params.token);
-      const leaseKey = proofFor(name, token, params);
-      if (leaseKey === null) throw notHolderError(name, token);
-      // The lease's end reaches this session's count through core (holds) and the observer.
-      await service.release({ name, token, leaseKey });
-      return { released: true };
-    },
-
-    'lock.extend': async (params) => {
-      const name = permittedName(scope, params, 'lock');
-      const token = parseToken(params.token);
-      const leaseKey = proofFor(name, token, params);
-      // Bad input is told as such before NOT_HOLDER, as the service would.
-      validateTtl(params.ttlMs, service.limits);
-      if (leaseKey === null) throw notHolderError(name, token);
-      const lease = await service.extend({
-        name,
-        token,
-        ttlMs: params.ttlMs as number,
-        leaseKey,
-        onLost,
+  /** One acquire, its wait told to its span: the queue it joined, how long it took. */
+  async function acquire(
+    params: Record<string, unknown>,
+    signal: AbortSignal | undefined,
+    request: RequestTrace,
+  ) {
+    const name = permittedName(scope, params, 'lock');
+    const owner = params.owner === undefined ? scope.id : (params.owner as string);
+    const leaseKey = acquireKey(name, owner, params);
+    reserveLock(name);
+    // Read before the service queues this acquire: the waiters ahead of it on this server.
+    if (request.recording) {
+      request.set({
+        'dlm.lock.name': name,
+        'dlm.lock.ttl_ms': params.ttlMs as number,
+        'dlm.lock.wait_ms': (params.waitMs as number | undefined) ?? 0,
+        'dlm.lock.queue_position': service.waiters(name),
       });
-      // Extending with the key adopts the lease: its lock.lost now comes here, and it counts as
-      // held here (a holder that reconnected to this server).
-      hold(lease);
-      return { name: lease.name, token: formatToken(lease.token), ttlMs: lease.ttlMs };
-    },
+    }
+    const arrivedAt = request.recording ? performance.now() : 0;
+    scope.acquiring += 1;
+    let lease: Lease;
+    try {
+      lease = await service.acquire({
+        name,
+        ttlMs: params.ttlMs as number,
+        waitMs: params.waitMs as number,
+        owner,
+        leaseKey,
+        ...(signal ? { signal } : {}),
+        onLost,
+        aroundBackendCall: request.aroundBackendCall,
+      });
+    } finally {
+      scope.acquiring -= 1;
+      if (request.recording) request.set({ 'dlm.lock.waited_ms': performance.now() - arrivedAt });
+    }
+    if (request.recording) {
+      request.set({ 'dlm.lock.token': formatToken(lease.token), 'dlm.lock.ttl_ms': lease.ttlMs });
+    }
+    hold(lease);
+    // The only place a key is ever sent: to the caller of this acquire.
+    return {
+      name: lease.name,
+      owner: lease.owner,
+      token: formatToken(lease.token),
+      ttlMs: lease.ttlMs,
+      leaseKey: lease.leaseKey,
+    };
+  }
+
+  return {
+    'lock.acquire': (params, signal) =>
+      tracer.trace('lock.acquire', params, 'granted', (request) =>
+        acquire(params, signal, request),
+      ),
+
+    'lock.release': (params) =>
+      tracer.trace('lock.release', params, 'released', async (request) => {
+        const { name, token, leaseKey } = presented(params, request);
+        if (leaseKey === null) throw notHolderError(name, token);
+        // The lease's end reaches this session's count through core (holds) and the observer.
+        await service.release({
+          name,
+          token,
+          leaseKey,
+          aroundBackendCall: request.aroundBackendCall,
+        });
+        return { released: true };
+      }),
+
+    'lock.extend': (params) =>
+      tracer.trace('lock.extend', params, 'extended', async (request) => {
+        const { name, token, leaseKey } = presented(params, request);
+        // Bad input is told as such before NOT_HOLDER, as the service would.
+        validateTtl(params.ttlMs, service.limits);
+        if (leaseKey === null) throw notHolderError(name, token);
+        const lease = await service.extend({
+          name,
+          token,
+          ttlMs: params.ttlMs as number,
+          leaseKey,
+          onLost,
+          aroundBackendCall: request.aroundBackendCall,
+        });
+        if (request.recording) request.set({ 'dlm.lock.ttl_ms': lease.ttlMs });
+        // Extending with the key adopts the lease: its lock.lost now comes here, and it counts
+        // as held here (a holder that reconnected to this server).
+        hold(lease);
+        return { name: lease.name, token: formatToken(lease.token), ttlMs: lease.ttlMs };
+      }),
 
     'lock.get': async (params) => {
       const name = permittedName(scope, params, 'lock', 'watch');

@@ -23,6 +23,7 @@ import type { CallOptions, Connection } from './connection.js';
 import { closedError } from './failures.js';
 import type { HeldLeases } from './held-leases.js';
 import { createLease, driftMarginMs, type Lease, type LeaseContext } from './lease.js';
+import { withClientSpan } from './tracing.js';
 
 /** What acquiring needs from the client. */
 export interface AcquireContext {
@@ -33,6 +34,8 @@ export interface AcquireContext {
   readonly held: HeldLeases;
   readonly cleanup: BackgroundCleanup;
   readonly leaseContext: LeaseContext;
+  /** This package's version, for its tracer. */
+  readonly version: string;
   limits(): Limits;
   policyFor(retryOptions: RetryOptions | false | undefined, signal?: AbortSignal): RetryPolicy;
 }
@@ -41,19 +44,47 @@ export interface AcquireContext {
 export interface AcquireInternals {
   /** The owner was made up here (not the caller's), so whatever it holds is nobody else's. */
   ownerIsOurs?: boolean;
+  /** The client span's context, sent with every try (and the re-anchoring extend). */
+  traceparent?: string | undefined;
 }
 
 type Grant = ResultOf<'lock.acquire'>;
 
 /**
- * The acquire path: checks the request, sends it (retried with one owner and one key), makes
- * sure the lease it got is still worth having, and hands it over as a `Lease`.
+ * The acquire path, in a client span when the application has OpenTelemetry (the span's context
+ * goes to the server as `traceparent`, so that the server's acquire span is its child).
  */
-export async function acquire(
+export function acquire(
   context: AcquireContext,
   name: string,
   options: AcquireOptions,
   internals: AcquireInternals = {},
+): Promise<Lease> {
+  if (context.closed) return Promise.reject(closedError());
+  const span = {
+    method: 'lock.acquire',
+    attributes: {
+      'dlm.lock.name': name,
+      'dlm.lock.ttl_ms': options.ttlMs,
+      'dlm.lock.wait_ms': options.waitMs ?? 0,
+    },
+    outcome: 'granted',
+    describe: (lease: Lease) => ({ 'dlm.lock.token': lease.token.toString() }),
+  };
+  return withClientSpan(context.version, span, (traceparent) =>
+    acquireLease(context, name, options, { ...internals, traceparent }),
+  );
+}
+
+/**
+ * Checks the request, sends it (retried with one owner and one key), makes sure the lease it got
+ * is still worth having, and hands it over as a `Lease`.
+ */
+async function acquireLease(
+  context: AcquireContext,
+  name: string,
+  options: AcquireOptions,
+  internals: AcquireInternals,
 ): Promise<Lease> {
   if (context.closed) throw closedError();
   const tries = new AcquireTries(context, name, options, internals);
@@ -97,6 +128,7 @@ class AcquireTries {
   readonly ownerIsOurs: boolean;
   readonly key: string;
   readonly policy: RetryPolicy;
+  readonly traceparent: string | undefined;
   /** What is left of `waitMs` across the tries (none for a try-lock: it never waits). */
   private readonly waitBudget: Budget | undefined;
   /** When the try that counts was sent, on the clock (the lease's deadline counts from it). */
@@ -132,6 +164,7 @@ class AcquireTries {
       (options.owner === undefined ? undefined : context.held.keyFor(name, this.owner)) ??
       createLeaseKey();
     this.policy = context.policyFor(options.retry, options.signal);
+    this.traceparent = internals.traceparent;
     this.waitBudget =
       this.waitMs > 0 ? budget('lock.acquire', this.waitMs, context.clock) : undefined;
   }
@@ -146,6 +179,7 @@ class AcquireTries {
       leaseKey: this.key,
     };
     if (wait > 0) params.waitMs = wait;
+    if (this.traceparent) params.traceparent = this.traceparent;
     const callOptions: CallOptions<Grant> = {
       write: true,
       timeoutMs: Math.max(1, Math.min(context.requestTimeoutMs + wait, attempt.remainingMs)),
@@ -227,11 +261,17 @@ async function reanchor(
 ): Promise<number> {
   const { name } = tries;
   try {
-    const extended = await context.connection.call(
-      'lock.extend',
-      { name, token: result.token, ttlMs: tries.ttlMs, leaseKey: tries.key },
-      { write: true, onSent: tries.onSent },
-    );
+    const params: ParamsOf<'lock.extend'> = {
+      name,
+      token: result.token,
+      ttlMs: tries.ttlMs,
+      leaseKey: tries.key,
+    };
+    if (tries.traceparent) params.traceparent = tries.traceparent;
+    const extended = await context.connection.call('lock.extend', params, {
+      write: true,
+      onSent: tries.onSent,
+    });
     return extended.ttlMs;
   } catch (error) {
     if (!isDlmError(error, 'NOT_HOLDER')) {

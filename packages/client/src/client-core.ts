@@ -22,6 +22,7 @@ import { createEmitter, type Emitter } from './emitter.js';
 import { asError } from './failures.js';
 import { HeldLeases } from './held-leases.js';
 import type { LeaseContext } from './lease.js';
+import { loadTracing } from './tracing.js';
 import { normalizeUrl } from './url.js';
 import { type WatchContext, Watches } from './watches.js';
 import { defaultWebSocket } from './websocket.js';
@@ -51,6 +52,7 @@ export class ClientCore implements AcquireContext, CleanupContext, WatchContext 
   readonly watches: Watches;
   readonly connection: Connection;
   readonly leaseContext: LeaseContext;
+  readonly version = CLIENT_VERSION;
   closed = false;
 
   constructor(options: ClientOptions) {
@@ -64,6 +66,8 @@ export class ClientCore implements AcquireContext, CleanupContext, WatchContext 
     this.watches = new Watches(this);
     this.connection = createConnection(this.connectionOptions(options));
     this.leaseContext = this.createLeaseContext();
+    // Ready by the first request, so that it can send the caller's trace context.
+    void loadTracing();
   }
 
   /**

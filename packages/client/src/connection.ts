@@ -19,6 +19,7 @@ import { deadlineQueue } from './deadline-queue.js';
 import { cancelled, closedError, describeFailure, messageOf, unavailable } from './failures.js';
 import { PendingRequest, RequestTable } from './pending-requests.js';
 import { ReconnectSchedule } from './reconnect.js';
+import { activeTraceparent } from './tracing.js';
 import { OPEN, type WebSocketConstructor, type WebSocketLike } from './websocket.js';
 import { closeQuietly, cork, isRpcError, readFrame } from './wire.js';
 
@@ -356,11 +357,14 @@ class ClientConnection {
     if (this.state === 'closed') return Promise.reject(closedError());
     const { signal } = callOptions;
     if (signal?.aborted) return Promise.reject(cancelled());
+    // The caller's trace, read now: a request queued for a connection is sent later.
+    const traceparent = (params as { traceparent?: string }).traceparent ?? activeTraceparent();
+    const sent = traceparent ? { ...params, traceparent } : params;
     return new Promise<ResultOf<M>>((resolve, reject) => {
       const request = new PendingRequest(
         this.requests.nextId(),
         method,
-        params,
+        sent,
         callOptions as CallOptions<unknown>,
         resolve as (result: unknown) => void,
         reject,

@@ -13,6 +13,7 @@ import {
   validateTtl,
 } from '@dlm/core';
 import type { Connection } from './connection.js';
+import { untraced } from './tracing.js';
 
 // Node 20.20 and current browsers define Symbol.asyncDispose. Older runtimes get the symbol Node
 // itself uses, so that `await using lease = ...` (which TypeScript lowers to a lookup of
@@ -326,13 +327,16 @@ class LeaseState implements LeaseHandle {
     // has; CANCELLED means the client is closing.
     const { initialDelayMs, maxDelayMs } = this.context.retry;
     const { ttlMs } = this;
-    this.extend(undefined, {
-      retry: {
-        attempts: Number.POSITIVE_INFINITY,
-        initialDelayMs: Math.min(initialDelayMs, ttlMs / 20),
-        maxDelayMs: Math.max(10, Math.min(maxDelayMs, ttlMs / 10)),
-      },
-    }).catch(() => {});
+    // A renewal is nobody's request: outside the trace its timer was set in.
+    untraced(() =>
+      this.extend(undefined, {
+        retry: {
+          attempts: Number.POSITIVE_INFINITY,
+          initialDelayMs: Math.min(initialDelayMs, ttlMs / 20),
+          maxDelayMs: Math.max(10, Math.min(maxDelayMs, ttlMs / 10)),
+        },
+      }),
+    ).catch(() => {});
   }
 
   async release(options: LeaseCallOptions = {}): Promise<boolean> {

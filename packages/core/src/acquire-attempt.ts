@@ -7,7 +7,7 @@ import type { NameState, QueuedAcquire, ServiceContext } from './name-state.js';
 export async function attempt(
   ctx: ServiceContext,
   state: NameState,
-  { request, leaseKey, onLost }: QueuedAcquire,
+  { request, leaseKey, onLost, around }: QueuedAcquire,
 ): Promise<AcquireResult> {
   const startedAt = ctx.clock.now();
   const result = await ctx.calls.bounded(
@@ -18,6 +18,8 @@ export async function attempt(
       // The caller was already told UNAVAILABLE: a grant nobody will use must not linger.
       if (late.granted) ctx.calls.releaseQuietly(late.grant, request.keyHash);
     },
+    undefined,
+    around,
   );
   if (!result.granted) return result;
   if (ctx.clock.now() - startedAt >= result.grant.ttlMs) {

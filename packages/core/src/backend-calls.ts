@@ -1,13 +1,20 @@
 import type { Grant, LockBackend } from './backend.js';
 import type { Clock } from './clock.js';
 import { createDeadlineQueue } from './deadline-queue.js';
-import type { BackendOperation, Notify } from './observer.js';
+import type { AroundBackendCall, BackendOperation, Notify } from './observer.js';
 import { boundedCall } from './time.js';
 
 /** How the lock service calls its backend: timed for the observer, and never without a bound. */
 export interface BackendCalls {
-  /** One call, reported to the observer when it settles (however long it takes). */
-  call<T>(operation: BackendOperation, call: () => Promise<T>): Promise<T>;
+  /**
+   * One call, reported to the observer when it settles (however long it takes), and run through
+   * its request's `around` when it has one.
+   */
+  call<T>(
+    operation: BackendOperation,
+    call: () => Promise<T>,
+    around?: AroundBackendCall,
+  ): Promise<T>;
   /**
    * One call raced against the backstop timeout: UNAVAILABLE (indeterminate) when the backend
    * has not answered in `timeoutMs`; a result that comes later goes to `onLateResult`.
@@ -18,6 +25,7 @@ export interface BackendCalls {
     call: () => Promise<T>,
     onLateResult?: (value: T) => void,
     timeoutMs?: number,
+    around?: AroundBackendCall,
   ): Promise<T>;
   /** Gives back a grant nobody will use, without waiting for the answer. */
   releaseQuietly(grant: Grant, keyHash: string): void;
@@ -34,9 +42,13 @@ export function createBackendCalls(
   // the server's CPU).
   const backstops = createDeadlineQueue(clock, backendTimeoutMs);
 
-  function call<T>(operation: BackendOperation, run: () => Promise<T>): Promise<T> {
+  function call<T>(
+    operation: BackendOperation,
+    run: () => Promise<T>,
+    around?: AroundBackendCall,
+  ): Promise<T> {
     const startedAt = clock.now();
-    return run().then(
+    return (around ? around(operation, run) : run()).then(
       (value) => {
         notify('backendCall', operation, clock.now() - startedAt);
         return value;
@@ -55,8 +67,9 @@ export function createBackendCalls(
     run: () => Promise<T>,
     onLateResult?: (value: T) => void,
     timeoutMs = backendTimeoutMs,
+    around?: AroundBackendCall,
   ): Promise<T> {
-    return boundedCall(what, timeoutMs, () => call(operation, run), {
+    return boundedCall(what, timeoutMs, () => call(operation, run, around), {
       deadlines: backstops,
       indeterminate: true,
       ...(onLateResult ? { onLateResult } : {}),

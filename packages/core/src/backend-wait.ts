@@ -19,7 +19,7 @@ export async function waitInBackend(
   ctx: ServiceContext,
   state: NameState,
   options: AcquireOptions,
-  { request, leaseKey }: QueuedAcquire,
+  { request, leaseKey, around }: QueuedAcquire,
   waitMs: number,
 ): Promise<Lease> {
   if (state.queuedInBackend.size >= ctx.settings.maxWaiters) throw tooManyWaiters(request.name);
@@ -44,6 +44,7 @@ export async function waitInBackend(
         if (late.granted) calls.releaseQuietly(late.grant, request.keyHash);
       },
       waitMs + ctx.settings.backendTimeoutMs,
+      around,
     );
     const grant = grantOf(ctx, result, controller.signal, request);
     track(ctx, state, grant, leaseKey, clock.now(), options.onLost);

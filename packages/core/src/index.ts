@@ -66,7 +66,7 @@ export {
   type LostEvent,
   type ReleaseRequest,
 } from './lock-service.js';
-export type { BackendOperation, LockObserver } from './observer.js';
+export type { AroundBackendCall, BackendOperation, LockObserver } from './observer.js';
 export {
   type Backoff,
   type BackoffOptions,

@@ -23,7 +23,7 @@ import {
   type ServiceSettings,
   waitersOf,
 } from './name-state.js';
-import { type LockObserver, observerNotifier } from './observer.js';
+import { type AroundBackendCall, type LockObserver, observerNotifier } from './observer.js';
 import { acquireProof, checkToken, proofOf, toLease } from './proofs.js';
 import {
   DEFAULT_LIMITS,
@@ -90,6 +90,8 @@ export interface AcquireOptions {
    * treat the service's caller as the holder.
    */
   leaseKey?: string;
+  /** Wraps each backend call made for this acquire, retries after a wake included (a tracer). */
+  aroundBackendCall?: AroundBackendCall | undefined;
 }
 
 /**
@@ -100,6 +102,8 @@ export interface ReleaseRequest {
   name: string;
   token: bigint;
   leaseKey?: string;
+  /** See `AcquireOptions.aroundBackendCall`. */
+  aroundBackendCall?: AroundBackendCall | undefined;
 }
 
 export interface ExtendOptions {
@@ -110,6 +114,8 @@ export interface ExtendOptions {
   leaseKey?: string;
   /** Replaces the lease's `onLost` (a holder that reconnected elsewhere extends its lease). */
   onLost?: (event: LostEvent) => void;
+  /** See `AcquireOptions.aroundBackendCall`. */
+  aroundBackendCall?: AroundBackendCall | undefined;
 }
 
 export interface LockServiceOptions {
@@ -273,6 +279,7 @@ async function acquire(ctx: ServiceContext, options: AcquireOptions): Promise<Le
     request: { name, owner, ttlMs, keyHash },
     leaseKey,
     onLost: options.onLost,
+    around: options.aroundBackendCall,
   };
   const startedAt = ctx.clock.now();
   state.busy += 1;
@@ -330,8 +337,13 @@ async function release(ctx: ServiceContext, request: ReleaseRequest): Promise<vo
   // No proof: NOT_HOLDER without asking the backend, the same answer a wrong key gets.
   if (proof === null) throw notHolderError(name, token);
   const { keyHash } = proof;
-  const released = await ctx.calls.bounded('release', 'release', () =>
-    ctx.backend.release({ name, token, keyHash }),
+  const released = await ctx.calls.bounded(
+    'release',
+    'release',
+    () => ctx.backend.release({ name, token, keyHash }),
+    undefined,
+    undefined,
+    request.aroundBackendCall,
   );
   const state = ctx.names.get(name);
   const tracked = state?.lease?.token === token ? state.lease : undefined;
@@ -360,8 +372,13 @@ async function extend(ctx: ServiceContext, options: ExtendOptions): Promise<Leas
   state.busy += 1;
   try {
     const startedAt = ctx.clock.now();
-    const grant = await ctx.calls.bounded('extend', 'extend', () =>
-      ctx.backend.extend({ name, token, ttlMs, keyHash }),
+    const grant = await ctx.calls.bounded(
+      'extend',
+      'extend',
+      () => ctx.backend.extend({ name, token, ttlMs, keyHash }),
+      undefined,
+      undefined,
+      options.aroundBackendCall,
     );
     if (!grant) throw notHolderError(name, token);
     if (ctx.clock.now() - startedAt >= grant.ttlMs) throw ranOutError();

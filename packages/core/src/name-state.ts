@@ -4,7 +4,7 @@ import type { Clock, Timer } from './clock.js';
 import type { HolderView } from './holder-view.js';
 import type { TrackedLease } from './lease-tracking.js';
 import type { Lease, LockChange, LostEvent } from './lock-service.js';
-import type { Notify } from './observer.js';
+import type { AroundBackendCall, Notify } from './observer.js';
 import type { Limits } from './validation.js';
 import type { WaitQueue } from './wait-queue.js';
 
@@ -49,6 +49,8 @@ export interface QueuedAcquire {
   request: { name: string; owner: string; ttlMs: number; keyHash: string };
   leaseKey: string;
   onLost: ((event: LostEvent) => void) | undefined;
+  /** The request's own wrapper of its backend calls (a tracer's spans), if any. */
+  around: AroundBackendCall | undefined;
 }
 
 /** Everything the service keeps for one lock name; dropped when nothing needs it. */

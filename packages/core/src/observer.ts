@@ -31,6 +31,16 @@ export type BackendOperation =
   | 'list'
   | 'acquireQueued';
 
+/**
+ * Runs one backend call made for one request (`AcquireOptions.aroundBackendCall`): a tracer opens
+ * a span around it (the server's OpenTelemetry spans), so core needs no tracing library. It must
+ * call `call` once and settle as the promise it returns does.
+ */
+export type AroundBackendCall = <T>(
+  operation: BackendOperation,
+  call: () => Promise<T>,
+) => Promise<T>;
+
 type Arguments<K extends keyof LockObserver> = Parameters<NonNullable<LockObserver[K]>>;
 
 /** Tells `observer` of one event; the one place where an observer's failure is swallowed. */

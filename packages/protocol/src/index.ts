@@ -15,3 +15,9 @@ export {
   type RpcErrorObject,
   type RpcRequestId,
 } from './schemas.js';
+export {
+  formatTraceparent,
+  parseTraceparent,
+  TRACEPARENT_PATTERN,
+  type TraceParent,
+} from './traceparent.js';

@@ -1,4 +1,5 @@
-import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { type Static, type TProperties, type TSchema, Type } from '@sinclair/typebox';
+import { TRACEPARENT_PATTERN } from './traceparent.js';
 
 /**
  * The one source of the protocol's shapes: the TypeScript types below are derived from these
@@ -36,7 +37,23 @@ const WaitMs = Type.Integer({
 
 export const RequestId = Type.Union([Type.Integer(), Type.String()]);
 
-export const HelloParams = Type.Object({
+/**
+ * Extension (trace context, additive to v1): any request's params may carry the caller's W3C
+ * `traceparent`. A server ignores one it cannot parse (the request is served, in a new trace).
+ */
+const Traceparent = Type.String({
+  pattern: TRACEPARENT_PATTERN,
+  maxLength: 512,
+  description:
+    "The caller's W3C Trace Context traceparent (version-traceid-parentid-flags, lowercase hex), so that the server's spans join the caller's trace. Optional on every request; a server ignores a value it cannot parse and serves the request in a new trace.",
+});
+
+/** A request's params: `properties` and the optional `traceparent` every request may carry. */
+function params<T extends TProperties>(properties: T) {
+  return Type.Object({ ...properties, traceparent: Type.Optional(Traceparent) });
+}
+
+export const HelloParams = params({
   client: Type.Optional(Type.Object({ name: Type.String(), version: Type.String() })),
   auth: Type.Optional(Type.String()),
 });
@@ -58,9 +75,10 @@ export const HelloResult = Type.Object({
 });
 
 export const Empty = Type.Object({});
+export const PingParams = params({});
 
 /** Extension (lease keys, additive to v1): `leaseKey` in acquire, release and extend. */
-export const AcquireParams = Type.Object({
+export const AcquireParams = params({
   name: Name,
   ttlMs: TtlMs,
   waitMs: Type.Optional(WaitMs),
@@ -83,14 +101,14 @@ export const AcquireResult = Type.Object({
 const HolderKey = leaseKey(
   "The lease's key. Without it only the session that was granted the lease may release or extend it.",
 );
-export const ReleaseParams = Type.Object({
+export const ReleaseParams = params({
   name: Name,
   token: Token,
   leaseKey: Type.Optional(HolderKey),
 });
 export const ReleaseResult = Type.Object({ released: Type.Literal(true) });
 
-export const ExtendParams = Type.Object({
+export const ExtendParams = params({
   name: Name,
   token: Token,
   ttlMs: TtlMs,
@@ -98,7 +116,7 @@ export const ExtendParams = Type.Object({
 });
 export const ExtendResult = Type.Object({ name: Name, token: Token, ttlMs: TtlMs });
 
-export const GetParams = Type.Object({ name: Name });
+export const GetParams = params({ name: Name });
 export const GetResult = Type.Union([
   Type.Object({ name: Name, held: Type.Literal(false) }),
   Type.Object({
@@ -110,13 +128,13 @@ export const GetResult = Type.Union([
   }),
 ]);
 
-export const WatchParams = Type.Object({ name: Name });
+export const WatchParams = params({ name: Name });
 export const WatchResult = Type.Object({
   watchId: Type.String(),
   held: Type.Boolean(),
   token: Type.Optional(Token),
 });
-export const UnwatchParams = Type.Object({ watchId: Type.String() });
+export const UnwatchParams = params({ watchId: Type.String() });
 
 const Prefix = Type.String({
   maxLength: 256,
@@ -132,7 +150,7 @@ export const HeldLock = Type.Object({
   waiters: Type.Integer({ minimum: 0, description: 'Waiters queued on this server.' }),
 });
 /** Extension (added after v1's first release; servers without it answer METHOD_NOT_FOUND). */
-export const WatchPrefixParams = Type.Object({ prefix: Prefix });
+export const WatchPrefixParams = params({ prefix: Prefix });
 export const WatchPrefixResult = Type.Object({
   watchId: Type.String(),
   locks: Type.Array(HeldLock, {
@@ -187,7 +205,7 @@ export const ErrorObject = Type.Object({
 /** Every request method: its params and its result. */
 export const Methods = {
   'session.hello': { params: HelloParams, result: HelloResult },
-  'session.ping': { params: Empty, result: Empty },
+  'session.ping': { params: PingParams, result: Empty },
   'lock.acquire': { params: AcquireParams, result: AcquireResult },
   'lock.release': { params: ReleaseParams, result: ReleaseResult },
   'lock.extend': { params: ExtendParams, result: ExtendResult },

@@ -114,7 +114,9 @@ export class WaitQueue<R, T> {
       }
       this.#waiters.push(waiter);
       this.hooks.lengthChanged(this.#waiters.length);
-      void this.#pump();
+      // Only a new head asks the backend: one behind it changes nothing the head's last answer
+      // said (asking again on every arrival cost a backend call each under contention).
+      if (this.#waiters.length === 1) void this.#pump();
     });
   }
 

@@ -86,6 +86,31 @@ describe('LockObserver', () => {
     ]);
   });
 
+  it('a wait that joins behind a sleeping head asks the backend nothing; a release serves them in order', async () => {
+    const { observer, events } = recorder();
+    await open(observer);
+    const held = await service.acquire({ name: 'w', owner: 'one', ttlMs: 10_000 });
+    const head = service.acquire({ name: 'w', owner: 'two', ttlMs: 1_000, waitMs: 5_000 });
+    await settle();
+    const calls = () => named(events, 'backendCall').length;
+    const asleep = calls();
+    const behind = [3, 4, 5].map((n) =>
+      service.acquire({ name: 'w', owner: `owner-${n}`, ttlMs: 1_000, waitMs: 5_000 }),
+    );
+    await settle();
+    expect(calls()).toBe(asleep);
+    await service.release({ name: 'w', token: held.token });
+    const first = await head;
+    let last = first;
+    for (const [index, waiting] of behind.entries()) {
+      await service.release({ name: 'w', token: last.token });
+      const lease = await waiting;
+      expect(lease.owner).toBe(`owner-${index + 3}`);
+      expect(lease.token).toBeGreaterThan(last.token);
+      last = lease;
+    }
+  });
+
   it('reports the queue emptying when a wait reaches its deadline', async () => {
     const { observer, events } = recorder();
     await open(observer);

@@ -30,6 +30,15 @@ export {
 } from './provider.js';
 export { pingRedis, type RedisOptions, type RedisService } from './redis.js';
 export {
+  type RedisClusterNode,
+  type RedisClusterNodeInfo,
+  type RedisClusterOptions,
+  type RedisClusterService,
+  redisClusterAvailable,
+  type SlotMigration,
+  startRedisCluster,
+} from './redis-cluster.js';
+export {
   etcdAvailable,
   etcdManaged,
   redisAvailable,

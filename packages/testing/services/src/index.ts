@@ -34,6 +34,7 @@ export {
   type RedisClusterNodeInfo,
   type RedisClusterOptions,
   type RedisClusterService,
+  redisCli,
   redisClusterAvailable,
   type SlotMigration,
   startRedisCluster,

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { redisClusterAvailable, startRedisCluster } from '../src/index.js';
-import { redisCli } from '../src/redis-cluster.js';
+import { redisCli, redisClusterAvailable, startRedisCluster } from '../src/index.js';
+
 import { serviceFor } from './support.js';
 
 const enabled = redisClusterAvailable();

@@ -1,5 +1,5 @@
-import { redisClusterAvailable, startRedisCluster } from '@dlm/test-services';
 import { UsageError } from '@dlm/flags';
+import { redisClusterAvailable, startRedisCluster } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
 import { createBackend, createLogger, parseConfig } from '../src/index.js';
 

@@ -60,7 +60,7 @@ export function parseClusterAddresses(
     if (typeof node !== 'string') return { host: node.host, port: node.port };
     const match = /^\[?([^\]\s]+?)\]?:(\d{1,5})$/.exec(node.trim());
     const port = Number(match?.[2]);
-    if (!match || !match[1] || port < 1 || port > 65_535) {
+    if (!match?.[1] || port < 1 || port > 65_535) {
       throw new DlmError(
         'INVALID_PARAMS',
         `nodes: "${node}" is not host:port (a port from 1 to 65535)`,

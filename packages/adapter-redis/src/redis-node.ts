@@ -438,7 +438,9 @@ class ScriptedRedisNode implements RedisNode {
   async list(namePrefix: string): Promise<LockState[]> {
     // A cluster's keys are spread over its masters: each is scanned.
     const servers = this.client instanceof Cluster ? this.client.nodes('master') : [this.client];
-    const found = (await Promise.all(servers.map((server) => this.scan(server, namePrefix)))).flat();
+    const found = (
+      await Promise.all(servers.map((server) => this.scan(server, namePrefix)))
+    ).flat();
     // SCAN may return a key twice; keep one entry per name.
     const byName = new Map(found.map((state) => [state.name, state]));
     return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));

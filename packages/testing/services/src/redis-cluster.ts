@@ -368,14 +368,7 @@ export async function startRedisCluster(
   try {
     await redisCli(
       nodes[0]!.port,
-      [
-        '--cluster',
-        'create',
-        ...service.addresses,
-        '--cluster-replicas',
-        '1',
-        '--cluster-yes',
-      ],
+      ['--cluster', 'create', ...service.addresses, '--cluster-replicas', '1', '--cluster-yes'],
       60_000,
     );
     await service.waitUntilOk(60_000);

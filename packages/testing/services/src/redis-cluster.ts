@@ -199,6 +199,69 @@ function infoField(text: string, field: string): string | undefined {
   return match?.[1]?.trim();
 }
 
+/** `cluster_state:ok` on `node`, and (`replicasInSync`) its master link up if it is a replica. */
+async function nodeOk(node: RedisClusterNode, replicasInSync: boolean): Promise<boolean> {
+  const state = infoField(await redisCli(node.port, ['cluster', 'info']), 'cluster_state');
+  if (state !== 'ok') return false;
+  if (!replicasInSync) return true;
+  const replication = await redisCli(node.port, ['info', 'replication']);
+  return (
+    infoField(replication, 'role') !== 'slave' ||
+    infoField(replication, 'master_link_status') === 'up'
+  );
+}
+
+/**
+ * Moves `slot` from `source` to `to` in steps (see `beginSlotMigration`); `masters` lists the
+ * running masters at the time.
+ */
+async function slotMigration(
+  slot: number,
+  source: RedisClusterNode,
+  to: RedisClusterNode,
+  masters: () => Promise<RedisClusterNode[]>,
+): Promise<SlotMigration> {
+  if (source === to) throw new Error(`slot ${slot} is already on ${to.address}`);
+  const id = async (node: RedisClusterNode) =>
+    (await redisCli(node.port, ['cluster', 'myid'])).trim();
+  const [sourceId, targetId] = await Promise.all([id(source), id(to)]);
+  // Importing first: the other order lets a client be sent (ASK) to a node that refuses.
+  await redisCli(to.port, ['cluster', 'setslot', String(slot), 'importing', sourceId]);
+  await redisCli(source.port, ['cluster', 'setslot', String(slot), 'migrating', targetId]);
+  return {
+    async moveKeys() {
+      let moved = 0;
+      for (;;) {
+        const keys = (
+          await redisCli(source.port, ['cluster', 'getkeysinslot', String(slot), '100'])
+        )
+          .split('\n')
+          .filter(Boolean);
+        if (keys.length === 0) return moved;
+        await redisCli(source.port, [
+          'migrate',
+          to.host,
+          String(to.port),
+          '',
+          '0',
+          '5000',
+          'KEYS',
+          ...keys,
+        ]);
+        moved += keys.length;
+      }
+    },
+    async finish() {
+      // The target first, then the source, then the other masters (as redis-cli --cluster
+      // does; replicas refuse SETSLOT and learn it from their masters).
+      const others = (await masters()).filter((node) => node !== to && node !== source);
+      for (const node of [to, source, ...others]) {
+        await redisCli(node.port, ['cluster', 'setslot', String(slot), 'node', targetId]);
+      }
+    },
+  };
+}
+
 function clusterService(nodes: RedisClusterNode[]): RedisClusterService {
   const running = () => nodes.filter((node) => node.process.running);
   const byPort = (port: number) => {
@@ -234,17 +297,6 @@ function clusterService(nodes: RedisClusterNode[]): RedisClusterService {
     return byPort(info.port);
   }
 
-  async function nodeOk(node: RedisClusterNode, replicasInSync: boolean): Promise<boolean> {
-    const state = infoField(await redisCli(node.port, ['cluster', 'info']), 'cluster_state');
-    if (state !== 'ok') return false;
-    if (!replicasInSync) return true;
-    const replication = await redisCli(node.port, ['info', 'replication']);
-    return (
-      infoField(replication, 'role') !== 'slave' ||
-      infoField(replication, 'master_link_status') === 'up'
-    );
-  }
-
   async function allSlotsServed(): Promise<boolean> {
     const live = new Set(running().map((node) => node.port));
     const covered = (await topology())
@@ -267,53 +319,13 @@ function clusterService(nodes: RedisClusterNode[]): RedisClusterService {
     }
   }
 
-  async function beginSlotMigration(slot: number, to: RedisClusterNode): Promise<SlotMigration> {
-    const source = await masterOf(slot);
-    if (source === to) throw new Error(`slot ${slot} is already on ${to.address}`);
-    const id = async (node: RedisClusterNode) =>
-      (await redisCli(node.port, ['cluster', 'myid'])).trim();
-    const [sourceId, targetId] = await Promise.all([id(source), id(to)]);
-    // Importing first: the other order lets a client be sent (ASK) to a node that refuses.
-    await redisCli(to.port, ['cluster', 'setslot', String(slot), 'importing', sourceId]);
-    await redisCli(source.port, ['cluster', 'setslot', String(slot), 'migrating', targetId]);
-    return {
-      async moveKeys() {
-        let moved = 0;
-        for (;;) {
-          const keys = (
-            await redisCli(source.port, ['cluster', 'getkeysinslot', String(slot), '100'])
-          )
-            .split('\n')
-            .filter(Boolean);
-          if (keys.length === 0) return moved;
-          await redisCli(source.port, [
-            'migrate',
-            to.host,
-            String(to.port),
-            '',
-            '0',
-            '5000',
-            'KEYS',
-            ...keys,
-          ]);
-          moved += keys.length;
-        }
-      },
-      async finish() {
-        // The target first, then the source, then the other masters (as redis-cli --cluster
-        // does; replicas refuse SETSLOT and learn it from their masters).
-        const masters = new Set(
-          (await topology()).filter((info) => info.role === 'master').map((info) => info.port),
-        );
-        const others = running().filter(
-          (node) => node !== to && node !== source && masters.has(node.port),
-        );
-        for (const node of [to, source, ...others]) {
-          await redisCli(node.port, ['cluster', 'setslot', String(slot), 'node', targetId]);
-        }
-      },
-    };
-  }
+  const beginSlotMigration = async (slot: number, to: RedisClusterNode) =>
+    slotMigration(slot, await masterOf(slot), to, async () => {
+      const masters = new Set(
+        (await topology()).filter((info) => info.role === 'master').map((info) => info.port),
+      );
+      return running().filter((node) => masters.has(node.port));
+    });
 
   return {
     nodes,

@@ -166,6 +166,8 @@ export function createClusterSubscriber(
   const subscriber = new Redis({
     ...subscriberConnectionOptions(timeoutMs),
     ...credentials,
+    // Named, so that an operator (and the tests) can tell which node it is on (CLIENT LIST).
+    connectionName: 'dlm-events',
     Connector: rotatingConnector(subscriberAddresses(cluster, seeds)),
     // Another node is tried at once: a dead one will not be back soon.
     retryStrategy: () => 100,

@@ -242,4 +242,43 @@ describe.skipIf(!enabled)('redis cluster adapter, kill -9 of a master', () => {
       await Promise.all([backend.close(), watcher.close()]);
     }
   });
+  it("the event subscriber's node killed: it moves to another node and watchers still hear releases", {
+    timeout: 90_000,
+  }, async () => {
+    await cluster.waitUntilOk(30_000, false);
+    const watcher = redisClusterBackend({ nodes: cluster.addresses });
+    await watcher.ready();
+    const subscribedOn = async () => {
+      for (const node of cluster.nodes.filter((candidate) => candidate.process.running)) {
+        const clients = await redisCli(node.port, ['client', 'list']).catch(() => '');
+        if (/ name=dlm-events /.test(clients)) return node;
+      }
+      return undefined;
+    };
+    let actor: RedisBackend | undefined;
+    try {
+      const node = await subscribedOn();
+      if (!node) throw new Error('no node has the dlm-events connection');
+      const heard: string[] = [];
+      watcher.watch('moved-subscriber', (event) => heard.push(event.type));
+      await node.process.kill();
+      await cluster.waitUntilOk(30_000, false);
+      await until(async () => (await subscribedOn()) !== undefined, {
+        timeoutMs: 10_000,
+        what: 'the subscriber to reconnect to another node',
+      });
+      expect((await subscribedOn())?.port).not.toBe(node.port);
+      actor = redisClusterBackend({ nodes: cluster.addresses });
+      await actor.ready();
+      const held = await actor.tryAcquire({ name: 'moved-subscriber', owner: 'o', ttlMs: 10_000 });
+      if (!held.granted) throw new Error('expected a grant');
+      await actor.release({ name: 'moved-subscriber', token: held.grant.token });
+      await until(() => heard.includes('released'), {
+        timeoutMs: 10_000,
+        what: "the watcher to hear the release through the subscriber's new node",
+      });
+    } finally {
+      await Promise.all([watcher.close(), actor?.close()]);
+    }
+  });
 });

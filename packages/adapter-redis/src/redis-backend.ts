@@ -108,8 +108,8 @@ export interface RedisTopology {
 }
 
 /**
- * A dlm backend on one Redis server (or a Redis Cluster shard set reached through one
- * connection: a name's keys share a hash slot). Tokens come from the server's clock and a
+ * A dlm backend on one Redis server (`redisClusterBackend` in cluster.ts for a Redis Cluster).
+ * Tokens come from the server's clock and a
  * per-name fence key in the same script as the `SET NX PX` (see redis-scripts.ts), so they
  * are strict for as long as Redis keeps its data and its clock does not step back by more
  * than `fenceRetentionMs`; the fence key expires that long after the last lease.

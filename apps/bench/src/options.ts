@@ -30,9 +30,9 @@ export interface BenchOptions {
 export const USAGE = `Usage: pnpm bench [options]          (from the repo root: builds, then runs)
        node apps/bench/dist/main.js [options]
 
-Starts redis-server (1 + 3 nodes), etcd and ZooKeeper on free loopback ports, then drives the
-same workloads through dlm (a server process per adapter, over WebSocket with @dlm/client) and
-through the peer libraries directly. Prints one table; writes results/latest.json and
+Starts redis-server (1 + 3 nodes, and a cluster of 3 masters + 3 replicas), etcd and ZooKeeper
+on free loopback ports, then drives the same workloads through dlm (a server process per
+adapter, over WebSocket with @dlm/client) and through the peer libraries directly. Prints one table; writes results/latest.json and
 results/RESULTS.md (--smoke: results/smoke/).
 
   --smoke                 tiny counts, about a second per workload, every backend (CI)

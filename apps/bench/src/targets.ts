@@ -1,10 +1,12 @@
 import {
   type EtcdService,
   type PostgresService,
+  type RedisClusterService,
   type RedisService,
   startEtcd,
   startPostgres,
   startRedis,
+  startRedisCluster,
   startRedisNodes,
   startZooKeeper,
   tempDir,
@@ -23,6 +25,8 @@ import { zookeeperRecipeTarget } from './lockers/zookeeper-recipe.js';
 export interface Services {
   redis?: RedisService;
   redisNodes?: RedisService[];
+  /** 3 masters + 3 replicas. */
+  redisCluster?: RedisClusterService;
   etcd?: EtcdService;
   zookeeper?: ZooKeeperService;
   postgres?: PostgresService;
@@ -77,6 +81,12 @@ const SPECS: TargetSpec[] = [
     'redis',
     '--redis-url',
     s.redis.url,
+  ]),
+  dlm('dlm-redis-cluster', 'dlm redis cluster (3+3)', ['redisCluster'], (s) => [
+    '--backend',
+    'redis',
+    '--redis-cluster',
+    s.redisCluster.addresses.join(','),
   ]),
   dlm('dlm-redlock', 'dlm redlock (3 nodes)', ['redisNodes'], (s) => [
     '--backend',
@@ -146,6 +156,8 @@ export const PAIRS: ReadonlyArray<{ dlm: string; peers: string[] }> = [
   { dlm: 'dlm-embedded-memory', peers: ['peer-raw-redis'] },
   { dlm: 'dlm-embedded-disk', peers: ['peer-raw-redis'] },
   { dlm: 'dlm-redis', peers: ['peer-raw-redis', 'peer-redis-semaphore'] },
+  // Beside one Redis: what the cluster's routing and its replicas cost.
+  { dlm: 'dlm-redis-cluster', peers: ['peer-raw-redis'] },
   { dlm: 'dlm-redlock', peers: ['peer-redlock'] },
   { dlm: 'dlm-etcd', peers: ['peer-etcd3-lock'] },
   { dlm: 'dlm-zookeeper', peers: ['peer-zk-recipe'] },
@@ -162,9 +174,10 @@ export function selectSpecs(only: string[]): TargetSpec[] {
 /** Starts the services the selected targets need, in parallel. */
 export async function startServices(specs: TargetSpec[]): Promise<Services> {
   const needs = new Set(specs.flatMap((spec) => spec.needs));
-  const [redis, redisNodes, etcd, zookeeper, postgres] = await Promise.all([
+  const [redis, redisNodes, redisCluster, etcd, zookeeper, postgres] = await Promise.all([
     needs.has('redis') ? startRedis() : undefined,
     needs.has('redisNodes') ? startRedisNodes(3) : undefined,
+    needs.has('redisCluster') ? startRedisCluster() : undefined,
     needs.has('etcd') ? startEtcd() : undefined,
     needs.has('zookeeper') ? startZooKeeper() : undefined,
     needs.has('postgres') ? startPostgres() : undefined,
@@ -172,6 +185,7 @@ export async function startServices(specs: TargetSpec[]): Promise<Services> {
   return {
     ...(redis ? { redis } : {}),
     ...(redisNodes ? { redisNodes } : {}),
+    ...(redisCluster ? { redisCluster } : {}),
     ...(etcd ? { etcd } : {}),
     ...(zookeeper ? { zookeeper } : {}),
     ...(postgres ? { postgres } : {}),
@@ -182,6 +196,7 @@ export async function stopServices(services: Services): Promise<void> {
   await Promise.allSettled([
     services.redis?.stop(),
     ...(services.redisNodes ?? []).map((node) => node.stop()),
+    services.redisCluster?.stop(),
     services.etcd?.stop(),
     services.zookeeper?.stop(),
     services.postgres?.stop(),
@@ -193,6 +208,9 @@ function servicePids(services: Services, needs: Need[]): number[] {
   for (const need of needs) {
     if (need === 'redis') pids.push(services.redis?.pid);
     if (need === 'redisNodes') pids.push(...(services.redisNodes ?? []).map((node) => node.pid));
+    if (need === 'redisCluster') {
+      pids.push(...(services.redisCluster?.nodes ?? []).map((node) => node.process.pid));
+    }
     if (need === 'etcd') pids.push(...(services.etcd?.members ?? []).map((m) => m.process.pid));
     // The postmaster only: each connection's backend process is its child (not counted).
     if (need === 'postgres') pids.push(services.postgres?.pid);

@@ -71,7 +71,8 @@ async function pickHolder(
 }
 
 const ALL = () => true;
-const EXTERNAL = (variant: BackendVariant) => variant !== 'embedded';
+// The backend-link nemeses act on the proxies; a Redis Cluster has none (see topology.ts).
+const EXTERNAL = (variant: BackendVariant) => variant !== 'embedded' && variant !== 'redis-cluster';
 const SINGLE_OR_REDLOCK = (variant: BackendVariant) =>
   variant === 'redis' ||
   variant === 'redis-noaof' ||
@@ -205,6 +206,32 @@ function backendPause(): Nemesis {
       const factor = cycle([0.5, 1.5, 3], n);
       const member = random(context.topology.members)!;
       const end = await pauseFault(context, 'backend-pause', member.id, member.process, factor);
+      end();
+    },
+  };
+}
+
+/**
+ * Redis Cluster: kill -9 the master of a held lock's name (its replica takes over after
+ * `cluster-node-timeout`), restart it 1 s later; it rejoins, empty, as a replica. The fault
+ * lasts until every slot is served again.
+ */
+function clusterMasterKill(): Nemesis {
+  return {
+    name: 'backend-cluster-master-kill',
+    description:
+      "kill -9 the Redis Cluster master of a held lock's name; a replica is promoted; the old master restarts (empty) as a replica",
+    appliesTo: (variant) => variant === 'redis-cluster',
+    async inject(context) {
+      const { holding } = await pickHolder(context);
+      const { masterOf } = context.topology;
+      if (!masterOf) throw new Error('backend-cluster-master-kill needs a Redis Cluster');
+      const master = await masterOf(holding?.name ?? 'any');
+      const end = context.fault({ nemesis: 'backend-cluster-master-kill', target: master.id });
+      await master.process.kill();
+      await sleep(1_000);
+      await master.process.start();
+      await context.topology.settled();
       end();
     },
   };
@@ -413,6 +440,7 @@ export const NEMESES: Nemesis[] = [
   backendKill(),
   backendPause(),
   majorityKill(),
+  clusterMasterKill(),
   memberKill('leader'),
   memberPause('leader'),
   memberKill('follower'),

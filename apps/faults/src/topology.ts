@@ -1,8 +1,10 @@
+import { nameKeys } from '@dlm/adapter-redis';
 import {
   type ManagedProcess,
   startEtcdCluster,
   startPostgres,
   startRedis,
+  startRedisCluster,
   startRedisNodes,
   startZooKeeperEnsemble,
   tempDir,
@@ -16,6 +18,7 @@ export const BACKENDS = [
   'redis',
   'redis-noaof',
   'redlock',
+  'redis-cluster',
   'etcd',
   'zookeeper',
   'postgres',
@@ -49,6 +52,8 @@ export interface Topology {
   leader(): Promise<Member | undefined>;
   /** Resolves once the backend serves again after a member restart (a leader elected). */
   settled(): Promise<void>;
+  /** Redis Cluster: the master holding `lockName`'s keys now. */
+  masterOf?(lockName: string): Promise<Member>;
   stop(): Promise<void>;
 }
 
@@ -236,6 +241,30 @@ async function postgresTopology(): Promise<Topology> {
   };
 }
 
+/**
+ * A Redis Cluster, 3 masters + 3 replicas, without AOF. No proxies: a cluster client connects to
+ * the addresses the nodes advertise, so the network nemeses do not apply to it.
+ */
+async function redisClusterTopology(): Promise<Topology> {
+  const variant = 'redis-cluster';
+  const cluster = await startRedisCluster();
+  const members = cluster.nodes.map((node) => ({ id: `c${node.port}`, process: node.process }));
+  return {
+    variant,
+    serverArgs: ['--backend', 'redis', '--redis-cluster', cluster.addresses.join(',')],
+    members,
+    proxies: [],
+    leader: none,
+    // Every slot served by a running master again (a replica promoted, a restarted node rejoined).
+    settled: () => cluster.waitUntilOk(60_000, false),
+    async masterOf(lockName) {
+      const master = await cluster.masterOf(await cluster.slotOf(nameKeys('dlm:', lockName).lock));
+      return members.find((member) => member.process === master.process)!;
+    },
+    stop: () => cluster.stop(),
+  };
+}
+
 /** Starts the backend's processes (a 3-member cluster for etcd and ZooKeeper, 3 Redlock nodes). */
 export function startTopology(variant: BackendVariant): Promise<Topology> {
   switch (variant) {
@@ -246,6 +275,8 @@ export function startTopology(variant: BackendVariant): Promise<Topology> {
       return redisTopology(variant);
     case 'redlock':
       return redlockTopology();
+    case 'redis-cluster':
+      return redisClusterTopology();
     case 'etcd':
       return etcdTopology();
     case 'zookeeper':

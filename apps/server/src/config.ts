@@ -15,7 +15,14 @@ import type { ServerOptions } from './server.js';
 
 export type BackendConfig =
   | { kind: 'embedded'; dataDir: string | null }
-  | { kind: 'redis'; url: string; durable?: boolean }
+  | {
+      kind: 'redis';
+      /** The server; absent with `cluster`. */
+      url?: string;
+      durable?: boolean;
+      /** Redis Cluster: `host:port` of some of its nodes (the rest are discovered). */
+      cluster?: string[];
+    }
   | { kind: 'redlock'; urls: string[] }
   | { kind: 'etcd'; endpoints: string[] }
   | { kind: 'zookeeper'; connect: string }
@@ -68,6 +75,8 @@ Options (each has an environment variable; flags win):
   --redis-url URL          redis: e.g. redis://127.0.0.1:6379 (DLM_REDIS_URL)
   --redis-durable          redis: it runs with appendonly yes + appendfsync always, so locks and
                            fencing tokens survive its restart (DLM_REDIS_DURABLE=1)
+  --redis-cluster H:P,H:P  redis: a Redis Cluster, by some of its nodes, instead of --redis-url
+                           (DLM_REDIS_CLUSTER)
   --redlock-urls U1,U2,U3  redlock: independent Redis nodes (DLM_REDLOCK_URLS)
   --etcd-endpoints E1,E2   etcd: client URLs (DLM_ETCD_ENDPOINTS)
   --zk-connect H:P,H:P     zookeeper: connect string (DLM_ZK_CONNECT)
@@ -128,6 +137,7 @@ const BACKEND_FLAGS: Readonly<Record<string, BackendConfig['kind']>> = {
   'data-dir': 'embedded',
   'redis-url': 'redis',
   'redis-durable': 'redis',
+  'redis-cluster': 'redis',
   'redlock-urls': 'redlock',
   'etcd-endpoints': 'etcd',
   'zk-connect': 'zookeeper',
@@ -141,6 +151,7 @@ const SERVER_FLAGS = {
   memory: { type: 'boolean' },
   'redis-url': { type: 'string' },
   'redis-durable': { type: 'boolean' },
+  'redis-cluster': { type: 'string' },
   'redlock-urls': { type: 'string' },
   'etcd-endpoints': { type: 'string' },
   'zk-connect': { type: 'string' },
@@ -266,11 +277,13 @@ function parseBackend(from: Sources): BackendConfig {
       return { kind, dataDir: memory ? null : (dataDir ?? defaultDataDir(env)) };
     }
     case 'redis':
-      return {
-        kind,
-        url: list(flag('redis-url') ?? env.DLM_REDIS_URL, '--redis-url')[0]!,
-        durable: from.on('redis-durable', 'DLM_REDIS_DURABLE'),
-      };
+      return (
+        parseRedisCluster(from) ?? {
+          kind,
+          url: list(flag('redis-url') ?? env.DLM_REDIS_URL, '--redis-url')[0]!,
+          durable: from.on('redis-durable', 'DLM_REDIS_DURABLE'),
+        }
+      );
     case 'redlock':
       return { kind, urls: list(flag('redlock-urls') ?? env.DLM_REDLOCK_URLS, '--redlock-urls') };
     case 'etcd':
@@ -294,6 +307,22 @@ function parseBackend(from: Sources): BackendConfig {
         `--backend must be embedded|redis|redlock|etcd|zookeeper|postgres, got ${kind}`,
       );
   }
+}
+
+/** `--backend redis --redis-cluster H:P,…`; undefined when no cluster is given. */
+function parseRedisCluster(from: Sources): BackendConfig | undefined {
+  const { flag, env } = from;
+  const text = flag('redis-cluster') ?? env.DLM_REDIS_CLUSTER;
+  if (text === undefined) return undefined;
+  if (flag('redis-url') !== undefined)
+    throw new UsageError('--redis-url and --redis-cluster exclude each other');
+  const nodes = list(text, '--redis-cluster');
+  for (const node of nodes) {
+    const port = Number(/^[^\s:]+:(\d{1,5})$/.exec(node)?.[1]);
+    if (!(port >= 1 && port <= 65_535))
+      throw new UsageError(`--redis-cluster takes host:port,host:port,…; got ${node}`);
+  }
+  return { kind: 'redis', cluster: nodes, durable: from.on('redis-durable', 'DLM_REDIS_DURABLE') };
 }
 
 /** The limits set by flag or environment, each an integer (0 = off where that is allowed). */

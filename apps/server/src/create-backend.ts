@@ -35,8 +35,11 @@ export async function createBackend(
       });
     }
     case 'redis': {
-      const { redisBackend } = await import('@dlm/adapter-redis');
-      const backend = redisBackend({ url: config.url, durable: config.durable ?? false, ...clock });
+      const { redisBackend, redisClusterBackend } = await import('@dlm/adapter-redis');
+      const durable = config.durable ?? false;
+      const backend = config.cluster
+        ? redisClusterBackend({ nodes: config.cluster, durable, ...clock })
+        : redisBackend({ ...(config.url ? { url: config.url } : {}), durable, ...clock });
       // Without known expiry events core checks each lease at its deadline.
       await backend.ready().catch(notReady);
       return backend;
@@ -82,7 +85,13 @@ export function describeBackend(config: BackendConfig): Record<string, unknown> 
     case 'embedded':
       return { backend: 'embedded', dataDir: config.dataDir ?? '(memory only)' };
     case 'redis':
-      return { backend: 'redis', redisUrl: redact(config.url), durable: config.durable ?? false };
+      return {
+        backend: 'redis',
+        ...(config.cluster
+          ? { redisCluster: config.cluster }
+          : { redisUrl: redact(config.url ?? '') }),
+        durable: config.durable ?? false,
+      };
     case 'redlock':
       return { backend: 'redlock', redlockUrls: config.urls.map(redact) };
     case 'etcd':

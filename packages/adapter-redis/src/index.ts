@@ -4,6 +4,12 @@
  * multiplexed event hub, the safe connection settings and the option checks every Redis adapter
  * shares. See the README's "Building blocks" section. They follow semver like `redisBackend`.
  */
+export {
+  type ClusterAddress,
+  parseClusterAddresses,
+  type RedisClusterBackendOptions,
+  redisClusterBackend,
+} from './cluster.js';
 export { within } from './command-bounds.js';
 export { createCommandConnection, createSubscriberConnection, databaseOf } from './connections.js';
 export { type NameKeys, nameKeys } from './key-encoding.js';

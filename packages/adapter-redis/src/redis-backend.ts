@@ -7,7 +7,7 @@ import {
   systemClock,
   toUnavailable,
 } from '@dlm/core';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { within } from './command-bounds.js';
 import { createCommandConnection, createSubscriberConnection, databaseOf } from './connections.js';
 import { createLockEvents, subscribedWithin } from './lock-events.js';
@@ -94,8 +94,22 @@ export function checkCommonOptions(options: {
 }
 
 /**
- * A dlm backend on one Redis server (or a Redis Cluster shard set reached through one
- * connection: a name's keys share a hash slot). Tokens come from the server's clock and a
+ * A topology other than one server (cluster.ts): its command client, the subscriber for lock
+ * events, and what it can promise. Made once the common options are checked.
+ */
+export interface RedisTopology {
+  client: Redis | Cluster;
+  ownsClient: boolean;
+  /** A dedicated connection, not yet connected (`lazyConnect`), and the database it watches. */
+  subscriber: Redis;
+  db: number;
+  fencing: BackendCapabilities['fencing'];
+  keyspaceEvents: boolean;
+}
+
+/**
+ * A dlm backend on one Redis server (`redisClusterBackend` in cluster.ts for a Redis Cluster).
+ * Tokens come from the server's clock and a
  * per-name fence key in the same script as the `SET NX PX` (see redis-scripts.ts), so they
  * are strict for as long as Redis keeps its data and its clock does not step back by more
  * than `fenceRetentionMs`; the fence key expires that long after the last lease.
@@ -106,12 +120,33 @@ export function checkCommonOptions(options: {
  * const service = createLockService({ backend });
  */
 export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
-  const { prefix, commandTimeoutMs, fenceRetentionMs } = checkCommonOptions(options);
-  const clock = options.clock ?? systemClock;
-  const ownsClient = options.client === undefined;
+  return createRedisBackend(options);
+}
+
+/** One server, from `options.client` or `options.url`. */
+function singleServer(options: RedisBackendOptions, commandTimeoutMs: number): RedisTopology {
   const client =
     options.client ??
     createCommandConnection(options.url ?? 'redis://127.0.0.1:6379', commandTimeoutMs);
+  return {
+    client,
+    ownsClient: options.client === undefined,
+    subscriber: createSubscriberConnection(client, commandTimeoutMs),
+    db: databaseOf(client),
+    fencing: 'strict',
+    keyspaceEvents: options.keyspaceEvents ?? true,
+  };
+}
+
+/** `redisBackend`, or the backend on another topology (see `RedisTopology`). */
+export function createRedisBackend(
+  options: RedisBackendOptions,
+  topologyOf?: (commandTimeoutMs: number) => RedisTopology,
+): RedisBackend {
+  const { prefix, commandTimeoutMs, fenceRetentionMs } = checkCommonOptions(options);
+  const clock = options.clock ?? systemClock;
+  const topology = topologyOf?.(commandTimeoutMs) ?? singleServer(options, commandTimeoutMs);
+  const { client, ownsClient } = topology;
   const node = createRedisNode({
     client,
     prefix,
@@ -124,10 +159,8 @@ export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
 
   const events = createLockEvents({
     prefix,
-    sources: [
-      { subscriber: createSubscriberConnection(client, commandTimeoutMs), db: databaseOf(client) },
-    ],
-    keyspace: options.keyspaceEvents ?? true,
+    sources: [{ subscriber: topology.subscriber, db: topology.db }],
+    keyspace: topology.keyspaceEvents,
     mode: 'single',
     clock,
     onResubscribed: () => void resynchronise(),
@@ -171,7 +204,7 @@ export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
 
     get capabilities(): BackendCapabilities {
       return {
-        fencing: 'strict',
+        fencing: topology.fencing,
         minTtlMs: 1,
         ttlGranularityMs: 1,
         durableAcrossRestart: durable,

@@ -7,7 +7,7 @@ import {
   type LockState,
   toUnavailable,
 } from '@dlm/core';
-import type { Redis } from 'ioredis';
+import { Cluster, type Redis } from 'ioredis';
 import { bounded, within } from './command-bounds.js';
 import {
   eventChannel,
@@ -39,7 +39,8 @@ export type NodeAcquireResult =
   | { granted: false; ttlRemainingMs: number };
 
 export interface RedisNodeOptions {
-  client: Redis;
+  /** One server, or a Redis Cluster (each call's keys share one slot). */
+  client: Redis | Cluster;
   prefix: string;
   commandTimeoutMs: number;
   clock: Clock;
@@ -50,7 +51,7 @@ export interface RedisNodeOptions {
 }
 
 export interface RedisNode {
-  readonly client: Redis;
+  readonly client: Redis | Cluster;
   /**
    * `startedAt` (monotonic) starts the call's time budget; default now. `keyHash` is stored with
    * the lease and must match for the same owner's re-acquire (undefined: none). `freshMs`: how
@@ -115,7 +116,7 @@ const KEY_CACHE_MAX = 4_096;
 
 /** The one-node primitives (see `RedisNode`). */
 class ScriptedRedisNode implements RedisNode {
-  readonly client: Redis;
+  readonly client: Redis | Cluster;
   private readonly prefix: string;
   private readonly clock: Clock;
   private readonly timeoutMs: number;
@@ -212,6 +213,8 @@ class ScriptedRedisNode implements RedisNode {
    * A client that auto-pipelines batches by itself.
    */
   private batchWrites(): void {
+    // A Cluster writes to one connection per node, none of which is ours to cork.
+    if (this.client instanceof Cluster) return;
     if (this.client.options.enableAutoPipelining || this.client.status !== 'ready') return;
     corkUntil(this.client.stream, setImmediate);
   }
@@ -441,6 +444,18 @@ class ScriptedRedisNode implements RedisNode {
   }
 
   async list(namePrefix: string): Promise<LockState[]> {
+    // A cluster's keys are spread over its masters: each is scanned.
+    const servers = this.client instanceof Cluster ? this.client.nodes('master') : [this.client];
+    const found = (
+      await Promise.all(servers.map((server) => this.scan(server, namePrefix)))
+    ).flat();
+    // SCAN may return a key twice; keep one entry per name.
+    const byName = new Map(found.map((state) => [state.name, state]));
+    return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  /** The held locks whose names start with `namePrefix` among `server`'s keys. */
+  private async scan(server: Redis, namePrefix: string): Promise<LockState[]> {
     const pattern = lockKeyPattern(this.prefix, namePrefix);
     const found: LockState[] = [];
     let cursor = '0';
@@ -449,7 +464,7 @@ class ScriptedRedisNode implements RedisNode {
         { clock: this.clock, timeoutMs: this.timeoutMs },
         'list',
         false,
-        () => this.client.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT),
+        () => server.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT),
       );
       cursor = next;
       const names = keys.flatMap((key) => {
@@ -459,9 +474,7 @@ class ScriptedRedisNode implements RedisNode {
       const states = await Promise.all(names.map((name) => this.inspect(name)));
       for (const state of states) if (state) found.push(state);
     } while (cursor !== '0');
-    // SCAN may return a key twice; keep one entry per name.
-    const byName = new Map(found.map((state) => [state.name, state]));
-    return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    return found;
   }
 
   async whenConnected(): Promise<void> {

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
 /**
  * The Lua scripts behind every primitive. Each runs atomically on the server, so a primitive is
@@ -210,7 +210,7 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
  * the EVAL only after the NOSCRIPT reply, behind commands issued meanwhile, and Redlock relies
  * on a connection's commands running in the order they were issued.
  */
-export function loadScripts(client: Redis): void {
+export function loadScripts(client: Redis | Cluster): void {
   for (const lua of ALL_SCRIPTS) client.script('LOAD', lua.source).catch(() => {});
 }
 
@@ -224,7 +224,7 @@ function isNoScript(error: unknown): boolean {
  * nothing is sent again once the caller has given up (`abandoned`).
  */
 export async function runScript(
-  client: Redis,
+  client: Redis | Cluster,
   lua: LuaScript,
   keys: readonly string[],
   args: ReadonlyArray<string | number>,

@@ -30,6 +30,16 @@ export {
 } from './provider.js';
 export { pingRedis, type RedisOptions, type RedisService } from './redis.js';
 export {
+  type RedisClusterNode,
+  type RedisClusterNodeInfo,
+  type RedisClusterOptions,
+  type RedisClusterService,
+  redisCli,
+  redisClusterAvailable,
+  type SlotMigration,
+  startRedisCluster,
+} from './redis-cluster.js';
+export {
   etcdAvailable,
   etcdManaged,
   redisAvailable,

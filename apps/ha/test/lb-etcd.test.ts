@@ -1,5 +1,6 @@
 import { etcdAvailable, etcdManaged, startEtcdCluster } from '@dlm/test-services';
 import { describe } from 'vitest';
+import { serversFromEnv } from './dlm-server.js';
 import { type BalancedCluster, loadBalancerScenarios } from './lb-scenarios.js';
 import { haproxyAvailable } from './load-balancer.js';
 
@@ -28,5 +29,5 @@ describe.skipIf(!run)('etcd behind HAProxy', () => {
       },
       stop: () => etcd.stop(),
     };
-  });
+  }, serversFromEnv());
 });

@@ -1,5 +1,6 @@
 import { startZooKeeperEnsemble, zookeeperAvailable, zookeeperManaged } from '@dlm/test-services';
 import { describe } from 'vitest';
+import { serversFromEnv } from './dlm-server.js';
 import { type BalancedCluster, loadBalancerScenarios } from './lb-scenarios.js';
 import { haproxyAvailable } from './load-balancer.js';
 
@@ -32,5 +33,5 @@ describe.skipIf(!run)('ZooKeeper behind HAProxy', () => {
       },
       stop: () => zk.stop(),
     };
-  });
+  }, serversFromEnv());
 });

@@ -3,6 +3,11 @@ export type {
   EtcdOptions,
   EtcdService,
 } from './etcd.js';
+export {
+  type ContainerProcess,
+  type ContainerSpec,
+  startContainer,
+} from './container-process.js';
 export { portOpen } from './port-open.js';
 export {
   type PostgresService,

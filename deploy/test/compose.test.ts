@@ -40,10 +40,15 @@ function imageEnv(text: string): Record<string, string> {
   return env;
 }
 
-/** A compose `${NAME:?message}` / `${NAME:-default}` as the value it takes with `vars`. */
+/**
+ * A compose `${NAME}`, `${NAME:-default}` or `${NAME:?message}` as the value it takes with
+ * `vars` (compose itself refuses to start when a `:?` one is unset: here it reads as empty).
+ */
 function interpolate(value: string, vars: Record<string, string>): string {
-  return value.replace(/\$\{(\w+)(?::[-?]([^}]*))?\}/g, (_, name: string, fallback = '') =>
-    name in vars ? vars[name]! : fallback,
+  return value.replace(
+    /\$\{(\w+)(?::([-?])([^}]*))?\}/g,
+    (_, name: string, how?: string, fallback = '') =>
+      vars[name] ?? (how === '-' ? fallback : ''),
   );
 }
 
@@ -188,8 +193,7 @@ describe('deploy/compose/compose.yaml', () => {
   it('requires tokens: compose refuses to start without DLM_AUTH_TOKENS, and so would the server', () => {
     const env = compose().services.dlm1.environment as Record<string, string>;
     expect(env.DLM_AUTH_TOKENS).toMatch(/^\$\{DLM_AUTH_TOKENS:\?/);
-    // The server itself refuses to listen on every interface (the image's DLM_HOST) without.
-    expect(serverProblems(compose(), {}).join('\n')).toMatch(/^dlm1: .*token/im);
+    expect(serverProblems(compose(), {})).toContain('dlm1 runs without tokens');
   });
 
   it('a broken file is caught (the checks can fail)', () => {

@@ -30,6 +30,7 @@ const RETRY = { attempts: 60, initialDelayMs: 100, maxDelayMs: 500 };
 const REQUEST_TIMEOUT_MS = 10_000;
 /** The shortest lease the scenarios ask for (the history check's expiry bound). */
 const MIN_TTL_MS = 5_000;
+const SETUP_TIMEOUT_MS = 180_000;
 
 /** Sessions per server, from each server's own `/readyz` (it reports them, ready or not). */
 async function sessionsOf(servers: DlmServer[]): Promise<number[]> {
@@ -255,7 +256,9 @@ export function loadBalancerScenarios(
       const ports = ctx.servers.map((server) => server.port) as [number, number, number];
       ctx.lb = await startLoadBalancer(ports);
       for (const server of ['dlm1', 'dlm2', 'dlm3']) await ctx.lb.waitFor(server, 'UP', 10_000);
-    });
+      // Containers take longer to start (vfs storage copies each one's image), six of them in
+      // CI's Docker stage.
+    }, SETUP_TIMEOUT_MS);
     afterAll(async () => {
       await Promise.all(clients.map((client) => client.close().catch(() => {})));
       await ctx.lb?.process.kill();

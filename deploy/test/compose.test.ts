@@ -47,8 +47,7 @@ function imageEnv(text: string): Record<string, string> {
 function interpolate(value: string, vars: Record<string, string>): string {
   return value.replace(
     /\$\{(\w+)(?::([-?])([^}]*))?\}/g,
-    (_, name: string, how?: string, fallback = '') =>
-      vars[name] ?? (how === '-' ? fallback : ''),
+    (_, name: string, how?: string, fallback = '') => vars[name] ?? (how === '-' ? fallback : ''),
   );
 }
 
@@ -101,7 +100,9 @@ function serverProblems(doc: Doc, vars: Record<string, string>): string[] {
     const index = name.slice(3);
     const target = hostPort(lb?.environment?.[`DLM_SERVER_${index}`] ?? '');
     if (target.host !== name || target.port !== config.port)
-      problems.push(`DLM_SERVER_${index} is ${target.host}:${target.port}, ${name} listens on ${config.port}`);
+      problems.push(
+        `DLM_SERVER_${index} is ${target.host}:${target.port}, ${name} listens on ${config.port}`,
+      );
     if (config.auth.length === 0) problems.push(`${name} runs without tokens`);
     problems.push(...backendProblems(name, config.backend, services));
   }
@@ -112,11 +113,7 @@ function serverProblems(doc: Doc, vars: Record<string, string>): string[] {
 }
 
 /** The backend the servers use: the three etcd members, each at its advertised client URL. */
-function backendProblems(
-  name: string,
-  backend: ServerConfig['backend'],
-  services: Doc,
-): string[] {
+function backendProblems(name: string, backend: ServerConfig['backend'], services: Doc): string[] {
   if (backend.kind !== 'etcd') return [`${name} uses the ${backend.kind} backend, not etcd`];
   const members = Object.keys(services).filter((s) => /^etcd\d$/.test(s));
   const problems: string[] = [];
@@ -138,14 +135,18 @@ function etcdProblems(doc: Doc): string[] {
   const members = Object.keys(services).filter((s) => /^etcd\d$/.test(s));
   if (members.length !== 3) return [`${members.length} etcd members, not 3`];
   const expected = members
-    .map((m) => `${flagOf(services[m], 'name')}=${flagOf(services[m], 'initial-advertise-peer-urls')}`)
+    .map(
+      (m) => `${flagOf(services[m], 'name')}=${flagOf(services[m], 'initial-advertise-peer-urls')}`,
+    )
     .sort();
   const problems: string[] = [];
   for (const member of members) {
     if (flagOf(services[member], 'name') !== member) problems.push(`${member} is named otherwise`);
     const cluster = (flagOf(services[member], 'initial-cluster') ?? '').split(',').sort();
     if (cluster.join(',') !== expected.join(','))
-      problems.push(`${member}'s initial cluster ${cluster.join(',')} is not ${expected.join(',')}`);
+      problems.push(
+        `${member}'s initial cluster ${cluster.join(',')} is not ${expected.join(',')}`,
+      );
     const data = flagOf(services[member], 'data-dir');
     if (!(services[member].volumes as string[] | undefined)?.some((v) => v.endsWith(`:${data}`)))
       problems.push(`${member}'s data dir ${data} is not a volume`);
@@ -164,20 +165,26 @@ function balancerProblems(doc: Doc): string[] {
     problems.push('the balancer does not run deploy/haproxy/haproxy.cfg');
   const wanted = [...haproxyCfg.matchAll(/\$\{(\w+)\}/g)].map((m) => m[1]!);
   for (const name of new Set(wanted)) {
-    if (!lb.environment?.[name]) problems.push(`haproxy.cfg reads ${name}, which the balancer lacks`);
+    if (!lb.environment?.[name])
+      problems.push(`haproxy.cfg reads ${name}, which the balancer lacks`);
   }
   for (const [, server, variable] of haproxyCfg.matchAll(/^\s*server (\S+) "\$\{(\w+)\}"/gm)) {
     if (variable !== `DLM_SERVER_${server!.slice(3)}`) problems.push(`${server} is ${variable}`);
   }
   const published = (lb.ports as string[]).map((p) => Number(p.split(':').at(-1)));
   const bind = hostPort(lb.environment?.DLM_LB_BIND.replace(/^:/, '0.0.0.0:') ?? '');
-  if (!published.includes(bind.port)) problems.push(`the balancer's port ${bind.port} is not published`);
+  if (!published.includes(bind.port))
+    problems.push(`the balancer's port ${bind.port} is not published`);
   return problems;
 }
 
 function problems(doc: Doc): string[] {
   const line = `ci ${hashToken(newToken())}`;
-  return [...serverProblems(doc, { DLM_AUTH_TOKENS: line }), ...etcdProblems(doc), ...balancerProblems(doc)];
+  return [
+    ...serverProblems(doc, { DLM_AUTH_TOKENS: line }),
+    ...etcdProblems(doc),
+    ...balancerProblems(doc),
+  ];
 }
 
 describe('deploy/compose/compose.yaml', () => {
@@ -198,12 +205,37 @@ describe('deploy/compose/compose.yaml', () => {
 
   it('a broken file is caught (the checks can fail)', () => {
     const breakages: [string, (doc: Doc) => void, string][] = [
-      ['a server address', (d) => (d.services.lb.environment.DLM_SERVER_2 = 'dlm2:7071'), 'DLM_SERVER_2 is dlm2:7071, dlm2 listens on 7070'],
-      ['a missing member', (d) => (d.services.dlm3.environment.DLM_ETCD_ENDPOINTS = 'http://etcd1:2379,http://etcd2:2379'), 'dlm3 does not reach etcd3 at etcd3:2379'],
-      ['the cluster', (d) => d.services.etcd2.command.splice(-2, 1, '--initial-cluster=etcd2=http://etcd2:2380'), "etcd2's initial cluster"],
-      ['a variable', (d) => delete d.services.lb.environment.DLM_LB_STATS, 'haproxy.cfg reads DLM_LB_STATS, which the balancer lacks'],
-      ['the health wait', (d) => (d.services.lb.depends_on.dlm1 = { condition: 'service_started' }), 'the balancer does not wait for dlm1 to be healthy'],
-      ['the published port', (d) => (d.services.lb.ports = ['8080:8080']), "the balancer's port 7070 is not published"],
+      [
+        'a server address',
+        (d) => (d.services.lb.environment.DLM_SERVER_2 = 'dlm2:7071'),
+        'DLM_SERVER_2 is dlm2:7071, dlm2 listens on 7070',
+      ],
+      [
+        'a missing member',
+        (d) =>
+          (d.services.dlm3.environment.DLM_ETCD_ENDPOINTS = 'http://etcd1:2379,http://etcd2:2379'),
+        'dlm3 does not reach etcd3 at etcd3:2379',
+      ],
+      [
+        'the cluster',
+        (d) => d.services.etcd2.command.splice(-2, 1, '--initial-cluster=etcd2=http://etcd2:2380'),
+        "etcd2's initial cluster",
+      ],
+      [
+        'a variable',
+        (d) => delete d.services.lb.environment.DLM_LB_STATS,
+        'haproxy.cfg reads DLM_LB_STATS, which the balancer lacks',
+      ],
+      [
+        'the health wait',
+        (d) => (d.services.lb.depends_on.dlm1 = { condition: 'service_started' }),
+        'the balancer does not wait for dlm1 to be healthy',
+      ],
+      [
+        'the published port',
+        (d) => (d.services.lb.ports = ['8080:8080']),
+        "the balancer's port 7070 is not published",
+      ],
     ];
     for (const [what, breakIt, expected] of breakages) {
       const doc = compose();

@@ -1,11 +1,6 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import {
-  freePort,
-  type ManagedProcess,
-  startContainer,
-  startProcess,
-} from '@dlm/test-services';
+import { freePort, type ManagedProcess, startContainer, startProcess } from '@dlm/test-services';
 
 /** The built server: these scenarios run it as an OS process, so kill -9 hits a real server. */
 const MAIN = fileURLToPath(new URL('../../server/dist/main.js', import.meta.url));

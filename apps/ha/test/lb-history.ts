@@ -132,7 +132,8 @@ export function lbHistory(minTtlMs: number, requestTimeoutMs: number): LbHistory
       return result;
     } catch (error) {
       record(proc, { kind: 'op', op, f, ...base, ...completionOf(error) });
-      if (lockF) record(proc, { kind: 'lock', op, f: lockF, ...base, ...lockCompletionOf(lockF, error) });
+      if (lockF)
+        record(proc, { kind: 'lock', op, f: lockF, ...base, ...lockCompletionOf(lockF, error) });
       throw error;
     }
   }
@@ -145,7 +146,13 @@ export function lbHistory(minTtlMs: number, requestTimeoutMs: number): LbHistory
 
   return {
     async acquire(proc, client, name, options) {
-      const lease = await run(proc, 'acquire', { name }, () => client.acquire(name, options), granted);
+      const lease = await run(
+        proc,
+        'acquire',
+        { name },
+        () => client.acquire(name, options),
+        granted,
+      );
       owners.set(lease, proc);
       lease.signal.addEventListener('abort', () => {
         if (lease.lost === undefined) return;
@@ -157,12 +164,24 @@ export function lbHistory(minTtlMs: number, requestTimeoutMs: number): LbHistory
     extend(lease, ttlMs, options) {
       const proc = owners.get(lease) ?? 'unknown';
       const base = { name: lease.name, token: lease.token.toString() };
-      return run(proc, 'extend', base, () => lease.extend(ttlMs, options), () => granted(lease));
+      return run(
+        proc,
+        'extend',
+        base,
+        () => lease.extend(ttlMs, options),
+        () => granted(lease),
+      );
     },
     release(lease, options) {
       const proc = owners.get(lease) ?? 'unknown';
       const base = { name: lease.name, token: lease.token.toString() };
-      return run(proc, 'release', base, () => lease.release(options), (released) => ({ released }));
+      return run(
+        proc,
+        'release',
+        base,
+        () => lease.release(options),
+        (released) => ({ released }),
+      );
     },
     get lost() {
       return lost;

@@ -169,7 +169,9 @@ async function linkCut(ctx: LbContext): Promise<void> {
   const { history, kind, servers, lb, links } = ctx;
   const group = await ctx.connectClients(6);
   const leases = await Promise.all(
-    group.map(({ proc, client }) => history.acquire(proc, client, lockName('cut'), { ttlMs: 20_000 })),
+    group.map(({ proc, client }) =>
+      history.acquire(proc, client, lockName('cut'), { ttlMs: 20_000 }),
+    ),
   );
   const before = await sessionsOf(servers);
   expect(before[2]).toBeGreaterThan(0);

@@ -1,13 +1,13 @@
-export type {
-  EtcdMember,
-  EtcdOptions,
-  EtcdService,
-} from './etcd.js';
 export {
   type ContainerProcess,
   type ContainerSpec,
   startContainer,
 } from './container-process.js';
+export type {
+  EtcdMember,
+  EtcdOptions,
+  EtcdService,
+} from './etcd.js';
 export { portOpen } from './port-open.js';
 export {
   type PostgresService,

@@ -88,14 +88,13 @@ export function checkLbHistory(
   };
 }
 
-/** Records into a fresh file under a temp dir; `minTtlMs` is the shortest lease the run asks for. */
-export function lbHistory(minTtlMs: number, requestTimeoutMs: number): LbHistory {
-  const dir = tempDir('lb-history');
-  // One file per actor, as each of the fault harness's processes writes its own.
+/** What a completed operation adds to its `ok` event. */
+type Done = Pick<OpEvent, 'token' | 'ttlMs' | 'deadline' | 'released'>;
+
+/** Writes events into `dir`, one file per actor, as each of the harness's processes writes its own. */
+function historyFiles(dir: string) {
   const writers = new Map<string, HistoryWriter>();
-  const owners = new WeakMap<Lease, string>();
   let seq = 0;
-  let lost = 0;
 
   function record(proc: string, event: Unstamped<HistoryEvent>): void {
     let writer = writers.get(proc);
@@ -105,12 +104,6 @@ export function lbHistory(minTtlMs: number, requestTimeoutMs: number): LbHistory
     }
     writer.record(event);
   }
-  const closeAll = () => {
-    for (const writer of writers.values()) writer.close();
-  };
-
-  /** What a completed operation adds to its `ok` event. */
-  type Done = Pick<OpEvent, 'token' | 'ttlMs' | 'deadline' | 'released'>;
 
   /** Records `call` as an operation; an acquire or release also as a lock operation. */
   async function run<T>(
@@ -137,6 +130,19 @@ export function lbHistory(minTtlMs: number, requestTimeoutMs: number): LbHistory
       throw error;
     }
   }
+
+  const closeAll = () => {
+    for (const writer of writers.values()) writer.close();
+  };
+  return { record, run, closeAll };
+}
+
+/** Records into a fresh file under a temp dir; `minTtlMs` is the shortest lease the run asks for. */
+export function lbHistory(minTtlMs: number, requestTimeoutMs: number): LbHistory {
+  const dir = tempDir('lb-history');
+  const { record, run, closeAll } = historyFiles(dir);
+  const owners = new WeakMap<Lease, string>();
+  let lost = 0;
 
   const granted = (lease: Lease) => ({
     token: lease.token.toString(),

@@ -16,17 +16,20 @@ export {
 } from './checker.js';
 export { expectedReason } from './expectations.js';
 export {
+  completionOf,
   createHistoryWriter,
   type FaultEvent,
   type HistoryEvent,
   type HistoryWriter,
   type LostEvent,
+  lockCompletionOf,
   mergeHistories,
   type OpEvent,
   type ProcessEvent,
   parseHistory,
   type ResourceEvent,
   readHistoryDir,
+  type Unstamped,
 } from './history.js';
 export {
   checkLinearizability,

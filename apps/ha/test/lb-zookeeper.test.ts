@@ -1,5 +1,6 @@
 import { startZooKeeperEnsemble, zookeeperAvailable, zookeeperManaged } from '@dlm/test-services';
 import { describe } from 'vitest';
+import { serversFromEnv } from './dlm-server.js';
 import { type BalancedCluster, loadBalancerScenarios } from './lb-scenarios.js';
 import { haproxyAvailable } from './load-balancer.js';
 
@@ -14,23 +15,27 @@ const zkArgs = (addresses: string[]) => [
 ];
 
 describe.skipIf(!run)('ZooKeeper behind HAProxy', () => {
-  loadBalancerScenarios('ZooKeeper', async (): Promise<BalancedCluster> => {
-    const zk = await startZooKeeperEnsemble(3);
-    const members = zk.members.map((member) => ({
-      name: `zk${member.id}`,
-      process: member.process,
-    }));
-    const addresses = zk.connectString.split(',');
-    return {
-      serverArgs: zkArgs(addresses),
-      addresses,
-      serverArgsFor: zkArgs,
-      members,
-      async waitForLeader() {
-        const leader = await zk.waitForLeader();
-        return members.find((member) => member.name === `zk${leader.id}`)!;
-      },
-      stop: () => zk.stop(),
-    };
-  });
+  loadBalancerScenarios(
+    'ZooKeeper',
+    async (): Promise<BalancedCluster> => {
+      const zk = await startZooKeeperEnsemble(3);
+      const members = zk.members.map((member) => ({
+        name: `zk${member.id}`,
+        process: member.process,
+      }));
+      const addresses = zk.connectString.split(',');
+      return {
+        serverArgs: zkArgs(addresses),
+        addresses,
+        serverArgsFor: zkArgs,
+        members,
+        async waitForLeader() {
+          const leader = await zk.waitForLeader();
+          return members.find((member) => member.name === `zk${leader.id}`)!;
+        },
+        stop: () => zk.stop(),
+      };
+    },
+    serversFromEnv(),
+  );
 });

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # CI's Docker stage: the conformance suite for the Redis, Redlock, etcd and ZooKeeper adapters
-# (and the third-party example) with every service started by the testcontainers provider, and
-# the dlm-server image built from the Dockerfile and run (deploy/docker/image-test.sh).
+# (and the third-party example) with every service started by the testcontainers provider, the
+# dlm-server image built from the Dockerfile and run (deploy/docker/image-test.sh), and the
+# load-balancer scenarios of apps/ha with their three dlm servers as containers of that image
+# (etcd and ZooKeeper as containers of the local images, HAProxy a local process).
 #
 # The CI machine has no Docker engine and cannot pull images, so this stage
 #   1. installs docker.io if dockerd is missing,
@@ -134,6 +136,14 @@ run_tests "test-services' tests on containers" npx vitest run --project services
 run_tests "examples/third-party-adapter" bash -c 'cd examples/third-party-adapter && npx vitest run'
 # The dlm-server image: built from the Dockerfile on a local Node.js base, run, killed, re-run.
 run_tests "the dlm-server image (deploy/docker/image-test.sh)" deploy/docker/image-test.sh
+# The seed's diagram with that image: HAProxy on deploy/haproxy/haproxy.cfg in front of three
+# containers of it (host network) over a 3-member etcd cluster, then a 3-member ZooKeeper
+# ensemble; the fault harness's checker over the clients' history. One file at a time: each
+# starts six containers, which vfs storage makes slow to create.
+image="${DLM_IMAGE:-dlm-server:ci}"
+run_tests "the load-balancer scenarios on containers of $image (apps/ha, etcd and ZooKeeper)" \
+  env DLM_HA_SERVER_IMAGE="$image" npx vitest run --project ha --no-file-parallelism \
+  test/lb-etcd.test.ts test/lb-zookeeper.test.ts
 
 if [ ${#failures[@]} -gt 0 ]; then
   echo "ci-docker: failed: ${failures[*]}" >&2

@@ -1,3 +1,8 @@
+export {
+  type ContainerProcess,
+  type ContainerSpec,
+  startContainer,
+} from './container-process.js';
 export type {
   EtcdMember,
   EtcdOptions,

@@ -66,6 +66,7 @@ export {
   type LostEvent,
   type ReleaseRequest,
 } from './lock-service.js';
+export { getOrCreate } from './maps.js';
 export type { BackendOperation, LockObserver } from './observer.js';
 export {
   type Backoff,

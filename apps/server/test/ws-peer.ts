@@ -123,3 +123,22 @@ export async function openSession(url: string): Promise<Peer> {
   await peer.hello();
   return peer;
 }
+
+/**
+ * How a WebSocket upgrade ends: `open` (closed again at once), `http <status>` when the server
+ * refuses it, or `error <message>` when the connection fails (TLS, refused, reset).
+ */
+export function upgradeOutcome(
+  url: string,
+  options: WebSocket.ClientOptions = {},
+): Promise<string> {
+  return new Promise((resolve) => {
+    const ws = new WebSocket(url, [SUBPROTOCOL], options);
+    ws.on('open', () => {
+      ws.close();
+      resolve('open');
+    });
+    ws.on('unexpected-response', (_req, res) => resolve(`http ${res.statusCode}`));
+    ws.on('error', (error) => resolve(`error ${error.message}`));
+  });
+}

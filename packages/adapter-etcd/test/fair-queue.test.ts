@@ -1,13 +1,13 @@
 import { granted, sleep, until } from '@dlm/conformance';
 import type { AcquireResult, LockBackend } from '@dlm/core';
-import { type EtcdService, etcdAvailable, startEtcd } from '@dlm/test-services';
+import { type EtcdService, etcdAvailable } from '@dlm/test-services';
 import { Etcd3 } from 'etcd3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { etcdBackend } from '../src/index.js';
+import { lockNames, startFastEtcd } from './support.js';
 
 const run = etcdAvailable();
-let unique = 0;
-const lockName = (label: string) => `etcd-queue/${label}/${process.pid}-${Date.now()}-${++unique}`;
+const lockName = lockNames('etcd-queue');
 const prefix = 'queue-test/';
 
 describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
@@ -37,7 +37,7 @@ describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
     });
 
   beforeAll(async () => {
-    etcd = await startEtcd({ heartbeatIntervalMs: 50, electionTimeoutMs: 500 });
+    etcd = await startFastEtcd();
     raw = new Etcd3({ hosts: etcd.endpoints });
   });
   afterAll(async () => {

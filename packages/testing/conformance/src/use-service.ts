@@ -1,0 +1,31 @@
+import { afterAll, beforeAll } from 'vitest';
+
+/** Anything a test starts and must stop again: a test service, a cluster target. */
+export interface Stoppable {
+  stop(): Promise<unknown>;
+}
+
+/**
+ * Starts a service before the enclosing scope's tests (file or `describe`) and stops it after
+ * them. The returned function gives the started service to the tests and to the target's hooks.
+ *
+ * @example
+ * const redis = useService(() => startRedis());
+ * runConformance('redis', { backend: async () => redisBackend({ url: redis().url }) });
+ */
+export function useService<S extends Stoppable>(
+  start: () => Promise<S>,
+  stop: (service: S) => Promise<unknown> = (service) => service.stop(),
+): () => S {
+  let service: S | undefined;
+  beforeAll(async () => {
+    service = await start();
+  });
+  afterAll(async () => {
+    if (service) await stop(service);
+  });
+  return () => {
+    if (!service) throw new Error('the service starts in beforeAll');
+    return service;
+  };
+}

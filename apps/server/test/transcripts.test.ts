@@ -17,6 +17,24 @@ function runnerCase(name: string, description: string, steps: Transcript['steps'
   return { name, description, covers: ['runner'], steps };
 }
 
+/** owner `o` acquires `{{run}}/g` for 10 s (request `id`). */
+function acquireStep(id: number) {
+  const params = { name: '{{run}}/g', ttlMs: 10_000, owner: 'o' };
+  return { send: { jsonrpc: '2.0', id, method: 'lock.acquire', params } };
+}
+
+/** The grant of {@link acquireStep}'s request `id`, its token matched by `token`. */
+function grantStep(id: number, token: unknown) {
+  const result = {
+    name: '{{run}}/g',
+    owner: 'o',
+    token,
+    ttlMs: 10_000,
+    leaseKey: { $any: 'string' },
+  };
+  return { expect: { jsonrpc: '2.0', id, result } };
+}
+
 /** A deep copy of a shipped transcript with `edit` applied, for the runner's negative controls. */
 function variant(name: string, edit: (t: Transcript) => void): Transcript {
   const copy = structuredClone(byName.get(name)!);
@@ -84,49 +102,10 @@ describe('the transcript runner catches deviations', () => {
     await fails(
       runnerCase('gt-control', 'the same owner gets the same token, which is not greater', [
         ...HELLO,
-        {
-          send: {
-            jsonrpc: '2.0',
-            id: 1,
-            method: 'lock.acquire',
-            params: { name: '{{run}}/g', ttlMs: 10_000, owner: 'o' },
-          },
-        },
-        {
-          expect: {
-            jsonrpc: '2.0',
-            id: 1,
-            result: {
-              name: '{{run}}/g',
-              owner: 'o',
-              token: { $capture: 't1' },
-              ttlMs: 10_000,
-              leaseKey: { $any: 'string' },
-            },
-          },
-        },
-        {
-          send: {
-            jsonrpc: '2.0',
-            id: 2,
-            method: 'lock.acquire',
-            params: { name: '{{run}}/g', ttlMs: 10_000, owner: 'o' },
-          },
-        },
-        {
-          expect: {
-            jsonrpc: '2.0',
-            id: 2,
-            result: {
-              name: '{{run}}/g',
-              owner: 'o',
-              token: { $gt: 't1' },
-              ttlMs: 10_000,
-              leaseKey: { $any: 'string' },
-            },
-          },
-          timeoutMs: 300,
-        },
+        acquireStep(1),
+        grantStep(1, { $capture: 't1' }),
+        acquireStep(2),
+        { ...grantStep(2, { $gt: 't1' }), timeoutMs: 300 },
       ]),
       /is not greater than t1/,
     );

@@ -1,12 +1,5 @@
 import { Etcd3, EtcdLockFailedError } from 'etcd3';
-import {
-  type Locker,
-  type PollOptions,
-  peerTarget,
-  sleep,
-  type Target,
-  WaitTimeout,
-} from './locker.js';
+import { type PollOptions, peerTarget, sleep, type Target, WaitTimeout } from './locker.js';
 
 /**
  * `etcd3`'s `Lock` (`client.lock(name).ttl(s).acquire()`), one `Etcd3` client per simulated
@@ -15,7 +8,7 @@ import {
  * `pollMs`, like the other polling peers.
  */
 export function etcdLockTarget(endpoints: string[], poll: PollOptions): Target {
-  return peerTarget('peer-etcd3-lock', 'etcd3 Lock', async (): Promise<Locker> => {
+  return peerTarget('peer-etcd3-lock', 'etcd3 Lock', async () => {
     const client = new Etcd3({ hosts: endpoints });
     // The first call opens the gRPC channel; do it before anything is timed.
     await client.get('bench/warmup').string();

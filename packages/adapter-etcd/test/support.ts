@@ -1,6 +1,6 @@
+import { useService } from '@dlm/conformance';
 import type { LockBackend } from '@dlm/core';
 import { type EtcdService, startEtcd } from '@dlm/test-services';
-import { afterAll, beforeAll } from 'vitest';
 import { etcdBackend } from '../src/index.js';
 
 /** etcd with fast elections, so a test that kills the leader does not wait out the defaults. */
@@ -22,26 +22,18 @@ export interface EtcdFixture {
 
 /** Starts an {@link EtcdFixture} before the enclosing scope's tests and closes it after them. */
 export function useEtcdBackend(prefix: string): EtcdFixture {
-  let etcd: EtcdService | undefined;
-  let backend: LockBackend | undefined;
-  beforeAll(async () => {
-    etcd = await startFastEtcd();
-    backend = etcdBackend({ endpoints: etcd.endpoints, minTtlMs: 1_000, prefix });
-  });
-  afterAll(async () => {
-    await backend?.close();
-    await etcd?.stop();
-  });
-  const started = <T>(value: T | undefined): T => {
-    if (value === undefined) throw new Error('etcd and the backend start in beforeAll');
-    return value;
-  };
+  const etcd = useService(startFastEtcd);
+  // Opened after etcd has started; closed before it stops (after-hooks run in reverse order).
+  const backend = useService(
+    async () => etcdBackend({ endpoints: etcd().endpoints, minTtlMs: 1_000, prefix }),
+    (opened) => opened.close(),
+  );
   return {
     get etcd() {
-      return started(etcd);
+      return etcd();
     },
     get backend() {
-      return started(backend);
+      return backend();
     },
   };
 }

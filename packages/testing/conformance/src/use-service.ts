@@ -13,9 +13,15 @@ export interface Stoppable {
  * const redis = useService(() => startRedis());
  * runConformance('redis', { backend: async () => redisBackend({ url: redis().url }) });
  */
-export function useService<S extends Stoppable>(
+export function useService<S extends Stoppable>(start: () => Promise<S>): () => S;
+/** The same for a service stopped another way (`stop`): `close()`, a bounded `stop(ms)`. */
+export function useService<S>(
   start: () => Promise<S>,
-  stop: (service: S) => Promise<unknown> = (service) => service.stop(),
+  stop: (service: S) => Promise<unknown>,
+): () => S;
+export function useService<S>(
+  start: () => Promise<S>,
+  stop: (service: S) => Promise<unknown> = (service) => (service as Stoppable).stop(),
 ): () => S {
   let service: S | undefined;
   beforeAll(async () => {

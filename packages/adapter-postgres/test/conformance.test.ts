@@ -1,4 +1,4 @@
-import { runConformance, useService } from '@dlm/conformance';
+import { killAndStart, runConformance, useService } from '@dlm/conformance';
 import { postgresAvailable, postgresManaged, startPostgres } from '@dlm/test-services';
 import { describe } from 'vitest';
 import { postgresBackend } from '../src/index.js';
@@ -16,10 +16,7 @@ describe.skipIf(!run)('postgres adapter', () => {
     },
     ...(postgresManaged()
       ? {
-          restart: async () => {
-            await postgres().kill();
-            await postgres().start();
-          },
+          restart: () => killAndStart(postgres()),
         }
       : {}),
   });

@@ -1,4 +1,4 @@
-import { runConformance, useService } from '@dlm/conformance';
+import { killAndStart, runConformance, useService } from '@dlm/conformance';
 import { redisAvailable, redisManaged, startRedis } from '@dlm/test-services';
 import { describe } from 'vitest';
 import { redisBackend } from '../src/index.js';
@@ -34,9 +34,6 @@ describe.skipIf(!enabled || !redisManaged())('redis adapter, durable (AOF always
       await backend.ready();
       return backend;
     },
-    restart: async () => {
-      await redis().kill();
-      await redis().start();
-    },
+    restart: () => killAndStart(redis()),
   });
 });

@@ -16,7 +16,12 @@ export type { ConformanceContext } from './context.js';
 export { granted } from './grants.js';
 export { expirySlack, failure, lockName, shortTtl } from './support.js';
 export type { ClusterMember, ClusterTarget, ConformanceTarget, FairQueueProbe } from './target.js';
-export { type Stoppable, useService } from './use-service.js';
+export {
+  killAndStart,
+  type Restartable,
+  type Stoppable,
+  useService,
+} from './use-service.js';
 export { pendingAfter, sleep, type UntilOptions, until } from './wait.js';
 
 /**

@@ -35,3 +35,18 @@ export function useService<S>(
     return service;
   };
 }
+
+/** A service process that can be killed and started again with its data. */
+export interface Restartable {
+  kill(): Promise<void>;
+  start(): Promise<void>;
+}
+
+/**
+ * Kills `service` (SIGKILL: no clean shutdown) and starts it again on its data: a target's
+ * `restart` hook for the durability group.
+ */
+export async function killAndStart(service: Restartable): Promise<void> {
+  await service.kill();
+  await service.start();
+}

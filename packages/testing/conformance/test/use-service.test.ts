@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { useService } from '../src/index.js';
+import { killAndStart, useService } from '../src/index.js';
 
 const log: string[] = [];
 
@@ -24,4 +24,20 @@ describe('useService', () => {
 // Registered after the describe, so it runs after the describe's own afterAll.
 afterAll(() => {
   expect(log).toEqual(['start', 'stop']);
+});
+
+describe('killAndStart', () => {
+  it('kills the service, then starts it again once the kill is done', async () => {
+    const calls: string[] = [];
+    await killAndStart({
+      async kill() {
+        await new Promise((resolve) => setTimeout(resolve, 10));
+        calls.push('kill');
+      },
+      async start() {
+        calls.push('start');
+      },
+    });
+    expect(calls).toEqual(['kill', 'start']);
+  });
 });

@@ -1,5 +1,6 @@
 import { type FlagOptions, parseFlags, UsageError } from '@dlm/flags';
 import { CONNECTION_FLAGS } from './connection-options.js';
+import { EXIT } from './exit-codes.js';
 
 /** One `dlm` subcommand. */
 export interface Command {
@@ -32,4 +33,23 @@ export function parseNameArgs(command: string, usage: string, argv: string[]) {
   }
   if (positionals.length !== 1) throw new UsageError(`dlm ${command} takes exactly one lock NAME`);
   return { values, name: positionals[0]! };
+}
+
+/** What {@link parseNameArgs} gives a command: its flags, and the lock NAME. */
+export type NameArgs = NonNullable<ReturnType<typeof parseNameArgs>>;
+
+/** A command that takes exactly one lock NAME and the common flags (`--help`: usage, exit OK). */
+export function nameCommand(
+  name: string,
+  usage: string,
+  run: (args: NameArgs) => Promise<number | undefined>,
+): Command {
+  return {
+    name,
+    usage,
+    async run(argv) {
+      const args = parseNameArgs(name, usage, argv);
+      return args ? run(args) : EXIT.OK;
+    },
+  };
 }

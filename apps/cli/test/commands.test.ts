@@ -1,6 +1,21 @@
 import { freePort } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
-import { jsonLines, runDlm, startDlm, useCliServer } from './run-dlm.js';
+import { jsonLines, type Running, runDlm, startDlm, useCliServer } from './run-dlm.js';
+
+/** Polls `url` until it answers 200; throws with the process's stderr if it exits or 15 s pass. */
+async function untilAnswering(serve: Running, url: string, what: string): Promise<void> {
+  const answers = () =>
+    fetch(url).then(
+      (response) => response.ok,
+      () => false,
+    );
+  const deadline = Date.now() + 15_000;
+  while (!(await answers())) {
+    if (Date.now() > deadline || serve.child.exitCode !== null)
+      throw new Error(`${what} did not start:\n${serve.stderr()}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
 
 const cli = useCliServer();
 const { env } = cli;
@@ -102,16 +117,7 @@ describe('dlm serve', () => {
     const port = await freePort();
     const serve = startDlm(['serve', '--port', String(port), '--memory', '--log-level', 'info']);
     const url = `ws://127.0.0.1:${port}/v1/ws`;
-    const deadline = Date.now() + 15_000;
-    for (;;) {
-      const ok = await fetch(`http://127.0.0.1:${port}/healthz`).then(
-        (response) => response.ok,
-        () => false,
-      );
-      if (ok) break;
-      if (Date.now() > deadline) throw new Error(`dlm serve did not start:\n${serve.stderr()}`);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    await untilAnswering(serve, `http://127.0.0.1:${port}/healthz`, 'dlm serve');
     const get = await runDlm(['get', 'served', '--server', url]);
     expect(get.stdout).toBe('served: free\n');
     serve.child.kill('SIGTERM');
@@ -130,17 +136,7 @@ describe('dlm serve', () => {
     ]) {
       const port = await freePort();
       const serve = startDlm([...args, '--port', String(port), '--log-level', 'warn']);
-      const deadline = Date.now() + 15_000;
-      for (;;) {
-        const ok = await fetch(`http://127.0.0.1:${port}/readyz`).then(
-          (response) => response.ok,
-          () => false,
-        );
-        if (ok) break;
-        if (Date.now() > deadline || serve.child.exitCode !== null)
-          throw new Error(`dlm ${args.join(' ')} did not start:\n${serve.stderr()}`);
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
+      await untilAnswering(serve, `http://127.0.0.1:${port}/readyz`, `dlm ${args.join(' ')}`);
       serve.child.kill('SIGTERM');
       expect((await serve.finished).code).toBe(0);
     }

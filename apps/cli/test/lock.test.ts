@@ -28,6 +28,22 @@ async function waitForFile(path: string, timeoutMs = 10_000): Promise<string> {
   return readFileSync(path, 'utf8');
 }
 
+/**
+ * Starts `dlm lock NAME FLAGS -- <the fixture command in MODE>` in a fresh directory, and resolves
+ * once the command runs (it holds the lock) with what it was handed (`env.json`).
+ */
+async function lockedCommand(
+  name: string,
+  flags: string[],
+  [mode, arg]: [string, (string | number)?],
+  environment: NodeJS.ProcessEnv = env,
+) {
+  const dir = tempDir(`cli-${name.split('/').pop()}`);
+  const run = startDlm(['lock', name, ...flags, '--', ...command(dir, mode, arg)], environment);
+  const seen = JSON.parse(await waitForFile(join(dir, 'env.json')));
+  return { dir, run, seen };
+}
+
 async function adminGet(name: string): Promise<Record<string, any>> {
   const response = await fetch(`${cli.server.httpUrl}/v1/locks/${encodeURIComponent(name)}`);
   return (await response.json()) as Record<string, any>;
@@ -35,12 +51,7 @@ async function adminGet(name: string): Promise<Record<string, any>> {
 
 describe('dlm lock NAME -- CMD', () => {
   it('runs CMD holding the lock, with DLM_LOCK_NAME and DLM_FENCING_TOKEN, then releases it and exits with its status', async () => {
-    const dir = tempDir('cli-env');
-    const run = startDlm(
-      ['lock', 'cli/env', '--ttl', '5s', '--', ...command(dir, 'wait-file', 7)],
-      env,
-    );
-    const seen = JSON.parse(await waitForFile(join(dir, 'env.json')));
+    const { dir, run, seen } = await lockedCommand('cli/env', ['--ttl', '5s'], ['wait-file', 7]);
     expect(seen.name).toBe('cli/env');
     expect(seen.token).toMatch(/^[1-9]\d*$/);
     // The token CMD got is the one the server granted, to the owner CMD was told about.
@@ -69,11 +80,9 @@ describe('dlm lock NAME -- CMD', () => {
     };
     const own = await startServer({ port: 0, backend });
     try {
-      const dir = tempDir('cli-key');
-      const run = startDlm(['lock', 'cli/key', '--', ...command(dir, 'wait-file', 0)], {
+      const { dir, run, seen } = await lockedCommand('cli/key', [], ['wait-file', 0], {
         DLM_URL: own.url,
       });
-      const seen = JSON.parse(await waitForFile(join(dir, 'env.json')));
       expect(seen.token).toMatch(/^[1-9]\d*$/);
       expect(hashes).toHaveLength(1);
       const handed: string[] = [...Object.values<string>(seen.environment), ...seen.argv];
@@ -112,12 +121,7 @@ describe('dlm lock NAME -- CMD', () => {
   });
 
   it('renews the lease while CMD outlives its TTL', async () => {
-    const dir = tempDir('cli-renew');
-    const run = startDlm(
-      ['lock', 'cli/renew', '--ttl', '400ms', '--', ...command(dir, 'sleep', 1_500)],
-      env,
-    );
-    const seen = JSON.parse(await waitForFile(join(dir, 'env.json')));
+    const { run, seen } = await lockedCommand('cli/renew', ['--ttl', '400ms'], ['sleep', 1_500]);
     await sleep(1_000);
     // Well past the TTL, the same lease still holds it.
     expect(await adminGet('cli/renew')).toMatchObject({ held: true, token: seen.token });
@@ -128,9 +132,7 @@ describe('dlm lock NAME -- CMD', () => {
   });
 
   it('a revoked lock stops CMD with SIGTERM and exits 123', async () => {
-    const dir = tempDir('cli-revoke');
-    const run = startDlm(['lock', 'cli/revoke', '--', ...command(dir, 'trap-term')], env);
-    const seen = JSON.parse(await waitForFile(join(dir, 'env.json')));
+    const { dir, run, seen } = await lockedCommand('cli/revoke', [], ['trap-term']);
     const response = await fetch(`${cli.server.httpUrl}/v1/locks/cli%2Frevoke`, {
       method: 'DELETE',
     });

@@ -20,6 +20,46 @@ function flagged(events: HistoryEvent[], options: Partial<CheckOptions> = {}) {
     .map(([property]) => property);
 }
 
+/** The clean history, plus the resource log accepting a write of token `token` over `over`. */
+const withResourceWrite = (token: number, over: number) =>
+  cleanHistory().resource(30, 'write', 'x', token, over, true, 2).end(5_000);
+
+/** p1 (token 1) and then p2 (token 2, granted at 1 100) both read 0 from `x`. */
+const bothReadZero = () =>
+  historyBuilder()
+    .acquire('p1', 'x', 0, 1, 1)
+    .read('p1', 'x', 2, 3, 1, 0)
+    .acquire('p2', 'x', 5, 1_100, 2)
+    .read('p2', 'x', 1_101, 1_102, 2, 0);
+
+/** p1's lease (token 1) ran out (deadline 990); p2 got token 2 at 1 100. */
+const afterP1Lost = () =>
+  historyBuilder()
+    .acquire('p1', 'x', 0, 1, 1)
+    .lost('p1', 'x', 990, 1)
+    .acquire('p2', 'x', 5, 1_100, 2);
+
+/** p1 holds token 1 from t=1. */
+const p1Holding = () => historyBuilder().acquire('p1', 'x', 0, 1, 1);
+
+/** p1 (holding token 1) is killed at 100; p2, asking since 50, is granted at `grantedAt`. */
+const p1KilledThenP2At = (grantedAt: number) =>
+  p1Holding()
+    .fault(100, 1, 'client-kill', 'start', 'p1', { name: 'x', token: '1' })
+    .process(100, 'p1', 'kill')
+    .fault(400, 1, 'client-kill', 'end', 'p1')
+    .acquire('p2', 'x', 50, grantedAt, 2)
+    .release('p2', 'x', grantedAt + 100, grantedAt + 101, 2)
+    .end(5_000);
+
+/** p1 (holding token 1) is paused from 500 to 3 000 and reports the loss at `lostAt`. */
+const p1PausedLostAt = (lostAt: number) =>
+  p1Holding()
+    .process(500, 'p1', 'pause')
+    .process(3_000, 'p1', 'resume')
+    .lost('p1', 'x', lostAt, 1)
+    .end(6_000);
+
 describe('checker on hand-made histories', () => {
   it('finds nothing wrong in a clean history, and counts what happened', () => {
     const result = check(cleanHistory().end(5_000).events);
@@ -28,19 +68,12 @@ describe('checker on hand-made histories', () => {
   });
 
   it('S1: the resource accepting an older token after a newer one (its own log)', () => {
-    const h = cleanHistory().resource(30, 'write', 'x', 1, 2, true, 2).end(5_000);
-    expect(flagged(h.events, { finalValues: { x: 2 } })).toContain('S1');
+    expect(flagged(withResourceWrite(1, 2).events, { finalValues: { x: 2 } })).toContain('S1');
   });
 
   it('S1: a stale access acknowledged, seen from the clients alone', () => {
     // No resource log: p1's write with token 1 is sent after p2's read with token 2 came back.
-    const events = historyBuilder()
-      .acquire('p1', 'x', 0, 1, 1)
-      .read('p1', 'x', 2, 3, 1, 0)
-      .acquire('p2', 'x', 5, 1_100, 2)
-      .read('p2', 'x', 1_101, 1_102, 2, 0)
-      .write('p1', 'x', 1_200, 1_201, 1, 1)
-      .end(5_000).events;
+    const events = bothReadZero().write('p1', 'x', 1_200, 1_201, 1, 1).end(5_000).events;
     expect(flagged(events, { finalValues: {} })).toContain('S1');
     // The same accesses in the other order are fine.
     const fine = historyBuilder()
@@ -74,11 +107,7 @@ describe('checker on hand-made histories', () => {
 
   it('S3: two acknowledged writes that read the same value', () => {
     // p1 read 0 with token 1, stalled; p2 read 0 with token 2 and wrote 1; p1's write of 1 lands.
-    const events = historyBuilder()
-      .acquire('p1', 'x', 0, 1, 1)
-      .read('p1', 'x', 2, 3, 1, 0)
-      .acquire('p2', 'x', 5, 1_100, 2)
-      .read('p2', 'x', 1_101, 1_102, 2, 0)
+    const events = bothReadZero()
       .write('p2', 'x', 1_103, 1_104, 2, 1)
       .write('p1', 'x', 1_200, 1_201, 1, 1)
       .end(5_000).events;
@@ -91,25 +120,18 @@ describe('checker on hand-made histories', () => {
   });
 
   it('S3: an accepted write that does not add one (the resource log)', () => {
-    const h = cleanHistory().resource(30, 'write', 'x', 2, 1, true, 2).end(5_000);
-    expect(flagged(h.events, { finalValues: { x: 1 } })).toContain('S3');
+    expect(flagged(withResourceWrite(2, 1).events, { finalValues: { x: 1 } })).toContain('S3');
   });
 
   it("S4: a stale holder's release succeeding after a newer grant", () => {
     // p1's lease ran out (deadline 990); p2 got token 2 at 1 100; p1 then "releases" it.
-    const h = historyBuilder()
-      .acquire('p1', 'x', 0, 1, 1)
-      .lost('p1', 'x', 990, 1)
-      .acquire('p2', 'x', 5, 1_100, 2)
+    const h = afterP1Lost()
       .release('p1', 'x', 1_200, 1_201, 1, true)
       .release('p2', 'x', 1_300, 1_301, 2, false)
       .end(5_000);
     expect(flagged(h.events, { finalValues: {} })).toEqual(['S4']);
     // The same release answered "not released" is what should happen.
-    const fine = historyBuilder()
-      .acquire('p1', 'x', 0, 1, 1)
-      .lost('p1', 'x', 990, 1)
-      .acquire('p2', 'x', 5, 1_100, 2)
+    const fine = afterP1Lost()
       .release('p1', 'x', 1_200, 1_201, 1, false)
       .release('p2', 'x', 1_300, 1_301, 2, true)
       .end(5_000);
@@ -117,10 +139,7 @@ describe('checker on hand-made histories', () => {
   });
 
   it("S4: a stale holder's extend succeeding after a newer grant", () => {
-    const h = historyBuilder()
-      .acquire('p1', 'x', 0, 1, 1)
-      .lost('p1', 'x', 990, 1)
-      .acquire('p2', 'x', 5, 1_100, 2)
+    const h = afterP1Lost()
       .extend('p1', 'x', 1_200, 1_201, 1, 2_190)
       .release('p2', 'x', 1_300, 1_301, 2)
       .release('p1', 'x', 1_400, 1_401, 1, false)
@@ -130,21 +149,18 @@ describe('checker on hand-made histories', () => {
 
   it('S4: a meddler that was never granted the token releasing or extending the lease', () => {
     // m1 read p1's token (lock.get) and sent a release and an extend with it, without the key.
-    const meddled = historyBuilder()
-      .acquire('p1', 'x', 0, 1, 1)
+    const meddled = p1Holding()
       .release('m1', 'x', 100, 101, 1, true)
       .release('p1', 'x', 300, 301, 1, false)
       .end(5_000);
     expect(flagged(meddled.events, { finalValues: {} })).toEqual(['S4']);
-    const extended = historyBuilder()
-      .acquire('p1', 'x', 0, 1, 1)
+    const extended = p1Holding()
       .extend('m1', 'x', 100, 101, 1, 2_000)
       .release('p1', 'x', 300, 301, 1)
       .end(5_000);
     expect(flagged(extended.events, { finalValues: {} })).toContain('S4');
     // Refused (NOT_HOLDER, as recorded by a meddler: not released), nothing to flag.
-    const refused = historyBuilder()
-      .acquire('p1', 'x', 0, 1, 1)
+    const refused = p1Holding()
       .release('m1', 'x', 100, 101, 1, false)
       .release('p1', 'x', 300, 301, 1)
       .end(5_000);
@@ -199,27 +215,10 @@ describe('checker on hand-made histories', () => {
   });
 
   it('L1: a dead holder whose lock is not free again within its lease + the bound', () => {
-    const holding = { name: 'x', token: '1' };
-    const late = historyBuilder()
-      .acquire('p1', 'x', 0, 1, 1)
-      .fault(100, 1, 'client-kill', 'start', 'p1', holding)
-      .process(100, 'p1', 'kill')
-      .fault(400, 1, 'client-kill', 'end', 'p1')
-      .acquire('p2', 'x', 50, 3_000, 2)
-      .release('p2', 'x', 3_100, 3_101, 2)
-      .end(5_000);
-    const result = check(late.events, { finalValues: {} });
+    const result = check(p1KilledThenP2At(3_000).events, { finalValues: {} });
     expect(result.counts.L1).toBe(1);
     expect(result.takeoverMs).toEqual([2_000 - 1]); // lease end = 1 + 1000, next grant at 3000
-    const prompt = historyBuilder()
-      .acquire('p1', 'x', 0, 1, 1)
-      .fault(100, 1, 'client-kill', 'start', 'p1', holding)
-      .process(100, 'p1', 'kill')
-      .fault(400, 1, 'client-kill', 'end', 'p1')
-      .acquire('p2', 'x', 50, 1_200, 2)
-      .release('p2', 'x', 1_300, 1_301, 2)
-      .end(5_000);
-    expect(check(prompt.events, { finalValues: {} }).counts.L1).toBe(0);
+    expect(check(p1KilledThenP2At(1_200).events, { finalValues: {} }).counts.L1).toBe(0);
   });
 
   it('L1: nobody gets the lock again although somebody keeps asking', () => {
@@ -263,20 +262,8 @@ describe('checker on hand-made histories', () => {
   });
 
   it('L4: a paused client must report the loss on resuming, not later', () => {
-    const onResume = historyBuilder()
-      .acquire('p1', 'x', 0, 1, 1)
-      .process(500, 'p1', 'pause')
-      .process(3_000, 'p1', 'resume')
-      .lost('p1', 'x', 3_050, 1)
-      .end(6_000);
-    expect(flagged(onResume.events, { finalValues: {} })).toEqual([]);
-    const late = historyBuilder()
-      .acquire('p1', 'x', 0, 1, 1)
-      .process(500, 'p1', 'pause')
-      .process(3_000, 'p1', 'resume')
-      .lost('p1', 'x', 3_500, 1)
-      .end(6_000);
-    expect(flagged(late.events, { finalValues: {} })).toEqual(['L4']);
+    expect(flagged(p1PausedLostAt(3_050).events, { finalValues: {} })).toEqual([]);
+    expect(flagged(p1PausedLostAt(3_500).events, { finalValues: {} })).toEqual(['L4']);
   });
 
   it('a token granted twice to one process (a backend that forgot its counter) is two leases', () => {

@@ -1,3 +1,4 @@
+import { getOrCreate } from '@dlm/core';
 import {
   Counter,
   collectDefaultMetrics,
@@ -266,17 +267,8 @@ export function createMetrics(options: { version: string; backend: string }): Se
       return `${await processMetrics().metrics()}\n${await registry.metrics()}`;
     },
     request(method, code) {
-      let byCode = requestBy.get(method);
-      if (!byCode) {
-        byCode = new Map();
-        requestBy.set(method, byCode);
-      }
-      let child = byCode.get(code);
-      if (!child) {
-        child = requests.labels(method, code);
-        byCode.set(code, child);
-      }
-      child.inc();
+      const byCode = getOrCreate(requestBy, method, () => new Map());
+      getOrCreate(byCode, code, () => requests.labels(method, code)).inc();
     },
     latency(method, seconds) {
       latencyBy[method].observe(seconds);

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import WebSocket from 'ws';
 import {
   createAuthenticator,
   createLogger,
@@ -11,7 +10,7 @@ import {
   startServer,
   type TokenGrant,
 } from '../src/index.js';
-import { connect, type Peer } from './ws-peer.js';
+import { connect, type Peer, upgradeOutcome } from './ws-peer.js';
 
 const ADMIN = newToken();
 const JOBS = newToken();
@@ -21,19 +20,6 @@ const GRANTS: TokenGrant[] = [
   { name: 'jobs-runner', sha256: hashToken(JOBS), prefixes: ['jobs/'] },
   { name: 'jobs-viewer', sha256: hashToken(WATCHER), prefixes: ['jobs/'], actions: ['watch'] },
 ];
-
-/** How a WebSocket upgrade ends: `open`, or `http <status>` when refused. */
-function upgrade(url: string, options: WebSocket.ClientOptions = {}): Promise<string> {
-  return new Promise((resolve) => {
-    const ws = new WebSocket(url, ['dlm.v1.json'], options);
-    ws.on('open', () => {
-      ws.close();
-      resolve('open');
-    });
-    ws.on('unexpected-response', (_req, res) => resolve(`http ${res.statusCode}`));
-    ws.on('error', (error) => resolve(`error ${error.message}`));
-  });
-}
 
 let server: RunningServer;
 const peers: Peer[] = [];
@@ -105,13 +91,13 @@ describe('authentication', () => {
   });
 
   it('an invalid or malformed Authorization header is refused at the upgrade with 401', async () => {
-    expect(await upgrade(server.url, { headers: { authorization: 'Bearer nope' } })).toBe(
+    expect(await upgradeOutcome(server.url, { headers: { authorization: 'Bearer nope' } })).toBe(
       'http 401',
     );
-    expect(await upgrade(server.url, { headers: { authorization: `Basic ${JOBS}` } })).toBe(
+    expect(await upgradeOutcome(server.url, { headers: { authorization: `Basic ${JOBS}` } })).toBe(
       'http 401',
     );
-    expect(await upgrade(server.url, { headers: { authorization: `Bearer ${JOBS}` } })).toBe(
+    expect(await upgradeOutcome(server.url, { headers: { authorization: `Bearer ${JOBS}` } })).toBe(
       'open',
     );
   });
@@ -285,7 +271,7 @@ describe('binding without tokens', () => {
   it('a server without tokens ignores credentials, in the header and in hello', async () => {
     const open = await startServer({ port: 0 });
     try {
-      expect(await upgrade(open.url, { headers: { authorization: 'Basic whatever' } })).toBe(
+      expect(await upgradeOutcome(open.url, { headers: { authorization: 'Basic whatever' } })).toBe(
         'open',
       );
       const peer = await connect(open.url, undefined, {

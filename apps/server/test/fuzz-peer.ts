@@ -1,11 +1,6 @@
-import {
-  conforms,
-  type MethodName,
-  Methods,
-  type NotificationName,
-  SUBPROTOCOL,
-} from '@dlm/protocol';
+import { SUBPROTOCOL } from '@dlm/protocol';
 import WebSocket from 'ws';
+import { frameProblem, resultProblem } from './frame-schema.js';
 
 /** A reply frame, or how the connection ended while the request waited for one. */
 export type Outcome =
@@ -67,20 +62,15 @@ export async function fuzzPeer(
       problems.push(`not JSON: ${data.toString().slice(0, 200)}`);
       return;
     }
-    if (frame.jsonrpc !== '2.0')
-      problems.push(`jsonrpc is not 2.0: ${data.toString().slice(0, 200)}`);
+    const report = (problem: string | undefined) => {
+      if (problem) problems.push(`${problem}: ${data.toString().slice(0, 300)}`);
+    };
+    report(frameProblem(frame));
     if (!('id' in frame)) {
       notifications += 1;
-      if (!conforms({ notification: frame.method as NotificationName }, frame.params))
-        problems.push(`bad notification: ${data.toString().slice(0, 300)}`);
       return;
     }
-    if (frame.error !== undefined) {
-      if (!conforms({ error: true }, frame.error))
-        problems.push(`bad error object: ${data.toString().slice(0, 300)}`);
-      if (frame.error?.data?.code === 'INTERNAL')
-        problems.push(`INTERNAL error: ${data.toString().slice(0, 300)}`);
-    }
+    if (frame.error?.data?.code === 'INTERNAL') report('INTERNAL error');
     if (frame.id === null) {
       const resolveNull = byNull.shift();
       if (resolveNull) resolveNull({ reply: frame });
@@ -93,14 +83,7 @@ export async function fuzzPeer(
       return;
     }
     byId.delete(key(frame.id));
-    if (
-      frame.result !== undefined &&
-      waiter.method !== undefined &&
-      Object.hasOwn(Methods, waiter.method) &&
-      !conforms({ result: waiter.method as MethodName }, frame.result)
-    ) {
-      problems.push(`${waiter.method} result off-schema: ${data.toString().slice(0, 300)}`);
-    }
+    report(resultProblem(waiter.method, frame.result));
     waiter.resolve({ reply: frame });
   });
   await new Promise<void>((resolve, reject) => {

@@ -33,6 +33,14 @@ async function session(server: RunningServer, options: WebSocket.ClientOptions =
   return peer;
 }
 
+/** A server with `limits` on which one session holds the lock `name` (for 30 s). */
+async function serveHolding(limits: Partial<ServerLimits>, name: string): Promise<RunningServer> {
+  const server = await serve(limits);
+  const holder = await session(server);
+  await holder.call('lock.acquire', { name, ttlMs: 30_000 });
+  return server;
+}
+
 async function metric(server: RunningServer, reason: string): Promise<number> {
   const text = await (await fetch(`${server.httpUrl}/metrics`)).text();
   const match = new RegExp(`dlm_connections_rejected_total\\{reason="${reason}"\\} (\\d+)`).exec(
@@ -120,9 +128,7 @@ describe('per-session limits', () => {
   });
 
   it('maxLocksPerSession counts acquires still waiting', async () => {
-    const server = await serve({ maxLocksPerSession: 1 });
-    const holder = await session(server);
-    await holder.call('lock.acquire', { name: 'w/1', ttlMs: 30_000 });
+    const server = await serveHolding({ maxLocksPerSession: 1 }, 'w/1');
     const waiter = await session(server);
     const waiting = waiter.call('lock.acquire', { name: 'w/1', ttlMs: 30_000, waitMs: 300 });
     await sleep(50);
@@ -145,9 +151,7 @@ describe('per-session limits', () => {
   });
 
   it('maxWaitersPerLock: past it a waiting acquire gets LIMIT_EXCEEDED', async () => {
-    const server = await serve({ maxWaitersPerLock: 2 });
-    const holder = await session(server);
-    await holder.call('lock.acquire', { name: 'q', ttlMs: 30_000 });
+    const server = await serveHolding({ maxWaitersPerLock: 2 }, 'q');
     const waiters = await Promise.all([session(server), session(server), session(server)]);
     const pending = waiters
       .slice(0, 2)
@@ -163,9 +167,7 @@ describe('per-session limits', () => {
   });
 
   it('maxInflight is taken from limits', async () => {
-    const server = await serve({ maxInflight: 1 });
-    const holder = await session(server);
-    await holder.call('lock.acquire', { name: 'i', ttlMs: 30_000 });
+    const server = await serveHolding({ maxInflight: 1 }, 'i');
     const peer = await session(server);
     const waiting = peer.call('lock.acquire', { name: 'i', ttlMs: 1_000, waitMs: 300 });
     expect((await peer.call('session.ping')).error.data.code).toBe('LIMIT_EXCEEDED');

@@ -15,6 +15,15 @@ afterAll(async () => {
 
 const session = (): Promise<Peer> => openSession(server.url);
 
+/** Two sessions, the first holding a fresh lock (named after `label`) for 10 s. */
+async function twoSessionsOneHolding(label: string) {
+  const a = await session();
+  const b = await session();
+  const name = `${label}-${Date.now()}`;
+  const first = (await a.call('lock.acquire', { name, ttlMs: 10_000 })).result;
+  return { a, b, name, first };
+}
+
 describe('connection and hello', () => {
   it('GET /healthz answers ok with the backend kind', async () => {
     const response = await fetch(`http://127.0.0.1:${server.port}/healthz`);
@@ -230,10 +239,7 @@ describe('locks over the wire', () => {
   });
 
   it('a server-side wait is granted on release, with a higher token', async () => {
-    const a = await session();
-    const b = await session();
-    const name = `wait-${Date.now()}`;
-    const first = (await a.call('lock.acquire', { name, ttlMs: 10_000 })).result;
+    const { a, b, name, first } = await twoSessionsOneHolding('wait');
     const waiting = b.call('lock.acquire', { name, ttlMs: 10_000, waitMs: 10_000 });
     await sleep(50);
     await a.call('lock.release', { name, token: first.token });
@@ -244,10 +250,7 @@ describe('locks over the wire', () => {
   });
 
   it("a closed connection's pending wait ends and is never granted", async () => {
-    const a = await session();
-    const b = await session();
-    const name = `gone-${Date.now()}`;
-    const first = (await a.call('lock.acquire', { name, ttlMs: 10_000 })).result;
+    const { a, b, name, first } = await twoSessionsOneHolding('gone');
     b.ws.send(
       JSON.stringify({
         jsonrpc: '2.0',

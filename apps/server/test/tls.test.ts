@@ -1,10 +1,9 @@
 import { get } from 'node:https';
 import { serviceAvailable } from '@dlm/test-services';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import WebSocket from 'ws';
 import { hashToken, newToken, parseConfig, type RunningServer, startServer } from '../src/index.js';
 import { makeCertificates, opensslPath, type TestCertificates } from './tls-files.js';
-import { connect } from './ws-peer.js';
+import { connect, upgradeOutcome } from './ws-peer.js';
 
 const available = serviceAvailable('openssl', opensslPath !== null);
 
@@ -17,18 +16,6 @@ function httpsGet(url: string, ca?: Buffer): Promise<{ status: number; body: str
       });
       response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
     }).on('error', reject);
-  });
-}
-
-/** How a WebSocket connection attempt ends: `open`, or the error's message. */
-function attempt(url: string, options: WebSocket.ClientOptions = {}): Promise<string> {
-  return new Promise((resolve) => {
-    const ws = new WebSocket(url, ['dlm.v1.json'], options);
-    ws.on('open', () => {
-      ws.close();
-      resolve('open');
-    });
-    ws.on('error', (error) => resolve(error.message));
   });
 }
 
@@ -63,12 +50,12 @@ describe.runIf(available)('TLS', () => {
   });
 
   it('a client that does not trust the CA is refused by its own TLS check', async () => {
-    expect(await attempt(server.url)).toMatch(/certificate/i);
+    expect(await upgradeOutcome(server.url)).toMatch(/certificate/i);
     await expect(httpsGet(`${server.httpUrl}/healthz`)).rejects.toThrow(/certificate/i);
   });
 
   it('plain ws:// to the TLS port gets no WebSocket', async () => {
-    expect(await attempt(`ws://127.0.0.1:${server.port}/v1/ws`)).not.toBe('open');
+    expect(await upgradeOutcome(`ws://127.0.0.1:${server.port}/v1/ws`)).not.toBe('open');
   });
 
   it('parseConfig reads --tls-cert and --tls-key, and wants both', () => {

@@ -12,6 +12,29 @@ import { type RunningServer, startServer } from '../src/index.js';
 const transcripts = loadTranscripts();
 const byName = new Map(transcripts.map((t) => [t.name, t]));
 
+/** A transcript of the runner's own, written for one deviation. */
+function runnerCase(name: string, description: string, steps: Transcript['steps']): Transcript {
+  return { name, description, covers: ['runner'], steps };
+}
+
+/** owner `o` acquires `{{run}}/g` for 10 s (request `id`). */
+function acquireStep(id: number) {
+  const params = { name: '{{run}}/g', ttlMs: 10_000, owner: 'o' };
+  return { send: { jsonrpc: '2.0', id, method: 'lock.acquire', params } };
+}
+
+/** The grant of {@link acquireStep}'s request `id`, its token matched by `token`. */
+function grantStep(id: number, token: unknown) {
+  const result = {
+    name: '{{run}}/g',
+    owner: 'o',
+    token,
+    ttlMs: 10_000,
+    leaseKey: { $any: 'string' },
+  };
+  return { expect: { jsonrpc: '2.0', id, result } };
+}
+
 /** A deep copy of a shipped transcript with `edit` applied, for the runner's negative controls. */
 function variant(name: string, edit: (t: Transcript) => void): Transcript {
   const copy = structuredClone(byName.get(name)!);
@@ -77,57 +100,13 @@ describe('the transcript runner catches deviations', () => {
 
   it('an equal token where a greater one is expected', async () => {
     await fails(
-      {
-        name: 'gt-control',
-        description: 'the same owner gets the same token, which is not greater',
-        covers: ['runner'],
-        steps: [
-          ...HELLO,
-          {
-            send: {
-              jsonrpc: '2.0',
-              id: 1,
-              method: 'lock.acquire',
-              params: { name: '{{run}}/g', ttlMs: 10_000, owner: 'o' },
-            },
-          },
-          {
-            expect: {
-              jsonrpc: '2.0',
-              id: 1,
-              result: {
-                name: '{{run}}/g',
-                owner: 'o',
-                token: { $capture: 't1' },
-                ttlMs: 10_000,
-                leaseKey: { $any: 'string' },
-              },
-            },
-          },
-          {
-            send: {
-              jsonrpc: '2.0',
-              id: 2,
-              method: 'lock.acquire',
-              params: { name: '{{run}}/g', ttlMs: 10_000, owner: 'o' },
-            },
-          },
-          {
-            expect: {
-              jsonrpc: '2.0',
-              id: 2,
-              result: {
-                name: '{{run}}/g',
-                owner: 'o',
-                token: { $gt: 't1' },
-                ttlMs: 10_000,
-                leaseKey: { $any: 'string' },
-              },
-            },
-            timeoutMs: 300,
-          },
-        ],
-      },
+      runnerCase('gt-control', 'the same owner gets the same token, which is not greater', [
+        ...HELLO,
+        acquireStep(1),
+        grantStep(1, { $capture: 't1' }),
+        acquireStep(2),
+        { ...grantStep(2, { $gt: 't1' }), timeoutMs: 300 },
+      ]),
       /is not greater than t1/,
     );
   });
@@ -154,33 +133,23 @@ describe('the transcript runner catches deviations', () => {
 
   it('a frame nobody expected', async () => {
     await fails(
-      {
-        name: 'extra-frame',
-        description: 'two pings, one expected',
-        covers: ['runner'],
-        steps: [
-          ...HELLO,
-          { send: { jsonrpc: '2.0', id: 1, method: 'session.ping' }, times: 2 },
-          { expect: { jsonrpc: '2.0', id: 1, result: {} } },
-          { sleep: 100 },
-        ],
-      },
+      runnerCase('extra-frame', 'two pings, one expected', [
+        ...HELLO,
+        { send: { jsonrpc: '2.0', id: 1, method: 'session.ping' }, times: 2 },
+        { expect: { jsonrpc: '2.0', id: 1, result: {} } },
+        { sleep: 100 },
+      ]),
       /received frames no step expected/,
     );
   });
 
   it('a frame that expectNone forbids', async () => {
     await fails(
-      {
-        name: 'expect-none',
-        description: 'a reply arrives during expectNone',
-        covers: ['runner'],
-        steps: [
-          ...HELLO,
-          { send: { jsonrpc: '2.0', id: 1, method: 'session.ping' } },
-          { expectNone: { $any: 'value' }, forMs: 300 },
-        ],
-      },
+      runnerCase('expect-none', 'a reply arrives during expectNone', [
+        ...HELLO,
+        { send: { jsonrpc: '2.0', id: 1, method: 'session.ping' } },
+        { expectNone: { $any: 'value' }, forMs: 300 },
+      ]),
       /should not have/,
     );
   });
@@ -193,12 +162,9 @@ describe('the transcript runner catches deviations', () => {
       /closed with code 1009, not 1000/,
     );
     await fails(
-      {
-        name: 'not-refused',
-        description: 'dlm.v1.json is accepted',
-        covers: ['runner'],
-        steps: [{ connect: { protocols: ['dlm.v1.json'], expectStatus: 400 } }],
-      },
+      runnerCase('not-refused', 'dlm.v1.json is accepted', [
+        { connect: { protocols: ['dlm.v1.json'], expectStatus: 400 } },
+      ]),
       /upgrade succeeded/,
     );
   });
@@ -215,12 +181,14 @@ describe('the transcript runner catches deviations', () => {
     await new Promise((resolve) => wss.once('listening', resolve));
     const { port } = wss.address() as AddressInfo;
     try {
-      const error = await runTranscript(`ws://127.0.0.1:${port}/v1/ws`, {
-        name: 'off-schema',
-        description: 'a fake server answering hello off-schema',
-        covers: ['runner'],
-        steps: HELLO as Transcript['steps'],
-      }).catch((e: unknown) => e);
+      const error = await runTranscript(
+        `ws://127.0.0.1:${port}/v1/ws`,
+        runnerCase(
+          'off-schema',
+          'a fake server answering hello off-schema',
+          HELLO as Transcript['steps'],
+        ),
+      ).catch((e: unknown) => e);
       expect((error as Error).message).toMatch(/session\.hello result off-schema/);
     } finally {
       for (const client of wss.clients) client.terminate();

@@ -1,11 +1,6 @@
-import {
-  conforms,
-  type MethodName,
-  Methods,
-  type NotificationName,
-  SUBPROTOCOL,
-} from '@dlm/protocol';
+import { SUBPROTOCOL } from '@dlm/protocol';
 import WebSocket from 'ws';
+import { frameProblem, resultProblem } from './frame-schema.js';
 
 /** A raw protocol peer for tests: sends frames, and collects replies and notifications. */
 export interface Peer {
@@ -37,14 +32,8 @@ export async function connect(
   ws.on('message', (data) => {
     const frame = JSON.parse(data.toString()) as Record<string, any>;
     // Every frame the server sends must match the published schema.
-    const ok =
-      frame.jsonrpc === '2.0' &&
-      (frame.id === undefined
-        ? conforms({ notification: frame.method as NotificationName }, frame.params)
-        : frame.error
-          ? conforms({ error: true }, frame.error)
-          : true);
-    if (!ok) throw new Error(`frame does not match the protocol schema: ${data.toString()}`);
+    const problem = frameProblem(frame);
+    if (problem) throw new Error(`frame does not match the protocol schema (${problem}): ${data}`);
     if (frame.id === undefined) notifications.push(frame);
     else frames.push(frame);
     for (const wake of waiters.splice(0)) wake();
@@ -84,12 +73,10 @@ export async function connect(
       const id = seq;
       ws.send(JSON.stringify({ jsonrpc: '2.0', id, method, params: params ?? {} }));
       return take(id).then((reply) => {
-        if (reply.result !== undefined && Object.hasOwn(Methods, method)) {
-          if (!conforms({ result: method as MethodName }, reply.result)) {
-            throw new Error(
-              `${method} result does not match the schema: ${JSON.stringify(reply.result)}`,
-            );
-          }
+        if (resultProblem(method, reply.result)) {
+          throw new Error(
+            `${method} result does not match the schema: ${JSON.stringify(reply.result)}`,
+          );
         }
         return reply;
       });
@@ -122,4 +109,23 @@ export async function openSession(url: string): Promise<Peer> {
   const peer = await connect(url);
   await peer.hello();
   return peer;
+}
+
+/**
+ * How a WebSocket upgrade ends: `open` (closed again at once), `http <status>` when the server
+ * refuses it, or `error <message>` when the connection fails (TLS, refused, reset).
+ */
+export function upgradeOutcome(
+  url: string,
+  options: WebSocket.ClientOptions = {},
+): Promise<string> {
+  return new Promise((resolve) => {
+    const ws = new WebSocket(url, [SUBPROTOCOL], options);
+    ws.on('open', () => {
+      ws.close();
+      resolve('open');
+    });
+    ws.on('unexpected-response', (_req, res) => resolve(`http ${res.statusCode}`));
+    ws.on('error', (error) => resolve(`error ${error.message}`));
+  });
 }

@@ -134,15 +134,25 @@ class Lease:
         if self._lose("deadline"):
             self._client._release_in_background(self.name, self.token, self._lease_key)
 
-    def _lose(self, reason: str) -> bool:
+    def _end(self, lost_reason: str | None) -> bool:
+        """Ends the lease, once (False when it had already ended): lost for ``lost_reason``, or
+        released when that is None. Stops the timer, and the client forgets the lease."""
         with self._lock:
             if self._ended:
                 return False
             self._ended = True
-            self._lost_reason = reason
+            if lost_reason is None:
+                self._released = True
+            else:
+                self._lost_reason = lost_reason
             if self._timer is not None:
                 self._timer.cancel()
         self._client._forget(self)
+        return True
+
+    def _lose(self, reason: str) -> bool:
+        if not self._end(reason):
+            return False
         self._lost.set()
         return True
 
@@ -173,14 +183,8 @@ class Lease:
         """Releases the lock: True when this call freed it, False when the lease had already
         ended (released, expired, revoked). Raises UNAVAILABLE when the server could not be
         reached; the lease then ends by itself when its TTL runs out."""
-        with self._lock:
-            if self._ended:
-                return False
-            self._ended = True
-            self._released = True
-            if self._timer is not None:
-                self._timer.cancel()
-        self._client._forget(self)
+        if not self._end(None):
+            return False
         try:
             self._client._call("lock.release", {"name": self.name, "token": str(self.token),
                                                 "leaseKey": self._lease_key},

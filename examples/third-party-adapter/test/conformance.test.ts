@@ -1,7 +1,7 @@
 import { redisBackend } from '@dlm/adapter-redis';
-import { runConformance } from '@dlm/conformance';
-import { type RedisService, redisAvailable, startRedis } from '@dlm/test-services';
-import { afterAll, beforeAll, describe } from 'vitest';
+import { runConformance, useService } from '@dlm/conformance';
+import { redisAvailable, startRedis } from '@dlm/test-services';
+import { describe } from 'vitest';
 
 /**
  * What a project outside the dlm repo writes to hold its backend to the dlm contract: the
@@ -17,21 +17,13 @@ import { afterAll, beforeAll, describe } from 'vitest';
 
 // Without any Redis the suite is skipped with a warning; with CI=true that is a failure.
 describe.runIf(redisAvailable())('a backend through the conformance suite, on a real Redis', () => {
-  let redis: RedisService | undefined;
-
-  beforeAll(async () => {
-    redis = await startRedis();
-  });
-
-  afterAll(async () => {
-    await redis?.stop();
-  });
+  // Started before the suite's tests, stopped after them.
+  const redis = useService(() => startRedis());
 
   runConformance('redis (third-party example)', {
     // A fresh backend per test; the suite closes it afterwards.
     backend: async () => {
-      if (!redis) throw new Error('Redis did not start');
-      const backend = redisBackend({ url: redis.url });
+      const backend = redisBackend({ url: redis().url });
       await backend.ready();
       return backend;
     },

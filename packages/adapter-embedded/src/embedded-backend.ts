@@ -1,18 +1,5 @@
-import {
-  type AcquireRequest,
-  type AcquireResult,
-  type BackendCapabilities,
-  type Clock,
-  DlmError,
-  type Grant,
-  type HolderProof,
-  type LockBackend,
-  type LockEvent,
-  type LockState,
-  systemClock,
-  type Timer,
-  type Unsubscribe,
-} from '@dlm/core';
+import type * as core from '@dlm/core';
+import { DlmError, systemClock } from '@dlm/core';
 import { createDeadlineHeap } from './deadline-heap.js';
 import { type Journal, openJournal } from './journal.js';
 import type { JournalRecord } from './journal-format.js';
@@ -26,7 +13,7 @@ export interface EmbeddedBackendOptions {
    */
   dataDir?: string;
   /** Monotonic time and timers (default `systemClock`); tests inject a manual clock. */
-  clock?: Clock;
+  clock?: core.Clock;
   /**
    * How long journal records wait to be batched into one write + fsync. 0 (the default)
    * batches the records of one event-loop turn.
@@ -58,7 +45,9 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
  * const result = await backend.tryAcquire({ name: 'jobs/nightly', owner: 'worker-1', ttlMs: 30_000 });
  * if (result.granted) console.log('fencing token', result.grant.token);
  */
-export async function embeddedBackend(options: EmbeddedBackendOptions = {}): Promise<LockBackend> {
+export async function embeddedBackend(
+  options: EmbeddedBackendOptions = {},
+): Promise<core.LockBackend> {
   const clock = options.clock ?? systemClock;
   const log = options.logger ?? ((line: string) => console.error(line));
   const blockSize = BigInt(positiveInteger(options.tokenBlockSize, 1000, 'tokenBlockSize'));
@@ -78,7 +67,7 @@ export async function embeddedBackend(options: EmbeddedBackendOptions = {}): Pro
     });
     store.recover(journal);
   }
-  const capabilities: BackendCapabilities = {
+  const capabilities: core.BackendCapabilities = {
     fencing: 'strict',
     minTtlMs: 1,
     ttlGranularityMs: 1,
@@ -109,12 +98,12 @@ class EmbeddedStore {
   /** With a journal: tokens up to here are covered by a persisted high-water mark. */
   private reservedEnd = 0n;
   private closed = false;
-  private timer: Timer | undefined;
+  private timer: core.Timer | undefined;
   private timerAt = Number.POSITIVE_INFINITY;
   private journal: Journal | undefined;
 
   constructor(
-    private readonly clock: Clock,
+    private readonly clock: core.Clock,
     log: (line: string) => void,
     private readonly blockSize: bigint,
   ) {
@@ -198,7 +187,7 @@ class EmbeddedStore {
   }
 
   /** Frees the lock: state first, then the journal record and the event. */
-  private end(lease: Lease, type: LockEvent['type']): Promise<void> | undefined {
+  private end(lease: Lease, type: core.LockEvent['type']): Promise<void> | undefined {
     this.leases.delete(lease.name);
     this.heap.remove(lease);
     const durable = this.journal?.append({
@@ -243,7 +232,7 @@ class EmbeddedStore {
     return durable === undefined ? Promise.resolve(value) : durable.then(() => value);
   }
 
-  tryAcquire({ name, owner, ttlMs, keyHash }: AcquireRequest): Promise<AcquireResult> {
+  tryAcquire({ name, owner, ttlMs, keyHash }: core.AcquireRequest): Promise<core.AcquireResult> {
     const refused = this.refuse();
     if (refused !== undefined) return Promise.reject(refused);
     const ttl = leaseMs(ttlMs);
@@ -279,7 +268,7 @@ class EmbeddedStore {
     });
     this.watchers.drain();
     const granted = lease;
-    const result: AcquireResult = {
+    const result: core.AcquireResult = {
       granted: true,
       grant: { name, owner, token: granted.token, ttlMs: ttl },
     };
@@ -292,7 +281,7 @@ class EmbeddedStore {
     });
   }
 
-  release({ name, token, keyHash }: HolderProof): Promise<boolean> {
+  release({ name, token, keyHash }: core.HolderProof): Promise<boolean> {
     const refused = this.refuse();
     if (refused !== undefined) return Promise.reject(refused);
     const lease = this.current(name, this.clock.now());
@@ -305,7 +294,12 @@ class EmbeddedStore {
     return this.reply(true, durable);
   }
 
-  extend({ name, token, ttlMs, keyHash }: HolderProof & { ttlMs: number }): Promise<Grant | null> {
+  extend({
+    name,
+    token,
+    ttlMs,
+    keyHash,
+  }: core.HolderProof & { ttlMs: number }): Promise<core.Grant | null> {
     const refused = this.refuse();
     if (refused !== undefined) return Promise.reject(refused);
     const ttl = leaseMs(ttlMs);
@@ -326,14 +320,14 @@ class EmbeddedStore {
       ttlMs: ttl,
       wallMs: Date.now(),
     });
-    const grant: Grant = { name, owner: lease.owner, token, ttlMs: ttl };
+    const grant: core.Grant = { name, owner: lease.owner, token, ttlMs: ttl };
     if (durable === undefined) return Promise.resolve(grant);
     return durable.then(() =>
       this.leases.get(name) === lease && lease.deadline > this.clock.now() ? grant : null,
     );
   }
 
-  inspect(name: string): Promise<LockState | null> {
+  inspect(name: string): Promise<core.LockState | null> {
     const refused = this.refuse();
     if (refused !== undefined) return Promise.reject(refused);
     const now = this.clock.now();
@@ -343,7 +337,7 @@ class EmbeddedStore {
     return Promise.resolve(state(lease, now));
   }
 
-  watch(name: string, listener: (event: LockEvent) => void): Unsubscribe {
+  watch(name: string, listener: (event: core.LockEvent) => void): core.Unsubscribe {
     if (this.closed) return () => {};
     return this.watchers.watch(name, listener);
   }
@@ -361,11 +355,11 @@ class EmbeddedStore {
     return this.reply(true, durable);
   }
 
-  list(prefix: string): Promise<LockState[]> {
+  list(prefix: string): Promise<core.LockState[]> {
     const refused = this.refuse();
     if (refused !== undefined) return Promise.reject(refused);
     const now = this.clock.now();
-    const found: LockState[] = [];
+    const found: core.LockState[] = [];
     // Expired leases the timer has not reached yet are skipped, not ended: ending them here
     // would mutate the map under iteration, and the timer is about to.
     for (const lease of this.leases.values()) {
@@ -390,7 +384,7 @@ function holds(lease: Lease, token: bigint, keyHash: string | undefined): boolea
   return lease.token === token && (keyHash === undefined || lease.keyHash === keyHash);
 }
 
-function state(lease: Lease, now: number): LockState {
+function state(lease: Lease, now: number): core.LockState {
   return {
     name: lease.name,
     owner: lease.owner,

@@ -27,6 +27,19 @@ const grant = async (backend: LockBackend, name: string, owner: string, ttlMs: n
 
 const journalOf = (dir: string) => join(dir, 'journal.log');
 
+/**
+ * A fresh data dir whose backend granted `count` locks (`n0`, `n1`, …) and was closed; `last` is
+ * the highest token it gave.
+ */
+async function grantedThenClosed(tokenBlockSize: number, count: number) {
+  const dataDir = tempDir('embedded');
+  const first = await opened({ dataDir, tokenBlockSize });
+  let last = 0n;
+  for (let i = 0; i < count; i++) last = (await grant(first, `n${i}`, 'o', 60_000)).token;
+  await first.close();
+  return { dataDir, last };
+}
+
 describe('embedded backend durability (dataDir)', () => {
   it('keeps held locks and their tokens across close and reopen, and tokens keep rising', async () => {
     const dataDir = tempDir('embedded');
@@ -193,11 +206,7 @@ describe('embedded backend durability (dataDir)', () => {
   });
 
   it('starts from nothing when the journal is garbage, without lowering the token high-water', async () => {
-    const dataDir = tempDir('embedded');
-    const first = await opened({ dataDir, tokenBlockSize: 5 });
-    let last = 0n;
-    for (let i = 0; i < 12; i++) last = (await grant(first, `n${i}`, 'o', 60_000)).token;
-    await first.close();
+    const { dataDir, last } = await grantedThenClosed(5, 12);
     writeFileSync(journalOf(dataDir), Buffer.from('this is not a journal at all'.repeat(10)));
 
     const logged: string[] = [];
@@ -209,11 +218,7 @@ describe('embedded backend durability (dataDir)', () => {
   });
 
   it('keeps tokens rising when the high-water file is corrupt but the journal is not', async () => {
-    const dataDir = tempDir('embedded');
-    const first = await opened({ dataDir, tokenBlockSize: 4 });
-    let last = 0n;
-    for (let i = 0; i < 10; i++) last = (await grant(first, `n${i}`, 'o', 60_000)).token;
-    await first.close();
+    const { dataDir, last } = await grantedThenClosed(4, 10);
     writeFileSync(join(dataDir, 'highwater'), 'DLMHW1 1 0\n');
     const logged: string[] = [];
     const second = await opened({ dataDir, tokenBlockSize: 4, logger: (l) => logged.push(l) });

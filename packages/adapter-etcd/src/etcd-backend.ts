@@ -1,16 +1,5 @@
-import {
-  type AcquireRequest,
-  type AcquireResult,
-  type BackendCapabilities,
-  type Clock,
-  DlmError,
-  type Grant,
-  type HolderProof,
-  type LockBackend,
-  type LockState,
-  systemClock,
-  type Timer,
-} from '@dlm/core';
+import type * as core from '@dlm/core';
+import { DlmError, systemClock } from '@dlm/core';
 import type { Etcd3, IKeyValue, ITxnResponse } from 'etcd3';
 import { type TxnSender, txnSender } from './etcd-batch.js';
 import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.js';
@@ -52,7 +41,7 @@ export interface EtcdBackendOptions {
    */
   waiterLeaseTtlMs?: number;
   /** Times the wait for the watch stream before a first write. Default `systemClock`. */
-  clock?: Clock;
+  clock?: core.Clock;
 }
 
 const SECOND = 1_000;
@@ -82,13 +71,13 @@ function remainingMs(ttl: string, grantedTtl: string): number {
  * const backend = etcdBackend({ endpoints: ['http://127.0.0.1:2379'] });
  * const service = createLockService({ backend });
  */
-export function etcdBackend(options: EtcdBackendOptions = {}): LockBackend {
+export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend {
   const keys = etcdKeys(options.prefix ?? 'dlm/');
   const commandTimeoutMs = options.commandTimeoutMs ?? 2_000;
   const ownClient = options.client === undefined;
   const client = options.client ?? createEtcdClient(options.endpoints ?? ['http://127.0.0.1:2379']);
   const watch = watchPrefix(client, keys);
-  const capabilities: BackendCapabilities = {
+  const capabilities: core.BackendCapabilities = {
     fencing: 'strict',
     minTtlMs: options.minTtlMs ?? 2_000,
     ttlGranularityMs: SECOND,
@@ -165,9 +154,9 @@ interface Etcd {
   readonly watch: PrefixWatch;
   readonly leases: LeasePool;
   readonly sender: TxnSender;
-  readonly clock: Clock;
+  readonly clock: core.Clock;
   readonly commandTimeoutMs: number;
-  readonly capabilities: BackendCapabilities;
+  readonly capabilities: core.BackendCapabilities;
   closed: boolean;
 }
 
@@ -202,7 +191,7 @@ async function remainingOfLease(
 
 /** Waits for the watch stream before the first write, so no later event can be missed. */
 async function watchEstablished(e: Etcd, limit: Budget): Promise<void> {
-  let timer: Timer | undefined;
+  let timer: core.Timer | undefined;
   try {
     await Promise.race([
       e.watch.ready(),
@@ -218,7 +207,7 @@ async function watchEstablished(e: Etcd, limit: Budget): Promise<void> {
   }
 }
 
-function stateOf(e: Etcd, limit: Budget, name: string, kv: IKeyValue): Promise<LockState> {
+function stateOf(e: Etcd, limit: Budget, name: string, kv: IKeyValue): Promise<core.LockState> {
   return remainingOfLease(e, limit, kv.lease).then((ttl) => ({
     name,
     owner: ownerOfValue(kv.value),
@@ -273,8 +262,8 @@ async function onLease<T>(e: Etcd, leaseId: string, write: () => Promise<T>): Pr
 
 async function tryAcquire(
   e: Etcd,
-  { name, owner, ttlMs, keyHash }: AcquireRequest,
-): Promise<AcquireResult> {
+  { name, owner, ttlMs, keyHash }: core.AcquireRequest,
+): Promise<core.AcquireResult> {
   assertOpen(e, 'acquire');
   const limit = budget('acquire', e.commandTimeoutMs);
   await watchEstablished(e, limit);
@@ -284,7 +273,7 @@ async function tryAcquire(
   const response = await onLease(e, lease.id, () =>
     e.sender.send(limit, 'idempotent', name, request),
   );
-  const grant = (token: bigint): Grant => ({ name, owner, token, ttlMs: lease.ttlMs });
+  const grant = (token: bigint): core.Grant => ({ name, owner, token, ttlMs: lease.ttlMs });
   if (response.succeeded) return { granted: true, grant: grant(BigInt(response.header.revision)) };
   const nested = response.responses[0]?.response_txn;
   if (nested?.succeeded) {
@@ -299,7 +288,7 @@ async function tryAcquire(
   return ttlRemainingMs === undefined ? { granted: false } : { granted: false, ttlRemainingMs };
 }
 
-async function release(e: Etcd, { name, token, keyHash }: HolderProof): Promise<boolean> {
+async function release(e: Etcd, { name, token, keyHash }: core.HolderProof): Promise<boolean> {
   assertOpen(e, 'release');
   const limit = budget('release', e.commandTimeoutMs);
   const key = e.keys.lock(name);
@@ -324,8 +313,8 @@ async function release(e: Etcd, { name, token, keyHash }: HolderProof): Promise<
 
 async function extend(
   e: Etcd,
-  { name, token, ttlMs, keyHash }: HolderProof & { ttlMs: number },
-): Promise<Grant | null> {
+  { name, token, ttlMs, keyHash }: core.HolderProof & { ttlMs: number },
+): Promise<core.Grant | null> {
   assertOpen(e, 'extend');
   const limit = budget('extend', e.commandTimeoutMs);
   const key = e.keys.lock(name);
@@ -351,7 +340,7 @@ async function extend(
   return { name, owner: previous ? ownerOfValue(previous.value) : '', token, ttlMs: lease.ttlMs };
 }
 
-async function inspect(e: Etcd, name: string): Promise<LockState | null> {
+async function inspect(e: Etcd, name: string): Promise<core.LockState | null> {
   assertOpen(e, 'inspect');
   const limit = budget('inspect', e.commandTimeoutMs);
   const response = await withRetries(limit, 'idempotent', false, (deadline) =>
@@ -378,7 +367,7 @@ async function revoke(e: Etcd, name: string): Promise<boolean> {
   return true;
 }
 
-async function list(e: Etcd, namePrefix: string): Promise<LockState[]> {
+async function list(e: Etcd, namePrefix: string): Promise<core.LockState[]> {
   assertOpen(e, 'list');
   const limit = budget('list', e.commandTimeoutMs);
   const { lockPrefix } = e.keys;

@@ -1,5 +1,6 @@
 import {
   type Clock,
+  getOrCreate,
   type LockEvent,
   settlesWithin,
   systemClock,
@@ -34,12 +35,7 @@ export interface PrefixWatch {
 }
 
 function addTo<T>(map: Map<string, Set<T>>, name: string, listener: T): Unsubscribe {
-  let set = map.get(name);
-  if (!set) {
-    set = new Set();
-    map.set(name, set);
-  }
-  set.add(listener);
+  getOrCreate(map, name, () => new Set()).add(listener);
   return () => {
     const current = map.get(name);
     if (!current) return;

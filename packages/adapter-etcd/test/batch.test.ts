@@ -1,12 +1,11 @@
-import type { LockBackend, LockEvent } from '@dlm/core';
-import { type EtcdService, etcdAvailable, startEtcd } from '@dlm/test-services';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { etcdBackend } from '../src/index.js';
+import { sleep } from '@dlm/conformance';
+import type { LockEvent } from '@dlm/core';
+import { etcdAvailable } from '@dlm/test-services';
+import { describe, expect, it } from 'vitest';
+import { lockNames, useEtcdBackend } from './support.js';
 
 const run = etcdAvailable();
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-let unique = 0;
-const lockName = (label: string) => `batch-test/${label}/${process.pid}-${Date.now()}-${++unique}`;
+const lockName = lockNames('batch-test');
 
 async function metric(url: string, name: string): Promise<number> {
   const text = await (await fetch(`${url}/metrics`)).text();
@@ -15,25 +14,16 @@ async function metric(url: string, name: string): Promise<number> {
 }
 
 describe.skipIf(!run)('etcd backend: transactions sent at once share one etcd transaction', () => {
-  let etcd: EtcdService;
-  let backend: LockBackend;
-  beforeAll(async () => {
-    etcd = await startEtcd({ heartbeatIntervalMs: 50, electionTimeoutMs: 500 });
-    backend = etcdBackend({ endpoints: etcd.endpoints, minTtlMs: 1_000, prefix: 'batch/' });
-  });
-  afterAll(async () => {
-    await backend?.close();
-    await etcd?.stop();
-  });
+  const env = useEtcdBackend('batch/');
 
   it('concurrent acquires and releases of many locks: each outcome as if alone, releases reported as releases, fewer proposals', async () => {
     const names = Array.from({ length: 40 }, (_, index) => lockName(`many-${index}`));
     const events: LockEvent[] = [];
-    const stops = names.map((name) => backend.watch(name, (event) => events.push(event)));
-    const before = await metric(etcd.endpoints[0]!, 'etcd_server_proposals_committed_total');
+    const stops = names.map((name) => env.backend.watch(name, (event) => events.push(event)));
+    const before = await metric(env.etcd.endpoints[0]!, 'etcd_server_proposals_committed_total');
     for (let round = 0; round < 3; round += 1) {
       const grants = await Promise.all(
-        names.map((name) => backend.tryAcquire({ name, owner: `o${round}`, ttlMs: 5_000 })),
+        names.map((name) => env.backend.tryAcquire({ name, owner: `o${round}`, ttlMs: 5_000 })),
       );
       const tokens = grants.map((result) => {
         if (!result.granted) throw new Error('expected a grant');
@@ -41,17 +31,17 @@ describe.skipIf(!run)('etcd backend: transactions sent at once share one etcd tr
       });
       // Held: a second owner is refused, in a batch as well.
       const refused = await Promise.all(
-        names.map((name) => backend.tryAcquire({ name, owner: 'other', ttlMs: 5_000 })),
+        names.map((name) => env.backend.tryAcquire({ name, owner: 'other', ttlMs: 5_000 })),
       );
       expect(refused.every((result) => !result.granted)).toBe(true);
       const released = await Promise.all(
-        names.map((name, index) => backend.release({ name, token: tokens[index]! })),
+        names.map((name, index) => env.backend.release({ name, token: tokens[index]! })),
       );
       expect(released.every(Boolean)).toBe(true);
       // A stale token releases nothing.
-      expect(await backend.release({ name: names[0]!, token: tokens[0]! })).toBe(false);
+      expect(await env.backend.release({ name: names[0]!, token: tokens[0]! })).toBe(false);
     }
-    const after = await metric(etcd.endpoints[0]!, 'etcd_server_proposals_committed_total');
+    const after = await metric(env.etcd.endpoints[0]!, 'etcd_server_proposals_committed_total');
     // Alone: 3 rounds × 40 locks × 3 transactions (acquire, refused acquire, release) and 80
     // lease grants in the first round (later rounds reuse those leases) = 440 proposals.
     expect(after - before).toBeLessThan(220);
@@ -76,12 +66,12 @@ describe.skipIf(!run)('etcd backend: transactions sent at once share one etcd tr
     const name = lockName('race');
     const results = await Promise.all(
       Array.from({ length: 20 }, (_, index) =>
-        backend.tryAcquire({ name, owner: `racer-${index}`, ttlMs: 5_000 }),
+        env.backend.tryAcquire({ name, owner: `racer-${index}`, ttlMs: 5_000 }),
       ),
     );
     const granted = results.filter((result) => result.granted);
     expect(granted).toHaveLength(1);
-    const state = await backend.inspect(name);
+    const state = await env.backend.inspect(name);
     expect(granted[0]?.granted && granted[0].grant.token).toBe(state?.token);
   });
 });

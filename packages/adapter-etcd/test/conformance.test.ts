@@ -1,4 +1,4 @@
-import { runConformance } from '@dlm/conformance';
+import { killAndStart, runConformance } from '@dlm/conformance';
 import {
   type EtcdService,
   etcdAvailable,
@@ -43,11 +43,7 @@ describe.skipIf(!run)('etcd adapter', () => {
     },
     ...(etcdManaged()
       ? {
-          restart: async () => {
-            const member = etcd.members[0]!;
-            await member.process.kill();
-            await member.process.start();
-          },
+          restart: () => killAndStart(etcd.members[0]!.process),
           cluster: async () => {
             const commandTimeoutMs = 2_000;
             const cluster = await startEtcdCluster(3, timing);

@@ -1,13 +1,13 @@
-import { granted, sleep, until } from '@dlm/conformance';
-import type { AcquireResult, LockBackend } from '@dlm/core';
-import { type EtcdService, etcdAvailable, startEtcd } from '@dlm/test-services';
+import { granted, pendingAfter, sleep, until } from '@dlm/conformance';
+import type { LockBackend } from '@dlm/core';
+import { type EtcdService, etcdAvailable } from '@dlm/test-services';
 import { Etcd3 } from 'etcd3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { etcdBackend } from '../src/index.js';
+import { lockNames, startFastEtcd } from './support.js';
 
 const run = etcdAvailable();
-let unique = 0;
-const lockName = (label: string) => `etcd-queue/${label}/${process.pid}-${Date.now()}-${++unique}`;
+const lockName = lockNames('etcd-queue');
 const prefix = 'queue-test/';
 
 describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
@@ -37,7 +37,7 @@ describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
     });
 
   beforeAll(async () => {
-    etcd = await startEtcd({ heartbeatIntervalMs: 50, electionTimeoutMs: 500 });
+    etcd = await startFastEtcd();
     raw = new Etcd3({ hosts: etcd.endpoints });
   });
   afterAll(async () => {
@@ -76,13 +76,7 @@ describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
     const backend = open();
     const name = lockName('vanished');
     await granted(backend, name, 'holder');
-    let outcome: AcquireResult | undefined;
-    const waiting = queued(backend, name, 'sleeper', new AbortController().signal).then(
-      (result) => {
-        outcome = result;
-        return result;
-      },
-    );
+    const waiting = queued(backend, name, 'sleeper', new AbortController().signal);
     await untilQueued(name, 1);
     const [sleeperKey] = await queueKeys(name);
     // In one revision: the sleeper's entry goes (as when its lease runs out), the lock is freed,
@@ -98,8 +92,7 @@ describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
         raw.put(laterKey).value('later'),
       )
       .commit();
-    await sleep(500);
-    expect(outcome).toBeUndefined();
+    expect(await pendingAfter(waiting, 500)).toBe(true);
     expect(await backend.inspect(name)).toBeNull();
     expect((await queueKeys(name))[0]).toBe(laterKey);
     await raw.delete().key(laterKey);

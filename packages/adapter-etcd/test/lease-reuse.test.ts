@@ -1,36 +1,27 @@
-import type { LockBackend } from '@dlm/core';
-import { type EtcdService, etcdAvailable, startEtcd } from '@dlm/test-services';
+import { sleep } from '@dlm/conformance';
+import { etcdAvailable } from '@dlm/test-services';
 import { Etcd3 } from 'etcd3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { etcdBackend } from '../src/index.js';
+import { lockNames, useEtcdBackend } from './support.js';
 
 const run = etcdAvailable();
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-let unique = 0;
-const lockName = (label: string) => `lease-test/${label}/${process.pid}-${Date.now()}-${++unique}`;
+const lockName = lockNames('lease-test');
 const prefix = 'leases/';
 
 describe.skipIf(!run)('etcd backend: leases of released locks are reused', () => {
-  let etcd: EtcdService;
-  let backend: LockBackend;
+  const env = useEtcdBackend(prefix);
   let raw: Etcd3;
-  beforeAll(async () => {
-    etcd = await startEtcd({ heartbeatIntervalMs: 50, electionTimeoutMs: 500 });
-    backend = etcdBackend({ endpoints: etcd.endpoints, minTtlMs: 1_000, prefix });
-    raw = new Etcd3({ hosts: etcd.endpoints });
+  beforeAll(() => {
+    raw = new Etcd3({ hosts: env.etcd.endpoints });
   });
-  afterAll(async () => {
-    await backend?.close();
-    raw?.close();
-    await etcd?.stop();
-  });
+  afterAll(() => raw?.close());
 
   const leaseOf = async (name: string) =>
     (await raw.get(`${prefix}lock/${name}`).exec()).kvs[0]?.lease;
   const remainingSeconds = async (id: string) =>
     Number((await raw.leaseClient.leaseTimeToLive({ ID: id })).TTL);
   const grant = async (name: string, ttlMs: number) => {
-    const result = await backend.tryAcquire({ name, owner: 'o', ttlMs });
+    const result = await env.backend.tryAcquire({ name, owner: 'o', ttlMs });
     if (!result.granted) throw new Error('expected a grant');
     return result.grant;
   };
@@ -39,7 +30,7 @@ describe.skipIf(!run)('etcd backend: leases of released locks are reused', () =>
     const first = lockName('first');
     const a = await grant(first, 4_000);
     const lease = await leaseOf(first);
-    expect(await backend.release({ name: first, token: a.token })).toBe(true);
+    expect(await env.backend.release({ name: first, token: a.token })).toBe(true);
     // Long enough to tell a renewed lease from the old one, short enough that 1.5 s (the
     // margin under which a lease is not reused) are left.
     await sleep(1_400);
@@ -51,8 +42,9 @@ describe.skipIf(!run)('etcd backend: leases of released locks are reused', () =>
     expect(await remainingSeconds(lease!)).toBeGreaterThanOrEqual(3);
     // Nothing keeps it alive after that: the lock ends with its lease.
     const started = performance.now();
-    while ((await backend.inspect(second)) && performance.now() - started < 5_000) await sleep(100);
-    expect(await backend.inspect(second)).toBeNull();
+    while ((await env.backend.inspect(second)) && performance.now() - started < 5_000)
+      await sleep(100);
+    expect(await env.backend.inspect(second)).toBeNull();
     expect(performance.now() - started).toBeLessThan(5_000);
   });
 
@@ -60,15 +52,15 @@ describe.skipIf(!run)('etcd backend: leases of released locks are reused', () =>
     const first = lockName('revoked');
     const a = await grant(first, 4_000);
     const lease = await leaseOf(first);
-    expect(await backend.release({ name: first, token: a.token })).toBe(true);
+    expect(await env.backend.release({ name: first, token: a.token })).toBe(true);
     await raw.leaseClient.leaseRevoke({ ID: lease! });
     const second = lockName('after-revoke');
     const b = await grant(second, 4_000);
     const next = await leaseOf(second);
     expect(next).toBeDefined();
     expect(next).not.toBe(lease);
-    expect((await backend.inspect(second))?.token).toBe(b.token);
-    expect(await backend.release({ name: second, token: b.token })).toBe(true);
+    expect((await env.backend.inspect(second))?.token).toBe(b.token);
+    expect(await env.backend.release({ name: second, token: b.token })).toBe(true);
   });
 
   it('a lease is not shared: a lock held when another is released keeps its own lease', async () => {
@@ -77,13 +69,13 @@ describe.skipIf(!run)('etcd backend: leases of released locks are reused', () =>
     const h = await grant(held, 5_000);
     const o = await grant(other, 5_000);
     const heldLease = await leaseOf(held);
-    expect(await backend.release({ name: other, token: o.token })).toBe(true);
+    expect(await env.backend.release({ name: other, token: o.token })).toBe(true);
     const third = lockName('third');
     const t = await grant(third, 5_000);
     expect(await leaseOf(third)).not.toBe(heldLease);
-    expect(await backend.release({ name: third, token: t.token })).toBe(true);
-    expect((await backend.inspect(held))?.token).toBe(h.token);
-    expect(await backend.release({ name: held, token: h.token })).toBe(true);
+    expect(await env.backend.release({ name: third, token: t.token })).toBe(true);
+    expect((await env.backend.inspect(held))?.token).toBe(h.token);
+    expect(await env.backend.release({ name: held, token: h.token })).toBe(true);
   });
 
   /** The lock is held with `token` on a live lease other than `dead`, and releases. */
@@ -92,8 +84,8 @@ describe.skipIf(!run)('etcd backend: leases of released locks are reused', () =>
     expect(lease).toBeDefined();
     expect(lease).not.toBe(dead);
     expect(await remainingSeconds(lease!)).toBeGreaterThanOrEqual(3);
-    expect((await backend.inspect(name))?.token).toBe(token);
-    expect(await backend.release({ name, token })).toBe(true);
+    expect((await env.backend.inspect(name))?.token).toBe(token);
+    expect(await env.backend.release({ name, token })).toBe(true);
   };
 
   /** Pools a lease of `ttlMs` (a grant released) and revokes it behind the backend's back. */
@@ -101,7 +93,7 @@ describe.skipIf(!run)('etcd backend: leases of released locks are reused', () =>
     const name = lockName('pooled');
     const a = await grant(name, ttlMs);
     const lease = await leaseOf(name);
-    expect(await backend.release({ name, token: a.token })).toBe(true);
+    expect(await env.backend.release({ name, token: a.token })).toBe(true);
     await raw.leaseClient.leaseRevoke({ ID: lease! });
     return lease!;
   };
@@ -112,7 +104,7 @@ describe.skipIf(!run)('etcd backend: leases of released locks are reused', () =>
     // release, so the released lock's lease does not go to the pool ahead of the revoked one.
     await raw.put(`${prefix}lock/${name}`).value('other');
     const dead = await pooledThenRevoked(4_000);
-    const waiting = backend.acquireQueued!({
+    const waiting = env.backend.acquireQueued!({
       name,
       owner: 'b',
       ttlMs: 4_000,
@@ -129,7 +121,7 @@ describe.skipIf(!run)('etcd backend: leases of released locks are reused', () =>
   it('a waited acquire of a free lock whose pooled lease is gone is granted on a new lease', async () => {
     const name = lockName('free');
     const dead = await pooledThenRevoked(4_000);
-    const result = await backend.acquireQueued!({
+    const result = await env.backend.acquireQueued!({
       name,
       owner: 'c',
       ttlMs: 4_000,

@@ -1,36 +1,22 @@
-import { runConformance } from '@dlm/conformance';
-import {
-  type PostgresService,
-  postgresAvailable,
-  postgresManaged,
-  startPostgres,
-} from '@dlm/test-services';
-import { afterAll, beforeAll, describe } from 'vitest';
+import { killAndStart, runConformance, useService } from '@dlm/conformance';
+import { postgresAvailable, postgresManaged, startPostgres } from '@dlm/test-services';
+import { describe } from 'vitest';
 import { postgresBackend } from '../src/index.js';
 
 const run = postgresAvailable();
 
 describe.skipIf(!run)('postgres adapter', () => {
-  let postgres: PostgresService;
-  beforeAll(async () => {
-    postgres = await startPostgres();
-  });
-  afterAll(async () => {
-    await postgres?.stop();
-  });
+  const postgres = useService(() => startPostgres());
 
   runConformance('postgres', {
     backend: async () => {
-      const backend = postgresBackend({ url: postgres.url, tablePrefix: 'conformance_' });
+      const backend = postgresBackend({ url: postgres().url, tablePrefix: 'conformance_' });
       await backend.ready();
       return backend;
     },
     ...(postgresManaged()
       ? {
-          restart: async () => {
-            await postgres.kill();
-            await postgres.start();
-          },
+          restart: () => killAndStart(postgres()),
         }
       : {}),
   });

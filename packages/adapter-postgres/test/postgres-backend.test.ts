@@ -1,4 +1,4 @@
-import { sleep, until } from '@dlm/conformance';
+import { granted, sleep, until } from '@dlm/conformance';
 import { isDlmError, type LockEvent } from '@dlm/core';
 import {
   type PostgresService,
@@ -125,13 +125,12 @@ describe.skipIf(!run)('postgres backend', () => {
     const name = lockName('events');
     const events: LockEvent[] = [];
     const stop = b.watch(name, (event) => events.push(event));
-    const first = await a.tryAcquire({ name, owner: 'a', ttlMs: 10_000 });
-    if (!first.granted) throw new Error('expected a grant');
+    const first = await granted(a, name, 'a', 10_000);
     await until(() => events.length >= 1, 2_000);
-    expect(events[0]).toMatchObject({ type: 'acquired', token: first.grant.token, owner: 'a' });
-    expect(await a.release({ name, token: first.grant.token })).toBe(true);
+    expect(events[0]).toMatchObject({ type: 'acquired', token: first.token, owner: 'a' });
+    expect(await a.release({ name, token: first.token })).toBe(true);
     await until(() => events.length >= 2, 2_000);
-    expect(events[1]).toMatchObject({ type: 'released', token: first.grant.token });
+    expect(events[1]).toMatchObject({ type: 'released', token: first.token });
 
     const second = await a.tryAcquire({ name, owner: 'a', ttlMs: 10_000 });
     if (!second.granted) throw new Error('expected a grant');
@@ -195,14 +194,13 @@ describe.skipIf(!run)('postgres backend', () => {
     const name = lockName('relisten');
     const events: LockEvent[] = [];
     const stop = b.watch(name, (event) => events.push(event));
-    const grant = await a.tryAcquire({ name, owner: 'a', ttlMs: 30_000 });
-    if (!grant.granted) throw new Error('expected a grant');
+    const grant = await granted(a, name, 'a', 30_000);
     await until(() => events.length >= 1, 2_000);
     // Cut every LISTEN connection on the server (B's among them), then release at once.
     await admin.query(
       `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()`,
     );
-    await a.release({ name, token: grant.grant.token });
+    await a.release({ name, token: grant.token });
     await until(() => events.some((event) => event.type !== 'acquired'), 5_000);
     stop();
     expect(events.some((event) => event.type !== 'acquired')).toBe(true);

@@ -1,22 +1,19 @@
-import { runConformance } from '@dlm/conformance';
-import { type RedisService, redisAvailable, redisManaged, startRedis } from '@dlm/test-services';
-import { afterAll, beforeAll, describe } from 'vitest';
+import { killAndStart, runConformance, useService } from '@dlm/conformance';
+import { redisAvailable, redisManaged, startRedis } from '@dlm/test-services';
+import { describe } from 'vitest';
 import { redisBackend } from '../src/index.js';
 
 const enabled = redisAvailable();
 
 describe.skipIf(!enabled)('redis adapter', () => {
-  let redis: RedisService;
-  beforeAll(async () => {
-    redis = await startRedis();
-  });
-  afterAll(async () => {
-    await redis?.stop(1_000);
-  });
+  const redis = useService(
+    () => startRedis(),
+    (service) => service.stop(1_000),
+  );
 
   runConformance('redis', {
     backend: async () => {
-      const backend = redisBackend({ url: redis.url });
+      const backend = redisBackend({ url: redis().url });
       await backend.ready();
       return backend;
     },
@@ -26,23 +23,17 @@ describe.skipIf(!enabled)('redis adapter', () => {
 // With AOF `appendfsync always` the adapter may declare durableAcrossRestart, and the suite's
 // restart test (kill -9, start again with the same data) holds it to that.
 describe.skipIf(!enabled || !redisManaged())('redis adapter, durable (AOF always)', () => {
-  let redis: RedisService;
-  beforeAll(async () => {
-    redis = await startRedis({ aof: true });
-  });
-  afterAll(async () => {
-    await redis?.stop(1_000);
-  });
+  const redis = useService(
+    () => startRedis({ aof: true }),
+    (service) => service.stop(1_000),
+  );
 
   runConformance('redis (durable)', {
     backend: async () => {
-      const backend = redisBackend({ url: redis.url, durable: true });
+      const backend = redisBackend({ url: redis().url, durable: true });
       await backend.ready();
       return backend;
     },
-    restart: async () => {
-      await redis.kill();
-      await redis.start();
-    },
+    restart: () => killAndStart(redis()),
   });
 });

@@ -36,6 +36,12 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
     return created;
   }
 
+  /** A fresh Redis, and a backend on it with `options`. */
+  async function backendOnNewRedis(options: Omit<Parameters<typeof redisBackend>[0], 'url'> = {}) {
+    const service = await redis();
+    return { service, lock: await backend({ url: service.url, ...options }) };
+  }
+
   /** A fresh connection of the test's own, to look at what the server really holds. */
   function raw(service: RedisService): Redis {
     const client = new Redis(service.url, { maxRetriesPerRequest: 1 });
@@ -54,8 +60,7 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
   }
 
   it('a killed Redis gives UNAVAILABLE at once, and locking resumes once it is back', async () => {
-    const service = await redis();
-    const lock = await backend({ url: service.url, commandTimeoutMs: 1_000 });
+    const { service, lock } = await backendOnNewRedis({ commandTimeoutMs: 1_000 });
     const name = lockName('down');
     expect((await lock.tryAcquire({ name, owner: 'a', ttlMs: 5_000 })).granted).toBe(true);
     await service.kill();
@@ -79,8 +84,7 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
   });
 
   it("while Redis is down, UNAVAILABLE says so in the user's words (not ioredis internals)", async () => {
-    const service = await redis();
-    const lock = await backend({ url: service.url, commandTimeoutMs: 1_000 });
+    const { service, lock } = await backendOnNewRedis({ commandTimeoutMs: 1_000 });
     expect(
       (await lock.tryAcquire({ name: lockName('words'), owner: 'a', ttlMs: 5_000 })).granted,
     ).toBe(true);
@@ -96,8 +100,7 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
   });
 
   it('a stalled Redis gives indeterminate UNAVAILABLE within commandTimeoutMs, and no late grant after it resumes', async () => {
-    const service = await redis();
-    const lock = await backend({ url: service.url, commandTimeoutMs: 800 });
+    const { service, lock } = await backendOnNewRedis({ commandTimeoutMs: 800 });
     const observer = raw(service);
     const name = lockName('stall');
     const warm = await lock.tryAcquire({ name: lockName('warm'), owner: 'w', ttlMs: 5_000 });
@@ -238,8 +241,7 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
   });
 
   it('nothing per name remains once the lease and the fence retention have passed, and the next token is still larger', async () => {
-    const service = await redis();
-    const lock = await backend({ url: service.url, fenceRetentionMs: 200 });
+    const { service, lock } = await backendOnNewRedis({ fenceRetentionMs: 200 });
     const observer = raw(service);
     const name = lockName('residue');
     const keys = nameKeys('dlm:', name);
@@ -263,8 +265,7 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
   });
 
   it('names with braces, colons and any Unicode are distinct locks, each keyed in one hash slot', async () => {
-    const service = await redis();
-    const lock = await backend({ url: service.url });
+    const { lock } = await backendOnNewRedis();
     const base = lockName('enc');
     const names = ['', ':', '{', '}', '{x}', '}{', 'a:b', 'a{b}c', 'ü', '🔒', 'a b', '\u00a0'].map(
       (suffix) => `${base}${suffix}`,
@@ -286,8 +287,7 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
   });
 
   it('watch: thousands of names share one subscriber connection, and events reach only their name', async () => {
-    const service = await redis();
-    const lock = await backend({ url: service.url });
+    const { service, lock } = await backendOnNewRedis();
     const other = await backend({ url: service.url });
     const observer = raw(service);
     const base = lockName('many');
@@ -312,8 +312,7 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
   });
 
   it('expiry is reported with the token of the lease that ended', async () => {
-    const service = await redis();
-    const lock = await backend({ url: service.url });
+    const { lock } = await backendOnNewRedis();
     expect(lock.capabilities.expiryEvents).toBe(true);
     const name = lockName('expire');
     const events: LockEvent[] = [];
@@ -343,8 +342,7 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
   });
 
   it('a release missed while the subscriber was disconnected still wakes the waiter once it resubscribes', async () => {
-    const service = await redis();
-    const lock = await backend({ url: service.url });
+    const { service, lock } = await backendOnNewRedis();
     const observer = raw(service);
     const locks = createLockService({ backend: lock });
     const name = lockName('missed');
@@ -361,8 +359,7 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
   });
 
   it('revoke frees the lock and tells watchers whose lease it ended', async () => {
-    const service = await redis();
-    const lock = await backend({ url: service.url });
+    const { lock } = await backendOnNewRedis();
     const name = lockName('revoke');
     const events: LockEvent[] = [];
     lock.watch(name, (event) => events.push(event));

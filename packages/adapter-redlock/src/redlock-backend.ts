@@ -11,20 +11,8 @@ import {
   subscribedWithin,
   within,
 } from '@dlm/adapter-redis';
-import {
-  type AcquireRequest,
-  type AcquireResult,
-  type BackendCapabilities,
-  type Clock,
-  DlmError,
-  type Grant,
-  type HolderProof,
-  type LockBackend,
-  type LockState,
-  sleep,
-  systemClock,
-  toUnavailable,
-} from '@dlm/core';
+import type * as core from '@dlm/core';
+import { DlmError, sleep, systemClock, toUnavailable } from '@dlm/core';
 import type { Redis } from 'ioredis';
 import {
   answers,
@@ -64,17 +52,17 @@ export interface RedlockBackendOptions {
    * waits at most this long for it to clear. Default 500.
    */
   acquireAttemptMs?: number;
-  clock?: Clock;
+  clock?: core.Clock;
 }
 
-export interface RedlockBackend extends LockBackend {
+export interface RedlockBackend extends core.LockBackend {
   /** Resolves once a quorum of nodes' event subscriptions is in place; UNAVAILABLE otherwise. */
   ready(): Promise<void>;
   /** How many nodes must agree: ⌊N/2⌋+1. */
   readonly quorum: number;
 }
 
-const CAPABILITIES: BackendCapabilities = Object.freeze({
+const CAPABILITIES: core.BackendCapabilities = Object.freeze({
   // Independent nodes share no counter: see the README for what the token promises.
   fencing: 'best-effort',
   minTtlMs: 1,
@@ -202,7 +190,7 @@ function checkRedlockOptions(
 interface Redlock {
   readonly nodes: RedisNode[];
   readonly events: LockEvents;
-  readonly clock: Clock;
+  readonly clock: core.Clock;
   readonly total: number;
   /** How many nodes must agree: ⌊N/2⌋+1. */
   readonly quorum: number;
@@ -287,7 +275,7 @@ const SPLIT_MARGIN_MS = 50;
  * grant, or copies given back or run out: then it tries again). An attempt's copies live
  * `acquireAttemptMs` until its grant is labelled, so the wait ends by then.
  */
-async function tryAcquire(r: Redlock, request: AcquireRequest): Promise<AcquireResult> {
+async function tryAcquire(r: Redlock, request: core.AcquireRequest): Promise<core.AcquireResult> {
   assertOpen(r);
   const settleBy = r.clock.now() + r.attemptMs + SPLIT_MARGIN_MS;
   for (let round = 1; ; round += 1) {
@@ -307,7 +295,7 @@ async function tryAcquire(r: Redlock, request: AcquireRequest): Promise<AcquireR
  */
 async function splitSettled(
   r: Redlock,
-  { name, owner }: AcquireRequest,
+  { name, owner }: core.AcquireRequest,
   settleBy: number,
 ): Promise<'held' | 'free' | 'split'> {
   let pauseMs = 1;
@@ -330,8 +318,8 @@ async function splitSettled(
 
 async function attemptAcquire(
   r: Redlock,
-  { name, owner, ttlMs, keyHash }: AcquireRequest,
-): Promise<AcquireResult> {
+  { name, owner, ttlMs, keyHash }: core.AcquireRequest,
+): Promise<core.AcquireResult> {
   assertOpen(r);
   const { nodes, quorum, total } = r;
   const startedAt = r.clock.now();
@@ -380,12 +368,12 @@ async function attemptAcquire(
  */
 async function labelGrant(
   r: Redlock,
-  { name, owner, keyHash }: Pick<AcquireRequest, 'name' | 'owner' | 'keyHash'>,
+  { name, owner, keyHash }: Pick<core.AcquireRequest, 'name' | 'owner' | 'keyHash'>,
   grants: Array<NodeAcquireResult & { granted: true }>,
   run: NodeAttempt,
   onNodes: number,
   startedAt: number,
-): Promise<AcquireResult> {
+): Promise<core.AcquireResult> {
   const { quorum, total } = r;
   // The least bad token: the largest of the quorum's counters. Any two quorums share a
   // node, and adoptToken raises every node's counter to it, so tokens keep growing unless
@@ -435,7 +423,7 @@ function giveBack(
   });
 }
 
-async function release(r: Redlock, { name, token, keyHash }: HolderProof): Promise<boolean> {
+async function release(r: Redlock, { name, token, keyHash }: core.HolderProof): Promise<boolean> {
   assertOpen(r);
   // One node that held this token (with this key hash: each node compares it in its own
   // script) is enough to say it was ours; a quorum that did not hold
@@ -455,8 +443,8 @@ async function release(r: Redlock, { name, token, keyHash }: HolderProof): Promi
 
 async function extend(
   r: Redlock,
-  { name, token, ttlMs, keyHash }: HolderProof & { ttlMs: number },
-): Promise<Grant | null> {
+  { name, token, ttlMs, keyHash }: core.HolderProof & { ttlMs: number },
+): Promise<core.Grant | null> {
   assertOpen(r);
   const { quorum, total } = r;
   const startedAt = r.clock.now();
@@ -481,7 +469,7 @@ async function extend(
   return null;
 }
 
-async function inspect(r: Redlock, name: string): Promise<LockState | null> {
+async function inspect(r: Redlock, name: string): Promise<core.LockState | null> {
   assertOpen(r);
   const { quorum } = r;
   const outcomes = await gather(
@@ -516,7 +504,7 @@ async function revoke(r: Redlock, name: string): Promise<boolean> {
   throw unavailable(r, 'revoke', outcomes);
 }
 
-async function list(r: Redlock, namePrefix: string): Promise<LockState[]> {
+async function list(r: Redlock, namePrefix: string): Promise<core.LockState[]> {
   assertOpen(r);
   const outcomes = await Promise.all(
     gather(
@@ -527,7 +515,7 @@ async function list(r: Redlock, namePrefix: string): Promise<LockState[]> {
   );
   const lists = answers(outcomes);
   if (lists.length < r.quorum) throw unavailable(r, 'list', outcomes);
-  const byName = new Map<string, Array<LockState | null>>();
+  const byName = new Map<string, Array<core.LockState | null>>();
   for (const states of lists) {
     for (const state of states) byName.set(state.name, [...(byName.get(state.name) ?? []), state]);
   }
@@ -538,7 +526,7 @@ async function list(r: Redlock, namePrefix: string): Promise<LockState[]> {
 }
 
 /** One lease on a node: its owner and the token it is labelled with there. */
-function leaseKey(state: LockState): string {
+function leaseKey(state: core.LockState): string {
   return `${state.token}:${state.owner}`;
 }
 
@@ -550,11 +538,11 @@ function leaseKey(state: LockState): string {
  */
 function agreed(
   name: string,
-  states: ReadonlyArray<LockState | null>,
+  states: ReadonlyArray<core.LockState | null>,
   quorum: number,
   leaseLeft: (nodeMs: number) => number,
-): LockState | null {
-  const byLease = new Map<string, LockState[]>();
+): core.LockState | null {
+  const byLease = new Map<string, core.LockState[]>();
   for (const state of states) {
     if (state) byLease.set(leaseKey(state), [...(byLease.get(leaseKey(state)) ?? []), state]);
   }

@@ -1,17 +1,5 @@
-import {
-  type AcquireRequest,
-  type AcquireResult,
-  type BackendCapabilities,
-  type Clock,
-  DlmError,
-  type Grant,
-  type HolderProof,
-  type LockBackend,
-  type LockState,
-  systemClock,
-  type Timer,
-  toUnavailable,
-} from '@dlm/core';
+import type * as core from '@dlm/core';
+import { DlmError, systemClock, toUnavailable } from '@dlm/core';
 import { Exception } from 'node-zookeeper-client';
 import { type Contend, contender } from './zk-contend.js';
 import { type Current, type LockStore, lockStore, proves } from './zk-locks.js';
@@ -52,11 +40,11 @@ export interface ZooKeeperBackendOptions {
    */
   sweepIntervalMs?: number;
   /** Times the wait before a disconnected session's leases are declared lost. Default `systemClock`. */
-  clock?: Clock;
+  clock?: core.Clock;
 }
 
 /** A ZooKeeper backend; `sweep()` runs one garbage sweep now (see `sweepIntervalMs`). */
-export interface ZooKeeperBackend extends LockBackend {
+export interface ZooKeeperBackend extends core.LockBackend {
   /** Resolves with the number of nodes deleted. */
   sweep(): Promise<number>;
 }
@@ -151,10 +139,12 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
   return {
     kind: 'zookeeper',
     capabilities: { ...capabilities },
-    tryAcquire: guard('acquire', (request: AcquireRequest) => tryAcquire(zk, contend, request)),
+    tryAcquire: guard('acquire', (request: core.AcquireRequest) =>
+      tryAcquire(zk, contend, request),
+    ),
     acquireQueued: guard('acquire', queue.acquireQueued),
-    release: guard('release', (proof: HolderProof) => release(zk, proof)),
-    extend: guard('extend', (request: HolderProof & { ttlMs: number }) => extend(zk, request)),
+    release: guard('release', (proof: core.HolderProof) => release(zk, proof)),
+    extend: guard('extend', (request: core.HolderProof & { ttlMs: number }) => extend(zk, request)),
     inspect: guard('inspect', (name: string) => inspect(zk, name)),
     watch: (name, listener) => watch.subscribe(name, listener),
     revoke: guard('revoke', (name: string) => revoke(zk, name)),
@@ -175,7 +165,7 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
   };
 }
 
-const capabilities: BackendCapabilities = {
+const capabilities: core.BackendCapabilities = {
   fencing: 'strict',
   minTtlMs: 100,
   ttlGranularityMs: 1,
@@ -192,12 +182,12 @@ interface Zk {
   readonly store: LockStore;
   readonly commandTimeoutMs: number;
   readonly ephemeral: boolean;
-  readonly clock: Clock;
+  readonly clock: core.Clock;
   /** With `ephemeral`: leases granted on nodes this session created, lost with the session. */
   readonly mine: Map<string, Holder>;
   /** Leases declared lost while disconnected, whose nodes may outlive that (same session). */
   readonly abandoned: Map<string, Holder>;
-  suspendedTimer: Timer | undefined;
+  suspendedTimer: core.Timer | undefined;
   closed: boolean;
 }
 
@@ -260,8 +250,8 @@ function onSessionState(zk: Zk, state: SessionState): void {
 async function tryAcquire(
   zk: Zk,
   contend: Contend,
-  { name, owner, ttlMs, keyHash }: AcquireRequest,
-): Promise<AcquireResult> {
+  { name, owner, ttlMs, keyHash }: core.AcquireRequest,
+): Promise<core.AcquireResult> {
   assertOpen(zk, 'acquire');
   const limit = budget('acquire', zk.commandTimeoutMs);
   ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
@@ -276,7 +266,7 @@ async function tryAcquire(
     : { granted: false };
 }
 
-async function release(zk: Zk, { name, token, keyHash }: HolderProof): Promise<boolean> {
+async function release(zk: Zk, { name, token, keyHash }: core.HolderProof): Promise<boolean> {
   assertOpen(zk, 'release');
   const limit = budget('release', zk.commandTimeoutMs);
   // A lease granted here: one multi-op on its known path and version (fails if it changed
@@ -293,8 +283,8 @@ async function release(zk: Zk, { name, token, keyHash }: HolderProof): Promise<b
 
 async function extend(
   zk: Zk,
-  { name, token, ttlMs, keyHash }: HolderProof & { ttlMs: number },
-): Promise<Grant | null> {
+  { name, token, ttlMs, keyHash }: core.HolderProof & { ttlMs: number },
+): Promise<core.Grant | null> {
   assertOpen(zk, 'extend');
   const limit = budget('extend', zk.commandTimeoutMs);
   ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
@@ -315,7 +305,7 @@ async function extend(
   }
 }
 
-async function inspect(zk: Zk, name: string): Promise<LockState | null> {
+async function inspect(zk: Zk, name: string): Promise<core.LockState | null> {
   assertOpen(zk, 'inspect');
   const limit = budget('inspect', zk.commandTimeoutMs);
   const holder = await zk.store.currentHolder(limit, name);
@@ -333,7 +323,7 @@ async function revoke(zk: Zk, name: string): Promise<boolean> {
   }
 }
 
-async function list(zk: Zk, namePrefix: string): Promise<LockState[]> {
+async function list(zk: Zk, namePrefix: string): Promise<core.LockState[]> {
   assertOpen(zk, 'list');
   const limit = budget('list', zk.commandTimeoutMs);
   let parents: string[];
@@ -352,7 +342,7 @@ async function list(zk: Zk, namePrefix: string): Promise<LockState[]> {
 }
 
 /** What inspect and list report: nothing for a lease already over on ZooKeeper's clock. */
-function stateOf(name: string, holder: Current | undefined, nowMs: number): LockState | null {
+function stateOf(name: string, holder: Current | undefined, nowMs: number): core.LockState | null {
   if (!holder) return null;
   const remaining = holder.mtimeMs + holder.ttlMs - nowMs;
   if (remaining <= 0) return null;

@@ -1,4 +1,4 @@
-import { runConformance } from '@dlm/conformance';
+import { killAndStart, runConformance } from '@dlm/conformance';
 import {
   startZooKeeper,
   startZooKeeperEnsemble,
@@ -46,11 +46,7 @@ describe.skipIf(!run)('zookeeper adapter', () => {
     },
     ...(zookeeperManaged()
       ? {
-          restart: async () => {
-            const member = zk.members[0]!;
-            await member.process.kill();
-            await member.process.start();
-          },
+          restart: () => killAndStart(zk.members[0]!.process),
           cluster: async () => {
             const commandTimeoutMs = 2_000;
             const ensemble = await startZooKeeperEnsemble(3);

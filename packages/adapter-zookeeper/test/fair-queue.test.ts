@@ -1,5 +1,5 @@
-import { granted, sleep, until } from '@dlm/conformance';
-import type { AcquireResult, LockBackend } from '@dlm/core';
+import { granted, pendingAfter, until } from '@dlm/conformance';
+import type { LockBackend } from '@dlm/core';
 import { startZooKeeper, type ZooKeeperService, zookeeperAvailable } from '@dlm/test-services';
 import { type Client, CreateMode } from 'node-zookeeper-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -99,13 +99,7 @@ describe.skipIf(!run)('zookeeper fair queue (acquireQueued)', () => {
     const backend = open();
     const name = lockName('vanished');
     const holder = await granted(backend, name, 'holder');
-    let outcome: AcquireResult | undefined;
-    const waiting = queued(backend, name, 'sleeper', new AbortController().signal).then(
-      (result) => {
-        outcome = result;
-        return result;
-      },
-    );
+    const waiting = queued(backend, name, 'sleeper', new AbortController().signal);
     await untilQueued(name, 1);
     const [sleeperNode] = await waiterNodes(name);
     const children = await rawCall<string[]>((done) =>
@@ -128,8 +122,7 @@ describe.skipIf(!run)('zookeeper fair queue (acquireQueued)', () => {
         )
         .commit((error, results) => done(error, results)),
     );
-    await sleep(500);
-    expect(outcome).toBeUndefined();
+    expect(await pendingAfter(waiting, 500)).toBe(true);
     expect(await backend.inspect(name)).toBeNull();
     await rawCall((done) => raw.remove(later[3]!.path!, -1, (error) => done(error)));
     const result = await waiting;

@@ -1,3 +1,5 @@
+import { getOrCreate } from '@dlm/core';
+
 /** A listener that throws is reported here instead of breaking the client. */
 export type ListenerErrorHandler<Events> = (error: unknown, event: keyof Events) => void;
 
@@ -19,11 +21,7 @@ export function createEmitter<Events>(
   const listeners = new Map<keyof Events, Set<(payload: never) => void>>();
   return {
     on(event, listener) {
-      let set = listeners.get(event);
-      if (!set) {
-        set = new Set();
-        listeners.set(event, set);
-      }
+      const set = getOrCreate(listeners, event, () => new Set());
       set.add(listener);
       return () => {
         set.delete(listener);

@@ -1,20 +1,10 @@
 import type { Clock } from '@dlm/core';
 import { describe, expect, it } from 'vitest';
-import { createClient, type DlmClient, isDlmError, type Lease } from '../src/index.js';
-import {
-  type ClientOptions,
-  eventually,
-  failOnUnhandledRejections,
-  lockName,
-  sleep,
-  startProxy,
-  useProxiedServer,
-} from './support.js';
-
-failOnUnhandledRejections();
+import { createClient, isDlmError, type Lease } from '../src/index.js';
+import { eventually, lockName, sleep, startProxy, useProxiedServer } from './support.js';
 
 const env = useProxiedServer();
-const client = (options?: ClientOptions): DlmClient => env.client(options);
+const { client } = env;
 
 describe('acquire and release', () => {
   it('acquire grants a lease with a bigint token that get() reports, and release frees it', async () => {

@@ -1,19 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import type { DlmClient, Leader } from '../src/index.js';
-import {
-  type ClientOptions,
-  eventually,
-  failOnUnhandledRejections,
-  lockName,
-  sleep,
-  startProxy,
-  useProxiedServer,
-} from './support.js';
-
-failOnUnhandledRejections();
+import { eventually, lockName, sleep, startProxy, useProxiedServer } from './support.js';
 
 const env = useProxiedServer();
-const client = (options?: ClientOptions): DlmClient => env.client(options);
+const { client } = env;
 
 /** Collects what `observe` yields, until stopped. */
 function collect(c: DlmClient, name: string) {

@@ -2,19 +2,10 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { startServer } from '@dlm/server';
 import { describe, expect, it } from 'vitest';
 import { type DlmClient, isDlmError } from '../src/index.js';
-import {
-  type ClientOptions,
-  eventually,
-  failOnUnhandledRejections,
-  lockName,
-  sleep,
-  useProxiedServer,
-} from './support.js';
-
-failOnUnhandledRejections();
+import { type ClientOptions, eventually, lockName, sleep, useProxiedServer } from './support.js';
 
 const env = useProxiedServer();
-const client = (options?: ClientOptions): DlmClient => env.client(options);
+const { client } = env;
 const viaProxy = (options: ClientOptions = {}): DlmClient =>
   env.viaProxy({ requestTimeoutMs: 2_000, ...options });
 

@@ -123,9 +123,11 @@ export interface ProxiedServer {
 
 /**
  * Starts a {@link ProxiedServer} before the enclosing scope's tests (file or `describe`) and
- * closes its clients, proxy, server and backend, in that order, after them.
+ * closes its clients, proxy, server and backend, in that order, after them. The scope fails if a
+ * promise rejects unhandled meanwhile ({@link failOnUnhandledRejections}).
  */
 export function useProxiedServer(): ProxiedServer {
+  failOnUnhandledRejections();
   let backend: LockBackend | undefined;
   let server: RunningServer | undefined;
   let proxy: TcpProxy | undefined;

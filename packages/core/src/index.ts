@@ -66,6 +66,7 @@ export {
   type LostEvent,
   type ReleaseRequest,
 } from './lock-service.js';
+export { getOrCreate } from './maps.js';
 export type { AroundBackendCall, BackendOperation, LockObserver } from './observer.js';
 export {
   type Backoff,
@@ -82,22 +83,6 @@ export {
   retry,
   retryPolicy,
 } from './retry.js';
-export {
-  type BoundedCallOptions,
-  type Budget,
-  backgroundTimer,
-  boundedCall,
-  budget,
-  MAX_TIMER_MS,
-  settlesWithin,
-  sleep,
-} from './time.js';
-export {
-  DEFAULT_LIMITS,
-  type Limits,
-  validateLeaseKey,
-  validateName,
-  validateOwner,
-  validateTtl,
-  validateWait,
-} from './validation.js';
+// Every export of time.ts and validation.ts is public API.
+export * from './time.js';
+export * from './validation.js';

@@ -13,6 +13,12 @@ import {
 
 const flush = () => new Promise((resolve) => setImmediate(resolve));
 
+/** Moves a manual clock on, then lets what its fired timers started settle. */
+async function advance(clock: { advance(ms: number): void }, ms: number): Promise<void> {
+  clock.advance(ms);
+  await flush();
+}
+
 /** A manual clock that counts the timers pending on it (set and not yet fired or cancelled). */
 function countingClock() {
   const inner = createManualClock();
@@ -78,11 +84,9 @@ describe('boundedCall', () => {
     const clock = countingClock();
     const call = deferred<string>();
     const result = track(boundedCall('inspect', 500, () => call.promise, { clock }));
-    clock.advance(499);
-    await flush();
+    await advance(clock, 499);
     expect(result.status).toBe('pending');
-    clock.advance(1);
-    await flush();
+    await advance(clock, 1);
     expect(result.status).toBe('rejected');
     expect(isDlmError(result.error, 'UNAVAILABLE')).toBe(true);
     expect((result.error as DlmError).message).toBe(
@@ -100,8 +104,7 @@ describe('boundedCall', () => {
         timeoutReason: 'Redis did not answer within 100 ms',
       }),
     );
-    clock.advance(100);
-    await flush();
+    await advance(clock, 100);
     const error = result.error as DlmError;
     expect(error.code).toBe('UNAVAILABLE');
     expect(error.message).toBe('acquire: Redis did not answer within 100 ms');
@@ -117,8 +120,7 @@ describe('boundedCall', () => {
     await flush();
     expect(result).toMatchObject({ status: 'fulfilled', value: 'state' });
     expect(clock.pending()).toBe(0);
-    clock.advance(1_000);
-    await flush();
+    await advance(clock, 1_000);
     expect(result.status).toBe('fulfilled');
   });
 
@@ -166,8 +168,7 @@ describe('boundedCall', () => {
       ),
     );
     expect(abandoned!()).toBe(false);
-    clock.advance(50);
-    await flush();
+    await advance(clock, 50);
     expect(result.status).toBe('rejected');
     expect(abandoned!()).toBe(true);
     call.resolve('grant');
@@ -242,8 +243,7 @@ describe('boundedCall', () => {
         timeoutError: () => new Error('deadline exceeded (client side)'),
       }),
     );
-    clock.advance(10);
-    await flush();
+    await advance(clock, 10);
     expect((result.error as Error).message).toBe('deadline exceeded (client side)');
     expect(isDlmError(result.error)).toBe(false);
   });
@@ -258,8 +258,7 @@ describe('boundedCall', () => {
     first.resolve(1);
     await flush();
     expect(a.status).toBe('fulfilled');
-    clock.advance(200);
-    await flush();
+    await advance(clock, 200);
     expect((b.error as DlmError).message).toBe('b: the backend did not answer in 200 ms');
     expect(clock.pending()).toBe(0);
   });
@@ -283,11 +282,9 @@ describe('sleep', () => {
   it('resolves after the delay on the given clock, not before', async () => {
     const clock = countingClock();
     const slept = track(sleep(clock, 100));
-    clock.advance(99);
-    await flush();
+    await advance(clock, 99);
     expect(slept.status).toBe('pending');
-    clock.advance(1);
-    await flush();
+    await advance(clock, 1);
     expect(slept.status).toBe('fulfilled');
   });
 
@@ -332,8 +329,7 @@ describe('settlesWithin', () => {
     expect(ok.value).toBe(true);
     expect(failed.value).toBe(false);
     expect(clock.pending()).toBe(1);
-    clock.advance(100);
-    await flush();
+    await advance(clock, 100);
     expect(never.value).toBe(false);
     expect(clock.pending()).toBe(0);
   });

@@ -1,5 +1,5 @@
 import { Etcd3, EtcdLockFailedError } from 'etcd3';
-import { type Locker, type PollOptions, sleep, type Target, WaitTimeout } from './locker.js';
+import { type PollOptions, peerTarget, sleep, type Target, WaitTimeout } from './locker.js';
 
 /**
  * `etcd3`'s `Lock` (`client.lock(name).ttl(s).acquire()`), one `Etcd3` client per simulated
@@ -8,38 +8,28 @@ import { type Locker, type PollOptions, sleep, type Target, WaitTimeout } from '
  * `pollMs`, like the other polling peers.
  */
 export function etcdLockTarget(endpoints: string[], poll: PollOptions): Target {
-  return {
-    id: 'peer-etcd3-lock',
-    label: 'etcd3 Lock',
-    kind: 'peer',
-    async start() {
-      return {
-        async connect(): Promise<Locker> {
-          const client = new Etcd3({ hosts: endpoints });
-          // The first call opens the gRPC channel; do it before anything is timed.
-          await client.get('bench/warmup').string();
-          return {
-            async acquire(name, { ttlMs, waitMs }) {
-              const deadline = performance.now() + waitMs;
-              for (;;) {
-                const lock = client.lock(name).ttl(Math.ceil(ttlMs / 1_000));
-                try {
-                  await lock.acquire();
-                  return { release: () => lock.release() };
-                } catch (error) {
-                  if (!(error instanceof EtcdLockFailedError)) throw error;
-                }
-                if (performance.now() + poll.pollMs > deadline) throw new WaitTimeout(name);
-                await sleep(poll.pollMs);
-              }
-            },
-            async close() {
-              client.close();
-            },
-          };
-        },
-        async stop() {},
-      };
-    },
-  };
+  return peerTarget('peer-etcd3-lock', 'etcd3 Lock', async () => {
+    const client = new Etcd3({ hosts: endpoints });
+    // The first call opens the gRPC channel; do it before anything is timed.
+    await client.get('bench/warmup').string();
+    return {
+      async acquire(name, { ttlMs, waitMs }) {
+        const deadline = performance.now() + waitMs;
+        for (;;) {
+          const lock = client.lock(name).ttl(Math.ceil(ttlMs / 1_000));
+          try {
+            await lock.acquire();
+            return { release: () => lock.release() };
+          } catch (error) {
+            if (!(error instanceof EtcdLockFailedError)) throw error;
+          }
+          if (performance.now() + poll.pollMs > deadline) throw new WaitTimeout(name);
+          await sleep(poll.pollMs);
+        }
+      },
+      async close() {
+        client.close();
+      },
+    };
+  });
 }

@@ -1,12 +1,5 @@
-import {
-  type Client,
-  CreateMode,
-  createClient,
-  type Event,
-  Exception,
-  type Stat,
-} from 'node-zookeeper-client';
-import { type Locker, type Target, WaitTimeout } from './locker.js';
+import * as zookeeper from 'node-zookeeper-client';
+import { type Locker, peerTarget, type Target, WaitTimeout } from './locker.js';
 
 /**
  * The ZooKeeper lock recipe from ZooKeeper's own documentation, on node-zookeeper-client:
@@ -17,29 +10,37 @@ import { type Locker, type Target, WaitTimeout } from './locker.js';
  * `ttlMs` has no per-lock meaning here.
  */
 
-function call<T>(run: (callback: (error: Error | Exception | null, value: T) => void) => void) {
+function call<T>(
+  run: (callback: (error: Error | zookeeper.Exception | null, value: T) => void) => void,
+) {
   return new Promise<T>((resolve, reject) => {
     run((error, value) => (error ? reject(error) : resolve(value)));
   });
 }
 
 const isCode = (error: unknown, code: number) =>
-  error instanceof Exception && error.getCode() === code;
+  error instanceof zookeeper.Exception && error.getCode() === code;
 
-async function createContender(client: Client, parent: string): Promise<string> {
+async function createContender(client: zookeeper.Client, parent: string): Promise<string> {
   const create = () =>
-    call<string>((cb) => client.create(`${parent}/lock-`, CreateMode.EPHEMERAL_SEQUENTIAL, cb));
+    call<string>((cb) =>
+      client.create(`${parent}/lock-`, zookeeper.CreateMode.EPHEMERAL_SEQUENTIAL, cb),
+    );
   try {
     return await create();
   } catch (error) {
-    if (!isCode(error, Exception.NO_NODE)) throw error;
+    if (!isCode(error, zookeeper.Exception.NO_NODE)) throw error;
     await call<string>((cb) => client.mkdirp(parent, cb));
     return await create();
   }
 }
 
 /** Resolves true once `path` is gone (now or later), false when `deadline` passes first. */
-function waitForDeletion(client: Client, path: string, deadline: number): Promise<boolean> {
+function waitForDeletion(
+  client: zookeeper.Client,
+  path: string,
+  deadline: number,
+): Promise<boolean> {
   return new Promise((resolve, reject) => {
     let settled = false;
     const finish = (gone: boolean) => {
@@ -52,8 +53,8 @@ function waitForDeletion(client: Client, path: string, deadline: number): Promis
     client.exists(
       path,
       // Any event on the predecessor (deleted, or the session's watches reset): look again.
-      (_event: Event) => finish(true),
-      (error: Error | Exception | null, stat: Stat | null) => {
+      (_event: zookeeper.Event) => finish(true),
+      (error: Error | zookeeper.Exception | null, stat: zookeeper.Stat | null) => {
         if (error) {
           clearTimeout(timer);
           settled = true;
@@ -65,58 +66,47 @@ function waitForDeletion(client: Client, path: string, deadline: number): Promis
 }
 
 export function zookeeperRecipeTarget(connect: string, root: string): Target {
-  return {
-    id: 'peer-zk-recipe',
-    label: 'ZooKeeper recipe (node-zookeeper-client)',
-    kind: 'peer',
-    async start() {
+  return peerTarget(
+    'peer-zk-recipe',
+    'ZooKeeper recipe (node-zookeeper-client)',
+    async (): Promise<Locker> => {
+      const client = zookeeper.createClient(connect, { sessionTimeout: 10_000, spinDelay: 100 });
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error('ZooKeeper connect timed out')), 15_000);
+        client.once('connected', () => {
+          clearTimeout(timer);
+          resolve();
+        });
+        client.connect();
+      });
       return {
-        async connect(): Promise<Locker> {
-          const client = createClient(connect, { sessionTimeout: 10_000, spinDelay: 100 });
-          await new Promise<void>((resolve, reject) => {
-            const timer = setTimeout(
-              () => reject(new Error('ZooKeeper connect timed out')),
-              15_000,
-            );
-            client.once('connected', () => {
-              clearTimeout(timer);
-              resolve();
-            });
-            client.connect();
-          });
-          return {
-            async acquire(name, { waitMs }) {
-              const parent = `${root}/${name}`;
-              const node = await createContender(client, parent);
-              const mine = node.slice(parent.length + 1);
-              const deadline = performance.now() + waitMs;
-              const release = async () => {
-                await call<void>((cb) => client.remove(node, -1, (error) => cb(error, undefined)));
-              };
-              for (;;) {
-                // Same prefix and zero-padded sequence numbers: lexical order is queue order.
-                const children = (
-                  await call<string[]>((cb) => client.getChildren(parent, cb))
-                ).sort();
-                const index = children.indexOf(mine);
-                if (index === 0) return { release };
-                if (index < 0) throw new Error(`contender node ${node} vanished (session lost?)`);
-                const gone =
-                  performance.now() < deadline &&
-                  (await waitForDeletion(client, `${parent}/${children[index - 1]}`, deadline));
-                if (!gone) {
-                  await release();
-                  throw new WaitTimeout(name);
-                }
-              }
-            },
-            async close() {
-              client.close();
-            },
+        async acquire(name, { waitMs }) {
+          const parent = `${root}/${name}`;
+          const node = await createContender(client, parent);
+          const mine = node.slice(parent.length + 1);
+          const deadline = performance.now() + waitMs;
+          const release = async () => {
+            await call<void>((cb) => client.remove(node, -1, (error) => cb(error, undefined)));
           };
+          for (;;) {
+            // Same prefix and zero-padded sequence numbers: lexical order is queue order.
+            const children = (await call<string[]>((cb) => client.getChildren(parent, cb))).sort();
+            const index = children.indexOf(mine);
+            if (index === 0) return { release };
+            if (index < 0) throw new Error(`contender node ${node} vanished (session lost?)`);
+            const gone =
+              performance.now() < deadline &&
+              (await waitForDeletion(client, `${parent}/${children[index - 1]}`, deadline));
+            if (!gone) {
+              await release();
+              throw new WaitTimeout(name);
+            }
+          }
         },
-        async stop() {},
+        async close() {
+          client.close();
+        },
       };
     },
-  };
+  );
 }

@@ -194,27 +194,23 @@ export async function runScale(prefix: string, options: ScaleOptions): Promise<S
       }
     };
 
+    /** After a second to settle: the server's RSS, then the probe's acquire latencies. */
+    const measure = async (what: string, suffix: string) => {
+      await sleep(1_000);
+      const rss = residentBytes(server.pid);
+      const probeRun = probe(server.url, `${prefix}:${suffix}`, options.probeCount);
+      return { rss, latency: await withTimeout(what, options.phaseTimeoutMs, probeRun) };
+    };
+
     const acquireStart = performance.now();
     await acquire(options.probeAtLocks, `acquiring ${options.probeAtLocks} locks`);
     let acquireMs = performance.now() - acquireStart;
-    await sleep(1_000);
-    const rssAtProbe = residentBytes(server.pid);
-    const acquireAtProbe = await withTimeout(
-      'the first probe',
-      options.phaseTimeoutMs,
-      probe(server.url, `${prefix}:p1`, options.probeCount),
-    );
+    const atProbe = await measure('the first probe', 'p1');
 
     const restStart = performance.now();
     await acquire(locks - options.probeAtLocks, `acquiring ${locks} locks`);
     acquireMs += performance.now() - restStart;
-    await sleep(1_000);
-    const rssFull = residentBytes(server.pid);
-    const acquireAtFull = await withTimeout(
-      'the second probe',
-      options.phaseTimeoutMs,
-      probe(server.url, `${prefix}:p2`, options.probeCount),
-    );
+    const full = await measure('the second probe', 'p2');
 
     return {
       sessions,
@@ -224,14 +220,14 @@ export async function runScale(prefix: string, options: ScaleOptions): Promise<S
       rssMiB: {
         idle: idle / MiB,
         sessions: rssSessions / MiB,
-        atProbe: rssAtProbe / MiB,
-        full: rssFull / MiB,
+        atProbe: atProbe.rss / MiB,
+        full: full.rss / MiB,
       },
       perSessionKiB: (rssSessions - idle) / sessions / 1024,
-      perLockBytes: (rssFull - rssSessions) / locks,
-      acquireAtProbe,
-      acquireAtFull,
-      p99Ratio: acquireAtFull.p99 / acquireAtProbe.p99,
+      perLockBytes: (full.rss - rssSessions) / locks,
+      acquireAtProbe: atProbe.latency,
+      acquireAtFull: full.latency,
+      p99Ratio: full.latency.p99 / atProbe.latency.p99,
       connectMs,
       acquireMs,
       errors,

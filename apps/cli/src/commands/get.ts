@@ -1,6 +1,6 @@
 import { createClient } from '@dlm/client';
 import { formatDuration } from '@dlm/flags';
-import { type Command, parseNameArgs } from '../command.js';
+import { nameCommand } from '../command.js';
 import { CONNECTION_USAGE, clientOptions, connectionOptions } from '../connection-options.js';
 import { EXIT } from '../exit-codes.js';
 import { printError, printJson } from '../output.js';
@@ -17,33 +17,26 @@ ${CONNECTION_USAGE}
 Exit status: 0 (held or free), 1 when the server could not answer, 2 on a usage error.
 `;
 
-export const getCommand: Command = {
-  name: 'get',
-  usage: USAGE,
-  async run(argv) {
-    const args = parseNameArgs('get', USAGE, argv);
-    if (!args) return EXIT.OK;
-    const { values, name } = args;
-    const client = createClient({
-      ...clientOptions(connectionOptions(values)),
-      name: 'dlm-cli',
-      reconnect: false,
-    });
-    try {
-      const info = await client.get(name);
-      if (values.json) printJson(info);
-      else if (!info.held) process.stdout.write(`${name}: free\n`);
-      else {
-        process.stdout.write(
-          `${name}: held by ${info.owner}, token ${info.token}, ${formatDuration(info.ttlRemainingMs)} left\n`,
-        );
-      }
-      return EXIT.OK;
-    } catch (error) {
-      printError(error);
-      return EXIT.FAILURE;
-    } finally {
-      await client.close();
+export const getCommand = nameCommand('get', USAGE, async ({ values, name }) => {
+  const client = createClient({
+    ...clientOptions(connectionOptions(values)),
+    name: 'dlm-cli',
+    reconnect: false,
+  });
+  try {
+    const info = await client.get(name);
+    if (values.json) printJson(info);
+    else if (!info.held) process.stdout.write(`${name}: free\n`);
+    else {
+      process.stdout.write(
+        `${name}: held by ${info.owner}, token ${info.token}, ${formatDuration(info.ttlRemainingMs)} left\n`,
+      );
     }
-  },
-};
+    return EXIT.OK;
+  } catch (error) {
+    printError(error);
+    return EXIT.FAILURE;
+  } finally {
+    await client.close();
+  }
+});

@@ -1,5 +1,5 @@
 import { createClient, type LockChange } from '@dlm/client';
-import { type Command, parseNameArgs } from '../command.js';
+import { nameCommand } from '../command.js';
 import { CONNECTION_USAGE, clientOptions, connectionOptions } from '../connection-options.js';
 import { EXIT } from '../exit-codes.js';
 import { printError, printJson } from '../output.js';
@@ -32,34 +32,27 @@ function print(change: LockChange, json: boolean | undefined): void {
   );
 }
 
-export const watchCommand: Command = {
-  name: 'watch',
-  usage: USAGE,
-  async run(argv) {
-    const args = parseNameArgs('watch', USAGE, argv);
-    if (!args) return EXIT.OK;
-    const { values, name } = args;
-    const connection = connectionOptions(values);
-    const client = createClient({ ...clientOptions(connection), name: 'dlm-cli' });
-    noticeWaiting(client, connection.url);
-    client.on('disconnected', ({ willReconnect }) => {
-      if (willReconnect) process.stderr.write('dlm: connection lost; reconnecting…\n');
-    });
-    client.on('connected', ({ reconnected }) => {
-      if (reconnected) process.stderr.write('dlm: reconnected\n');
-    });
-    try {
-      await client.watch(name, (change) => print(change, values.json));
-    } catch (error) {
-      printError(error);
-      await client.close();
-      return EXIT.FAILURE;
-    }
-    await new Promise<void>((resolve) => {
-      process.once('SIGINT', resolve);
-      process.once('SIGTERM', resolve);
-    });
+export const watchCommand = nameCommand('watch', USAGE, async ({ values, name }) => {
+  const connection = connectionOptions(values);
+  const client = createClient({ ...clientOptions(connection), name: 'dlm-cli' });
+  noticeWaiting(client, connection.url);
+  client.on('disconnected', ({ willReconnect }) => {
+    if (willReconnect) process.stderr.write('dlm: connection lost; reconnecting…\n');
+  });
+  client.on('connected', ({ reconnected }) => {
+    if (reconnected) process.stderr.write('dlm: reconnected\n');
+  });
+  try {
+    await client.watch(name, (change) => print(change, values.json));
+  } catch (error) {
+    printError(error);
     await client.close();
-    return EXIT.OK;
-  },
-};
+    return EXIT.FAILURE;
+  }
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', resolve);
+    process.once('SIGTERM', resolve);
+  });
+  await client.close();
+  return EXIT.OK;
+});

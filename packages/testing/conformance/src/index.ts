@@ -16,7 +16,13 @@ export type { ConformanceContext } from './context.js';
 export { granted } from './grants.js';
 export { expirySlack, failure, lockName, shortTtl } from './support.js';
 export type { ClusterMember, ClusterTarget, ConformanceTarget, FairQueueProbe } from './target.js';
-export { sleep, type UntilOptions, until } from './wait.js';
+export {
+  killAndStart,
+  type Restartable,
+  type Stoppable,
+  useService,
+} from './use-service.js';
+export { pendingAfter, sleep, type UntilOptions, until } from './wait.js';
 
 /**
  * The groups every backend runs, in order. Each registers one `describe` over the shared

@@ -2,6 +2,19 @@
 export const sleep = (ms: number): Promise<void> =>
   new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * Whether `promise` is still unsettled `ms` from now (a test's look at a waiter that must not be
+ * answered yet): false as soon as it fulfils or rejects.
+ */
+export async function pendingAfter(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  const pending = Symbol('pending');
+  const settled = promise.then(
+    () => undefined,
+    () => undefined,
+  );
+  return (await Promise.race([settled, sleep(ms).then(() => pending)])) === pending;
+}
+
 /** How long `until` polls, how often, and what it waits for (for the error). A number: `timeoutMs`. */
 export interface UntilOptions {
   timeoutMs?: number;

@@ -1,14 +1,6 @@
 import { join } from 'node:path';
 import { askRunning, memberSet } from './members.js';
-import {
-  allStarted,
-  findBinary,
-  freePort,
-  type ManagedProcess,
-  serviceAvailable,
-  startProcess,
-  tempDir,
-} from './process.js';
+import * as proc from './process.js';
 
 /**
  * etcd for tests: one member or a cluster, each member a `ManagedProcess` on free loopback
@@ -24,7 +16,7 @@ export interface EtcdMember {
   readonly clientUrl: string;
   readonly peerUrl: string;
   readonly dataDir: string;
-  readonly process: ManagedProcess;
+  readonly process: proc.ManagedProcess;
 }
 
 export interface EtcdService {
@@ -66,7 +58,10 @@ function externalEndpoints(): string[] | undefined {
  * CI=true a missing etcd throws instead of skipping.
  */
 export function etcdAvailable(): boolean {
-  return serviceAvailable('etcd', externalEndpoints() !== undefined || findBinary('etcd') !== null);
+  return proc.serviceAvailable(
+    'etcd',
+    externalEndpoints() !== undefined || proc.findBinary('etcd') !== null,
+  );
 }
 
 /** Whether members can be killed and restarted (false against the user's own etcd). */
@@ -148,8 +143,8 @@ export async function planEtcdCluster(
   for (let i = 1; i <= size; i++) {
     specs.push({
       name: `n${i}`,
-      clientUrl: `http://127.0.0.1:${await freePort()}`,
-      peerUrl: `http://127.0.0.1:${await freePort()}`,
+      clientUrl: `http://127.0.0.1:${await proc.freePort()}`,
+      peerUrl: `http://127.0.0.1:${await proc.freePort()}`,
       dataDir: dataDir(`n${i}`),
     });
   }
@@ -191,12 +186,12 @@ export async function planEtcdCluster(
 async function startMembers(size: number, options: EtcdOptions): Promise<EtcdService> {
   const external = externalEndpoints();
   if (external) return service(external, [], true);
-  const root = tempDir('etcd');
+  const root = proc.tempDir('etcd');
   const { specs, args } = await planEtcdCluster(size, options, (name) => join(root, name));
   // Members of a new cluster only become healthy once a quorum of them runs: start all at once.
-  const members = await allStarted(
+  const members = await proc.allStarted(
     specs.map(async (spec): Promise<EtcdMember> => {
-      const managed = await startProcess({
+      const managed = await proc.startProcess({
         name: `etcd ${spec.name}`,
         command: 'etcd',
         args: args(spec),

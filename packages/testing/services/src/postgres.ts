@@ -3,16 +3,7 @@ import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync } from 'nod
 import { connect } from 'node:net';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
-import {
-  externalProcess,
-  findBinary,
-  forwardProcess,
-  freePort,
-  type ManagedProcess,
-  serviceAvailable,
-  startProcess,
-  tempDir,
-} from './process.js';
+import * as proc from './process.js';
 
 /**
  * PostgreSQL for tests: a fresh cluster (`initdb`) in a throwaway directory, served by
@@ -24,7 +15,7 @@ import {
  * PostgreSQL instead; then no process is started and kill/pause/resume/start throw.
  */
 
-export interface PostgresService extends ManagedProcess {
+export interface PostgresService extends proc.ManagedProcess {
   /** `postgres://postgres@127.0.0.1:PORT/postgres` (trust authentication on loopback). */
   readonly url: string;
   readonly host: string;
@@ -56,8 +47,8 @@ export function postgresBinDir(): string | null {
       return join(root, newest, 'bin');
     }
   }
-  const initdb = findBinary('initdb');
-  const postgres = findBinary('postgres');
+  const initdb = proc.findBinary('initdb');
+  const postgres = proc.findBinary('postgres');
   if (!initdb || !postgres) return null;
   const dir = initdb.slice(0, initdb.lastIndexOf('/'));
   return existsSync(join(dir, 'postgres')) ? dir : null;
@@ -68,7 +59,7 @@ export function postgresBinDir(): string | null {
  * are installed. With CI=true a missing PostgreSQL throws instead of skipping.
  */
 export function postgresAvailable(): boolean {
-  return serviceAvailable(
+  return proc.serviceAvailable(
     'PostgreSQL (initdb, postgres)',
     externalUrl() !== undefined || postgresBinDir() !== null,
   );
@@ -155,7 +146,7 @@ function signal(pids: number[], name: NodeJS.Signals): void {
 
 function externalService(url: URL): PostgresService {
   return {
-    ...externalProcess(`postgres(${ENV})`, 'PostgreSQL', ENV),
+    ...proc.externalProcess(`postgres(${ENV})`, 'PostgreSQL', ENV),
     external: true,
     url: url.href,
     host: url.hostname || '127.0.0.1',
@@ -179,7 +170,7 @@ function unprivileged(): { prefix: string[]; uid: number; gid: number } | null {
     if (ids.status === 0 && gids.status === 0) {
       const uid = Number(ids.stdout.trim());
       const gid = Number(gids.stdout.trim());
-      const setpriv = findBinary('setpriv');
+      const setpriv = proc.findBinary('setpriv');
       if (!setpriv)
         throw new Error('running as root needs setpriv (util-linux) to drop privileges');
       return {
@@ -214,7 +205,7 @@ export async function startPostgres(): Promise<PostgresService> {
     throw new Error('PostgreSQL is not installed (apt-get install postgresql): no initdb/postgres');
   }
   const drop = unprivileged();
-  const base = tempDir('postgres');
+  const base = proc.tempDir('postgres');
   const dataDir = join(base, 'data');
   mkdirSync(dataDir, { mode: 0o700 });
   if (drop) {
@@ -246,7 +237,7 @@ export async function startPostgres(): Promise<PostgresService> {
   }
 
   const host = '127.0.0.1';
-  const port = await freePort();
+  const port = await proc.freePort();
   const serve = run('postgres', [
     '-D',
     dataDir,
@@ -261,7 +252,7 @@ export async function startPostgres(): Promise<PostgresService> {
     '-c',
     'full_page_writes=off',
   ]);
-  const managed = await startProcess({
+  const managed = await proc.startProcess({
     name: `postgres:${port}`,
     command: serve.command,
     args: serve.args,
@@ -269,7 +260,7 @@ export async function startPostgres(): Promise<PostgresService> {
     ready: () => pingPostgres(host, port, user),
   });
   let paused: number[] = [];
-  return forwardProcess(managed, {
+  return proc.forwardProcess(managed, {
     kill: () => {
       signal(paused, 'SIGCONT');
       paused = [];

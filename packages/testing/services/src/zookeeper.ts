@@ -2,15 +2,7 @@ import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { askRunning, memberSet } from './members.js';
-import {
-  allStarted,
-  findBinary,
-  freePort,
-  type ManagedProcess,
-  serviceAvailable,
-  startProcess,
-  tempDir,
-} from './process.js';
+import * as proc from './process.js';
 
 /**
  * ZooKeeper for tests: one server or an ensemble, each member a `ManagedProcess` (a JVM) on
@@ -25,7 +17,7 @@ export interface ZooKeeperMember {
   /** `127.0.0.1:PORT` */
   readonly connectString: string;
   readonly dataDir: string;
-  readonly process: ManagedProcess;
+  readonly process: proc.ManagedProcess;
 }
 
 export interface ZooKeeperService {
@@ -63,7 +55,7 @@ function externalConnect(): string | undefined {
  */
 export function zookeeperAvailable(): boolean {
   if (externalConnect() !== undefined) return true;
-  return serviceAvailable('zookeeper', findBinary('java') !== null && hasZooKeeperJar());
+  return proc.serviceAvailable('zookeeper', proc.findBinary('java') !== null && hasZooKeeperJar());
 }
 
 function hasZooKeeperJar(): boolean {
@@ -157,9 +149,9 @@ export async function planEnsemble(
   for (let id = 1; id <= size; id++) {
     specs.push({
       id,
-      clientPort: await freePort(),
-      quorumPort: await freePort(),
-      electionPort: await freePort(),
+      clientPort: await proc.freePort(),
+      quorumPort: await proc.freePort(),
+      electionPort: await proc.freePort(),
       dataDir: dataDir(id),
     });
   }
@@ -196,7 +188,7 @@ export async function zookeeperServes(clientPort: number, size: number): Promise
 }
 
 /** The member that `spec` planned, served by `managed` (a process or a container). */
-export function zookeeperMember<P extends ManagedProcess>(
+export function zookeeperMember<P extends proc.ManagedProcess>(
   spec: ZooKeeperMemberSpec,
   managed: P,
 ): ZooKeeperMember & { process: P } {
@@ -212,15 +204,15 @@ export function zookeeperMember<P extends ManagedProcess>(
 async function startMembers(size: number): Promise<ZooKeeperService> {
   const external = externalConnect();
   if (external) return service(external, [], true);
-  const root = tempDir('zookeeper');
+  const root = proc.tempDir('zookeeper');
   const { specs, config } = await planEnsemble(size, (id) => join(root, `zk${id}`));
-  const members = await allStarted(
+  const members = await proc.allStarted(
     specs.map(async (spec): Promise<ZooKeeperMember> => {
       mkdirSync(spec.dataDir, { recursive: true });
       if (size > 1) writeFileSync(join(spec.dataDir, 'myid'), `${spec.id}\n`);
       const configFile = join(spec.dataDir, 'zoo.cfg');
       writeFileSync(configFile, config(spec));
-      const managed = await startProcess({
+      const managed = await proc.startProcess({
         name: `zookeeper ${spec.id}`,
         command: 'java',
         args: [

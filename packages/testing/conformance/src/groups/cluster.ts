@@ -1,7 +1,8 @@
 import { isDlmError, type LockBackend } from '@dlm/core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { lockName } from '../support.js';
 import type { ClusterTarget } from '../target.js';
+import { useService } from '../use-service.js';
 
 /** Retries a grant of a fresh name until one succeeds; resolves with how long that took. */
 async function timeUntilLockingWorks(backend: LockBackend, limitMs: number): Promise<number> {
@@ -41,17 +42,12 @@ const FAILOVER_TIMEOUT_MS = 60_000;
 
 export function clusterGroup(name: string, start: () => Promise<ClusterTarget>): void {
   describe(`conformance: ${name}, cluster failover`, () => {
-    let cluster: ClusterTarget;
-    beforeAll(async () => {
-      cluster = await start();
-    });
-    afterAll(async () => {
-      await cluster?.stop();
-    });
+    const running = useService(start);
 
     it('a held lock survives kill -9 of the leader, and locking goes on after re-election', {
       timeout: FAILOVER_TIMEOUT_MS,
     }, async () => {
+      const cluster = running();
       const { backend } = cluster;
       const heldTtlMs = cluster.heldTtlMs ?? 20_000;
       const lock = lockName('cluster-held');
@@ -90,6 +86,7 @@ export function clusterGroup(name: string, start: () => Promise<ClusterTarget>):
     it('with a majority down: UNAVAILABLE within the bound, nothing granted; locking resumes when members return', {
       timeout: FAILOVER_TIMEOUT_MS,
     }, async () => {
+      const cluster = running();
       const { backend, commandTimeoutMs } = cluster;
       await cluster.waitForLeader();
       const before = await backend.tryAcquire({

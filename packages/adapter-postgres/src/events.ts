@@ -43,10 +43,14 @@ export interface LockEventsOptions {
   heartbeatMs: number;
   /** The current holder, for lease-end checks and resynchronisation. */
   inspect: (name: string) => Promise<LockState | null>;
+  /** After the listening connection came back (events may have been missed meanwhile). */
+  onResync?: () => void;
 }
 
 export interface LockEvents {
   watch(name: string, listener: (event: LockEvent) => void): Unsubscribe;
+  /** Calls `listener` with the id of every entry that leaves `name`'s fair queue. */
+  watchQueue(name: string, listener: (id: string) => void): Unsubscribe;
   /** A lease this server granted or extended: its end is watched for when the name is. */
   noteLease(name: string, lease: Known, ttlMs: number): void;
   /** Learns the holder of a watched name whose grant was not seen here (a refused acquire). */
@@ -60,7 +64,8 @@ export interface LockEvents {
 }
 
 interface Message {
-  t: 'acquired' | 'released' | 'revoked';
+  /** `left`: a fair-queue entry (id `k`) left the queue (granted or gone). */
+  t: 'acquired' | 'released' | 'revoked' | 'left';
   n: string;
   k: string;
   o: string;
@@ -74,7 +79,10 @@ function parse(payload: string | undefined): Message | undefined {
   try {
     const message = JSON.parse(payload) as Partial<Message>;
     if (
-      (message.t === 'acquired' || message.t === 'released' || message.t === 'revoked') &&
+      (message.t === 'acquired' ||
+        message.t === 'released' ||
+        message.t === 'revoked' ||
+        message.t === 'left') &&
       typeof message.n === 'string' &&
       typeof message.k === 'string' &&
       DIGITS.test(message.k) &&
@@ -109,6 +117,8 @@ class PostgresLockEvents implements LockEvents {
     }),
     dropped: (entry) => entry.timer?.cancel(),
   });
+  /** Per name, the listeners of its fair queue's departures. */
+  private readonly queues = new Map<string, Set<(id: string) => void>>();
   private closed = false;
   private client: pg.PoolClient | undefined;
   private listeningNow = false;
@@ -134,6 +144,20 @@ class PostgresLockEvents implements LockEvents {
 
   watch(name: string, listener: (event: LockEvent) => void): Unsubscribe {
     return this.entries.watch(name, listener);
+  }
+
+  watchQueue(name: string, listener: (id: string) => void): Unsubscribe {
+    let listeners = this.queues.get(name);
+    if (!listeners) {
+      listeners = new Set();
+      this.queues.set(name, listeners);
+    }
+    const set = listeners;
+    set.add(listener);
+    return () => {
+      set.delete(listener);
+      if (set.size === 0 && this.queues.get(name) === set) this.queues.delete(name);
+    };
   }
 
   noteLease(name: string, lease: Known, ttlMs: number): void {
@@ -162,6 +186,7 @@ class PostgresLockEvents implements LockEvents {
     this.heartbeat?.cancel();
     for (const entry of this.entries.entries()) entry.timer?.cancel();
     this.entries.clear();
+    this.queues.clear();
     const held = this.client;
     this.client = undefined;
     held?.release(true);
@@ -259,6 +284,10 @@ class PostgresLockEvents implements LockEvents {
   }
 
   private onMessage(message: Message): void {
+    if (message.t === 'left') {
+      for (const listener of [...(this.queues.get(message.n) ?? [])]) listener(message.k);
+      return;
+    }
     const entry = this.entries.get(message.n);
     if (!entry) return;
     const token = BigInt(message.k);
@@ -329,7 +358,10 @@ class PostgresLockEvents implements LockEvents {
     this.connectCount += 1;
     this.beat(next);
     if (this.connectCount === 1) this.resolveListening();
-    else void this.resynchronise();
+    else {
+      void this.resynchronise();
+      this.options.onResync?.();
+    }
   }
 
   private beat(on: pg.PoolClient): void {

@@ -51,6 +51,12 @@ export interface LockEvents {
   watch(name: string, listener: (event: LockEvent) => void): Unsubscribe;
   /** Calls `listener` with the id of every entry that leaves `name`'s fair queue. */
   watchQueue(name: string, listener: (id: string) => void): Unsubscribe;
+  /**
+   * A change this server just committed (a release, an entry leaving the queue): its watchers
+   * hear it now, not a round trip later from the database; its NOTIFY is then not delivered
+   * again.
+   */
+  happened(change: Change): void;
   /** A lease this server granted or extended: its end is watched for when the name is. */
   noteLease(name: string, lease: Known, ttlMs: number): void;
   /** Learns the holder of a watched name whose grant was not seen here (a refused acquire). */
@@ -72,7 +78,13 @@ interface Message {
   ms: number;
 }
 
+/** What `happened` takes: a change as its NOTIFY would carry it. */
+export type Change = Pick<Message, 't' | 'n' | 'k'> & { o?: string };
+
 const DIGITS = /^[0-9]+$/;
+
+/** At most this many changes per name wait for their NOTIFY to be recognised and skipped. */
+const MAX_HAPPENED = 32;
 
 function parse(payload: string | undefined): Message | undefined {
   if (!payload) return undefined;
@@ -119,6 +131,8 @@ class PostgresLockEvents implements LockEvents {
   });
   /** Per name, the listeners of its fair queue's departures. */
   private readonly queues = new Map<string, Set<(id: string) => void>>();
+  /** Per name, the changes delivered by `happened` whose NOTIFY has not arrived yet. */
+  private readonly delivered = new Map<string, Set<string>>();
   private closed = false;
   private client: pg.PoolClient | undefined;
   private listeningNow = false;
@@ -187,6 +201,7 @@ class PostgresLockEvents implements LockEvents {
     for (const entry of this.entries.entries()) entry.timer?.cancel();
     this.entries.clear();
     this.queues.clear();
+    this.delivered.clear();
     const held = this.client;
     this.client = undefined;
     held?.release(true);
@@ -283,6 +298,32 @@ class PostgresLockEvents implements LockEvents {
     );
   }
 
+  happened(change: Change): void {
+    const { n: name } = change;
+    if (!this.entries.get(name) && !this.queues.get(name)) return;
+    let seen = this.delivered.get(name);
+    if (!seen) {
+      seen = new Set();
+      this.delivered.set(name, seen);
+    }
+    const key = `${change.t} ${change.k}`;
+    if (seen.has(key)) return;
+    seen.add(key);
+    // Bounded: a NOTIFY lost with the LISTEN connection is never recognised.
+    if (seen.size > MAX_HAPPENED) seen.delete(seen.values().next().value as string);
+    this.onMessage({ ms: 0, o: '', ...change });
+  }
+
+  /** A NOTIFY: delivered unless `happened` delivered it already. */
+  private onNotification(message: Message): void {
+    const seen = this.delivered.get(message.n);
+    if (seen?.delete(`${message.t} ${message.k}`)) {
+      if (seen.size === 0) this.delivered.delete(message.n);
+      return;
+    }
+    this.onMessage(message);
+  }
+
   private onMessage(message: Message): void {
     if (message.t === 'left') {
       for (const listener of [...(this.queues.get(message.n) ?? [])]) listener(message.k);
@@ -333,7 +374,7 @@ class PostgresLockEvents implements LockEvents {
       opened.on('notification', (notification) => {
         if (notification.channel !== channel) return;
         const message = parse(notification.payload);
-        if (message) this.onMessage(message);
+        if (message) this.onNotification(message);
       });
       await query(opened, `LISTEN "${channel}"`, [], timeoutMs);
       return opened;
@@ -359,6 +400,8 @@ class PostgresLockEvents implements LockEvents {
     this.beat(next);
     if (this.connectCount === 1) this.resolveListening();
     else {
+      // What was delivered early and not heard of since is not going to be heard of.
+      this.delivered.clear();
       void this.resynchronise();
       this.options.onResync?.();
     }

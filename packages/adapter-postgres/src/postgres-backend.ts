@@ -357,7 +357,11 @@ async function release(p: Pg, { name, token, keyHash }: HolderProof): Promise<bo
   const result = await p.call('release', true, (client) =>
     query(client, p.sql.release, [name, token.toString(), keyHash ?? null], p.timeoutMs),
   );
-  return (result.rows[0] as { live: boolean } | undefined)?.live === true;
+  const row = result.rows[0] as { live: boolean; owner: string } | undefined;
+  if (row?.live !== true) return false;
+  // This server's waiters need not wait for the NOTIFY to hear of it.
+  p.events.happened({ t: 'released', n: name, k: token.toString(), o: row.owner });
+  return true;
 }
 
 async function extend(

@@ -180,6 +180,12 @@ class PostgresWaiter implements FairQueueDriver {
     this.setId(undefined);
     const { call, sql, timeoutMs } = this.context;
     await call('dequeue', true, (client) => query(client, sql.queueLeave, [id], timeoutMs));
+    this.left(id);
+  }
+
+  /** Our entry left the queue: this server's waiter behind it hears so at once. */
+  private left(id: string | undefined): void {
+    if (id !== undefined) this.context.events.happened({ t: 'left', n: this.request.name, k: id });
   }
 
   async join(): Promise<QueueStep> {
@@ -205,6 +211,7 @@ class PostgresWaiter implements FairQueueDriver {
     const row = result.rows[0] as LookRow;
     if (row.token !== null) {
       // The statement deleted our entry with the grant.
+      this.left(this.id);
       this.setId(undefined);
       return this.granted(BigInt(row.token), startedAt);
     }

@@ -174,7 +174,7 @@ export function statements(schema: string, prefix: string): Statements {
         DELETE FROM ${table} WHERE name = $1 AND token = $2 AND ${keyMatches('$3')}
         RETURNING name, owner, token, expires_at > clock_timestamp() AS live
       )
-      SELECT live, CASE WHEN live THEN ${notify('released', 'gone', '0')} END AS told FROM gone`,
+      SELECT live, owner, CASE WHEN live THEN ${notify('released', 'gone', '0')} END AS told FROM gone`,
     extend: `UPDATE ${table} SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
       WHERE name = $1 AND token = $2 AND ${keyMatches('$4')} AND expires_at > clock_timestamp()
       RETURNING owner`,

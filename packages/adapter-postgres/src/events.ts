@@ -49,8 +49,11 @@ export interface LockEventsOptions {
 
 export interface LockEvents {
   watch(name: string, listener: (event: LockEvent) => void): Unsubscribe;
-  /** Calls `listener` with the id of every entry that leaves `name`'s fair queue. */
-  watchQueue(name: string, listener: (id: string) => void): Unsubscribe;
+  /**
+   * Calls `listener` with every entry that leaves `name`'s fair queue: its id, and the lease
+   * it was granted (ms) when it left with the lock.
+   */
+  watchQueue(name: string, listener: (left: QueueDeparture) => void): Unsubscribe;
   /**
    * A change this server just committed (a release, an entry leaving the queue): its watchers
    * hear it now, not a round trip later from the database; its NOTIFY is then not delivered
@@ -78,8 +81,13 @@ interface Message {
   ms: number;
 }
 
+export interface QueueDeparture {
+  id: string;
+  grantedMs: number | undefined;
+}
+
 /** What `happened` takes: a change as its NOTIFY would carry it. */
-export type Change = Pick<Message, 't' | 'n' | 'k'> & { o?: string };
+export type Change = Pick<Message, 't' | 'n' | 'k'> & Partial<Pick<Message, 'o' | 'ms'>>;
 
 const DIGITS = /^[0-9]+$/;
 
@@ -130,7 +138,7 @@ class PostgresLockEvents implements LockEvents {
     dropped: (entry) => entry.timer?.cancel(),
   });
   /** Per name, the listeners of its fair queue's departures. */
-  private readonly queues = new Map<string, Set<(id: string) => void>>();
+  private readonly queues = new Map<string, Set<(left: QueueDeparture) => void>>();
   /** Per name, the changes delivered by `happened` whose NOTIFY has not arrived yet. */
   private readonly delivered = new Map<string, Set<string>>();
   private closed = false;
@@ -160,7 +168,7 @@ class PostgresLockEvents implements LockEvents {
     return this.entries.watch(name, listener);
   }
 
-  watchQueue(name: string, listener: (id: string) => void): Unsubscribe {
+  watchQueue(name: string, listener: (left: QueueDeparture) => void): Unsubscribe {
     let listeners = this.queues.get(name);
     if (!listeners) {
       listeners = new Set();
@@ -326,7 +334,11 @@ class PostgresLockEvents implements LockEvents {
 
   private onMessage(message: Message): void {
     if (message.t === 'left') {
-      for (const listener of [...(this.queues.get(message.n) ?? [])]) listener(message.k);
+      const left: QueueDeparture = {
+        id: message.k,
+        grantedMs: message.o === 'granted' ? Number(message.ms) || 0 : undefined,
+      };
+      for (const listener of [...(this.queues.get(message.n) ?? [])]) listener(left);
       return;
     }
     const entry = this.entries.get(message.n);

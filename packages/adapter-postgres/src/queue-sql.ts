@@ -41,8 +41,9 @@ export function queueSchema({ schema, prefix, waiters }: SqlParts): string[] {
 const HOLDER = (parts: SqlParts) =>
   `(SELECT ${parts.remaining('h')} FROM ${parts.table} h WHERE h.name = $1 AND h.expires_at > clock_timestamp())`;
 
-const LEFT = (parts: SqlParts, from: string) =>
-  `DELETE FROM ${parts.waiters} WHERE ${from} RETURNING name, id AS token, '' AS owner`;
+/** Deletes entries, for a `left` NOTIFY whose `o` says why (`granted`, or '' for gone). */
+const LEFT = (parts: SqlParts, from: string, why: '' | 'granted') =>
+  `DELETE FROM ${parts.waiters} WHERE ${from} RETURNING name, id AS token, '${why}' AS owner`;
 
 /**
  * Parameters: `$1` name, `$2` owner, `$3` lease ms, `$4` key hash; join: `$5` the entry's ms;
@@ -86,10 +87,10 @@ export function queueStatements(parts: SqlParts): QueueStatements {
       ), granted AS (
         ${parts.grant('EXISTS (SELECT 1 FROM me) AND NOT EXISTS (SELECT 1 FROM ahead)', 'true')}
       ), gone AS (
-        ${LEFT(parts, 'id = $5 AND EXISTS (SELECT 1 FROM granted)')}
+        ${LEFT(parts, 'id = $5 AND EXISTS (SELECT 1 FROM granted)', 'granted')}
       ), told AS (
         SELECT ${notify('acquired', 'granted', '$3::bigint')} FROM granted
-        UNION ALL SELECT ${notify('left', 'gone', '0')} FROM gone
+        UNION ALL SELECT ${notify('left', 'gone', '$3::bigint')} FROM gone
       )
       SELECT EXISTS (SELECT 1 FROM me) AS mine,
              (SELECT token::text FROM granted) AS token,
@@ -97,7 +98,7 @@ export function queueStatements(parts: SqlParts): QueueStatements {
              (SELECT ${remaining('ahead')} FROM ahead) AS ahead_ms,
              ${HOLDER(parts)} AS holder_ms,
              (SELECT count(*) FROM told) + (SELECT count(*) FROM stale) AS changed`,
-    queueLeave: `WITH gone AS (${LEFT(parts, 'id = $1')})
+    queueLeave: `WITH gone AS (${LEFT(parts, 'id = $1', '')})
       SELECT ${notify('left', 'gone', '0')} AS told FROM gone`,
     queueRenew: `UPDATE ${waiters} SET expires_at = ${entryEnds('$2')}
       WHERE id = ANY($1::bigint[]) AND expires_at > clock_timestamp()

@@ -146,6 +146,11 @@ interface LookRow extends AheadRow {
 class PostgresWaiter implements FairQueueDriver {
   private id: string | undefined;
   private aheadTimer: Timer | undefined;
+  /**
+   * The entry we slept on left with the lock, and nothing was heard of the lock since: we are
+   * at the head behind a holder whose lease is this long, known without asking the database.
+   */
+  private promoted: { ttlMs: number } | undefined;
   private readonly unsubscribe: Unsubscribe[];
 
   constructor(
@@ -157,10 +162,13 @@ class PostgresWaiter implements FairQueueDriver {
     const { events } = context;
     this.unsubscribe = [
       events.watch(request.name, (event) => {
-        if (event.type !== 'acquired') watcher.changed((step) => step.kind === 'holder');
+        if (event.type === 'acquired') return;
+        this.promoted = undefined;
+        watcher.changed((step) => step.kind === 'holder');
       }),
-      events.watchQueue(request.name, (id) => {
-        watcher.changed((step) => step.kind === 'predecessor' && step.key === id);
+      events.watchQueue(request.name, ({ id, grantedMs }) => {
+        const woken = watcher.changed((step) => step.kind === 'predecessor' && step.key === id);
+        if (woken && grantedMs !== undefined) this.promoted = { ttlMs: grantedMs };
       }),
     ];
   }
@@ -184,8 +192,14 @@ class PostgresWaiter implements FairQueueDriver {
   }
 
   /** Our entry left the queue: this server's waiter behind it hears so at once. */
-  private left(id: string | undefined): void {
-    if (id !== undefined) this.context.events.happened({ t: 'left', n: this.request.name, k: id });
+  private left(id: string | undefined, grantedMs?: number): void {
+    if (id === undefined) return;
+    const { name } = this.request;
+    this.context.events.happened(
+      grantedMs === undefined
+        ? { t: 'left', n: name, k: id }
+        : { t: 'left', n: name, k: id, o: 'granted', ms: grantedMs },
+    );
   }
 
   async join(): Promise<QueueStep> {
@@ -203,6 +217,10 @@ class PostgresWaiter implements FairQueueDriver {
   }
 
   async look(): Promise<QueueStep> {
+    const promoted = this.promoted;
+    this.promoted = undefined;
+    // The grant's own statement checks everything again when the holder goes.
+    if (promoted) return { kind: 'holder', ttlRemainingMs: promoted.ttlMs };
     const { call, sql, clock, timeoutMs } = this.context;
     const startedAt = clock.now();
     const result = await call('acquire', true, (client) =>
@@ -211,7 +229,7 @@ class PostgresWaiter implements FairQueueDriver {
     const row = result.rows[0] as LookRow;
     if (row.token !== null) {
       // The statement deleted our entry with the grant.
-      this.left(this.id);
+      this.left(this.id, this.request.ttlMs);
       this.setId(undefined);
       return this.granted(BigInt(row.token), startedAt);
     }
@@ -237,6 +255,7 @@ class PostgresWaiter implements FairQueueDriver {
 
   /** What the statement found ahead of our entry: an entry, the holder, or nothing (again). */
   private sleepOn(row: AheadRow): QueueStep {
+    this.promoted = undefined;
     this.aheadTimer?.cancel();
     this.aheadTimer = undefined;
     if (row.ahead !== null) {

@@ -106,7 +106,10 @@ export function sqlParts(schema: string, prefix: string): SqlParts {
     // An ended lease's row is overwritten here: the residue of a name that is locked again is
     // gone at its next grant. The same owner is the same holder only with the lease's key
     // hash ($4; NULL: the owner alone).
-    grant: (gate, conflictGate) => `INSERT INTO ${table} AS l (name, owner, token, expires_at, key_hash)
+    grant: (
+      gate,
+      conflictGate,
+    ) => `INSERT INTO ${table} AS l (name, owner, token, expires_at, key_hash)
         SELECT $1, $2, ${nextToken}, clock_timestamp() + $3::bigint * interval '1 millisecond', $4::text
         WHERE ${gate}
         ON CONFLICT (name) DO UPDATE SET

@@ -149,10 +149,8 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
       return inspect(name);
     },
     watch: (name, listener) => events.watch(name, listener),
-    acquireQueued: (request) => {
-      assertOpen(p);
-      return queue.acquireQueued(request);
-    },
+    // Refused with UNAVAILABLE once closed (core's loop checks).
+    acquireQueued: (request) => queue.acquireQueued(request),
     revoke: (name) => revoke(p, name),
     list: (namePrefix) => list(p, namePrefix),
     sweep() {

@@ -51,6 +51,9 @@ export interface PostgresQueue {
 /** After an entry ahead should have ended, look this much later (its end is the database's). */
 const AHEAD_SLACK_MS = 100;
 
+/** While closing, how often waiters still running are woken again. */
+const CLOSE_RECHECK_MS = 20;
+
 export function postgresQueue(context: QueueContext): PostgresQueue {
   const entries = renewedEntries(context);
   const queue = createFairQueue({
@@ -72,8 +75,17 @@ export function postgresQueue(context: QueueContext): PostgresQueue {
     },
     wakeAll: queue.wakeAll,
     async close() {
-      queue.wakeAll();
-      await Promise.allSettled([...running]);
+      // A waiter that was looking when woken goes to sleep after: wake again until all are out.
+      while (running.size > 0) {
+        queue.wakeAll();
+        await new Promise<void>((resolve) => {
+          const timer = context.clock.setTimer(resolve, CLOSE_RECHECK_MS);
+          void Promise.allSettled([...running]).then(() => {
+            timer.cancel();
+            resolve();
+          });
+        });
+      }
       entries.stop();
     },
   };

@@ -192,6 +192,23 @@ describe.skipIf(!run)('postgres fair queue (acquireQueued)', () => {
     expect(await entries(name)).toEqual([]);
   });
 
+  it('closing a backend ends its waits with UNAVAILABLE and deletes their entries', async () => {
+    const a = await open();
+    const b = await open();
+    const name = lockName('close');
+    await held(a, name);
+    const waits = [queued(b, name, 'w0'), queued(b, name, 'w1')].map((wait) =>
+      wait.then(
+        () => 'resolved',
+        (error: { code?: string }) => error.code,
+      ),
+    );
+    await untilQueued(name, 2);
+    await b.close();
+    expect(await Promise.all(waits)).toEqual(['UNAVAILABLE', 'UNAVAILABLE']);
+    expect(await entries(name)).toEqual([]);
+  });
+
   it('rejects a waiterTtlMs that is not a positive whole number with INVALID_PARAMS', () => {
     for (const waiterTtlMs of [0, -1, 1.5]) {
       expect(() => postgresBackend({ url: postgres.url, waiterTtlMs })).toThrow(

@@ -69,6 +69,8 @@ export interface LockEvents {
   readonly isListening: boolean;
   /** How many times the listening connection was (re)established. */
   readonly connects: number;
+  /** The database's process id of the listening connection, while there is one. */
+  readonly sessionPid: number | undefined;
   close(): Promise<void>;
 }
 
@@ -135,7 +137,10 @@ class PostgresLockEvents implements LockEvents {
       timer: undefined,
       version: 0,
     }),
-    dropped: (entry) => entry.timer?.cancel(),
+    dropped: (entry) => {
+      entry.timer?.cancel();
+      if (!this.queues.has(entry.name)) this.delivered.delete(entry.name);
+    },
   });
   /** Per name, the listeners of its fair queue's departures. */
   private readonly queues = new Map<string, Set<(left: QueueDeparture) => void>>();
@@ -144,6 +149,7 @@ class PostgresLockEvents implements LockEvents {
   private closed = false;
   private client: pg.PoolClient | undefined;
   private listeningNow = false;
+  private pid: number | undefined;
   private connectCount = 0;
   private heartbeat: Timer | undefined;
   private reconnectTimer: Timer | undefined;
@@ -164,6 +170,10 @@ class PostgresLockEvents implements LockEvents {
     return this.connectCount;
   }
 
+  get sessionPid(): number | undefined {
+    return this.listeningNow ? this.pid : undefined;
+  }
+
   watch(name: string, listener: (event: LockEvent) => void): Unsubscribe {
     return this.entries.watch(name, listener);
   }
@@ -178,7 +188,11 @@ class PostgresLockEvents implements LockEvents {
     set.add(listener);
     return () => {
       set.delete(listener);
-      if (set.size === 0 && this.queues.get(name) === set) this.queues.delete(name);
+      if (set.size === 0 && this.queues.get(name) === set) {
+        this.queues.delete(name);
+        // Nobody hears of this name now: what was delivered early need not be remembered.
+        if (!this.entries.get(name)) this.delivered.delete(name);
+      }
     };
   }
 
@@ -389,6 +403,8 @@ class PostgresLockEvents implements LockEvents {
         if (message) this.onNotification(message);
       });
       await query(opened, `LISTEN "${channel}"`, [], timeoutMs);
+      const session = await query(opened, 'SELECT pg_backend_pid() AS pid', [], timeoutMs);
+      this.pid = (session.rows[0] as { pid: number }).pid;
       return opened;
     } catch {
       // Not `client` yet, so `dropped` left it alone: released here, once.

@@ -127,7 +127,7 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
     closed: false,
   };
   const queue = createQueue(p, waiterTtlMs);
-  resync = queue.wakeAll;
+  resync = queue.resync;
   scheduleSweep(p);
 
   return {

@@ -6,7 +6,9 @@ import type { QueueStatements, SqlParts } from './sql.js';
  * the live entry with the smallest id. An entry is live while its `expires_at` (on the
  * database's clock) is ahead: the dlm server that made it renews all of its entries every third
  * of `waiterTtlMs`, so the entries of a server that died (or cannot reach the database) stop
- * counting within `waiterTtlMs`, and are deleted by the next look behind them or the sweep.
+ * counting within `waiterTtlMs`, and are deleted by the next look behind them or the sweep. An
+ * entry also records the database process id of its server's LISTEN connection: when a dlm
+ * server dies, the database drops its connections, and its entries stop counting at once.
  *
  * Every step is ONE statement (autocommit, READ COMMITTED): join (take the lock when nobody is
  * queued, else queue), look (at the head, take the lock and leave the queue in the same
@@ -31,8 +33,11 @@ export function queueSchema({ schema, prefix, waiters }: SqlParts): string[] {
         name text NOT NULL,
         owner text NOT NULL,
         key_hash text,
-        expires_at timestamptz NOT NULL
+        expires_at timestamptz NOT NULL,
+        pid int
       )`,
+    // Tables made by earlier builds gain the connection's pid (NULL: the end alone counts).
+    `ALTER TABLE ${waiters} ADD COLUMN IF NOT EXISTS pid int`,
     // Looks find the entry ahead by (name, id).
     `CREATE INDEX IF NOT EXISTS "${prefix}waiters_name_id" ON ${waiters} (name, id)`,
   ];
@@ -47,21 +52,22 @@ const LEFT = (parts: SqlParts, from: string, why: '' | 'granted') =>
 
 /**
  * Parameters: `$1` name, `$2` owner, `$3` lease ms, `$4` key hash; join: `$5` the entry's ms;
- * look: `$5` the entry's id; leave: `$1` the id; renew: `$1` ids, `$2` ms; sweep: `$1` limit.
+ * and `$6` the pid of this server's LISTEN connection (NULL while it has none); look: `$5` the
+ * entry's id; leave: `$1` the id; renew: `$1` ids, `$2` ms, `$3` the pid; sweep: `$1` limit.
  */
 export function queueStatements(parts: SqlParts): QueueStatements {
-  const { schema, prefix, waiters, notify, remaining } = parts;
+  const { schema, prefix, waiters, notify, remaining, liveEntry } = parts;
   const entryEnds = (ms: string) => `clock_timestamp() + ${ms}::bigint * interval '1 millisecond'`;
   return {
     // The newest live entry (read in the statement's snapshot) is the one ahead of ours.
     queueJoin: `WITH last AS (
-        SELECT id, expires_at FROM ${waiters}
-        WHERE name = $1 AND expires_at > clock_timestamp() ORDER BY id DESC LIMIT 1
+        SELECT id, expires_at FROM ${waiters} w
+        WHERE name = $1 AND ${liveEntry('w')} ORDER BY id DESC LIMIT 1
       ), granted AS (
         ${parts.grant(ownLeaseOrNobodyQueued(parts), `NOT ${parts.waiting()}`)}
       ), queued AS (
-        INSERT INTO ${waiters} (id, name, owner, key_hash, expires_at)
-        SELECT nextval('${schema}.${prefix}waiter_ids'), $1, $2, $4::text, ${entryEnds('$5')}
+        INSERT INTO ${waiters} (id, name, owner, key_hash, expires_at, pid)
+        SELECT nextval('${schema}.${prefix}waiter_ids'), $1, $2, $4::text, ${entryEnds('$5')}, $6::int
         WHERE NOT EXISTS (SELECT 1 FROM granted)
         RETURNING id
       ), told AS (
@@ -73,17 +79,17 @@ export function queueStatements(parts: SqlParts): QueueStatements {
              (SELECT ${remaining('last')} FROM last) AS ahead_ms,
              ${HOLDER(parts)} AS holder_ms,
              (SELECT count(*) FROM told) AS told`,
-    // Entries ahead that are no longer live are deleted on the way (SKIP LOCKED: never waits).
+    // Entries ahead that are no longer live are deleted on the way (SKIP LOCKED: never waits),
+    // each announced, so that a waiter asleep behind one wakes. Our own entry counts while its
+    // end is ahead: after our LISTEN connection was made again, the next renewal gives it the
+    // new connection.
     queueLook: `WITH me AS (
         SELECT id FROM ${waiters} WHERE id = $5 AND name = $1 AND expires_at > clock_timestamp()
       ), ahead AS (
-        SELECT id, expires_at FROM ${waiters}
-        WHERE name = $1 AND id < $5 AND expires_at > clock_timestamp() ORDER BY id DESC LIMIT 1
+        SELECT id, expires_at FROM ${waiters} w
+        WHERE name = $1 AND id < $5 AND ${liveEntry('w')} ORDER BY id DESC LIMIT 1
       ), stale AS (
-        DELETE FROM ${waiters} WHERE id IN (
-          SELECT id FROM ${waiters} WHERE name = $1 AND id < $5 AND expires_at <= clock_timestamp()
-          FOR UPDATE SKIP LOCKED)
-        RETURNING id
+        ${LEFT(parts, `id IN (SELECT id FROM ${waiters} w WHERE name = $1 AND id < $5 AND NOT ${liveEntry('w')} FOR UPDATE SKIP LOCKED)`, '')}
       ), granted AS (
         ${parts.grant('EXISTS (SELECT 1 FROM me) AND NOT EXISTS (SELECT 1 FROM ahead)', 'true')}
       ), gone AS (
@@ -91,20 +97,21 @@ export function queueStatements(parts: SqlParts): QueueStatements {
       ), told AS (
         SELECT ${notify('acquired', 'granted', '$3::bigint')} FROM granted
         UNION ALL SELECT ${notify('left', 'gone', '$3::bigint')} FROM gone
+        UNION ALL SELECT ${notify('left', 'stale', '0')} FROM stale
       )
       SELECT EXISTS (SELECT 1 FROM me) AS mine,
              (SELECT token::text FROM granted) AS token,
              (SELECT id::text FROM ahead) AS ahead,
              (SELECT ${remaining('ahead')} FROM ahead) AS ahead_ms,
              ${HOLDER(parts)} AS holder_ms,
-             (SELECT count(*) FROM told) + (SELECT count(*) FROM stale) AS changed`,
+             (SELECT count(*) FROM told) AS changed`,
     queueLeave: `WITH gone AS (${LEFT(parts, 'id = $1', '')})
       SELECT ${notify('left', 'gone', '0')} AS told FROM gone`,
-    queueRenew: `UPDATE ${waiters} SET expires_at = ${entryEnds('$2')}
+    queueRenew: `UPDATE ${waiters} SET expires_at = ${entryEnds('$2')}, pid = coalesce($3::int, pid)
       WHERE id = ANY($1::bigint[]) AND expires_at > clock_timestamp()
       RETURNING id::text AS id`,
     queueSweep: `DELETE FROM ${waiters} WHERE id IN (
-        SELECT id FROM ${waiters} WHERE expires_at <= clock_timestamp()
+        SELECT id FROM ${waiters} w WHERE NOT ${liveEntry('w')}
         LIMIT $1::int FOR UPDATE SKIP LOCKED
       )`,
   };

@@ -42,8 +42,11 @@ export interface QueueContext {
 
 export interface PostgresQueue {
   acquireQueued(request: AcquireRequest & { signal: AbortSignal }): Promise<AcquireResult>;
-  /** Every sleeping waiter looks again (the LISTEN connection came back). */
-  wakeAll(): void;
+  /**
+   * The LISTEN connection came back: the entries get its pid, and every sleeping waiter looks
+   * again (departures may have gone unheard).
+   */
+  resync(): void;
   /** Wakes every waiter to find the backend closed, and waits until they have left. */
   close(): Promise<void>;
 }
@@ -73,7 +76,10 @@ export function postgresQueue(context: QueueContext): PostgresQueue {
       run.then(done, done);
       return run;
     },
-    wakeAll: queue.wakeAll,
+    resync() {
+      entries.renewNow();
+      queue.wakeAll();
+    },
     async close() {
       // A waiter that was looking when woken goes to sleep after: wake again until all are out.
       while (running.size > 0) {
@@ -92,8 +98,12 @@ export function postgresQueue(context: QueueContext): PostgresQueue {
 }
 
 interface Entries {
-  add(id: string): void;
-  delete(id: string): void;
+  add(id: string, name: string): void;
+  /** Whether `id` is the oldest of this server's entries for `name`. */
+  first(name: string, id: string): boolean;
+  /** The LISTEN connection is new: give the entries its pid now. */
+  renewNow(): void;
+  delete(id: string, name: string): void;
   stop(): void;
 }
 
@@ -105,11 +115,17 @@ interface Entries {
 function renewedEntries(context: QueueContext): Entries {
   const { clock, call, sql, timeoutMs, waiterTtlMs } = context;
   const ids = new Set<string>();
+  const byName = new Map<string, Set<string>>();
   let timer: Timer | undefined;
   let stopped = false;
   const renew = () =>
     call('renew', true, (client) =>
-      query(client, sql.queueRenew, [[...ids], waiterTtlMs], timeoutMs),
+      query(
+        client,
+        sql.queueRenew,
+        [[...ids], waiterTtlMs, context.events.sessionPid ?? null],
+        timeoutMs,
+      ),
     ).catch(() => undefined);
   const schedule = () => {
     if (timer || stopped || ids.size === 0) return;
@@ -124,12 +140,27 @@ function renewedEntries(context: QueueContext): Entries {
     );
   };
   return {
-    add(id) {
+    add(id, name) {
       ids.add(id);
+      const mine = byName.get(name) ?? new Set<string>();
+      byName.set(name, mine.add(id));
       schedule();
     },
-    delete(id) {
+    first(name, id) {
+      let oldest: bigint | undefined;
+      for (const other of byName.get(name) ?? []) {
+        if (oldest === undefined || BigInt(other) < oldest) oldest = BigInt(other);
+      }
+      return oldest === BigInt(id);
+    },
+    renewNow() {
+      if (ids.size > 0 && !stopped) void renew();
+    },
+    delete(id, name) {
       ids.delete(id);
+      const mine = byName.get(name);
+      mine?.delete(id);
+      if (mine?.size === 0) byName.delete(name);
     },
     stop() {
       stopped = true;
@@ -176,7 +207,11 @@ class PostgresWaiter implements FairQueueDriver {
       events.watch(request.name, (event) => {
         if (event.type === 'acquired') return;
         this.promoted = undefined;
-        watcher.changed((step) => step.kind === 'holder');
+        // This server's oldest waiter also looks when it sleeps on an entry ahead: if that
+        // entry's server died (its connection is gone), nobody else would tell it before the
+        // entry's end. One look per server per release at most.
+        const first = this.id !== undefined && entries.first(request.name, this.id);
+        watcher.changed((step) => step.kind === 'holder' || first);
       }),
       events.watchQueue(request.name, ({ id, grantedMs }) => {
         const woken = watcher.changed((step) => step.kind === 'predecessor' && step.key === id);
@@ -219,7 +254,12 @@ class PostgresWaiter implements FairQueueDriver {
     const startedAt = clock.now();
     await this.context.listening(startedAt);
     const result = await call('acquire', true, (client) =>
-      query(client, sql.queueJoin, [...this.params(), waiterTtlMs], timeoutMs),
+      query(
+        client,
+        sql.queueJoin,
+        [...this.params(), waiterTtlMs, this.context.events.sessionPid ?? null],
+        timeoutMs,
+      ),
     );
     const row = result.rows[0] as JoinRow;
     if (row.token !== null) return this.granted(BigInt(row.token), startedAt);
@@ -260,9 +300,10 @@ class PostgresWaiter implements FairQueueDriver {
   }
 
   private setId(id: string | undefined): void {
-    if (this.id !== undefined) this.entries.delete(this.id);
+    const { name } = this.request;
+    if (this.id !== undefined) this.entries.delete(this.id, name);
     this.id = id;
-    if (id !== undefined) this.entries.add(id);
+    if (id !== undefined) this.entries.add(id, name);
   }
 
   /** What the statement found ahead of our entry: an entry, the holder, or nothing (again). */

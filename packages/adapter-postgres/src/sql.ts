@@ -69,6 +69,12 @@ export interface SqlParts {
   remaining(row: string): string;
   /** A `pg_notify` of one change, as a JSON object. */
   notify(type: string, row: string, ttl: string): string;
+  /**
+   * Whether the queue entry `row` is live: its end is ahead, and the connection it was made on
+   * (`pid`, the server's LISTEN connection) still exists. A pid reused by another connection
+   * keeps a dead server's entry live until its end, never longer.
+   */
+  liveEntry(row: string): string;
   /** A live waiter entry of `$1` exists (`extra`: a further condition on `w`). */
   waiting(extra?: string): string;
   /**
@@ -86,6 +92,8 @@ export function sqlParts(schema: string, prefix: string): SqlParts {
   const sameHolder =
     '(l.owner = EXCLUDED.owner AND ($4::text IS NULL OR l.key_hash IS NOT DISTINCT FROM $4::text))';
   const nextToken = `nextval('${schema}.${prefix}tokens')`;
+  const liveEntry = (row: string) =>
+    `(${row}.expires_at > clock_timestamp() AND (${row}.pid IS NULL OR EXISTS (SELECT 1 FROM pg_stat_get_activity(${row}.pid))))`;
   return {
     schema,
     prefix,
@@ -99,8 +107,9 @@ export function sqlParts(schema: string, prefix: string): SqlParts {
     // so it stays far below NOTIFY's 8000-byte payload limit.
     notify: (type, row, ttl) =>
       `pg_notify('${channel}', json_build_object('t', '${type}', 'n', ${row}.name, 'k', ${row}.token::text, 'o', ${row}.owner, 'ms', ${ttl})::text)`,
+    liveEntry,
     waiting: (extra = 'true') =>
-      `EXISTS (SELECT 1 FROM ${waiters} w WHERE w.name = $1 AND w.expires_at > clock_timestamp() AND ${extra})`,
+      `EXISTS (SELECT 1 FROM ${waiters} w WHERE w.name = $1 AND ${liveEntry('w')} AND ${extra})`,
     // ON CONFLICT DO UPDATE locks the conflicting row and evaluates the WHERE on its latest
     // committed version, so two servers racing for a name cannot both win, at READ COMMITTED.
     // An ended lease's row is overwritten here: the residue of a name that is locked again is

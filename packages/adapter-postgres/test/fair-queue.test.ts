@@ -128,49 +128,58 @@ describe.skipIf(!run)('postgres fair queue (acquireQueued)', () => {
     expect(await entries(name)).toEqual([]);
   });
 
-  it("a waiter's server killed mid-wait leaves no stuck turn: the next is granted, its entry is deleted", async () => {
-    buildForChild();
-    const waiterTtlMs = 600;
-    const backend = await open({ waiterTtlMs });
-    const name = lockName('killed');
-    const holder = await held(backend, name);
-    child = spawn(
-      process.execPath,
-      [
-        join(packageDir, 'test', 'fixtures', 'queue-waiter.mjs'),
-        postgres.url,
-        name,
-        `${waiterTtlMs}`,
-      ],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    let output = '';
-    child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
-    child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
-    await until(async () => (await entries(name)).length === 1, {
-      what: `the child's entry in the queue (${output})`,
-      timeoutMs: 10_000,
-    });
-    const behind = queued(backend, name, 'behind');
-    await untilQueued(name, 2);
-    const exited = new Promise<void>((resolve) => child!.once('exit', () => resolve()));
-    child.kill('SIGKILL');
-    await exited;
-    await backend.release({ name, token: holder.token });
-    const releasedAt = performance.now();
-    const result = await behind;
-    const waitedMs = performance.now() - releasedAt;
-    expect(result.granted && result.grant.owner).toBe('behind');
-    // Granted once the dead entry ended (its last renewal + waiterTtlMs), not at the holder's
-    // lease end (30 s) nor never.
-    expect(waitedMs).toBeLessThan(waiterTtlMs + 5_000);
-    expect(output).not.toContain('granted');
-    console.log(
-      `[postgres] a dead server's waiter held up the next one ${Math.round(waitedMs)} ms (waiterTtlMs ${waiterTtlMs})`,
-    );
-    if (result.granted) await backend.release({ name, token: result.grant.token });
-    expect(await entries(name)).toEqual([]);
-  });
+  // kill -9: the database drops the dead server's connection, so its entry stops counting at
+  // once (long before its end). SIGSTOP: the connection stays, the entry counts until its end.
+  it.each([
+    { how: 'killed (kill -9)', signal: 'SIGKILL', waiterTtlMs: 30_000 },
+    { how: 'paused (SIGSTOP)', signal: 'SIGSTOP', waiterTtlMs: 600 },
+  ] as const)(
+    "a waiter's server $how mid-wait leaves no stuck turn: the next is granted, its entry deleted",
+    async ({ how, signal, waiterTtlMs }) => {
+      buildForChild();
+      const backend = await open({ waiterTtlMs });
+      const name = lockName('dead-server');
+      const holder = await held(backend, name);
+      const proc = spawn(
+        process.execPath,
+        [
+          join(packageDir, 'test', 'fixtures', 'queue-waiter.mjs'),
+          postgres.url,
+          name,
+          `${waiterTtlMs}`,
+        ],
+        { stdio: ['ignore', 'pipe', 'pipe'] },
+      );
+      child = proc;
+      let output = '';
+      proc.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
+      proc.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
+      const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
+      await until(async () => (await entries(name)).length === 1, {
+        what: "the child's entry in the queue",
+        timeoutMs: 10_000,
+      });
+      const behind = queued(backend, name, 'behind');
+      await untilQueued(name, 2);
+      proc.kill(signal);
+      if (signal === 'SIGKILL') await exited;
+      await backend.release({ name, token: holder.token });
+      const releasedAt = performance.now();
+      const result = await behind;
+      const waitedMs = performance.now() - releasedAt;
+      proc.kill('SIGKILL');
+      await exited;
+      expect(result.granted && result.grant.owner).toBe('behind');
+      expect(output).not.toContain('granted');
+      // kill -9: before the dead entry's end (its connection is gone); SIGSTOP: at its end.
+      expect(waitedMs).toBeLessThan(signal === 'SIGKILL' ? waiterTtlMs : waiterTtlMs + 5_000);
+      console.log(
+        `[postgres] a waiter's server ${how} held up the next one ${Math.round(waitedMs)} ms (waiterTtlMs ${waiterTtlMs})`,
+      );
+      if (result.granted) await backend.release({ name, token: result.grant.token });
+      expect(await entries(name)).toEqual([]);
+    },
+  );
 
   it('an aborted wait deletes its entry, and the waiter behind it moves up', async () => {
     const a = await open();

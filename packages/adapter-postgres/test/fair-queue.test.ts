@@ -97,14 +97,29 @@ describe.skipIf(!run)('postgres fair queue (acquireQueued)', () => {
     expect((await entries(name)).map((entry) => entry.owner)).toEqual(
       Array.from({ length: 9 }, (_, i) => `w${i}`),
     );
-    // A try-lock on any server does not pass them, even once the lock is free.
-    expect((await servers[1]!.tryAcquire({ name, owner: 'jumper', ttlMs: 1_000 })).granted).toBe(
-      false,
-    );
     await servers[0]!.release({ name, token: holder.token });
     await Promise.all(waits);
     expect(order).toEqual(Array.from({ length: 9 }, (_, i) => `w${i}`));
     expect(await entries(name)).toEqual([]);
+  });
+
+  it('a try-lock does not take a free lock while an entry is live in its queue', async () => {
+    const backend = await open();
+    const name = lockName('no-jump');
+    // An entry as another server's waiter leaves it (no pid: its end alone counts).
+    await admin.query(
+      `INSERT INTO queue_waiters (id, name, owner, expires_at)
+        VALUES (nextval('queue_waiter_ids'), $1, 'elsewhere', clock_timestamp() + interval '1 minute')`,
+      [name],
+    );
+    expect(await backend.inspect(name)).toBeNull();
+    expect((await backend.tryAcquire({ name, owner: 'jumper', ttlMs: 1_000 })).granted).toBe(false);
+    // Ended: it no longer counts, and the lock is taken.
+    await admin.query(`UPDATE queue_waiters SET expires_at = clock_timestamp() WHERE name = $1`, [
+      name,
+    ]);
+    expect((await backend.tryAcquire({ name, owner: 'jumper', ttlMs: 1_000 })).granted).toBe(true);
+    await admin.query('DELETE FROM queue_waiters WHERE name = $1', [name]);
   });
 
   it('entries stay live and in order while their servers renew them, past many waiterTtlMs', async () => {

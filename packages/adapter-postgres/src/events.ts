@@ -43,10 +43,23 @@ export interface LockEventsOptions {
   heartbeatMs: number;
   /** The current holder, for lease-end checks and resynchronisation. */
   inspect: (name: string) => Promise<LockState | null>;
+  /** After the listening connection came back (events may have been missed meanwhile). */
+  onResync?: () => void;
 }
 
 export interface LockEvents {
   watch(name: string, listener: (event: LockEvent) => void): Unsubscribe;
+  /**
+   * Calls `listener` with every entry that leaves `name`'s fair queue: its id, and the lease
+   * it was granted (ms) when it left with the lock.
+   */
+  watchQueue(name: string, listener: (left: QueueDeparture) => void): Unsubscribe;
+  /**
+   * A change this server just committed (a release, an entry leaving the queue): its watchers
+   * hear it now, not a round trip later from the database; its NOTIFY is then not delivered
+   * again.
+   */
+  happened(change: Change): void;
   /** A lease this server granted or extended: its end is watched for when the name is. */
   noteLease(name: string, lease: Known, ttlMs: number): void;
   /** Learns the holder of a watched name whose grant was not seen here (a refused acquire). */
@@ -56,25 +69,42 @@ export interface LockEvents {
   readonly isListening: boolean;
   /** How many times the listening connection was (re)established. */
   readonly connects: number;
+  /** The database's process id of the listening connection, while there is one. */
+  readonly sessionPid: number | undefined;
   close(): Promise<void>;
 }
 
 interface Message {
-  t: 'acquired' | 'released' | 'revoked';
+  /** `left`: a fair-queue entry (id `k`) left the queue (granted or gone). */
+  t: 'acquired' | 'released' | 'revoked' | 'left';
   n: string;
   k: string;
   o: string;
   ms: number;
 }
 
+export interface QueueDeparture {
+  id: string;
+  grantedMs: number | undefined;
+}
+
+/** What `happened` takes: a change as its NOTIFY would carry it. */
+export type Change = Pick<Message, 't' | 'n' | 'k'> & Partial<Pick<Message, 'o' | 'ms'>>;
+
 const DIGITS = /^[0-9]+$/;
+
+/** At most this many changes per name wait for their NOTIFY to be recognised and skipped. */
+const MAX_HAPPENED = 32;
 
 function parse(payload: string | undefined): Message | undefined {
   if (!payload) return undefined;
   try {
     const message = JSON.parse(payload) as Partial<Message>;
     if (
-      (message.t === 'acquired' || message.t === 'released' || message.t === 'revoked') &&
+      (message.t === 'acquired' ||
+        message.t === 'released' ||
+        message.t === 'revoked' ||
+        message.t === 'left') &&
       typeof message.n === 'string' &&
       typeof message.k === 'string' &&
       DIGITS.test(message.k) &&
@@ -107,11 +137,19 @@ class PostgresLockEvents implements LockEvents {
       timer: undefined,
       version: 0,
     }),
-    dropped: (entry) => entry.timer?.cancel(),
+    dropped: (entry) => {
+      entry.timer?.cancel();
+      if (!this.queues.has(entry.name)) this.delivered.delete(entry.name);
+    },
   });
+  /** Per name, the listeners of its fair queue's departures. */
+  private readonly queues = new Map<string, Set<(left: QueueDeparture) => void>>();
+  /** Per name, the changes delivered by `happened` whose NOTIFY has not arrived yet. */
+  private readonly delivered = new Map<string, Set<string>>();
   private closed = false;
   private client: pg.PoolClient | undefined;
   private listeningNow = false;
+  private pid: number | undefined;
   private connectCount = 0;
   private heartbeat: Timer | undefined;
   private reconnectTimer: Timer | undefined;
@@ -132,8 +170,30 @@ class PostgresLockEvents implements LockEvents {
     return this.connectCount;
   }
 
+  get sessionPid(): number | undefined {
+    return this.listeningNow ? this.pid : undefined;
+  }
+
   watch(name: string, listener: (event: LockEvent) => void): Unsubscribe {
     return this.entries.watch(name, listener);
+  }
+
+  watchQueue(name: string, listener: (left: QueueDeparture) => void): Unsubscribe {
+    let listeners = this.queues.get(name);
+    if (!listeners) {
+      listeners = new Set();
+      this.queues.set(name, listeners);
+    }
+    const set = listeners;
+    set.add(listener);
+    return () => {
+      set.delete(listener);
+      if (set.size === 0 && this.queues.get(name) === set) {
+        this.queues.delete(name);
+        // Nobody hears of this name now: what was delivered early need not be remembered.
+        if (!this.entries.get(name)) this.delivered.delete(name);
+      }
+    };
   }
 
   noteLease(name: string, lease: Known, ttlMs: number): void {
@@ -162,6 +222,8 @@ class PostgresLockEvents implements LockEvents {
     this.heartbeat?.cancel();
     for (const entry of this.entries.entries()) entry.timer?.cancel();
     this.entries.clear();
+    this.queues.clear();
+    this.delivered.clear();
     const held = this.client;
     this.client = undefined;
     held?.release(true);
@@ -258,7 +320,41 @@ class PostgresLockEvents implements LockEvents {
     );
   }
 
+  happened(change: Change): void {
+    const { n: name } = change;
+    if (!this.entries.get(name) && !this.queues.get(name)) return;
+    let seen = this.delivered.get(name);
+    if (!seen) {
+      seen = new Set();
+      this.delivered.set(name, seen);
+    }
+    const key = `${change.t} ${change.k}`;
+    if (seen.has(key)) return;
+    seen.add(key);
+    // Bounded: a NOTIFY lost with the LISTEN connection is never recognised.
+    if (seen.size > MAX_HAPPENED) seen.delete(seen.values().next().value as string);
+    this.onMessage({ ms: 0, o: '', ...change });
+  }
+
+  /** A NOTIFY: delivered unless `happened` delivered it already. */
+  private onNotification(message: Message): void {
+    const seen = this.delivered.get(message.n);
+    if (seen?.delete(`${message.t} ${message.k}`)) {
+      if (seen.size === 0) this.delivered.delete(message.n);
+      return;
+    }
+    this.onMessage(message);
+  }
+
   private onMessage(message: Message): void {
+    if (message.t === 'left') {
+      const left: QueueDeparture = {
+        id: message.k,
+        grantedMs: message.o === 'granted' ? Number(message.ms) || 0 : undefined,
+      };
+      for (const listener of [...(this.queues.get(message.n) ?? [])]) listener(left);
+      return;
+    }
     const entry = this.entries.get(message.n);
     if (!entry) return;
     const token = BigInt(message.k);
@@ -304,9 +400,11 @@ class PostgresLockEvents implements LockEvents {
       opened.on('notification', (notification) => {
         if (notification.channel !== channel) return;
         const message = parse(notification.payload);
-        if (message) this.onMessage(message);
+        if (message) this.onNotification(message);
       });
       await query(opened, `LISTEN "${channel}"`, [], timeoutMs);
+      const session = await query(opened, 'SELECT pg_backend_pid() AS pid', [], timeoutMs);
+      this.pid = (session.rows[0] as { pid: number }).pid;
       return opened;
     } catch {
       // Not `client` yet, so `dropped` left it alone: released here, once.
@@ -329,7 +427,12 @@ class PostgresLockEvents implements LockEvents {
     this.connectCount += 1;
     this.beat(next);
     if (this.connectCount === 1) this.resolveListening();
-    else void this.resynchronise();
+    else {
+      // What was delivered early and not heard of since is not going to be heard of.
+      this.delivered.clear();
+      void this.resynchronise();
+      this.options.onResync?.();
+    }
   }
 
   private beat(on: pg.PoolClient): void {

@@ -15,6 +15,7 @@ import {
 import pg from 'pg';
 import { type Caller, createCaller, query } from './calls.js';
 import { createLockEvents, type LockEvents } from './events.js';
+import { type PostgresQueue, postgresQueue } from './queue.js';
 import { checkIdentifier, type Statements, statements } from './sql.js';
 
 export interface PostgresBackendOptions {
@@ -44,6 +45,12 @@ export interface PostgresBackendOptions {
   sweepMarginMs?: number;
   /** How often the LISTEN connection is checked for life. Default 5000. */
   heartbeatMs?: number;
+  /**
+   * How long a fair-queue entry outlives its dlm server: each server renews its entries every
+   * third of this, and an entry not renewed stops counting (and is deleted) once it ends. The
+   * longest a dead server's waiter holds up the queue. Default 10000.
+   */
+  waiterTtlMs?: number;
   clock?: Clock;
 }
 
@@ -87,6 +94,7 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
   const sweepLimit = positive(options.sweepLimit, 1_000, 'sweepLimit');
   const sweepMarginMs = positive(options.sweepMarginMs, 5_000, 'sweepMarginMs');
   const heartbeatMs = positive(options.heartbeatMs, 5_000, 'heartbeatMs');
+  const waiterTtlMs = positive(options.waiterTtlMs, 10_000, 'waiterTtlMs');
   if (options.pool && options.url) {
     throw new DlmError('INVALID_PARAMS', 'give either url or pool, not both', { field: 'url' });
   }
@@ -97,6 +105,7 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
   quietErrors(pool, ownsPool);
   const call = createCaller({ pool, clock, timeoutMs, before: schemaOnce(pool, sql, timeoutMs) });
   const inspect = (name: string) => readHolder({ sql, call, timeoutMs }, name);
+  let resync = () => {};
   const events = createLockEvents({
     pool,
     channel: sql.channel,
@@ -104,6 +113,8 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
     timeoutMs,
     heartbeatMs,
     inspect,
+    // Departures from the queue may have gone unheard: every waiter looks again.
+    onResync: () => resync(),
   });
   const p: Pg = {
     sql,
@@ -115,6 +126,8 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
     sweepTimer: undefined,
     closed: false,
   };
+  const queue = createQueue(p, waiterTtlMs);
+  resync = queue.resync;
   scheduleSweep(p);
 
   return {
@@ -136,6 +149,8 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
       return inspect(name);
     },
     watch: (name, listener) => events.watch(name, listener),
+    // Refused with UNAVAILABLE once closed (core's loop checks).
+    acquireQueued: (request) => queue.acquireQueued(request),
     revoke: (name) => revoke(p, name),
     list: (namePrefix) => list(p, namePrefix),
     sweep() {
@@ -146,6 +161,7 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
       if (p.closed) return;
       p.closed = true;
       p.sweepTimer?.cancel();
+      await queue.close();
       await events.close();
       if (ownsPool)
         await pool.end().catch((error: unknown) => {
@@ -163,9 +179,8 @@ function capabilities(): BackendCapabilities {
     // Committed rows and the sequence are WAL-logged (with synchronous_commit on, a commit
     // is on disk before it is acknowledged).
     durableAcrossRestart: true,
-    // Waiters are queued by each dlm server's core; a waiters table ordered by a sequence
-    // (a fair queue across servers) is not built yet.
-    fairQueue: false,
+    // A waiters table ordered by a sequence (queue-sql.ts): FIFO across dlm servers.
+    fairQueue: true,
     expiryEvents: true,
   };
 }
@@ -222,6 +237,20 @@ function schemaOnce(pool: pg.Pool, sql: Statements, timeoutMs: number): () => Pr
   };
 }
 
+function createQueue(p: Pg, waiterTtlMs: number): PostgresQueue {
+  return postgresQueue({
+    sql: p.sql,
+    call: p.call,
+    events: p.events,
+    clock: p.clock,
+    timeoutMs: p.timeoutMs,
+    waiterTtlMs,
+    isClosed: () => p.closed,
+    listening: (startedAt) => listeningWithin(p, startedAt),
+    release: (grant, keyHash) => release(p, { name: grant.name, token: grant.token, keyHash }),
+  });
+}
+
 /** What the primitives of one PostgreSQL backend share. */
 interface Pg {
   readonly sql: Statements;
@@ -255,11 +284,17 @@ async function readHolder(
   };
 }
 
+/** Ended leases' rows, then (within the same limit) queue entries of servers that stopped. */
 async function sweepNow(p: Pg): Promise<number> {
   const result = await p.call('sweep', true, (client) =>
     query(client, p.sql.sweep, [p.sweep.limit, p.sweep.marginMs], p.timeoutMs),
   );
-  return result.rowCount ?? 0;
+  const leases = result.rowCount ?? 0;
+  if (leases >= p.sweep.limit) return leases;
+  const entries = await p.call('sweep', true, (client) =>
+    query(client, p.sql.queueSweep, [p.sweep.limit - leases], p.timeoutMs),
+  );
+  return leases + (entries.rowCount ?? 0);
 }
 
 function scheduleSweep(p: Pg): void {
@@ -320,7 +355,11 @@ async function release(p: Pg, { name, token, keyHash }: HolderProof): Promise<bo
   const result = await p.call('release', true, (client) =>
     query(client, p.sql.release, [name, token.toString(), keyHash ?? null], p.timeoutMs),
   );
-  return (result.rows[0] as { live: boolean } | undefined)?.live === true;
+  const row = result.rows[0] as { live: boolean; owner: string } | undefined;
+  if (row?.live !== true) return false;
+  // This server's waiters need not wait for the NOTIFY to hear of it.
+  p.events.happened({ t: 'released', n: name, k: token.toString(), o: row.owner });
+  return true;
 }
 
 async function extend(

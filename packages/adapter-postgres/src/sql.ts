@@ -1,4 +1,5 @@
 import { DlmError } from '@dlm/core';
+import { ownLeaseOrNobodyQueued, queueSchema, queueStatements } from './queue-sql.js';
 
 /**
  * The adapter's SQL. Every primitive is ONE statement (autocommit), so it is atomic on its own,
@@ -28,7 +29,7 @@ export function checkIdentifier(value: string, field: string, allowEmpty: boolea
   );
 }
 
-export interface Statements {
+export interface Statements extends QueueStatements {
   /** The notification channel (an identifier, already quoted where SQL needs it). */
   channel: string;
   /** Run in one transaction at open; idempotent, serialised by an advisory lock. */
@@ -42,25 +43,106 @@ export interface Statements {
   sweep: string;
 }
 
+/** The statements of the cross-server fair queue (queue-sql.ts builds them). */
+export interface QueueStatements {
+  /** Take the free lock (nobody queued) or the caller's own again, else queue. */
+  queueJoin: string;
+  /** At the head: take the lock; else say what is ahead (or that the entry is gone). */
+  queueLook: string;
+  queueLeave: string;
+  /** Keeps the entries of a live server queued. */
+  queueRenew: string;
+  /** Bounded: removes entries whose server stopped renewing them. */
+  queueSweep: string;
+}
+
+/** The names and SQL fragments the lease and queue statements share. */
+export interface SqlParts {
+  schema: string;
+  prefix: string;
+  table: string;
+  waiters: string;
+  channel: string;
+  /** `nextval` of the token sequence. */
+  nextToken: string;
+  /** The lease remaining on `row`, in whole ms (at least 1). */
+  remaining(row: string): string;
+  /** A `pg_notify` of one change, as a JSON object. */
+  notify(type: string, row: string, ttl: string): string;
+  /**
+   * Whether the queue entry `row` is live: its end is ahead, and the connection it was made on
+   * (`pid`, the server's LISTEN connection) still exists. A pid reused by another connection
+   * keeps a dead server's entry live until its end, never longer.
+   */
+  liveEntry(row: string): string;
+  /** A live waiter entry of `$1` exists (`extra`: a further condition on `w`). */
+  waiting(extra?: string): string;
+  /**
+   * Grants `$1` to `$2` for `$3` ms with key hash `$4` (a new token), or refreshes the
+   * caller's own lease (the same token). `gate`: when a fresh grant is allowed at all;
+   * `conflictGate`: the same, re-checked on the row's latest version (`l`).
+   */
+  grant(gate: string, conflictGate: string): string;
+}
+
+export function sqlParts(schema: string, prefix: string): SqlParts {
+  const table = `"${schema}"."${prefix}leases"`;
+  const waiters = `"${schema}"."${prefix}waiters"`;
+  const channel = `${prefix}events`;
+  const sameHolder =
+    '(l.owner = EXCLUDED.owner AND ($4::text IS NULL OR l.key_hash IS NOT DISTINCT FROM $4::text))';
+  const nextToken = `nextval('${schema}.${prefix}tokens')`;
+  const liveEntry = (row: string) =>
+    `(${row}.expires_at > clock_timestamp() AND (${row}.pid IS NULL OR EXISTS (SELECT 1 FROM pg_stat_get_activity(${row}.pid))))`;
+  return {
+    schema,
+    prefix,
+    table,
+    waiters,
+    channel,
+    nextToken,
+    remaining: (row) =>
+      `greatest(1, ceil(extract(epoch from (${row}.expires_at - clock_timestamp())) * 1000))::bigint`,
+    // The message: one JSON object per change; names and owners are bounded by core's limits,
+    // so it stays far below NOTIFY's 8000-byte payload limit.
+    notify: (type, row, ttl) =>
+      `pg_notify('${channel}', json_build_object('t', '${type}', 'n', ${row}.name, 'k', ${row}.token::text, 'o', ${row}.owner, 'ms', ${ttl})::text)`,
+    liveEntry,
+    waiting: (extra = 'true') =>
+      `EXISTS (SELECT 1 FROM ${waiters} w WHERE w.name = $1 AND ${liveEntry('w')} AND ${extra})`,
+    // ON CONFLICT DO UPDATE locks the conflicting row and evaluates the WHERE on its latest
+    // committed version, so two servers racing for a name cannot both win, at READ COMMITTED.
+    // An ended lease's row is overwritten here: the residue of a name that is locked again is
+    // gone at its next grant. The same owner is the same holder only with the lease's key
+    // hash ($4; NULL: the owner alone).
+    grant: (
+      gate,
+      conflictGate,
+    ) => `INSERT INTO ${table} AS l (name, owner, token, expires_at, key_hash)
+        SELECT $1, $2, ${nextToken}, clock_timestamp() + $3::bigint * interval '1 millisecond', $4::text
+        WHERE ${gate}
+        ON CONFLICT (name) DO UPDATE SET
+          owner = EXCLUDED.owner,
+          token = CASE WHEN ${sameHolder} AND l.expires_at > clock_timestamp()
+                       THEN l.token ELSE EXCLUDED.token END,
+          key_hash = CASE WHEN ${sameHolder} AND l.expires_at > clock_timestamp()
+                          THEN l.key_hash ELSE EXCLUDED.key_hash END,
+          expires_at = EXCLUDED.expires_at
+        WHERE (l.expires_at <= clock_timestamp() OR ${sameHolder})
+          AND (${conflictGate} OR (${sameHolder} AND l.expires_at > clock_timestamp()))
+        RETURNING l.name, l.owner, l.token`,
+  };
+}
+
 /**
  * The statements for one `schema` and `prefix`. Parameters are always `$n` placeholders; only
  * the checked identifiers are spliced in.
  */
 export function statements(schema: string, prefix: string): Statements {
-  const table = `"${schema}"."${prefix}leases"`;
-  const sequence = `"${schema}"."${prefix}tokens"`;
-  const sequenceName = `${schema}.${prefix}tokens`;
-  const channel = `${prefix}events`;
+  const parts = sqlParts(schema, prefix);
+  const { table, channel, remaining, notify, waiting } = parts;
   // A request's key hash parameter matches the row's, or the request has none (token only).
   const keyMatches = (param: string) => `(${param}::text IS NULL OR key_hash = ${param}::text)`;
-  const sameHolder =
-    '(l.owner = EXCLUDED.owner AND ($4::text IS NULL OR l.key_hash IS NOT DISTINCT FROM $4::text))';
-  const remaining = (row: string) =>
-    `greatest(1, ceil(extract(epoch from (${row}.expires_at - clock_timestamp())) * 1000))::bigint`;
-  // The message: one JSON object per change; names and owners are bounded by core's limits, so
-  // it stays far below NOTIFY's 8000-byte payload limit.
-  const notify = (type: string, row: string, ttl: string) =>
-    `pg_notify('${channel}', json_build_object('t', '${type}', 'n', ${row}.name, 'k', ${row}.token::text, 'o', ${row}.owner, 'ms', ${ttl})::text)`;
   return {
     channel,
     schema: [
@@ -69,7 +151,7 @@ export function statements(schema: string, prefix: string): Statements {
       // A sequence never goes back, across restarts too (its state is WAL-logged; values handed
       // out ahead are skipped after a crash, never repeated). One sequence serves every name:
       // each name's tokens then still strictly increase.
-      `CREATE SEQUENCE IF NOT EXISTS ${sequence} AS bigint MINVALUE 1`,
+      `CREATE SEQUENCE IF NOT EXISTS "${schema}"."${prefix}tokens" AS bigint MINVALUE 1`,
       `CREATE TABLE IF NOT EXISTS ${table} (
         name text PRIMARY KEY,
         owner text NOT NULL,
@@ -81,26 +163,14 @@ export function statements(schema: string, prefix: string): Statements {
       `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS key_hash text`,
       // The sweep looks rows up by their end.
       `CREATE INDEX IF NOT EXISTS "${prefix}leases_expires_at" ON ${table} (expires_at)`,
+      ...queueSchema(parts),
     ],
-    // Insert, or take over the row when its lease has ended or it is the same owner's (then the
-    // same token, the lease refreshed). ON CONFLICT DO UPDATE locks the conflicting row and
-    // evaluates the WHERE on its latest committed version, so two servers racing for a name
-    // cannot both win, at READ COMMITTED. An ended lease's row is overwritten here: the residue
-    // of a name that is locked again is gone at its next grant. `nextval` runs on every attempt
-    // (refusals leave gaps, which fencing allows). The same owner is the same holder only with
-    // the lease's key hash ($4; NULL: the owner alone).
+    // A fresh grant (a free or ended lease) only while nobody is queued for the name, so a
+    // try-lock on any server never jumps the cross-server queue; the holder's own re-acquire
+    // refreshes its lease whatever waits. `nextval` runs on every attempt that may grant
+    // (refusals leave gaps, which fencing allows).
     acquire: `WITH granted AS (
-        INSERT INTO ${table} AS l (name, owner, token, expires_at, key_hash)
-        VALUES ($1, $2, nextval('${sequenceName}'), clock_timestamp() + $3::bigint * interval '1 millisecond', $4::text)
-        ON CONFLICT (name) DO UPDATE SET
-          owner = EXCLUDED.owner,
-          token = CASE WHEN ${sameHolder} AND l.expires_at > clock_timestamp()
-                       THEN l.token ELSE EXCLUDED.token END,
-          key_hash = CASE WHEN ${sameHolder} AND l.expires_at > clock_timestamp()
-                          THEN l.key_hash ELSE EXCLUDED.key_hash END,
-          expires_at = EXCLUDED.expires_at
-        WHERE l.expires_at <= clock_timestamp() OR ${sameHolder}
-        RETURNING l.name, l.owner, l.token
+        ${parts.grant(ownLeaseOrNobodyQueued(parts), `NOT ${waiting()}`)}
       ), told AS (
         SELECT ${notify('acquired', 'granted', '$3::bigint')} FROM granted
       )
@@ -116,7 +186,7 @@ export function statements(schema: string, prefix: string): Statements {
         DELETE FROM ${table} WHERE name = $1 AND token = $2 AND ${keyMatches('$3')}
         RETURNING name, owner, token, expires_at > clock_timestamp() AS live
       )
-      SELECT live, CASE WHEN live THEN ${notify('released', 'gone', '0')} END AS told FROM gone`,
+      SELECT live, owner, CASE WHEN live THEN ${notify('released', 'gone', '0')} END AS told FROM gone`,
     extend: `UPDATE ${table} SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
       WHERE name = $1 AND token = $2 AND ${keyMatches('$4')} AND expires_at > clock_timestamp()
       RETURNING owner`,
@@ -138,5 +208,6 @@ export function statements(schema: string, prefix: string): Statements {
         WHERE expires_at < clock_timestamp() - $2::bigint * interval '1 millisecond'
         LIMIT $1::int FOR UPDATE SKIP LOCKED
       )`,
+    ...queueStatements(parts),
   };
 }

@@ -1,0 +1,118 @@
+import type { QueueStatements, SqlParts } from './sql.js';
+
+/**
+ * The SQL of the cross-server fair queue: a waiters table ordered by a sequence. A waiter's
+ * place is its entry's id (`nextval` of `<prefix>waiter_ids`, taken when it joins); the head is
+ * the live entry with the smallest id. An entry is live while its `expires_at` (on the
+ * database's clock) is ahead: the dlm server that made it renews all of its entries every third
+ * of `waiterTtlMs`, so the entries of a server that died (or cannot reach the database) stop
+ * counting within `waiterTtlMs`, and are deleted by the next look behind them or the sweep. An
+ * entry also records the database process id of its server's LISTEN connection: when a dlm
+ * server dies, the database drops its connections, and its entries stop counting at once.
+ *
+ * Every step is ONE statement (autocommit, READ COMMITTED): join (take the lock when nobody is
+ * queued, else queue), look (at the head, take the lock and leave the queue in the same
+ * statement; else report the entry ahead), leave, renew. A grant re-checks the lease row under
+ * its row lock (`ON CONFLICT DO UPDATE … WHERE`), so the queue orders waiters and the lease row
+ * still guarantees that only one holds the lock.
+ */
+
+/** A fresh grant is allowed when nobody is queued for `$1`, or the lease is the caller's own. */
+export function ownLeaseOrNobodyQueued(parts: SqlParts): string {
+  return `(NOT ${parts.waiting()} OR EXISTS (
+      SELECT 1 FROM ${parts.table} h
+      WHERE h.name = $1 AND h.owner = $2 AND ($4::text IS NULL OR h.key_hash IS NOT DISTINCT FROM $4::text)
+        AND h.expires_at > clock_timestamp()))`;
+}
+
+export function queueSchema({ schema, prefix, waiters }: SqlParts): string[] {
+  return [
+    `CREATE SEQUENCE IF NOT EXISTS "${schema}"."${prefix}waiter_ids" AS bigint MINVALUE 1`,
+    `CREATE TABLE IF NOT EXISTS ${waiters} (
+        id bigint PRIMARY KEY,
+        name text NOT NULL,
+        owner text NOT NULL,
+        key_hash text,
+        expires_at timestamptz NOT NULL,
+        pid int
+      )`,
+    // Tables made by earlier builds gain the connection's pid (NULL: the end alone counts).
+    `ALTER TABLE ${waiters} ADD COLUMN IF NOT EXISTS pid int`,
+    // Looks find the entry ahead by (name, id).
+    `CREATE INDEX IF NOT EXISTS "${prefix}waiters_name_id" ON ${waiters} (name, id)`,
+  ];
+}
+
+const HOLDER = (parts: SqlParts) =>
+  `(SELECT ${parts.remaining('h')} FROM ${parts.table} h WHERE h.name = $1 AND h.expires_at > clock_timestamp())`;
+
+/** Deletes entries, for a `left` NOTIFY whose `o` says why (`granted`, or '' for gone). */
+const LEFT = (parts: SqlParts, from: string, why: '' | 'granted') =>
+  `DELETE FROM ${parts.waiters} WHERE ${from} RETURNING name, id AS token, '${why}' AS owner`;
+
+/**
+ * Parameters: `$1` name, `$2` owner, `$3` lease ms, `$4` key hash; join: `$5` the entry's ms;
+ * and `$6` the pid of this server's LISTEN connection (NULL while it has none); look: `$5` the
+ * entry's id; leave: `$1` the id; renew: `$1` ids, `$2` ms, `$3` the pid; sweep: `$1` limit.
+ */
+export function queueStatements(parts: SqlParts): QueueStatements {
+  const { schema, prefix, waiters, notify, remaining, liveEntry } = parts;
+  const entryEnds = (ms: string) => `clock_timestamp() + ${ms}::bigint * interval '1 millisecond'`;
+  return {
+    // The newest live entry (read in the statement's snapshot) is the one ahead of ours.
+    queueJoin: `WITH last AS (
+        SELECT id, expires_at FROM ${waiters} w
+        WHERE name = $1 AND ${liveEntry('w')} ORDER BY id DESC LIMIT 1
+      ), granted AS (
+        ${parts.grant(ownLeaseOrNobodyQueued(parts), `NOT ${parts.waiting()}`)}
+      ), queued AS (
+        INSERT INTO ${waiters} (id, name, owner, key_hash, expires_at, pid)
+        SELECT nextval('${schema}.${prefix}waiter_ids'), $1, $2, $4::text, ${entryEnds('$5')}, $6::int
+        WHERE NOT EXISTS (SELECT 1 FROM granted)
+        RETURNING id
+      ), told AS (
+        SELECT ${notify('acquired', 'granted', '$3::bigint')} FROM granted
+      )
+      SELECT (SELECT token::text FROM granted) AS token,
+             (SELECT id::text FROM queued) AS waiter,
+             (SELECT id::text FROM last) AS ahead,
+             (SELECT ${remaining('last')} FROM last) AS ahead_ms,
+             ${HOLDER(parts)} AS holder_ms,
+             (SELECT count(*) FROM told) AS told`,
+    // Entries ahead that are no longer live are deleted on the way (SKIP LOCKED: never waits),
+    // each announced, so that a waiter asleep behind one wakes. Our own entry counts while its
+    // end is ahead: after our LISTEN connection was made again, the next renewal gives it the
+    // new connection.
+    queueLook: `WITH me AS (
+        SELECT id FROM ${waiters} WHERE id = $5 AND name = $1 AND expires_at > clock_timestamp()
+      ), ahead AS (
+        SELECT id, expires_at FROM ${waiters} w
+        WHERE name = $1 AND id < $5 AND ${liveEntry('w')} ORDER BY id DESC LIMIT 1
+      ), stale AS (
+        ${LEFT(parts, `id IN (SELECT id FROM ${waiters} w WHERE name = $1 AND id < $5 AND NOT ${liveEntry('w')} FOR UPDATE SKIP LOCKED)`, '')}
+      ), granted AS (
+        ${parts.grant('EXISTS (SELECT 1 FROM me) AND NOT EXISTS (SELECT 1 FROM ahead)', 'true')}
+      ), gone AS (
+        ${LEFT(parts, 'id = $5 AND EXISTS (SELECT 1 FROM granted)', 'granted')}
+      ), told AS (
+        SELECT ${notify('acquired', 'granted', '$3::bigint')} FROM granted
+        UNION ALL SELECT ${notify('left', 'gone', '$3::bigint')} FROM gone
+        UNION ALL SELECT ${notify('left', 'stale', '0')} FROM stale
+      )
+      SELECT EXISTS (SELECT 1 FROM me) AS mine,
+             (SELECT token::text FROM granted) AS token,
+             (SELECT id::text FROM ahead) AS ahead,
+             (SELECT ${remaining('ahead')} FROM ahead) AS ahead_ms,
+             ${HOLDER(parts)} AS holder_ms,
+             (SELECT count(*) FROM told) AS changed`,
+    queueLeave: `WITH gone AS (${LEFT(parts, 'id = $1', '')})
+      SELECT ${notify('left', 'gone', '0')} AS told FROM gone`,
+    queueRenew: `UPDATE ${waiters} SET expires_at = ${entryEnds('$2')}, pid = coalesce($3::int, pid)
+      WHERE id = ANY($1::bigint[]) AND expires_at > clock_timestamp()
+      RETURNING id::text AS id`,
+    queueSweep: `DELETE FROM ${waiters} WHERE id IN (
+        SELECT id FROM ${waiters} w WHERE NOT ${liveEntry('w')}
+        LIMIT $1::int FOR UPDATE SKIP LOCKED
+      )`,
+  };
+}

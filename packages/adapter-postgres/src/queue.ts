@@ -1,0 +1,339 @@
+import {
+  type AcquireRequest,
+  type AcquireResult,
+  type Clock,
+  createFairQueue,
+  DlmError,
+  type FairQueueDriver,
+  type Grant,
+  type QueueStep,
+  type QueueWatcher,
+  type Timer,
+  type Unsubscribe,
+} from '@dlm/core';
+import { type Caller, query } from './calls.js';
+import type { LockEvents } from './events.js';
+import type { Statements } from './sql.js';
+
+/**
+ * The cross-server fair queue on PostgreSQL: core's wait loop (`createFairQueue`) over a driver
+ * whose queue is the waiters table (queue-sql.ts). A waiter sleeps on the entry just ahead of
+ * its own (a `left` notification wakes only the waiter behind it) or, at the head, on the holder
+ * (its release, revocation or expiry event, with the holder's remaining lease as the fallback
+ * timer). An entry ahead whose dlm server stopped renewing it stops counting at its end on the
+ * database's clock: a timer at that end makes the waiter look again (the look deletes it).
+ */
+
+/** What the queue needs from the backend it belongs to. */
+export interface QueueContext {
+  sql: Statements;
+  call: Caller;
+  events: LockEvents;
+  clock: Clock;
+  timeoutMs: number;
+  /** How long an entry stays live without its server's renewal. */
+  waiterTtlMs: number;
+  isClosed(): boolean;
+  /** Resolves once the first LISTEN is in place (rejects after the call's bound). */
+  listening(startedAt: number): Promise<void>;
+  /** Gives back a lease granted too late to be reported. */
+  release(grant: Grant, keyHash: string | undefined): Promise<unknown>;
+}
+
+export interface PostgresQueue {
+  acquireQueued(request: AcquireRequest & { signal: AbortSignal }): Promise<AcquireResult>;
+  /**
+   * The LISTEN connection came back: the entries get its pid, and every sleeping waiter looks
+   * again (departures may have gone unheard).
+   */
+  resync(): void;
+  /** Wakes every waiter to find the backend closed, and waits until they have left. */
+  close(): Promise<void>;
+}
+
+/** After an entry ahead should have ended, look this much later (its end is the database's). */
+const AHEAD_SLACK_MS = 100;
+
+/** While closing, how often waiters still running are woken again. */
+const CLOSE_RECHECK_MS = 20;
+
+export function postgresQueue(context: QueueContext): PostgresQueue {
+  const entries = renewedEntries(context);
+  const queue = createFairQueue({
+    clock: context.clock,
+    backend: 'PostgreSQL',
+    isClosed: context.isClosed,
+    // Releases and expiries arrive as events; the timer only covers a missed one.
+    expirySlackMs: 250,
+    driver: (request, watcher) => new PostgresWaiter(context, entries, request, watcher),
+  });
+  const running = new Set<Promise<unknown>>();
+  return {
+    acquireQueued(request) {
+      const run = queue.acquireQueued(request);
+      const done = () => running.delete(run);
+      running.add(run);
+      run.then(done, done);
+      return run;
+    },
+    resync() {
+      entries.renewNow();
+      queue.wakeAll();
+    },
+    async close() {
+      // A waiter that was looking when woken goes to sleep after: wake again until all are out.
+      while (running.size > 0) {
+        queue.wakeAll();
+        await new Promise<void>((resolve) => {
+          const timer = context.clock.setTimer(resolve, CLOSE_RECHECK_MS);
+          void Promise.allSettled([...running]).then(() => {
+            timer.cancel();
+            resolve();
+          });
+        });
+      }
+      entries.stop();
+    },
+  };
+}
+
+interface Entries {
+  add(id: string, name: string): void;
+  /** Whether `id` is the oldest of this server's entries for `name`. */
+  first(name: string, id: string): boolean;
+  /** The LISTEN connection is new: give the entries its pid now. */
+  renewNow(): void;
+  delete(id: string, name: string): void;
+  stop(): void;
+}
+
+/**
+ * This server's queue entries, renewed every third of `waiterTtlMs` in one statement while
+ * there are any. An entry no longer renewed (its waiter left, or this server died) ends within
+ * `waiterTtlMs`; a renewal never brings back one that already ended (others may have passed it).
+ */
+function renewedEntries(context: QueueContext): Entries {
+  const { clock, call, sql, timeoutMs, waiterTtlMs } = context;
+  const ids = new Set<string>();
+  const byName = new Map<string, Set<string>>();
+  let timer: Timer | undefined;
+  let stopped = false;
+  const renew = () =>
+    call('renew', true, (client) =>
+      query(
+        client,
+        sql.queueRenew,
+        [[...ids], waiterTtlMs, context.events.sessionPid ?? null],
+        timeoutMs,
+      ),
+    ).catch(() => undefined);
+  const schedule = () => {
+    if (timer || stopped || ids.size === 0) return;
+    timer = clock.setTimer(
+      () => {
+        void renew().finally(() => {
+          timer = undefined;
+          schedule();
+        });
+      },
+      Math.max(1, Math.floor(waiterTtlMs / 3)),
+    );
+  };
+  return {
+    add(id, name) {
+      ids.add(id);
+      const mine = byName.get(name) ?? new Set<string>();
+      byName.set(name, mine.add(id));
+      schedule();
+    },
+    first(name, id) {
+      let oldest: bigint | undefined;
+      for (const other of byName.get(name) ?? []) {
+        if (oldest === undefined || BigInt(other) < oldest) oldest = BigInt(other);
+      }
+      return oldest === BigInt(id);
+    },
+    renewNow() {
+      if (ids.size > 0 && !stopped) void renew();
+    },
+    delete(id, name) {
+      ids.delete(id);
+      const mine = byName.get(name);
+      mine?.delete(id);
+      if (mine?.size === 0) byName.delete(name);
+    },
+    stop() {
+      stopped = true;
+      timer?.cancel();
+    },
+  };
+}
+
+interface AheadRow {
+  ahead: string | null;
+  ahead_ms: string | null;
+  holder_ms: string | null;
+}
+
+interface JoinRow extends AheadRow {
+  token: string | null;
+  waiter: string | null;
+}
+
+interface LookRow extends AheadRow {
+  mine: boolean;
+  token: string | null;
+}
+
+/** One queued acquire: its entry's id while queued, and what it sleeps on. */
+class PostgresWaiter implements FairQueueDriver {
+  private id: string | undefined;
+  private aheadTimer: Timer | undefined;
+  /**
+   * The entry we slept on left with the lock, and nothing was heard of the lock since: we are
+   * at the head behind a holder whose lease is this long, known without asking the database.
+   */
+  private promoted: { ttlMs: number } | undefined;
+  private readonly unsubscribe: Unsubscribe[];
+
+  constructor(
+    private readonly context: QueueContext,
+    private readonly entries: Entries,
+    private readonly request: AcquireRequest,
+    private readonly watcher: QueueWatcher,
+  ) {
+    const { events } = context;
+    this.unsubscribe = [
+      events.watch(request.name, (event) => {
+        if (event.type === 'acquired') return;
+        this.promoted = undefined;
+        // This server's oldest waiter also looks when it sleeps on an entry ahead: if that
+        // entry's server died (its connection is gone), nobody else would tell it before the
+        // entry's end. One look per server per release at most.
+        const first = this.id !== undefined && entries.first(request.name, this.id);
+        watcher.changed((step) => step.kind === 'holder' || first);
+      }),
+      events.watchQueue(request.name, ({ id, grantedMs }) => {
+        const woken = watcher.changed((step) => step.kind === 'predecessor' && step.key === id);
+        if (woken && grantedMs !== undefined) this.promoted = { ttlMs: grantedMs };
+      }),
+    ];
+  }
+
+  queued(): boolean {
+    return this.id !== undefined;
+  }
+
+  stop(): void {
+    for (const stop of this.unsubscribe) stop();
+    this.aheadTimer?.cancel();
+  }
+
+  /** If this fails, the entry is no longer renewed: it ends within `waiterTtlMs`. */
+  async leave(): Promise<void> {
+    const id = this.id;
+    this.setId(undefined);
+    const { call, sql, timeoutMs } = this.context;
+    await call('dequeue', true, (client) => query(client, sql.queueLeave, [id], timeoutMs));
+    this.left(id);
+  }
+
+  /** Our entry left the queue: this server's waiter behind it hears so at once. */
+  private left(id: string | undefined, grantedMs?: number): void {
+    if (id === undefined) return;
+    const { name } = this.request;
+    this.context.events.happened(
+      grantedMs === undefined
+        ? { t: 'left', n: name, k: id }
+        : { t: 'left', n: name, k: id, o: 'granted', ms: grantedMs },
+    );
+  }
+
+  async join(): Promise<QueueStep> {
+    const { call, sql, clock, timeoutMs, waiterTtlMs } = this.context;
+    const startedAt = clock.now();
+    await this.context.listening(startedAt);
+    const result = await call('acquire', true, (client) =>
+      query(
+        client,
+        sql.queueJoin,
+        [...this.params(), waiterTtlMs, this.context.events.sessionPid ?? null],
+        timeoutMs,
+      ),
+    );
+    const row = result.rows[0] as JoinRow;
+    if (row.token !== null) return this.granted(BigInt(row.token), startedAt);
+    if (row.waiter === null) return { kind: 'again' };
+    this.setId(row.waiter);
+    return this.sleepOn(row);
+  }
+
+  async look(): Promise<QueueStep> {
+    const promoted = this.promoted;
+    this.promoted = undefined;
+    // The grant's own statement checks everything again when the holder goes.
+    if (promoted) return { kind: 'holder', ttlRemainingMs: promoted.ttlMs };
+    const { call, sql, clock, timeoutMs } = this.context;
+    const startedAt = clock.now();
+    const result = await call('acquire', true, (client) =>
+      query(client, sql.queueLook, [...this.params(), this.id], timeoutMs),
+    );
+    const row = result.rows[0] as LookRow;
+    if (row.token !== null) {
+      // The statement deleted our entry with the grant.
+      this.left(this.id, this.request.ttlMs);
+      this.setId(undefined);
+      return this.granted(BigInt(row.token), startedAt);
+    }
+    if (!row.mine) {
+      // Our entry ended (this server could not renew it in time): others passed it, so join
+      // again at the back, once what is left of it is gone.
+      await this.leave();
+      return { kind: 'again' };
+    }
+    return this.sleepOn(row);
+  }
+
+  private params(): unknown[] {
+    const { name, owner, ttlMs, keyHash } = this.request;
+    return [name, owner, ttlMs, keyHash ?? null];
+  }
+
+  private setId(id: string | undefined): void {
+    const { name } = this.request;
+    if (this.id !== undefined) this.entries.delete(this.id, name);
+    this.id = id;
+    if (id !== undefined) this.entries.add(id, name);
+  }
+
+  /** What the statement found ahead of our entry: an entry, the holder, or nothing (again). */
+  private sleepOn(row: AheadRow): QueueStep {
+    this.promoted = undefined;
+    this.aheadTimer?.cancel();
+    this.aheadTimer = undefined;
+    if (row.ahead !== null) {
+      const key = row.ahead;
+      // Renewed by a live server before then: the look finds it live and we sleep on.
+      this.aheadTimer = this.context.clock.setTimer(
+        () => this.watcher.changed((step) => step.kind === 'predecessor' && step.key === key),
+        Number(row.ahead_ms) + AHEAD_SLACK_MS,
+      );
+      return { kind: 'predecessor', key };
+    }
+    if (row.holder_ms !== null) return { kind: 'holder', ttlRemainingMs: Number(row.holder_ms) };
+    return { kind: 'again' };
+  }
+
+  /** No grant is reported whose lease may already have run out. */
+  private async granted(token: bigint, startedAt: number): Promise<QueueStep> {
+    const { name, owner, ttlMs, keyHash } = this.request;
+    const { clock, events } = this.context;
+    const grant: Grant = { name, owner, token, ttlMs };
+    events.noteLease(name, { token, owner }, ttlMs);
+    if (clock.now() - startedAt < ttlMs) return { kind: 'granted', grant };
+    await this.context.release(grant, keyHash).catch(() => undefined);
+    throw new DlmError('UNAVAILABLE', 'PostgreSQL answered after the lease had already run out', {
+      indeterminate: true,
+    });
+  }
+}

@@ -21,6 +21,8 @@ export {
   type RedisBackendOptions,
   redisBackend,
 } from './redis-backend.js';
+export type { ReplicaOptions } from './replicas.js';
+export type { SentinelAddress } from './sentinel.js';
 export {
   createRedisNode,
   type NodeAcquireResult,

@@ -12,8 +12,10 @@ import { within } from './command-bounds.js';
 import { createCommandConnection, createSubscriberConnection, databaseOf } from './connections.js';
 import { createLockEvents, subscribedWithin } from './lock-events.js';
 import { createRedisNode } from './redis-node.js';
+import { type ReplicaOptions, replicaWait } from './replicas.js';
+import { createSentinelConnection, parseSentinels, type SentinelAddress } from './sentinel.js';
 
-export interface RedisBackendOptions {
+export interface RedisBackendOptions extends ReplicaOptions {
   /**
    * Your own ioredis client. It stays yours (`close()` leaves it open). Give it
    * `enableOfflineQueue: false`, `autoResendUnfulfilledCommands: false` and
@@ -23,8 +25,19 @@ export interface RedisBackendOptions {
    * with `duplicate()`.
    */
   client?: Redis;
-  /** `redis://[:password@]host:port[/db]`, used when no `client` is given. Default `redis://127.0.0.1:6379`. */
+  /**
+   * `redis://[:password@]host:port[/db]`, used when no `client` is given. Default
+   * `redis://127.0.0.1:6379`. With `sentinels`, only its password and database are used.
+   */
   url?: string;
+  /**
+   * Redis Sentinel: the sentinels (`host:port` or `{ host, port }`) to ask for the master named
+   * `sentinelName`; the adapter follows the master they name after a failover. A failover can
+   * lose the last writes (replication is asynchronous): see `minReplicas`.
+   */
+  sentinels?: ReadonlyArray<string | SentinelAddress>;
+  /** The master's name the sentinels monitor (`sentinel monitor NAME …`); required with `sentinels`. */
+  sentinelName?: string;
   /** Put in front of every key and the event channel. Default `dlm:`. No `{` or `}`. */
   prefix?: string;
   /** The longest any call may take before it fails with UNAVAILABLE. Default 2000. */
@@ -109,9 +122,23 @@ export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
   const { prefix, commandTimeoutMs, fenceRetentionMs } = checkCommonOptions(options);
   const clock = options.clock ?? systemClock;
   const ownsClient = options.client === undefined;
+  const sentinels = options.sentinels === undefined ? undefined : parseSentinels(options.sentinels);
   const client =
     options.client ??
-    createCommandConnection(options.url ?? 'redis://127.0.0.1:6379', commandTimeoutMs);
+    (sentinels
+      ? createSentinelConnection({
+          sentinels,
+          name: options.sentinelName ?? '',
+          timeoutMs: commandTimeoutMs,
+          ...(options.url === undefined ? {} : { url: options.url }),
+        })
+      : createCommandConnection(options.url ?? 'redis://127.0.0.1:6379', commandTimeoutMs));
+  const replicas = replicaWait(client, clock, commandTimeoutMs, options);
+  /**
+   * Strict unless a failover may lose the last grant: through Sentinel without `minReplicas`
+   * the promoted replica may lack the fence key, and its clock alone then orders the tokens.
+   */
+  const fencing = sentinels && !replicas ? 'best-effort' : 'strict';
   const node = createRedisNode({
     client,
     prefix,
@@ -171,7 +198,7 @@ export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
 
     get capabilities(): BackendCapabilities {
       return {
-        fencing: 'strict',
+        fencing,
         minTtlMs: 1,
         ttlGranularityMs: 1,
         durableAcrossRestart: durable,
@@ -197,18 +224,22 @@ export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
       if (!events.isSubscribed) await subscribedWithin(clock, events, commandTimeoutMs, startedAt);
       const result = await node.acquire(name, owner, keyHash, ttlMs, startedAt);
       if (!result.granted) return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
+      await replicas?.confirm('acquire');
       events.noteGrant(name, result.token);
       return { granted: true, grant: { name, owner, token: result.token, ttlMs } };
     },
 
     async release({ name, token, keyHash }) {
       assertOpen();
-      return node.release(name, token, keyHash);
+      const released = await node.release(name, token, keyHash);
+      if (released) await replicas?.confirm('release');
+      return released;
     },
 
     async extend({ name, token, ttlMs, keyHash }) {
       assertOpen();
       const owner = await node.extend(name, token, keyHash, ttlMs);
+      if (owner !== null) await replicas?.confirm('extend');
       return owner === null ? null : { name, owner, token, ttlMs };
     },
 
@@ -219,7 +250,9 @@ export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
 
     async revoke(name) {
       assertOpen();
-      return (await node.revoke(name)) !== null;
+      const revoked = (await node.revoke(name)) !== null;
+      if (revoked) await replicas?.confirm('revoke');
+      return revoked;
     },
 
     async list(namePrefix) {

@@ -30,6 +30,14 @@ export {
 } from './provider.js';
 export { pingRedis, type RedisOptions, type RedisService } from './redis.js';
 export {
+  type RedisSentinelOptions,
+  type RedisSentinelService,
+  redisSentinelAvailable,
+  redisSentinelManaged,
+  type SentinelAddress,
+  startRedisSentinel,
+} from './redis-sentinel.js';
+export {
   etcdAvailable,
   etcdManaged,
   redisAvailable,

@@ -15,7 +15,18 @@ import type { ServerOptions } from './server.js';
 
 export type BackendConfig =
   | { kind: 'embedded'; dataDir: string | null }
-  | { kind: 'redis'; url: string; durable?: boolean }
+  | {
+      kind: 'redis';
+      /** Without `sentinels` the server; with them only its password and database are used. */
+      url?: string;
+      durable?: boolean;
+      /** Redis Sentinel: `host:port` of each sentinel, and the master's name they monitor. */
+      sentinels?: string[];
+      sentinelName?: string;
+      /** Replicas that must confirm (WAIT) each write, and how long WAIT waits (ms). */
+      minReplicas?: number;
+      replicaTimeoutMs?: number;
+    }
   | { kind: 'redlock'; urls: string[] }
   | { kind: 'etcd'; endpoints: string[] }
   | { kind: 'zookeeper'; connect: string }
@@ -68,6 +79,13 @@ Options (each has an environment variable; flags win):
   --redis-url URL          redis: e.g. redis://127.0.0.1:6379 (DLM_REDIS_URL)
   --redis-durable          redis: it runs with appendonly yes + appendfsync always, so locks and
                            fencing tokens survive its restart (DLM_REDIS_DURABLE=1)
+  --redis-sentinels H:P,H:P  redis: ask these sentinels for the master instead of --redis-url
+                           (DLM_REDIS_SENTINELS), with --redis-sentinel-name NAME: the master
+                           they monitor (DLM_REDIS_SENTINEL_NAME)
+  --redis-min-replicas N   redis: report a grant, extend or release only once N replicas have it
+                           (WAIT), else UNAVAILABLE (DLM_REDIS_MIN_REPLICAS, default 0)
+  --redis-replica-timeout-ms N  redis: how long WAIT waits for them
+                           (DLM_REDIS_REPLICA_TIMEOUT_MS, default 500)
   --redlock-urls U1,U2,U3  redlock: independent Redis nodes (DLM_REDLOCK_URLS)
   --etcd-endpoints E1,E2   etcd: client URLs (DLM_ETCD_ENDPOINTS)
   --zk-connect H:P,H:P     zookeeper: connect string (DLM_ZK_CONNECT)
@@ -128,6 +146,10 @@ const BACKEND_FLAGS: Readonly<Record<string, BackendConfig['kind']>> = {
   'data-dir': 'embedded',
   'redis-url': 'redis',
   'redis-durable': 'redis',
+  'redis-sentinels': 'redis',
+  'redis-sentinel-name': 'redis',
+  'redis-min-replicas': 'redis',
+  'redis-replica-timeout-ms': 'redis',
   'redlock-urls': 'redlock',
   'etcd-endpoints': 'etcd',
   'zk-connect': 'zookeeper',
@@ -141,6 +163,10 @@ const SERVER_FLAGS = {
   memory: { type: 'boolean' },
   'redis-url': { type: 'string' },
   'redis-durable': { type: 'boolean' },
+  'redis-sentinels': { type: 'string' },
+  'redis-sentinel-name': { type: 'string' },
+  'redis-min-replicas': { type: 'string' },
+  'redis-replica-timeout-ms': { type: 'string' },
   'redlock-urls': { type: 'string' },
   'etcd-endpoints': { type: 'string' },
   'zk-connect': { type: 'string' },
@@ -266,11 +292,7 @@ function parseBackend(from: Sources): BackendConfig {
       return { kind, dataDir: memory ? null : (dataDir ?? defaultDataDir(env)) };
     }
     case 'redis':
-      return {
-        kind,
-        url: list(flag('redis-url') ?? env.DLM_REDIS_URL, '--redis-url')[0]!,
-        durable: from.on('redis-durable', 'DLM_REDIS_DURABLE'),
-      };
+      return parseRedis(from);
     case 'redlock':
       return { kind, urls: list(flag('redlock-urls') ?? env.DLM_REDLOCK_URLS, '--redlock-urls') };
     case 'etcd':
@@ -294,6 +316,45 @@ function parseBackend(from: Sources): BackendConfig {
         `--backend must be embedded|redis|redlock|etcd|zookeeper|postgres, got ${kind}`,
       );
   }
+}
+
+/** `--backend redis`: one server by URL, or the master that Sentinel names. */
+function parseRedis(from: Sources): BackendConfig {
+  const { flag, env } = from;
+  const sentinelList = flag('redis-sentinels') ?? env.DLM_REDIS_SENTINELS;
+  const urlText = flag('redis-url') ?? env.DLM_REDIS_URL;
+  const minReplicas = flag('redis-min-replicas') ?? env.DLM_REDIS_MIN_REPLICAS;
+  const replicaTimeout = flag('redis-replica-timeout-ms') ?? env.DLM_REDIS_REPLICA_TIMEOUT_MS;
+  const common = {
+    durable: from.on('redis-durable', 'DLM_REDIS_DURABLE'),
+    ...(minReplicas === undefined
+      ? {}
+      : { minReplicas: parseInteger(minReplicas, '--redis-min-replicas', { min: 0 }) }),
+    ...(replicaTimeout === undefined
+      ? {}
+      : { replicaTimeoutMs: parseInteger(replicaTimeout, '--redis-replica-timeout-ms') }),
+  };
+  if (sentinelList === undefined) {
+    if (flag('redis-sentinel-name') !== undefined)
+      throw new UsageError('--redis-sentinel-name needs --redis-sentinels');
+    return { kind: 'redis', url: list(urlText, '--redis-url')[0]!, ...common };
+  }
+  const sentinels = list(sentinelList, '--redis-sentinels');
+  for (const item of sentinels) {
+    const port = Number(/^[^:\s]+:(\d+)$/.exec(item)?.[1] ?? Number.NaN);
+    if (!(port >= 1 && port <= 65_535))
+      throw new UsageError(`--redis-sentinels takes host:port items (port 1-65535), got ${item}`);
+  }
+  const sentinelName = flag('redis-sentinel-name') ?? env.DLM_REDIS_SENTINEL_NAME;
+  if (!sentinelName)
+    throw new UsageError('--redis-sentinel-name is required with --redis-sentinels');
+  return {
+    kind: 'redis',
+    sentinels,
+    sentinelName,
+    ...(urlText === undefined ? {} : { url: list(urlText, '--redis-url')[0]! }),
+    ...common,
+  };
 }
 
 /** The limits set by flag or environment, each an integer (0 = off where that is allowed). */

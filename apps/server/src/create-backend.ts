@@ -36,7 +36,17 @@ export async function createBackend(
     }
     case 'redis': {
       const { redisBackend } = await import('@dlm/adapter-redis');
-      const backend = redisBackend({ url: config.url, durable: config.durable ?? false, ...clock });
+      const backend = redisBackend({
+        ...(config.url === undefined ? {} : { url: config.url }),
+        ...(config.sentinels ? { sentinels: config.sentinels } : {}),
+        ...(config.sentinelName === undefined ? {} : { sentinelName: config.sentinelName }),
+        ...(config.minReplicas === undefined ? {} : { minReplicas: config.minReplicas }),
+        ...(config.replicaTimeoutMs === undefined
+          ? {}
+          : { replicaTimeoutMs: config.replicaTimeoutMs }),
+        durable: config.durable ?? false,
+        ...clock,
+      });
       // Without known expiry events core checks each lease at its deadline.
       await backend.ready().catch(notReady);
       return backend;
@@ -82,7 +92,15 @@ export function describeBackend(config: BackendConfig): Record<string, unknown> 
     case 'embedded':
       return { backend: 'embedded', dataDir: config.dataDir ?? '(memory only)' };
     case 'redis':
-      return { backend: 'redis', redisUrl: redact(config.url), durable: config.durable ?? false };
+      return {
+        backend: 'redis',
+        ...(config.url === undefined ? {} : { redisUrl: redact(config.url) }),
+        ...(config.sentinels
+          ? { redisSentinels: config.sentinels, redisSentinelName: config.sentinelName }
+          : {}),
+        ...(config.minReplicas ? { minReplicas: config.minReplicas } : {}),
+        durable: config.durable ?? false,
+      };
     case 'redlock':
       return { backend: 'redlock', redlockUrls: config.urls.map(redact) };
     case 'etcd':

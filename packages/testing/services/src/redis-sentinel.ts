@@ -183,6 +183,21 @@ async function agreedMaster(
   }
 }
 
+/** Waits until every replica has finished its first sync (`master_link_status:up`). */
+async function replicasInSync(replicas: RedisService[], timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const infos = await Promise.all(
+      replicas.map((replica) => redisQuery(replica, 'INFO replication')),
+    );
+    if (infos.every((info) => info?.includes('master_link_status:up'))) return;
+    if (Date.now() > deadline) {
+      throw new Error(`the replicas were not in sync within ${timeoutMs} ms: ${infos.join(' | ')}`);
+    }
+    await sleep(50);
+  }
+}
+
 /** One redis-sentinel process monitoring `master`, with its own config file (it rewrites it). */
 async function startSentinel(
   master: RedisService,
@@ -280,6 +295,7 @@ export async function startRedisSentinel(
   };
   try {
     await agreedMaster(sentinels, name, 30_000, { full: { replicas: replicas.length } });
+    await replicasInSync(replicas, 30_000);
   } catch (error) {
     await stop();
     throw error;

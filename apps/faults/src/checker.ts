@@ -77,6 +77,11 @@ export interface CheckResult {
   recoveryMs: (number | null)[];
   /** Per dead or paused holder (L1), ms from its lease's end to the next grant of the lock. */
   takeoverMs: number[];
+  /**
+   * Per fault, ms from its start to the first grant of an acquire sent after it (null: none);
+   * after a master's kill -9, the time the deployment took to grant again.
+   */
+  firstGrantMs?: (number | null)[];
 }
 
 interface Op {
@@ -692,6 +697,15 @@ function recoveryOf({ faults, ackedWrites }: Checked): (number | null)[] {
     });
 }
 
+function firstGrantOf({ faults, grants }: Checked): (number | null)[] {
+  return faults
+    .filter((fault) => fault.phase === 'start')
+    .map((fault) => {
+      const after = grants.filter((grant) => grant.invokeT >= fault.t).map((grant) => grant.okT);
+      return after.length ? Math.min(...after) - fault.t : null;
+    });
+}
+
 /** Checks a merged history (see `readHistoryDir`) against S1–S6, L1 and L4. */
 export function checkHistory(events: HistoryEvent[], options: CheckOptions): CheckResult {
   const violations: Violation[] = [];
@@ -712,5 +726,6 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
     stats: statsOf(history),
     recoveryMs: recoveryOf(history),
     takeoverMs,
+    firstGrantMs: firstGrantOf(history),
   };
 }

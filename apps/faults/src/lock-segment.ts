@@ -26,6 +26,7 @@ export const LOCK_SEGMENT_NEMESES = new Set([
   'backend-pause',
   'backend-clock-back',
   'majority-kill',
+  'master-kill',
   'leader-kill',
   'follower-kill',
   'leader-pause',

@@ -71,7 +71,9 @@ async function pickHolder(
 }
 
 const ALL = () => true;
-const EXTERNAL = (variant: BackendVariant) => variant !== 'embedded';
+const SENTINEL = (variant: BackendVariant) => variant.startsWith('redis-sentinel');
+/** Backends behind the harness's proxies (Sentinel hands out the servers' own addresses). */
+const EXTERNAL = (variant: BackendVariant) => variant !== 'embedded' && !SENTINEL(variant);
 const SINGLE_OR_REDLOCK = (variant: BackendVariant) =>
   variant === 'redis' ||
   variant === 'redis-noaof' ||
@@ -225,6 +227,35 @@ function majorityKill(): Nemesis {
       await sleep(1_000);
       await Promise.all(members.map((member) => member.process.start()));
       end();
+    },
+  };
+}
+
+/**
+ * kill -9 of the master the sentinels name. The fault lasts until they name another (the
+ * failover), then the old master starts again without its data and rejoins as a replica.
+ */
+function masterKill(): Nemesis {
+  return {
+    name: 'master-kill',
+    description:
+      'kill -9 the Redis master; the sentinels promote a replica; the old master restarts (empty) and rejoins as a replica',
+    appliesTo: SENTINEL,
+    async inject(context) {
+      const master = await context.topology.leader();
+      if (!master) throw new Error('the sentinels name no master of ours');
+      const end = context.fault({ nemesis: 'master-kill', target: master.id });
+      await master.process.kill();
+      const deadline = performance.now() + 30_000;
+      while (
+        (await context.topology.leader()) === master ||
+        (await context.topology.leader()) === undefined
+      ) {
+        if (performance.now() > deadline) throw new Error('no failover within 30 s');
+        await sleep(100);
+      }
+      end();
+      await master.process.start();
     },
   };
 }
@@ -413,6 +444,7 @@ export const NEMESES: Nemesis[] = [
   backendKill(),
   backendPause(),
   majorityKill(),
+  masterKill(),
   memberKill('leader'),
   memberPause('leader'),
   memberKill('follower'),

@@ -56,6 +56,8 @@ const SHORT_PLAN: Record<BackendVariant, string[]> = {
   etcd: ['leader-kill'],
   zookeeper: ['leader-kill'],
   postgres: ['backend-kill'],
+  'redis-sentinel': ['master-kill'],
+  'redis-sentinel-wait': ['master-kill'],
 };
 
 const OPTIONS = {

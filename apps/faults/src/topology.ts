@@ -4,6 +4,7 @@ import {
   startPostgres,
   startRedis,
   startRedisNodes,
+  startRedisSentinel,
   startZooKeeperEnsemble,
   tempDir,
 } from '@dlm/test-services';
@@ -19,6 +20,8 @@ export const BACKENDS = [
   'etcd',
   'zookeeper',
   'postgres',
+  'redis-sentinel',
+  'redis-sentinel-wait',
 ] as const;
 export type BackendVariant = (typeof BACKENDS)[number];
 
@@ -236,6 +239,41 @@ async function postgresTopology(): Promise<Topology> {
   };
 }
 
+/**
+ * Redis Sentinel: a master, two replicas and three sentinels, without AOF (a failover, not a
+ * restart, is what keeps the data). `redis-sentinel-wait` has the server wait for one replica
+ * (`--redis-min-replicas 1`). No proxies: the sentinels hand out the servers' own addresses,
+ * so the link faults do not apply; `leader()` is the master the sentinels name.
+ */
+async function sentinelTopology(
+  variant: 'redis-sentinel' | 'redis-sentinel-wait',
+): Promise<Topology> {
+  const sentinel = await startRedisSentinel();
+  const members = sentinel.servers.map((server, i) => ({ id: `redis${i + 1}`, process: server }));
+  const memberAt = (port: number) => members[sentinel.servers.findIndex((s) => s.port === port)];
+  return {
+    variant,
+    serverArgs: [
+      '--backend',
+      'redis',
+      '--redis-sentinels',
+      sentinel.sentinels.map(({ host, port }) => `${host}:${port}`).join(','),
+      '--redis-sentinel-name',
+      sentinel.name,
+      ...(variant === 'redis-sentinel-wait' ? ['--redis-min-replicas', '1'] : []),
+    ],
+    members,
+    proxies: [],
+    async leader() {
+      return memberAt((await sentinel.master().catch(() => undefined))?.port ?? -1);
+    },
+    async settled() {
+      await sentinel.master(30_000);
+    },
+    stop: () => sentinel.stop(),
+  };
+}
+
 /** Starts the backend's processes (a 3-member cluster for etcd and ZooKeeper, 3 Redlock nodes). */
 export function startTopology(variant: BackendVariant): Promise<Topology> {
   switch (variant) {
@@ -252,5 +290,8 @@ export function startTopology(variant: BackendVariant): Promise<Topology> {
       return zookeeperTopology();
     case 'postgres':
       return postgresTopology();
+    case 'redis-sentinel':
+    case 'redis-sentinel-wait':
+      return sentinelTopology(variant);
   }
 }

@@ -1,11 +1,13 @@
 import {
   type EtcdService,
   type PostgresService,
+  type RedisSentinelService,
   type RedisService,
   startEtcd,
   startPostgres,
   startRedis,
   startRedisNodes,
+  startRedisSentinel,
   startZooKeeper,
   tempDir,
   type ZooKeeperService,
@@ -23,6 +25,8 @@ import { zookeeperRecipeTarget } from './lockers/zookeeper-recipe.js';
 export interface Services {
   redis?: RedisService;
   redisNodes?: RedisService[];
+  /** A master, two replicas and three sentinels. */
+  redisSentinel?: RedisSentinelService;
   etcd?: EtcdService;
   zookeeper?: ZooKeeperService;
   postgres?: PostgresService;
@@ -78,6 +82,22 @@ const SPECS: TargetSpec[] = [
     '--redis-url',
     s.redis.url,
   ]),
+  ...(['', '-wait'] as const).map((wait) =>
+    dlm(
+      `dlm-redis-sentinel${wait}`,
+      `dlm redis sentinel (1 + 2 replicas${wait ? ', minReplicas 1' : ''})`,
+      ['redisSentinel'],
+      (s) => [
+        '--backend',
+        'redis',
+        '--redis-sentinels',
+        s.redisSentinel.sentinels.map(({ host, port }) => `${host}:${port}`).join(','),
+        '--redis-sentinel-name',
+        s.redisSentinel.name,
+        ...(wait ? ['--redis-min-replicas', '1'] : []),
+      ],
+    ),
+  ),
   dlm('dlm-redlock', 'dlm redlock (3 nodes)', ['redisNodes'], (s) => [
     '--backend',
     'redlock',
@@ -146,6 +166,8 @@ export const PAIRS: ReadonlyArray<{ dlm: string; peers: string[] }> = [
   { dlm: 'dlm-embedded-memory', peers: ['peer-raw-redis'] },
   { dlm: 'dlm-embedded-disk', peers: ['peer-raw-redis'] },
   { dlm: 'dlm-redis', peers: ['peer-raw-redis', 'peer-redis-semaphore'] },
+  { dlm: 'dlm-redis-sentinel', peers: ['peer-raw-redis'] },
+  { dlm: 'dlm-redis-sentinel-wait', peers: ['peer-raw-redis'] },
   { dlm: 'dlm-redlock', peers: ['peer-redlock'] },
   { dlm: 'dlm-etcd', peers: ['peer-etcd3-lock'] },
   { dlm: 'dlm-zookeeper', peers: ['peer-zk-recipe'] },
@@ -162,9 +184,10 @@ export function selectSpecs(only: string[]): TargetSpec[] {
 /** Starts the services the selected targets need, in parallel. */
 export async function startServices(specs: TargetSpec[]): Promise<Services> {
   const needs = new Set(specs.flatMap((spec) => spec.needs));
-  const [redis, redisNodes, etcd, zookeeper, postgres] = await Promise.all([
+  const [redis, redisNodes, redisSentinel, etcd, zookeeper, postgres] = await Promise.all([
     needs.has('redis') ? startRedis() : undefined,
     needs.has('redisNodes') ? startRedisNodes(3) : undefined,
+    needs.has('redisSentinel') ? startRedisSentinel() : undefined,
     needs.has('etcd') ? startEtcd() : undefined,
     needs.has('zookeeper') ? startZooKeeper() : undefined,
     needs.has('postgres') ? startPostgres() : undefined,
@@ -172,6 +195,7 @@ export async function startServices(specs: TargetSpec[]): Promise<Services> {
   return {
     ...(redis ? { redis } : {}),
     ...(redisNodes ? { redisNodes } : {}),
+    ...(redisSentinel ? { redisSentinel } : {}),
     ...(etcd ? { etcd } : {}),
     ...(zookeeper ? { zookeeper } : {}),
     ...(postgres ? { postgres } : {}),
@@ -182,6 +206,7 @@ export async function stopServices(services: Services): Promise<void> {
   await Promise.allSettled([
     services.redis?.stop(),
     ...(services.redisNodes ?? []).map((node) => node.stop()),
+    services.redisSentinel?.stop(),
     services.etcd?.stop(),
     services.zookeeper?.stop(),
     services.postgres?.stop(),
@@ -193,6 +218,12 @@ function servicePids(services: Services, needs: Need[]): number[] {
   for (const need of needs) {
     if (need === 'redis') pids.push(services.redis?.pid);
     if (need === 'redisNodes') pids.push(...(services.redisNodes ?? []).map((node) => node.pid));
+    // The servers and the sentinels: all of the deployment's CPU.
+    if (need === 'redisSentinel') {
+      const deployment = services.redisSentinel;
+      pids.push(...(deployment?.servers ?? []).map((server) => server.pid));
+      pids.push(...(deployment?.sentinelProcesses ?? []).map((sentinel) => sentinel.pid));
+    }
     if (need === 'etcd') pids.push(...(services.etcd?.members ?? []).map((m) => m.process.pid));
     // The postmaster only: each connection's backend process is its child (not counted).
     if (need === 'postgres') pids.push(services.postgres?.pid);

@@ -232,25 +232,39 @@ function majorityKill(): Nemesis {
 }
 
 /**
- * kill -9 of the master the sentinels name. The fault lasts until they name another (the
- * failover), then the old master starts again without its data and rejoins as a replica.
+ * kill -9 of the master the sentinels name; every other time 300 ms after dropping its links to
+ * the replicas (replication lag: the master's last grants reach no replica; a SIGSTOPped
+ * replica would not do, its kernel still takes the stream in).
+ * The fault lasts until the sentinels name another master (the failover); then the old master
+ * starts again without its data and rejoins as a replica.
  */
 function masterKill(): Nemesis {
   return {
     name: 'master-kill',
     description:
-      'kill -9 the Redis master; the sentinels promote a replica; the old master restarts (empty) and rejoins as a replica',
+      'kill -9 the Redis master (every other time 300 ms after cutting its replication links: lagging replicas); the sentinels promote a replica; the old master restarts empty and rejoins',
     appliesTo: SENTINEL,
-    async inject(context) {
-      const master = await context.topology.leader();
+    async inject(context, n) {
+      const { topology } = context;
+      const master = await topology.leader();
       if (!master) throw new Error('the sentinels name no master of ours');
-      const end = context.fault({ nemesis: 'master-kill', target: master.id });
+      const lagging = n % 2 === 1;
+      if (lagging) {
+        if (!topology.detachReplicas) throw new Error('no replicas to detach');
+        await topology.detachReplicas();
+        await sleep(300);
+      }
+      // The fault starts with the kill: the time to the next grant is the failover's.
+      const end = context.fault({
+        nemesis: 'master-kill',
+        target: master.id,
+        detail: lagging ? 'lagging replicas' : 'replicas in sync',
+      });
       await master.process.kill();
       const deadline = performance.now() + 30_000;
-      while (
-        (await context.topology.leader()) === master ||
-        (await context.topology.leader()) === undefined
-      ) {
+      for (;;) {
+        const now = await topology.leader();
+        if (now !== undefined && now !== master) break;
         if (performance.now() > deadline) throw new Error('no failover within 30 s');
         await sleep(100);
       }

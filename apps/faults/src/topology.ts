@@ -1,5 +1,6 @@
 import {
   type ManagedProcess,
+  redisQuery,
   startEtcdCluster,
   startPostgres,
   startRedis,
@@ -50,6 +51,11 @@ export interface Topology {
   wallClock?: WallClockOffset;
   /** The member leading now (etcd, ZooKeeper), if any answers. */
   leader(): Promise<Member | undefined>;
+  /**
+   * Redis Sentinel: drops the master's links to its replicas (`CLIENT KILL TYPE replica`), so
+   * its next writes reach none until they reconnect (within about a second).
+   */
+  detachReplicas?(): Promise<void>;
   /** Resolves once the backend serves again after a member restart (a leader elected). */
   settled(): Promise<void>;
   stop(): Promise<void>;
@@ -269,6 +275,10 @@ async function sentinelTopology(
     },
     async settled() {
       await sentinel.master(30_000);
+    },
+    async detachReplicas() {
+      const reply = await redisQuery(await sentinel.master(), 'CLIENT KILL TYPE replica');
+      if (!reply?.startsWith(':')) throw new Error(`CLIENT KILL TYPE replica: ${reply}`);
     },
     stop: () => sentinel.stop(),
   };

@@ -32,6 +32,7 @@ export { pingRedis, type RedisOptions, type RedisService } from './redis.js';
 export {
   type RedisSentinelOptions,
   type RedisSentinelService,
+  redisQuery,
   redisSentinelAvailable,
   redisSentinelManaged,
   type SentinelAddress,

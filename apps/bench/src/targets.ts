@@ -91,7 +91,7 @@ const SPECS: TargetSpec[] = [
         '--backend',
         'redis',
         '--redis-sentinels',
-        s.redisSentinel.sentinels.map(({ host, port }) => `${host}:${port}`).join(','),
+        s.redisSentinel.hostPorts,
         '--redis-sentinel-name',
         s.redisSentinel.name,
         ...(wait ? ['--redis-min-replicas', '1'] : []),

@@ -232,8 +232,8 @@ function majorityKill(): Nemesis {
 }
 
 /**
- * kill -9 of the master the sentinels name; every other time 300 ms after dropping its links to
- * the replicas (replication lag: the master's last grants reach no replica; a SIGSTOPped
+ * kill -9 of the master the sentinels name; every other time 300 ms after breaking its
+ * replication links (`detachReplicas`: the master's last grants reach no replica; a SIGSTOPped
  * replica would not do, its kernel still takes the stream in).
  * The fault lasts until the sentinels name another master (the failover); then the old master
  * starts again without its data and rejoins as a replica.
@@ -242,7 +242,7 @@ function masterKill(): Nemesis {
   return {
     name: 'master-kill',
     description:
-      'kill -9 the Redis master (every other time 300 ms after cutting its replication links: lagging replicas); the sentinels promote a replica; the old master restarts empty and rejoins',
+      'kill -9 the Redis master (every other time 300 ms after breaking its replication links: lagging replicas); the sentinels promote a replica; the old master restarts empty and rejoins',
     appliesTo: SENTINEL,
     async inject(context, n) {
       const { topology } = context;

@@ -1,4 +1,5 @@
 import {
+  freePort,
   type ManagedProcess,
   redisQuery,
   startEtcdCluster,
@@ -52,8 +53,10 @@ export interface Topology {
   /** The member leading now (etcd, ZooKeeper), if any answers. */
   leader(): Promise<Member | undefined>;
   /**
-   * Redis Sentinel: drops the master's links to its replicas (`CLIENT KILL TYPE replica`), so
-   * its next writes reach none until they reconnect (within about a second).
+   * Redis Sentinel: points every replica at a port where nothing listens (`REPLICAOF`), so the
+   * master's next writes reach none of them (a replication link that broke; dropping the
+   * connection would not do, a replica reconnects within 100 ms). The sentinels set them right
+   * again after the failover.
    */
   detachReplicas?(): Promise<void>;
   /** Resolves once the backend serves again after a member restart (a leader elected). */
@@ -263,7 +266,7 @@ async function sentinelTopology(
       '--backend',
       'redis',
       '--redis-sentinels',
-      sentinel.sentinels.map(({ host, port }) => `${host}:${port}`).join(','),
+      sentinel.hostPorts,
       '--redis-sentinel-name',
       sentinel.name,
       ...(variant === 'redis-sentinel-wait' ? ['--redis-min-replicas', '1'] : []),
@@ -277,8 +280,13 @@ async function sentinelTopology(
       await sentinel.master(30_000);
     },
     async detachReplicas() {
-      const reply = await redisQuery(await sentinel.master(), 'CLIENT KILL TYPE replica');
-      if (!reply?.startsWith(':')) throw new Error(`CLIENT KILL TYPE replica: ${reply}`);
+      const master = await sentinel.master();
+      const nowhere = await freePort();
+      const replicas = sentinel.servers.filter((server) => server.port !== master.port);
+      for (const replica of replicas) {
+        const reply = await redisQuery(replica, `REPLICAOF 127.0.0.1 ${nowhere}`);
+        if (!reply?.startsWith('+OK')) throw new Error(`REPLICAOF on ${replica.port}: ${reply}`);
+      }
     },
     stop: () => sentinel.stop(),
   };

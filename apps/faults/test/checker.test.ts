@@ -297,4 +297,12 @@ describe('checker on hand-made histories', () => {
     expect(result.recoveryMs).toEqual([3]); // next write acknowledged at 11
     expect(result.stats.faults).toBe(1);
   });
+
+  it('first grant: from the start of each fault to the grant of the first acquire sent after it', () => {
+    const h = cleanHistory().fault(4, 1, 'master-kill', 'start', 'redis1');
+    h.fault(6, 1, 'master-kill', 'end', 'redis1');
+    h.fault(30, 2, 'master-kill', 'start', 'redis2').fault(31, 2, 'master-kill', 'end', 'redis2');
+    // p1's grant (sent at 0) completed before; p2's was sent at 5 and granted at 14.
+    expect(check(h.end(5_000).events).firstGrantMs).toEqual([10, null]);
+  });
 });

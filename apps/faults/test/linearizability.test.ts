@@ -238,9 +238,7 @@ describe('which non-linearizable histories a backend explains', () => {
   it('best-effort fencing (Redlock) under backend faults only; a strict durable backend under none', () => {
     const bestEffort = { ...strict, fencing: 'best-effort' } as const;
     for (const nemesis of ['server-kill', 'client-pause', 'none']) {
-      expect(
-        expectedLinearizabilityReason({ capabilities: bestEffort, nemesis }),
-      ).toBeUndefined();
+      expect(expectedLinearizabilityReason({ capabilities: bestEffort, nemesis })).toBeUndefined();
     }
     expect(
       expectedLinearizabilityReason({ capabilities: bestEffort, nemesis: 'backend-kill' }),

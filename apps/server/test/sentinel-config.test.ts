@@ -81,7 +81,7 @@ describe.runIf(redisSentinelAvailable())('dlm-server on Redis Sentinel', () => {
         '--backend',
         'redis',
         '--redis-sentinels',
-        sentinel.sentinels.map(({ host, port }) => `${host}:${port}`).join(','),
+        sentinel.hostPorts,
         '--redis-sentinel-name',
         sentinel.name,
       ];

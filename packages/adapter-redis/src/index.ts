@@ -21,11 +21,11 @@ export {
   type RedisBackendOptions,
   redisBackend,
 } from './redis-backend.js';
-export type { ReplicaOptions } from './replicas.js';
-export type { SentinelAddress } from './sentinel.js';
 export {
   createRedisNode,
   type NodeAcquireResult,
   type RedisNode,
   type RedisNodeOptions,
 } from './redis-node.js';
+export type { ReplicaOptions } from './replicas.js';
+export type { SentinelAddress } from './sentinel.js';

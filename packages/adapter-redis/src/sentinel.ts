@@ -5,8 +5,7 @@ import { commandConnectionOptions } from './connections.js';
 /**
  * Redis Sentinel: the adapter asks the sentinels which server is the master (ioredis's sentinel
  * support), and asks again whenever the connection drops, so after a failover it follows the
- * promoted replica. `failoverDetector` also listens to the sentinels' `+switch-master`, so a
- * failover is followed without waiting for the old master's socket to time out. The events
+ * promoted replica. The events
  * connection is a `duplicate()` of the command connection and so follows the master the same way.
  */
 
@@ -86,7 +85,10 @@ export function createSentinelConnection(options: {
     sentinels: options.sentinels,
     name: options.name,
     role: 'master',
-    failoverDetector: true,
+    // Not ioredis's `failoverDetector`: its +switch-master handler disconnects a connection
+    // that may be mid-way through connecting, and ioredis then ends the client for good
+    // ("Connection is closed." on every later command; seen in the fault harness). A killed
+    // master closes the socket anyway, and a silent one is torn down by `socketTimeout`.
     // Keep asking the sentinels (every 100 ms, then up to every second) while none answers.
     sentinelRetryStrategy: (attempt: number) => Math.min(100 * attempt, 1_000),
   });

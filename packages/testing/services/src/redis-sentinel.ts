@@ -31,6 +31,8 @@ export interface RedisSentinelService {
   /** The master's name the sentinels monitor (`sentinel monitor NAME …`). */
   readonly name: string;
   readonly sentinels: SentinelAddress[];
+  /** The sentinels as `host:port,host:port,…` (for `--redis-sentinels`). */
+  readonly hostPorts: string;
   /** The redis-servers, the first master at first; empty for an external deployment. */
   readonly servers: RedisService[];
   /** The redis-sentinel processes; empty for an external deployment. */
@@ -99,7 +101,7 @@ function bulkStrings(reply: string): string[] {
 /** Whether a RESP reply is complete (every announced bulk string has arrived). */
 function complete(reply: string): boolean {
   if (!reply.includes('\r\n')) return false;
-  if (reply.startsWith('-') || reply.startsWith('+') || reply.startsWith(':')) return true;
+  if (/^[-+:]|^\$-1\r\n/.test(reply)) return true;
   const header = /^\*(-?\d+)\r\n/.exec(reply);
   const wanted = header ? Number(header[1]) : 1;
   if (wanted < 0) return true;
@@ -147,6 +149,9 @@ async function sentinelView(sentinel: SentinelAddress, name: string) {
   };
 }
 
+const hostPortsOf = (sentinels: SentinelAddress[]) =>
+  sentinels.map(({ host, port }) => `${host}:${port}`).join(',');
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
@@ -166,8 +171,7 @@ async function agreedMaster(
     last = JSON.stringify(views);
     const first = views[0];
     const agreed =
-      first !== undefined &&
-      first.master &&
+      first?.master === true &&
       first.port !== want.notPort &&
       views.every((view) => view?.port === first.port && view.master) &&
       (!want.full ||
@@ -240,6 +244,7 @@ function externalDeployment(sentinels: SentinelAddress[], name: string): RedisSe
   return {
     name,
     sentinels,
+    hostPorts: hostPortsOf(sentinels),
     servers: [],
     sentinelProcesses: [],
     external: true,
@@ -304,6 +309,7 @@ export async function startRedisSentinel(
   return {
     name,
     sentinels,
+    hostPorts: hostPortsOf(sentinels),
     servers,
     sentinelProcesses,
     external: false,

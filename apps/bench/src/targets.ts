@@ -2,12 +2,14 @@ import {
   type EtcdService,
   type PostgresService,
   type RedisClusterService,
+  type RedisSentinelService,
   type RedisService,
   startEtcd,
   startPostgres,
   startRedis,
   startRedisCluster,
   startRedisNodes,
+  startRedisSentinel,
   startZooKeeper,
   tempDir,
   type ZooKeeperService,
@@ -27,6 +29,8 @@ export interface Services {
   redisNodes?: RedisService[];
   /** 3 masters + 3 replicas. */
   redisCluster?: RedisClusterService;
+  /** A master, two replicas and three sentinels. */
+  redisSentinel?: RedisSentinelService;
   etcd?: EtcdService;
   zookeeper?: ZooKeeperService;
   postgres?: PostgresService;
@@ -88,6 +92,22 @@ const SPECS: TargetSpec[] = [
     '--redis-cluster',
     s.redisCluster.addresses.join(','),
   ]),
+  ...(['', '-wait'] as const).map((wait) =>
+    dlm(
+      `dlm-redis-sentinel${wait}`,
+      `dlm redis sentinel (1 + 2 replicas${wait ? ', minReplicas 1' : ''})`,
+      ['redisSentinel'],
+      (s) => [
+        '--backend',
+        'redis',
+        '--redis-sentinels',
+        s.redisSentinel.hostPorts,
+        '--redis-sentinel-name',
+        s.redisSentinel.name,
+        ...(wait ? ['--redis-min-replicas', '1'] : []),
+      ],
+    ),
+  ),
   dlm('dlm-redlock', 'dlm redlock (3 nodes)', ['redisNodes'], (s) => [
     '--backend',
     'redlock',
@@ -158,6 +178,8 @@ export const PAIRS: ReadonlyArray<{ dlm: string; peers: string[] }> = [
   { dlm: 'dlm-redis', peers: ['peer-raw-redis', 'peer-redis-semaphore'] },
   // Beside one Redis: what the cluster's routing and its replicas cost.
   { dlm: 'dlm-redis-cluster', peers: ['peer-raw-redis'] },
+  { dlm: 'dlm-redis-sentinel', peers: ['peer-raw-redis'] },
+  { dlm: 'dlm-redis-sentinel-wait', peers: ['peer-raw-redis'] },
   { dlm: 'dlm-redlock', peers: ['peer-redlock'] },
   { dlm: 'dlm-etcd', peers: ['peer-etcd3-lock'] },
   { dlm: 'dlm-zookeeper', peers: ['peer-zk-recipe'] },
@@ -174,18 +196,21 @@ export function selectSpecs(only: string[]): TargetSpec[] {
 /** Starts the services the selected targets need, in parallel. */
 export async function startServices(specs: TargetSpec[]): Promise<Services> {
   const needs = new Set(specs.flatMap((spec) => spec.needs));
-  const [redis, redisNodes, redisCluster, etcd, zookeeper, postgres] = await Promise.all([
-    needs.has('redis') ? startRedis() : undefined,
-    needs.has('redisNodes') ? startRedisNodes(3) : undefined,
-    needs.has('redisCluster') ? startRedisCluster() : undefined,
-    needs.has('etcd') ? startEtcd() : undefined,
-    needs.has('zookeeper') ? startZooKeeper() : undefined,
-    needs.has('postgres') ? startPostgres() : undefined,
-  ]);
+  const [redis, redisNodes, redisCluster, redisSentinel, etcd, zookeeper, postgres] =
+    await Promise.all([
+      needs.has('redis') ? startRedis() : undefined,
+      needs.has('redisNodes') ? startRedisNodes(3) : undefined,
+      needs.has('redisCluster') ? startRedisCluster() : undefined,
+      needs.has('redisSentinel') ? startRedisSentinel() : undefined,
+      needs.has('etcd') ? startEtcd() : undefined,
+      needs.has('zookeeper') ? startZooKeeper() : undefined,
+      needs.has('postgres') ? startPostgres() : undefined,
+    ]);
   return {
     ...(redis ? { redis } : {}),
     ...(redisNodes ? { redisNodes } : {}),
     ...(redisCluster ? { redisCluster } : {}),
+    ...(redisSentinel ? { redisSentinel } : {}),
     ...(etcd ? { etcd } : {}),
     ...(zookeeper ? { zookeeper } : {}),
     ...(postgres ? { postgres } : {}),
@@ -197,6 +222,7 @@ export async function stopServices(services: Services): Promise<void> {
     services.redis?.stop(),
     ...(services.redisNodes ?? []).map((node) => node.stop()),
     services.redisCluster?.stop(),
+    services.redisSentinel?.stop(),
     services.etcd?.stop(),
     services.zookeeper?.stop(),
     services.postgres?.stop(),
@@ -210,6 +236,12 @@ function servicePids(services: Services, needs: Need[]): number[] {
     if (need === 'redisNodes') pids.push(...(services.redisNodes ?? []).map((node) => node.pid));
     if (need === 'redisCluster') {
       pids.push(...(services.redisCluster?.nodes ?? []).map((node) => node.process.pid));
+    }
+    // The servers and the sentinels: all of the deployment's CPU.
+    if (need === 'redisSentinel') {
+      const deployment = services.redisSentinel;
+      pids.push(...(deployment?.servers ?? []).map((server) => server.pid));
+      pids.push(...(deployment?.sentinelProcesses ?? []).map((sentinel) => sentinel.pid));
     }
     if (need === 'etcd') pids.push(...(services.etcd?.members ?? []).map((m) => m.process.pid));
     // The postmaster only: each connection's backend process is its child (not counted).

@@ -160,7 +160,7 @@ async function runFencedSegments(
       .map((p) => `${p}=${report.check.counts[p]}${report.expected[p] ? ' (expected)' : ''}`)
       .join(' ');
     log(
-      `${label}: ${report.check.stats.ops} ops, ${report.check.stats.grants} grants, ${report.check.stats.faults} faults, ${report.check.stats.meddling.refused}/${report.check.stats.meddling.answered} meddling calls refused; ${shown || 'no violations'}`,
+      `${label}: ${report.check.stats.ops} ops, ${report.check.stats.grants} grants, ${report.check.stats.faults} faults, ${report.check.stats.meddling.refused}/${report.check.stats.meddling.answered} meddling calls refused; ${shown || 'no violations'}${report.check.doubleGrants ? `; ${report.check.doubleGrants} double grants` : ''}`,
     );
   }
 }

@@ -77,6 +77,19 @@ export interface CheckResult {
   recoveryMs: (number | null)[];
   /** Per dead or paused holder (L1), ms from its lease's end to the next grant of the lock. */
   takeoverMs: number[];
+  /**
+   * Per fault, ms from its start to the first grant of an acquire sent after it (null: none);
+   * after a master's kill -9, the time the deployment took to grant again.
+   */
+  firstGrantMs?: (number | null)[];
+  /**
+   * Grants of a lock the backend still held for an earlier grant: completed before that
+   * grant's acquire was sent plus its TTL (the earliest its lease can end), with no release of
+   * it that ran or may have run (ok or unknown) sent before. A backend that lost a grant (a
+   * failover to a replica that never had it) shows here even when its holder, having given up,
+   * never acted on it: S6 counts only holders that had not tried to release.
+   */
+  doubleGrants?: number;
 }
 
 interface Op {
@@ -692,6 +705,38 @@ function recoveryOf({ faults, ackedWrites }: Checked): (number | null)[] {
     });
 }
 
+function firstGrantOf({ faults, grants }: Checked): (number | null)[] {
+  return faults
+    .filter((fault) => fault.phase === 'start')
+    .map((fault) => {
+      const after = grants.filter((grant) => grant.invokeT >= fault.t).map((grant) => grant.okT);
+      return after.length ? Math.min(...after) - fault.t : null;
+    });
+}
+
+function doubleGrantsOf({ ops, grantsByName }: Checked): number {
+  const releases = ops.filter(
+    (op) => op.f === 'release' && (op.done === undefined || op.done.type !== 'fail'),
+  );
+  let count = 0;
+  for (const [name, grants] of grantsByName) {
+    const sorted = [...grants].sort((a, b) => a.okT - b.okT);
+    for (let i = 1; i < sorted.length; i++) {
+      const next = sorted[i]!;
+      const earlier = sorted.slice(0, i).filter((g) => g.token !== next.token);
+      const stillHeld = earlier.some(
+        (g) =>
+          next.okT < g.invokeT + g.ttlMs &&
+          !releases.some(
+            (op) => op.name === name && op.token === g.token && op.invoke.t < next.okT,
+          ),
+      );
+      if (stillHeld) count++;
+    }
+  }
+  return count;
+}
+
 /** Checks a merged history (see `readHistoryDir`) against S1–S6, L1 and L4. */
 export function checkHistory(events: HistoryEvent[], options: CheckOptions): CheckResult {
   const violations: Violation[] = [];
@@ -712,5 +757,7 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
     stats: statsOf(history),
     recoveryMs: recoveryOf(history),
     takeoverMs,
+    firstGrantMs: firstGrantOf(history),
+    doubleGrants: doubleGrantsOf(history),
   };
 }

@@ -46,9 +46,9 @@ export function expectedReason(
   return undefined;
 }
 
-/** Nemeses that crash, stop or cut off the backend itself. */
+/** Nemeses that crash, stop or cut off the backend itself (a Sentinel master's kill too). */
 const BACKEND_FAULT = (nemesis: string) =>
-  nemesis.startsWith('backend-') || nemesis === 'majority-kill';
+  nemesis.startsWith('backend-') || nemesis === 'majority-kill' || nemesis === 'master-kill';
 
 /**
  * Why a non-linearizable lock history is what the backend promises, or undefined when it is a

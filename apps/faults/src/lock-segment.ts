@@ -27,6 +27,7 @@ export const LOCK_SEGMENT_NEMESES = new Set([
   'backend-clock-back',
   'majority-kill',
   'backend-cluster-master-kill',
+  'master-kill',
   'leader-kill',
   'follower-kill',
   'leader-pause',

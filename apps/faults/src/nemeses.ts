@@ -71,8 +71,13 @@ async function pickHolder(
 }
 
 const ALL = () => true;
-// The backend-link nemeses act on the proxies; a Redis Cluster has none (see topology.ts).
-const EXTERNAL = (variant: BackendVariant) => variant !== 'embedded' && variant !== 'redis-cluster';
+const SENTINEL = (variant: BackendVariant) => variant.startsWith('redis-sentinel');
+/**
+ * Backends behind the harness's proxies: Sentinel hands out the servers' own addresses, and a
+ * Redis Cluster's clients connect to the addresses its nodes advertise (see topology.ts).
+ */
+const EXTERNAL = (variant: BackendVariant) =>
+  variant !== 'embedded' && variant !== 'redis-cluster' && !SENTINEL(variant);
 const SINGLE_OR_REDLOCK = (variant: BackendVariant) =>
   variant === 'redis' ||
   variant === 'redis-noaof' ||
@@ -252,6 +257,49 @@ function majorityKill(): Nemesis {
       await sleep(1_000);
       await Promise.all(members.map((member) => member.process.start()));
       end();
+    },
+  };
+}
+
+/**
+ * kill -9 of the master the sentinels name; every other time 300 ms after breaking its
+ * replication links (`detachReplicas`: the master's last grants reach no replica; a SIGSTOPped
+ * replica would not do, its kernel still takes the stream in).
+ * The fault lasts until the sentinels name another master (the failover); then the old master
+ * starts again without its data and rejoins as a replica.
+ */
+function masterKill(): Nemesis {
+  return {
+    name: 'master-kill',
+    description:
+      'kill -9 the Redis master (every other time 300 ms after breaking its replication links: lagging replicas); the sentinels promote a replica; the old master restarts empty and rejoins',
+    appliesTo: SENTINEL,
+    async inject(context, n) {
+      const { topology } = context;
+      const master = await topology.leader();
+      if (!master) throw new Error('the sentinels name no master of ours');
+      const lagging = n % 2 === 1;
+      if (lagging) {
+        if (!topology.detachReplicas) throw new Error('no replicas to detach');
+        await topology.detachReplicas();
+        await sleep(300);
+      }
+      // The fault starts with the kill: the time to the next grant is the failover's.
+      const end = context.fault({
+        nemesis: 'master-kill',
+        target: master.id,
+        detail: lagging ? 'lagging replicas' : 'replicas in sync',
+      });
+      await master.process.kill();
+      const deadline = performance.now() + 30_000;
+      for (;;) {
+        const now = await topology.leader();
+        if (now !== undefined && now !== master) break;
+        if (performance.now() > deadline) throw new Error('no failover within 30 s');
+        await sleep(100);
+      }
+      end();
+      await master.process.start();
     },
   };
 }
@@ -441,6 +489,7 @@ export const NEMESES: Nemesis[] = [
   backendPause(),
   majorityKill(),
   clusterMasterKill(),
+  masterKill(),
   memberKill('leader'),
   memberPause('leader'),
   memberKill('follower'),

@@ -1,11 +1,14 @@
 import { nameKeys } from '@dlm/adapter-redis';
 import {
+  freePort,
   type ManagedProcess,
+  redisQuery,
   startEtcdCluster,
   startPostgres,
   startRedis,
   startRedisCluster,
   startRedisNodes,
+  startRedisSentinel,
   startZooKeeperEnsemble,
   tempDir,
 } from '@dlm/test-services';
@@ -22,6 +25,8 @@ export const BACKENDS = [
   'etcd',
   'zookeeper',
   'postgres',
+  'redis-sentinel',
+  'redis-sentinel-wait',
 ] as const;
 export type BackendVariant = (typeof BACKENDS)[number];
 
@@ -50,6 +55,13 @@ export interface Topology {
   wallClock?: WallClockOffset;
   /** The member leading now (etcd, ZooKeeper), if any answers. */
   leader(): Promise<Member | undefined>;
+  /**
+   * Redis Sentinel: points every replica at a port where nothing listens (`REPLICAOF`), so the
+   * master's next writes reach none of them (a replication link that broke; dropping the
+   * connection would not do, a replica reconnects within 100 ms). The sentinels set them right
+   * again after the failover.
+   */
+  detachReplicas?(): Promise<void>;
   /** Resolves once the backend serves again after a member restart (a leader elected). */
   settled(): Promise<void>;
   /** Redis Cluster: the master holding `lockName`'s keys now. */
@@ -265,6 +277,50 @@ async function redisClusterTopology(): Promise<Topology> {
   };
 }
 
+/**
+ * Redis Sentinel: a master, two replicas and three sentinels, without AOF (a failover, not a
+ * restart, is what keeps the data). `redis-sentinel-wait` has the server wait for one replica
+ * (`--redis-min-replicas 1`). No proxies: the sentinels hand out the servers' own addresses,
+ * so the link faults do not apply; `leader()` is the master the sentinels name.
+ */
+async function sentinelTopology(
+  variant: 'redis-sentinel' | 'redis-sentinel-wait',
+): Promise<Topology> {
+  const sentinel = await startRedisSentinel();
+  const members = sentinel.servers.map((server, i) => ({ id: `redis${i + 1}`, process: server }));
+  const memberAt = (port: number) => members[sentinel.servers.findIndex((s) => s.port === port)];
+  return {
+    variant,
+    serverArgs: [
+      '--backend',
+      'redis',
+      '--redis-sentinels',
+      sentinel.hostPorts,
+      '--redis-sentinel-name',
+      sentinel.name,
+      ...(variant === 'redis-sentinel-wait' ? ['--redis-min-replicas', '1'] : []),
+    ],
+    members,
+    proxies: [],
+    async leader() {
+      return memberAt((await sentinel.master().catch(() => undefined))?.port ?? -1);
+    },
+    async settled() {
+      await sentinel.master(30_000);
+    },
+    async detachReplicas() {
+      const master = await sentinel.master();
+      const nowhere = await freePort();
+      const replicas = sentinel.servers.filter((server) => server.port !== master.port);
+      for (const replica of replicas) {
+        const reply = await redisQuery(replica, `REPLICAOF 127.0.0.1 ${nowhere}`);
+        if (!reply?.startsWith('+OK')) throw new Error(`REPLICAOF on ${replica.port}: ${reply}`);
+      }
+    },
+    stop: () => sentinel.stop(),
+  };
+}
+
 /** Starts the backend's processes (a 3-member cluster for etcd and ZooKeeper, 3 Redlock nodes). */
 export function startTopology(variant: BackendVariant): Promise<Topology> {
   switch (variant) {
@@ -283,5 +339,8 @@ export function startTopology(variant: BackendVariant): Promise<Topology> {
       return zookeeperTopology();
     case 'postgres':
       return postgresTopology();
+    case 'redis-sentinel':
+    case 'redis-sentinel-wait':
+      return sentinelTopology(variant);
   }
 }

@@ -284,4 +284,29 @@ describe('checker on hand-made histories', () => {
     expect(result.recoveryMs).toEqual([3]); // next write acknowledged at 11
     expect(result.stats.faults).toBe(1);
   });
+
+  it('first grant: from the start of each fault to the grant of the first acquire sent after it', () => {
+    const h = cleanHistory().fault(4, 1, 'master-kill', 'start', 'redis1');
+    h.fault(6, 1, 'master-kill', 'end', 'redis1');
+    h.fault(30, 2, 'master-kill', 'start', 'redis2').fault(31, 2, 'master-kill', 'end', 'redis2');
+    // p1's grant (sent at 0) completed before; p2's was sent at 5 and granted at 14.
+    expect(check(h.end(5_000).events).firstGrantMs).toEqual([10, null]);
+  });
+
+  it('double grants: a grant while an earlier one of the lock can still hold, unreleased', () => {
+    expect(check(cleanHistory().end(5_000).events).doubleGrants).toBe(0);
+    // p1 holds from 100 (TTL 1000) and never releases; p2 is granted at 600: the backend lost it.
+    const lost = historyBuilder()
+      .acquire('p1', 'y', 100, 101, 1)
+      .acquire('p2', 'y', 500, 600, 2)
+      .end(5_000);
+    expect(check(lost.events).doubleGrants).toBe(1);
+    // The same, but p1's release was sent (and answered) before: not a double grant.
+    const released = historyBuilder()
+      .acquire('p1', 'y', 100, 101, 1)
+      .release('p1', 'y', 300, 301, 1)
+      .acquire('p2', 'y', 500, 600, 2)
+      .end(5_000);
+    expect(check(released.events).doubleGrants).toBe(0);
+  });
 });

@@ -39,6 +39,10 @@ describe('dlm-faults flags', () => {
     expect(short.campaign).toMatchObject({ durationMs: 15_000, negativeControl: true });
     expect(short.campaign.lockNemeses?.('etcd')).toEqual(['server-kill']);
     expect(short.campaign.nemeses('etcd')).toEqual(['leader-kill']);
+    expect(short.campaign.nemeses('redis-sentinel-wait')).toEqual(['master-kill']);
+    expect(short.campaign.backends).toContain('redis-sentinel-wait');
+    expect(short.campaign.backends).not.toContain('redis-sentinel');
+    expect(campaign([]).campaign.backends).toContain('redis-sentinel');
     expect(campaign(['--meddlers', '0']).campaign.meddlers).toBe(0);
   });
 

@@ -17,11 +17,17 @@ export type BackendConfig =
   | { kind: 'embedded'; dataDir: string | null }
   | {
       kind: 'redis';
-      /** The server; absent with `cluster`. */
+      /** The server; with `sentinels` only its password and database; absent with `cluster`. */
       url?: string;
       durable?: boolean;
       /** Redis Cluster: `host:port` of some of its nodes (the rest are discovered). */
       cluster?: string[];
+      /** Redis Sentinel: `host:port` of each sentinel, and the master's name they monitor. */
+      sentinels?: string[];
+      sentinelName?: string;
+      /** Replicas that must confirm (WAIT) each write, and how long WAIT waits (ms). */
+      minReplicas?: number;
+      replicaTimeoutMs?: number;
     }
   | { kind: 'redlock'; urls: string[] }
   | { kind: 'etcd'; endpoints: string[] }
@@ -77,6 +83,13 @@ Options (each has an environment variable; flags win):
                            fencing tokens survive its restart (DLM_REDIS_DURABLE=1)
   --redis-cluster H:P,H:P  redis: a Redis Cluster, by some of its nodes, instead of --redis-url
                            (DLM_REDIS_CLUSTER)
+  --redis-sentinels H:P,H:P  redis: ask these sentinels for the master instead of --redis-url
+                           (DLM_REDIS_SENTINELS), with --redis-sentinel-name NAME: the master
+                           they monitor (DLM_REDIS_SENTINEL_NAME)
+  --redis-min-replicas N   redis: report a grant, extend or release only once N replicas have it
+                           (WAIT), else UNAVAILABLE (DLM_REDIS_MIN_REPLICAS, default 0)
+  --redis-replica-timeout-ms N  redis: how long WAIT waits for them
+                           (DLM_REDIS_REPLICA_TIMEOUT_MS, default 500)
   --redlock-urls U1,U2,U3  redlock: independent Redis nodes (DLM_REDLOCK_URLS)
   --etcd-endpoints E1,E2   etcd: client URLs (DLM_ETCD_ENDPOINTS)
   --zk-connect H:P,H:P     zookeeper: connect string (DLM_ZK_CONNECT)
@@ -138,6 +151,10 @@ const BACKEND_FLAGS: Readonly<Record<string, BackendConfig['kind']>> = {
   'redis-url': 'redis',
   'redis-durable': 'redis',
   'redis-cluster': 'redis',
+  'redis-sentinels': 'redis',
+  'redis-sentinel-name': 'redis',
+  'redis-min-replicas': 'redis',
+  'redis-replica-timeout-ms': 'redis',
   'redlock-urls': 'redlock',
   'etcd-endpoints': 'etcd',
   'zk-connect': 'zookeeper',
@@ -152,6 +169,10 @@ const SERVER_FLAGS = {
   'redis-url': { type: 'string' },
   'redis-durable': { type: 'boolean' },
   'redis-cluster': { type: 'string' },
+  'redis-sentinels': { type: 'string' },
+  'redis-sentinel-name': { type: 'string' },
+  'redis-min-replicas': { type: 'string' },
+  'redis-replica-timeout-ms': { type: 'string' },
   'redlock-urls': { type: 'string' },
   'etcd-endpoints': { type: 'string' },
   'zk-connect': { type: 'string' },
@@ -277,13 +298,7 @@ function parseBackend(from: Sources): BackendConfig {
       return { kind, dataDir: memory ? null : (dataDir ?? defaultDataDir(env)) };
     }
     case 'redis':
-      return (
-        parseRedisCluster(from) ?? {
-          kind,
-          url: list(flag('redis-url') ?? env.DLM_REDIS_URL, '--redis-url')[0]!,
-          durable: from.on('redis-durable', 'DLM_REDIS_DURABLE'),
-        }
-      );
+      return parseRedis(from);
     case 'redlock':
       return { kind, urls: list(flag('redlock-urls') ?? env.DLM_REDLOCK_URLS, '--redlock-urls') };
     case 'etcd':
@@ -309,20 +324,60 @@ function parseBackend(from: Sources): BackendConfig {
   }
 }
 
-/** `--backend redis --redis-cluster H:P,…`; undefined when no cluster is given. */
-function parseRedisCluster(from: Sources): BackendConfig | undefined {
-  const { flag, env } = from;
-  const text = flag('redis-cluster') ?? env.DLM_REDIS_CLUSTER;
-  if (text === undefined) return undefined;
-  if (flag('redis-url') !== undefined)
-    throw new UsageError('--redis-url and --redis-cluster exclude each other');
-  const nodes = list(text, '--redis-cluster');
-  for (const node of nodes) {
-    const port = Number(/^[^\s:]+:(\d{1,5})$/.exec(node)?.[1]);
+/** `host:port,host:port,…` of `flagName`, each port 1-65535. */
+function hostPorts(text: string, flagName: string): string[] {
+  const items = list(text, flagName);
+  for (const item of items) {
+    const port = Number(/^[^:\s]+:(\d{1,5})$/.exec(item)?.[1] ?? Number.NaN);
     if (!(port >= 1 && port <= 65_535))
-      throw new UsageError(`--redis-cluster takes host:port,host:port,…; got ${node}`);
+      throw new UsageError(`${flagName} takes host:port items (port 1-65535), got ${item}`);
   }
-  return { kind: 'redis', cluster: nodes, durable: from.on('redis-durable', 'DLM_REDIS_DURABLE') };
+  return items;
+}
+
+/** `--backend redis`: one server by URL, the master that Sentinel names, or a Cluster. */
+function parseRedis(from: Sources): BackendConfig {
+  const { flag, env } = from;
+  const clusterList = flag('redis-cluster') ?? env.DLM_REDIS_CLUSTER;
+  const sentinelList = flag('redis-sentinels') ?? env.DLM_REDIS_SENTINELS;
+  const urlText = flag('redis-url') ?? env.DLM_REDIS_URL;
+  const minReplicas = flag('redis-min-replicas') ?? env.DLM_REDIS_MIN_REPLICAS;
+  const replicaTimeout = flag('redis-replica-timeout-ms') ?? env.DLM_REDIS_REPLICA_TIMEOUT_MS;
+  const durable = from.on('redis-durable', 'DLM_REDIS_DURABLE');
+  if (clusterList !== undefined) {
+    if (flag('redis-url') !== undefined)
+      throw new UsageError('--redis-url and --redis-cluster exclude each other');
+    if (sentinelList !== undefined)
+      throw new UsageError('--redis-sentinels and --redis-cluster exclude each other');
+    if (minReplicas !== undefined || replicaTimeout !== undefined)
+      throw new UsageError('--redis-min-replicas does not work with --redis-cluster yet');
+    return { kind: 'redis', cluster: hostPorts(clusterList, '--redis-cluster'), durable };
+  }
+  const common = {
+    durable,
+    ...(minReplicas === undefined
+      ? {}
+      : { minReplicas: parseInteger(minReplicas, '--redis-min-replicas', { min: 0 }) }),
+    ...(replicaTimeout === undefined
+      ? {}
+      : { replicaTimeoutMs: parseInteger(replicaTimeout, '--redis-replica-timeout-ms') }),
+  };
+  if (sentinelList === undefined) {
+    if (flag('redis-sentinel-name') !== undefined)
+      throw new UsageError('--redis-sentinel-name needs --redis-sentinels');
+    return { kind: 'redis', url: list(urlText, '--redis-url')[0]!, ...common };
+  }
+  const sentinels = hostPorts(sentinelList, '--redis-sentinels');
+  const sentinelName = flag('redis-sentinel-name') ?? env.DLM_REDIS_SENTINEL_NAME;
+  if (!sentinelName)
+    throw new UsageError('--redis-sentinel-name is required with --redis-sentinels');
+  return {
+    kind: 'redis',
+    sentinels,
+    sentinelName,
+    ...(urlText === undefined ? {} : { url: list(urlText, '--redis-url')[0]! }),
+    ...common,
+  };
 }
 
 /** The limits set by flag or environment, each an integer (0 = off where that is allowed). */

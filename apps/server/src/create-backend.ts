@@ -39,7 +39,17 @@ export async function createBackend(
       const durable = config.durable ?? false;
       const backend = config.cluster
         ? redisClusterBackend({ nodes: config.cluster, durable, ...clock })
-        : redisBackend({ ...(config.url ? { url: config.url } : {}), durable, ...clock });
+        : redisBackend({
+            ...(config.url === undefined ? {} : { url: config.url }),
+            ...(config.sentinels ? { sentinels: config.sentinels } : {}),
+            ...(config.sentinelName === undefined ? {} : { sentinelName: config.sentinelName }),
+            ...(config.minReplicas === undefined ? {} : { minReplicas: config.minReplicas }),
+            ...(config.replicaTimeoutMs === undefined
+              ? {}
+              : { replicaTimeoutMs: config.replicaTimeoutMs }),
+            durable,
+            ...clock,
+          });
       // Without known expiry events core checks each lease at its deadline.
       await backend.ready().catch(notReady);
       return backend;
@@ -87,9 +97,12 @@ export function describeBackend(config: BackendConfig): Record<string, unknown> 
     case 'redis':
       return {
         backend: 'redis',
-        ...(config.cluster
-          ? { redisCluster: config.cluster }
-          : { redisUrl: redact(config.url ?? '') }),
+        ...(config.cluster ? { redisCluster: config.cluster } : {}),
+        ...(config.url === undefined ? {} : { redisUrl: redact(config.url) }),
+        ...(config.sentinels
+          ? { redisSentinels: config.sentinels, redisSentinelName: config.sentinelName }
+          : {}),
+        ...(config.minReplicas ? { minReplicas: config.minReplicas } : {}),
         durable: config.durable ?? false,
       };
     case 'redlock':

@@ -30,6 +30,14 @@ describe('--redis-cluster', () => {
         /--redis-url and --redis-cluster exclude each other/,
       ],
       [
+        ['--backend', 'redis', '--redis-cluster', nodes, '--redis-sentinels', 'h:1'],
+        /--redis-sentinels and --redis-cluster exclude each other/,
+      ],
+      [
+        ['--backend', 'redis', '--redis-cluster', nodes, '--redis-min-replicas', '1'],
+        /--redis-min-replicas does not work with --redis-cluster yet/,
+      ],
+      [
         ['--backend', 'etcd', '--etcd-endpoints', 'http://h:1', '--redis-cluster', nodes],
         /--redis-cluster is for --backend redis, but the backend is etcd/,
       ],

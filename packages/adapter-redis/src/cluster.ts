@@ -34,7 +34,16 @@ export interface ClusterAddress {
 }
 
 export interface RedisClusterBackendOptions
-  extends Omit<RedisBackendOptions, 'client' | 'url' | 'keyspaceEvents'> {
+  extends Omit<
+    RedisBackendOptions,
+    | 'client'
+    | 'url'
+    | 'keyspaceEvents'
+    | 'sentinels'
+    | 'sentinelName'
+    | 'minReplicas'
+    | 'replicaTimeoutMs'
+  > {
   /**
    * Some of the cluster's nodes (`host:port` or `{ host, port }`); the rest are discovered.
    * Required unless `client` is given.

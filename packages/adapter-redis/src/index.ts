@@ -33,3 +33,5 @@ export {
   type RedisNode,
   type RedisNodeOptions,
 } from './redis-node.js';
+export type { ReplicaOptions } from './replicas.js';
+export type { SentinelAddress } from './sentinel.js';

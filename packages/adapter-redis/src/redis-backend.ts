@@ -7,13 +7,15 @@ import {
   systemClock,
   toUnavailable,
 } from '@dlm/core';
-import type { Cluster, Redis } from 'ioredis';
+import { Cluster, type Redis } from 'ioredis';
 import { within } from './command-bounds.js';
 import { createCommandConnection, createSubscriberConnection, databaseOf } from './connections.js';
 import { createLockEvents, subscribedWithin } from './lock-events.js';
 import { createRedisNode } from './redis-node.js';
+import { type ReplicaOptions, replicaWait } from './replicas.js';
+import { createSentinelConnection, parseSentinels, type SentinelAddress } from './sentinel.js';
 
-export interface RedisBackendOptions {
+export interface RedisBackendOptions extends ReplicaOptions {
   /**
    * Your own ioredis client. It stays yours (`close()` leaves it open). Give it
    * `enableOfflineQueue: false`, `autoResendUnfulfilledCommands: false` and
@@ -23,8 +25,19 @@ export interface RedisBackendOptions {
    * with `duplicate()`.
    */
   client?: Redis;
-  /** `redis://[:password@]host:port[/db]`, used when no `client` is given. Default `redis://127.0.0.1:6379`. */
+  /**
+   * `redis://[:password@]host:port[/db]`, used when no `client` is given. Default
+   * `redis://127.0.0.1:6379`. With `sentinels`, only its password and database are used.
+   */
   url?: string;
+  /**
+   * Redis Sentinel: the sentinels (`host:port` or `{ host, port }`) to ask for the master named
+   * `sentinelName`; the adapter follows the master they name after a failover. A failover can
+   * lose the last writes (replication is asynchronous): see `minReplicas`.
+   */
+  sentinels?: ReadonlyArray<string | SentinelAddress>;
+  /** The master's name the sentinels monitor (`sentinel monitor NAME …`); required with `sentinels`. */
+  sentinelName?: string;
   /** Put in front of every key and the event channel. Default `dlm:`. No `{` or `}`. */
   prefix?: string;
   /** The longest any call may take before it fails with UNAVAILABLE. Default 2000. */
@@ -123,17 +136,27 @@ export function redisBackend(options: RedisBackendOptions = {}): RedisBackend {
   return createRedisBackend(options);
 }
 
-/** One server, from `options.client` or `options.url`. */
+/** One server, from `options.client`, `options.url`, or the master that Sentinel names. */
 function singleServer(options: RedisBackendOptions, commandTimeoutMs: number): RedisTopology {
+  const sentinels = options.sentinels === undefined ? undefined : parseSentinels(options.sentinels);
   const client =
     options.client ??
-    createCommandConnection(options.url ?? 'redis://127.0.0.1:6379', commandTimeoutMs);
+    (sentinels
+      ? createSentinelConnection({
+          sentinels,
+          name: options.sentinelName ?? '',
+          timeoutMs: commandTimeoutMs,
+          ...(options.url === undefined ? {} : { url: options.url }),
+        })
+      : createCommandConnection(options.url ?? 'redis://127.0.0.1:6379', commandTimeoutMs));
   return {
     client,
     ownsClient: options.client === undefined,
     subscriber: createSubscriberConnection(client, commandTimeoutMs),
     db: databaseOf(client),
-    fencing: 'strict',
+    // Strict unless a failover may lose the last grant: through Sentinel without `minReplicas`
+    // the promoted replica may lack the fence key, and its clock alone then orders the tokens.
+    fencing: sentinels && !(options.minReplicas ?? 0) ? 'best-effort' : 'strict',
     keyspaceEvents: options.keyspaceEvents ?? true,
   };
 }
@@ -147,6 +170,9 @@ export function createRedisBackend(
   const clock = options.clock ?? systemClock;
   const topology = topologyOf?.(commandTimeoutMs) ?? singleServer(options, commandTimeoutMs);
   const { client, ownsClient } = topology;
+  // WAIT goes to the server that ran the write: one server (or Sentinel's master), not a Cluster.
+  const replicas =
+    client instanceof Cluster ? undefined : replicaWait(client, clock, commandTimeoutMs, options);
   const node = createRedisNode({
     client,
     prefix,
@@ -230,18 +256,22 @@ export function createRedisBackend(
       if (!events.isSubscribed) await subscribedWithin(clock, events, commandTimeoutMs, startedAt);
       const result = await node.acquire(name, owner, keyHash, ttlMs, startedAt);
       if (!result.granted) return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
+      await replicas?.confirm('acquire');
       events.noteGrant(name, result.token);
       return { granted: true, grant: { name, owner, token: result.token, ttlMs } };
     },
 
     async release({ name, token, keyHash }) {
       assertOpen();
-      return node.release(name, token, keyHash);
+      const released = await node.release(name, token, keyHash);
+      if (released) await replicas?.confirm('release');
+      return released;
     },
 
     async extend({ name, token, ttlMs, keyHash }) {
       assertOpen();
       const owner = await node.extend(name, token, keyHash, ttlMs);
+      if (owner !== null) await replicas?.confirm('extend');
       return owner === null ? null : { name, owner, token, ttlMs };
     },
 
@@ -252,7 +282,9 @@ export function createRedisBackend(
 
     async revoke(name) {
       assertOpen();
-      return (await node.revoke(name)) !== null;
+      const revoked = (await node.revoke(name)) !== null;
+      if (revoked) await replicas?.confirm('revoke');
+      return revoked;
     },
 
     async list(namePrefix) {

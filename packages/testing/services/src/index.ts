@@ -45,6 +45,15 @@ export {
   startRedisCluster,
 } from './redis-cluster.js';
 export {
+  type RedisSentinelOptions,
+  type RedisSentinelService,
+  redisQuery,
+  redisSentinelAvailable,
+  redisSentinelManaged,
+  type SentinelAddress,
+  startRedisSentinel,
+} from './redis-sentinel.js';
+export {
   etcdAvailable,
   etcdManaged,
   redisAvailable,

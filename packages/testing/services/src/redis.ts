@@ -152,7 +152,11 @@ export function redisService(
 export async function startRedis(options: RedisOptions = {}): Promise<RedisService> {
   const external = externalUrl();
   if (external) return externalService(external, 0);
+  return startRedisProcess(options);
+}
 
+/** A redis-server process of ours, whatever `DLM_TEST_REDIS_URL` says (Sentinel's members). */
+export async function startRedisProcess(options: RedisOptions = {}): Promise<RedisService> {
   const binary = findBinary('redis-server');
   if (!binary) throw new Error('redis-server is not on PATH (apt-get install redis-server)');
   const port = await freePort();

@@ -1,0 +1,71 @@
+import { type Clock, DlmError } from '@dlm/core';
+import type { Redis } from 'ioredis';
+import { bounded } from './command-bounds.js';
+
+/**
+ * `minReplicas`: a write (grant, extend, release, revoke) is reported only once `WAIT` says that
+ * many replicas have it, so a replica promoted after the master's crash has it too. `WAIT`
+ * waits for every write this connection made before it, so it follows the write on the same
+ * connection. When too few replicas confirm within `replicaTimeoutMs`, the write is on the
+ * master but may be lost in a failover: the caller hears UNAVAILABLE, `indeterminate`.
+ */
+
+export interface ReplicaOptions {
+  /**
+   * How many replicas must confirm (`WAIT`) a grant, extend, release or revoke before it is
+   * reported; otherwise the call fails with UNAVAILABLE (`indeterminate`). Default 0 (none).
+   * While fewer replicas than this are up, every write waits `replicaTimeoutMs` and fails.
+   */
+  minReplicas?: number;
+  /** How long `WAIT` waits for the replicas, in ms. Default 500. */
+  replicaTimeoutMs?: number;
+}
+
+export interface ReplicaWait {
+  readonly minReplicas: number;
+  /** Resolves once `minReplicas` replicas have this connection's writes so far. */
+  confirm(what: string): Promise<void>;
+}
+
+const DEFAULT_REPLICA_TIMEOUT_MS = 500;
+
+/** Checks `minReplicas`/`replicaTimeoutMs`; `undefined` when no replica must confirm. */
+export function replicaWait(
+  client: Redis,
+  clock: Clock,
+  commandTimeoutMs: number,
+  options: ReplicaOptions,
+): ReplicaWait | undefined {
+  const minReplicas = options.minReplicas ?? 0;
+  if (!Number.isSafeInteger(minReplicas) || minReplicas < 0) {
+    throw new DlmError('INVALID_PARAMS', 'minReplicas must be a whole number ≥ 0', {
+      field: 'minReplicas',
+    });
+  }
+  const timeoutMs = options.replicaTimeoutMs ?? DEFAULT_REPLICA_TIMEOUT_MS;
+  if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) {
+    throw new DlmError('INVALID_PARAMS', 'replicaTimeoutMs must be a whole number of ms ≥ 1', {
+      field: 'replicaTimeoutMs',
+    });
+  }
+  if (minReplicas === 0) return undefined;
+  return {
+    minReplicas,
+    async confirm(what) {
+      // WAIT answers by itself after timeoutMs; the bound covers a server that does not answer.
+      const confirmed = await bounded(
+        { clock, timeoutMs: timeoutMs + commandTimeoutMs },
+        `${what}: WAIT`,
+        true,
+        () => client.wait(minReplicas, timeoutMs),
+      );
+      if (confirmed < minReplicas) {
+        throw new DlmError(
+          'UNAVAILABLE',
+          `${what}: only ${confirmed} of the ${minReplicas} replicas required (minReplicas) confirmed the write within ${timeoutMs} ms; it may be lost in a failover`,
+          { indeterminate: true },
+        );
+      }
+    },
+  };
+}

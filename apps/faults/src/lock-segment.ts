@@ -26,7 +26,6 @@ export const LOCK_SEGMENT_NEMESES = new Set([
   'backend-pause',
   'backend-clock-back',
   'majority-kill',
-  'backend-cluster-master-kill',
   'master-kill',
   'leader-kill',
   'follower-kill',

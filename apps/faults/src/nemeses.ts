@@ -221,27 +221,6 @@ function backendPause(): Nemesis {
  * `cluster-node-timeout`), restart it 1 s later; it rejoins, empty, as a replica. The fault
  * lasts until every slot is served again.
  */
-function clusterMasterKill(): Nemesis {
-  return {
-    name: 'backend-cluster-master-kill',
-    description:
-      "kill -9 the Redis Cluster master of a held lock's name; a replica is promoted; the old master restarts (empty) as a replica",
-    appliesTo: (variant) => variant === 'redis-cluster',
-    async inject(context) {
-      const { holding } = await pickHolder(context);
-      const { masterOf } = context.topology;
-      if (!masterOf) throw new Error('backend-cluster-master-kill needs a Redis Cluster');
-      const master = await masterOf(holding?.name ?? 'any');
-      const end = context.fault({ nemesis: 'backend-cluster-master-kill', target: master.id });
-      await master.process.kill();
-      await sleep(1_000);
-      await master.process.start();
-      await context.topology.settled();
-      end();
-    },
-  };
-}
-
 function majorityKill(): Nemesis {
   return {
     name: 'majority-kill',
@@ -262,26 +241,26 @@ function majorityKill(): Nemesis {
 }
 
 /**
- * kill -9 of the master the sentinels name; every other time 300 ms after breaking its
- * replication links (`detachReplicas`: the master's last grants reach no replica; a SIGSTOPped
- * replica would not do, its kernel still takes the stream in).
- * The fault lasts until the sentinels name another master (the failover); then the old master
- * starts again without its data and rejoins as a replica.
+ * kill -9 the Redis master of a held lock's name: Sentinel's master, or the Cluster master of
+ * the name's slot. Every other time, where the topology can, 300 ms after pointing the
+ * replicas at a dead port first (lagging replicas: the master's last writes reach none of
+ * them). The fault lasts until a replica is promoted; then the old master restarts empty and
+ * rejoins as a replica.
  */
 function masterKill(): Nemesis {
   return {
     name: 'master-kill',
     description:
-      'kill -9 the Redis master (every other time 300 ms after breaking its replication links: lagging replicas); the sentinels promote a replica; the old master restarts empty and rejoins',
-    appliesTo: SENTINEL,
+      "kill -9 the Redis master of a held lock's name (Sentinel's, or the Cluster master of its slot; every other time 300 ms after breaking its replication links where the topology can: lagging replicas); a replica is promoted; the old master restarts empty and rejoins",
+    appliesTo: (variant) => SENTINEL(variant) || variant === 'redis-cluster',
     async inject(context, n) {
       const { topology } = context;
-      const master = await topology.leader();
-      if (!master) throw new Error('the sentinels name no master of ours');
-      const lagging = n % 2 === 1;
+      if (!topology.masterOf) throw new Error('master-kill needs a replicated Redis');
+      const name = (await pickHolder(context)).holding?.name ?? 'any';
+      const master = await topology.masterOf(name);
+      const lagging = n % 2 === 1 && topology.detachReplicas !== undefined;
       if (lagging) {
-        if (!topology.detachReplicas) throw new Error('no replicas to detach');
-        await topology.detachReplicas();
+        await topology.detachReplicas?.();
         await sleep(300);
       }
       // The fault starts with the kill: the time to the next grant is the failover's.
@@ -291,17 +270,33 @@ function masterKill(): Nemesis {
         detail: lagging ? 'lagging replicas' : 'replicas in sync',
       });
       await master.process.kill();
-      const deadline = performance.now() + 30_000;
-      for (;;) {
-        const now = await topology.leader();
-        if (now !== undefined && now !== master) break;
-        if (performance.now() > deadline) throw new Error('no failover within 30 s');
-        await sleep(100);
-      }
+      const failedOver = await promoted(() => topology.masterOf!(name), master, PROMOTION_MS);
       end();
       await master.process.start();
+      await topology.settled();
+      if (!failedOver) {
+        throw new Error(`no replica promoted within ${PROMOTION_MS} ms (the old master restarted)`);
+      }
     },
   };
+}
+
+/** How long master-kill waits for a promotion before it restarts the old master anyway. */
+const PROMOTION_MS = 15_000;
+
+/** Whether `masterOf` names another member than `old` (a replica promoted) within `ms`. */
+async function promoted(
+  masterOf: () => Promise<Member>,
+  old: Member,
+  ms: number,
+): Promise<boolean> {
+  const deadline = performance.now() + ms;
+  for (;;) {
+    const now = await masterOf().catch(() => undefined);
+    if (now !== undefined && now !== old) return true;
+    if (performance.now() > deadline) return false;
+    await sleep(100);
+  }
 }
 
 async function pickMember(context: NemesisContext, role: 'leader' | 'follower') {
@@ -488,7 +483,6 @@ export const NEMESES: Nemesis[] = [
   backendKill(),
   backendPause(),
   majorityKill(),
-  clusterMasterKill(),
   masterKill(),
   memberKill('leader'),
   memberPause('leader'),

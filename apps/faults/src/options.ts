@@ -57,7 +57,7 @@ const SHORT_PLAN: Record<BackendVariant, string[]> = {
   redis: ['backend-kill', 'backend-clock-back'],
   'redis-noaof': ['backend-kill'],
   redlock: ['backend-kill', 'majority-kill'],
-  'redis-cluster': ['backend-cluster-master-kill'],
+  'redis-cluster': ['master-kill'],
   etcd: ['leader-kill'],
   zookeeper: ['leader-kill'],
   postgres: ['backend-kill'],

@@ -305,6 +305,12 @@ async function sentinelTopology(
     async leader() {
       return memberAt((await sentinel.master().catch(() => undefined))?.port ?? -1);
     },
+    // One master for every name.
+    async masterOf() {
+      const master = memberAt((await sentinel.master()).port);
+      if (!master) throw new Error('the sentinels name no master of ours');
+      return master;
+    },
     async settled() {
       await sentinel.master(30_000);
     },

@@ -15,6 +15,32 @@ export interface BalancedCluster extends Cluster {
   serverArgsFor(addresses: string[]): string[];
 }
 
+/** What a backend's load-balancer test says about its cluster; the rest follows from it. */
+export interface BalancedClusterParts {
+  addresses: string[];
+  serverArgsFor(addresses: string[]): string[];
+  members: Cluster['members'];
+  /** The name (as in `members`) of the member that leads now, once one does. */
+  leaderName(): Promise<string>;
+  stop(): Promise<void>;
+}
+
+/** A cluster whose servers are pointed at `addresses` (through links, at their replacements). */
+export function balancedCluster(parts: BalancedClusterParts): BalancedCluster {
+  const { addresses, serverArgsFor, members, leaderName, stop } = parts;
+  return {
+    serverArgs: serverArgsFor(addresses),
+    addresses,
+    serverArgsFor,
+    members,
+    async waitForLeader() {
+      const name = await leaderName();
+      return members.find((member) => member.name === name)!;
+    },
+    stop,
+  };
+}
+
 /** How the scenarios start their dlm servers (`serversFromEnv()`: processes or containers). */
 export interface ServerKind {
   /** Said in the suite's name and output: `processes`, `containers of IMAGE`. */

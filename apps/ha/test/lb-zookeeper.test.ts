@@ -1,7 +1,7 @@
 import { startZooKeeperEnsemble, zookeeperAvailable, zookeeperManaged } from '@dlm/test-services';
 import { describe } from 'vitest';
 import { serversFromEnv } from './dlm-server.js';
-import { type BalancedCluster, loadBalancerScenarios } from './lb-scenarios.js';
+import { balancedCluster, loadBalancerScenarios } from './lb-scenarios.js';
 import { haproxyAvailable } from './load-balancer.js';
 
 // Members are killed and restarted: only with ZooKeeper processes the tests start themselves.
@@ -17,24 +17,15 @@ const zkArgs = (addresses: string[]) => [
 describe.skipIf(!run)('ZooKeeper behind HAProxy', () => {
   loadBalancerScenarios(
     'ZooKeeper',
-    async (): Promise<BalancedCluster> => {
+    async () => {
       const zk = await startZooKeeperEnsemble(3);
-      const members = zk.members.map((member) => ({
-        name: `zk${member.id}`,
-        process: member.process,
-      }));
-      const addresses = zk.connectString.split(',');
-      return {
-        serverArgs: zkArgs(addresses),
-        addresses,
+      return balancedCluster({
+        addresses: zk.connectString.split(','),
         serverArgsFor: zkArgs,
-        members,
-        async waitForLeader() {
-          const leader = await zk.waitForLeader();
-          return members.find((member) => member.name === `zk${leader.id}`)!;
-        },
+        members: zk.members.map((member) => ({ name: `zk${member.id}`, process: member.process })),
+        leaderName: async () => `zk${(await zk.waitForLeader()).id}`,
         stop: () => zk.stop(),
-      };
+      });
     },
     serversFromEnv(),
   );

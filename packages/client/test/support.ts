@@ -2,7 +2,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { embeddedBackend } from '@dlm/adapter-embedded';
 import { sleep, until } from '@dlm/conformance';
 import type { LockBackend } from '@dlm/core';
-import { type RunningServer, startServer } from '@dlm/server';
+import { type RunningServer, type ServerOptions, startServer } from '@dlm/server';
 import { afterAll, beforeAll, expect } from 'vitest';
 import { createClient, type DlmClient } from '../src/index.js';
 
@@ -108,6 +108,43 @@ export const fastReconnect = { initialDelayMs: 20, maxDelayMs: 200 };
 
 export type ClientOptions = Partial<Parameters<typeof createClient>[0]>;
 
+/** A server on an embedded backend, both started before the enclosing scope's tests. */
+export interface ServedBackend {
+  readonly backend: LockBackend;
+  readonly server: RunningServer;
+}
+
+/**
+ * Starts a {@link ServedBackend} before the enclosing scope's tests (file or `describe`) and
+ * closes the server, then the backend, after them: after the scope's own `afterAll`s, which run
+ * in reverse order of registration, so clients made in the scope close first.
+ */
+export function useServer(options: Omit<ServerOptions, 'port' | 'backend'> = {}): ServedBackend {
+  let backend: LockBackend | undefined;
+  let server: RunningServer | undefined;
+  beforeAll(async () => {
+    backend = await embeddedBackend();
+    server = await startServer({ ...options, port: 0, backend });
+  });
+  afterAll(async () => {
+    await server?.close();
+    await backend?.close();
+  });
+  return {
+    get backend() {
+      return started(backend);
+    },
+    get server() {
+      return started(server);
+    },
+  };
+}
+
+function started<T>(value: T | undefined): T {
+  if (value === undefined) throw new Error('the server starts in beforeAll');
+  return value;
+}
+
 /** A server on an embedded backend with a fault-injecting proxy in front, for the enclosing scope. */
 export interface ProxiedServer {
   readonly backend: LockBackend;
@@ -128,37 +165,28 @@ export interface ProxiedServer {
  */
 export function useProxiedServer(): ProxiedServer {
   failOnUnhandledRejections();
-  let backend: LockBackend | undefined;
-  let server: RunningServer | undefined;
+  const served = useServer();
   let proxy: TcpProxy | undefined;
   const clients: DlmClient[] = [];
   beforeAll(async () => {
-    backend = await embeddedBackend();
-    server = await startServer({ port: 0, backend });
-    proxy = await startProxy(server.port);
+    proxy = await startProxy(served.server.port);
   });
   afterAll(async () => {
     await Promise.all(clients.map((c) => c.close()));
     await proxy?.close();
-    await server?.close();
-    await backend?.close();
   });
-  const started = <T>(value: T | undefined): T => {
-    if (value === undefined) throw new Error('the proxied server starts in beforeAll');
-    return value;
-  };
   const running: ProxiedServer = {
     get backend() {
-      return started(backend);
+      return served.backend;
     },
     get server() {
-      return started(server);
+      return served.server;
     },
     get proxy() {
       return started(proxy);
     },
     client(options = {}) {
-      const created = createClient({ url: started(server).url, ...options });
+      const created = createClient({ url: served.server.url, ...options });
       clients.push(created);
       return created;
     },

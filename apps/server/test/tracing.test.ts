@@ -15,7 +15,7 @@ import {
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createLogger, type RunningServer, startServer } from '../src/index.js';
+import { type BackendConfig, createLogger, type RunningServer, startServer } from '../src/index.js';
 import { openSession, type Peer } from './ws-peer.js';
 
 // The server's spans, recorded by the OpenTelemetry SDK's in-memory exporter. The first test
@@ -44,6 +44,25 @@ async function session(url = server.url): Promise<Peer> {
   const peer = await openSession(url);
   peers.push(peer);
   return peer;
+}
+
+/** Runs `use` against a server on `backendConfig`; then closes the server and stops `service`. */
+async function onBackend(
+  service: { stop(): Promise<void> },
+  backendConfig: BackendConfig,
+  use: (url: string) => Promise<void>,
+): Promise<void> {
+  const running = await startServer({
+    port: 0,
+    backendConfig,
+    logger: createLogger('error', () => {}),
+  });
+  try {
+    await use(running.url);
+  } finally {
+    await running.close();
+    await service.stop();
+  }
 }
 
 function register(): void {
@@ -236,13 +255,8 @@ describe.runIf(redisAvailable())('on Redis', () => {
 
   it("an acquire's backend call on Redis is a child span in the caller's trace; with Redis gone both are errors", async () => {
     const redis = await startRedis();
-    const onRedis = await startServer({
-      port: 0,
-      backendConfig: { kind: 'redis', url: redis.url },
-      logger: createLogger('error', () => {}),
-    });
-    try {
-      const peer = await session(onRedis.url);
+    await onBackend(redis, { kind: 'redis', url: redis.url }, async (url) => {
+      const peer = await session(url);
       const { result } = await peer.call('lock.acquire', {
         name: 'on-redis',
         ttlMs: 5_000,
@@ -278,10 +292,7 @@ describe.runIf(redisAvailable())('on Redis', () => {
       const [failedCall] = childrenOf(failed);
       expect(failedCall?.name).toBe('backend.tryAcquire');
       expect(failedCall?.status.code).toBe(SpanStatusCode.ERROR);
-    } finally {
-      await onRedis.close();
-      await redis.stop();
-    }
+    });
   });
 });
 
@@ -290,14 +301,9 @@ describe.runIf(etcdAvailable())('on etcd (a backend with its own fair queue)', (
 
   it("a wait in etcd's queue is one backend.acquireQueued child span, in the caller's trace", async () => {
     const etcd = await startEtcd();
-    const onEtcd = await startServer({
-      port: 0,
-      backendConfig: { kind: 'etcd', endpoints: etcd.endpoints },
-      logger: createLogger('error', () => {}),
-    });
-    try {
-      const holder = await session(onEtcd.url);
-      const waiter = await session(onEtcd.url);
+    await onBackend(etcd, { kind: 'etcd', endpoints: etcd.endpoints }, async (url) => {
+      const holder = await session(url);
+      const waiter = await session(url);
       const held = (await holder.call('lock.acquire', { name: 'on-etcd', ttlMs: 5_000 })).result;
       const wait = waiter.call('lock.acquire', {
         name: 'on-etcd',
@@ -321,9 +327,6 @@ describe.runIf(etcdAvailable())('on etcd (a backend with its own fair queue)', (
       expect(childrenOf(acquire)).toHaveLength(1);
       expect(call?.name).toBe('backend.acquireQueued');
       expect(call?.spanContext().traceId).toBe(TRACE_ID);
-    } finally {
-      await onEtcd.close();
-      await etcd.stop();
-    }
+    });
   });
 });

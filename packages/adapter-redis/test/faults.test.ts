@@ -1,4 +1,4 @@
-import { failure, sleep, until } from '@dlm/conformance';
+import { failure, lockName, sleep, until } from '@dlm/conformance';
 import { createLockService, type LockEvent } from '@dlm/core';
 import {
   faultScope,
@@ -7,19 +7,15 @@ import {
   redisManaged,
   startRedis,
 } from '@dlm/test-services';
-import { Redis } from 'ioredis';
+import { Redis, type RedisOptions } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { type RedisBackend, redisBackend } from '../src/index.js';
 import { nameKeys } from '../src/key-encoding.js';
 
 const enabled = redisAvailable() && redisManaged();
 
-let unique = 0;
-const lockName = (label: string) => `faults/${label}/${process.pid}-${++unique}`;
-
 describe.skipIf(!enabled)('redis adapter under faults', () => {
-  const scope = faultScope();
-  afterAll(() => scope.close());
+  const scope = faultScope(afterAll);
 
   async function redis(options: Parameters<typeof startRedis>[0] = {}): Promise<RedisService> {
     return scope.service(await startRedis(options));
@@ -31,8 +27,12 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
     return created;
   }
 
-  /** The test's own client, ended with the scope. */
-  const own = (client: Redis) => scope.user(client, (c) => c.disconnect());
+  /** A client of the test's own on `service` (its errors ignored), ended with the scope. */
+  function own(service: RedisService, options: RedisOptions): Redis {
+    const client = scope.user(new Redis(service.url, options), (c) => c.disconnect());
+    client.on('error', () => {});
+    return client;
+  }
 
   /** A fresh Redis, and a backend on it with `options`. */
   async function backendOnNewRedis(options: Omit<Parameters<typeof redisBackend>[0], 'url'> = {}) {
@@ -42,9 +42,7 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
 
   /** A fresh connection of the test's own, to look at what the server really holds. */
   function raw(service: RedisService): Redis {
-    const client = own(new Redis(service.url, { maxRetriesPerRequest: 1 }));
-    client.on('error', () => {});
-    return client;
+    return own(service, { maxRetriesPerRequest: 1 });
   }
 
   async function scriptCalls(client: Redis): Promise<{ evalsha: number; eval: number }> {
@@ -134,14 +132,11 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
   it('orphan: an acquire resent after a reconnect by a client set to replay (worst case) takes no lock', async () => {
     const service = await redis();
     // Everything the adapter recommends against: offline queue, resend, unlimited retries.
-    const client = own(
-      new Redis(service.url, {
-        enableOfflineQueue: true,
-        autoResendUnfulfilledCommands: true,
-        maxRetriesPerRequest: null,
-      }),
-    );
-    client.on('error', () => {});
+    const client = own(service, {
+      enableOfflineQueue: true,
+      autoResendUnfulfilledCommands: true,
+      maxRetriesPerRequest: null,
+    });
     const lock = await backend({ client, commandTimeoutMs: 500 });
     const observer = raw(service);
     expect(
@@ -170,14 +165,11 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
 
   it('orphan: an acquire left in the offline queue while Redis was down is not run when it is back', async () => {
     const service = await redis();
-    const client = own(
-      new Redis(service.url, {
-        enableOfflineQueue: true,
-        maxRetriesPerRequest: null,
-        retryStrategy: () => 50,
-      }),
-    );
-    client.on('error', () => {});
+    const client = own(service, {
+      enableOfflineQueue: true,
+      maxRetriesPerRequest: null,
+      retryStrategy: () => 50,
+    });
     const lock = await backend({ client, commandTimeoutMs: 500 });
     expect(
       (await lock.tryAcquire({ name: lockName('warm'), owner: 'w', ttlMs: 5_000 })).granted,

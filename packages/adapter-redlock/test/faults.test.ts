@@ -1,5 +1,5 @@
 import { createRedisNode, nameKeys } from '@dlm/adapter-redis';
-import { granted, sleep, until } from '@dlm/conformance';
+import { granted, lockName, sleep, until } from '@dlm/conformance';
 import { isDlmError, type LockEvent, systemClock } from '@dlm/core';
 import {
   faultScope,
@@ -14,12 +14,8 @@ import { type RedlockBackend, redlockBackend } from '../src/index.js';
 
 const enabled = redisAvailable() && redisManaged();
 
-let unique = 0;
-const lockName = (label: string) => `redlock-faults/${label}/${process.pid}-${++unique}`;
-
 describe.skipIf(!enabled)('redlock adapter under faults', () => {
-  const scope = faultScope();
-  afterAll(() => scope.close());
+  const scope = faultScope(afterAll);
 
   async function nodes(count: number): Promise<RedisService[]> {
     return (await startRedisNodes(count)).map((node) => scope.service(node));

@@ -19,18 +19,23 @@ export interface FaultScope {
 }
 
 /**
+ * A {@link FaultScope} that closes in the test framework's `afterAll` (vitest's, passed in:
+ * this package does not depend on a test framework).
+ *
  * @example
  * ```ts sketch
- * const scope = faultScope();
- * afterAll(() => scope.close());
+ * const scope = faultScope(afterAll);
  * const redis = scope.service(await startRedis());
  * const backend = scope.user(redisBackend({ url: redis.url }), (b) => b.close());
  * ```
  */
-export function faultScope(graceMs = 1_000): FaultScope {
+export function faultScope(
+  afterAll: (hook: () => Promise<void>) => void,
+  graceMs = 1_000,
+): FaultScope {
   const services: PausableService[] = [];
   const closers: Array<() => unknown> = [];
-  return {
+  const scope: FaultScope = {
     service(service) {
       services.push(service);
       return service;
@@ -45,4 +50,6 @@ export function faultScope(graceMs = 1_000): FaultScope {
       await Promise.all(services.map((service) => service.stop(graceMs)));
     },
   };
+  afterAll(() => scope.close());
+  return scope;
 }

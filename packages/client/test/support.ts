@@ -114,30 +114,38 @@ export interface ServedBackend {
   readonly server: RunningServer;
 }
 
+/** Starts the server before the scope's tests and closes it, then the backend, after them. */
+class ServedScope implements ServedBackend {
+  #backend: LockBackend | undefined;
+  #server: RunningServer | undefined;
+
+  constructor(options: Omit<ServerOptions, 'port' | 'backend'>) {
+    beforeAll(async () => {
+      this.#backend = await embeddedBackend();
+      this.#server = await startServer({ ...options, port: 0, backend: this.#backend });
+    });
+    afterAll(async () => {
+      await this.#server?.close();
+      await this.#backend?.close();
+    });
+  }
+
+  get backend(): LockBackend {
+    return started(this.#backend);
+  }
+
+  get server(): RunningServer {
+    return started(this.#server);
+  }
+}
+
 /**
  * Starts a {@link ServedBackend} before the enclosing scope's tests (file or `describe`) and
  * closes the server, then the backend, after them: after the scope's own `afterAll`s, which run
  * in reverse order of registration, so clients made in the scope close first.
  */
 export function useServer(options: Omit<ServerOptions, 'port' | 'backend'> = {}): ServedBackend {
-  let backend: LockBackend | undefined;
-  let server: RunningServer | undefined;
-  beforeAll(async () => {
-    backend = await embeddedBackend();
-    server = await startServer({ ...options, port: 0, backend });
-  });
-  afterAll(async () => {
-    await server?.close();
-    await backend?.close();
-  });
-  return {
-    get backend() {
-      return started(backend);
-    },
-    get server() {
-      return started(server);
-    },
-  };
+  return new ServedScope(options);
 }
 
 function started<T>(value: T | undefined): T {
@@ -158,6 +166,46 @@ export interface ProxiedServer {
   clientOfNoServer(): Promise<DlmClient>;
 }
 
+/** The served backend, and a proxy and clients on top, closed before the server. */
+class ProxiedScope extends ServedScope implements ProxiedServer {
+  #proxy: TcpProxy | undefined;
+  readonly #clients: DlmClient[] = [];
+
+  constructor() {
+    super({});
+    beforeAll(async () => {
+      this.#proxy = await startProxy(this.server.port);
+    });
+    afterAll(async () => {
+      await Promise.all(this.#clients.map((c) => c.close()));
+      await this.#proxy?.close();
+    });
+  }
+
+  get proxy(): TcpProxy {
+    return started(this.#proxy);
+  }
+
+  // Arrow functions: the tests take them off the scope (`const { client } = env`).
+  readonly client = (options: ClientOptions = {}): DlmClient => {
+    const created = createClient({ url: this.server.url, ...options });
+    this.#clients.push(created);
+    return created;
+  };
+
+  readonly viaProxy = (options: ClientOptions = {}): DlmClient =>
+    this.client({ url: `ws://127.0.0.1:${this.proxy.port}`, reconnect: fastReconnect, ...options });
+
+  readonly clientOfNoServer = async (): Promise<DlmClient> => {
+    const port = await unusedPort();
+    return this.client({
+      url: `ws://127.0.0.1:${port}`,
+      requestTimeoutMs: 300,
+      reconnect: fastReconnect,
+    });
+  };
+}
+
 /**
  * Starts a {@link ProxiedServer} before the enclosing scope's tests (file or `describe`) and
  * closes its clients, proxy, server and backend, in that order, after them. The scope fails if a
@@ -165,46 +213,5 @@ export interface ProxiedServer {
  */
 export function useProxiedServer(): ProxiedServer {
   failOnUnhandledRejections();
-  const served = useServer();
-  let proxy: TcpProxy | undefined;
-  const clients: DlmClient[] = [];
-  beforeAll(async () => {
-    proxy = await startProxy(served.server.port);
-  });
-  afterAll(async () => {
-    await Promise.all(clients.map((c) => c.close()));
-    await proxy?.close();
-  });
-  const running: ProxiedServer = {
-    get backend() {
-      return served.backend;
-    },
-    get server() {
-      return served.server;
-    },
-    get proxy() {
-      return started(proxy);
-    },
-    client(options = {}) {
-      const created = createClient({ url: served.server.url, ...options });
-      clients.push(created);
-      return created;
-    },
-    viaProxy(options = {}) {
-      return running.client({
-        url: `ws://127.0.0.1:${started(proxy).port}`,
-        reconnect: fastReconnect,
-        ...options,
-      });
-    },
-    async clientOfNoServer() {
-      const port = await unusedPort();
-      return running.client({
-        url: `ws://127.0.0.1:${port}`,
-        requestTimeoutMs: 300,
-        reconnect: fastReconnect,
-      });
-    },
-  };
-  return running;
+  return new ProxiedScope();
 }

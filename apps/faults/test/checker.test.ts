@@ -42,6 +42,20 @@ const afterP1Lost = () =>
 /** p1 holds token 1 from t=1. */
 const p1Holding = () => historyBuilder().acquire('p1', 'x', 0, 1, 1);
 
+/** After p1 lost token 1 to p2, p1 releases it anyway (answered `released`), then p2 its own. */
+const staleRelease = (released: boolean) =>
+  afterP1Lost()
+    .release('p1', 'x', 1_200, 1_201, 1, released)
+    .release('p2', 'x', 1_300, 1_301, 2, !released)
+    .end(5_000);
+
+/** m1, never granted token 1, releases it (answered `released`) while p1 holds it; then p1 does. */
+const meddlerRelease = (released: boolean) =>
+  p1Holding()
+    .release('m1', 'x', 100, 101, 1, released)
+    .release('p1', 'x', 300, 301, 1, !released)
+    .end(5_000);
+
 /** p1 (holding token 1) is killed at 100; p2, asking since 50, is granted at `grantedAt`. */
 const p1KilledThenP2At = (grantedAt: number) =>
   p1Holding()
@@ -125,17 +139,9 @@ describe('checker on hand-made histories', () => {
 
   it("S4: a stale holder's release succeeding after a newer grant", () => {
     // p1's lease ran out (deadline 990); p2 got token 2 at 1 100; p1 then "releases" it.
-    const h = afterP1Lost()
-      .release('p1', 'x', 1_200, 1_201, 1, true)
-      .release('p2', 'x', 1_300, 1_301, 2, false)
-      .end(5_000);
-    expect(flagged(h.events, { finalValues: {} })).toEqual(['S4']);
+    expect(flagged(staleRelease(true).events, { finalValues: {} })).toEqual(['S4']);
     // The same release answered "not released" is what should happen.
-    const fine = afterP1Lost()
-      .release('p1', 'x', 1_200, 1_201, 1, false)
-      .release('p2', 'x', 1_300, 1_301, 2, true)
-      .end(5_000);
-    expect(flagged(fine.events, { finalValues: {} })).toEqual([]);
+    expect(flagged(staleRelease(false).events, { finalValues: {} })).toEqual([]);
   });
 
   it("S4: a stale holder's extend succeeding after a newer grant", () => {
@@ -149,10 +155,7 @@ describe('checker on hand-made histories', () => {
 
   it('S4: a meddler that was never granted the token releasing or extending the lease', () => {
     // m1 read p1's token (lock.get) and sent a release and an extend with it, without the key.
-    const meddled = p1Holding()
-      .release('m1', 'x', 100, 101, 1, true)
-      .release('p1', 'x', 300, 301, 1, false)
-      .end(5_000);
+    const meddled = meddlerRelease(true);
     expect(flagged(meddled.events, { finalValues: {} })).toEqual(['S4']);
     const extended = p1Holding()
       .extend('m1', 'x', 100, 101, 1, 2_000)
@@ -160,10 +163,7 @@ describe('checker on hand-made histories', () => {
       .end(5_000);
     expect(flagged(extended.events, { finalValues: {} })).toContain('S4');
     // Refused (NOT_HOLDER, as recorded by a meddler: not released), nothing to flag.
-    const refused = p1Holding()
-      .release('m1', 'x', 100, 101, 1, false)
-      .release('p1', 'x', 300, 301, 1)
-      .end(5_000);
+    const refused = meddlerRelease(false);
     expect(flagged(refused.events, { finalValues: {} })).toEqual([]);
     expect(check(refused.events, { finalValues: {} }).stats.meddling).toEqual({
       answered: 1,

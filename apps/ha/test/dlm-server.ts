@@ -29,6 +29,22 @@ export function assertServerBuilt(): void {
 const healthz = (port: number) => async () =>
   (await fetch(`http://127.0.0.1:${port}/healthz`, { signal: AbortSignal.timeout(1_000) })).ok;
 
+/** The flags every scenario's server runs with, a process or a container alike. */
+const serverFlags = (port: number, backendArgs: string[]) => [
+  '--port',
+  String(port),
+  '--log-level',
+  'warn',
+  ...backendArgs,
+];
+
+const dlmServer = (
+  label: string,
+  port: number,
+  process: ManagedProcess,
+  close: () => Promise<void>,
+): DlmServer => ({ label, port, url: `ws://127.0.0.1:${port}`, process, close });
+
 /** Starts `dlm-server` on a free port with `backendArgs`; resolves once /healthz answers. */
 export async function startDlmServer(label: string, backendArgs: string[]): Promise<DlmServer> {
   assertServerBuilt();
@@ -36,16 +52,10 @@ export async function startDlmServer(label: string, backendArgs: string[]): Prom
   const process_ = await startProcess({
     name: label,
     command: process.execPath,
-    args: [MAIN, '--port', String(port), '--log-level', 'warn', ...backendArgs],
+    args: [MAIN, ...serverFlags(port, backendArgs)],
     ready: healthz(port),
   });
-  return {
-    label,
-    port,
-    url: `ws://127.0.0.1:${port}`,
-    process: process_,
-    close: () => process_.kill(),
-  };
+  return dlmServer(label, port, process_, () => process_.kill());
 }
 
 /**
@@ -59,17 +69,11 @@ export function containerServers(image: string): StartDlmServer {
     const container = await startContainer({
       name: `${label} [${image}]`,
       image,
-      command: ['--port', String(port), '--log-level', 'warn', ...backendArgs],
+      command: serverFlags(port, backendArgs),
       environment: { DLM_HOST: '127.0.0.1' },
       ready: healthz(port),
     });
-    return {
-      label,
-      port,
-      url: `ws://127.0.0.1:${port}`,
-      process: container,
-      close: () => container.remove(),
-    };
+    return dlmServer(label, port, container, () => container.remove());
   };
 }
 

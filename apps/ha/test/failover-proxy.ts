@@ -1,4 +1,5 @@
 import { createServer, type Socket, connect as tcpConnect } from 'node:net';
+import { listenOnLoopback } from './loopback-listen.js';
 
 export interface FailoverProxy {
   readonly port: number;
@@ -13,7 +14,7 @@ export interface FailoverProxy {
  * given. The client only knows one URL (it takes a single `url`), so when its server dies it
  * reconnects here and lands on the next one.
  */
-export function failoverProxy(targetPorts: number[]): Promise<FailoverProxy> {
+export async function failoverProxy(targetPorts: number[]): Promise<FailoverProxy> {
   const sockets = new Set<Socket>();
   const track = (socket: Socket) => {
     sockets.add(socket);
@@ -45,20 +46,6 @@ export function failoverProxy(targetPorts: number[]): Promise<FailoverProxy> {
     };
     tryTarget(0);
   });
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      resolve({
-        port,
-        url: `ws://127.0.0.1:${port}`,
-        close: () =>
-          new Promise<void>((done) => {
-            for (const socket of sockets) socket.destroy();
-            server.close(() => done());
-          }),
-      });
-    });
-  });
+  const { port, close } = await listenOnLoopback(server, sockets);
+  return { port, url: `ws://127.0.0.1:${port}`, close };
 }

@@ -36,36 +36,32 @@ function history(steps: Step[]): HistoryEvent[] {
 }
 
 const options = checkOptions(5_000, 10_000);
+const check = (steps: Step[]) => checkLbHistory(history(steps), options);
+
+// Both histories are c1 taking the lock and releasing it at 100-110 ms, and c2 asking at 50 ms:
+// they differ only in when c2 is granted.
+const c1Acquires: Step[] = [
+  [0, 'c1', 1, 'acquire', 'invoke', ''],
+  [10, 'c1', 1, 'acquire', 'ok', '1'],
+];
+const c1Releases: Step[] = [
+  [100, 'c1', 2, 'release', 'invoke', '1'],
+  [110, 'c1', 2, 'release', 'ok', '1'],
+];
+const c2GrantedAt = (t: number): Step[] => [
+  [50, 'c2', 1, 'acquire', 'invoke', ''],
+  [t, 'c2', 1, 'acquire', 'ok', '2'],
+];
 
 describe("the load-balancer scenarios' history check", () => {
   it('passes a history where each holder is granted after the last one released', () => {
-    const verdict = checkLbHistory(
-      history([
-        [0, 'c1', 1, 'acquire', 'invoke', ''],
-        [10, 'c1', 1, 'acquire', 'ok', '1'],
-        [100, 'c1', 2, 'release', 'invoke', '1'],
-        [110, 'c1', 2, 'release', 'ok', '1'],
-        [50, 'c2', 1, 'acquire', 'invoke', ''],
-        [120, 'c2', 1, 'acquire', 'ok', '2'],
-      ]),
-      options,
-    );
+    const verdict = check([...c1Acquires, ...c1Releases, ...c2GrantedAt(120)]);
     expect(verdict.messages).toEqual([]);
     expect(verdict.checker.stats.grants).toBe(2);
   });
 
   it('flags a second holder granted while the first still holds (S4, S6, not linearizable)', () => {
-    const verdict = checkLbHistory(
-      history([
-        [0, 'c1', 1, 'acquire', 'invoke', ''],
-        [10, 'c1', 1, 'acquire', 'ok', '1'],
-        [50, 'c2', 1, 'acquire', 'invoke', ''],
-        [60, 'c2', 1, 'acquire', 'ok', '2'],
-        [100, 'c1', 2, 'release', 'invoke', '1'],
-        [110, 'c1', 2, 'release', 'ok', '1'],
-      ]),
-      options,
-    );
+    const verdict = check([...c1Acquires, ...c2GrantedAt(60), ...c1Releases]);
     expect(verdict.checker.counts.S6).toBe(1);
     // The first holder's release after the second grant succeeded too.
     expect(verdict.checker.counts.S4).toBe(1);

@@ -149,6 +149,20 @@ export function lbHistory(minTtlMs: number, requestTimeoutMs: number): LbHistory
     ttlMs: lease.ttlMs,
     deadline: monoNow() + lease.remainingMs(),
   });
+  /** Records `call` on `lease` as an operation of the actor that acquired it. */
+  const onLease = <T>(
+    lease: Lease,
+    f: 'extend' | 'release',
+    call: () => Promise<T>,
+    fields: (result: T) => Done,
+  ) =>
+    run(
+      owners.get(lease) ?? 'unknown',
+      f,
+      { name: lease.name, token: lease.token.toString() },
+      call,
+      fields,
+    );
 
   return {
     async acquire(proc, client, name, options) {
@@ -168,23 +182,17 @@ export function lbHistory(minTtlMs: number, requestTimeoutMs: number): LbHistory
       return lease;
     },
     extend(lease, ttlMs, options) {
-      const proc = owners.get(lease) ?? 'unknown';
-      const base = { name: lease.name, token: lease.token.toString() };
-      return run(
-        proc,
+      return onLease(
+        lease,
         'extend',
-        base,
         () => lease.extend(ttlMs, options),
         () => granted(lease),
       );
     },
     release(lease, options) {
-      const proc = owners.get(lease) ?? 'unknown';
-      const base = { name: lease.name, token: lease.token.toString() };
-      return run(
-        proc,
+      return onLease(
+        lease,
         'release',
-        base,
         () => lease.release(options),
         (released) => ({ released }),
       );

@@ -1,10 +1,10 @@
 import { createClient, type DlmClient, type Lease } from '@dlm/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { DlmServer, StartDlmServer } from './dlm-server.js';
+import { type DlmServer, type StartDlmServer, serversFromEnv } from './dlm-server.js';
 import { fencedResource } from './fenced-resource.js';
 import { type LbHistory, lbHistory } from './lb-history.js';
 import { type LinkProxy, linkProxy } from './link-proxy.js';
-import { type LoadBalancer, startLoadBalancer } from './load-balancer.js';
+import { haproxyAvailable, type LoadBalancer, startLoadBalancer } from './load-balancer.js';
 import type { Cluster } from './scenarios.js';
 
 /** A cluster whose members a dlm server can also reach through addresses of the test's choice. */
@@ -13,6 +13,40 @@ export interface BalancedCluster extends Cluster {
   addresses: string[];
   /** `serverArgs` with the members at `addresses` instead (the same order). */
   serverArgsFor(addresses: string[]): string[];
+}
+
+/** What a backend's load-balancer test says about its cluster; the rest follows from it. */
+export interface BalancedClusterParts {
+  addresses: string[];
+  serverArgsFor(addresses: string[]): string[];
+  members: Cluster['members'];
+  /** The name (as in `members`) of the member that leads now, once one does. */
+  leaderName(): Promise<string>;
+  stop(): Promise<void>;
+}
+
+/** `--backend BACKEND FLAG a,b,c`: a dlm server's flags for a cluster's members. */
+export const clusterFlags = (backend: string, flag: string, members: string[]) => [
+  '--backend',
+  backend,
+  flag,
+  members.join(','),
+];
+
+/** A cluster whose servers are pointed at `addresses` (through links, at their replacements). */
+export function balancedCluster(parts: BalancedClusterParts): BalancedCluster {
+  const { addresses, serverArgsFor, members, leaderName, stop } = parts;
+  return {
+    serverArgs: serverArgsFor(addresses),
+    addresses,
+    serverArgsFor,
+    members,
+    async waitForLeader() {
+      const name = await leaderName();
+      return members.find((member) => member.name === name)!;
+    },
+    stop,
+  };
 }
 
 /** How the scenarios start their dlm servers (`serversFromEnv()`: processes or containers). */
@@ -210,6 +244,20 @@ function checkRun(ctx: LbContext): void {
   expect(stats.lost).toBe(0);
   // The history holds what the scenarios did: at least their 6 + 6 + 1 + 1 + 6 + 3 grants.
   expect(stats.grants).toBeGreaterThan(23);
+}
+
+/**
+ * `KIND behind HAProxy`: the scenarios with servers from the environment ({@link serversFromEnv}),
+ * skipped unless `run` (the cluster can be started and killed) and HAProxy is installed.
+ */
+export function behindHaproxy(
+  kind: string,
+  run: boolean,
+  start: () => Promise<BalancedCluster>,
+): void {
+  describe.skipIf(!run || !haproxyAvailable())(`${kind} behind HAProxy`, () => {
+    loadBalancerScenarios(kind, start, serversFromEnv());
+  });
 }
 
 /**

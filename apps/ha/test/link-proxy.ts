@@ -1,4 +1,5 @@
 import { createServer, type Socket, connect as tcpConnect } from 'node:net';
+import { listenOnLoopback } from './loopback-listen.js';
 
 /** A TCP link between a dlm server and one backend member that the test can cut and heal. */
 export interface LinkProxy {
@@ -10,7 +11,7 @@ export interface LinkProxy {
   close(): Promise<void>;
 }
 
-export function linkProxy(target: string): Promise<LinkProxy> {
+export async function linkProxy(target: string): Promise<LinkProxy> {
   const [host, port] = target.split(':') as [string, string];
   const sockets = new Set<Socket>();
   let cut = false;
@@ -32,26 +33,16 @@ export function linkProxy(target: string): Promise<LinkProxy> {
     downstream.once('close', () => upstream.destroy());
     upstream.once('close', () => downstream.destroy());
   });
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const listening = typeof address === 'object' && address ? address.port : 0;
-      resolve({
-        address: `127.0.0.1:${listening}`,
-        cut() {
-          cut = true;
-          for (const socket of sockets) socket.destroy();
-        },
-        heal() {
-          cut = false;
-        },
-        close: () =>
-          new Promise<void>((done) => {
-            for (const socket of sockets) socket.destroy();
-            server.close(() => done());
-          }),
-      });
-    });
-  });
+  const { port: listening, close } = await listenOnLoopback(server, sockets);
+  return {
+    address: `127.0.0.1:${listening}`,
+    cut() {
+      cut = true;
+      for (const socket of sockets) socket.destroy();
+    },
+    heal() {
+      cut = false;
+    },
+    close,
+  };
 }

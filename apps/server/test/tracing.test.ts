@@ -15,7 +15,7 @@ import {
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createLogger, type RunningServer, startServer } from '../src/index.js';
+import { type BackendConfig, createLogger, type RunningServer, startServer } from '../src/index.js';
 import { openSession, type Peer } from './ws-peer.js';
 
 // The server's spans, recorded by the OpenTelemetry SDK's in-memory exporter. The first test
@@ -46,6 +46,29 @@ async function session(url = server.url): Promise<Peer> {
   return peer;
 }
 
+/** Runs `use` against a server on `backendConfig`; then closes the server and stops `service`. */
+async function onBackend(
+  service: { stop(): Promise<void> },
+  backendConfig: BackendConfig,
+  use: (url: string) => Promise<void>,
+): Promise<void> {
+  const running = await startServer({
+    port: 0,
+    backendConfig,
+    logger: createLogger('error', () => {}),
+  });
+  try {
+    await use(running.url);
+  } finally {
+    await running.close();
+    await service.stop();
+  }
+}
+
+/** Sends `method` as part of the caller's trace (TRACEPARENT). */
+const traced = (peer: Peer, method: string, params: Record<string, unknown>) =>
+  peer.call(method, { ...params, traceparent: TRACEPARENT });
+
 function register(): void {
   const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
   expect(trace.setGlobalTracerProvider(provider)).toBe(true);
@@ -65,11 +88,7 @@ function only(list: ReadableSpan[]): ReadableSpan {
 describe('without an OpenTelemetry SDK', () => {
   it('serves requests with a traceparent and records nothing, not even once an SDK comes', async () => {
     const peer = await session();
-    const { result } = await peer.call('lock.acquire', {
-      name: 'untraced',
-      ttlMs: 5_000,
-      traceparent: TRACEPARENT,
-    });
+    const { result } = await traced(peer, 'lock.acquire', { name: 'untraced', ttlMs: 5_000 });
     expect(result.token).toMatch(/^\d+$/);
     await peer.call('lock.release', { name: 'untraced', token: result.token });
     register();
@@ -82,11 +101,7 @@ describe('with an SDK registered', () => {
 
   it("an acquire's span joins the caller's trace, with its backend call as a child span", async () => {
     const peer = await session();
-    const { result } = await peer.call('lock.acquire', {
-      name: 'traced',
-      ttlMs: 5_000,
-      traceparent: TRACEPARENT,
-    });
+    const { result } = await traced(peer, 'lock.acquire', { name: 'traced', ttlMs: 5_000 });
     const acquire = only(spans('lock.acquire'));
     expect(acquire.kind).toBe(SpanKind.SERVER);
     expect(acquire.spanContext().traceId).toBe(TRACE_ID);
@@ -114,12 +129,7 @@ describe('with an SDK registered', () => {
       'dlm.backend.operation': 'tryAcquire',
     });
 
-    await peer.call('lock.extend', {
-      name: 'traced',
-      token: result.token,
-      ttlMs: 6_000,
-      traceparent: TRACEPARENT,
-    });
+    await traced(peer, 'lock.extend', { name: 'traced', token: result.token, ttlMs: 6_000 });
     const extend = only(spans('lock.extend'));
     expect(extend.attributes).toMatchObject({
       'dlm.outcome': 'extended',
@@ -229,101 +239,72 @@ describe('with an SDK registered', () => {
     expect(span.attributes['dlm.outcome']).toBe('INVALID_PARAMS');
     expect(childrenOf(span)).toEqual([]);
   });
-});
 
-describe.runIf(redisAvailable())('on Redis', () => {
-  beforeEach(() => exporter.reset());
-
-  it("an acquire's backend call on Redis is a child span in the caller's trace; with Redis gone both are errors", async () => {
-    const redis = await startRedis();
-    const onRedis = await startServer({
-      port: 0,
-      backendConfig: { kind: 'redis', url: redis.url },
-      logger: createLogger('error', () => {}),
+  describe.runIf(redisAvailable())('on Redis', () => {
+    it("an acquire's backend call on Redis is a child span in the caller's trace; with Redis gone both are errors", async () => {
+      const redis = await startRedis();
+      await onBackend(redis, { kind: 'redis', url: redis.url }, async (url) => {
+        const peer = await session(url);
+        const { result } = await traced(peer, 'lock.acquire', { name: 'on-redis', ttlMs: 5_000 });
+        await traced(peer, 'lock.release', { name: 'on-redis', token: result.token });
+        const acquire = only(spans('lock.acquire'));
+        expect(acquire.spanContext().traceId).toBe(TRACE_ID);
+        expect(acquire.attributes['dlm.backend.kind']).toBe('redis');
+        const [call] = childrenOf(acquire);
+        expect(call?.name).toBe('backend.tryAcquire');
+        expect(call?.attributes['dlm.backend.kind']).toBe('redis');
+        expect(call?.spanContext().traceId).toBe(TRACE_ID);
+        expect(childrenOf(only(spans('lock.release'))).map((span) => span.name)).toEqual([
+          'backend.release',
+        ]);
+        if (!redisManaged()) return;
+        // With Redis gone, the acquire and its backend call are errors: a fault, not an answer.
+        exporter.reset();
+        await redis.kill();
+        const down = await peer.call('lock.acquire', { name: 'on-redis', ttlMs: 5_000 });
+        expect(down.error.data.code).toBe('UNAVAILABLE');
+        const failed = only(spans('lock.acquire'));
+        expect(failed.status.code).toBe(SpanStatusCode.ERROR);
+        expect(failed.attributes).toMatchObject({
+          'dlm.outcome': 'UNAVAILABLE',
+          'error.type': 'UNAVAILABLE',
+        });
+        const [failedCall] = childrenOf(failed);
+        expect(failedCall?.name).toBe('backend.tryAcquire');
+        expect(failedCall?.status.code).toBe(SpanStatusCode.ERROR);
+      });
     });
-    try {
-      const peer = await session(onRedis.url);
-      const { result } = await peer.call('lock.acquire', {
-        name: 'on-redis',
-        ttlMs: 5_000,
-        traceparent: TRACEPARENT,
-      });
-      await peer.call('lock.release', {
-        name: 'on-redis',
-        token: result.token,
-        traceparent: TRACEPARENT,
-      });
-      const acquire = only(spans('lock.acquire'));
-      expect(acquire.spanContext().traceId).toBe(TRACE_ID);
-      expect(acquire.attributes['dlm.backend.kind']).toBe('redis');
-      const [call] = childrenOf(acquire);
-      expect(call?.name).toBe('backend.tryAcquire');
-      expect(call?.attributes['dlm.backend.kind']).toBe('redis');
-      expect(call?.spanContext().traceId).toBe(TRACE_ID);
-      expect(childrenOf(only(spans('lock.release'))).map((span) => span.name)).toEqual([
-        'backend.release',
-      ]);
-      if (!redisManaged()) return;
-      // With Redis gone, the acquire and its backend call are errors: a fault, not an answer.
-      exporter.reset();
-      await redis.kill();
-      const down = await peer.call('lock.acquire', { name: 'on-redis', ttlMs: 5_000 });
-      expect(down.error.data.code).toBe('UNAVAILABLE');
-      const failed = only(spans('lock.acquire'));
-      expect(failed.status.code).toBe(SpanStatusCode.ERROR);
-      expect(failed.attributes).toMatchObject({
-        'dlm.outcome': 'UNAVAILABLE',
-        'error.type': 'UNAVAILABLE',
-      });
-      const [failedCall] = childrenOf(failed);
-      expect(failedCall?.name).toBe('backend.tryAcquire');
-      expect(failedCall?.status.code).toBe(SpanStatusCode.ERROR);
-    } finally {
-      await onRedis.close();
-      await redis.stop();
-    }
   });
-});
 
-describe.runIf(etcdAvailable())('on etcd (a backend with its own fair queue)', () => {
-  beforeEach(() => exporter.reset());
-
-  it("a wait in etcd's queue is one backend.acquireQueued child span, in the caller's trace", async () => {
-    const etcd = await startEtcd();
-    const onEtcd = await startServer({
-      port: 0,
-      backendConfig: { kind: 'etcd', endpoints: etcd.endpoints },
-      logger: createLogger('error', () => {}),
+  describe.runIf(etcdAvailable())('on etcd (a backend with its own fair queue)', () => {
+    it("a wait in etcd's queue is one backend.acquireQueued child span, in the caller's trace", async () => {
+      const etcd = await startEtcd();
+      await onBackend(etcd, { kind: 'etcd', endpoints: etcd.endpoints }, async (url) => {
+        const holder = await session(url);
+        const waiter = await session(url);
+        const held = (await holder.call('lock.acquire', { name: 'on-etcd', ttlMs: 5_000 })).result;
+        const wait = traced(waiter, 'lock.acquire', {
+          name: 'on-etcd',
+          ttlMs: 5_000,
+          waitMs: 10_000,
+        });
+        await waiter.call('lock.get', { name: 'on-etcd' });
+        await holder.call('lock.release', { name: 'on-etcd', token: held.token });
+        const granted = (await wait).result;
+        await waiter.call('lock.release', { name: 'on-etcd', token: granted.token });
+        const acquire = only(
+          spans('lock.acquire').filter((span) => span.spanContext().traceId === TRACE_ID),
+        );
+        expect(acquire.attributes).toMatchObject({
+          'dlm.backend.kind': 'etcd',
+          'dlm.lock.queue_position': 0,
+          'dlm.outcome': 'granted',
+        });
+        const [call] = childrenOf(acquire);
+        expect(childrenOf(acquire)).toHaveLength(1);
+        expect(call?.name).toBe('backend.acquireQueued');
+        expect(call?.spanContext().traceId).toBe(TRACE_ID);
+      });
     });
-    try {
-      const holder = await session(onEtcd.url);
-      const waiter = await session(onEtcd.url);
-      const held = (await holder.call('lock.acquire', { name: 'on-etcd', ttlMs: 5_000 })).result;
-      const wait = waiter.call('lock.acquire', {
-        name: 'on-etcd',
-        ttlMs: 5_000,
-        waitMs: 10_000,
-        traceparent: TRACEPARENT,
-      });
-      await waiter.call('lock.get', { name: 'on-etcd' });
-      await holder.call('lock.release', { name: 'on-etcd', token: held.token });
-      const granted = (await wait).result;
-      await waiter.call('lock.release', { name: 'on-etcd', token: granted.token });
-      const acquire = only(
-        spans('lock.acquire').filter((span) => span.spanContext().traceId === TRACE_ID),
-      );
-      expect(acquire.attributes).toMatchObject({
-        'dlm.backend.kind': 'etcd',
-        'dlm.lock.queue_position': 0,
-        'dlm.outcome': 'granted',
-      });
-      const [call] = childrenOf(acquire);
-      expect(childrenOf(acquire)).toHaveLength(1);
-      expect(call?.name).toBe('backend.acquireQueued');
-      expect(call?.spanContext().traceId).toBe(TRACE_ID);
-    } finally {
-      await onEtcd.close();
-      await etcd.stop();
-    }
   });
 });

@@ -1,39 +1,37 @@
-import { failure, sleep, until } from '@dlm/conformance';
-import { createLockService, type LockBackend, type LockEvent } from '@dlm/core';
-import { type RedisService, redisAvailable, redisManaged, startRedis } from '@dlm/test-services';
-import { Redis } from 'ioredis';
+import { failure, lockName, sleep, until } from '@dlm/conformance';
+import { createLockService, type LockEvent } from '@dlm/core';
+import {
+  faultScope,
+  type RedisService,
+  redisAvailable,
+  redisManaged,
+  startRedis,
+} from '@dlm/test-services';
+import { Redis, type RedisOptions } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { type RedisBackend, redisBackend } from '../src/index.js';
 import { nameKeys } from '../src/key-encoding.js';
 
 const enabled = redisAvailable() && redisManaged();
 
-let unique = 0;
-const lockName = (label: string) => `faults/${label}/${process.pid}-${++unique}`;
-
 describe.skipIf(!enabled)('redis adapter under faults', () => {
-  const services: RedisService[] = [];
-  const backends: LockBackend[] = [];
-  const clients: Redis[] = [];
-
-  afterAll(async () => {
-    for (const service of services) service.resume();
-    await Promise.all(backends.map((backend) => backend.close()));
-    for (const client of clients) client.disconnect();
-    await Promise.all(services.map((service) => service.stop(1_000)));
-  });
+  const scope = faultScope(afterAll);
 
   async function redis(options: Parameters<typeof startRedis>[0] = {}): Promise<RedisService> {
-    const service = await startRedis(options);
-    services.push(service);
-    return service;
+    return scope.service(await startRedis(options));
   }
 
   async function backend(options: Parameters<typeof redisBackend>[0]): Promise<RedisBackend> {
-    const created = redisBackend(options);
-    backends.push(created);
+    const created = scope.user(redisBackend(options), (lock) => lock.close());
     await created.ready();
     return created;
+  }
+
+  /** A client of the test's own on `service` (its errors ignored), ended with the scope. */
+  function own(service: RedisService, options: RedisOptions): Redis {
+    const client = scope.user(new Redis(service.url, options), (c) => c.disconnect());
+    client.on('error', () => {});
+    return client;
   }
 
   /** A fresh Redis, and a backend on it with `options`. */
@@ -44,10 +42,7 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
 
   /** A fresh connection of the test's own, to look at what the server really holds. */
   function raw(service: RedisService): Redis {
-    const client = new Redis(service.url, { maxRetriesPerRequest: 1 });
-    client.on('error', () => {});
-    clients.push(client);
-    return client;
+    return own(service, { maxRetriesPerRequest: 1 });
   }
 
   async function scriptCalls(client: Redis): Promise<{ evalsha: number; eval: number }> {
@@ -137,13 +132,11 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
   it('orphan: an acquire resent after a reconnect by a client set to replay (worst case) takes no lock', async () => {
     const service = await redis();
     // Everything the adapter recommends against: offline queue, resend, unlimited retries.
-    const client = new Redis(service.url, {
+    const client = own(service, {
       enableOfflineQueue: true,
       autoResendUnfulfilledCommands: true,
       maxRetriesPerRequest: null,
     });
-    client.on('error', () => {});
-    clients.push(client);
     const lock = await backend({ client, commandTimeoutMs: 500 });
     const observer = raw(service);
     expect(
@@ -172,13 +165,11 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
 
   it('orphan: an acquire left in the offline queue while Redis was down is not run when it is back', async () => {
     const service = await redis();
-    const client = new Redis(service.url, {
+    const client = own(service, {
       enableOfflineQueue: true,
       maxRetriesPerRequest: null,
       retryStrategy: () => 50,
     });
-    client.on('error', () => {});
-    clients.push(client);
     const lock = await backend({ client, commandTimeoutMs: 500 });
     expect(
       (await lock.tryAcquire({ name: lockName('warm'), owner: 'w', ttlMs: 5_000 })).granted,

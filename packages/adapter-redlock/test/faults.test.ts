@@ -1,7 +1,8 @@
 import { createRedisNode, nameKeys } from '@dlm/adapter-redis';
-import { granted, sleep, until } from '@dlm/conformance';
+import { granted, lockName, sleep, until } from '@dlm/conformance';
 import { isDlmError, type LockEvent, systemClock } from '@dlm/core';
 import {
+  faultScope,
   type RedisService,
   redisAvailable,
   redisManaged,
@@ -13,41 +14,30 @@ import { type RedlockBackend, redlockBackend } from '../src/index.js';
 
 const enabled = redisAvailable() && redisManaged();
 
-let unique = 0;
-const lockName = (label: string) => `redlock-faults/${label}/${process.pid}-${++unique}`;
-
 describe.skipIf(!enabled)('redlock adapter under faults', () => {
-  const services: RedisService[] = [];
-  const backends: RedlockBackend[] = [];
-  const clients: Redis[] = [];
-
-  afterAll(async () => {
-    for (const service of services) service.resume();
-    await Promise.all(backends.map((backend) => backend.close()));
-    for (const client of clients) client.disconnect();
-    await Promise.all(services.map((service) => service.stop(1_000)));
-  });
+  const scope = faultScope(afterAll);
 
   async function nodes(count: number): Promise<RedisService[]> {
-    const started = await startRedisNodes(count);
-    services.push(...started);
-    return started;
+    return (await startRedisNodes(count)).map((node) => scope.service(node));
   }
 
   async function backend(
     on: RedisService[],
     options: Partial<Parameters<typeof redlockBackend>[0]> = {},
   ): Promise<RedlockBackend> {
-    const created = redlockBackend({ urls: on.map((node) => node.url), ...options });
-    backends.push(created);
+    const created = scope.user(
+      redlockBackend({ urls: on.map((node) => node.url), ...options }),
+      (lock) => lock.close(),
+    );
     await created.ready();
     return created;
   }
 
   function raw(service: RedisService): Redis {
-    const client = new Redis(service.url, { maxRetriesPerRequest: 1 });
+    const client = scope.user(new Redis(service.url, { maxRetriesPerRequest: 1 }), (c) =>
+      c.disconnect(),
+    );
     client.on('error', () => {});
-    clients.push(client);
     return client;
   }
 

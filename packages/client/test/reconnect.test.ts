@@ -1,7 +1,5 @@
-import { embeddedBackend } from '@dlm/adapter-embedded';
-import type { LockBackend } from '@dlm/core';
 import { type RunningServer, startServer } from '@dlm/server';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { createClient, type DlmClient, type LockChange } from '../src/index.js';
 import {
   eventually,
@@ -10,30 +8,26 @@ import {
   lockName,
   sleep,
   useProxiedServer,
+  useServer,
 } from './support.js';
 
 failOnUnhandledRejections();
 
 describe('server restart on the same port, backend kept', () => {
-  let backend: LockBackend;
-  let first: RunningServer;
+  // The first server (closed by the test) and the backend it shares with the second.
+  const served = useServer();
   let second: RunningServer | undefined;
   let client: DlmClient;
   let observer: DlmClient;
 
-  beforeAll(async () => {
-    backend = await embeddedBackend();
-    first = await startServer({ port: 0, backend });
-  });
   afterAll(async () => {
     await client?.close();
     await observer?.close();
-    await first.close();
     await second?.close();
-    await backend.close();
   });
 
   it('reconnects, and held leases stay extendable, auto-extended and watched', async () => {
+    const { backend, server: first } = served;
     client = createClient({ url: first.url, reconnect: fastReconnect });
     const events: string[] = [];
     client.on('connected', ({ reconnected }) =>

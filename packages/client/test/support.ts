@@ -2,7 +2,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { embeddedBackend } from '@dlm/adapter-embedded';
 import { sleep, until } from '@dlm/conformance';
 import type { LockBackend } from '@dlm/core';
-import { type RunningServer, startServer } from '@dlm/server';
+import { type RunningServer, type ServerOptions, startServer } from '@dlm/server';
 import { afterAll, beforeAll, expect } from 'vitest';
 import { createClient, type DlmClient } from '../src/index.js';
 
@@ -108,6 +108,51 @@ export const fastReconnect = { initialDelayMs: 20, maxDelayMs: 200 };
 
 export type ClientOptions = Partial<Parameters<typeof createClient>[0]>;
 
+/** A server on an embedded backend, both started before the enclosing scope's tests. */
+export interface ServedBackend {
+  readonly backend: LockBackend;
+  readonly server: RunningServer;
+}
+
+/** Starts the server before the scope's tests and closes it, then the backend, after them. */
+class ServedScope implements ServedBackend {
+  #backend: LockBackend | undefined;
+  #server: RunningServer | undefined;
+
+  constructor(options: Omit<ServerOptions, 'port' | 'backend'>) {
+    beforeAll(async () => {
+      this.#backend = await embeddedBackend();
+      this.#server = await startServer({ ...options, port: 0, backend: this.#backend });
+    });
+    afterAll(async () => {
+      await this.#server?.close();
+      await this.#backend?.close();
+    });
+  }
+
+  get backend(): LockBackend {
+    return started(this.#backend);
+  }
+
+  get server(): RunningServer {
+    return started(this.#server);
+  }
+}
+
+/**
+ * Starts a {@link ServedBackend} before the enclosing scope's tests (file or `describe`) and
+ * closes the server, then the backend, after them: after the scope's own `afterAll`s, which run
+ * in reverse order of registration, so clients made in the scope close first.
+ */
+export function useServer(options: Omit<ServerOptions, 'port' | 'backend'> = {}): ServedBackend {
+  return new ServedScope(options);
+}
+
+function started<T>(value: T | undefined): T {
+  if (value === undefined) throw new Error('the server starts in beforeAll');
+  return value;
+}
+
 /** A server on an embedded backend with a fault-injecting proxy in front, for the enclosing scope. */
 export interface ProxiedServer {
   readonly backend: LockBackend;
@@ -121,6 +166,46 @@ export interface ProxiedServer {
   clientOfNoServer(): Promise<DlmClient>;
 }
 
+/** The served backend, and a proxy and clients on top, closed before the server. */
+class ProxiedScope extends ServedScope implements ProxiedServer {
+  #proxy: TcpProxy | undefined;
+  readonly #clients: DlmClient[] = [];
+
+  constructor() {
+    super({});
+    beforeAll(async () => {
+      this.#proxy = await startProxy(this.server.port);
+    });
+    afterAll(async () => {
+      await Promise.all(this.#clients.map((c) => c.close()));
+      await this.#proxy?.close();
+    });
+  }
+
+  get proxy(): TcpProxy {
+    return started(this.#proxy);
+  }
+
+  // Arrow functions: the tests take them off the scope (`const { client } = env`).
+  readonly client = (options: ClientOptions = {}): DlmClient => {
+    const created = createClient({ url: this.server.url, ...options });
+    this.#clients.push(created);
+    return created;
+  };
+
+  readonly viaProxy = (options: ClientOptions = {}): DlmClient =>
+    this.client({ url: `ws://127.0.0.1:${this.proxy.port}`, reconnect: fastReconnect, ...options });
+
+  readonly clientOfNoServer = async (): Promise<DlmClient> => {
+    const port = await unusedPort();
+    return this.client({
+      url: `ws://127.0.0.1:${port}`,
+      requestTimeoutMs: 300,
+      reconnect: fastReconnect,
+    });
+  };
+}
+
 /**
  * Starts a {@link ProxiedServer} before the enclosing scope's tests (file or `describe`) and
  * closes its clients, proxy, server and backend, in that order, after them. The scope fails if a
@@ -128,55 +213,5 @@ export interface ProxiedServer {
  */
 export function useProxiedServer(): ProxiedServer {
   failOnUnhandledRejections();
-  let backend: LockBackend | undefined;
-  let server: RunningServer | undefined;
-  let proxy: TcpProxy | undefined;
-  const clients: DlmClient[] = [];
-  beforeAll(async () => {
-    backend = await embeddedBackend();
-    server = await startServer({ port: 0, backend });
-    proxy = await startProxy(server.port);
-  });
-  afterAll(async () => {
-    await Promise.all(clients.map((c) => c.close()));
-    await proxy?.close();
-    await server?.close();
-    await backend?.close();
-  });
-  const started = <T>(value: T | undefined): T => {
-    if (value === undefined) throw new Error('the proxied server starts in beforeAll');
-    return value;
-  };
-  const running: ProxiedServer = {
-    get backend() {
-      return started(backend);
-    },
-    get server() {
-      return started(server);
-    },
-    get proxy() {
-      return started(proxy);
-    },
-    client(options = {}) {
-      const created = createClient({ url: started(server).url, ...options });
-      clients.push(created);
-      return created;
-    },
-    viaProxy(options = {}) {
-      return running.client({
-        url: `ws://127.0.0.1:${started(proxy).port}`,
-        reconnect: fastReconnect,
-        ...options,
-      });
-    },
-    async clientOfNoServer() {
-      const port = await unusedPort();
-      return running.client({
-        url: `ws://127.0.0.1:${port}`,
-        requestTimeoutMs: 300,
-        reconnect: fastReconnect,
-      });
-    },
-  };
-  return running;
+  return new ProxiedScope();
 }

@@ -1,7 +1,5 @@
-import { embeddedBackend } from '@dlm/adapter-embedded';
-import type { LockBackend } from '@dlm/core';
 import { parseTraceparent } from '@dlm/protocol';
-import { createLogger, type RunningServer, startServer } from '@dlm/server';
+import { createLogger } from '@dlm/server';
 import { context, SpanKind, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import {
@@ -13,7 +11,7 @@ import {
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { createClient, type DlmClient } from '../src/index.js';
-import { eventually, failOnUnhandledRejections, lockName } from './support.js';
+import { eventually, failOnUnhandledRejections, lockName, useServer } from './support.js';
 
 failOnUnhandledRejections();
 
@@ -30,15 +28,12 @@ class RecordingWebSocket extends WebSocket {
   }
 }
 
-let backend: LockBackend;
-let server: RunningServer;
+const served = useServer({ logger: createLogger('error', () => {}) });
 let client: DlmClient;
 
 beforeAll(async () => {
-  backend = await embeddedBackend();
-  server = await startServer({ port: 0, backend, logger: createLogger('error', () => {}) });
   client = createClient({
-    url: server.url,
+    url: served.server.url,
     WebSocket: RecordingWebSocket as unknown as NonNullable<
       Parameters<typeof createClient>[0]['WebSocket']
     >,
@@ -46,8 +41,6 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await client.close();
-  await server.close();
-  await backend.close();
   trace.disable();
   context.disable();
 });

@@ -1,28 +1,20 @@
-import { embeddedBackend } from '@dlm/adapter-embedded';
-import type { LockBackend } from '@dlm/core';
-import { type RunningServer, startServer } from '@dlm/server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient, type DlmClient, type LockChange } from '../src/index.js';
-import { eventually, failOnUnhandledRejections, lockName, sleep } from './support.js';
+import { eventually, failOnUnhandledRejections, lockName, sleep, useServer } from './support.js';
 
 failOnUnhandledRejections();
 
-let backend: LockBackend;
-let server: RunningServer;
+const served = useServer();
 let a: DlmClient;
 let b: DlmClient;
 
-beforeAll(async () => {
-  backend = await embeddedBackend();
-  server = await startServer({ port: 0, backend });
-  a = createClient({ url: server.url });
-  b = createClient({ url: server.url });
+beforeAll(() => {
+  a = createClient({ url: served.server.url });
+  b = createClient({ url: served.server.url });
 });
 afterAll(async () => {
   await a.close();
   await b.close();
-  await server.close();
-  await backend.close();
 });
 
 describe('withLock', () => {
@@ -46,7 +38,7 @@ describe('withLock', () => {
   it("aborts fn's signal when the lease is lost, and fn's failure is what withLock rejects with", async () => {
     const name = lockName('with-lock-lost');
     const run = a.withLock(name, { ttlMs: 10_000 }, async (signal) => {
-      await backend.revoke?.(name);
+      await served.backend.revoke?.(name);
       await new Promise((_, reject) => {
         signal.addEventListener('abort', () => reject(signal.reason), { once: true });
       });

@@ -4,10 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
-import { embeddedBackend } from '@dlm/adapter-embedded';
-import type { LockBackend } from '@dlm/core';
-import { createLogger, type RunningServer, startServer } from '@dlm/server';
+import { createLogger } from '@dlm/server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { useServer } from './support.js';
 
 // `@opentelemetry/api` is an optional peer: an application without it must not notice the
 // client's tracing. Here it is installed (a dev dependency), so a child Node process is made
@@ -15,18 +14,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 // the package is not there. The child runs the built client against a real server.
 const CLIENT = new URL('../dist/index.js', import.meta.url);
 
-let backend: LockBackend;
-let server: RunningServer;
+const served = useServer({ logger: createLogger('error', () => {}) });
 let dir: string;
 
 beforeAll(async () => {
-  backend = await embeddedBackend();
-  server = await startServer({ port: 0, backend, logger: createLogger('error', () => {}) });
   dir = mkdtempSync(join(tmpdir(), 'dlm-client-no-otel-'));
 });
 afterAll(async () => {
-  await server.close();
-  await backend.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -67,7 +61,7 @@ console.log(JSON.stringify({ missing, tokens: [String(first.token), String(secon
         '--import',
         pathToFileURL(join(dir, 'register.mjs')).href,
         join(dir, 'main.mjs'),
-        server.url,
+        served.server.url,
       ],
       { timeout: 30_000 },
     );

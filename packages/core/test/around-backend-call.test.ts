@@ -1,10 +1,7 @@
-import { afterEach, describe, expect, it } from 'vitest';
-// A relative import, not a dependency (see observer.test.ts): the real embedded backend.
-import { embeddedBackend } from '../../adapter-embedded/src/index.js';
-import type { LockBackend } from '../src/backend.js';
+import { describe, expect, it } from 'vitest';
 import { createManualClock } from '../src/clock.js';
-import { createLockService, type LockService } from '../src/lock-service.js';
 import type { AroundBackendCall } from '../src/observer.js';
+import { serviceScope, settle } from './service-scope.js';
 
 /** A wrapper that records the calls it runs, tagged with whose request they were. */
 function around(tag: string, calls: string[]): AroundBackendCall {
@@ -23,26 +20,12 @@ function around(tag: string, calls: string[]): AroundBackendCall {
   };
 }
 
-async function settle(): Promise<void> {
-  for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
-}
-
 describe('aroundBackendCall', () => {
-  let backend: LockBackend;
-  let service: LockService;
-  afterEach(async () => {
-    await service?.close();
-    await backend?.close();
-  });
-
-  async function open() {
-    const clock = createManualClock(1_000);
-    backend = await embeddedBackend({ clock });
-    service = createLockService({ backend, clock });
-  }
+  const openService = serviceScope();
+  const open = () => openService({ clock: createManualClock(1_000) });
 
   it("runs each request's backend calls through that request's own wrapper", async () => {
-    await open();
+    const service = await open();
     const calls: string[] = [];
     const lease = await service.acquire({
       name: 'a',
@@ -74,7 +57,7 @@ describe('aroundBackendCall', () => {
   });
 
   it("a waiter's retry after a release goes through the waiter's wrapper, not the releaser's", async () => {
-    await open();
+    const service = await open();
     const calls: string[] = [];
     const first = await service.acquire({ name: 'q', owner: 'one', ttlMs: 1_000 });
     const second = service.acquire({

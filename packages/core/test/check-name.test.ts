@@ -1,24 +1,15 @@
-import { afterEach, describe, expect, it } from 'vitest';
-// A relative import, not a dependency (see observer.test.ts).
-import { embeddedBackend } from '../../adapter-embedded/src/index.js';
-import type { LockBackend } from '../src/backend.js';
+import { describe, expect, it } from 'vitest';
 import { isDlmError } from '../src/errors.js';
-import { createLockService, type LockService } from '../src/lock-service.js';
+import { serviceScope } from './service-scope.js';
 
 const invalidName = (error: unknown) =>
   isDlmError(error, 'INVALID_PARAMS') && error.details.field === 'name';
 
 describe('LockService.checkName', () => {
-  let backend: LockBackend;
-  let service: LockService;
-  afterEach(async () => {
-    await service?.close();
-    await backend?.close();
-  });
+  const openService = serviceScope();
 
   it("checks a name against the service's own limits, once for the request that follows", async () => {
-    backend = await embeddedBackend();
-    service = createLockService({ backend, limits: { maxNameBytes: 8 } });
+    const service = await openService({ limits: { maxNameBytes: 8 } });
     expect(service.checkName('eight-ch')).toBe('eight-ch');
     expect(() => service.checkName('nine-char')).toThrowError('name must be 1-8 UTF-8 bytes');
     expect(() => service.checkName('a\u0000b')).toThrow();

@@ -1,12 +1,12 @@
-import { afterEach, describe, expect, it } from 'vitest';
-// A relative import, not a dependency: the embedded adapter depends on core, and a workspace
-// cycle would break the build graph. The tests still run the real backend's code.
-import { embeddedBackend } from '../../adapter-embedded/src/index.js';
+import { describe, expect, it } from 'vitest';
 import type { AcquireResult, LockBackend } from '../src/backend.js';
 import { createManualClock, type ManualClock } from '../src/clock.js';
 import { isDlmError } from '../src/errors.js';
-import { createLockService, type LockService } from '../src/lock-service.js';
+import type { LockService } from '../src/lock-service.js';
 import type { LockObserver } from '../src/observer.js';
+// The service runs on the real embedded backend, imported by a relative path, not a dependency:
+// the embedded adapter depends on core, and a workspace cycle would break the build graph.
+import { serviceScope, settle } from './service-scope.js';
 
 type Event = [string, ...unknown[]];
 
@@ -27,24 +27,22 @@ function recorder(): { observer: Required<LockObserver>; events: Event[] } {
 
 const named = (events: Event[], kind: string) => events.filter((event) => event[0] === kind);
 
-/** Lets the backend's and the service's promise chains run (the manual clock does not move). */
-async function settle(): Promise<void> {
-  for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
-}
-
 describe('LockObserver', () => {
+  const openService = serviceScope();
   let clock: ManualClock;
-  let backend: LockBackend;
   let service: LockService;
-  afterEach(async () => {
-    await service?.close();
-    await backend?.close();
-  });
 
-  async function open(observer: LockObserver, wrap: (b: LockBackend) => LockBackend = (b) => b) {
+  async function open(observer: LockObserver, wrap?: (b: LockBackend) => LockBackend) {
     clock = createManualClock(1_000);
-    backend = wrap(await embeddedBackend({ clock }));
-    service = createLockService({ backend, clock, observer });
+    service = await openService({ clock, observer }, wrap);
+  }
+
+  /** `one` holds `name`; `two` asks for it (waiting up to 5 s) and is queued when this resolves. */
+  async function heldAndWaiting(name: string, holderTtlMs = 1_000) {
+    const held = await service.acquire({ name, owner: 'one', ttlMs: holderTtlMs });
+    const waiting = service.acquire({ name, owner: 'two', ttlMs: 1_000, waitMs: 5_000 });
+    await settle();
+    return { held, waiting };
   }
 
   it('reports a grant, an extend and a release, each with the backend call behind it', async () => {
@@ -69,9 +67,7 @@ describe('LockObserver', () => {
   it('reports a queued acquire: the queue length as it changes, and how long it waited', async () => {
     const { observer, events } = recorder();
     await open(observer);
-    const first = await service.acquire({ name: 'q', owner: 'one', ttlMs: 1_000 });
-    const second = service.acquire({ name: 'q', owner: 'two', ttlMs: 1_000, waitMs: 5_000 });
-    await settle();
+    const { held: first, waiting: second } = await heldAndWaiting('q');
     expect(named(events, 'waiting')).toEqual([['waiting', 'q', 1]]);
     clock.advance(300);
     await service.release({ name: 'q', token: first.token });
@@ -89,9 +85,7 @@ describe('LockObserver', () => {
   it('a wait that joins behind a sleeping head asks the backend nothing; a release serves them in order', async () => {
     const { observer, events } = recorder();
     await open(observer);
-    const held = await service.acquire({ name: 'w', owner: 'one', ttlMs: 10_000 });
-    const head = service.acquire({ name: 'w', owner: 'two', ttlMs: 1_000, waitMs: 5_000 });
-    await settle();
+    const { held, waiting: head } = await heldAndWaiting('w', 10_000);
     const calls = () => named(events, 'backendCall').length;
     const asleep = calls();
     const behind = [3, 4, 5].map((n) =>
@@ -184,9 +178,7 @@ describe('LockObserver', () => {
           });
         }),
     }));
-    const first = await service.acquire({ name: 'f', owner: 'one', ttlMs: 1_000 });
-    const second = service.acquire({ name: 'f', owner: 'two', ttlMs: 1_000, waitMs: 5_000 });
-    await settle();
+    const { held: first, waiting: second } = await heldAndWaiting('f');
     expect(service.waiters('f')).toBe(1);
     await service.release({ name: 'f', token: first.token });
     const lease = await second;
@@ -210,9 +202,7 @@ describe('LockObserver', () => {
       waiting: angry,
       backendCall: angry,
     });
-    const lease = await service.acquire({ name: 't', owner: 'o', ttlMs: 1_000 });
-    const waiting = service.acquire({ name: 't', owner: 'p', ttlMs: 1_000, waitMs: 5_000 });
-    await settle();
+    const { held: lease, waiting } = await heldAndWaiting('t');
     await service.extend({ name: 't', token: lease.token, ttlMs: 1_000 });
     await service.release({ name: 't', token: lease.token });
     const next = await waiting;

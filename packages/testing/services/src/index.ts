@@ -8,6 +8,7 @@ export type {
   EtcdOptions,
   EtcdService,
 } from './etcd.js';
+export { type FaultScope, faultScope, type PausableService } from './fault-scope.js';
 export { portOpen } from './port-open.js';
 export {
   type PostgresService,

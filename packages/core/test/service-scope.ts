@@ -1,0 +1,40 @@
+import { afterEach } from 'vitest';
+// A relative import, not a dependency (see observer.test.ts): the real embedded backend.
+import { embeddedBackend } from '../../adapter-embedded/src/index.js';
+import type { LockBackend } from '../src/backend.js';
+import {
+  createLockService,
+  type LockService,
+  type LockServiceOptions,
+} from '../src/lock-service.js';
+
+/** Lets the backend's and the service's promise chains run (a manual clock does not move). */
+export async function settle(): Promise<void> {
+  for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
+}
+
+/** Opens a service on a fresh embedded backend (on the service's clock), seen through `wrap`. */
+export type OpenService = (
+  options?: Omit<LockServiceOptions, 'backend'>,
+  wrap?: (backend: LockBackend) => LockBackend,
+) => Promise<LockService>;
+
+/**
+ * For the enclosing `describe`: services opened in a test are closed after it, each before its
+ * backend.
+ */
+export function serviceScope(): OpenService {
+  const opened: Array<{ backend: LockBackend; service: LockService }> = [];
+  afterEach(async () => {
+    for (const { backend, service } of opened.splice(0)) {
+      await service.close();
+      await backend.close();
+    }
+  });
+  return async (options = {}, wrap = (backend) => backend) => {
+    const backend = wrap(await embeddedBackend(options.clock ? { clock: options.clock } : {}));
+    const service = createLockService({ ...options, backend });
+    opened.push({ backend, service });
+    return service;
+  };
+}

@@ -97,15 +97,7 @@ const SPECS: TargetSpec[] = [
       `dlm-redis-sentinel${wait}`,
       `dlm redis sentinel (1 + 2 replicas${wait ? ', minReplicas 1' : ''})`,
       ['redisSentinel'],
-      (s) => [
-        '--backend',
-        'redis',
-        '--redis-sentinels',
-        s.redisSentinel.hostPorts,
-        '--redis-sentinel-name',
-        s.redisSentinel.name,
-        ...(wait ? ['--redis-min-replicas', '1'] : []),
-      ],
+      (s) => [...s.redisSentinel.serverArgs, ...(wait ? ['--redis-min-replicas', '1'] : [])],
     ),
   ),
   dlm('dlm-redlock', 'dlm redlock (3 nodes)', ['redisNodes'], (s) => [

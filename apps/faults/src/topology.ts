@@ -292,12 +292,7 @@ async function sentinelTopology(
   return {
     variant,
     serverArgs: [
-      '--backend',
-      'redis',
-      '--redis-sentinels',
-      sentinel.hostPorts,
-      '--redis-sentinel-name',
-      sentinel.name,
+      ...sentinel.serverArgs,
       ...(variant === 'redis-sentinel-wait' ? ['--redis-min-replicas', '1'] : []),
     ],
     members,

@@ -77,14 +77,7 @@ describe.runIf(redisSentinelAvailable())('dlm-server on Redis Sentinel', () => {
     const sentinel = await startRedisSentinel();
     const logger = createLogger('silent');
     try {
-      const argv = [
-        '--backend',
-        'redis',
-        '--redis-sentinels',
-        sentinel.hostPorts,
-        '--redis-sentinel-name',
-        sentinel.name,
-      ];
+      const argv = sentinel.serverArgs;
       for (const [extra, fencing] of [
         [[], 'best-effort'],
         [['--redis-min-replicas', '1'], 'strict'],

@@ -1,16 +1,5 @@
-import {
-  type AcquireRequest,
-  type AcquireResult,
-  type Clock,
-  createFairQueue,
-  DlmError,
-  type FairQueueDriver,
-  type Grant,
-  type QueueStep,
-  type QueueWatcher,
-  type Timer,
-  type Unsubscribe,
-} from '@dlm/core';
+import type * as core from '@dlm/core';
+import { createFairQueue, DlmError } from '@dlm/core';
 import { type Caller, query } from './calls.js';
 import type { LockEvents } from './events.js';
 import type { Statements } from './sql.js';
@@ -29,7 +18,7 @@ export interface QueueContext {
   sql: Statements;
   call: Caller;
   events: LockEvents;
-  clock: Clock;
+  clock: core.Clock;
   timeoutMs: number;
   /** How long an entry stays live without its server's renewal. */
   waiterTtlMs: number;
@@ -37,11 +26,13 @@ export interface QueueContext {
   /** Resolves once the first LISTEN is in place (rejects after the call's bound). */
   listening(startedAt: number): Promise<void>;
   /** Gives back a lease granted too late to be reported. */
-  release(grant: Grant, keyHash: string | undefined): Promise<unknown>;
+  release(grant: core.Grant, keyHash: string | undefined): Promise<unknown>;
 }
 
 export interface PostgresQueue {
-  acquireQueued(request: AcquireRequest & { signal: AbortSignal }): Promise<AcquireResult>;
+  acquireQueued(
+    request: core.AcquireRequest & { signal: AbortSignal },
+  ): Promise<core.AcquireResult>;
   /**
    * The LISTEN connection came back: the entries get its pid, and every sleeping waiter looks
    * again (departures may have gone unheard).
@@ -116,7 +107,7 @@ function renewedEntries(context: QueueContext): Entries {
   const { clock, call, sql, timeoutMs, waiterTtlMs } = context;
   const ids = new Set<string>();
   const byName = new Map<string, Set<string>>();
-  let timer: Timer | undefined;
+  let timer: core.Timer | undefined;
   let stopped = false;
   const renew = () =>
     call('renew', true, (client) =>
@@ -186,21 +177,21 @@ interface LookRow extends AheadRow {
 }
 
 /** One queued acquire: its entry's id while queued, and what it sleeps on. */
-class PostgresWaiter implements FairQueueDriver {
+class PostgresWaiter implements core.FairQueueDriver {
   private id: string | undefined;
-  private aheadTimer: Timer | undefined;
+  private aheadTimer: core.Timer | undefined;
   /**
    * The entry we slept on left with the lock, and nothing was heard of the lock since: we are
    * at the head behind a holder whose lease is this long, known without asking the database.
    */
   private promoted: { ttlMs: number } | undefined;
-  private readonly unsubscribe: Unsubscribe[];
+  private readonly unsubscribe: core.Unsubscribe[];
 
   constructor(
     private readonly context: QueueContext,
     private readonly entries: Entries,
-    private readonly request: AcquireRequest,
-    private readonly watcher: QueueWatcher,
+    private readonly request: core.AcquireRequest,
+    private readonly watcher: core.QueueWatcher,
   ) {
     const { events } = context;
     this.unsubscribe = [
@@ -249,7 +240,7 @@ class PostgresWaiter implements FairQueueDriver {
     );
   }
 
-  async join(): Promise<QueueStep> {
+  async join(): Promise<core.QueueStep> {
     const { call, sql, clock, timeoutMs, waiterTtlMs } = this.context;
     const startedAt = clock.now();
     await this.context.listening(startedAt);
@@ -268,7 +259,7 @@ class PostgresWaiter implements FairQueueDriver {
     return this.sleepOn(row);
   }
 
-  async look(): Promise<QueueStep> {
+  async look(): Promise<core.QueueStep> {
     const promoted = this.promoted;
     this.promoted = undefined;
     // The grant's own statement checks everything again when the holder goes.
@@ -307,7 +298,7 @@ class PostgresWaiter implements FairQueueDriver {
   }
 
   /** What the statement found ahead of our entry: an entry, the holder, or nothing (again). */
-  private sleepOn(row: AheadRow): QueueStep {
+  private sleepOn(row: AheadRow): core.QueueStep {
     this.promoted = undefined;
     this.aheadTimer?.cancel();
     this.aheadTimer = undefined;
@@ -325,10 +316,10 @@ class PostgresWaiter implements FairQueueDriver {
   }
 
   /** No grant is reported whose lease may already have run out. */
-  private async granted(token: bigint, startedAt: number): Promise<QueueStep> {
+  private async granted(token: bigint, startedAt: number): Promise<core.QueueStep> {
     const { name, owner, ttlMs, keyHash } = this.request;
     const { clock, events } = this.context;
-    const grant: Grant = { name, owner, token, ttlMs };
+    const grant: core.Grant = { name, owner, token, ttlMs };
     events.noteLease(name, { token, owner }, ttlMs);
     if (clock.now() - startedAt < ttlMs) return { kind: 'granted', grant };
     await this.context.release(grant, keyHash).catch(() => undefined);

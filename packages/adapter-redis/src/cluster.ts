@@ -2,6 +2,7 @@ import { createConnection } from 'node:net';
 import { DlmError } from '@dlm/core';
 import { AbstractConnector, Cluster, Redis } from 'ioredis';
 import { commandConnectionOptions, subscriberConnectionOptions } from './connections.js';
+import { type HostPort, parseHostPorts } from './host-ports.js';
 import {
   createRedisBackend,
   type RedisBackend,
@@ -28,10 +29,7 @@ import {
  *   token can repeat the lost one if the replica's fence key is behind too.
  */
 
-export interface ClusterAddress {
-  host: string;
-  port: number;
-}
+export type ClusterAddress = HostPort;
 
 export interface RedisClusterBackendOptions
   extends Omit<
@@ -60,24 +58,7 @@ export interface RedisClusterBackendOptions
 export function parseClusterAddresses(
   nodes: ReadonlyArray<string | ClusterAddress>,
 ): ClusterAddress[] {
-  if (nodes.length === 0) {
-    throw new DlmError('INVALID_PARAMS', 'nodes: give at least one cluster node as host:port', {
-      field: 'nodes',
-    });
-  }
-  return nodes.map((node) => {
-    if (typeof node !== 'string') return { host: node.host, port: node.port };
-    const match = /^\[?([^\]\s]+?)\]?:(\d{1,5})$/.exec(node.trim());
-    const port = Number(match?.[2]);
-    if (!match?.[1] || port < 1 || port > 65_535) {
-      throw new DlmError(
-        'INVALID_PARAMS',
-        `nodes: "${node}" is not host:port (a port from 1 to 65535)`,
-        { field: 'nodes' },
-      );
-    }
-    return { host: match[1], port };
-  });
+  return parseHostPorts(nodes, 'nodes');
 }
 
 interface Credentials {

@@ -1,6 +1,7 @@
 import { DlmError } from '@dlm/core';
 import { Redis } from 'ioredis';
 import { commandConnectionOptions } from './connections.js';
+import { type HostPort, parseHostPorts } from './host-ports.js';
 
 /**
  * Redis Sentinel: the adapter asks the sentinels which server is the master (ioredis's sentinel
@@ -9,43 +10,13 @@ import { commandConnectionOptions } from './connections.js';
  * connection is a `duplicate()` of the command connection and so follows the master the same way.
  */
 
-export interface SentinelAddress {
-  host: string;
-  port: number;
-}
+export type SentinelAddress = HostPort;
 
 /** `host:port` items (or addresses) as addresses; INVALID_PARAMS for one that is not. */
 export function parseSentinels(
   sentinels: ReadonlyArray<string | SentinelAddress>,
 ): SentinelAddress[] {
-  if (sentinels.length === 0) {
-    throw new DlmError('INVALID_PARAMS', 'sentinels must name at least one host:port', {
-      field: 'sentinels',
-    });
-  }
-  return sentinels.map((item) => {
-    const address =
-      typeof item === 'string'
-        ? (() => {
-            const match = /^\[?([^\]]+?)\]?:(\d+)$/.exec(item.trim());
-            return match ? { host: match[1]!, port: Number(match[2]) } : undefined;
-          })()
-        : item;
-    if (
-      address === undefined ||
-      !address.host ||
-      !Number.isInteger(address.port) ||
-      address.port < 1 ||
-      address.port > 65_535
-    ) {
-      throw new DlmError(
-        'INVALID_PARAMS',
-        `sentinels: expected host:port with a port 1-65535, got ${JSON.stringify(item)}`,
-        { field: 'sentinels' },
-      );
-    }
-    return address;
-  });
+  return parseHostPorts(sentinels, 'sentinels');
 }
 
 /** The password and database of a `redis://[:password@]host[/db]` URL, for the master. */

@@ -2,15 +2,7 @@ import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
-import {
-  allStarted,
-  findBinary,
-  freePort,
-  type ManagedProcess,
-  serviceAvailable,
-  startProcess,
-  tempDir,
-} from './process.js';
+import * as proc from './process.js';
 import { pingRedis, redisServerArgs } from './redis.js';
 
 /**
@@ -26,7 +18,7 @@ export interface RedisClusterNode {
   /** `host:port`, as `redis-cli` and cluster clients name it. */
   readonly address: string;
   readonly dir: string;
-  readonly process: ManagedProcess;
+  readonly process: proc.ManagedProcess;
 }
 
 /** One node as `CLUSTER NODES` describes it now. */
@@ -93,9 +85,9 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Whether redis-server and redis-cli are installed (CI=true: a missing one throws). */
 export function redisClusterAvailable(): boolean {
-  return serviceAvailable(
+  return proc.serviceAvailable(
     'redis-server and redis-cli',
-    findBinary('redis-server') !== null && findBinary('redis-cli') !== null,
+    proc.findBinary('redis-server') !== null && proc.findBinary('redis-cli') !== null,
   );
 }
 
@@ -111,7 +103,7 @@ function portFree(port: number): Promise<boolean> {
 /** A free port whose cluster-bus port (port + 10000) is free too. */
 async function clusterPort(taken: Set<number>): Promise<number> {
   for (let attempt = 0; attempt < 200; attempt++) {
-    const port = await freePort();
+    const port = await proc.freePort();
     if (port > MAX_PORT || taken.has(port) || taken.has(port + BUS_OFFSET)) continue;
     if (await portFree(port + BUS_OFFSET)) {
       taken.add(port);
@@ -183,7 +175,7 @@ async function startNode(
       ...(options.args ?? []),
     ],
   });
-  const managed = await startProcess({
+  const managed = await proc.startProcess({
     name: `redis-server(cluster):${port}`,
     command: 'redis-server',
     args,
@@ -365,14 +357,14 @@ function clusterService(nodes: RedisClusterNode[]): RedisClusterService {
 export async function startRedisCluster(
   options: RedisClusterOptions = {},
 ): Promise<RedisClusterService> {
-  if (!findBinary('redis-server') || !findBinary('redis-cli')) {
+  if (!proc.findBinary('redis-server') || !proc.findBinary('redis-cli')) {
     throw new Error('redis-server and redis-cli are not on PATH (apt-get install redis-server)');
   }
-  const root = tempDir('redis-cluster');
+  const root = proc.tempDir('redis-cluster');
   const taken = new Set<number>();
   const ports: number[] = [];
   for (let i = 0; i < 6; i++) ports.push(await clusterPort(taken));
-  const nodes = await allStarted(
+  const nodes = await proc.allStarted(
     ports.map((port) => startNode(port, root, options)),
     (node) => node.process.kill(),
   );

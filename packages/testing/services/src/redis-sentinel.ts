@@ -1,15 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
-import {
-  allStarted,
-  findBinary,
-  freePort,
-  type ManagedProcess,
-  serviceAvailable,
-  startProcess,
-  tempDir,
-} from './process.js';
+import * as proc from './process.js';
 import { type RedisOptions, type RedisService, startRedisProcess } from './redis.js';
 
 /**
@@ -33,10 +25,12 @@ export interface RedisSentinelService {
   readonly sentinels: SentinelAddress[];
   /** The sentinels as `host:port,host:port,…` (for `--redis-sentinels`). */
   readonly hostPorts: string;
+  /** The `dlm-server` flags that point at this deployment (`--backend redis --redis-sentinels …`). */
+  readonly serverArgs: string[];
   /** The redis-servers, the first master at first; empty for an external deployment. */
   readonly servers: RedisService[];
   /** The redis-sentinel processes; empty for an external deployment. */
-  readonly sentinelProcesses: ManagedProcess[];
+  readonly sentinelProcesses: proc.ManagedProcess[];
   /** True when this is the user's deployment from `DLM_TEST_REDIS_SENTINELS`. */
   readonly external: boolean;
   /** The master the sentinels agree on now (waits up to `timeoutMs` for them to agree). */
@@ -74,10 +68,10 @@ function externalSentinels(): SentinelAddress[] | undefined {
 
 /** Whether Sentinel tests can run: the override is set or both binaries are on PATH. */
 export function redisSentinelAvailable(): boolean {
-  return serviceAvailable(
+  return proc.serviceAvailable(
     'redis-sentinel',
     externalSentinels() !== undefined ||
-      (findBinary('redis-server') !== null && findBinary('redis-sentinel') !== null),
+      (proc.findBinary('redis-server') !== null && proc.findBinary('redis-sentinel') !== null),
   );
 }
 
@@ -152,6 +146,15 @@ async function sentinelView(sentinel: SentinelAddress, name: string) {
 const hostPortsOf = (sentinels: SentinelAddress[]) =>
   sentinels.map(({ host, port }) => `${host}:${port}`).join(',');
 
+const serverArgsOf = (sentinels: SentinelAddress[], name: string) => [
+  '--backend',
+  'redis',
+  '--redis-sentinels',
+  hostPortsOf(sentinels),
+  '--redis-sentinel-name',
+  name,
+];
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
@@ -207,11 +210,11 @@ async function startSentinel(
   master: RedisService,
   name: string,
   downAfterMs: number,
-): Promise<{ address: SentinelAddress; process: ManagedProcess }> {
-  const binary = findBinary('redis-sentinel');
+): Promise<{ address: SentinelAddress; process: proc.ManagedProcess }> {
+  const binary = proc.findBinary('redis-sentinel');
   if (!binary) throw new Error('redis-sentinel is not on PATH (apt-get install redis-sentinel)');
-  const port = await freePort();
-  const dir = tempDir('redis-sentinel');
+  const port = await proc.freePort();
+  const dir = proc.tempDir('redis-sentinel');
   const file = join(dir, 'sentinel.conf');
   writeFileSync(
     file,
@@ -227,7 +230,7 @@ async function startSentinel(
     ].join('\n'),
   );
   const address = { host: HOST, port };
-  const process = await startProcess({
+  const process = await proc.startProcess({
     name: `redis-sentinel:${port}`,
     command: binary,
     args: [file],
@@ -245,6 +248,7 @@ function externalDeployment(sentinels: SentinelAddress[], name: string): RedisSe
     name,
     sentinels,
     hostPorts: hostPortsOf(sentinels),
+    serverArgs: serverArgsOf(sentinels, name),
     servers: [],
     sentinelProcesses: [],
     external: true,
@@ -276,22 +280,26 @@ export async function startRedisSentinel(
 
   const master = await startRedisProcess(options);
   const replicaArgs = ['--replicaof', master.host, String(master.port), ...(options.args ?? [])];
-  const replicas = await allStarted(
-    [1, 2].map(() => startRedisProcess({ ...options, args: replicaArgs })),
-    (replica) => replica.kill(),
-  ).catch(async (error: unknown) => {
-    await master.kill();
-    throw error;
-  });
+  const replicas = await proc
+    .allStarted(
+      [1, 2].map(() => startRedisProcess({ ...options, args: replicaArgs })),
+      (replica) => replica.kill(),
+    )
+    .catch(async (error: unknown) => {
+      await master.kill();
+      throw error;
+    });
   const servers = [master, ...replicas];
   const stopServers = () => Promise.all(servers.map((server) => server.kill()));
-  const started = await allStarted(
-    [0, 1, 2].map(() => startSentinel(master, name, options.downAfterMs ?? 1_000)),
-    (sentinel) => sentinel.process.kill(),
-  ).catch(async (error: unknown) => {
-    await stopServers();
-    throw error;
-  });
+  const started = await proc
+    .allStarted(
+      [0, 1, 2].map(() => startSentinel(master, name, options.downAfterMs ?? 1_000)),
+      (sentinel) => sentinel.process.kill(),
+    )
+    .catch(async (error: unknown) => {
+      await stopServers();
+      throw error;
+    });
   const sentinels = started.map((sentinel) => sentinel.address);
   const sentinelProcesses = started.map((sentinel) => sentinel.process);
   const stop = async () => {
@@ -310,6 +318,7 @@ export async function startRedisSentinel(
     name,
     sentinels,
     hostPorts: hostPortsOf(sentinels),
+    serverArgs: serverArgsOf(sentinels, name),
     servers,
     sentinelProcesses,
     external: false,

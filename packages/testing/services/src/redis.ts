@@ -1,15 +1,5 @@
 import { connect } from 'node:net';
-import {
-  allStarted,
-  externalProcess,
-  findBinary,
-  forwardProcess,
-  freePort,
-  type ManagedProcess,
-  serviceAvailable,
-  startProcess,
-  tempDir,
-} from './process.js';
+import * as proc from './process.js';
 
 /**
  * redis-server for tests: each instance a `ManagedProcess` on a free loopback port with its own
@@ -18,7 +8,7 @@ import {
  * then no process is started and kill/stop/pause/resume/start throw.
  */
 
-export interface RedisService extends ManagedProcess {
+export interface RedisService extends proc.ManagedProcess {
   /** `redis://127.0.0.1:PORT` (with `/DB` for extra nodes on an external Redis). */
   readonly url: string;
   readonly port: number;
@@ -54,9 +44,9 @@ function externalUrl(): URL | undefined {
  * CI=true a missing redis-server throws instead of skipping.
  */
 export function redisAvailable(): boolean {
-  return serviceAvailable(
+  return proc.serviceAvailable(
     'redis-server',
-    externalUrl() !== undefined || findBinary('redis-server') !== null,
+    externalUrl() !== undefined || proc.findBinary('redis-server') !== null,
   );
 }
 
@@ -92,7 +82,7 @@ function externalService(url: URL, db: number): RedisService {
   const withDb = new URL(url.href);
   if (db > 0) withDb.pathname = `/${db}`;
   return {
-    ...externalProcess(`redis(${ENV})`, 'Redis', ENV),
+    ...proc.externalProcess(`redis(${ENV})`, 'Redis', ENV),
     external: true,
     url: withDb.href.replace(/\/$/, ''),
     host,
@@ -130,12 +120,12 @@ export function redisServerArgs(
 
 /** The service over a redis-server we started (a process or a container). */
 export function redisService(
-  managed: ManagedProcess,
+  managed: proc.ManagedProcess,
   host: string,
   port: number,
   dir: string,
 ): RedisService {
-  return forwardProcess(managed, {
+  return proc.forwardProcess(managed, {
     url: `redis://${host}:${port}`,
     host,
     port,
@@ -157,12 +147,12 @@ export async function startRedis(options: RedisOptions = {}): Promise<RedisServi
 
 /** A redis-server process of ours, whatever `DLM_TEST_REDIS_URL` says (Sentinel's members). */
 export async function startRedisProcess(options: RedisOptions = {}): Promise<RedisService> {
-  const binary = findBinary('redis-server');
+  const binary = proc.findBinary('redis-server');
   if (!binary) throw new Error('redis-server is not on PATH (apt-get install redis-server)');
-  const port = await freePort();
-  const dir = tempDir('redis');
+  const port = await proc.freePort();
+  const dir = proc.tempDir('redis');
   const host = '127.0.0.1';
-  const managed = await startProcess({
+  const managed = await proc.startProcess({
     name: `redis-server:${port}`,
     command: binary,
     args: redisServerArgs(host, port, dir, options),
@@ -184,7 +174,7 @@ export async function startRedisNodes(
 ): Promise<RedisService[]> {
   const external = externalUrl();
   if (external) return Array.from({ length: n }, (_, db) => externalService(external, db));
-  return allStarted(
+  return proc.allStarted(
     Array.from({ length: n }, () => startRedis(options)),
     (node) => node.kill(),
   );

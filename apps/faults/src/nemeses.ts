@@ -72,12 +72,13 @@ async function pickHolder(
 
 const ALL = () => true;
 const SENTINEL = (variant: BackendVariant) => variant.startsWith('redis-sentinel');
+const REDIS_CLUSTER = (variant: BackendVariant) => variant.startsWith('redis-cluster');
 /**
  * Backends behind the harness's proxies: Sentinel hands out the servers' own addresses, and a
  * Redis Cluster's clients connect to the addresses its nodes advertise (see topology.ts).
  */
 const EXTERNAL = (variant: BackendVariant) =>
-  variant !== 'embedded' && variant !== 'redis-cluster' && !SENTINEL(variant);
+  variant !== 'embedded' && !REDIS_CLUSTER(variant) && !SENTINEL(variant);
 const SINGLE_OR_REDLOCK = (variant: BackendVariant) =>
   variant === 'redis' ||
   variant === 'redis-noaof' ||
@@ -252,7 +253,7 @@ function masterKill(): Nemesis {
     name: 'master-kill',
     description:
       "kill -9 the Redis master of a held lock's name (Sentinel's, or the Cluster master of its slot; every other time 300 ms after breaking its replication links where the topology can: lagging replicas); a replica is promoted; the old master restarts empty and rejoins",
-    appliesTo: (variant) => SENTINEL(variant) || variant === 'redis-cluster',
+    appliesTo: (variant) => SENTINEL(variant) || REDIS_CLUSTER(variant),
     async inject(context, n) {
       const { topology } = context;
       if (!topology.masterOf) throw new Error('master-kill needs a replicated Redis');

@@ -58,6 +58,7 @@ const SHORT_PLAN: Record<BackendVariant, string[]> = {
   'redis-noaof': ['backend-kill'],
   redlock: ['backend-kill', 'majority-kill'],
   'redis-cluster': ['master-kill'],
+  'redis-cluster-wait': [],
   etcd: ['leader-kill'],
   zookeeper: ['leader-kill'],
   postgres: ['backend-kill'],

@@ -22,6 +22,7 @@ export const BACKENDS = [
   'redis-noaof',
   'redlock',
   'redis-cluster',
+  'redis-cluster-wait',
   'etcd',
   'zookeeper',
   'postgres',
@@ -256,14 +257,22 @@ async function postgresTopology(): Promise<Topology> {
 /**
  * A Redis Cluster, 3 masters + 3 replicas, without AOF. No proxies: a cluster client connects to
  * the addresses the nodes advertise, so the network nemeses do not apply to it.
+ * `redis-cluster-wait` has the server wait for one replica (`--redis-min-replicas 1`).
  */
-async function redisClusterTopology(): Promise<Topology> {
-  const variant = 'redis-cluster';
+async function redisClusterTopology(
+  variant: 'redis-cluster' | 'redis-cluster-wait',
+): Promise<Topology> {
   const cluster = await startRedisCluster();
   const members = cluster.nodes.map((node) => ({ id: `c${node.port}`, process: node.process }));
   return {
     variant,
-    serverArgs: ['--backend', 'redis', '--redis-cluster', cluster.addresses.join(',')],
+    serverArgs: [
+      '--backend',
+      'redis',
+      '--redis-cluster',
+      cluster.addresses.join(','),
+      ...(variant === 'redis-cluster-wait' ? ['--redis-min-replicas', '1'] : []),
+    ],
     members,
     proxies: [],
     leader: none,
@@ -333,7 +342,8 @@ export function startTopology(variant: BackendVariant): Promise<Topology> {
     case 'redlock':
       return redlockTopology();
     case 'redis-cluster':
-      return redisClusterTopology();
+    case 'redis-cluster-wait':
+      return redisClusterTopology(variant);
     case 'etcd':
       return etcdTopology();
     case 'zookeeper':

@@ -343,18 +343,8 @@ function parseRedis(from: Sources): BackendConfig {
   const urlText = flag('redis-url') ?? env.DLM_REDIS_URL;
   const minReplicas = flag('redis-min-replicas') ?? env.DLM_REDIS_MIN_REPLICAS;
   const replicaTimeout = flag('redis-replica-timeout-ms') ?? env.DLM_REDIS_REPLICA_TIMEOUT_MS;
-  const durable = from.on('redis-durable', 'DLM_REDIS_DURABLE');
-  if (clusterList !== undefined) {
-    if (flag('redis-url') !== undefined)
-      throw new UsageError('--redis-url and --redis-cluster exclude each other');
-    if (sentinelList !== undefined)
-      throw new UsageError('--redis-sentinels and --redis-cluster exclude each other');
-    if (minReplicas !== undefined || replicaTimeout !== undefined)
-      throw new UsageError('--redis-min-replicas does not work with --redis-cluster yet');
-    return { kind: 'redis', cluster: hostPorts(clusterList, '--redis-cluster'), durable };
-  }
   const common = {
-    durable,
+    durable: from.on('redis-durable', 'DLM_REDIS_DURABLE'),
     ...(minReplicas === undefined
       ? {}
       : { minReplicas: parseInteger(minReplicas, '--redis-min-replicas', { min: 0 }) }),
@@ -362,6 +352,13 @@ function parseRedis(from: Sources): BackendConfig {
       ? {}
       : { replicaTimeoutMs: parseInteger(replicaTimeout, '--redis-replica-timeout-ms') }),
   };
+  if (clusterList !== undefined) {
+    if (flag('redis-url') !== undefined)
+      throw new UsageError('--redis-url and --redis-cluster exclude each other');
+    if (sentinelList !== undefined)
+      throw new UsageError('--redis-sentinels and --redis-cluster exclude each other');
+    return { kind: 'redis', cluster: hostPorts(clusterList, '--redis-cluster'), ...common };
+  }
   if (sentinelList === undefined) {
     if (flag('redis-sentinel-name') !== undefined)
       throw new UsageError('--redis-sentinel-name needs --redis-sentinels');

@@ -37,16 +37,19 @@ export async function createBackend(
     case 'redis': {
       const { redisBackend, redisClusterBackend } = await import('@dlm/adapter-redis');
       const durable = config.durable ?? false;
+      const replicas = {
+        ...(config.minReplicas === undefined ? {} : { minReplicas: config.minReplicas }),
+        ...(config.replicaTimeoutMs === undefined
+          ? {}
+          : { replicaTimeoutMs: config.replicaTimeoutMs }),
+      };
       const backend = config.cluster
-        ? redisClusterBackend({ nodes: config.cluster, durable, ...clock })
+        ? redisClusterBackend({ nodes: config.cluster, durable, ...replicas, ...clock })
         : redisBackend({
             ...(config.url === undefined ? {} : { url: config.url }),
             ...(config.sentinels ? { sentinels: config.sentinels } : {}),
             ...(config.sentinelName === undefined ? {} : { sentinelName: config.sentinelName }),
-            ...(config.minReplicas === undefined ? {} : { minReplicas: config.minReplicas }),
-            ...(config.replicaTimeoutMs === undefined
-              ? {}
-              : { replicaTimeoutMs: config.replicaTimeoutMs }),
+            ...replicas,
             durable,
             ...clock,
           });

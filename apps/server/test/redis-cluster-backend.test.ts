@@ -18,6 +18,10 @@ describe('--redis-cluster', () => {
     expect(parseConfig([], { DLM_BACKEND: 'redis', DLM_REDIS_CLUSTER: nodes })?.backend).toEqual(
       expected,
     );
+    expect(
+      parseConfig(['--backend', 'redis', '--redis-cluster', nodes, '--redis-min-replicas', '1'], {})
+        ?.backend,
+    ).toEqual({ ...expected, minReplicas: 1 });
   });
 
   it('refuses a node that is not host:port, --redis-url beside it, and another backend', () => {
@@ -34,8 +38,8 @@ describe('--redis-cluster', () => {
         /--redis-sentinels and --redis-cluster exclude each other/,
       ],
       [
-        ['--backend', 'redis', '--redis-cluster', nodes, '--redis-min-replicas', '1'],
-        /--redis-min-replicas does not work with --redis-cluster yet/,
+        ['--backend', 'redis', '--redis-cluster', nodes, '--redis-min-replicas', '-1'],
+        /--redis-min-replicas/,
       ],
       [
         ['--backend', 'etcd', '--etcd-endpoints', 'http://h:1', '--redis-cluster', nodes],

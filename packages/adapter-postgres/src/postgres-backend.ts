@@ -345,9 +345,13 @@ async function tryAcquire(
     return { granted: true, grant: { name, owner, token, ttlMs } };
   }
   p.events.learn(name);
-  return row?.remaining_ms == null
-    ? { granted: false }
-    : { granted: false, ttlRemainingMs: Number(row.remaining_ms) };
+  if (row?.remaining_ms != null)
+    return { granted: false, ttlRemainingMs: Number(row.remaining_ms) };
+  // Refused by a holder that committed while this statement waited on its row: under READ
+  // COMMITTED the statement's own read of the holder ran on the snapshot from before it, so
+  // read it again (a refusal by a queue entry alone has no holder to read).
+  const holder = await readHolder(p, name).catch(() => null);
+  return holder ? { granted: false, ttlRemainingMs: holder.ttlRemainingMs } : { granted: false };
 }
 
 async function release(p: Pg, { name, token, keyHash }: HolderProof): Promise<boolean> {

@@ -34,13 +34,7 @@ export type ClusterAddress = HostPort;
 export interface RedisClusterBackendOptions
   extends Omit<
     RedisBackendOptions,
-    | 'client'
-    | 'url'
-    | 'keyspaceEvents'
-    | 'sentinels'
-    | 'sentinelName'
-    | 'minReplicas'
-    | 'replicaTimeoutMs'
+    'client' | 'url' | 'keyspaceEvents' | 'sentinels' | 'sentinelName'
   > {
   /**
    * Some of the cluster's nodes (`host:port` or `{ host, port }`); the rest are discovered.
@@ -193,7 +187,8 @@ export function redisClusterBackend(options: RedisClusterBackendOptions): RedisB
       ownsClient: own === undefined,
       subscriber: createClusterSubscriber(client, seeds, timeoutMs, credentials),
       db: 0,
-      fencing: 'best-effort',
+      // As through Sentinel: strict only when each write waits for a replica (minReplicas).
+      fencing: (options.minReplicas ?? 0) > 0 ? 'strict' : 'best-effort',
       keyspaceEvents: false,
     };
   });

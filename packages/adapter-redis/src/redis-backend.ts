@@ -7,9 +7,10 @@ import {
   systemClock,
   toUnavailable,
 } from '@dlm/core';
-import { Cluster, type Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { within } from './command-bounds.js';
 import { createCommandConnection, createSubscriberConnection, databaseOf } from './connections.js';
+import { nameKeys } from './key-encoding.js';
 import { createLockEvents, subscribedWithin } from './lock-events.js';
 import { createRedisNode } from './redis-node.js';
 import { type ReplicaOptions, replicaWait } from './replicas.js';
@@ -170,9 +171,8 @@ export function createRedisBackend(
   const clock = options.clock ?? systemClock;
   const topology = topologyOf?.(commandTimeoutMs) ?? singleServer(options, commandTimeoutMs);
   const { client, ownsClient } = topology;
-  // WAIT goes to the server that ran the write: one server (or Sentinel's master), not a Cluster.
-  const replicas =
-    client instanceof Cluster ? undefined : replicaWait(client, clock, commandTimeoutMs, options);
+  const replicas = replicaWait(client, clock, commandTimeoutMs, options);
+  const lockKey = (name: string) => nameKeys(prefix, name).lock;
   const node = createRedisNode({
     client,
     prefix,
@@ -256,7 +256,7 @@ export function createRedisBackend(
       if (!events.isSubscribed) await subscribedWithin(clock, events, commandTimeoutMs, startedAt);
       const result = await node.acquire(name, owner, keyHash, ttlMs, startedAt);
       if (!result.granted) return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
-      await replicas?.confirm('acquire');
+      await replicas?.confirm('acquire', lockKey(name));
       events.noteGrant(name, result.token);
       return { granted: true, grant: { name, owner, token: result.token, ttlMs } };
     },
@@ -264,14 +264,14 @@ export function createRedisBackend(
     async release({ name, token, keyHash }) {
       assertOpen();
       const released = await node.release(name, token, keyHash);
-      if (released) await replicas?.confirm('release');
+      if (released) await replicas?.confirm('release', lockKey(name));
       return released;
     },
 
     async extend({ name, token, ttlMs, keyHash }) {
       assertOpen();
       const owner = await node.extend(name, token, keyHash, ttlMs);
-      if (owner !== null) await replicas?.confirm('extend');
+      if (owner !== null) await replicas?.confirm('extend', lockKey(name));
       return owner === null ? null : { name, owner, token, ttlMs };
     },
 
@@ -283,7 +283,7 @@ export function createRedisBackend(
     async revoke(name) {
       assertOpen();
       const revoked = (await node.revoke(name)) !== null;
-      if (revoked) await replicas?.confirm('revoke');
+      if (revoked) await replicas?.confirm('revoke', lockKey(name));
       return revoked;
     },
 

@@ -1,5 +1,5 @@
 import { type Clock, DlmError } from '@dlm/core';
-import type { Redis } from 'ioredis';
+import { Cluster, type Redis } from 'ioredis';
 import { bounded } from './command-bounds.js';
 
 /**
@@ -23,15 +23,18 @@ export interface ReplicaOptions {
 
 export interface ReplicaWait {
   readonly minReplicas: number;
-  /** Resolves once `minReplicas` replicas have this connection's writes so far. */
-  confirm(what: string): Promise<void>;
+  /**
+   * Resolves once `minReplicas` replicas have this connection's writes so far; `key` is the
+   * written lock key (on a Cluster it routes the WAIT to the master of its slot).
+   */
+  confirm(what: string, key: string): Promise<void>;
 }
 
 const DEFAULT_REPLICA_TIMEOUT_MS = 500;
 
 /** Checks `minReplicas`/`replicaTimeoutMs`; `undefined` when no replica must confirm. */
 export function replicaWait(
-  client: Redis,
+  client: Redis | Cluster,
   clock: Clock,
   commandTimeoutMs: number,
   options: ReplicaOptions,
@@ -51,13 +54,13 @@ export function replicaWait(
   if (minReplicas === 0) return undefined;
   return {
     minReplicas,
-    async confirm(what) {
+    async confirm(what, key) {
       // WAIT answers by itself after timeoutMs; the bound covers a server that does not answer.
       const confirmed = await bounded(
         { clock, timeoutMs: timeoutMs + commandTimeoutMs },
         `${what}: WAIT`,
         true,
-        () => client.wait(minReplicas, timeoutMs),
+        () => waitFor(client, key, minReplicas, timeoutMs),
       );
       if (confirmed < minReplicas) {
         throw new DlmError(
@@ -68,4 +71,22 @@ export function replicaWait(
       }
     },
   };
+}
+
+/**
+ * `WAIT` on the connection that ran the write. A Cluster would send a keyless WAIT to any node:
+ * in a pipeline led by a command on the written key it goes to the master of that key's slot,
+ * on the same connection as the write.
+ */
+async function waitFor(
+  client: Redis | Cluster,
+  key: string,
+  minReplicas: number,
+  timeoutMs: number,
+): Promise<number> {
+  if (!(client instanceof Cluster)) return client.wait(minReplicas, timeoutMs);
+  const replies = await client.pipeline().exists(key).call('WAIT', minReplicas, timeoutMs).exec();
+  const [error, confirmed] = replies?.[1] ?? [new Error('WAIT: no reply'), 0];
+  if (error) throw error;
+  return Number(confirmed);
 }

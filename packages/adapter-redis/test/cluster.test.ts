@@ -28,12 +28,52 @@ describe.skipIf(!enabled)('redis cluster adapter', () => {
     cluster = started;
   });
 
-  runConformance('redis cluster', {
-    backend: async () => {
-      const backend = redisClusterBackend({ nodes: cluster.addresses });
+  for (const minReplicas of [0, 1]) {
+    runConformance(minReplicas ? `redis cluster, minReplicas ${minReplicas}` : 'redis cluster', {
+      backend: async () => {
+        const backend = redisClusterBackend({ nodes: cluster.addresses, minReplicas });
+        await backend.ready();
+        return backend;
+      },
+    });
+  }
+
+  it("declares strict fencing, and WAITs on the name's own master: its replica paused, a write there is UNAVAILABLE (indeterminate); another master's name is granted", async () => {
+    const backend = redisClusterBackend({
+      nodes: cluster.addresses,
+      minReplicas: 1,
+      replicaTimeoutMs: 200,
+    });
+    try {
       await backend.ready();
-      return backend;
-    },
+      expect(backend.capabilities.fencing).toBe('strict');
+      const names = await namesPerMaster(cluster, 'wait', 1);
+      const topology = await cluster.topology();
+      const [pausedMasterPort, otherMasterPort] = [...names.keys()] as [number, number];
+      const master = topology.find((node) => node.port === pausedMasterPort)!;
+      const replica = topology.find((node) => node.masterId === master.id)!;
+      const replicaNode = cluster.nodes.find((node) => node.port === replica.port)!;
+      replicaNode.process.pause();
+      try {
+        const error = await backend
+          .tryAcquire({ name: names.get(pausedMasterPort)![0]!, owner: 'a', ttlMs: 5_000 })
+          .then(
+            () => undefined,
+            (failure: unknown) => failure,
+          );
+        expect(error).toMatchObject({ code: 'UNAVAILABLE', details: { indeterminate: true } });
+        const other = await backend.tryAcquire({
+          name: names.get(otherMasterPort)![0]!,
+          owner: 'a',
+          ttlMs: 5_000,
+        });
+        expect(other.granted).toBe(true);
+      } finally {
+        replicaNode.process.resume();
+      }
+    } finally {
+      await backend.close();
+    }
   });
 });
 

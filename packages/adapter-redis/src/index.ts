@@ -28,6 +28,7 @@ export {
   redisBackend,
 } from './redis-backend.js';
 export {
+  type AdoptTokenRequest,
   createRedisNode,
   type NodeAcquireResult,
   type RedisNode,

@@ -50,6 +50,20 @@ export interface RedisNodeOptions {
   fenceRetentionMs: number;
 }
 
+/** What Redlock's second step sets on one node (see `RedisNode.adoptToken`). */
+export interface AdoptTokenRequest {
+  name: string;
+  owner: string;
+  keyHash: string | undefined;
+  token: bigint;
+  /** The lease on the nodes: the fence key is kept that long plus the retention margin. */
+  ttlMs: number;
+  /** Publish `acquired` (the grant was fresh on some node). */
+  announce: boolean;
+  /** The lease's time to live from now on, in ms (default: it keeps its own). */
+  leaseMs?: number;
+}
+
 export interface RedisNode {
   readonly client: Redis | Cluster;
   /**
@@ -81,16 +95,7 @@ export interface RedisNode {
    * Redlock: raise this node's counter to `token` and relabel `owner`'s lease with it; `ttlMs`
    * is the lease on the nodes (the fence key is kept that long plus the retention margin).
    */
-  adoptToken(
-    name: string,
-    owner: string,
-    keyHash: string | undefined,
-    token: bigint,
-    ttlMs: number,
-    announce: boolean,
-    /** The lease's time to live from now on, in ms (default: it keeps its own). */
-    leaseMs?: number,
-  ): Promise<boolean>;
+  adoptToken(request: AdoptTokenRequest): Promise<boolean>;
   list(namePrefix: string): Promise<LockState[]>;
   /** Resolves once the client has connected for the first time (UNAVAILABLE after the time-out). */
   whenConnected(): Promise<void>;
@@ -414,15 +419,15 @@ class ScriptedRedisNode implements RedisNode {
     return reply[0] === 1 ? parseValue(String(reply[1])) : null;
   }
 
-  async adoptToken(
-    name: string,
-    owner: string,
-    keyHash: string | undefined,
-    token: bigint,
-    ttlMs: number,
-    announce: boolean,
-    leaseMs?: number,
-  ): Promise<boolean> {
+  async adoptToken({
+    name,
+    owner,
+    keyHash,
+    token,
+    ttlMs,
+    announce,
+    leaseMs,
+  }: AdoptTokenRequest): Promise<boolean> {
     const keys = this.keysOf(name);
     const reply = await this.call(
       'adopt-token',

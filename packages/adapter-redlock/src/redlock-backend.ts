@@ -385,7 +385,7 @@ async function labelGrant(
   const leaseMs = onNodes - (r.clock.now() - startedAt);
   const adopted = await gather(
     r.nodes,
-    (node) => node.adoptToken(name, owner, keyHash, token, onNodes, announce, leaseMs),
+    (node) => node.adoptToken({ name, owner, keyHash, token, ttlMs: onNodes, announce, leaseMs }),
     (so) => so.filter((o) => o?.ok && o.value).length >= quorum,
   ).early;
   const labelled = answers(adopted).filter(Boolean).length;

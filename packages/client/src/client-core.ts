@@ -54,6 +54,8 @@ export class ClientCore implements AcquireContext, CleanupContext, WatchContext 
   readonly leaseContext: LeaseContext;
   readonly version = CLIENT_VERSION;
   closed = false;
+  /** `limits()` of the current session, made when it began. */
+  private sessionLimits: { session: object; limits: Limits } | undefined;
 
   constructor(options: ClientOptions) {
     this.clock = options.clock ?? systemClock;
@@ -76,8 +78,13 @@ export class ClientCore implements AcquireContext, CleanupContext, WatchContext 
    */
   limits(): Limits {
     const { session } = this.connection;
-    // hello does not report maxOwnerBytes: the protocol's default stands for it.
-    return session ? { ...DEFAULT_LIMITS, ...session.limits } : DEFAULT_LIMITS;
+    if (!session) return DEFAULT_LIMITS;
+    // Made once per session (every request checks against it).
+    if (this.sessionLimits?.session !== session) {
+      // hello does not report maxOwnerBytes: the protocol's default stands for it.
+      this.sessionLimits = { session, limits: { ...DEFAULT_LIMITS, ...session.limits } };
+    }
+    return this.sessionLimits.limits;
   }
 
   /** The client's policy under a call's `retry` option, with the call's `signal` added. */

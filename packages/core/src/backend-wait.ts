@@ -47,7 +47,7 @@ export async function waitInBackend(
       around,
     );
     const grant = grantOf(ctx, result, controller.signal, request);
-    track(ctx, state, grant, leaseKey, clock.now(), options.onLost);
+    track(ctx, state, grant, { leaseKey, keyHash: request.keyHash }, clock.now(), options.onLost);
     return toLease(grant, leaseKey);
   } finally {
     deadline.cancel();

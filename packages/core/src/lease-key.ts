@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, randomFillSync } from 'node:crypto';
 
 /**
  * The lease key: a secret that only the holder of a lease has. The fencing token is public
@@ -10,9 +10,24 @@ import { createHash, randomBytes } from 'node:crypto';
 /** 16 random bytes: 128 bits, exactly the 22 characters of the shortest key the protocol allows. */
 const KEY_BYTES = 16;
 
+/**
+ * Random bytes for the next keys, filled from the CSPRNG 256 keys at a time: one
+ * `randomBytes(16)` per acquire was a tenth of a client's CPU time in the benchmark (a call into
+ * the crypto library and a new buffer each). Every byte is used once, as Node's own
+ * `randomUUID` does with its pool.
+ */
+const pool = Buffer.alloc(KEY_BYTES * 256);
+let used = pool.length;
+
 /** A fresh key of 128 random bits, 22 characters of `[A-Za-z0-9_-]`. */
 export function createLeaseKey(): string {
-  return randomBytes(KEY_BYTES).toString('base64url');
+  if (used === pool.length) {
+    randomFillSync(pool);
+    used = 0;
+  }
+  const key = pool.toString('base64url', used, used + KEY_BYTES);
+  used += KEY_BYTES;
+  return key;
 }
 
 /**

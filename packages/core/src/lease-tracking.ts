@@ -1,8 +1,8 @@
 import type { Grant, LockEvent } from './backend.js';
 import { cancelCheck, see } from './holder-view.js';
-import { hashLeaseKey } from './lease-key.js';
 import type { LostEvent } from './lock-service.js';
 import { followsEnd, type NameState, type ServiceContext } from './name-state.js';
+import type { Proof } from './proofs.js';
 
 /** A lease granted through this service, whose holder is told when it ends (`onLost`). */
 export interface TrackedLease {
@@ -14,12 +14,15 @@ export interface TrackedLease {
   onLost: ((event: LostEvent) => void) | undefined;
 }
 
-/** Follows a lease granted or extended here, `startedAt` being when its request was sent. */
+/**
+ * Follows a lease granted or extended here with the key (and its hash) it was asked with,
+ * `startedAt` being when its request was sent.
+ */
 export function track(
   ctx: ServiceContext,
   state: NameState,
   grant: Grant,
-  leaseKey: string,
+  { leaseKey, keyHash }: Proof,
   startedAt: number,
   onLost: ((event: LostEvent) => void) | undefined,
 ): void {
@@ -32,7 +35,7 @@ export function track(
     token: grant.token,
     owner: grant.owner,
     leaseKey,
-    keyHash: hashLeaseKey(leaseKey),
+    keyHash,
     onLost: undefined,
   };
   lease.onLost = onLost ?? lease.onLost;

@@ -382,7 +382,7 @@ async function extend(ctx: ServiceContext, options: ExtendOptions): Promise<Leas
     );
     if (!grant) throw notHolderError(name, token);
     if (ctx.clock.now() - startedAt >= grant.ttlMs) throw ranOutError();
-    track(ctx, state, grant, leaseKey, startedAt, options.onLost);
+    track(ctx, state, grant, proof, startedAt, options.onLost);
     return reportGrant(ctx, toLease(grant, leaseKey), 'extended', 0);
   } finally {
     state.busy -= 1;

@@ -59,10 +59,11 @@ export function proofOf(
   token: bigint,
   leaseKey: unknown,
 ): Proof | null {
-  if (leaseKey !== undefined) {
-    const key = validateLeaseKey(leaseKey);
-    return { leaseKey: key, keyHash: hashLeaseKey(key) };
-  }
   const tracked = ctx.names.get(name)?.lease;
-  return tracked?.token === token ? tracked : null;
+  const ours = tracked?.token === token ? tracked : undefined;
+  if (leaseKey === undefined) return ours ?? null;
+  // The key of the lease this service tracks: its hash is known (no SHA-256 per release).
+  if (ours && leaseKey === ours.leaseKey) return ours;
+  const key = validateLeaseKey(leaseKey);
+  return { leaseKey: key, keyHash: hashLeaseKey(key) };
 }

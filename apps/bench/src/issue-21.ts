@@ -129,21 +129,26 @@ function scaleChecks(scale: Scale | undefined): TargetCheck[] {
   if (!scale) return [{ target: '5 scale targets', measured: 'not measured', met: null }];
   const rssMiB = scale.rssMiB.full;
   const recovery = scale.recoveryMs;
+  // A smaller run (the smoke's) says nothing about the target's size: n/a, figures shown.
+  const fullSize = scale.sessions >= 50_000 && scale.locks >= 500_000;
+  const smaller = fullSize ? '' : ' (a smaller run than the target)';
+  const judge = (met: boolean) => (fullSize ? met : null);
   return [
     {
       target: '5 scale: 50,000 sessions holding 500,000 locks in ≤ 1 GiB resident',
-      measured: `${scale.sessions} sessions, ${scale.locks} locks, ${rssMiB.toFixed(0)} MiB`,
-      met: scale.sessions >= 50_000 && scale.locks >= 500_000 && rssMiB <= 1_024,
+      measured: `${scale.sessions} sessions, ${scale.locks} locks, ${rssMiB.toFixed(0)} MiB${smaller}`,
+      met: judge(rssMiB <= 1_024),
     },
     {
       target: '5 scale: acquire p99 at 500k held ≤ 1.5× at 1k held',
-      measured: `${scale.p99Ratio.toFixed(2)}× (${ms(scale.acquireAtFull.p99)} at ${scale.locks}, ${ms(scale.acquireAtProbe.p99)} at ${scale.probeAtLocks})`,
-      met: scale.locks >= 500_000 && scale.p99Ratio <= 1.5,
+      measured: `${scale.p99Ratio.toFixed(2)}× (${ms(scale.acquireAtFull.p99)} at ${scale.locks}, ${ms(scale.acquireAtProbe.p99)} at ${scale.probeAtLocks})${smaller}`,
+      met: judge(scale.p99Ratio <= 1.5),
     },
     {
       target: '5 scale: recovery time of a 500k-lock journal after kill -9 (measured)',
-      measured: recovery === undefined ? 'not measured' : `${(recovery / 1_000).toFixed(1)} s`,
-      met: recovery === undefined ? null : scale.locks >= 500_000,
+      measured:
+        recovery === undefined ? 'not measured' : `${(recovery / 1_000).toFixed(1)} s${smaller}`,
+      met: recovery === undefined ? null : judge(true),
     },
   ];
 }

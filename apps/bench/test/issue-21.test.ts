@@ -57,4 +57,23 @@ describe("issue 21's targets", () => {
     expect(lib.map((c) => c.met)).toEqual([true, false, false]);
     expect(lib[2]?.measured).toBe('2000/s vs 70/s (28.57×)');
   });
+
+  it('reads the scale result: judged at the target size only, recovery when h-scale measured it', () => {
+    const scale = (sessions: number, locks: number, recoveryMs?: number) =>
+      ({
+        sessions,
+        locks,
+        probeAtLocks: 1_000,
+        rssMiB: { idle: 50, sessions: 400, atProbe: 400, full: 900 },
+        acquireAtProbe: { count: 1, p50: 0.1, p99: 1, mean: 0.1, max: 1 },
+        acquireAtFull: { count: 1, p50: 0.1, p99: 1.4, mean: 0.1, max: 1.4 },
+        p99Ratio: 1.4,
+        ...(recoveryMs === undefined ? {} : { recoveryMs }),
+      }) as unknown as Parameters<typeof checkIssue21>[2];
+    const rows = (s: Parameters<typeof checkIssue21>[2]) =>
+      checkIssue21(new Map(), new Map(), s).filter((c) => c.target.startsWith('5 '));
+    expect(rows(scale(50_000, 500_000, 4_200)).map((c) => c.met)).toEqual([true, true, true]);
+    expect(rows(scale(50_000, 500_000, 4_200))[2]?.measured).toBe('4.2 s');
+    expect(rows(scale(200, 2_000)).map((c) => c.met)).toEqual([null, null, null]);
+  });
 });

@@ -278,9 +278,9 @@ async function measureFloors(
       }),
     );
     floors.set(backend, [...(floors.get(backend) ?? []), result]);
-    const f = (v: number) => formatMs(v);
+    const { p50, p99 } = result.latency;
     log(
-      `[${round}/${options.repeat}] floor ${backend.padEnd(15)} ${Math.round(result.writesPerSecond)} writes/s, p50 ${f(result.latency.p50)} ms, p99 ${f(result.latency.p99)} ms${result.firstError ? `; ERROR ${result.firstError}` : ''}`,
+      `[${round}/${options.repeat}] floor ${backend.padEnd(15)} ${Math.round(result.writesPerSecond)} writes/s, p50 ${formatMs(p50)} ms, p99 ${formatMs(p99)} ms${result.firstError ? `; ERROR ${result.firstError}` : ''}`,
     );
   }
 }
@@ -378,6 +378,30 @@ function failures(
   ].filter((reason): reason is string => typeof reason === 'string');
 }
 
+/** Issue 21's part of the report: the floors (medians over the rounds) and its targets. */
+function issue21Report(
+  measured: Measured,
+  figures: Map<string, TargetFigures>,
+  scale: ScaleResult | undefined,
+  clients: number,
+) {
+  const floors = new Map(
+    [...measured.floors].map(([backend, runs]) => [backend, combineFloors(runs)]),
+  );
+  const json: Results['floors'] = Object.fromEntries(
+    [...measured.floors].map(([backend, runs]) => [
+      backend,
+      { median: floors.get(backend)!, runs },
+    ]),
+  );
+  return {
+    floors,
+    json,
+    checks: checkIssue21(figures, floors, scale),
+    table: renderFloors(floors, figures, clients),
+  };
+}
+
 async function main(): Promise<number> {
   const options = optionsOrExit(process.argv.slice(2));
   if (typeof options === 'number') return options;
@@ -401,11 +425,7 @@ async function main(): Promise<number> {
   }
   const scaleResult = scale && !('error' in scale) ? scale : undefined;
   const checks = checkTargets(figures, scaleResult);
-  const floorFigures = new Map(
-    [...measured.floors].map(([backend, floorRuns]) => [backend, combineFloors(floorRuns)]),
-  );
-  const checksIssue21 = checkIssue21(figures, floorFigures, scaleResult);
-  const floorsTable = renderFloors(floorFigures, figures, options.throughput.clients);
+  const issue21 = issue21Report(measured, figures, scaleResult, options.throughput.clients);
   const rows = tableRows(figures);
   const cpuRows = tableRows(figures, CPU_COLUMNS);
   const results: Results = {
@@ -429,14 +449,9 @@ async function main(): Promise<number> {
       ]),
     ),
     ...(scale ? { scale } : {}),
-    floors: Object.fromEntries(
-      [...measured.floors].map(([backend, floorRuns]) => [
-        backend,
-        { median: floorFigures.get(backend)!, runs: floorRuns },
-      ]),
-    ),
+    floors: issue21.json,
     checks,
-    checksIssue21,
+    checksIssue21: issue21.checks,
   };
   if (targets.length) {
     process.stdout.write(`\n${renderText(rows)}\n`);
@@ -446,16 +461,16 @@ async function main(): Promise<number> {
     process.stdout.write(`\nCPU per pair in workload 2 (µs):\n${renderText(cpuRows)}\n`);
   }
   if (scaleResult) process.stdout.write(`\nScale: ${renderScale(scaleResult).join('\n       ')}\n`);
-  if (floorFigures.size) process.stdout.write(`\nBackend floors:\n${floorsTable}\n`);
+  if (issue21.floors.size) process.stdout.write(`\nBackend floors:\n${issue21.table}\n`);
   process.stdout.write(`\nTargets (issue 5):\n${renderChecks(checks, false)}\n`);
-  process.stdout.write(`\nTargets (issue 21):\n${renderChecks(checksIssue21, false)}\n`);
+  process.stdout.write(`\nTargets (issue 21):\n${renderChecks(issue21.checks, false)}\n`);
 
   const benchDir = fileURLToPath(new URL('..', import.meta.url));
   const outDir = options.outDir ?? join(benchDir, 'results', ...(options.smoke ? ['smoke'] : []));
   mkdirSync(outDir, { recursive: true });
   // bigint-free by construction; NaN (not measured) becomes null in JSON.
   writeFileSync(join(outDir, 'latest.json'), `${JSON.stringify(results, null, 2)}\n`);
-  writeFileSync(join(outDir, 'RESULTS.md'), markdown(results, rows, cpuRows, floorsTable));
+  writeFileSync(join(outDir, 'RESULTS.md'), markdown(results, rows, cpuRows, issue21.table));
   log(
     `\nbench: wrote ${join(outDir, 'latest.json')} and RESULTS.md (${seconds(performance.now() - started)})`,
   );

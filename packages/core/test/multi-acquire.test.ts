@@ -17,6 +17,28 @@ async function heldBy(service: LockService, names: string[]): Promise<(string | 
   return Promise.all(names.map(async (name) => (await service.get(name))?.owner ?? null));
 }
 
+/**
+ * `other` holds `${prefix}:b`; the set `${prefix}:a` + `${prefix}:b` is asked for (waiting up to
+ * 5 s) and has been granted `:a` when this resolves.
+ */
+async function setBehindHolder(
+  service: LockService,
+  prefix: string,
+  ttlMs: number,
+  signal?: AbortSignal,
+): Promise<{ other: Lease; set: Promise<Lease[]> }> {
+  const other = await service.acquire({ name: `${prefix}:b`, owner: 'other', ttlMs: 5_000 });
+  const set = service.acquireAll({
+    locks: [{ name: `${prefix}:a` }, { name: `${prefix}:b` }],
+    owner: 'set',
+    ttlMs,
+    waitMs: 5_000,
+    ...(signal ? { signal } : {}),
+  });
+  await sleep(50);
+  return { other, set };
+}
+
 describe('acquireAll', () => {
   const openService = serviceScope();
 
@@ -52,14 +74,7 @@ describe('acquireAll', () => {
 
   it('waits for a held lock and is granted the whole set once it is released', async () => {
     const service = await openService();
-    const other = await service.acquire({ name: 'w:b', owner: 'other', ttlMs: 5_000 });
-    const set = service.acquireAll({
-      locks: [{ name: 'w:a' }, { name: 'w:b' }],
-      owner: 'set',
-      ttlMs: 5_000,
-      waitMs: 5_000,
-    });
-    await sleep(50);
+    const { other, set } = await setBehindHolder(service, 'w', 5_000);
     await service.release({ name: 'w:b', token: other.token });
     const leases = await set;
     expect(leases.map((lease) => lease.owner)).toEqual(['set', 'set']);
@@ -86,14 +101,7 @@ describe('acquireAll', () => {
 
   it('keeps the leases it holds alive while it waits for the rest', async () => {
     const service = await openService();
-    const other = await service.acquire({ name: 'k:b', owner: 'other', ttlMs: 5_000 });
-    const set = service.acquireAll({
-      locks: [{ name: 'k:a' }, { name: 'k:b' }],
-      owner: 'set',
-      ttlMs: 300,
-      waitMs: 5_000,
-    });
-    await sleep(50);
+    const { other, set } = await setBehindHolder(service, 'k', 300);
     const first = await service.get('k:a');
     expect(first?.owner).toBe('set');
     // Three TTLs later k:a is still the set's, with the same token.
@@ -108,14 +116,7 @@ describe('acquireAll', () => {
 
   it('fails when a lease it holds ends while it waits, naming that lock, and frees the set', async () => {
     const service = await openService();
-    await service.acquire({ name: 'r:b', owner: 'other', ttlMs: 5_000 });
-    const set = service.acquireAll({
-      locks: [{ name: 'r:a' }, { name: 'r:b' }],
-      owner: 'set',
-      ttlMs: 300,
-      waitMs: 5_000,
-    });
-    await sleep(50);
+    const { set } = await setBehindHolder(service, 'r', 300);
     await service.revoke('r:a');
     const error = await failure(set);
     expect(isDlmError(error, 'LOCK_HELD')).toBe(true);
@@ -125,16 +126,8 @@ describe('acquireAll', () => {
 
   it('a cancelled wait gives back what it was granted', async () => {
     const service = await openService();
-    await service.acquire({ name: 'x:b', owner: 'other', ttlMs: 5_000 });
     const controller = new AbortController();
-    const set = service.acquireAll({
-      locks: [{ name: 'x:a' }, { name: 'x:b' }],
-      owner: 'set',
-      ttlMs: 5_000,
-      waitMs: 5_000,
-      signal: controller.signal,
-    });
-    await sleep(50);
+    const { set } = await setBehindHolder(service, 'x', 5_000, controller.signal);
     controller.abort();
     const error = await failure(set);
     expect(isDlmError(error, 'CANCELLED')).toBe(true);

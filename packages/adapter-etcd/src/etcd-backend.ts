@@ -91,17 +91,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend 
     commandTimeoutMs,
   );
   const leases = leasePool(client, commandTimeoutMs);
-  const e: Etcd = {
-    client,
-    keys,
-    watch,
-    leases,
-    sender: txnSender(client, keys.markerKey),
-    clock: options.clock ?? systemClock,
-    commandTimeoutMs,
-    capabilities,
-    closed: false,
-  };
+  // These and the queue's callbacks run only once `e` below is assigned.
   const remainingOf = (limit: Budget, kv: IKeyValue) => remainingOfLease(e, limit, kv.lease);
   const txn = (limit: Budget, mode: RetryMode, request: TxnRequest) =>
     sendTxn(e, limit, mode, request);
@@ -120,6 +110,18 @@ export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend 
     watchEstablished: (limit) => watchEstablished(e, limit),
     txn,
   });
+  const e: Etcd = {
+    client,
+    keys,
+    watch,
+    leases,
+    sender: txnSender(client, keys.markerKey),
+    clock: options.clock ?? systemClock,
+    commandTimeoutMs,
+    capabilities,
+    closed: false,
+    releasing: queue.releasing,
+  };
 
   return {
     kind: 'etcd',
@@ -158,6 +160,8 @@ interface Etcd {
   readonly commandTimeoutMs: number;
   readonly capabilities: core.BackendCapabilities;
   closed: boolean;
+  /** A release of `name` was sent: the queue's head here may send its grant right behind it. */
+  readonly releasing: (name: string) => void;
 }
 
 function assertOpen(e: Etcd, what: string): void {
@@ -292,7 +296,7 @@ async function release(e: Etcd, { name, token, keyHash }: core.HolderProof): Pro
   assertOpen(e, 'release');
   const limit = budget('release', e.commandTimeoutMs);
   const key = e.keys.lock(name);
-  const response = await e.sender.send(
+  const sent = e.sender.send(
     limit,
     'once',
     name,
@@ -306,6 +310,8 @@ async function release(e: Etcd, { name, token, keyHash }: core.HolderProof): Pro
     },
     true,
   );
+  e.releasing(name);
+  const response = await sent;
   if (!response.succeeded) return false;
   e.leases.detached(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
   return true;

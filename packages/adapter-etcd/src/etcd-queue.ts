@@ -6,6 +6,7 @@ import {
   DlmError,
   type FairQueueDriver,
   type Grant,
+  getOrCreate,
   type QueueStep,
   type QueueWatcher,
   systemClock,
@@ -88,16 +89,29 @@ const indeterminate = (error: unknown): boolean =>
 export function fairQueue(context: QueueContext) {
   const clock = context.clock ?? systemClock;
   const dequeuer = createDequeuer(context, clock);
+  const waitersByName = new Map<string, Set<EtcdWaiter>>();
   const queue = createFairQueue({
     clock,
     backend: 'etcd',
     isClosed: context.isClosed,
     // etcd reports expiries through the watch; the timer only covers a missed event.
     expirySlackMs: 250,
-    driver: (request, watcher) => new EtcdWaiter(context, clock, dequeuer, request, watcher),
+    driver: (request, watcher) =>
+      new EtcdWaiter(context, clock, dequeuer, waitersByName, request, watcher),
   });
   return {
     acquireQueued: queue.acquireQueued,
+    /**
+     * This backend just sent a release of `name`'s lock: a waiter here asleep at the head of
+     * its queue looks now instead of on the release's watch event, so its grant transaction
+     * follows the release's within the same moment (etcd commits both in one round, the
+     * release first as sent) rather than one round trip later. Only when it looks changes:
+     * the grant's comparisons decide, and a grant that got there first fails and looks again
+     * on the event, as before.
+     */
+    releasing(name: string): void {
+      for (const waiter of waitersByName.get(name) ?? []) waiter.lockReleasing();
+    },
     /**
      * On close: wakes every sleeping waiter, which then finds the backend closed, and drops the
      * pending dequeue retries (they would find it closed too; their timers need not keep the
@@ -176,9 +190,11 @@ class EtcdWaiter implements FairQueueDriver {
     private readonly context: QueueContext,
     private readonly clock: Clock,
     private readonly dequeuer: Dequeuer,
+    private readonly waitersByName: Map<string, Set<EtcdWaiter>>,
     private readonly request: AcquireRequest,
-    watcher: QueueWatcher,
+    private readonly watcher: QueueWatcher,
   ) {
+    getOrCreate(waitersByName, request.name, () => new Set<EtcdWaiter>()).add(this);
     const { keys, watch } = context;
     this.lockKey = keys.lock(request.name);
     this.queueStart = keys.queue(request.name);
@@ -216,6 +232,15 @@ class EtcdWaiter implements FairQueueDriver {
 
   stop(): void {
     for (const stop of this.unsubscribe) stop();
+    const { name } = this.request;
+    const waiters = this.waitersByName.get(name);
+    waiters?.delete(this);
+    if (waiters?.size === 0) this.waitersByName.delete(name);
+  }
+
+  /** See the queue's `releasing`: wake only from sleeping on the lock (at the head). */
+  lockReleasing(): void {
+    this.watcher.changed((step) => step.kind === 'holder');
   }
 
   leave(): Promise<void> {

@@ -5,7 +5,14 @@ import { type Contend, contender } from './zk-contend.js';
 import { type Current, type LockStore, lockStore, proves } from './zk-locks.js';
 import { type LockPaths, lockPaths } from './zk-paths.js';
 import { fairQueue } from './zk-queue.js';
-import { budget, isZkCode, openSession, type SessionState, type ZkSession } from './zk-session.js';
+import {
+  type Budget,
+  budget,
+  isZkCode,
+  openSession,
+  type SessionState,
+  type ZkSession,
+} from './zk-session.js';
 import { sweeper } from './zk-sweep.js';
 import { type Holder, type HolderWatch, watchHolders } from './zk-watch.js';
 
@@ -103,6 +110,16 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
     claimed: (name, watcher, read) => watch.claimed(name, watcher, read),
     onWrite: (name, delta) => watch.writing(name, delta),
   });
+  // Its callbacks too run only once `zk` below is assigned.
+  const queue = fairQueue({
+    session,
+    paths,
+    store,
+    commandTimeoutMs,
+    minTtlMs: capabilities.minTtlMs,
+    isClosed: () => zk.closed,
+    onGrant: (name, owner, path, token) => noteGranted(zk, name, owner, path, token),
+  });
   const zk: Zk = {
     session,
     paths,
@@ -115,20 +132,9 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
     suspendedTimer: undefined,
     closed: false,
     store,
+    handOver: queue.handOver,
   };
   const contend = contender(store, paths);
-  const noteGrant = (name: string, owner: string, path: string, token: bigint) =>
-    noteGranted(zk, name, owner, path, token);
-
-  const queue = fairQueue({
-    session,
-    paths,
-    store,
-    commandTimeoutMs,
-    minTtlMs: capabilities.minTtlMs,
-    isClosed: () => zk.closed,
-    onGrant: noteGrant,
-  });
   const sweep = sweeper(session, paths, store, {
     intervalMs: options.sweepIntervalMs ?? 600_000,
     commandTimeoutMs,
@@ -180,6 +186,8 @@ interface Zk {
   readonly paths: LockPaths;
   readonly watch: HolderWatch;
   readonly store: LockStore;
+  /** Releases a lease granted here by handing it to this backend's head waiter, if it can. */
+  readonly handOver: (limit: Budget, name: string, lease: Current) => Promise<boolean>;
   readonly commandTimeoutMs: number;
   readonly ephemeral: boolean;
   readonly clock: core.Clock;
@@ -273,6 +281,7 @@ async function release(zk: Zk, { name, token, keyHash }: core.HolderProof): Prom
   // elsewhere), so the key hash compared is the one at that version.
   const own = zk.store.ownLease(name, token);
   if (own && !proves(own, token, keyHash)) return false;
+  if (own && (await zk.handOver(limit, name, own))) return true;
   if (own && (await zk.store.endLease(limit, name, own, 'released'))) return true;
   for (;;) {
     const holder = await zk.store.currentHolder(limit, name);

@@ -33,6 +33,20 @@ export interface Current extends Holder {
    * ephemeral one also goes with its session, without that write). Undefined: not read.
    */
   persistent?: boolean;
+  /**
+   * The name node's data version right after this store granted the lease (undefined: not
+   * granted here). While the lease holds, only its end can write the name node.
+   */
+  nameVersion?: number;
+}
+
+/** Who a release hands its lock to: a waiter of this backend at the head of the queue. */
+export interface HandOverTo {
+  owner: string;
+  keyHash: string | undefined;
+  ttlMs: number;
+  /** Its waiter node, deleted in the same multi-op. */
+  waiterPath: string;
 }
 
 /** A name node: its end marker, and the data version that guards grants. */
@@ -359,24 +373,94 @@ export class LockStore {
           ),
         ),
       );
-      const stat = results[0]?.stat;
-      const path = results[1]?.path;
-      if (!path || !stat) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
-      this.noteClock(stat);
-      const token = zxid(stat.mzxid);
-      const nowMs = mtimeOf(stat);
-      this.rememberLease(name, { path, token, owner, keyHash, version: 0, mtimeMs: nowMs, ttlMs });
-      if (!this.options.ephemeral) {
-        this.createdHere.add(path);
-        if (this.createdHere.size > OWN_LEASES_MAX)
-          this.createdHere.delete(this.createdHere.values().next().value!);
-      }
-      return { kind: 'created', path, token, nowMs };
+      const lease = { owner, keyHash, ttlMs };
+      return {
+        kind: 'created',
+        ...this.noteCreated(name, results[0]?.stat, results[1]?.path, lease),
+      };
     } catch (error) {
       if (isZkCode(error, Exception.BAD_VERSION)) return { kind: 'conflict' };
       if (isZkCode(error, Exception.NO_NODE)) {
         this.forgetParent(name);
         return { kind: 'missing' };
+      }
+      if (error instanceof DlmError && error.details.indeterminate)
+        this.orphanCleanup(name, attemptId);
+      throw error;
+    }
+  }
+
+  /**
+   * What a grant's multi-op answered (the name node's new stat, the holder node's path): the
+   * lease is remembered for a release or extend in one step. Every op of a multi-op shares
+   * one zxid, so the name node's mzxid is the holder's czxid, the token.
+   */
+  private noteCreated(
+    name: string,
+    stat: Stat | undefined,
+    path: string | undefined,
+    lease: Pick<Current, 'owner' | 'keyHash' | 'ttlMs'>,
+  ): { path: string; token: bigint; nowMs: number } {
+    if (!path || !stat) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
+    this.noteClock(stat);
+    const token = zxid(stat.mzxid);
+    const nowMs = mtimeOf(stat);
+    this.rememberLease(name, {
+      ...lease,
+      path,
+      token,
+      version: 0,
+      mtimeMs: nowMs,
+      nameVersion: stat.version,
+    });
+    if (!this.options.ephemeral) {
+      this.createdHere.add(path);
+      if (this.createdHere.size > OWN_LEASES_MAX)
+        this.createdHere.delete(this.createdHere.values().next().value!);
+    }
+    return { path, token, nowMs };
+  }
+
+  /**
+   * Releases `from` (a lease granted here, at its known versions) and grants the lock to `to`,
+   * a waiter at the head of the queue, in one multi-op: one write per handoff instead of the
+   * release's and the waiter's own. The name node is written twice (the end marker, then the
+   * grant): a waiter elsewhere that slept on `from` takes the lock at the version after its
+   * end (see the queue's take-over) and must not find that version holding a new holder.
+   * Undefined when anything changed meanwhile (nothing was applied).
+   */
+  async handOver(
+    limit: Budget,
+    name: string,
+    from: Current & { nameVersion: number },
+    to: HandOverTo,
+    attemptId: string,
+  ): Promise<{ path: string; token: bigint } | undefined> {
+    const parent = this.paths.parent(name);
+    const ended = endData('released', from.token);
+    const { ephemeral } = this.options;
+    const mode = ephemeral ? CreateMode.EPHEMERAL_SEQUENTIAL : CreateMode.PERSISTENT_SEQUENTIAL;
+    try {
+      const results = await this.writing(name, () =>
+        this.session.multi(limit, (ops) =>
+          ops
+            .remove(from.path, from.version)
+            .setData(parent, ended, from.nameVersion)
+            .setData(parent, grantData(ended, to.owner, attemptId, ephemeral), from.nameVersion + 1)
+            .create(
+              this.paths.holder(name, attemptId),
+              leaseData(to.owner, to.ttlMs, to.keyHash),
+              mode,
+            )
+            .remove(to.waiterPath, -1),
+        ),
+      );
+      this.forgetLease(name, from.token);
+      this.options.onEnd(from.token, 'released');
+      return this.noteCreated(name, results[2]?.stat, results[3]?.path, to);
+    } catch (error) {
+      if (isZkCode(error, Exception.BAD_VERSION) || isZkCode(error, Exception.NO_NODE)) {
+        return undefined;
       }
       if (error instanceof DlmError && error.details.indeterminate)
         this.orphanCleanup(name, attemptId);

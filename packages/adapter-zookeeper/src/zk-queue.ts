@@ -11,7 +11,13 @@ import {
 } from '@dlm/core';
 import { Event, Exception } from 'node-zookeeper-client';
 import { recordedHolder } from './zk-data.js';
-import { type Current, isOwnLease, type LockStore, type NameNode } from './zk-locks.js';
+import {
+  type Current,
+  type HandOverTo,
+  isOwnLease,
+  type LockStore,
+  type NameNode,
+} from './zk-locks.js';
 import type { LockPaths } from './zk-paths.js';
 import { type Budget, budget, CreateMode, isZkCode, type ZkSession } from './zk-session.js';
 
@@ -42,22 +48,65 @@ export interface QueueContext {
  * granted meanwhile, nothing happens and it looks again. The lease runs from that multi-op.
  */
 export function fairQueue(context: QueueContext) {
-  /** Waiter nodes this backend has in each name's queue. */
-  const queuedHere = new Map<string, number>();
+  const here: QueuedHere = { byName: new Map(), removed: new Set() };
   const queue = createFairQueue({
     clock: context.clock ?? systemClock,
     backend: 'ZooKeeper',
     isClosed: context.isClosed,
     // Nobody announces an expiry: look again just after the holder's lease should be over.
     expirySlackMs: 50,
-    driver: (request, watcher) => new ZkWaiter(context, queuedHere, request, watcher),
+    driver: (request, watcher) => new ZkWaiter(context, here, request, watcher),
   });
   // Watches may not survive a lost session, and the session's waiter nodes do not: after a
   // reconnect or a new session, every waiter looks again.
   context.session.onState((state) => {
     if (state !== 'disconnected') queue.wakeAll();
   });
-  return queue;
+  return {
+    ...queue,
+    /**
+     * A release of `lease` (granted here) that hands the lock to this backend's waiter at the
+     * head of the queue, in the same multi-op. False: no such waiter, or something changed
+     * (nothing was applied; release it the usual way).
+     */
+    handOver(limit: Budget, name: string, lease: Current): Promise<boolean> {
+      const { nameVersion } = lease;
+      const head = headHere(here, name);
+      if (nameVersion === undefined || !head) return Promise.resolve(false);
+      return head.takeHandOver(limit, { ...lease, nameVersion });
+    },
+  };
+}
+
+/** The waiters this backend has queued, and the waiter nodes it deleted lately. */
+interface QueuedHere {
+  byName: Map<string, Set<ZkWaiter>>;
+  /** Waiter nodes whose deletion this backend saw succeed (most recent last). */
+  removed: Set<string>;
+}
+
+/** The most waiters ahead a waiter remembers; one further back is never handed a lock. */
+const AHEAD_MAX = 16;
+/** The most deleted waiter nodes remembered. */
+const REMOVED_MAX = 10_000;
+
+function noteRemoved(here: QueuedHere, path: string): void {
+  here.removed.add(path);
+  if (here.removed.size > REMOVED_MAX) here.removed.delete(here.removed.values().next().value!);
+}
+
+/**
+ * This backend's waiter at the head of `name`'s queue, if it knows one: every waiter that was
+ * ahead of it when it last looked is gone by this backend's own hand (nodes ahead cannot
+ * appear later: sequence numbers only grow). Remote waiters gone by themselves are not known
+ * gone, so then nobody is: the release goes the usual way, and the queue too.
+ */
+function headHere(here: QueuedHere, name: string): ZkWaiter | undefined {
+  let head: ZkWaiter | undefined;
+  for (const waiter of here.byName.get(name) ?? []) {
+    if (waiter.mayBeHandedOver(here.removed) && (!head || waiter.queuedBefore(head))) head = waiter;
+  }
+  return head;
 }
 
 type Children = NonNullable<Awaited<ReturnType<LockStore['childrenOf']>>>;
@@ -87,10 +136,18 @@ class ZkWaiter implements FairQueueDriver {
    * once, without reading again. Anything else in between fails the multi-op: look again.
    */
   private sleptOn: { path: string; version: number; gone: boolean } | undefined;
+  /** The waiter nodes ahead of ours when we last looked (undefined: not looked, or too many). */
+  private ahead: string[] | undefined;
+  /** A release handing us the lock is on its way: our node may vanish by its hand. */
+  private offer: Promise<boolean> | undefined;
+  /** A release handed us the lock: the grant the next look reports. */
+  private handedOver: { token: bigint; path: string } | undefined;
+  private collected = false;
+  private stopped = false;
 
   constructor(
     private readonly context: QueueContext,
-    private readonly queuedHere: Map<string, number>,
+    private readonly here: QueuedHere,
     private readonly request: AcquireRequest,
     private readonly watcher: QueueWatcher,
   ) {
@@ -114,6 +171,8 @@ class ZkWaiter implements FairQueueDriver {
 
   stop(): void {
     // ZooKeeper watches are one-shot and cannot be taken back; the loop ignores a late one.
+    this.stopped = true;
+    this.dropUncollected();
   }
 
   async leave(): Promise<void> {
@@ -122,6 +181,7 @@ class ZkWaiter implements FairQueueDriver {
     const { store } = this.context;
     await store
       .removeQuietly(budget('dequeue', this.context.commandTimeoutMs), path)
+      .then(() => noteRemoved(this.here, path))
       .catch(() => store.removeLater(path));
   }
 
@@ -129,16 +189,95 @@ class ZkWaiter implements FairQueueDriver {
     return this.joinQueue(budget('acquire', this.context.commandTimeoutMs));
   }
 
-  look(): Promise<QueueStep> {
-    return this.lookAt(budget('acquire', this.context.commandTimeoutMs), this.myPath!);
+  async look(): Promise<QueueStep> {
+    // A release handing us the lock wakes us (its deletion of the holder we sleep on) before
+    // its reply: wait for its outcome rather than try to take the lock ourselves.
+    if (this.offer) await this.offer.catch(() => false);
+    let step: QueueStep | undefined;
+    try {
+      if (!this.handedOver) step = await this.lookAt(this.lookBudget(), this.myPath!);
+    } catch (error) {
+      if (!this.offer && !this.handedOver) throw error;
+    }
+    // What a look saw while a release was handing us the lock (our node gone, the lock
+    // held) is that release's doing: its outcome decides.
+    if (this.offer) await this.offer.catch(() => false);
+    return this.collect() ?? step ?? { kind: 'again' };
+  }
+
+  private lookBudget(): Budget {
+    return budget('acquire', this.context.commandTimeoutMs);
+  }
+
+  /** Queued, at the head by what this backend knows, and not leaving: see `headHere`. */
+  mayBeHandedOver(removed: Set<string>): boolean {
+    return (
+      this.myPath !== undefined &&
+      !this.stopped &&
+      !this.offer &&
+      this.ahead?.every((path) => removed.has(path)) === true
+    );
+  }
+
+  queuedBefore(other: ZkWaiter): boolean {
+    // Zero-padded sequence numbers end every waiter node's name: as strings they sort in order.
+    return (this.myPath ?? '').slice(-10) < (other.myPath ?? '').slice(-10);
+  }
+
+  /** A release of `lease` hands us the lock (see `LockStore.handOver`). */
+  takeHandOver(limit: Budget, lease: Current & { nameVersion: number }): Promise<boolean> {
+    const mine = this.myPath!;
+    const { owner, keyHash } = this.request;
+    const to: HandOverTo = { owner, keyHash, ttlMs: this.leaseTtlMs, waiterPath: mine };
+    const offer = this.context.store
+      .handOver(limit, this.request.name, lease, to, attemptIdOf())
+      .then((granted) => {
+        if (!granted) return false;
+        noteRemoved(this.here, mine);
+        this.setQueued(undefined);
+        this.handedOver = granted;
+        if (this.stopped) this.dropUncollected();
+        else this.watcher.changed();
+        return true;
+      })
+      .finally(() => {
+        this.offer = undefined;
+      });
+    this.offer = offer;
+    return offer;
+  }
+
+  /** The handed-over grant, once: the look that reports it. */
+  private collect(): QueueStep | undefined {
+    const handed = this.handedOver;
+    if (!handed || this.collected) return undefined;
+    this.collected = true;
+    return this.grantOf(handed.token, handed.path);
+  }
+
+  /** The wait ended without taking the lock it was handed: release that lease. */
+  private dropUncollected(): void {
+    const handed = this.handedOver;
+    if (!handed || this.collected) return;
+    this.collected = true;
+    const { store, commandTimeoutMs } = this.context;
+    const { name } = this.request;
+    const lease = store.ownLease(name, handed.token);
+    if (lease) {
+      store.endLease(budget('cleanup', commandTimeoutMs), name, lease, 'released').catch(() => {});
+    }
   }
 
   private setQueued(path: string | undefined): void {
     const { name } = this.request;
-    const count = (this.queuedHere.get(name) ?? 0) + (path ? 1 : 0) - (this.myPath ? 1 : 0);
-    if (count > 0) this.queuedHere.set(name, count);
-    else this.queuedHere.delete(name);
+    const { byName } = this.here;
+    const mine = byName.get(name) ?? new Set<ZkWaiter>();
+    if (path) mine.add(this);
+    else mine.delete(this);
+    if (mine.size > 0) byName.set(name, mine);
+    else byName.delete(name);
     this.myPath = path;
+    if (!path) this.ahead = undefined;
   }
 
   private grantOf(token: bigint, path: string): QueueStep {
@@ -172,8 +311,11 @@ class ZkWaiter implements FairQueueDriver {
     mine: string,
     node: Pick<NameNode, 'data' | 'version'>,
   ): Promise<QueueStep | undefined> {
+    // A release is handing us the lock: the look ends, and waits for it (see `look`).
+    if (this.offer || this.handedOver) return undefined;
     const created = await this.createHolder(limit, node, (ops) => ops.remove(mine, -1));
     if (created.kind !== 'created') return undefined;
+    noteRemoved(this.here, mine);
     this.setQueued(undefined);
     return this.grantOf(created.token, created.path);
   }
@@ -189,7 +331,7 @@ class ZkWaiter implements FairQueueDriver {
     await store.ensureParent(limit, name);
     // Others of ours already queue for it: it is neither free nor uncontended, so join the
     // queue without reading the name node first.
-    const contended = (this.queuedHere.get(name) ?? 0) > 0;
+    const contended = (this.here.byName.get(name)?.size ?? 0) > 0;
     const node = contended ? undefined : await store.nameNode(limit, name);
     if (!node && !contended) {
       store.forgetParent(name);
@@ -243,6 +385,7 @@ class ZkWaiter implements FairQueueDriver {
       ops.remove(mine, -1),
     );
     if (!refreshed) return { kind: 'again' };
+    noteRemoved(this.here, mine);
     this.setQueued(undefined);
     if (refreshed.expired) {
       await store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
@@ -274,6 +417,10 @@ class ZkWaiter implements FairQueueDriver {
       this.setQueued(undefined);
       return { kind: 'again' };
     }
+    this.ahead =
+      position <= AHEAD_MAX
+        ? children.waiters.slice(0, position).map((waiter) => `${this.parent}/${waiter}`)
+        : undefined;
     if (!this.ownerChecked && position > 0 && children.holders[0]) {
       const own = await this.ownLockOnce(limit, children.holders[0], mine);
       if (own) return own;

@@ -76,6 +76,80 @@ describe.skipIf(!run)('zookeeper fair queue (acquireQueued)', () => {
     expect((await granted(backend, name, 'barger')).owner).toBe('barger');
   });
 
+  /** ZooKeeper's last zxid: the mzxid of a write of the test's own. */
+  const lastZxid = async () => {
+    const scratch = `${prefix}/scratch`;
+    await rawCall((done) => raw.mkdirp(scratch, (error) => done(error)));
+    const stat = await rawCall<{ mzxid: Buffer }>((done) =>
+      raw.setData(scratch, Buffer.alloc(0), -1, (error, written) => done(error, written)),
+    );
+    return stat.mzxid.readBigInt64BE(0);
+  };
+
+  it("a release hands the lock to its own backend's head waiter in one write", async () => {
+    const backend = open();
+    const name = lockName('hand-over');
+    const holder = await granted(backend, name, 'holder');
+    const events: string[] = [];
+    const unsubscribe = backend.watch(name, (event) => events.push(`${event.type}:${event.token}`));
+    const waiting = queued(backend, name, 'next', new AbortController().signal);
+    await untilQueued(name, 1);
+    // Asleep at the head: its look has answered.
+    expect(await pendingAfter(waiting, 200)).toBe(true);
+    const before = await lastZxid();
+    expect(await backend.release({ name, token: holder.token })).toBe(true);
+    const result = await waiting;
+    if (!result.granted) throw new Error('the head waiter was not granted');
+    // The release and the grant are one transaction: a release and the waiter's own grant
+    // would be two, and the token one higher.
+    expect(result.grant.token).toBe(before + 1n);
+    expect(await waiterNodes(name)).toEqual([]);
+    expect((await backend.inspect(name))?.owner).toBe('next');
+    await until(() => events.length >= 2, { what: 'the release and the grant events' });
+    expect(events).toEqual([`released:${holder.token}`, `acquired:${result.grant.token}`]);
+    unsubscribe();
+    expect(await backend.release({ name, token: result.grant.token })).toBe(true);
+  });
+
+  it("a release does not hand the lock to its own waiter while another server's is ahead", async () => {
+    const [a, b] = [open(), open()];
+    const name = lockName('no-local-favour');
+    const holder = await granted(a, name, 'holder');
+    const first = queued(b, name, 'remote-first', new AbortController().signal);
+    await untilQueued(name, 1);
+    const second = queued(a, name, 'local-second', new AbortController().signal);
+    await untilQueued(name, 2);
+    expect(await pendingAfter(second, 200)).toBe(true);
+    await a.release({ name, token: holder.token });
+    const result = await first;
+    expect(result.granted && result.grant.owner).toBe('remote-first');
+    expect(await pendingAfter(second, 200)).toBe(true);
+    if (result.granted) await b.release({ name, token: result.grant.token });
+    const next = await second;
+    expect(next.granted && next.grant.owner).toBe('local-second');
+  });
+
+  it('a wait aborted while a release hands it the lock leaves the lock free', async () => {
+    const backend = open();
+    const name = lockName('hand-over-abort');
+    for (let round = 0; round < 20; round++) {
+      const holder = await granted(backend, name, `holder-${round}`);
+      const abort = new AbortController();
+      const waiting = queued(backend, name, `waiter-${round}`, abort.signal);
+      await untilQueued(name, 1);
+      await pendingAfter(waiting, 20 + round);
+      // The abort lands before, during or after the release's hand-over.
+      const release = backend.release({ name, token: holder.token });
+      setTimeout(() => abort.abort(), round % 4);
+      await release;
+      const result = await waiting;
+      if (result.granted) await backend.release({ name, token: result.grant.token });
+      await until(async () => (await backend.inspect(name)) === null, {
+        what: `round ${round}: the lock free again`,
+      });
+    }
+  });
+
   it("a dead server's waiters leave the queue with its session; the next waiter goes first", async () => {
     const name = lockName('dead-server');
     const a = open();

@@ -4,6 +4,14 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import {
+  combineFloors,
+  type FloorBackend,
+  type FloorFigures,
+  type FloorResult,
+  measureFloor,
+} from './floors.js';
+import { checkIssue21, renderFloors } from './issue-21.js';
 import type { Target } from './lockers/locker.js';
 import { machineInfo, packageVersions, serviceVersions } from './machine.js';
 import { combine, type Metrics, metricsOf, type TargetRun } from './metrics.js';
@@ -11,6 +19,7 @@ import { type BenchOptions, parseOptions, USAGE, UsageError } from './options.js
 import {
   CPU_COLUMNS,
   checkTargets,
+  formatMs,
   renderChecks,
   renderMarkdown,
   renderScale,
@@ -18,7 +27,15 @@ import {
   type TargetFigures,
   tableRows,
 } from './report.js';
-import { createTargets, selectSpecs, startServices, stopServices, TARGET_IDS } from './targets.js';
+import {
+  createTargets,
+  floorsOf,
+  type Services,
+  selectSpecs,
+  startServices,
+  stopServices,
+  TARGET_IDS,
+} from './targets.js';
 import { runContention } from './workloads/contention.js';
 import { runScale, type ScaleResult } from './workloads/scale.js';
 import { runThroughput } from './workloads/throughput.js';
@@ -117,7 +134,10 @@ interface Results {
   settings: Omit<BenchOptions, 'outDir' | 'profileDir'>;
   targets: Record<string, { label: string; kind: string; median: Metrics; runs: TargetRun[] }>;
   scale?: ScaleResult | { error: string };
+  /** Issue 21's backend floors: medians and every round's result. */
+  floors: Partial<Record<FloorBackend, { median: FloorFigures; runs: FloorResult[] }>>;
   checks: ReturnType<typeof checkTargets>;
+  checksIssue21: ReturnType<typeof checkIssue21>;
 }
 
 function loadNote(machine: Results['machine']): string {
@@ -127,7 +147,12 @@ function loadNote(machine: Results['machine']): string {
     : `Load average ${machine.loadAverage.join(' / ')} at the start and ${machine.loadAverageAtEnd.join(' / ')} at the end (1/5/15 min), on ${machine.cores} cores.`;
 }
 
-function markdown(results: Results, rows: string[][], cpuRows: string[][]): string {
+function markdown(
+  results: Results,
+  rows: string[][],
+  cpuRows: string[][],
+  floorsTable: string,
+): string {
   const m = results.machine;
   const s = results.settings;
   const scale = results.scale;
@@ -152,13 +177,13 @@ Regenerate with \`pnpm bench\` from the repository root.
 
 ## Settings
 
-${s.repeat} run(s) of workloads 1–3 and 5 per target, medians shown (violations, errors: sums).
+${s.repeat} round(s) of workloads 1–3, 5 and the floors, interleaved (each round runs every target once, in table order), medians shown (violations, errors: sums).
 1 uncontended: ${s.uncontended.count} sequential acquire+release on fresh names after ${s.uncontended.warmup} untimed.
 2 throughput: ${s.throughput.clients} clients, each on its own lock, ${s.throughput.durationMs} ms measured after ${s.throughput.warmupMs} ms run-in.
 5 shared client: workload 2's ${s.throughput.clients} callers over ONE client (one \`createClient\`, one peer session), as a service with one client per process runs them.
 3 contention: ${s.contention.clients} clients on one lock, wait ≤ ${s.contention.waitMs} ms, hold ${s.contention.holdMs === 0 ? 'one event-loop turn' : `${s.contention.holdMs} ms`}, ${s.contention.durationMs} ms measured.
 Lease ${s.ttlMs} ms. Polling peers (raw Redis, redlock, redis-semaphore, etcd3 Lock) retry every ${s.pollMs} ms.
-Every dlm target is a separate server process (\`apps/server/dist/main.js\`) driven by @dlm/client over WebSocket, one connection per simulated client; every peer client has its own connection(s).
+Every dlm target is a separate server process (\`apps/server/dist/main.js\`) driven by @dlm/client over WebSocket, one connection per simulated client; every "dlm lib" target is \`@dlm/core\`'s \`createLockService\` over its adapter in the benchmark's process (a service and its own adapter connections per simulated client; in workload 5 one for all 32 callers); every peer client has its own connection(s).
 
 ## Workloads 1–3 and 5
 
@@ -186,9 +211,17 @@ ${
           .join('\n')
 }
 
+## Backend floors (issue 21, target 4)
+
+${floorsTable}
+
 ## Targets from issue 5
 
 ${renderChecks(results.checks, true)}
+
+## Targets from issue 21
+
+${renderChecks(results.checksIssue21, true)}
 `;
 }
 
@@ -217,11 +250,46 @@ function optionsOrExit(argv: string[]): BenchOptions | number {
 interface Measured {
   targets: Target[];
   runs: Map<string, TargetRun[]>;
+  floors: Map<FloorBackend, FloorResult[]>;
   scale: ScaleResult | { error: string } | undefined;
   versions: Results['versions'];
 }
 
-/** Starts the services, runs every target `repeat` times and the scale workload, stops them. */
+/** One round of the floors, each after the other (they share the machine's cores). */
+async function measureFloors(
+  backends: FloorBackend[],
+  services: Services,
+  options: BenchOptions,
+  runId: string,
+  floors: Map<FloorBackend, FloorResult[]>,
+  round: number,
+): Promise<void> {
+  for (const backend of backends) {
+    const settings = { ...options.throughput, runId: `${runId}-${round}` };
+    const result = await measureFloor(backend, services, settings).catch(
+      (error: unknown): FloorResult => ({
+        backend,
+        clients: settings.clients,
+        writes: 0,
+        writesPerSecond: Number.NaN,
+        latency: { count: 0, p50: Number.NaN, p99: Number.NaN, mean: Number.NaN, max: Number.NaN },
+        errors: 1,
+        firstError: error instanceof Error ? error.message : String(error),
+      }),
+    );
+    floors.set(backend, [...(floors.get(backend) ?? []), result]);
+    const { p50, p99 } = result.latency;
+    log(
+      `[${round}/${options.repeat}] floor ${backend.padEnd(15)} ${Math.round(result.writesPerSecond)} writes/s, p50 ${formatMs(p50)} ms, p99 ${formatMs(p99)} ms${result.firstError ? `; ERROR ${result.firstError}` : ''}`,
+    );
+  }
+}
+
+/**
+ * Starts the services, runs `repeat` rounds of every target (interleaved: round 1 of every
+ * target, then round 2…, so that a slow spell of the machine touches every target alike) and
+ * of the floors, then the scale workload, and stops the services.
+ */
 async function measure(options: BenchOptions): Promise<Measured> {
   const specs = selectSpecs(options.only);
   const targetWorkloads = options.workloads.some((w) => w !== 'scale');
@@ -230,6 +298,8 @@ async function measure(options: BenchOptions): Promise<Measured> {
   const services = targetWorkloads ? await startServices(specs) : {};
   const versions = { packages: packageVersions(), services: await serviceVersions(services) };
   const runs = new Map<string, TargetRun[]>();
+  const floors = new Map<FloorBackend, FloorResult[]>();
+  const floorBackends = options.workloads.includes('floor') ? floorsOf(specs) : [];
   let targets: Target[] = [];
   let scale: ScaleResult | { error: string } | undefined;
   try {
@@ -249,12 +319,13 @@ async function measure(options: BenchOptions): Promise<Measured> {
           `[${repeat}/${options.repeat}] ${target.id.padEnd(21)} ${seconds(performance.now() - t0).padStart(6)}  ${describeRun(run)}`,
         );
       }
+      await measureFloors(floorBackends, services, options, runId, floors, repeat);
     }
     if (options.workloads.includes('scale')) scale = await measureScale(options, runId);
   } finally {
     await stopServices(services);
   }
-  return { targets, runs, scale, versions };
+  return { targets, runs, floors, scale, versions };
 }
 
 async function measureScale(
@@ -279,12 +350,13 @@ async function measureScale(
 /** Why the run fails (and CI with it): a broken target, a violation, a failed scale run… */
 function failures(
   options: BenchOptions,
-  { targets, runs, scale }: Measured,
+  { targets, runs, floors, scale }: Measured,
   figures: Map<string, TargetFigures>,
 ): string[] {
   const failed = [...runs.values()].flat().some((run) => run.error !== undefined);
   const violations = [...figures.values()].some((f) => f.metrics.contentionViolations > 0);
   const scaleFailed = scale !== undefined && ('error' in scale || scale.errors > 0);
+  const floorFailed = [...floors.values()].flat().some((f) => f.errors > 0 || f.writes === 0);
   // Zero grants under contention is a broken wait for dlm; for a polling peer on a slow
   // machine a short window can legitimately end without one.
   const empty = targets.some((target) => {
@@ -301,8 +373,33 @@ function failures(
     failed && 'a target failed',
     violations && 'mutual-exclusion violations',
     scaleFailed && 'scale failed',
+    floorFailed && 'a backend floor failed',
     empty && 'a workload completed nothing',
   ].filter((reason): reason is string => typeof reason === 'string');
+}
+
+/** Issue 21's part of the report: the floors (medians over the rounds) and its targets. */
+function issue21Report(
+  measured: Measured,
+  figures: Map<string, TargetFigures>,
+  scale: ScaleResult | undefined,
+  clients: number,
+) {
+  const floors = new Map(
+    [...measured.floors].map(([backend, runs]) => [backend, combineFloors(runs)]),
+  );
+  const json: Results['floors'] = Object.fromEntries(
+    [...measured.floors].map(([backend, runs]) => [
+      backend,
+      { median: floors.get(backend)!, runs },
+    ]),
+  );
+  return {
+    floors,
+    json,
+    checks: checkIssue21(figures, floors, scale),
+    table: renderFloors(floors, figures, clients),
+  };
 }
 
 async function main(): Promise<number> {
@@ -328,6 +425,7 @@ async function main(): Promise<number> {
   }
   const scaleResult = scale && !('error' in scale) ? scale : undefined;
   const checks = checkTargets(figures, scaleResult);
+  const issue21 = issue21Report(measured, figures, scaleResult, options.throughput.clients);
   const rows = tableRows(figures);
   const cpuRows = tableRows(figures, CPU_COLUMNS);
   const results: Results = {
@@ -351,7 +449,9 @@ async function main(): Promise<number> {
       ]),
     ),
     ...(scale ? { scale } : {}),
+    floors: issue21.json,
     checks,
+    checksIssue21: issue21.checks,
   };
   if (targets.length) {
     process.stdout.write(`\n${renderText(rows)}\n`);
@@ -361,14 +461,16 @@ async function main(): Promise<number> {
     process.stdout.write(`\nCPU per pair in workload 2 (µs):\n${renderText(cpuRows)}\n`);
   }
   if (scaleResult) process.stdout.write(`\nScale: ${renderScale(scaleResult).join('\n       ')}\n`);
-  process.stdout.write(`\nTargets:\n${renderChecks(checks, false)}\n`);
+  if (issue21.floors.size) process.stdout.write(`\nBackend floors:\n${issue21.table}\n`);
+  process.stdout.write(`\nTargets (issue 5):\n${renderChecks(checks, false)}\n`);
+  process.stdout.write(`\nTargets (issue 21):\n${renderChecks(issue21.checks, false)}\n`);
 
   const benchDir = fileURLToPath(new URL('..', import.meta.url));
   const outDir = options.outDir ?? join(benchDir, 'results', ...(options.smoke ? ['smoke'] : []));
   mkdirSync(outDir, { recursive: true });
   // bigint-free by construction; NaN (not measured) becomes null in JSON.
   writeFileSync(join(outDir, 'latest.json'), `${JSON.stringify(results, null, 2)}\n`);
-  writeFileSync(join(outDir, 'RESULTS.md'), markdown(results, rows, cpuRows));
+  writeFileSync(join(outDir, 'RESULTS.md'), markdown(results, rows, cpuRows, issue21.table));
   log(
     `\nbench: wrote ${join(outDir, 'latest.json')} and RESULTS.md (${seconds(performance.now() - started)})`,
   );

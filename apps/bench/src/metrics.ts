@@ -30,6 +30,7 @@ export interface Metrics {
   sharedPairsPerSecond: number;
   sharedPairP50: number;
   sharedPairP99: number;
+  sharedAcquireP50: number;
   contentionGrantsPerSecond: number;
   contentionHandoffsPerSecond: number;
   contentionHandoffP50: number;
@@ -62,6 +63,7 @@ export function metricsOf(run: TargetRun): Metrics {
     sharedPairsPerSecond: sh?.pairsPerSecond ?? NaN_,
     sharedPairP50: sh?.pair.p50 ?? NaN_,
     sharedPairP99: sh?.pair.p99 ?? NaN_,
+    sharedAcquireP50: sh?.acquire.p50 ?? NaN_,
     contentionGrantsPerSecond: c?.grantsPerSecond ?? NaN_,
     contentionHandoffsPerSecond: c?.handoffsPerSecond ?? NaN_,
     contentionHandoffP50: c?.handoff.p50 ?? NaN_,

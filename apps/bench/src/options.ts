@@ -2,7 +2,14 @@ import { type FlagOptions, integerFlag, parseFlags, UsageError } from '@dlm/flag
 import type { ContentionOptions } from './workloads/contention.js';
 import type { ScaleOptions } from './workloads/scale.js';
 
-export const WORKLOADS = ['uncontended', 'throughput', 'shared', 'contention', 'scale'] as const;
+export const WORKLOADS = [
+  'uncontended',
+  'throughput',
+  'shared',
+  'contention',
+  'floor',
+  'scale',
+] as const;
 export type Workload = (typeof WORKLOADS)[number];
 
 export interface BenchOptions {
@@ -32,20 +39,24 @@ export const USAGE = `Usage: pnpm bench [options]          (from the repo root: 
 
 Starts redis-server (1 + 3 nodes, and a cluster of 3 masters + 3 replicas), etcd and ZooKeeper
 on free loopback ports, then drives the same workloads through dlm (a server process per
-adapter, over WebSocket with @dlm/client) and through the peer libraries directly. Prints one table; writes results/latest.json and
+adapter, over WebSocket with @dlm/client; and lib-*: @dlm/core + an adapter in this process)
+and through the peer libraries directly. Prints one table; writes results/latest.json and
 results/RESULTS.md (--smoke: results/smoke/).
 
   --smoke                 tiny counts, about a second per workload, every backend (CI)
-  --repeat N              runs of workloads 1-3 per target; medians reported (default 3, smoke 1)
+  --repeat N              rounds of workloads 1-3, 5 and the floors, interleaved (every target
+                          once per round); medians reported (default 3, smoke 1)
   --only ID,ID            targets to run (ids: see --list); default all
-  --workloads W,W         uncontended,throughput,shared,contention,scale (default all)
+  --workloads W,W         uncontended,throughput,shared,contention,floor,scale (default all);
+                          floor: the plain write of etcd, ZooKeeper and the disk that the
+                          selected targets' acquire p99 is held to (issue 21)
   --count N               workload 1: timed pairs (default 1000; at most 10 s)
   --warmup N              workload 1: untimed pairs first (default 2000: a fresh server's JIT)
   --clients N             workloads 2 and 5: concurrent callers (default 32); in 2 each has
                           its own client, in 5 they share one
   --contenders N          workload 3: clients on the one lock (default 8)
-  --duration-ms MS        workloads 2 and 3: measured window (default 2000)
-  --warmup-ms MS          workloads 2 and 3: untimed run-in (default 500)
+  --duration-ms MS        workloads 2, 3 and the floors: measured window (default 2000)
+  --warmup-ms MS          workloads 2, 3 and the floors: untimed run-in (default 500)
   --hold-ms MS            workload 3: hold time; 0 = one event-loop turn (default 0)
   --wait-ms MS            workload 3: wait per acquire (default 5000)
   --ttl-ms MS             lease length everywhere (default 10000)

@@ -1,3 +1,8 @@
+import { embeddedBackend } from '@dlm/adapter-embedded';
+import { etcdBackend } from '@dlm/adapter-etcd';
+import { redisBackend } from '@dlm/adapter-redis';
+import { zookeeperBackend } from '@dlm/adapter-zookeeper';
+import type { LockBackend } from '@dlm/core';
 import {
   type EtcdService,
   type PostgresService,
@@ -14,7 +19,9 @@ import {
   tempDir,
   type ZooKeeperService,
 } from '@dlm/test-services';
+import type { FloorBackend } from './floors.js';
 import { dlmTarget } from './lockers/dlm.js';
+import { libTarget } from './lockers/dlm-lib.js';
 import { etcdLockTarget } from './lockers/etcd-lock.js';
 import type { PollOptions, Target } from './lockers/locker.js';
 import { pgAdvisoryTarget } from './lockers/pg-advisory.js';
@@ -41,6 +48,8 @@ type Need = keyof Services;
 interface TargetSpec {
   id: string;
   needs: Need[];
+  /** The backend whose own plain write is this target's floor (issue 21, target 4). */
+  floor?: FloorBackend;
   create(services: Required<Services>, settings: TargetSettings): Target;
 }
 
@@ -67,6 +76,27 @@ const dlm = (
     }),
 });
 
+/** Opens an adapter and makes its first round trip, so that no timed call opens a connection. */
+async function opened(open: LockBackend | Promise<LockBackend>): Promise<LockBackend> {
+  const backend: LockBackend & { ready?: () => Promise<void> } = await open;
+  await backend.ready?.();
+  await backend.inspect('bench/warmup');
+  return backend;
+}
+
+const lib = (
+  id: string,
+  label: string,
+  needs: Need[],
+  open: (services: Required<Services>) => LockBackend | Promise<LockBackend>,
+  sharedBackend = false,
+): TargetSpec => ({
+  id,
+  needs,
+  create: (services) =>
+    libTarget({ id, label, openBackend: () => opened(open(services)), sharedBackend }),
+});
+
 /** In table order: each dlm adapter, then the peers. */
 const SPECS: TargetSpec[] = [
   dlm('dlm-embedded-memory', 'dlm embedded (memory)', [], () => [
@@ -74,12 +104,15 @@ const SPECS: TargetSpec[] = [
     'embedded',
     '--memory',
   ]),
-  dlm('dlm-embedded-disk', 'dlm embedded (data dir)', [], () => [
-    '--backend',
-    'embedded',
-    '--data-dir',
-    tempDir('bench-embedded'),
-  ]),
+  {
+    ...dlm('dlm-embedded-disk', 'dlm embedded (data dir)', [], () => [
+      '--backend',
+      'embedded',
+      '--data-dir',
+      tempDir('bench-embedded'),
+    ]),
+    floor: 'disk',
+  },
   dlm('dlm-redis', 'dlm redis', ['redis'], (s) => [
     '--backend',
     'redis',
@@ -106,24 +139,46 @@ const SPECS: TargetSpec[] = [
     '--redlock-urls',
     s.redisNodes.map((node) => node.url).join(','),
   ]),
-  dlm('dlm-etcd', 'dlm etcd', ['etcd'], (s) => [
-    '--backend',
-    'etcd',
-    '--etcd-endpoints',
-    s.etcd.endpoints.join(','),
-  ]),
-  dlm('dlm-zookeeper', 'dlm zookeeper', ['zookeeper'], (s) => [
-    '--backend',
-    'zookeeper',
-    '--zk-connect',
-    s.zookeeper.connectString,
-  ]),
+  {
+    ...dlm('dlm-etcd', 'dlm etcd', ['etcd'], (s) => [
+      '--backend',
+      'etcd',
+      '--etcd-endpoints',
+      s.etcd.endpoints.join(','),
+    ]),
+    floor: 'etcd',
+  },
+  {
+    ...dlm('dlm-zookeeper', 'dlm zookeeper', ['zookeeper'], (s) => [
+      '--backend',
+      'zookeeper',
+      '--zk-connect',
+      s.zookeeper.connectString,
+    ]),
+    floor: 'zookeeper',
+  },
   dlm('dlm-postgres', 'dlm postgres', ['postgres'], (s) => [
     '--backend',
     'postgres',
     '--postgres-url',
     s.postgres.url,
   ]),
+  // The library path: core + an adapter in this process (the in-memory store is one for all
+  // clients: a second process could not share it).
+  lib('lib-embedded', 'dlm lib embedded (memory)', [], () => embeddedBackend(), true),
+  lib('lib-redis', 'dlm lib redis', ['redis'], (s) => redisBackend({ url: s.redis.url })),
+  {
+    ...lib('lib-etcd', 'dlm lib etcd', ['etcd'], (s) =>
+      etcdBackend({ endpoints: s.etcd.endpoints }),
+    ),
+    floor: 'etcd',
+  },
+  {
+    ...lib('lib-zookeeper', 'dlm lib zookeeper', ['zookeeper'], (s) =>
+      zookeeperBackend({ connect: s.zookeeper.connectString }),
+    ),
+    floor: 'zookeeper',
+  },
   {
     id: 'peer-raw-redis',
     needs: ['redis'],
@@ -176,7 +231,21 @@ export const PAIRS: ReadonlyArray<{ dlm: string; peers: string[] }> = [
   { dlm: 'dlm-etcd', peers: ['peer-etcd3-lock'] },
   { dlm: 'dlm-zookeeper', peers: ['peer-zk-recipe'] },
   { dlm: 'dlm-postgres', peers: ['peer-pg-advisory'] },
+  { dlm: 'lib-embedded', peers: ['peer-raw-redis'] },
+  { dlm: 'lib-redis', peers: ['peer-raw-redis', 'peer-redis-semaphore'] },
+  { dlm: 'lib-etcd', peers: ['peer-etcd3-lock'] },
+  { dlm: 'lib-zookeeper', peers: ['peer-zk-recipe'] },
 ];
+
+/** Which backend floor each target is held to (issue 21, target 4), by target id. */
+export const FLOOR_OF: ReadonlyMap<string, FloorBackend> = new Map(
+  SPECS.flatMap((spec) => (spec.floor ? [[spec.id, spec.floor] as const] : [])),
+);
+
+/** The floors to measure for the selected targets. */
+export function floorsOf(specs: TargetSpec[]): FloorBackend[] {
+  return [...new Set(specs.flatMap((spec) => (spec.floor ? [spec.floor] : [])))];
+}
 
 export function selectSpecs(only: string[]): TargetSpec[] {
   const unknown = only.filter((id) => !TARGET_IDS.includes(id));

@@ -29,6 +29,8 @@ export interface ErrorDetails {
   ttlRemainingMs?: number;
   /** UNAVAILABLE: the write may or may not have happened (its reply was lost). */
   indeterminate?: boolean;
+  /** `acquireAll`'s failure: the lock of the set that could not be had. */
+  name?: string;
 }
 
 export class DlmError extends Error {

@@ -14,6 +14,7 @@ import {
   ranOutError,
   tooManyWaiters,
 } from './lock-errors.js';
+import { type AcquireAllOptions, acquireAll, type SetOperations } from './multi-acquire.js';
 import {
   dropIfIdle,
   followsEnd,
@@ -28,7 +29,9 @@ import { acquireProof, checkToken, proofOf, toLease } from './proofs.js';
 import {
   DEFAULT_LIMITS,
   type Limits,
+  type LockMode,
   validateLeaseKey,
+  validateMode,
   validateName,
   validateOwner,
   validateTtl,
@@ -41,6 +44,8 @@ export interface Lease {
   owner: string;
   token: bigint;
   ttlMs: number;
+  /** How it is held; always `exclusive` until shared modes are granted. */
+  mode: LockMode;
   /**
    * The secret that proves holding (see `AcquireOptions.leaseKey`). Only the acquire's caller
    * gets it; never show it in logs, `get`, `watch` or anything a non-holder sees.
@@ -77,6 +82,10 @@ export interface AcquireOptions {
   ttlMs: number;
   /** 0 (the default) is a try-lock; otherwise wait up to this long, first come first served. */
   waitMs?: number;
+  /** Default `exclusive`; `shared` is not granted yet (INVALID_PARAMS, field `mode`). */
+  mode?: LockMode;
+  /** Only for `shared` (INVALID_PARAMS, field `limit`, otherwise). */
+  limit?: number;
   /** Ends a wait early with CANCELLED. */
   signal?: AbortSignal;
   /** Called once when the granted lease ends other than by a release (expiry, revocation). */
@@ -143,6 +152,8 @@ export interface LockService {
   readonly backend: LockBackend;
   readonly limits: Readonly<Limits>;
   acquire(options: AcquireOptions): Promise<Lease>;
+  /** Every lock of the set or none, without deadlocks (see `multi-acquire.ts`). */
+  acquireAll(options: AcquireAllOptions): Promise<Lease[]>;
   release(request: ReleaseRequest): Promise<void>;
   extend(options: ExtendOptions): Promise<Lease>;
   get(name: string): Promise<LockState | null>;
@@ -182,10 +193,19 @@ export interface LockService {
  */
 export function createLockService(options: LockServiceOptions): LockService {
   const ctx = createContext(options);
+  const set: SetOperations = {
+    clock: ctx.clock,
+    limits: ctx.limits,
+    checkName: ctx.checkName,
+    acquire: (acquireOptions) => acquire(ctx, acquireOptions),
+    release: (request) => release(ctx, request),
+    extend: (extendOptions) => extend(ctx, extendOptions),
+  };
   return {
     backend: ctx.backend,
     limits: ctx.limits,
-    acquire: (acquireOptions) => acquire(ctx, acquireOptions),
+    acquire: set.acquire,
+    acquireAll: (allOptions) => acquireAll(set, allOptions),
     release: (request) => release(ctx, request),
     extend: (extendOptions) => extend(ctx, extendOptions),
     get: (name) => get(ctx, name),
@@ -270,6 +290,7 @@ async function acquire(ctx: ServiceContext, options: AcquireOptions): Promise<Le
   const owner = validateOwner(options.owner, limits);
   const ttlMs = validateTtl(options.ttlMs, limits);
   const waitMs = validateWait(options.waitMs, limits);
+  validateMode(options.mode, options.limit);
   const givenKey = options.leaseKey === undefined ? undefined : validateLeaseKey(options.leaseKey);
   assertOpen(ctx);
   if (options.signal?.aborted) throw cancelledError();

@@ -19,6 +19,7 @@ export function toLease(grant: Grant, leaseKey: string): Lease {
     owner: grant.owner,
     token: grant.token,
     ttlMs: grant.ttlMs,
+    mode: 'exclusive',
     leaseKey,
   };
 }

@@ -7,6 +7,8 @@ export interface Limits {
   minTtlMs: number;
   maxTtlMs: number;
   maxWaitMs: number;
+  /** The most locks one `acquireAll` may list. */
+  maxLocksPerRequest: number;
 }
 
 export const DEFAULT_LIMITS: Limits = {
@@ -15,6 +17,7 @@ export const DEFAULT_LIMITS: Limits = {
   minTtlMs: 100,
   maxTtlMs: 86_400_000,
   maxWaitMs: 300_000,
+  maxLocksPerRequest: 64,
 };
 
 // U+0000–U+001F and U+007F.
@@ -69,4 +72,29 @@ export function validateLeaseKey(value: unknown): string {
     throw invalid('leaseKey', 'must be 22-128 characters of [A-Za-z0-9_-]');
   }
   return value;
+}
+
+/**
+ * How a lock is held: by one `exclusive` holder, or `shared` by several (a read lock, a
+ * semaphore's permits). Shared modes are pinned in the protocol and not granted yet.
+ */
+export type LockMode = 'exclusive' | 'shared';
+
+/**
+ * A request's `mode` and `limit`, checked. Only exclusive locks are granted for now, so `shared`
+ * is INVALID_PARAMS (field `mode`), and so is a `limit` (field `limit`), which only a shared
+ * lock has.
+ */
+export function validateMode(mode: unknown, limit: unknown): LockMode {
+  if (mode !== undefined && mode !== 'exclusive' && mode !== 'shared') {
+    throw invalid('mode', 'must be "exclusive" or "shared"');
+  }
+  if (mode === 'shared') {
+    throw invalid(
+      'mode',
+      '"shared" is not supported yet: this version grants exclusive locks only',
+    );
+  }
+  if (limit !== undefined) throw invalid('limit', 'is only for mode "shared"');
+  return 'exclusive';
 }

@@ -1,5 +1,6 @@
 import * as zookeeper from 'node-zookeeper-client';
 import { type Locker, peerTarget, type Target, WaitTimeout } from './locker.js';
+import { call, connectZooKeeper } from './zookeeper-connection.js';
 
 /**
  * The ZooKeeper lock recipe from ZooKeeper's own documentation, on node-zookeeper-client:
@@ -9,14 +10,6 @@ import { type Locker, peerTarget, type Target, WaitTimeout } from './locker.js';
  * first use (persistent, like Curator's default), and the lease is the ZooKeeper session, so
  * `ttlMs` has no per-lock meaning here.
  */
-
-function call<T>(
-  run: (callback: (error: Error | zookeeper.Exception | null, value: T) => void) => void,
-) {
-  return new Promise<T>((resolve, reject) => {
-    run((error, value) => (error ? reject(error) : resolve(value)));
-  });
-}
 
 const isCode = (error: unknown, code: number) =>
   error instanceof zookeeper.Exception && error.getCode() === code;
@@ -70,15 +63,7 @@ export function zookeeperRecipeTarget(connect: string, root: string): Target {
     'peer-zk-recipe',
     'ZooKeeper recipe (node-zookeeper-client)',
     async (): Promise<Locker> => {
-      const client = zookeeper.createClient(connect, { sessionTimeout: 10_000, spinDelay: 100 });
-      await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error('ZooKeeper connect timed out')), 15_000);
-        client.once('connected', () => {
-          clearTimeout(timer);
-          resolve();
-        });
-        client.connect();
-      });
+      const client = await connectZooKeeper(connect);
       return {
         async acquire(name, { waitMs }) {
           const parent = `${root}/${name}`;

@@ -7,6 +7,7 @@ import { expiryGroup } from './groups/expiry.js';
 import { fairQueueGroup } from './groups/fair-queue.js';
 import { grantsGroup } from './groups/grants.js';
 import { leaseKeysGroup } from './groups/lease-keys.js';
+import { multiLockGroup } from './groups/multi-lock.js';
 import { releaseAndExtendGroup } from './groups/release-extend.js';
 import { waitingGroup } from './groups/waiting.js';
 import { watchAndRevokeGroup } from './groups/watch-revoke.js';
@@ -36,6 +37,7 @@ const groups: ReadonlyArray<(ctx: ConformanceContext) => void> = [
   waitingGroup,
   fairQueueGroup,
   watchAndRevokeGroup,
+  multiLockGroup,
   badInputGroup,
   durabilityGroup,
 ];

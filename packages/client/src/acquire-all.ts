@@ -1,14 +1,4 @@
-import {
-  type Budget,
-  budget,
-  createLeaseKey,
-  type RetryAttempt,
-  type RetryPolicy,
-  retry,
-  validateOwner,
-  validateTtl,
-  validateWait,
-} from '@dlm/core';
+import { createLeaseKey, validateOwner, validateTtl, validateWait } from '@dlm/core';
 import type { ParamsOf, ResultOf } from '@dlm/protocol';
 import {
   type AcquireContext,
@@ -17,6 +7,7 @@ import {
   type Grant,
   GrantTries,
   leaseGrant,
+  triesSettings,
 } from './acquire.js';
 import type { AcquireOptions } from './client.js';
 import { closedError } from './failures.js';
@@ -69,14 +60,7 @@ async function acquireGroup(
 ): Promise<LeaseGroup> {
   if (context.closed) throw closedError();
   const tries = new AcquireAllTries(context, locks, options, traceparent);
-  let result: Grants;
-  try {
-    result = await retry(tries.attempt, tries.policy, { clock: context.clock });
-  } catch (error) {
-    tries.failed();
-    throw error;
-  }
-  tries.granted(result);
+  const result = await tries.run();
   const settled = await Promise.allSettled(
     result.grants.map((grant) => anchorGrant(context, grant, tries)),
   );
@@ -107,20 +91,14 @@ function release(
 }
 
 /** The tries of one acquireAll: one owner and one key for every try and every lease. */
-class AcquireAllTries extends GrantTries<Grants> {
+class AcquireAllTries extends GrantTries<'lock.acquireAll'> {
   readonly locks: ParamsOf<'lock.acquireAll'>['locks'];
-  readonly ttlMs: number;
-  readonly waitMs: number;
-  readonly owner: string;
-  readonly ownerIsOurs: boolean;
-  readonly policy: RetryPolicy;
-  protected readonly waitBudget: Budget | undefined;
 
   constructor(
     context: AcquireContext,
     specs: readonly (string | LockSpec)[],
     options: AcquireOptions,
-    readonly traceparent: string | undefined,
+    traceparent: string | undefined,
   ) {
     // Checked before anything is sent, as the server checks them (same code and field).
     const limits = context.limits();
@@ -128,28 +106,18 @@ class AcquireAllTries extends GrantTries<Grants> {
     const ttlMs = validateTtl(options.ttlMs, limits);
     const waitMs = validateWait(options.waitMs, limits);
     if (options.owner !== undefined) validateOwner(options.owner, limits);
-    super(context, options.leaseKey ?? heldKey(context, locks, options.owner) ?? createLeaseKey());
+    const key = options.leaseKey ?? heldKey(context, locks, options.owner) ?? createLeaseKey();
+    super(
+      context,
+      'lock.acquireAll',
+      triesSettings(context, options, { key, ttlMs, waitMs, traceparent }),
+    );
     this.locks = locks;
-    this.ttlMs = ttlMs;
-    this.waitMs = waitMs;
-    this.owner = options.owner ?? globalThis.crypto.randomUUID();
-    this.ownerIsOurs = options.owner === undefined;
-    this.policy = context.policyFor(options.retry, options.signal);
-    this.waitBudget = waitMs > 0 ? budget('lock.acquireAll', waitMs, context.clock) : undefined;
   }
 
-  readonly attempt = (attempt: RetryAttempt): Promise<Grants> => {
-    const wait = this.waitFor(attempt);
-    const params: ParamsOf<'lock.acquireAll'> = {
-      locks: this.locks,
-      ttlMs: this.ttlMs,
-      owner: this.owner,
-      leaseKey: this.key,
-    };
-    if (wait > 0) params.waitMs = wait;
-    if (this.traceparent) params.traceparent = this.traceparent;
-    return this.context.connection.call('lock.acquireAll', params, this.callOptions(attempt, wait));
-  };
+  protected params(): ParamsOf<'lock.acquireAll'> {
+    return { locks: this.locks, ttlMs: this.ttlMs, owner: this.owner, leaseKey: this.key };
+  }
 
   protected grantsOf(result: Grants): readonly Grant[] {
     return result.grants;

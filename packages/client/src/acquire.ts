@@ -95,14 +95,7 @@ async function acquireLease(
 ): Promise<Lease> {
   if (context.closed) throw closedError();
   const tries = new AcquireTries(context, name, options, internals);
-  let result: Grant;
-  try {
-    result = await retry(tries.attempt, tries.policy, { clock: context.clock });
-  } catch (error) {
-    tries.failed();
-    throw error;
-  }
-  tries.granted(result);
+  const result = await tries.run();
   const anchored = await anchorGrant(context, result, tries);
   const handle = createLease(context.leaseContext, leaseGrant(result, anchored, tries, options));
   context.held.add(handle);
@@ -162,39 +155,116 @@ export function leaseGrant(
   };
 }
 
+/** The methods that grant leases, and what their tries share. */
+export type GrantMethod = 'lock.acquire' | 'lock.acquireAll';
+
+/** What every try of one call sends and how it is retried: the same on every try. */
+export interface TriesSettings {
+  /** One key for every try, so that a try re-sent (to another server, too) is recognised. */
+  key: string;
+  ttlMs: number;
+  waitMs: number;
+  /**
+   * One owner for every try: the server answers a re-sent acquire by this owner with the lease
+   * it already granted (same token), so a grant whose reply was lost is not granted twice.
+   */
+  owner: string;
+  /** The owner was made up here: whatever it holds is nobody else's. */
+  ownerIsOurs: boolean;
+  policy: RetryPolicy;
+  traceparent: string | undefined;
+}
+
+/** The settings of a call with `options`, once its TTL and wait are checked. */
+export function triesSettings(
+  context: AcquireContext,
+  options: AcquireOptions,
+  checked: Pick<TriesSettings, 'key' | 'ttlMs' | 'waitMs' | 'traceparent'>,
+  ownerIsOurs = options.owner === undefined,
+): TriesSettings {
+  return {
+    ...checked,
+    owner: options.owner ?? globalThis.crypto.randomUUID(),
+    ownerIsOurs,
+    policy: context.policyFor(options.retry, options.signal),
+  };
+}
+
 /**
- * What the tries of one acquire (or acquireAll) leave behind: a grant whose reply came after its
- * try had given up, or a try that was sent when its connection dropped, may be a lease this
- * caller never sees. Which of those to give back is known only once the call succeeded or
- * failed. `R` is the method's result; `grantsOf` lists the leases in it.
+ * The tries of one acquire (or acquireAll), and what they leave behind: a grant whose reply came
+ * after its try had given up, or a try that was sent when its connection dropped, may be a lease
+ * this caller never sees. Which of those to give back is known only once the call succeeded or
+ * failed. `grantsOf` lists the leases in one of the method's results.
  */
-export abstract class GrantTries<R> {
+export abstract class GrantTries<M extends GrantMethod> implements GrantRequest {
+  readonly key: string;
+  readonly ttlMs: number;
+  readonly waitMs: number;
+  readonly owner: string;
+  readonly ownerIsOurs: boolean;
+  readonly policy: RetryPolicy;
+  readonly traceparent: string | undefined;
   /** When the try that counts was sent, on the clock (the lease's deadline counts from it). */
   sentAt = Number.NaN;
+  /** What is left of `waitMs` across the tries (none for a try-lock: it never waits). */
+  private readonly waitBudget: Budget | undefined;
   private outcome: 'pending' | 'granted' | 'failed' = 'pending';
-  private kept: R | undefined;
+  private kept: ResultOf<M> | undefined;
   /** A try may have been granted without the reply reaching us: a drop or a timeout. */
   private maybeGranted = false;
-  private lateResults: R[] | undefined;
+  private lateResults: ResultOf<M>[] | undefined;
 
   constructor(
     protected readonly context: AcquireContext,
-    readonly key: string,
-  ) {}
+    private readonly method: M,
+    settings: TriesSettings,
+  ) {
+    this.key = settings.key;
+    this.ttlMs = settings.ttlMs;
+    this.waitMs = settings.waitMs;
+    this.owner = settings.owner;
+    this.ownerIsOurs = settings.ownerIsOurs;
+    this.policy = settings.policy;
+    this.traceparent = settings.traceparent;
+    this.waitBudget =
+      settings.waitMs > 0 ? budget(method, settings.waitMs, context.clock) : undefined;
+  }
 
-  /** The call's retry policy. */
-  abstract readonly policy: RetryPolicy;
-  /** What is left of `waitMs` across the tries (none for a try-lock: it never waits). */
-  protected abstract readonly waitBudget: Budget | undefined;
-
+  /** The method's own params (what names the locks, the TTL, the owner and the key). */
+  protected abstract params(): ParamsOf<M>;
   /** The leases one result grants. */
-  protected abstract grantsOf(result: R): readonly Grant[];
+  protected abstract grantsOf(result: ResultOf<M>): readonly Grant[];
   /** An acquire whose reply may have been lost: look up what it may hold, and free it. */
   protected abstract orphaned(): void;
+
+  readonly attempt = (attempt: RetryAttempt): Promise<ResultOf<M>> => {
+    const wait = this.waitFor(attempt);
+    const params: ParamsOf<GrantMethod> = this.params();
+    if (wait > 0) params.waitMs = wait;
+    if (this.traceparent) params.traceparent = this.traceparent;
+    return this.context.connection.call(
+      this.method,
+      params as ParamsOf<M>,
+      this.callOptions(attempt, wait),
+    );
+  };
 
   readonly onSent = (at: number): void => {
     this.sentAt = at;
   };
+
+  /** Every try, under the call's policy; what they left behind is settled either way. */
+  async run(): Promise<ResultOf<M>> {
+    let result: ResultOf<M>;
+    try {
+      result = await retry(this.attempt, this.policy, { clock: this.context.clock });
+    } catch (error) {
+      this.failed();
+      throw error;
+    }
+    this.granted(result);
+    return result;
+  }
 
   /** What is left of `waitMs` for this try, leaving its reply time before the overall deadline. */
   protected waitFor(attempt: RetryAttempt): number {
@@ -211,8 +281,8 @@ export abstract class GrantTries<R> {
   }
 
   /** How one try is sent: a write, timed out after its wait and its reply, told of drops. */
-  protected callOptions(attempt: RetryAttempt, wait: number): CallOptions<R> {
-    const callOptions: CallOptions<R> = {
+  private callOptions(attempt: RetryAttempt, wait: number): CallOptions<ResultOf<M>> {
+    const callOptions: CallOptions<ResultOf<M>> = {
       write: true,
       timeoutMs: Math.max(1, Math.min(this.context.requestTimeoutMs + wait, attempt.remainingMs)),
       onSent: this.onSent,
@@ -224,25 +294,25 @@ export abstract class GrantTries<R> {
     return callOptions;
   }
 
-  protected readonly onLateResult = (late: R): void => {
+  private readonly onLateResult = (late: ResultOf<M>): void => {
     if (this.outcome === 'pending') {
       this.lateResults ??= [];
       this.lateResults.push(late);
     } else this.discard(late, this.outcome === 'granted' ? this.kept : undefined);
   };
 
-  protected readonly onDropped = (): void => {
+  private readonly onDropped = (): void => {
     if (this.outcome === 'pending') this.maybeGranted = true;
     else if (this.outcome === 'failed') this.orphaned();
   };
 
-  granted(result: R): void {
+  private granted(result: ResultOf<M>): void {
     this.outcome = 'granted';
     this.kept = result;
     for (const late of this.lateResults ?? []) this.discard(late, result);
   }
 
-  failed(): void {
+  private failed(): void {
     this.outcome = 'failed';
     for (const late of this.lateResults ?? []) this.discard(late, undefined);
     // Decided only now: while tries went on, a later one could still get this same lease.
@@ -250,7 +320,7 @@ export abstract class GrantTries<R> {
   }
 
   /** Gives back the leases of `late`, except those `kept` (the same token: ours, in use). */
-  private discard(late: R, kept: R | undefined): void {
+  private discard(late: ResultOf<M>, kept: ResultOf<M> | undefined): void {
     const keptGrants = kept === undefined ? [] : this.grantsOf(kept);
     for (const grant of this.grantsOf(late)) {
       const same = keptGrants.some((k) => k.name === grant.name && k.token === grant.token);
@@ -260,15 +330,7 @@ export abstract class GrantTries<R> {
 }
 
 /** The tries of one acquire. */
-class AcquireTries extends GrantTries<Grant> {
-  readonly ttlMs: number;
-  readonly waitMs: number;
-  readonly owner: string;
-  readonly ownerIsOurs: boolean;
-  readonly policy: RetryPolicy;
-  readonly traceparent: string | undefined;
-  protected readonly waitBudget: Budget | undefined;
-
+class AcquireTries extends GrantTries<'lock.acquire'> {
   constructor(
     context: AcquireContext,
     readonly name: string,
@@ -282,38 +344,22 @@ class AcquireTries extends GrantTries<Grant> {
     const ttlMs = validateTtl(options.ttlMs, limits);
     const waitMs = validateWait(options.waitMs, limits);
     if (options.owner !== undefined) validateOwner(options.owner, limits);
-    // One key for every try, for the same reason as one owner (below), and so that a try
-    // re-sent on a connection to another server is still recognised. Re-entering as an owner
-    // that holds the lock here presents that lease's key.
+    // Re-entering as an owner that holds the lock here presents that lease's key.
+    const key =
+      options.leaseKey ??
+      (options.owner === undefined ? undefined : context.held.keyFor(name, options.owner)) ??
+      createLeaseKey();
+    const { traceparent, ownerIsOurs } = internals;
     super(
       context,
-      options.leaseKey ??
-        (options.owner === undefined ? undefined : context.held.keyFor(name, options.owner)) ??
-        createLeaseKey(),
+      'lock.acquire',
+      triesSettings(context, options, { key, ttlMs, waitMs, traceparent }, ownerIsOurs),
     );
-    this.ttlMs = ttlMs;
-    this.waitMs = waitMs;
-    // One owner for every try: the server answers a re-sent acquire by this owner with the lease
-    // it already granted (same token), so a grant whose reply was lost is not granted twice.
-    this.owner = options.owner ?? globalThis.crypto.randomUUID();
-    this.ownerIsOurs = internals.ownerIsOurs ?? options.owner === undefined;
-    this.policy = context.policyFor(options.retry, options.signal);
-    this.traceparent = internals.traceparent;
-    this.waitBudget = waitMs > 0 ? budget('lock.acquire', waitMs, context.clock) : undefined;
   }
 
-  readonly attempt = (attempt: RetryAttempt): Promise<Grant> => {
-    const wait = this.waitFor(attempt);
-    const params: ParamsOf<'lock.acquire'> = {
-      name: this.name,
-      ttlMs: this.ttlMs,
-      owner: this.owner,
-      leaseKey: this.key,
-    };
-    if (wait > 0) params.waitMs = wait;
-    if (this.traceparent) params.traceparent = this.traceparent;
-    return this.context.connection.call('lock.acquire', params, this.callOptions(attempt, wait));
-  };
+  protected params(): ParamsOf<'lock.acquire'> {
+    return { name: this.name, ttlMs: this.ttlMs, owner: this.owner, leaseKey: this.key };
+  }
 
   protected grantsOf(result: Grant): readonly Grant[] {
     return [result];

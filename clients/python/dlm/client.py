@@ -328,23 +328,33 @@ class Client:
         held, UNAVAILABLE (``data["indeterminate"]`` when the request may have reached the
         server) when there is no answer, INVALID_PARAMS for a bad argument.
         """
+        result, sent_at, key = self._send_grant_request(
+            "lock.acquire", [name], {"name": name}, ttl_ms, wait_ms, owner, lease_key)
+        return self._lease_of(result, sent_at, wait_ms, ttl_ms, key)
+
+    def _send_grant_request(self, method: str, names: list[str], fields: dict[str, Any],
+                            ttl_ms: int, wait_ms: int, owner: str | None,
+                            lease_key: str | None) -> tuple[Any, float, str]:
+        """Sends an acquire (or acquireAll) of ``names``; returns its result, when it was sent,
+        and the lease key it sent. The owner is made up here unless given, and so is the key:
+        the secret that proves holding (the fencing token and the owner are public).
+        Re-entering with an owner this client holds the locks as reuses their key."""
         chosen_owner = owner is not None
         owner = owner if owner is not None else f"py-{uuid.uuid4().hex}"
-        # The secret that proves holding: the fencing token and the owner are public. Re-entering
-        # with an owner this client holds the lock as reuses that lease's key.
-        key = lease_key if lease_key is not None else self._held_key([name], owner)
-        params: dict[str, Any] = {"name": name, "ttlMs": ttl_ms, "owner": owner, "leaseKey": key}
+        key = lease_key if lease_key is not None else self._held_key(names, owner)
+        params: dict[str, Any] = {**fields, "ttlMs": ttl_ms, "owner": owner, "leaseKey": key}
         if wait_ms != 0:
             params["waitMs"] = wait_ms
         try:
-            result, sent_at = self._call("lock.acquire", params, write=True,
+            result, sent_at = self._call(method, params, write=True,
                                          timeout=self._request_timeout + max(0, wait_ms) / 1000)
         except DlmError as error:
             # Only an owner this client made up is known to be nobody else's.
             if error.code == "UNAVAILABLE" and error.data.get("indeterminate") and not chosen_owner:
-                self._clean_up_orphan(name, owner, key, ttl_ms)
+                for name in names:
+                    self._clean_up_orphan(name, owner, key, ttl_ms)
             raise
-        return self._lease_of(result, sent_at, wait_ms, ttl_ms, key)
+        return result, sent_at, key
 
     def _lease_of(self, grant: dict[str, Any], sent_at: float, wait_ms: int, ttl_ms: int,
                   key: str) -> Lease:
@@ -403,21 +413,9 @@ class Client:
         if isinstance(names, str):
             raise TypeError("acquire_all takes a list of names, not one name: use acquire")
         names = list(names)
-        chosen_owner = owner is not None
-        owner = owner if owner is not None else f"py-{uuid.uuid4().hex}"
-        key = lease_key if lease_key is not None else self._held_key(names, owner)
-        params: dict[str, Any] = {"locks": [{"name": name} for name in names], "ttlMs": ttl_ms,
-                                  "owner": owner, "leaseKey": key}
-        if wait_ms != 0:
-            params["waitMs"] = wait_ms
-        try:
-            result, sent_at = self._call("lock.acquireAll", params, write=True,
-                                         timeout=self._request_timeout + max(0, wait_ms) / 1000)
-        except DlmError as error:
-            if error.code == "UNAVAILABLE" and error.data.get("indeterminate") and not chosen_owner:
-                for name in names:
-                    self._clean_up_orphan(name, owner, key, ttl_ms)
-            raise
+        result, sent_at, key = self._send_grant_request(
+            "lock.acquireAll", names, {"locks": [{"name": name} for name in names]}, ttl_ms,
+            wait_ms, owner, lease_key)
         leases: list[Lease] = []
         grants = list(result["grants"])
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from .errors import DlmError
 
@@ -14,13 +14,31 @@ if TYPE_CHECKING:
 
 __all__ = ["Lease", "LeaseGroup", "drift_margin_ms"]
 
+_Self = TypeVar("_Self", bound="_ReleasedOnExit")
+
 
 def drift_margin_ms(ttl_ms: int) -> int:
     """How much earlier than the server a client considers a lease over: max(10 ms, 1%)."""
     return max(10, math.ceil(ttl_ms * 0.01))
 
 
-class Lease:
+class _ReleasedOnExit:
+    """A context manager whose exit calls ``release()`` (errors there are not raised)."""
+
+    def release(self) -> bool:
+        raise NotImplementedError
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            self.release()
+        except DlmError:
+            pass
+
+
+class Lease(_ReleasedOnExit):
     """A lock this client holds.
 
     ``token`` is the fencing token (an ``int``): pass it to the resource you protect, which
@@ -199,17 +217,8 @@ class Lease:
             raise
         return True
 
-    def __enter__(self) -> Lease:
-        return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        try:
-            self.release()
-        except DlmError:
-            pass
-
-
-class LeaseGroup:
+class LeaseGroup(_ReleasedOnExit):
     """The leases of one :meth:`Client.acquire_all`, taken all or nothing.
 
     ``leases`` are in the order the names were given, each with its own fencing token. ``lost``
@@ -258,12 +267,3 @@ class LeaseGroup:
         if failure is not None:
             raise failure
         return freed
-
-    def __enter__(self) -> LeaseGroup:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        try:
-            self.release()
-        except DlmError:
-            pass

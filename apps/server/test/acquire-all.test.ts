@@ -163,6 +163,14 @@ describe('lock.acquireAll', () => {
     });
     expect(reply.error.data.code).toBe('FORBIDDEN');
     expect((await peer.call('lock.get', { name: 'jobs/a' })).result.held).toBe(false);
+    // Bad input is INVALID_PARAMS before it is FORBIDDEN, as for one name.
+    const twice = await peer.call('lock.acquireAll', {
+      locks: specs(['other/b', 'jobs/a', 'jobs/a']),
+      ttlMs: 30_000,
+    });
+    expect(twice.error.data).toMatchObject({ code: 'INVALID_PARAMS', field: 'locks' });
+    const noTtl = await peer.call('lock.acquireAll', { locks: specs(['other/b']) });
+    expect(noTtl.error.data).toMatchObject({ code: 'INVALID_PARAMS', field: 'ttlMs' });
   });
 });
 

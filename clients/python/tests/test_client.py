@@ -301,8 +301,9 @@ class ClientTest(unittest.TestCase):
     def test_lock_context_over_several_names_keeps_them_all_extended(self) -> None:
         base = unique()
         names = [f"{base}/b", f"{base}/a"]
-        with self.client.lock(names, ttl_ms=300) as group:
-            time.sleep(1.0)  # more than three TTLs
+        # A little longer than the one-name test's: one thread extends the leases in turn.
+        with self.client.lock(names, ttl_ms=500) as group:
+            time.sleep(1.6)  # more than three TTLs
             self.assertFalse(group.lost.is_set())
             for lease in group.leases:
                 self.assertEqual(self.other.get(lease.name).token, lease.token)

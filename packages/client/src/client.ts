@@ -341,6 +341,10 @@ async function tryAcquire(
   }
 }
 
+/**
+ * Both `withLock` overloads. `fn` takes the `Lease` of one name or the `LeaseGroup` of several,
+ * which the overloads tie to `target`; here it is typed to accept what either is given.
+ */
 async function withLock<T>(
   core: ClientCore,
   target: string | readonly (string | LockSpec)[],

@@ -225,8 +225,8 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
       waitMs: params.waitMs as number,
       owner,
     };
-    await permitSet(names, options);
     const leaseKey = acquireKey(names, owner, params);
+    await permitSet(names, options);
     reserveLocks(names);
     if (request.recording) {
       request.set({

@@ -291,3 +291,74 @@ describe('dlm lock with the server down', () => {
     expect(done.stderr).toContain('did you mean ws://localhost:7171?');
   });
 });
+
+describe('dlm lock NAME1 NAME2 ... -- CMD', () => {
+  it('takes every lock, hands CMD DLM_FENCING_TOKENS in the order given, and releases them all', async () => {
+    const names = ['cli/several/c', 'cli/several/a', 'cli/several/b'];
+    const { dir, run, seen } = await lockedCommand(
+      names[0]!,
+      [...names.slice(1), '--ttl', '5s'],
+      ['wait-file', 0],
+    );
+    const pairs = (seen.tokens as string).split(',').map((pair) => pair.split('='));
+    expect(pairs.map(([name]) => name)).toEqual(names);
+    // One name's variables are for one name: with several, CMD gets the pairs only.
+    expect(seen.name).toBeUndefined();
+    expect(seen.token).toBeUndefined();
+    for (const [name, token] of pairs) {
+      expect(token).toMatch(/^[1-9]\d*$/);
+      expect(await adminGet(name!)).toMatchObject({ held: true, token, owner: seen.owner });
+    }
+    writeFileSync(join(dir, 'go'), '');
+    expect((await run.finished).code).toBe(0);
+    for (const name of names) expect((await adminGet(name)).held).toBe(false);
+  });
+
+  it('takes none when one is held: exit 124 naming it, CMD not run, the others free', async () => {
+    const holder = await cli.client.acquire('cli/some/b', { ttlMs: 10_000 });
+    const dir = tempDir('cli-some');
+    const done = await runDlm(
+      [
+        'lock',
+        'cli/some/a',
+        'cli/some/b',
+        'cli/some/c',
+        '--wait',
+        '300ms',
+        '--',
+        ...command(dir, 'sleep', 0),
+      ],
+      env,
+    );
+    expect(done.code).toBe(124);
+    expect(done.stderr).toContain('lock cli/some/b is held by another owner (waited 300ms)');
+    expect(existsSync(join(dir, 'env.json'))).toBe(false);
+    expect((await adminGet('cli/some/a')).held).toBe(false);
+    expect((await adminGet('cli/some/c')).held).toBe(false);
+    await holder.release();
+  });
+
+  it('stops CMD and exits 123 when any one of them is revoked', async () => {
+    const { dir, run } = await lockedCommand('cli/rev/a', ['cli/rev/b'], ['trap-term']);
+    await fetch(`${cli.server.httpUrl}/v1/locks/cli%2Frev%2Fb`, { method: 'DELETE' });
+    const done = await run.finished;
+    expect(done.code).toBe(123);
+    expect(readFileSync(join(dir, 'terminated'), 'utf8')).toBe('SIGTERM');
+    expect(done.stderr).toContain('lost lock cli/rev/b (revoked)');
+    expect((await adminGet('cli/rev/a')).held).toBe(false);
+  });
+
+  it('refuses, before connecting (exit 2), a NAME with "," or "=" among several, and a NAME twice', async () => {
+    for (const args of [
+      ['lock', 'cli/x', 'cli/y,z', '--', 'true'],
+      ['lock', 'cli/x', 'cli/y=z', '--', 'true'],
+      ['lock', 'cli/x', 'cli/x', '--', 'true'],
+    ]) {
+      const done = await runDlm(args, { DLM_URL: 'ws://127.0.0.1:1' });
+      expect(done.code, args.join(' ')).toBe(2);
+    }
+    // One name may contain them: it goes to CMD as DLM_LOCK_NAME, not in pairs.
+    const single = await runDlm(['lock', 'cli/one,=name', '--', 'true'], env);
+    expect(single.code).toBe(0);
+  });
+});

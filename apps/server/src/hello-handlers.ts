@@ -52,6 +52,7 @@ export function helloHandlers(scope: SessionScope): Handlers<'session.hello' | '
           maxTtlMs: bounds.maxTtlMs,
           maxWaitMs: bounds.maxWaitMs,
           maxInflight: limits.maxInflight,
+          maxLocksPerRequest: bounds.maxLocksPerRequest,
         },
       };
     },

@@ -1,20 +1,25 @@
 import { performance } from 'node:perf_hooks';
 import {
+  type AcquireAllOptions,
+  type AcquireOptions,
   createLeaseKey,
   DlmError,
   formatToken,
+  isDlmError,
   type Lease,
+  type LockMode,
+  type LockSpec,
   type LostEvent,
   notHolderError,
   parseToken,
   validateLeaseKey,
   validateTtl,
 } from '@dlm/core';
-import { type Action, allows } from './permissions.js';
+import { type Action, allows, type Principal } from './permissions.js';
 import { createRequestTracer, type RequestTrace } from './request-tracing.js';
 import type { Handlers, SessionScope } from './session-scope.js';
 
-type LockMethod = 'lock.acquire' | 'lock.release' | 'lock.extend' | 'lock.get';
+type LockMethod = 'lock.acquire' | 'lock.acquireAll' | 'lock.release' | 'lock.extend' | 'lock.get';
 
 /**
  * The name a lock method is about, and a check that the principal may `actions` on it. The
@@ -29,15 +34,59 @@ export function permittedName(
   const name = scope.context.service.checkName(params.name);
   const { principal } = scope;
   if (!actions.some((action) => allows(principal, action, name))) {
-    throw new DlmError(
-      'FORBIDDEN',
-      `token ${JSON.stringify(principal.name)} may not ${actions.join(' or ')} ${JSON.stringify(name)}`,
-    );
+    throw forbidden(principal, actions, name);
   }
   return name;
 }
 
-/** `lock.acquire`, `lock.release`, `lock.extend` and `lock.get` for one session. */
+function forbidden(principal: Principal, actions: Action[], name: string): DlmError {
+  return new DlmError(
+    'FORBIDDEN',
+    `token ${JSON.stringify(principal.name)} may not ${actions.join(' or ')} ${JSON.stringify(name)}`,
+  );
+}
+
+/**
+ * The names of an acquireAll's set, as far as they can be read: for the permission and the
+ * session's bound. Core checks the set itself (shape, count, names, modes, duplicates).
+ */
+function namesOf(locks: unknown): string[] {
+  if (!Array.isArray(locks)) return [];
+  const names: string[] = [];
+  for (const entry of locks) {
+    const name = typeof entry === 'object' && entry !== null ? (entry as LockSpec).name : undefined;
+    if (typeof name === 'string') names.push(name);
+  }
+  return names;
+}
+
+const NO_MODE = {};
+
+/**
+ * `mode` and `limit` as sent, for core to check: it is the one validation (`shared` is refused
+ * for now, and `limit` without `shared`).
+ */
+function modeOf(params: Record<string, unknown>): Pick<AcquireOptions, 'mode' | 'limit'> {
+  if (params.mode === undefined && params.limit === undefined) return NO_MODE;
+  return {
+    ...(params.mode === undefined ? {} : { mode: params.mode as LockMode }),
+    ...(params.limit === undefined ? {} : { limit: params.limit as number }),
+  };
+}
+
+/** The wire's grant of one lease: the only place a key is ever sent, to that acquire's caller. */
+function grantOf(lease: Lease) {
+  return {
+    name: lease.name,
+    owner: lease.owner,
+    token: formatToken(lease.token),
+    ttlMs: lease.ttlMs,
+    leaseKey: lease.leaseKey,
+    mode: lease.mode,
+  };
+}
+
+/** `lock.acquire`, `lock.acquireAll`, `lock.release`, `lock.extend` and `lock.get` for one session. */
 export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
   const { service } = scope.context;
   const tracer = createRequestTracer(scope.context.serverVersion, service.backend.kind);
@@ -76,23 +125,37 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
   }
 
   /**
-   * Without a key: this session's own lease for that owner (an idempotent re-acquire on the
-   * same connection), else a fresh one. Never the service's default, which would hand any
-   * session naming the owner the lease some other session holds.
+   * Without a key: the key of this session's own leases of `names` for that owner (an
+   * idempotent re-acquire on the same connection; a set has one key, so they must share it),
+   * else a fresh one. Never the service's default, which would hand any session naming the
+   * owner the lease some other session holds.
    */
-  function acquireKey(name: string, owner: string, params: Record<string, unknown>): string {
+  function acquireKey(
+    names: readonly string[],
+    owner: string,
+    params: Record<string, unknown>,
+  ): string {
     if (params.leaseKey !== undefined) return validateLeaseKey(params.leaseKey);
-    const own = scope.leases.get(name);
-    return own?.owner === owner ? own.leaseKey : createLeaseKey();
+    let key: string | undefined;
+    for (const name of names) {
+      const own = scope.leases.get(name);
+      if (own?.owner !== owner) continue;
+      if (key !== undefined && own.leaseKey !== key) return createLeaseKey();
+      key = own.leaseKey;
+    }
+    return key ?? createLeaseKey();
   }
 
-  /** Makes room for one more acquire, or says why there is none. */
-  function reserveLock(name: string): void {
+  /** Makes room for the acquire of `names` (each one counts), or says why there is none. */
+  function reserveLocks(names: readonly string[]): void {
     const { maxLocksPerSession } = scope.context.limits;
     const { leases } = scope;
+    // A name this session holds already is re-acquired, not added.
+    let adding = 0;
+    for (const name of names) if (!leases.get(name)) adding += 1;
     // Stale entries are only swept when the count is near the bound.
-    if (leases.get(name) || leases.upperBound + scope.acquiring < maxLocksPerSession) return;
-    if (leases.count() + scope.acquiring < maxLocksPerSession) return;
+    if (adding === 0 || leases.upperBound + scope.acquiring + adding <= maxLocksPerSession) return;
+    if (leases.count() + scope.acquiring + adding <= maxLocksPerSession) return;
     throw new DlmError(
       'LIMIT_EXCEEDED',
       `a session may hold at most ${maxLocksPerSession} locks (acquires in flight included)`,
@@ -107,8 +170,9 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
   ) {
     const name = permittedName(scope, params, 'lock');
     const owner = params.owner === undefined ? scope.id : (params.owner as string);
-    const leaseKey = acquireKey(name, owner, params);
-    reserveLock(name);
+    const names = [name];
+    const leaseKey = acquireKey(names, owner, params);
+    reserveLocks(names);
     // Read before the service queues this acquire: the waiters ahead of it on this server.
     if (request.recording) {
       request.set({
@@ -128,6 +192,7 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
         waitMs: params.waitMs as number,
         owner,
         leaseKey,
+        ...modeOf(params),
         ...(signal ? { signal } : {}),
         onLost,
         aroundBackendCall: request.aroundBackendCall,
@@ -140,20 +205,85 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
       request.set({ 'dlm.lock.token': formatToken(lease.token), 'dlm.lock.ttl_ms': lease.ttlMs });
     }
     hold(lease);
-    // The only place a key is ever sent: to the caller of this acquire.
-    return {
-      name: lease.name,
-      owner: lease.owner,
-      token: formatToken(lease.token),
-      ttlMs: lease.ttlMs,
-      leaseKey: lease.leaseKey,
+    return grantOf(lease);
+  }
+
+  /**
+   * One acquireAll: every name permitted and counted against the session's bound before any is
+   * taken; the service takes them all or none, and each granted lease is this session's.
+   */
+  async function acquireAll(
+    params: Record<string, unknown>,
+    signal: AbortSignal | undefined,
+    request: RequestTrace,
+  ) {
+    const names = namesOf(params.locks);
+    const owner = params.owner === undefined ? scope.id : (params.owner as string);
+    const options = {
+      locks: params.locks as LockSpec[],
+      ttlMs: params.ttlMs as number,
+      waitMs: params.waitMs as number,
+      owner,
     };
+    const leaseKey = acquireKey(names, owner, params);
+    await permitSet(names, options);
+    reserveLocks(names);
+    if (request.recording) {
+      request.set({
+        'dlm.lock.names': names,
+        'dlm.lock.count': names.length,
+        'dlm.lock.ttl_ms': params.ttlMs as number,
+        'dlm.lock.wait_ms': (params.waitMs as number | undefined) ?? 0,
+      });
+    }
+    const arrivedAt = request.recording ? performance.now() : 0;
+    scope.acquiring += names.length;
+    let leases: Lease[];
+    try {
+      leases = await service.acquireAll({
+        ...options,
+        leaseKey,
+        ...(signal ? { signal } : {}),
+        onLost,
+        aroundBackendCall: request.aroundBackendCall,
+      });
+    } finally {
+      scope.acquiring -= names.length;
+      if (request.recording) request.set({ 'dlm.lock.waited_ms': performance.now() - arrivedAt });
+    }
+    if (request.recording) {
+      request.set({ 'dlm.lock.tokens': leases.map((lease) => formatToken(lease.token)) });
+    }
+    for (const lease of leases) hold(lease);
+    return { grants: leases.map(grantOf) };
+  }
+
+  /**
+   * FORBIDDEN unless the principal may lock every name of the set; bad input is INVALID_PARAMS
+   * before it is FORBIDDEN, as for one name. Core checks the whole request before it takes
+   * anything, and with an aborted signal takes nothing at all: it answers CANCELLED once the
+   * request is valid. (Core does not export its check of a set; this asks it without a copy.)
+   */
+  async function permitSet(names: readonly string[], options: AcquireAllOptions): Promise<void> {
+    const denied = names.find((name) => !allows(scope.principal, 'lock', name));
+    if (denied === undefined) return;
+    try {
+      await service.acquireAll({ ...options, signal: AbortSignal.abort() });
+    } catch (error) {
+      if (!isDlmError(error, 'CANCELLED')) throw error;
+    }
+    throw forbidden(scope.principal, ['lock'], denied);
   }
 
   return {
     'lock.acquire': (params, signal) =>
       tracer.trace('lock.acquire', params, 'granted', (request) =>
         acquire(params, signal, request),
+      ),
+
+    'lock.acquireAll': (params, signal) =>
+      tracer.trace('lock.acquireAll', params, 'granted', (request) =>
+        acquireAll(params, signal, request),
       ),
 
     'lock.release': (params) =>

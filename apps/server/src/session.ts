@@ -18,6 +18,9 @@ import type { Handler, SessionContext, SessionScope } from './session-scope.js';
 import { createTokenBucket } from './token-bucket.js';
 import { watchHandlers } from './watch-handlers.js';
 
+/** The methods that may wait server-side (`waitMs`), and so end when the connection closes. */
+const WAITS: ReadonlySet<string> = new Set(['lock.acquire', 'lock.acquireAll']);
+
 export type { SessionContext, SessionLimits } from './session-scope.js';
 
 /** One WebSocket connection speaking protocol v1. */
@@ -152,7 +155,7 @@ class ProtocolSession implements Session, SessionScope {
     const startedAt = performance.now();
     // Only an acquire that waits can be cancelled (by the connection closing): only it gets a
     // controller, the other requests finish on their own within the backend's bound.
-    const waitMs = request.method === 'lock.acquire' ? request.params.waitMs : undefined;
+    const waitMs = WAITS.has(request.method) ? request.params.waitMs : undefined;
     const controller = typeof waitMs === 'number' && waitMs > 0 ? new AbortController() : undefined;
     if (controller) this.waits.add(controller);
     this.inflight += 1;

@@ -231,6 +231,30 @@ describe('with an SDK registered', () => {
     await holder.call('lock.release', { name: 'busy', token: held.token });
   });
 
+  it("an acquireAll's span names its set and tokens in request order, its backend calls as children", async () => {
+    const peer = await session();
+    const locks = [{ name: 'traced-all/b' }, { name: 'traced-all/a' }];
+    const { result } = await traced(peer, 'lock.acquireAll', { locks, ttlMs: 5_000 });
+    const span = only(spans('lock.acquireAll'));
+    expect(span.spanContext().traceId).toBe(TRACE_ID);
+    expect(span.attributes).toMatchObject({
+      'rpc.method': 'lock.acquireAll',
+      'dlm.lock.names': ['traced-all/b', 'traced-all/a'],
+      'dlm.lock.count': 2,
+      'dlm.lock.ttl_ms': 5_000,
+      'dlm.lock.wait_ms': 0,
+      'dlm.lock.tokens': result.grants.map((grant: { token: string }) => grant.token),
+      'dlm.outcome': 'granted',
+    });
+    expect(childrenOf(span).map((child) => child.name)).toEqual([
+      'backend.tryAcquire',
+      'backend.tryAcquire',
+    ]);
+    for (const grant of result.grants) {
+      await peer.call('lock.release', { name: grant.name, token: grant.token });
+    }
+  });
+
   it('bad params end the span with INVALID_PARAMS before any backend call', async () => {
     const peer = await session();
     const reply = await peer.call('lock.acquire', { name: '', ttlMs: 5_000 });

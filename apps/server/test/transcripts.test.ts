@@ -31,6 +31,7 @@ function grantStep(id: number, token: unknown) {
     token,
     ttlMs: 10_000,
     leaseKey: { $any: 'string' },
+    mode: 'exclusive',
   };
   return { expect: { jsonrpc: '2.0', id, result } };
 }

@@ -9,8 +9,9 @@
 
 from .client import Client, LockInfo
 from .errors import ERROR_CODES, DlmError
-from .lease import Lease
+from .lease import Lease, LeaseGroup
 from .watch import LockChange, Watch
 
-__all__ = ["ERROR_CODES", "Client", "DlmError", "Lease", "LockChange", "LockInfo", "Watch"]
+__all__ = ["ERROR_CODES", "Client", "DlmError", "Lease", "LeaseGroup", "LockChange", "LockInfo",
+           "Watch"]
 __version__ = "0.1.0"

@@ -10,12 +10,12 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 from .connection import Connection
 from .errors import DlmError
-from .lease import Lease, drift_margin_ms
+from .lease import Lease, LeaseGroup, drift_margin_ms
 from .watch import LockChange, Watch
 from .websocket import HandshakeError, WebSocket, WebSocketError
 
@@ -192,11 +192,15 @@ class Client:
         if kind == "late":
             method, params, reply = message
             result = reply.get("result")
+            grants: list[Any] = []
             if method == "lock.acquire" and isinstance(result, dict):
-                token = _token(result.get("token"))
+                grants = [{"name": params["name"], **result}]
+            elif method == "lock.acquireAll" and isinstance(result, dict):
+                grants = result.get("grants") or []
+            for grant in grants:
+                token = _token(grant.get("token")) if isinstance(grant, dict) else None
                 if token is not None:
-                    self._release_in_background(result.get("name", params["name"]), token,
-                                                params.get("leaseKey"))
+                    self._release_in_background(grant.get("name"), token, params.get("leaseKey"))
             return
         method = message.get("method")
         params = message.get("params") or {}
@@ -324,30 +328,47 @@ class Client:
         held, UNAVAILABLE (``data["indeterminate"]`` when the request may have reached the
         server) when there is no answer, INVALID_PARAMS for a bad argument.
         """
+        result, sent_at, key = self._send_grant_request(
+            "lock.acquire", [name], {"name": name}, ttl_ms, wait_ms, owner, lease_key)
+        return self._lease_of(result, sent_at, wait_ms, ttl_ms, key)
+
+    def _send_grant_request(self, method: str, names: list[str], fields: dict[str, Any],
+                            ttl_ms: int, wait_ms: int, owner: str | None,
+                            lease_key: str | None) -> tuple[Any, float, str]:
+        """Sends an acquire (or acquireAll) of ``names``; returns its result, when it was sent,
+        and the lease key it sent. The owner is made up here unless given, and so is the key:
+        the secret that proves holding (the fencing token and the owner are public).
+        Re-entering with an owner this client holds the locks as reuses their key."""
         chosen_owner = owner is not None
         owner = owner if owner is not None else f"py-{uuid.uuid4().hex}"
-        # The secret that proves holding: the fencing token and the owner are public. Re-entering
-        # with an owner this client holds the lock as reuses that lease's key.
-        key = lease_key if lease_key is not None else self._held_key(name, owner)
-        params: dict[str, Any] = {"name": name, "ttlMs": ttl_ms, "owner": owner, "leaseKey": key}
+        key = lease_key if lease_key is not None else self._held_key(names, owner)
+        params: dict[str, Any] = {**fields, "ttlMs": ttl_ms, "owner": owner, "leaseKey": key}
         if wait_ms != 0:
             params["waitMs"] = wait_ms
         try:
-            result, sent_at = self._call("lock.acquire", params, write=True,
+            result, sent_at = self._call(method, params, write=True,
                                          timeout=self._request_timeout + max(0, wait_ms) / 1000)
         except DlmError as error:
             # Only an owner this client made up is known to be nobody else's.
             if error.code == "UNAVAILABLE" and error.data.get("indeterminate") and not chosen_owner:
-                self._clean_up_orphan(name, owner, key, ttl_ms)
+                for name in names:
+                    self._clean_up_orphan(name, owner, key, ttl_ms)
             raise
-        token = int(result["token"])
-        granted_ttl_ms = int(result["ttlMs"])
+        return result, sent_at, key
+
+    def _lease_of(self, grant: dict[str, Any], sent_at: float, wait_ms: int, ttl_ms: int,
+                  key: str) -> Lease:
+        """The Lease for one grant, once it is known to be still worth having (else it is
+        released in the background and UNAVAILABLE raised)."""
+        name = grant["name"]
+        token = int(grant["token"])
+        granted_ttl_ms = int(grant["ttlMs"])
         if wait_ms > 0 and time.monotonic() - sent_at > granted_ttl_ms / 10_000:
             # The grant came at some moment during the wait, so the send time says little about
             # when the lease ends. An immediate extend gives a send time that does.
             try:
                 extended, sent_at = self._call(
-                    "lock.extend", {"name": name, "token": result["token"], "ttlMs": ttl_ms,
+                    "lock.extend", {"name": name, "token": grant["token"], "ttlMs": ttl_ms,
                                     "leaseKey": key},
                     write=True)
                 granted_ttl_ms = int(extended["ttlMs"])
@@ -361,19 +382,62 @@ class Client:
             self._release_in_background(name, token, key)
             raise DlmError("UNAVAILABLE",
                            f"the grant of {name!r} arrived after its lease had run out")
-        lease = Lease(self, result["name"], result["owner"], token, granted_ttl_ms, ttl_ms, sent_at,
-                      key)
+        lease = Lease(self, name, grant["owner"], token, granted_ttl_ms, ttl_ms, sent_at, key)
         with self._state_lock:
             self._leases.setdefault((lease.name, token), set()).add(lease)
         return lease
 
-    def _held_key(self, name: str, owner: str) -> str:
+    def acquire_all(self, names: Iterable[str], ttl_ms: int, wait_ms: int = 0,
+                    owner: str | None = None, lease_key: str | None = None) -> LeaseGroup:
+        """Acquires every lock of ``names``, all or nothing, for ``ttl_ms`` each, waiting up to
+        ``wait_ms`` in all while another owner holds one of them.
+
+        The server takes the names in one canonical order, so concurrent calls over overlapping
+        sets cannot deadlock, and when one cannot be had it releases the ones it took before it
+        answers: after an error none of them is held. 1 to the server's
+        ``limits["maxLocksPerRequest"]`` (64) distinct names. Every lease gets its own token and
+        shares one owner and one lease key; ``owner`` and ``lease_key`` work as in
+        :meth:`acquire` (the same owner and key sent again get the same leases back).
+
+        Raises DlmError: LOCK_HELD (``data["name"]``: the lock that stayed held) when the wait
+        ends without them, UNAVAILABLE and CANCELLED (``data["name"]`` when the server says),
+        INVALID_PARAMS for a bad argument (``data["field"]``: ``locks`` for an empty or too long
+        list, or a name given twice).
+
+        Example::
+
+            with client.acquire_all(["accounts/a", "accounts/b"], ttl_ms=10_000) as group:
+                a, b = group.leases
+                transfer(from_token=a.token, to_token=b.token)
+        """
+        if isinstance(names, str):
+            raise TypeError("acquire_all takes a list of names, not one name: use acquire")
+        names = list(names)
+        result, sent_at, key = self._send_grant_request(
+            "lock.acquireAll", names, {"locks": [{"name": name} for name in names]}, ttl_ms,
+            wait_ms, owner, lease_key)
+        leases: list[Lease] = []
+        grants = list(result["grants"])
+        try:
+            for grant in grants:
+                leases.append(self._lease_of(grant, sent_at, wait_ms, ttl_ms, key))
+        except DlmError:
+            # All or nothing here too: what was granted goes back (the refused one already has).
+            for lease in leases:
+                lease._end(None)
+            for grant in grants[:len(leases)] + grants[len(leases) + 1:]:
+                self._release_in_background(grant["name"], int(grant["token"]), key)
+            raise
+        return LeaseGroup(leases)
+
+    def _held_key(self, names: list[str], owner: str) -> str:
+        """The key of the leases this client holds on ``names`` as ``owner`` (a deliberate
+        re-entry), when they share one (a set has one key); else a fresh one."""
         with self._state_lock:
-            for (held_name, _), group in self._leases.items():
-                for lease in group:
-                    if held_name == name and lease.owner == owner and lease.held:
-                        return lease._lease_key
-        return secrets.token_urlsafe(16)
+            keys = {lease._lease_key for (held_name, _), group in self._leases.items()
+                    for lease in group
+                    if held_name in names and lease.owner == owner and lease.held}
+        return next(iter(keys)) if len(keys) == 1 else secrets.token_urlsafe(16)
 
     def try_acquire(self, name: str, ttl_ms: int, owner: str | None = None) -> Lease | None:
         """Acquires ``name`` if it is free now; None when another owner holds it."""
@@ -401,10 +465,14 @@ class Client:
                         token=_token(result.get("token")),
                         ttl_remaining_ms=result.get("ttlRemainingMs"))
 
-    def lock(self, name: str, ttl_ms: int, wait_ms: int = 0,
+    def lock(self, name: str | list[str], ttl_ms: int, wait_ms: int = 0,
              owner: str | None = None) -> _LockContext:
         """A context manager that acquires ``name``, keeps the lease extended in a background
         thread (every third of its TTL) while the block runs, and releases it on exit.
+
+        Given a list of names it acquires them all or none (:meth:`acquire_all`), yields the
+        :class:`LeaseGroup`, keeps every lease extended, and releases them all on exit;
+        ``group.lost`` is set when any of them is lost.
 
         Check ``lease.lost`` (a threading.Event) in long work: it is set if the lease ends
         anyway (the server was unreachable for too long, or an operator revoked it).
@@ -494,48 +562,53 @@ class Client:
 
 
 class _LockContext:
-    def __init__(self, client: Client, name: str, ttl_ms: int, wait_ms: int,
+    def __init__(self, client: Client, name: str | list[str], ttl_ms: int, wait_ms: int,
                  owner: str | None) -> None:
         self._client = client
         self._args = (name, ttl_ms, wait_ms, owner)
-        self._lease: Lease | None = None
+        self._held: Lease | LeaseGroup | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> Lease:
+    def __enter__(self) -> Any:
         name, ttl_ms, wait_ms, owner = self._args
-        self._lease = self._client.acquire(name, ttl_ms, wait_ms, owner)
-        self._thread = threading.Thread(target=self._keep_extended, name="dlm-extend",
-                                        daemon=True)
+        if isinstance(name, str):
+            self._held = self._client.acquire(name, ttl_ms, wait_ms, owner)
+            leases = [self._held]
+        else:
+            self._held = self._client.acquire_all(name, ttl_ms, wait_ms, owner)
+            leases = list(self._held.leases)
+        self._thread = threading.Thread(target=self._keep_extended, args=(leases,),
+                                        name="dlm-extend", daemon=True)
         self._thread.start()
-        return self._lease
+        return self._held
 
-    def _keep_extended(self) -> None:
-        lease = self._lease
-        assert lease is not None
-        delay = lease.ttl_ms / 3000
+    def _keep_extended(self, leases: list[Lease]) -> None:
+        delay = min(lease.ttl_ms for lease in leases) / 3000
         while not self._stop.wait(delay):
-            if not lease.held:
-                return
-            try:
-                lease.extend()
-                delay = lease.ttl_ms / 3000
-            except DlmError as error:
-                if error.code == "NOT_HOLDER" or not lease.held:
-                    return
-                # Unreachable for now: try again soon; the local deadline marks the lease lost
-                # if this goes on too long.
-                delay = max(0.05, min(lease.ttl_ms / 10_000, lease.remaining_ms() / 2000))
+            delay = min(lease.ttl_ms for lease in leases) / 3000
+            for lease in leases:
+                if not lease.held:
+                    return  # lost: the block learns it from lease.lost (group.lost)
+                try:
+                    lease.extend()
+                except DlmError as error:
+                    if error.code == "NOT_HOLDER" or not lease.held:
+                        return
+                    # Unreachable for now: try again soon; the local deadline marks the lease
+                    # lost if this goes on too long.
+                    retry_in = max(0.05, min(lease.ttl_ms / 10_000, lease.remaining_ms() / 2000))
+                    delay = min(delay, retry_in)
 
     def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        if self._lease is not None:
+        if self._held is not None:
             try:
-                self._lease.release()
+                self._held.release()
             except DlmError as error:
-                _log.warning("could not release %r: %s", self._lease.name, error)
+                _log.warning("could not release %r: %s", self._args[0], error)
 
     def __iter__(self) -> Iterator[Lease]:  # pragma: no cover - guards a common mistake
         raise TypeError("use `with client.lock(...) as lease:`")

@@ -5,14 +5,16 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from .errors import DlmError
 
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Lease", "drift_margin_ms"]
+__all__ = ["Lease", "LeaseGroup", "drift_margin_ms"]
+
+_Self = TypeVar("_Self", bound="_ReleasedOnExit")
 
 
 def drift_margin_ms(ttl_ms: int) -> int:
@@ -20,7 +22,23 @@ def drift_margin_ms(ttl_ms: int) -> int:
     return max(10, math.ceil(ttl_ms * 0.01))
 
 
-class Lease:
+class _ReleasedOnExit:
+    """A context manager whose exit calls ``release()`` (errors there are not raised)."""
+
+    def release(self) -> bool:
+        raise NotImplementedError
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            self.release()
+        except DlmError:
+            pass
+
+
+class Lease(_ReleasedOnExit):
     """A lock this client holds.
 
     ``token`` is the fencing token (an ``int``): pass it to the resource you protect, which
@@ -62,6 +80,8 @@ class Lease:
         self._released = False
         self._deadline = 0.0
         self._timer: threading.Timer | None = None
+        # Told once when the lease is lost (a LeaseGroup's own ``lost``).
+        self._on_lost: list[Callable[[], None]] = []
         self._arm(sent_at, ttl_ms)
 
     def __repr__(self) -> str:
@@ -154,6 +174,8 @@ class Lease:
         if not self._end(reason):
             return False
         self._lost.set()
+        for listener in self._on_lost:
+            listener()
         return True
 
     def extend(self, ttl_ms: int | None = None) -> None:
@@ -195,11 +217,53 @@ class Lease:
             raise
         return True
 
-    def __enter__(self) -> Lease:
-        return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        try:
-            self.release()
-        except DlmError:
-            pass
+class LeaseGroup(_ReleasedOnExit):
+    """The leases of one :meth:`Client.acquire_all`, taken all or nothing.
+
+    ``leases`` are in the order the names were given, each with its own fencing token. ``lost``
+    is a :class:`threading.Event` set as soon as any of them is lost (by the clock too, as each
+    lease's own ``lost``): work that needs every lock stops then. A group is a context manager
+    that releases every lease on exit.
+    """
+
+    def __init__(self, leases: list[Lease]) -> None:
+        self.leases: tuple[Lease, ...] = tuple(leases)
+        self._lost = threading.Event()
+        for lease in self.leases:
+            lease._on_lost.append(self._lost.set)
+
+    def __repr__(self) -> str:
+        return f"LeaseGroup({list(self.leases)!r})"
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set once any lease of the group is lost (asked of the clock at this moment)."""
+        for lease in self.leases:
+            lease._check_deadline()
+        return self._lost
+
+    @property
+    def held(self) -> bool:
+        """True while every lease of the group is held (by the clock at this moment)."""
+        return all(lease.held for lease in self.leases)
+
+    @property
+    def tokens(self) -> dict[str, int]:
+        """Each lock's fencing token, by name."""
+        return {lease.name: lease.token for lease in self.leases}
+
+    def release(self) -> bool:
+        """Releases every lease (all of them, even when one fails): True when this call freed
+        every one, False when some had already ended. Raises the first UNAVAILABLE after trying
+        them all; those leases end by themselves when their TTL runs out."""
+        freed = True
+        failure: DlmError | None = None
+        for lease in self.leases:
+            try:
+                freed = lease.release() and freed
+            except DlmError as error:
+                failure = failure or error
+        if failure is not None:
+            raise failure
+        return freed

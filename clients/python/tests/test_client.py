@@ -257,6 +257,73 @@ class ClientTest(unittest.TestCase):
         self.assertFalse(self.other.get(name).held)
         self.assertTrue(lease.released)
 
+    def test_acquire_all_grants_every_lock_in_order_and_release_frees_them(self) -> None:
+        base = unique()
+        names = [f"{base}/c", f"{base}/a", f"{base}/b"]
+        group = self.client.acquire_all(names, ttl_ms=10_000)
+        self.assertEqual([lease.name for lease in group.leases], names)
+        self.assertEqual(len({lease.owner for lease in group.leases}), 1)
+        self.assertEqual(group.tokens, {lease.name: lease.token for lease in group.leases})
+        for lease in group.leases:
+            info = self.other.get(lease.name)
+            self.assertEqual((info.held, info.token), (True, lease.token))
+        self.assertTrue(group.release())
+        for name in names:
+            self.assertFalse(self.other.get(name).held)
+        self.assertFalse(group.release(), "a second release reports the leases already ended")
+
+    def test_acquire_all_is_all_or_nothing(self) -> None:
+        base = unique()
+        x, y, z = f"{base}/x", f"{base}/y", f"{base}/z"
+        holder = self.other.acquire(y, ttl_ms=10_000)
+        for wait_ms in (0, 300):
+            with self.assertRaises(DlmError) as caught:
+                self.client.acquire_all([z, y, x], ttl_ms=10_000, wait_ms=wait_ms)
+            self.assertEqual(caught.exception.code, "LOCK_HELD")
+            self.assertEqual(caught.exception.data["name"], y)
+            self.assertFalse(self.other.get(x).held)
+            self.assertFalse(self.other.get(z).held)
+        holder.release()
+        with self.client.acquire_all([z, y, x], ttl_ms=10_000) as group:
+            self.assertGreater(group.leases[1].token, holder.token)
+        self.assertFalse(self.other.get(y).held)
+
+    def test_acquire_all_takes_a_list_and_bad_sets_are_invalid_params(self) -> None:
+        with self.assertRaises(TypeError):
+            self.client.acquire_all("one-name", ttl_ms=10_000)  # type: ignore[arg-type]
+        name = unique()
+        for names, field in (([], "locks"), ([name, name], "locks")):
+            with self.assertRaises(DlmError) as caught:
+                self.client.acquire_all(names, ttl_ms=10_000)
+            self.assertEqual((caught.exception.code, caught.exception.data.get("field")),
+                             ("INVALID_PARAMS", field))
+
+    def test_lock_context_over_several_names_keeps_them_all_extended(self) -> None:
+        base = unique()
+        names = [f"{base}/b", f"{base}/a"]
+        # A little longer than the one-name test's: one thread extends the leases in turn.
+        with self.client.lock(names, ttl_ms=500) as group:
+            time.sleep(1.6)  # more than three TTLs
+            self.assertFalse(group.lost.is_set())
+            for lease in group.leases:
+                self.assertEqual(self.other.get(lease.name).token, lease.token)
+        for name in names:
+            self.assertFalse(self.other.get(name).held)
+
+    def test_a_group_is_lost_when_any_lease_is(self) -> None:
+        base = unique()
+        group = self.client.acquire_all([f"{base}/a", f"{base}/b"], ttl_ms=5_000)
+        second = group.leases[1]
+        # As in test_lock_lost_from_the_server_sets_lost: shortened elsewhere, then gone.
+        self.other.call("lock.extend", {"name": second.name, "token": str(second.token),
+                                        "ttlMs": 200, "leaseKey": second._lease_key})
+        time.sleep(0.4)
+        with self.assertRaises(DlmError):
+            second.extend()
+        self.assertTrue(group.lost.is_set())
+        self.assertFalse(group.leases[0].lost.is_set())
+        self.assertFalse(group.release())
+
     def test_fenced_work_refuses_a_stale_token(self) -> None:
         name = unique()
         highest: dict[str, int] = {}

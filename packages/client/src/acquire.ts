@@ -22,7 +22,13 @@ import type { AcquireOptions } from './client.js';
 import type { CallOptions, Connection } from './connection.js';
 import { closedError } from './failures.js';
 import type { HeldLeases } from './held-leases.js';
-import { createLease, driftMarginMs, type Lease, type LeaseContext } from './lease.js';
+import {
+  createLease,
+  driftMarginMs,
+  type Lease,
+  type LeaseContext,
+  type LeaseGrant,
+} from './lease.js';
 import { withClientSpan } from './tracing.js';
 
 /** What acquiring needs from the client. */
@@ -48,7 +54,8 @@ export interface AcquireInternals {
   traceparent?: string | undefined;
 }
 
-type Grant = ResultOf<'lock.acquire'>;
+/** One lease a reply grants (`lock.acquire`'s result, one of `lock.acquireAll`'s grants). */
+export type Grant = ResultOf<'lock.acquire'>;
 
 /**
  * The acquire path, in a client span when the application has OpenTelemetry (the span's context
@@ -88,112 +95,179 @@ async function acquireLease(
 ): Promise<Lease> {
   if (context.closed) throw closedError();
   const tries = new AcquireTries(context, name, options, internals);
-  let result: Grant;
-  try {
-    result = await retry(tries.attempt, tries.policy, { clock: context.clock });
-  } catch (error) {
-    tries.failed();
-    throw error;
-  }
-  tries.granted(result);
-  const token = parseToken(result.token);
-  let grantedTtlMs = result.ttlMs;
-  if (tries.waitMs > 0 && context.clock.now() - tries.sentAt > grantedTtlMs / 10) {
-    grantedTtlMs = await reanchor(context, tries, result, token);
-  }
-  rejectIfRunOut(context, tries, token, grantedTtlMs);
-  const handle = createLease(context.leaseContext, {
-    name: result.name,
-    owner: result.owner,
-    token,
-    leaseKey: tries.key,
-    ttlMs: grantedTtlMs,
-    requestedTtlMs: tries.ttlMs,
-    sentAt: tries.sentAt,
-    autoExtend: options.autoExtend === true,
-  });
+  const result = await tries.run();
+  const anchored = await anchorGrant(context, result, tries);
+  const handle = createLease(context.leaseContext, leaseGrant(result, anchored, tries, options));
   context.held.add(handle);
   return handle.lease;
 }
 
+/** The request a grant answered: what anchoring it and making its lease need. */
+export interface GrantRequest {
+  readonly key: string;
+  readonly ttlMs: number;
+  readonly waitMs: number;
+  readonly sentAt: number;
+  readonly traceparent: string | undefined;
+}
+
+/** A grant's token and its lease as the client counts it: granted `ttlMs` from `sentAt`. */
+export interface AnchoredGrant {
+  token: bigint;
+  ttlMs: number;
+  sentAt: number;
+}
+
 /**
- * The tries of one acquire, and what they leave behind: a grant whose reply came after its try
- * had given up, or a try that was sent when its connection dropped, may be a lease this caller
- * never sees. Which of those to give back is known only once the acquire succeeded or failed.
+ * Makes sure a grant is still worth having: re-anchored by an extend when it came during a long
+ * wait, and refused (released in the background) when its local deadline has passed (S5).
  */
-class AcquireTries {
+export async function anchorGrant(
+  context: AcquireContext,
+  result: Grant,
+  request: GrantRequest,
+): Promise<AnchoredGrant> {
+  const token = parseToken(result.token);
+  let anchored: AnchoredGrant = { token, ttlMs: result.ttlMs, sentAt: request.sentAt };
+  if (request.waitMs > 0 && context.clock.now() - request.sentAt > result.ttlMs / 10) {
+    anchored = await reanchor(context, request, result, token);
+  }
+  rejectIfRunOut(context, result.name, request.key, anchored);
+  return anchored;
+}
+
+/** What the lease of an anchored grant is made from. */
+export function leaseGrant(
+  result: Grant,
+  anchored: AnchoredGrant,
+  request: GrantRequest,
+  options: { autoExtend?: boolean },
+): LeaseGrant {
+  return {
+    name: result.name,
+    owner: result.owner,
+    token: anchored.token,
+    leaseKey: request.key,
+    ttlMs: anchored.ttlMs,
+    requestedTtlMs: request.ttlMs,
+    sentAt: anchored.sentAt,
+    autoExtend: options.autoExtend === true,
+  };
+}
+
+/** The methods that grant leases, and what their tries share. */
+export type GrantMethod = 'lock.acquire' | 'lock.acquireAll';
+
+/** What every try of one call sends and how it is retried: the same on every try. */
+export interface TriesSettings {
+  /** One key for every try, so that a try re-sent (to another server, too) is recognised. */
+  key: string;
+  ttlMs: number;
+  waitMs: number;
+  /**
+   * One owner for every try: the server answers a re-sent acquire by this owner with the lease
+   * it already granted (same token), so a grant whose reply was lost is not granted twice.
+   */
+  owner: string;
+  /** The owner was made up here: whatever it holds is nobody else's. */
+  ownerIsOurs: boolean;
+  policy: RetryPolicy;
+  traceparent: string | undefined;
+}
+
+/** The settings of a call with `options`, once its TTL and wait are checked. */
+export function triesSettings(
+  context: AcquireContext,
+  options: AcquireOptions,
+  checked: Pick<TriesSettings, 'key' | 'ttlMs' | 'waitMs' | 'traceparent'>,
+  ownerIsOurs = options.owner === undefined,
+): TriesSettings {
+  return {
+    ...checked,
+    owner: options.owner ?? globalThis.crypto.randomUUID(),
+    ownerIsOurs,
+    policy: context.policyFor(options.retry, options.signal),
+  };
+}
+
+/**
+ * The tries of one acquire (or acquireAll), and what they leave behind: a grant whose reply came
+ * after its try had given up, or a try that was sent when its connection dropped, may be a lease
+ * this caller never sees. Which of those to give back is known only once the call succeeded or
+ * failed. `grantsOf` lists the leases in one of the method's results.
+ */
+export abstract class GrantTries<M extends GrantMethod> implements GrantRequest {
+  readonly key: string;
   readonly ttlMs: number;
   readonly waitMs: number;
   readonly owner: string;
   readonly ownerIsOurs: boolean;
-  readonly key: string;
   readonly policy: RetryPolicy;
   readonly traceparent: string | undefined;
-  /** What is left of `waitMs` across the tries (none for a try-lock: it never waits). */
-  private readonly waitBudget: Budget | undefined;
   /** When the try that counts was sent, on the clock (the lease's deadline counts from it). */
   sentAt = Number.NaN;
+  /** What is left of `waitMs` across the tries (none for a try-lock: it never waits). */
+  private readonly waitBudget: Budget | undefined;
   private outcome: 'pending' | 'granted' | 'failed' = 'pending';
-  private grantedToken: string | undefined;
+  private kept: ResultOf<M> | undefined;
   /** A try may have been granted without the reply reaching us: a drop or a timeout. */
   private maybeGranted = false;
-  private lateGrants: Grant[] | undefined;
+  private lateResults: ResultOf<M>[] | undefined;
 
   constructor(
-    private readonly context: AcquireContext,
-    readonly name: string,
-    options: AcquireOptions,
-    internals: AcquireInternals,
+    protected readonly context: AcquireContext,
+    private readonly method: M,
+    settings: TriesSettings,
   ) {
-    // Checked here, before anything is sent, by the same code the server runs: the same code,
-    // field and message as the server's answer would have.
-    const limits = context.limits();
-    validateName(name, limits);
-    this.ttlMs = validateTtl(options.ttlMs, limits);
-    this.waitMs = validateWait(options.waitMs, limits);
-    if (options.owner !== undefined) validateOwner(options.owner, limits);
-    // One owner for every try: the server answers a re-sent acquire by this owner with the lease
-    // it already granted (same token), so a grant whose reply was lost is not granted twice.
-    this.owner = options.owner ?? globalThis.crypto.randomUUID();
-    this.ownerIsOurs = internals.ownerIsOurs ?? options.owner === undefined;
-    // One key for every try too, for the same reason, and so that a try re-sent on a connection
-    // to another server is still recognised. Re-entering as an owner that holds the lock here
-    // presents that lease's key.
-    this.key =
-      options.leaseKey ??
-      (options.owner === undefined ? undefined : context.held.keyFor(name, this.owner)) ??
-      createLeaseKey();
-    this.policy = context.policyFor(options.retry, options.signal);
-    this.traceparent = internals.traceparent;
+    this.key = settings.key;
+    this.ttlMs = settings.ttlMs;
+    this.waitMs = settings.waitMs;
+    this.owner = settings.owner;
+    this.ownerIsOurs = settings.ownerIsOurs;
+    this.policy = settings.policy;
+    this.traceparent = settings.traceparent;
     this.waitBudget =
-      this.waitMs > 0 ? budget('lock.acquire', this.waitMs, context.clock) : undefined;
+      settings.waitMs > 0 ? budget(method, settings.waitMs, context.clock) : undefined;
   }
 
-  readonly attempt = (attempt: RetryAttempt): Promise<Grant> => {
-    const { context } = this;
+  /** The method's own params (what names the locks, the TTL, the owner and the key). */
+  protected abstract params(): ParamsOf<M>;
+  /** The leases one result grants. */
+  protected abstract grantsOf(result: ResultOf<M>): readonly Grant[];
+  /** An acquire whose reply may have been lost: look up what it may hold, and free it. */
+  protected abstract orphaned(): void;
+
+  readonly attempt = (attempt: RetryAttempt): Promise<ResultOf<M>> => {
     const wait = this.waitFor(attempt);
-    const params: ParamsOf<'lock.acquire'> = {
-      name: this.name,
-      ttlMs: this.ttlMs,
-      owner: this.owner,
-      leaseKey: this.key,
-    };
+    const params: ParamsOf<GrantMethod> = this.params();
     if (wait > 0) params.waitMs = wait;
     if (this.traceparent) params.traceparent = this.traceparent;
-    const callOptions: CallOptions<Grant> = {
-      write: true,
-      timeoutMs: Math.max(1, Math.min(context.requestTimeoutMs + wait, attempt.remainingMs)),
-      onSent: this.onSent,
-      onLateResult: this.onLateResult,
-      onDropped: this.onDropped,
-    };
-    // Without a signal in the policy nothing can abort the attempt's: skip it.
-    if (this.policy.signals.length) callOptions.signal = attempt.signal;
-    return context.connection.call('lock.acquire', params, callOptions);
+    return this.context.connection.call(
+      this.method,
+      params as ParamsOf<M>,
+      this.callOptions(attempt, wait),
+    );
   };
 
+  readonly onSent = (at: number): void => {
+    this.sentAt = at;
+  };
+
+  /** Every try, under the call's policy; what they left behind is settled either way. */
+  async run(): Promise<ResultOf<M>> {
+    let result: ResultOf<M>;
+    try {
+      result = await retry(this.attempt, this.policy, { clock: this.context.clock });
+    } catch (error) {
+      this.failed();
+      throw error;
+    }
+    this.granted(result);
+    return result;
+  }
+
   /** What is left of `waitMs` for this try, leaving its reply time before the overall deadline. */
-  private waitFor(attempt: RetryAttempt): number {
+  protected waitFor(attempt: RetryAttempt): number {
     let wait = this.waitBudget ? Math.max(0, this.waitBudget.remainingMs()) : 0;
     if (Number.isFinite(attempt.remainingMs)) {
       const replyAllowanceMs = Math.min(
@@ -206,19 +280,25 @@ class AcquireTries {
     return Math.floor(wait);
   }
 
-  readonly onSent = (at: number): void => {
-    this.sentAt = at;
-  };
+  /** How one try is sent: a write, timed out after its wait and its reply, told of drops. */
+  private callOptions(attempt: RetryAttempt, wait: number): CallOptions<ResultOf<M>> {
+    const callOptions: CallOptions<ResultOf<M>> = {
+      write: true,
+      timeoutMs: Math.max(1, Math.min(this.context.requestTimeoutMs + wait, attempt.remainingMs)),
+      onSent: this.onSent,
+      onLateResult: this.onLateResult,
+      onDropped: this.onDropped,
+    };
+    // Without a signal in the policy nothing can abort the attempt's: skip it.
+    if (this.policy.signals.length) callOptions.signal = attempt.signal;
+    return callOptions;
+  }
 
-  private readonly onLateResult = (late: Grant): void => {
+  private readonly onLateResult = (late: ResultOf<M>): void => {
     if (this.outcome === 'pending') {
-      this.lateGrants ??= [];
-      this.lateGrants.push(late);
-    }
-    // The same token is the lease a later try got: ours, in use.
-    else if (this.outcome === 'failed' || late.token !== this.grantedToken) {
-      this.context.cleanup.discardGrant(late, this.key, late.ttlMs);
-    }
+      this.lateResults ??= [];
+      this.lateResults.push(late);
+    } else this.discard(late, this.outcome === 'granted' ? this.kept : undefined);
   };
 
   private readonly onDropped = (): void => {
@@ -226,25 +306,66 @@ class AcquireTries {
     else if (this.outcome === 'failed') this.orphaned();
   };
 
-  granted(result: Grant): void {
+  private granted(result: ResultOf<M>): void {
     this.outcome = 'granted';
-    this.grantedToken = result.token;
-    for (const late of this.lateGrants ?? []) {
-      if (late.token !== result.token)
-        this.context.cleanup.discardGrant(late, this.key, late.ttlMs);
-    }
+    this.kept = result;
+    for (const late of this.lateResults ?? []) this.discard(late, result);
   }
 
-  failed(): void {
+  private failed(): void {
     this.outcome = 'failed';
-    for (const late of this.lateGrants ?? []) {
-      this.context.cleanup.discardGrant(late, this.key, late.ttlMs);
-    }
+    for (const late of this.lateResults ?? []) this.discard(late, undefined);
     // Decided only now: while tries went on, a later one could still get this same lease.
     if (this.maybeGranted) this.orphaned();
   }
 
-  private orphaned(): void {
+  /** Gives back the leases of `late`, except those `kept` (the same token: ours, in use). */
+  private discard(late: ResultOf<M>, kept: ResultOf<M> | undefined): void {
+    const keptGrants = kept === undefined ? [] : this.grantsOf(kept);
+    for (const grant of this.grantsOf(late)) {
+      const same = keptGrants.some((k) => k.name === grant.name && k.token === grant.token);
+      if (!same) this.context.cleanup.discardGrant(grant, this.key, grant.ttlMs);
+    }
+  }
+}
+
+/** The tries of one acquire. */
+class AcquireTries extends GrantTries<'lock.acquire'> {
+  constructor(
+    context: AcquireContext,
+    readonly name: string,
+    options: AcquireOptions,
+    internals: AcquireInternals,
+  ) {
+    // Checked here, before anything is sent, by the same code the server runs: the same code,
+    // field and message as the server's answer would have.
+    const limits = context.limits();
+    validateName(name, limits);
+    const ttlMs = validateTtl(options.ttlMs, limits);
+    const waitMs = validateWait(options.waitMs, limits);
+    if (options.owner !== undefined) validateOwner(options.owner, limits);
+    // Re-entering as an owner that holds the lock here presents that lease's key.
+    const key =
+      options.leaseKey ??
+      (options.owner === undefined ? undefined : context.held.keyFor(name, options.owner)) ??
+      createLeaseKey();
+    const { traceparent, ownerIsOurs } = internals;
+    super(
+      context,
+      'lock.acquire',
+      triesSettings(context, options, { key, ttlMs, waitMs, traceparent }, ownerIsOurs),
+    );
+  }
+
+  protected params(): ParamsOf<'lock.acquire'> {
+    return { name: this.name, ttlMs: this.ttlMs, owner: this.owner, leaseKey: this.key };
+  }
+
+  protected grantsOf(result: Grant): readonly Grant[] {
+    return [result];
+  }
+
+  protected orphaned(): void {
     this.context.cleanup.orphaned(this.name, this.owner, this.key, this.ownerIsOurs, this.ttlMs);
   }
 }
@@ -255,27 +376,30 @@ class AcquireTries {
  */
 async function reanchor(
   context: AcquireContext,
-  tries: AcquireTries,
+  request: GrantRequest,
   result: Grant,
   token: bigint,
-): Promise<number> {
-  const { name } = tries;
+): Promise<AnchoredGrant> {
+  const { name } = result;
+  let sentAt = Number.NaN;
   try {
     const params: ParamsOf<'lock.extend'> = {
       name,
       token: result.token,
-      ttlMs: tries.ttlMs,
-      leaseKey: tries.key,
+      ttlMs: request.ttlMs,
+      leaseKey: request.key,
     };
-    if (tries.traceparent) params.traceparent = tries.traceparent;
+    if (request.traceparent) params.traceparent = request.traceparent;
     const extended = await context.connection.call('lock.extend', params, {
       write: true,
-      onSent: tries.onSent,
+      onSent: (at) => {
+        sentAt = at;
+      },
     });
-    return extended.ttlMs;
+    return { token, ttlMs: extended.ttlMs, sentAt };
   } catch (error) {
     if (!isDlmError(error, 'NOT_HOLDER')) {
-      context.cleanup.release(name, token, tries.key, result.ttlMs);
+      context.cleanup.release(name, token, request.key, result.ttlMs);
       throw error;
     }
     throw new DlmError('UNAVAILABLE', `the lease on ${JSON.stringify(name)} ran out in transit`, {
@@ -287,14 +411,14 @@ async function reanchor(
 /** A grant whose local deadline has passed by the time it arrives is of no use (S5). */
 function rejectIfRunOut(
   context: AcquireContext,
-  tries: AcquireTries,
-  token: bigint,
-  grantedTtlMs: number,
+  name: string,
+  key: string,
+  { token, ttlMs, sentAt }: AnchoredGrant,
 ): void {
-  if (context.clock.now() < tries.sentAt + grantedTtlMs - driftMarginMs(grantedTtlMs)) return;
-  context.cleanup.release(tries.name, token, tries.key, grantedTtlMs);
+  if (context.clock.now() < sentAt + ttlMs - driftMarginMs(ttlMs)) return;
+  context.cleanup.release(name, token, key, ttlMs);
   throw new DlmError(
     'UNAVAILABLE',
-    `the grant of ${JSON.stringify(tries.name)} arrived after its lease had run out`,
+    `the grant of ${JSON.stringify(name)} arrived after its lease had run out`,
   );
 }

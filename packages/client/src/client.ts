@@ -7,6 +7,7 @@ import {
   validateName,
 } from '@dlm/core';
 import { acquire } from './acquire.js';
+import { acquireAll } from './acquire-all.js';
 import { ClientCore } from './client-core.js';
 import type { HelloResult } from './connection.js';
 import { closedError } from './failures.js';
@@ -19,6 +20,8 @@ import {
   observe,
 } from './leadership.js';
 import type { Lease, LostReason } from './lease.js';
+import type { LeaseGroup } from './lease-group.js';
+import type { LockSpec } from './lock-specs.js';
 import type { TlsOptions, WebSocketConstructor } from './websocket.js';
 
 export interface ClientOptions {
@@ -177,6 +180,21 @@ export interface DlmClient extends AsyncDisposable {
    */
   tryAcquire(name: string, options: Omit<AcquireOptions, 'waitMs'>): Promise<Lease | null>;
   /**
+   * Acquires every lock of `locks` (names, or `{ name, mode }` specs), all or nothing: the
+   * server takes them in one canonical order, so concurrent calls over overlapping sets cannot
+   * deadlock, and when one cannot be had (LOCK_HELD at the end of `waitMs`, UNAVAILABLE,
+   * CANCELLED; `error.details.name` names it) it releases the ones it took before answering.
+   * 1 to the server's `maxLocksPerRequest` (64) distinct names; exclusive locks only for now.
+   * Every lease has its own token and shares the call's owner, key, TTL and `autoExtend`.
+   * Retried like `acquire`, with the same owner and key on every try.
+   *
+   * @example
+   * await using group = await client.acquireAll(['accounts/a', 'accounts/b'], { ttlMs: 10_000, waitMs: 5_000 });
+   * const [from, to] = group.leases;
+   * await transfer({ fromToken: from.token, toToken: to.token, signal: group.signal });
+   */
+  acquireAll(locks: readonly (string | LockSpec)[], options: AcquireOptions): Promise<LeaseGroup>;
+  /**
    * Runs `fn` while holding `name`: acquires, extends the lease in the background while `fn`
    * runs, aborts `fn`'s signal if the lease is lost (or `options.signal` aborts), and releases
    * when `fn` settles, whether it returned or threw. Resolves with `fn`'s value.
@@ -190,6 +208,21 @@ export interface DlmClient extends AsyncDisposable {
     name: string,
     options: WithLockOptions,
     fn: (signal: AbortSignal, lease: Lease) => Promise<T>,
+  ): Promise<T>;
+  /**
+   * Runs `fn` while holding every lock of `locks` (taken as `acquireAll` takes them): every
+   * lease is extended in the background while `fn` runs, `fn`'s signal aborts when any of them
+   * is lost (or `options.signal` aborts), and all are released when `fn` settles.
+   *
+   * @example
+   * await client.withLock(['stock/42', 'orders/7'], { ttlMs: 3_000, waitMs: 10_000 }, async (signal, group) => {
+   *   await ship({ tokens: group.leases.map((lease) => lease.token), signal });
+   * });
+   */
+  withLock<T>(
+    locks: readonly (string | LockSpec)[],
+    options: WithLockOptions,
+    fn: (signal: AbortSignal, group: LeaseGroup) => Promise<T>,
   ): Promise<T>;
   /** The lock's current holder, as the server sees it. */
   get(name: string, options?: RequestOptions): Promise<LockInfo>;
@@ -270,7 +303,12 @@ export function createClient(options: ClientOptions): DlmClient {
     connect: (connectOptions) => connect(core, connectOptions),
     acquire: (name, acquireOptions) => acquire(core, name, acquireOptions),
     tryAcquire: (name, tryOptions) => tryAcquire(core, name, tryOptions),
-    withLock: (name, lockOptions, fn) => withLock(core, name, lockOptions, fn),
+    acquireAll: (locks, acquireOptions) => acquireAll(core, locks, acquireOptions),
+    withLock: <T>(
+      target: string | readonly (string | LockSpec)[],
+      lockOptions: WithLockOptions,
+      fn: (signal: AbortSignal, held: never) => Promise<T>,
+    ) => withLock(core, target, lockOptions, fn),
     get: (name, getOptions) => get(core, name, getOptions),
     watch: (name, onChange, watchOptions = {}) => core.watches.start(name, onChange, watchOptions),
     campaign: (name, campaignOptions) => campaignFor(core, client, name, campaignOptions),
@@ -303,18 +341,25 @@ async function tryAcquire(
   }
 }
 
+/**
+ * Both `withLock` overloads. `fn` takes the `Lease` of one name or the `LeaseGroup` of several,
+ * which the overloads tie to `target`; here it is typed to accept what either is given.
+ */
 async function withLock<T>(
   core: ClientCore,
-  name: string,
+  target: string | readonly (string | LockSpec)[],
   options: WithLockOptions,
-  fn: (signal: AbortSignal, lease: Lease) => Promise<T>,
+  fn: (signal: AbortSignal, held: never) => Promise<T>,
 ): Promise<T> {
-  const lease = await acquire(core, name, { ...options, autoExtend: true });
-  const signal = options.signal ? AbortSignal.any([lease.signal, options.signal]) : lease.signal;
+  const held: Lease | LeaseGroup =
+    typeof target === 'string'
+      ? await acquire(core, target, { ...options, autoExtend: true })
+      : await acquireAll(core, target, { ...options, autoExtend: true });
+  const signal = options.signal ? AbortSignal.any([held.signal, options.signal]) : held.signal;
   try {
-    return await fn(signal, lease);
+    return await fn(signal, held as never);
   } finally {
-    await lease[Symbol.asyncDispose]();
+    await held[Symbol.asyncDispose]();
   }
 }
 

@@ -9,6 +9,8 @@ const SUMMARIES: Partial<Record<MethodName | NotificationName, string>> = {
   'session.ping': 'Check that the connection and the session are alive.',
   'lock.acquire':
     "Acquire a lock: a try-lock with waitMs 0, else wait server-side (FIFO) up to waitMs. The grant carries the lease's secret leaseKey, to this caller only.",
+  'lock.acquireAll':
+    'Extension: acquire several exclusive locks, all or nothing, in one canonical order (no deadlock among concurrent calls); on failure none of them is held when the error is sent, and data.name names the lock that could not be had.',
   'lock.release':
     "Release a lock held with this token: with the lease's leaseKey from any session, without it only from the session that was granted it (NOT_HOLDER otherwise).",
   'lock.extend':

@@ -15,11 +15,12 @@ export function toRpcError(error: unknown): RpcErrorObject {
 
 /** The DlmError a client raises for a JSON-RPC error object it received. */
 export function fromRpcError(error: RpcErrorObject): DlmError {
-  const name = error.data?.code;
-  const code: ErrorCode = isErrorCode(name) ? name : codeForNumber(error.code);
-  const { field, ttlRemainingMs, indeterminate } = error.data ?? {};
+  const wireCode = error.data?.code;
+  const code: ErrorCode = isErrorCode(wireCode) ? wireCode : codeForNumber(error.code);
+  const { field, ttlRemainingMs, indeterminate, name } = error.data ?? {};
   return new DlmError(code, error.message, {
     ...(field === undefined ? {} : { field }),
+    ...(name === undefined ? {} : { name }),
     ...(ttlRemainingMs === undefined ? {} : { ttlRemainingMs }),
     ...(indeterminate === undefined ? {} : { indeterminate }),
   });

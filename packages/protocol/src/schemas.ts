@@ -35,6 +35,24 @@ const WaitMs = Type.Integer({
   description: 'How long to wait for a held lock, in ms, in [0, limits.maxWaitMs]. 0 = try-lock.',
 });
 
+/**
+ * Added to v1 without changing a message: `mode` and `limit` on acquires. Pinned now for every
+ * client; this version grants `exclusive` only and refuses `shared` (INVALID_PARAMS, field
+ * `mode`), which a later version will grant.
+ */
+const Mode = Type.Union([Type.Literal('exclusive'), Type.Literal('shared')], {
+  description:
+    'How the lock is held: "exclusive" (the default: one holder) or "shared" (reserved: refused with INVALID_PARAMS, field mode, in this version).',
+});
+const Limit = Type.Integer({
+  minimum: 1,
+  description:
+    'The most shared holders the name admits at once: only with mode "shared" (with "exclusive" it is INVALID_PARAMS, field limit).',
+});
+const GrantedMode = Type.Literal('exclusive', {
+  description: 'The mode the lease is held in: always "exclusive" in this version.',
+});
+
 export const RequestId = Type.Union([Type.Integer(), Type.String()]);
 
 /**
@@ -71,6 +89,13 @@ export const HelloResult = Type.Object({
     maxTtlMs: Type.Integer(),
     maxWaitMs: Type.Integer(),
     maxInflight: Type.Integer(),
+    maxLocksPerRequest: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        description:
+          'The most locks one lock.acquireAll may list (64 by default). Absent only from servers without lock.acquireAll.',
+      }),
+    ),
   }),
 });
 
@@ -84,8 +109,10 @@ export const AcquireParams = params({
   waitMs: Type.Optional(WaitMs),
   owner: Type.Optional(Owner),
   leaseKey: Type.Optional(LeaseKey),
+  mode: Type.Optional(Mode),
+  limit: Type.Optional(Limit),
 });
-export const AcquireResult = Type.Object({
+const GrantFields = {
   name: Name,
   owner: Owner,
   token: Token,
@@ -96,6 +123,44 @@ export const AcquireResult = Type.Object({
         'The lease key (the one sent, or one the server made). Always sent by servers with lease keys; absent only from older servers.',
     }),
   ),
+};
+export const AcquireResult = Type.Object({
+  ...GrantFields,
+  mode: Type.Optional(
+    Type.Literal('exclusive', {
+      description:
+        'The mode the lease is held in: always "exclusive" in this version. Absent only from servers that predate modes.',
+    }),
+  ),
+});
+
+/** One lock of a `lock.acquireAll`. */
+const LockSpec = Type.Object({
+  name: Name,
+  mode: Type.Optional(Mode),
+  limit: Type.Optional(Limit),
+});
+/** Extension (multi-locks, additive to v1; servers without it answer METHOD_NOT_FOUND). */
+export const AcquireAllParams = params({
+  locks: Type.Array(LockSpec, {
+    minItems: 1,
+    description:
+      'The locks to take, all or nothing: 1 to limits.maxLocksPerRequest of them, names distinct (INVALID_PARAMS, field locks, otherwise).',
+  }),
+  ttlMs: TtlMs,
+  waitMs: Type.Optional(WaitMs),
+  owner: Type.Optional(Owner),
+  leaseKey: Type.Optional(
+    leaseKey(
+      'One secret for every lease of the set: 22-128 characters of [A-Za-z0-9_-]. Chosen by the client (at least 128 random bits), else made by the server. Only the caller is ever sent it.',
+    ),
+  ),
+});
+export const AcquireAllResult = Type.Object({
+  grants: Type.Array(Type.Object({ ...GrantFields, mode: GrantedMode }), {
+    minItems: 1,
+    description: 'One grant per lock, in request order; each has its own fencing token.',
+  }),
 });
 
 const HolderKey = leaseKey(
@@ -193,6 +258,12 @@ export const ErrorData = Type.Object(
     field: Type.Optional(Type.String({ description: 'INVALID_PARAMS: the offending field.' })),
     ttlRemainingMs: Type.Optional(Type.Integer({ minimum: 0 })),
     indeterminate: Type.Optional(Type.Boolean()),
+    name: Type.Optional(
+      Type.String({
+        description:
+          'lock.acquireAll (LOCK_HELD, UNAVAILABLE, CANCELLED): the lock that could not be had.',
+      }),
+    ),
   },
   { additionalProperties: true },
 );
@@ -207,6 +278,7 @@ export const Methods = {
   'session.hello': { params: HelloParams, result: HelloResult },
   'session.ping': { params: PingParams, result: Empty },
   'lock.acquire': { params: AcquireParams, result: AcquireResult },
+  'lock.acquireAll': { params: AcquireAllParams, result: AcquireAllResult },
   'lock.release': { params: ReleaseParams, result: ReleaseResult },
   'lock.extend': { params: ExtendParams, result: ExtendResult },
   'lock.get': { params: GetParams, result: GetResult },

@@ -26,6 +26,14 @@ describe('error mapping', () => {
     }
   });
 
+  it("acquireAll's data.name (the lock that could not be had) comes back as details.name", () => {
+    const wire = toRpcError(
+      new DlmError('LOCK_HELD', 'held', { name: 'jobs/b', ttlRemainingMs: 7 }),
+    );
+    expect(wire.data).toMatchObject({ name: 'jobs/b' });
+    expect(fromRpcError(wire).details).toEqual({ name: 'jobs/b', ttlRemainingMs: 7 });
+  });
+
   it('an unexpected exception becomes INTERNAL without leaking its message', () => {
     const wire = toRpcError(new TypeError('secret detail'));
     expect(wire).toEqual({
@@ -55,6 +63,18 @@ describe('schemas', () => {
     expect(
       conforms({ result: 'lock.acquire' }, { name: 'jobs', owner: 'o', token: '017', ttlMs: 1000 }),
     ).toBe(false);
+    expect(
+      conforms({ params: 'lock.acquire' }, { name: 'j', ttlMs: 1000, mode: 'exclusive' }),
+    ).toBe(true);
+    expect(conforms({ params: 'lock.acquire' }, { name: 'j', ttlMs: 1000, mode: 'read' })).toBe(
+      false,
+    );
+    expect(conforms({ params: 'lock.acquireAll' }, { locks: [], ttlMs: 1000 })).toBe(false);
+    expect(conforms({ params: 'lock.acquireAll' }, { locks: ['a'], ttlMs: 1000 })).toBe(false);
+    const unmoded = { name: 'a', owner: 'o', token: '3', ttlMs: 1000 };
+    const grant = { ...unmoded, mode: 'exclusive' };
+    expect(conforms({ result: 'lock.acquireAll' }, { grants: [grant] })).toBe(true);
+    expect(conforms({ result: 'lock.acquireAll' }, { grants: [unmoded] })).toBe(false);
     expect(conforms({ result: 'lock.get' }, { name: 'jobs', held: false })).toBe(true);
     expect(conforms({ result: 'lock.get' }, { name: 'jobs', held: true })).toBe(false);
     expect(

@@ -50,6 +50,7 @@ describe('traceparent', () => {
       'session.hello': {},
       'session.ping': {},
       'lock.acquire': { name: 'a', ttlMs: 1000 },
+      'lock.acquireAll': { locks: [{ name: 'a' }], ttlMs: 1000 },
       'lock.release': { name: 'a', token: '1' },
       'lock.extend': { name: 'a', token: '1', ttlMs: 1000 },
       'lock.get': { name: 'a' },

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants, hostname } from 'node:os';
-import { createClient, isDlmError, type Lease } from '@dlm/client';
+import { createClient, isDlmError, type Lease, type LeaseGroup } from '@dlm/client';
 import { formatBound, formatDuration, parseDuration, parseFlags, UsageError } from '@dlm/flags';
 import type { Command } from '../command.js';
 import {
@@ -14,12 +14,14 @@ import { EXIT } from '../exit-codes.js';
 import { printError } from '../output.js';
 import { noticeWaiting } from '../waiting-notice.js';
 
-const USAGE = `Usage: dlm lock NAME [options] -- CMD [ARGS...]
+const USAGE = `Usage: dlm lock NAME [NAME...] [options] -- CMD [ARGS...]
 
 Runs CMD while holding lock NAME: waits for the lock, runs CMD, renews the lease in the
 background while CMD runs, and releases it when CMD exits. If the lock is lost while CMD runs
 (it expired because it could not be renewed, or an operator revoked it), CMD gets SIGTERM,
-then SIGKILL after the grace period.
+then SIGKILL after the grace period. With several NAMEs (the -- is then needed) it takes them
+all or none (in one order, so concurrent dlm locks over overlapping names cannot deadlock),
+and stops CMD when any of them is lost.
 
 Options:
   --ttl DURATION     lease length; renewed at a third of it (default 30s)
@@ -33,8 +35,10 @@ ${CONNECTION_USAGE}
 Durations: 500ms, 30s, 5m, 1h, 1m30s; 0 alone is zero, any other number needs its unit.
 
 CMD's environment gets DLM_LOCK_NAME, DLM_FENCING_TOKEN (decimal) and DLM_LOCK_OWNER: pass
-the fencing token to whatever CMD writes to, so a stale holder's writes can be refused. CMD
-never gets the lease key (the secret that lets dlm release or extend the lease): only dlm
+the fencing token to whatever CMD writes to, so a stale holder's writes can be refused. With
+several NAMEs it gets DLM_FENCING_TOKENS instead of DLM_LOCK_NAME and DLM_FENCING_TOKEN:
+NAME=TOKEN pairs, comma separated, in the order given (such NAMEs may not contain "," or "=").
+CMD never gets the lease key (the secret that lets dlm release or extend the lease): only dlm
 itself can end or renew the lock.
 SIGTERM and SIGHUP sent to dlm are passed on to CMD; so is SIGINT unless dlm runs in a
 terminal (where Ctrl-C reaches CMD directly).
@@ -42,7 +46,7 @@ terminal (where Ctrl-C reaches CMD directly).
 Exit status:
   CMD's own status (128+N if CMD was killed by signal N)
   123  the lock was lost while CMD ran; CMD was stopped
-  124  --wait ran out while another owner held the lock; CMD did not run
+  124  --wait ran out while another owner held a lock; CMD did not run
   125  dlm failed (server unreachable, refused the request); CMD did not run
   126  CMD could not be executed       127  CMD was not found
   2    usage error
@@ -105,11 +109,11 @@ export const lockCommand: Command = {
       process.stdout.write(USAGE);
       return EXIT.OK;
     }
-    if (positionals.length !== 1) throw new UsageError('dlm lock takes exactly one lock NAME');
+    if (positionals.length === 0) throw new UsageError('dlm lock takes a lock NAME');
     if (command.length === 0 || command[0] === '') {
-      throw new UsageError('nothing to run: dlm lock NAME -- CMD [ARGS...]');
+      throw new UsageError('nothing to run: dlm lock NAME [NAME...] -- CMD [ARGS...]');
     }
-    const name = positionals[0]!;
+    const names = checkNames(positionals);
     const ttlMs = parseDuration(values.ttl ?? '30s', '--ttl');
     const waitMs = parseDuration(values.wait ?? '10s', '--wait');
     const graceMs = parseDuration(values.grace ?? '10s', '--grace');
@@ -124,30 +128,36 @@ export const lockCommand: Command = {
       requestTimeoutMs: REQUEST_TIMEOUT_MS,
     });
     const stopNotice = noticeWaiting(client, connection.url);
-    const lease = await acquire(client, name, { ttlMs, waitMs, owner });
+    const held = await acquire(client, names, { ttlMs, waitMs, owner });
     stopNotice();
-    if (typeof lease === 'number') return lease;
+    if (typeof held === 'number') return held;
+    const label = names.join(', ');
     if (verbose) {
-      process.stderr.write(
-        `dlm: acquired ${name} (token ${lease.token}, ttl ${formatDuration(lease.ttlMs)})\n`,
-      );
+      for (const lease of held.leases) {
+        process.stderr.write(
+          `dlm: acquired ${lease.name} (token ${lease.token}, ttl ${formatDuration(lease.ttlMs)})\n`,
+        );
+      }
     }
-    if (lease.signal.aborted) {
-      process.stderr.write(`dlm: lost lock ${name} (${lease.lost}) before the command started\n`);
+    if (held.signal.aborted) {
+      const lost = lostLease(held);
+      process.stderr.write(
+        `dlm: lost lock ${lost?.name ?? label} (${lost?.lost}) before the command started\n`,
+      );
       await client.close();
       return EXIT.LOCK_LOST;
     }
 
-    const status = await runUnderLease(command, lease, graceMs);
+    const status = await runUnderLease(command, held, graceMs);
     if (status.lost) {
       await client.close();
       return EXIT.LOCK_LOST;
     }
     try {
-      const released = await lease.release();
-      if (verbose && released) process.stderr.write(`dlm: released ${name}\n`);
+      const released = await held.release();
+      if (verbose && released) process.stderr.write(`dlm: released ${label}\n`);
     } catch (error) {
-      process.stderr.write(`dlm: could not release ${name}; it will expire by itself\n`);
+      process.stderr.write(`dlm: could not release ${label}; it will expire by itself\n`);
       printError(error);
     }
     await client.close();
@@ -155,12 +165,60 @@ export const lockCommand: Command = {
   },
 };
 
+/**
+ * The NAMEs, once each. Several go to CMD as NAME=TOKEN pairs separated by commas, so there a
+ * name with "," or "=" is refused rather than handed over in a form CMD cannot split.
+ */
+function checkNames(names: string[]): string[] {
+  const seen = new Set<string>();
+  for (const name of names) {
+    if (seen.has(name)) throw new UsageError(`lock NAME ${JSON.stringify(name)} is given twice`);
+    seen.add(name);
+    if (names.length > 1 && /[,=]/.test(name)) {
+      throw new UsageError(
+        `with several lock NAMEs, a NAME may not contain "," or "=" (DLM_FENCING_TOKENS is NAME=TOKEN,NAME=TOKEN): ${JSON.stringify(name)}`,
+      );
+    }
+  }
+  return names;
+}
+
+/** What CMD runs under: one lease, or the group of several. */
+type Held = Pick<LeaseGroup, 'leases' | 'signal' | 'release'>;
+
+function asHeld(lease: Lease): Held {
+  return {
+    leases: [lease],
+    // Read through the lease every time: it asks the clock.
+    get signal() {
+      return lease.signal;
+    },
+    release: () => lease.release(),
+  };
+}
+
+/** The first lease of `held` that was lost, if one was (its reason in `lost`). */
+function lostLease(held: Held): Lease | undefined {
+  return held.leases.find((lease) => lease.lost !== undefined);
+}
+
+/** CMD's view of the locks: the name and token of one, or the NAME=TOKEN pairs of several. */
+function lockEnvironment(held: Held): NodeJS.ProcessEnv {
+  const [first] = held.leases;
+  const owner = { DLM_LOCK_OWNER: first!.owner };
+  if (held.leases.length === 1) {
+    return { ...owner, DLM_LOCK_NAME: first!.name, DLM_FENCING_TOKEN: first!.token.toString() };
+  }
+  const pairs = held.leases.map((lease) => `${lease.name}=${lease.token}`);
+  return { ...owner, DLM_FENCING_TOKENS: pairs.join(',') };
+}
+
 /** Acquires, or says why not and resolves with the exit code. SIGINT/SIGTERM end the wait. */
 async function acquire(
   client: ReturnType<typeof createClient>,
-  name: string,
+  names: string[],
   options: { ttlMs: number; waitMs: number; owner: string },
-): Promise<Lease | number> {
+): Promise<Held | number> {
   const interrupt = new AbortController();
   let interruptedBy: NodeJS.Signals | undefined;
   const onSignal = (signal: NodeJS.Signals) => {
@@ -169,21 +227,24 @@ async function acquire(
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+  const acquireOptions = {
+    ...options,
+    autoExtend: true,
+    signal: interrupt.signal,
+    // Retries (a dropped connection, LIMIT_EXCEEDED) within one request time-out plus the
+    // wait: an unreachable server ends the command after about 10 s plus --wait, not after
+    // three full tries of it.
+    retry: { deadlineMs: REQUEST_TIMEOUT_MS + options.waitMs },
+  };
   try {
-    return await client.acquire(name, {
-      ...options,
-      autoExtend: true,
-      signal: interrupt.signal,
-      // Retries (a dropped connection, LIMIT_EXCEEDED) within one request time-out plus the
-      // wait: an unreachable server ends the command after about 10 s plus --wait, not after
-      // three full tries of it.
-      retry: { deadlineMs: REQUEST_TIMEOUT_MS + options.waitMs },
-    });
+    if (names.length === 1) return asHeld(await client.acquire(names[0]!, acquireOptions));
+    return await client.acquireAll(names, acquireOptions);
   } catch (error) {
     await client.close();
     if (interruptedBy) return signalStatus(interruptedBy);
     if (isDlmError(error, 'LOCK_HELD')) {
       const left = error.details.ttlRemainingMs;
+      const name = error.details.name ?? names[0]!;
       process.stderr.write(
         `dlm: lock ${name} is held by another owner${options.waitMs ? ` (waited ${formatDuration(options.waitMs)})` : ''}${left === undefined ? '' : `; its lease has ${formatDuration(left)} left`}\n`,
       );
@@ -232,7 +293,7 @@ function inUserTerms(
  */
 function runUnderLease(
   command: string[],
-  lease: Lease,
+  held: Held,
   graceMs: number,
 ): Promise<{ code: number; lost: boolean }> {
   return new Promise((resolve) => {
@@ -251,7 +312,7 @@ function runUnderLease(
       if (done) return;
       done = true;
       clearTimeout(killTimer);
-      lease.signal.removeEventListener('abort', onLost);
+      held.signal.removeEventListener('abort', onLost);
       for (const signal of forwarded) process.off(signal, forward);
       process.off('SIGINT', ignore);
       resolve({ code, lost });
@@ -259,7 +320,8 @@ function runUnderLease(
 
     const onLost = () => {
       // The signal also aborts on our own release, which happens only after CMD exited.
-      if (done || lease.lost === undefined) return;
+      const lease = lostLease(held);
+      if (done || lease === undefined) return;
       lost = true;
       process.stderr.write(
         `dlm: lost lock ${lease.name} (${lease.lost}); stopping the command (SIGTERM, SIGKILL in ${formatDuration(graceMs)})\n`,
@@ -273,12 +335,7 @@ function runUnderLease(
 
     child = spawn(command[0]!, command.slice(1), {
       stdio: 'inherit',
-      env: {
-        ...process.env,
-        DLM_LOCK_NAME: lease.name,
-        DLM_FENCING_TOKEN: lease.token.toString(),
-        DLM_LOCK_OWNER: lease.owner,
-      },
+      env: { ...process.env, ...lockEnvironment(held) },
     });
     child.once('error', (error: NodeJS.ErrnoException) => {
       // Spawning failed: the command never ran.
@@ -288,7 +345,7 @@ function runUnderLease(
     child.once('exit', (code, signal) => {
       finish(code ?? (signal ? signalStatus(signal) : EXIT.DLM_ERROR));
     });
-    lease.signal.addEventListener('abort', onLost);
+    held.signal.addEventListener('abort', onLost);
     for (const signal of forwarded) process.on(signal, forward);
     if (process.stdin.isTTY) process.on('SIGINT', ignore);
   });

@@ -1,11 +1,9 @@
 import { performance } from 'node:perf_hooks';
 import {
-  type AcquireAllOptions,
   type AcquireOptions,
   createLeaseKey,
   DlmError,
   formatToken,
-  isDlmError,
   type Lease,
   type LockMode,
   type LockSpec,
@@ -13,6 +11,7 @@ import {
   notHolderError,
   parseToken,
   validateLeaseKey,
+  validateLocks,
   validateTtl,
 } from '@dlm/core';
 import { type Action, allows, type Principal } from './permissions.js';
@@ -226,7 +225,7 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
       owner,
     };
     const leaseKey = acquireKey(names, owner, params);
-    await permitSet(names, options);
+    permitSet(params.locks);
     reserveLocks(names);
     if (request.recording) {
       request.set({
@@ -259,20 +258,13 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
   }
 
   /**
-   * FORBIDDEN unless the principal may lock every name of the set; bad input is INVALID_PARAMS
-   * before it is FORBIDDEN, as for one name. Core checks the whole request before it takes
-   * anything, and with an aborted signal takes nothing at all: it answers CANCELLED once the
-   * request is valid. (Core does not export its check of a set; this asks it without a copy.)
+   * FORBIDDEN unless the principal may lock every name of the set; a malformed set is
+   * INVALID_PARAMS before it is FORBIDDEN, as one name is (core's own check of a set).
    */
-  async function permitSet(names: readonly string[], options: AcquireAllOptions): Promise<void> {
+  function permitSet(locks: unknown): void {
+    const names = validateLocks(locks, service.limits, service.checkName);
     const denied = names.find((name) => !allows(scope.principal, 'lock', name));
-    if (denied === undefined) return;
-    try {
-      await service.acquireAll({ ...options, signal: AbortSignal.abort() });
-    } catch (error) {
-      if (!isDlmError(error, 'CANCELLED')) throw error;
-    }
-    throw forbidden(scope.principal, ['lock'], denied);
+    if (denied !== undefined) throw forbidden(scope.principal, ['lock'], denied);
   }
 
   return {

@@ -67,7 +67,7 @@ export {
   type ReleaseRequest,
 } from './lock-service.js';
 export { getOrCreate } from './maps.js';
-export type { AcquireAllOptions, LockSpec } from './multi-acquire.js';
+export { type AcquireAllOptions, type LockSpec, validateLocks } from './multi-acquire.js';
 export type { AroundBackendCall, BackendOperation, LockObserver } from './observer.js';
 export {
   type Backoff,

@@ -13,6 +13,7 @@ import {
   type Limits,
   type LockMode,
   validateMode,
+  validateName,
   validateOwner,
   validateTtl,
   validateWait,
@@ -64,7 +65,7 @@ export interface SetOperations {
  * order. The same owner and key sent again get the same leases (each acquire is idempotent).
  */
 export async function acquireAll(ops: SetOperations, options: AcquireAllOptions): Promise<Lease[]> {
-  const names = validateLocks(ops, options.locks);
+  const names = validateLocks(options.locks, ops.limits, ops.checkName);
   const owner = validateOwner(options.owner, ops.limits);
   const ttlMs = validateTtl(options.ttlMs, ops.limits);
   const waitMs = validateWait(options.waitMs, ops.limits);
@@ -108,9 +109,19 @@ function invalidLocks(message: string): DlmError {
   return new DlmError('INVALID_PARAMS', `locks ${message}`, { field: 'locks' });
 }
 
-/** The set's names, checked: shape, count, each name and mode, no name twice. */
-function validateLocks(ops: SetOperations, locks: unknown): string[] {
-  const max = ops.limits.maxLocksPerRequest;
+/**
+ * An `acquireAll` set, checked as the service checks it, for a caller that must know it is valid
+ * before it calls (a client before sending, a server before its permission check): an array of
+ * 1 to `limits.maxLocksPerRequest` `{name, mode?}` entries, names distinct (INVALID_PARAMS,
+ * field `locks`), each name and mode valid (fields `name`, `mode`, `limit`, the message saying
+ * which entry). Returns the names in request order.
+ */
+export function validateLocks(
+  locks: unknown,
+  limits: Readonly<Limits>,
+  checkName: (value: unknown) => string = (value) => validateName(value, limits),
+): string[] {
+  const max = limits.maxLocksPerRequest;
   if (!Array.isArray(locks)) throw invalidLocks('must be an array of {name} objects');
   if (locks.length < 1 || locks.length > max) throw invalidLocks(`must list 1-${max} locks`);
   const names: string[] = [];
@@ -120,7 +131,7 @@ function validateLocks(ops: SetOperations, locks: unknown): string[] {
       throw invalidLocks(`[${index}] must be an object with a name`);
     }
     const { name, mode, limit } = entry as { name?: unknown; mode?: unknown; limit?: unknown };
-    const checked = inEntry(index, () => ops.checkName(name));
+    const checked = inEntry(index, () => checkName(name));
     inEntry(index, () => validateMode(mode, limit));
     if (seen.has(checked)) throw invalidLocks(`name ${JSON.stringify(checked)} more than once`);
     seen.add(checked);

@@ -26,6 +26,6 @@ export async function attempt(
     ctx.calls.releaseQuietly(result.grant, request.keyHash);
     throw ranOutError();
   }
-  track(ctx, state, result.grant, leaseKey, startedAt, onLost);
+  track(ctx, state, result.grant, { leaseKey, keyHash: request.keyHash }, startedAt, onLost);
   return result;
 }

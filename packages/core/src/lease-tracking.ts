@@ -1,6 +1,5 @@
 import type { Grant, LockEvent } from './backend.js';
 import { cancelCheck, see } from './holder-view.js';
-import { hashLeaseKey } from './lease-key.js';
 import type { LostEvent } from './lock-service.js';
 import { followsEnd, type NameState, type ServiceContext } from './name-state.js';
 
@@ -14,12 +13,16 @@ export interface TrackedLease {
   onLost: ((event: LostEvent) => void) | undefined;
 }
 
-/** Follows a lease granted or extended here, `startedAt` being when its request was sent. */
+/**
+ * Follows a lease granted or extended here, `startedAt` being when its request was sent. `key`
+ * brings the hash the request already made (the backend keeps that same string): hashing again
+ * here was a second 43-character string per held lease.
+ */
 export function track(
   ctx: ServiceContext,
   state: NameState,
   grant: Grant,
-  leaseKey: string,
+  key: { leaseKey: string; keyHash: string },
   startedAt: number,
   onLost: ((event: LostEvent) => void) | undefined,
 ): void {
@@ -31,8 +34,8 @@ export function track(
   const lease: TrackedLease = state.lease ?? {
     token: grant.token,
     owner: grant.owner,
-    leaseKey,
-    keyHash: hashLeaseKey(leaseKey),
+    leaseKey: key.leaseKey,
+    keyHash: key.keyHash,
     onLost: undefined,
   };
   lease.onLost = onLost ?? lease.onLost;

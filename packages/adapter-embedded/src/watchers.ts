@@ -65,9 +65,11 @@ export function createWatchers(log: (line: string) => void): Watchers {
 
   return {
     watch(name, listener) {
-      // Wrapped, so the same function watched twice is two subscriptions.
-      const entry: Listener = (event) => listener(event);
       const current = byName.get(name);
+      // A function already watching the name is wrapped, so that watching twice is two
+      // subscriptions; only then, since a wrapper per watch was 56 bytes per held name more.
+      const repeated = current === listener || (current instanceof Set && current.has(listener));
+      const entry: Listener = repeated ? (event) => listener(event) : listener;
       if (current === undefined) byName.set(name, entry);
       else if (current instanceof Set) current.add(entry);
       else byName.set(name, new Set([current, entry]));

@@ -128,8 +128,9 @@ export async function runRecovery(
   options: RecoveryOptions,
 ): Promise<RecoveryResult> {
   const dataDir = await mkdtemp(join(tmpdir(), 'dlm-bench-recovery-'));
-  const server = await dataDirServer(dataDir, options.sessions);
+  let server: Awaited<ReturnType<typeof dataDirServer>> | undefined;
   try {
+    server = await dataDirServer(dataDir, options.sessions);
     const run = await holdKillRestart(server, dataDir, prefix, options);
     const notes = [...run.connected.notes, ...run.acquired.notes, ...run.missing];
     if (run.acquired.samples.length === 0) notes.push('recovery: no held lock to look up');
@@ -150,7 +151,7 @@ export async function runRecovery(
       notes,
     };
   } finally {
-    await server.stop();
+    await server?.stop();
     await rm(dataDir, { recursive: true, force: true });
   }
 }

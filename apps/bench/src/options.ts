@@ -149,6 +149,7 @@ export function parseOptions(argv: string[]): BenchOptions | { help: true } | { 
       probeAtLocks: positive(flag('scale-probe-at'), smoke ? 200 : 1_000, 'scale-probe-at'),
       probeCount: positive(flag('probe-count'), smoke ? 100 : 1_000, 'probe-count'),
       sessionsPerWorker: 2_500,
+      settleMs: smoke ? 1_000 : 10_000,
       phaseTimeoutMs: smoke ? 60_000 : 600_000,
       recoveryLocks: positive(flag('scale-recovery-locks'), locks, 'scale-recovery-locks', 0),
     },

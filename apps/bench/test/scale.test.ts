@@ -14,6 +14,7 @@ describe('scale workload', () => {
       probeAtLocks: 100,
       probeCount: 20,
       sessionsPerWorker: 20,
+      settleMs: 200,
       phaseTimeoutMs: 30_000,
       recoveryLocks: 0,
     });
@@ -28,6 +29,7 @@ describe('scale workload', () => {
       locks: 300,
       sessions: 20,
       sessionsPerWorker: 10,
+      settleMs: 200,
       phaseTimeoutMs: 30_000,
     });
     expect(result.errors, result.notes.join('; ')).toBe(0);

@@ -2,6 +2,7 @@ import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createClient } from '@dlm/client';
+import { sleep } from '../lockers/locker.js';
 import { startServerProcess } from '../server-process.js';
 import type { HeldSample } from './scale-protocol.js';
 import {
@@ -20,6 +21,8 @@ export interface RecoveryOptions {
   /** Sessions that acquire the locks (how many hold them does not matter to the journal). */
   sessions: number;
   sessionsPerWorker: number;
+  /** How long the restarted server is left alone before its RSS is read. */
+  settleMs: number;
   phaseTimeoutMs: number;
 }
 
@@ -34,7 +37,7 @@ export interface RecoveryResult {
   readyMs: number;
   /** From the restart until a new session's `lock.get` answered a held name with its token. */
   recoveryMs: number;
-  /** The restarted server's RSS with the recovered locks and no sessions. */
+  /** The restarted server's RSS with the recovered locks and no sessions, after `settleMs`. */
   rssMiB: number;
   /** Held names looked up after the restart (one per client process), all still held. */
   checked: number;
@@ -132,6 +135,7 @@ export async function runRecovery(
   try {
     server = await dataDirServer(dataDir, options.sessions);
     const run = await holdKillRestart(server, dataDir, prefix, options);
+    await sleep(options.settleMs);
     const notes = [...run.connected.notes, ...run.acquired.notes, ...run.missing];
     if (run.acquired.samples.length === 0) notes.push('recovery: no held lock to look up');
     return {

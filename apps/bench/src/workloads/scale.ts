@@ -24,6 +24,12 @@ export interface ScaleOptions {
   probeCount: number;
   /** Sessions per client process. */
   sessionsPerWorker: number;
+  /**
+   * How long the server is left alone before each RSS reading. Right after a burst of
+   * allocations the RSS holds garbage V8 has not collected yet (more of it the busier the
+   * machine); after several quiet seconds V8's memory reducer has run its GCs.
+   */
+  settleMs: number;
   /** Bound on each phase (connecting, acquiring, probing, recovering). */
   phaseTimeoutMs: number;
   /** Locks held on a data-dir server before its `kill -9` and restart; 0 skips the step. */
@@ -136,9 +142,9 @@ async function acquirePhase(phases: Phases, count: number): Promise<number> {
   return performance.now() - t0;
 }
 
-/** After a second to settle: the server's RSS, then the probe's acquire latencies. */
+/** After `settleMs`: the server's RSS, then the probe's acquire latencies. */
 async function measurePhase(phases: Phases, what: string, suffix: string) {
-  await sleep(1_000);
+  await sleep(phases.options.settleMs);
   const { server, prefix, options } = phases;
   const rss = residentBytes(server.pid);
   const probeRun = probe(server.url, `${prefix}:${suffix}`, options.probeCount);
@@ -153,7 +159,7 @@ async function runPhases(phases: Phases, sessions: number, idle: number) {
   const connectMs = performance.now() - connectStart;
   phases.errors += connected.errors;
   phases.notes.push(...connected.notes);
-  await sleep(1_000);
+  await sleep(options.settleMs);
   const rssSessions = residentBytes(server.pid);
   const locks = Math.max(options.locks, options.probeAtLocks);
   let acquireMs = await acquirePhase(phases, options.probeAtLocks);
@@ -197,7 +203,7 @@ export async function runScale(prefix: string, options: ScaleOptions): Promise<S
   let measured: Awaited<ReturnType<typeof runPhases>>;
   const phases: Phases = { server, workers, prefix, options, errors: 0, notes };
   try {
-    await sleep(500);
+    await sleep(Math.min(500, options.settleMs));
     const idle = residentBytes(server.pid);
     workers = startWorkers(sessions, perWorker);
     phases.workers = workers;
@@ -213,6 +219,7 @@ export async function runScale(prefix: string, options: ScaleOptions): Promise<S
       locks: options.recoveryLocks,
       sessions: Math.min(sessions, 2_000),
       sessionsPerWorker: Math.min(perWorker, 1_000),
+      settleMs: options.settleMs,
       phaseTimeoutMs: options.phaseTimeoutMs,
     });
     result.recovery = recovery;

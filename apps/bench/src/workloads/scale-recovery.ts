@@ -27,7 +27,13 @@ export interface RecoveryOptions {
 }
 
 export interface RecoveryResult {
+  /** The locks held when the server was killed: those asked for, less `acquireFailures`. */
   locks: number;
+  /**
+   * Acquires that failed on the data-dir server: an fsync slower than the journal's bound on a
+   * busy disk fails them UNAVAILABLE. They shrink the journal measured, not the run.
+   */
+  acquireFailures: number;
   sessions: number;
   /** Acquiring the locks on the data-dir server (each grant journaled and fsynced). */
   acquireMs: number;
@@ -136,10 +142,13 @@ export async function runRecovery(
     server = await dataDirServer(dataDir, options.sessions);
     const run = await holdKillRestart(server, dataDir, prefix, options);
     await sleep(options.settleMs);
+    const failures = run.acquired.errors;
     const notes = [...run.connected.notes, ...run.acquired.notes, ...run.missing];
+    if (failures > 0) notes.push(`recovery: ${failures} of ${options.locks} acquires failed`);
     if (run.acquired.samples.length === 0) notes.push('recovery: no held lock to look up');
     return {
-      locks: options.locks,
+      locks: options.locks - failures,
+      acquireFailures: failures,
       sessions: options.sessions,
       acquireMs: run.acquireMs,
       journalMiB: run.journalBytes / MiB,
@@ -148,10 +157,7 @@ export async function runRecovery(
       rssMiB: residentBytes(server.process.pid!) / MiB,
       checked: run.acquired.samples.length,
       errors:
-        run.connected.errors +
-        run.acquired.errors +
-        run.missing.length +
-        (run.acquired.samples.length === 0 ? 1 : 0),
+        run.connected.errors + run.missing.length + (run.acquired.samples.length === 0 ? 1 : 0),
       notes,
     };
   } finally {

@@ -199,7 +199,7 @@ CPU time per acquire+release pair in the measured window, from /proc (10 ms tick
 
 ${renderMarkdown(cpuRows)}
 
-## Workload 4: scale (embedded server, in memory)
+## Workload 4: scale (embedded server, in memory; recovery on a data dir)
 
 ${
   scale === undefined

@@ -61,9 +61,12 @@ results/RESULTS.md (--smoke: results/smoke/).
   --wait-ms MS            workload 3: wait per acquire (default 5000)
   --ttl-ms MS             lease length everywhere (default 10000)
   --poll-ms MS            retry interval of the polling peers (default 10)
-  --scale-sessions N      workload 4: sessions (default 10000)
-  --scale-locks N         workload 4: held locks (default 100000)
+  --scale-sessions N      workload 4: sessions (default 50000; fewer if the open-file hard
+                          limit is lower, said in the results)
+  --scale-locks N         workload 4: held locks (default 500000)
   --scale-probe-at N      workload 4: held locks at the first latency probe (default 1000)
+  --scale-recovery-locks N  workload 4: locks held on a data-dir server before its kill -9 and
+                          restart (default --scale-locks; 0 skips the recovery step)
   --probe-count N         workload 4: acquires per probe (default 1000)
   --out DIR               where to write the results
   --profile-dir DIR       run each dlm server under node --cpu-prof, profiles written to DIR
@@ -91,6 +94,7 @@ const OPTIONS = {
   'scale-sessions': { type: 'string' },
   'scale-locks': { type: 'string' },
   'scale-probe-at': { type: 'string' },
+  'scale-recovery-locks': { type: 'string' },
   'probe-count': { type: 'string' },
   out: { type: 'string' },
   'profile-dir': { type: 'string' },
@@ -121,7 +125,8 @@ export function parseOptions(argv: string[]): BenchOptions | { help: true } | { 
   }
   const durationMs = positive(flag('duration-ms'), smoke ? 1_000 : 2_000, 'duration-ms');
   const warmupMs = positive(flag('warmup-ms'), smoke ? 200 : 500, 'warmup-ms', 0);
-  const sessions = positive(flag('scale-sessions'), smoke ? 200 : 10_000, 'scale-sessions');
+  const sessions = positive(flag('scale-sessions'), smoke ? 200 : 50_000, 'scale-sessions');
+  const locks = positive(flag('scale-locks'), smoke ? 2_000 : 500_000, 'scale-locks');
   return {
     smoke,
     repeat: positive(flag('repeat'), smoke ? 1 : 3, 'repeat'),
@@ -151,11 +156,13 @@ export function parseOptions(argv: string[]): BenchOptions | { help: true } | { 
     pollMs: positive(flag('poll-ms'), 10, 'poll-ms'),
     scale: {
       sessions,
-      locks: positive(flag('scale-locks'), smoke ? 2_000 : 100_000, 'scale-locks'),
+      locks,
       probeAtLocks: positive(flag('scale-probe-at'), smoke ? 200 : 1_000, 'scale-probe-at'),
       probeCount: positive(flag('probe-count'), smoke ? 100 : 1_000, 'probe-count'),
       sessionsPerWorker: 2_500,
-      phaseTimeoutMs: smoke ? 60_000 : 180_000,
+      settleMs: smoke ? 1_000 : 10_000,
+      phaseTimeoutMs: smoke ? 60_000 : 600_000,
+      recoveryLocks: positive(flag('scale-recovery-locks'), locks, 'scale-recovery-locks', 0),
     },
     outDir: flag('out'),
     profileDir: flag('profile-dir'),

@@ -316,6 +316,15 @@ export function renderScale(scale: ScaleResult): string[] {
     `per session ${scale.perSessionKiB.toFixed(1)} KiB, per held lock ${scale.perLockBytes.toFixed(0)} B`,
     `acquire p50/p99: ${formatMs(scale.acquireAtProbe.p50)}/${formatMs(scale.acquireAtProbe.p99)} ms at ${scale.probeAtLocks} locks, ${formatMs(scale.acquireAtFull.p50)}/${formatMs(scale.acquireAtFull.p99)} ms with all locks held (p99 ratio ${scale.p99Ratio.toFixed(2)}×)`,
     `connecting took ${(scale.connectMs / 1000).toFixed(1)} s, acquiring ${(scale.acquireMs / 1000).toFixed(1)} s; errors ${scale.errors}`,
+    ...(scale.recovery ? [renderRecovery(scale.recovery)] : []),
     ...scale.notes.map((note) => `note: ${note}`),
   ];
+}
+
+function renderRecovery(recovery: NonNullable<ScaleResult['recovery']>): string {
+  const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
+  return (
+    `recovery (data dir, ${recovery.locks} locks from ${recovery.sessions} sessions, journal ${recovery.journalMiB.toFixed(1)} MiB, acquired in ${seconds(recovery.acquireMs)}): ` +
+    `after kill -9, ready in ${seconds(recovery.readyMs)}, a held lock answered with its token in ${seconds(recovery.recoveryMs)} (recoveryMs ${Math.round(recovery.recoveryMs)}; ${recovery.checked} checked), RSS then ${recovery.rssMiB.toFixed(1)} MiB`
+  );
 }

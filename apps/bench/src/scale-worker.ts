@@ -1,17 +1,29 @@
-import { createClient, type DlmClient, type Lease } from '@dlm/client';
+import { createClient, type DlmClient, type Lease, type WebSocketConstructor } from '@dlm/client';
+import WebSocket from 'ws';
 import type { FromWorker, ToWorker } from './workloads/scale-protocol.js';
 
 /**
- * A child process of the scale workload: holds a share of the 10,000 sessions (one
- * `@dlm/client` each) and acquires locks on them when told. Several of these spread the
- * connections over processes (file descriptors, event-loop time). Held leases are never
- * released: the parent stops the server, then kills this process.
+ * A child process of the scale workload: holds a share of the sessions (one `@dlm/client`
+ * each, all from one source address) and acquires locks on them when told. Several of these
+ * spread the connections over processes (file descriptors, event-loop time) and over source
+ * addresses (ephemeral ports). Held leases are never released: the parent stops the server,
+ * then kills this process.
  */
 
 const clients: DlmClient[] = [];
 const leases: Lease[] = [];
 let cursor = 0;
 let lockSerial = 0;
+
+/** `ws` with every connection made from `localAddress`. */
+function boundWebSocket(localAddress: string): WebSocketConstructor {
+  class Bound extends WebSocket {
+    constructor(url: string, protocols?: string | string[]) {
+      super(url, protocols, { localAddress });
+    }
+  }
+  return Bound as unknown as WebSocketConstructor;
+}
 
 function send(message: FromWorker): void {
   process.send?.(message);
@@ -51,8 +63,15 @@ process.on('message', (message: ToWorker) => {
   if (message.type === 'connect') {
     // Pings off: 10,000 sessions pinging every 10 s would be 1,000 requests/s of background
     // load in the p99 measurement; a real fleet's ping rate is a deployment choice.
+    const { url, localAddress } = message;
+    const WebSocket = localAddress === undefined ? undefined : boundWebSocket(localAddress);
     void pool(message.sessions, 64, async () => {
-      const client = createClient({ url: message.url, pingIntervalMs: 0, name: 'bench-scale' });
+      const client = createClient({
+        url,
+        pingIntervalMs: 0,
+        name: 'bench-scale',
+        ...(WebSocket ? { WebSocket } : {}),
+      });
       await client.connect();
       clients.push(client);
     }).then((result) => send({ type: 'connected', ...result }));
@@ -62,7 +81,11 @@ process.on('message', (message: ToWorker) => {
       const client = clients[cursor++ % clients.length]!;
       const lease = await client.acquire(`${prefix}:${process.pid}:${lockSerial++}`, { ttlMs });
       leases.push(lease);
-    }).then((result) => send({ type: 'acquired', ...result }));
+    }).then((result) => {
+      const last = leases.at(-1);
+      const sample = last && { name: last.name, token: String(last.token) };
+      send({ type: 'acquired', ...result, ...(sample ? { sample } : {}) });
+    });
   }
 });
 

@@ -1,4 +1,4 @@
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort, type ManagedProcess, startProcess } from '@dlm/test-services';
 
@@ -28,9 +28,13 @@ export interface ServerProcess {
   stop(): Promise<void>;
 }
 
-/** `apps/server/dist/main.js`, found through the workspace dependency. */
+/**
+ * `apps/server/dist/main.js`, found through the workspace dependency (which resolves to the
+ * server's `src/` under vitest: the process runs the built file all the same).
+ */
 export function serverMainPath(): string {
-  return join(dirname(fileURLToPath(import.meta.resolve('@dlm/server'))), 'main.js');
+  const dir = dirname(fileURLToPath(import.meta.resolve('@dlm/server')));
+  return join(basename(dir) === 'src' ? join(dir, '..', 'dist') : dir, 'main.js');
 }
 
 async function healthy(httpUrl: string): Promise<boolean> {

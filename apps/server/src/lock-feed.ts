@@ -94,16 +94,21 @@ interface Entry {
   name: string;
   owner: string;
   token: bigint;
-  /** On the feed's clock; undefined while a lease granted elsewhere has not been inspected yet. */
+  /**
+   * On the feed's clock, in whole ms (as are the two below); undefined while a lease granted
+   * elsewhere has not been inspected yet.
+   */
   expiresAt: number | undefined;
   /** When this server granted it; undefined for leases granted elsewhere. */
   grantedAt: number | undefined;
   /** When the feed first knew of this lease. */
   knownAt: number;
   local: boolean;
-  unwatch: Unsubscribe;
-  /** Subscribed to core's changes of this name. */
-  watching: boolean;
+  /**
+   * Set while subscribed to core's changes of this name. Undefined otherwise, rather than a
+   * no-op closure of each entry's own: 56 bytes per held lock.
+   */
+  unwatch: Unsubscribe | undefined;
 }
 
 /** What a new entry starts from: a lease granted here, or a lock the backend listed or reported. */
@@ -272,7 +277,7 @@ class Feed implements LockFeed {
     type: 'acquired' | 'extended' | null,
     waitedMs?: number,
   ): void {
-    const now = this.options.clock.now();
+    const now = this.wholeMs();
     const entry: Entry = {
       name: state.name,
       owner: state.owner,
@@ -281,8 +286,7 @@ class Feed implements LockFeed {
       grantedAt: local && type === 'acquired' ? now : undefined,
       knownAt: now,
       local,
-      unwatch: () => {},
-      watching: false,
+      unwatch: undefined,
     };
     this.entries.set(state.name, entry);
     this.touch(state.name);
@@ -304,12 +308,12 @@ class Feed implements LockFeed {
   /** A lease granted elsewhere that this server now holds: by a re-acquire, or by an extend. */
   private adopt(entry: Entry, reacquired: boolean): void {
     entry.local = true;
-    if (reacquired) entry.grantedAt = this.options.clock.now();
+    if (reacquired) entry.grantedAt = this.wholeMs();
     this.held += 1;
   }
 
   private refresh(entry: Entry, ttlRemainingMs: number): void {
-    entry.expiresAt = this.options.clock.now() + ttlRemainingMs;
+    entry.expiresAt = Math.floor(this.options.clock.now() + ttlRemainingMs);
     this.touch(entry.name);
   }
 
@@ -339,6 +343,15 @@ class Feed implements LockFeed {
     for (const touched of this.readsInFlight) touched.add(name);
   }
 
+  /**
+   * The clock in whole ms, for the times an entry keeps: an integer is stored in the object
+   * itself, a fraction in a 16-byte heap number of its own (three per held lock). Rounded down,
+   * so a lease's time left is never reported longer than it is.
+   */
+  private wholeMs(): number {
+    return Math.floor(this.options.clock.now());
+  }
+
   private remainingMs(entry: Entry): number {
     if (entry.expiresAt === undefined) return 0;
     return Math.max(0, Math.ceil(entry.expiresAt - this.options.clock.now()));
@@ -352,22 +365,21 @@ class Feed implements LockFeed {
    * observer events), so a grant costs no subscription when nobody looks.
    */
   private watch(entry: Entry): void {
-    if (entry.watching || this.closed) return;
+    if (entry.unwatch || this.closed) return;
     try {
       entry.unwatch = this.options.service.watch(entry.name, (change) =>
         this.changed(entry.name, change),
       );
-      entry.watching = true;
     } catch {
       // The service is shutting down: nothing more will change.
     }
   }
 
   private unwatch(entry: Entry): void {
-    if (!entry.watching) return;
-    entry.watching = false;
-    entry.unwatch();
-    entry.unwatch = () => {};
+    const { unwatch } = entry;
+    if (!unwatch) return;
+    entry.unwatch = undefined;
+    unwatch();
   }
 
   private changed(name: string, change: LockChange): void {

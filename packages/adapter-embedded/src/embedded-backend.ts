@@ -134,6 +134,9 @@ class EmbeddedStore {
       this.leases.set(lease.name, lease);
       this.heap.push(lease);
     }
+    // The journal's own copy is not read again, and it would stay as long as the journal: a
+    // record and a map entry more for every recovered lease.
+    recovered.clear();
     this.armTimer();
   }
 

@@ -23,7 +23,10 @@ import { syncDir } from './sync-dir.js';
  * reply back until its record is durable.
  */
 export interface Journal {
-  /** What the files said at open: leases as last journaled, and the highest token seen. */
+  /**
+   * What the files said at open: leases as last journaled, and the highest token seen. The
+   * backend empties `leases` once it has taken them over.
+   */
   readonly recovered: RecoveredState;
   /** Adds a record to the current batch; resolves when that batch is durable. */
   append(record: JournalRecord): Promise<void>;

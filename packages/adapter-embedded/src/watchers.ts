@@ -20,42 +20,60 @@ export interface Watchers {
   clear(): void;
 }
 
+/**
+ * A name's subscriptions: the one most names have (the lock service's own watch of a name it
+ * holds), or a Set once there are more. A Set for every held name was 150 bytes each.
+ */
+type Subscribers = Listener | Set<Listener>;
+
+/** Tells one listener; a listener's failure is logged, never passed on. */
+function tell(listener: Listener, event: LockEvent, log: (line: string) => void): void {
+  try {
+    listener(event);
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    log(`[dlm embedded] a watch listener for ${JSON.stringify(event.name)} threw: ${reason}`);
+  }
+}
+
+function unsubscribe(byName: Map<string, Subscribers>, name: string, entry: Listener): void {
+  const current = byName.get(name);
+  if (current === entry) byName.delete(name);
+  else if (current instanceof Set && current.delete(entry) && current.size === 0) {
+    byName.delete(name);
+  }
+}
+
 export function createWatchers(log: (line: string) => void): Watchers {
-  const byName = new Map<string, Set<Listener>>();
+  const byName = new Map<string, Subscribers>();
   const queue: LockEvent[] = [];
   let draining = false;
 
   const deliver = (event: LockEvent) => {
     const listeners = byName.get(event.name);
     if (listeners === undefined) return;
+    if (!(listeners instanceof Set)) {
+      tell(listeners, event, log);
+      return;
+    }
     // A snapshot, so listeners added during this dispatch wait for the next event; the
     // `has` check skips listeners removed during it.
     for (const listener of [...listeners]) {
-      if (!listeners.has(listener)) continue;
-      try {
-        listener(event);
-      } catch (error) {
-        const reason = error instanceof Error ? error.message : String(error);
-        log(`[dlm embedded] a watch listener for ${JSON.stringify(event.name)} threw: ${reason}`);
-      }
+      if (listeners.has(listener)) tell(listener, event, log);
     }
   };
 
   return {
     watch(name, listener) {
-      let listeners = byName.get(name);
-      if (listeners === undefined) {
-        listeners = new Set();
-        byName.set(name, listeners);
-      }
-      // Wrapped, so the same function watched twice is two subscriptions.
-      const entry: Listener = (event) => listener(event);
-      listeners.add(entry);
-      return () => {
-        const current = byName.get(name);
-        if (current === undefined || !current.delete(entry)) return;
-        if (current.size === 0) byName.delete(name);
-      };
+      const current = byName.get(name);
+      // A function already watching the name is wrapped, so that watching twice is two
+      // subscriptions; only then, since a wrapper per watch was 56 bytes per held name more.
+      const repeated = current === listener || (current instanceof Set && current.has(listener));
+      const entry: Listener = repeated ? (event) => listener(event) : listener;
+      if (current === undefined) byName.set(name, entry);
+      else if (current instanceof Set) current.add(entry);
+      else byName.set(name, new Set([current, entry]));
+      return () => unsubscribe(byName, name, entry);
     },
     has: (name) => byName.has(name),
     enqueue(event) {

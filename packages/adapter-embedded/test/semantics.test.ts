@@ -193,6 +193,22 @@ describe('embedded backend semantics (in memory, manual clock)', () => {
     expect(events).toEqual(['acquired:alice', 'released:alice', 'acquired:waiter']);
   });
 
+  it('counts one function watched twice as two subscriptions, each ended on its own', async () => {
+    const calls: string[] = [];
+    const listener = (event: LockEvent) => calls.push(event.type);
+    const first = backend.watch('a', listener);
+    const second = backend.watch('a', listener);
+    const { token } = await grant('a', 'alice', 1000);
+    expect(calls).toEqual(['acquired', 'acquired']);
+    first();
+    first();
+    await backend.release({ name: 'a', token });
+    expect(calls).toEqual(['acquired', 'acquired', 'released']);
+    second();
+    await grant('a', 'bob', 1000);
+    expect(calls).toHaveLength(3);
+  });
+
   it('survives a throwing listener and a listener unsubscribing during dispatch', async () => {
     const calls: string[] = [];
     backend.watch('a', () => {

@@ -18,9 +18,30 @@ import { WaitQueue } from './wait-queue.js';
 export function openName(ctx: ServiceContext, name: string): NameState {
   const existing = ctx.names.get(name);
   if (existing) return existing;
-  // The queue's hooks run only once the state below exists.
-  const queue = new WaitQueue<QueuedAcquire, Lease>(
+  const state: NameState = {
     name,
+    queue: undefined,
+    lease: undefined,
+    holder: undefined,
+    lastEnded: undefined,
+    told: undefined,
+    checkTimer: undefined,
+    checking: false,
+    checkAgain: false,
+    watchers: undefined,
+    unsubscribe: () => {},
+    busy: 0,
+    queuedInBackend: undefined,
+  };
+  ctx.names.set(name, state);
+  state.unsubscribe = ctx.backend.watch(name, (event) => ctx.onEvent(state, event));
+  return state;
+}
+
+/** The name's wait queue, made on the first wait. */
+export function queueOf(ctx: ServiceContext, state: NameState): WaitQueue<QueuedAcquire, Lease> {
+  state.queue ??= new WaitQueue<QueuedAcquire, Lease>(
+    state.name,
     ctx.clock,
     ctx.settings.unknownTtlRetryMs,
     {
@@ -35,24 +56,7 @@ export function openName(ctx: ServiceContext, name: string): NameState {
       closed: () => ctx.closed,
     },
   );
-  const state: NameState = {
-    name,
-    queue,
-    lease: undefined,
-    holder: undefined,
-    lastEnded: undefined,
-    told: undefined,
-    checkTimer: undefined,
-    checking: false,
-    checkAgain: false,
-    watchers: new Set(),
-    unsubscribe: () => {},
-    busy: 0,
-    queuedInBackend: new Set(),
-  };
-  ctx.names.set(name, state);
-  state.unsubscribe = ctx.backend.watch(name, (event) => ctx.onEvent(state, event));
-  return state;
+  return state.queue;
 }
 
 /**
@@ -64,6 +68,6 @@ export function onBackendEvent(ctx: ServiceContext, state: NameState, event: Loc
   leaseHears(ctx, state, event);
   const change = holderChange(ctx, state, event);
   if (change) announce(state, change);
-  if (event.type !== 'acquired' && state.queue.length) state.queue.wake();
+  if (event.type !== 'acquired' && state.queue?.length) state.queue.wake();
   dropIfIdle(ctx, state);
 }

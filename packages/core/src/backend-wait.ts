@@ -22,7 +22,8 @@ export async function waitInBackend(
   { request, leaseKey, around }: QueuedAcquire,
   waitMs: number,
 ): Promise<Lease> {
-  if (state.queuedInBackend.size >= ctx.settings.maxWaiters) throw tooManyWaiters(request.name);
+  if ((state.queuedInBackend?.size ?? 0) >= ctx.settings.maxWaiters)
+    throw tooManyWaiters(request.name);
   const { clock, calls, backend } = ctx;
   const controller = new AbortController();
   const cancelled = cancelledError();
@@ -32,6 +33,7 @@ export async function waitInBackend(
   );
   const onAbort = () => controller.abort(cancelled);
   options.signal?.addEventListener('abort', onAbort, { once: true });
+  state.queuedInBackend ??= new Set();
   state.queuedInBackend.add(controller);
   waitersChanged(ctx, state);
   try {
@@ -52,7 +54,7 @@ export async function waitInBackend(
   } finally {
     deadline.cancel();
     options.signal?.removeEventListener('abort', onAbort);
-    state.queuedInBackend.delete(controller);
+    state.queuedInBackend?.delete(controller);
     waitersChanged(ctx, state);
   }
 }

@@ -248,6 +248,7 @@ function heldChange(
 /** Tells the name's watchers; a watcher that throws does not stop the others. */
 export function announce(state: NameState, change: LockChange): void {
   state.told = change.held;
+  if (!state.watchers) return;
   for (const watcher of state.watchers) {
     try {
       watcher(change);

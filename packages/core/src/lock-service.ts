@@ -1,7 +1,7 @@
 import { attempt } from './acquire-attempt.js';
 import type { LockBackend, LockState } from './backend.js';
 import { createBackendCalls } from './backend-calls.js';
-import { onBackendEvent, openName } from './backend-events.js';
+import { onBackendEvent, openName, queueOf } from './backend-events.js';
 import { waitInBackend } from './backend-wait.js';
 import { type Clock, systemClock } from './clock.js';
 import { DlmError } from './errors.js';
@@ -328,8 +328,9 @@ function wait(
   if (backend.capabilities.fairQueue && backend.acquireQueued) {
     return waitInBackend(ctx, state, options, queued, waitMs);
   }
-  if (state.queue.length >= ctx.settings.maxWaiters) throw tooManyWaiters(state.name);
-  return state.queue.enqueue(queued, { waitMs, signal: options.signal, cancelled: cancelledError });
+  const queue = queueOf(ctx, state);
+  if (queue.length >= ctx.settings.maxWaiters) throw tooManyWaiters(state.name);
+  return queue.enqueue(queued, { waitMs, signal: options.signal, cancelled: cancelledError });
 }
 
 /**
@@ -342,8 +343,8 @@ async function tryOnce(
   queued: QueuedAcquire,
   isHolder: boolean,
 ): Promise<Lease> {
-  if ((state.queue.length || state.queuedInBackend.size) && !isHolder) {
-    throw lockHeld(state.name, state.queue.headTtlRemainingMs);
+  if ((state.queue?.length || state.queuedInBackend?.size) && !isHolder) {
+    throw lockHeld(state.name, state.queue?.headTtlRemainingMs);
   }
   const result = await attempt(ctx, state, queued);
   if (result.granted) return toLease(result.grant, queued.leaseKey);
@@ -449,6 +450,7 @@ function watch(
   assertOpen(ctx);
   const state = openName(ctx, name);
   const first = !followsEnd(ctx, state);
+  state.watchers ??= new Set();
   state.watchers.add(listener);
   // From now on this service follows the holder: learn who it is and when its lease ends.
   if (first) {
@@ -456,7 +458,7 @@ function watch(
     else void check(ctx, state, 'unknown');
   }
   return () => {
-    if (!state.watchers.delete(listener)) return;
+    if (!state.watchers?.delete(listener)) return;
     if (!followsEnd(ctx, state)) cancelCheck(state);
     dropIfIdle(ctx, state);
   };
@@ -466,11 +468,11 @@ async function close(ctx: ServiceContext): Promise<void> {
   ctx.closed = true;
   const cancelled = cancelledError('the server is shutting down');
   for (const state of [...ctx.names.values()]) {
-    state.queue.close(cancelled);
-    for (const controller of state.queuedInBackend) controller.abort(cancelled);
+    state.queue?.close(cancelled);
+    for (const controller of state.queuedInBackend ?? []) controller.abort(cancelled);
     untrack(ctx, state);
     forgetHolder(state);
-    state.watchers.clear();
+    state.watchers = undefined;
     ctx.names.delete(state.name);
     state.unsubscribe();
   }

@@ -1,11 +1,19 @@
-import { type ChildProcess, fork } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { dlmLocker } from '../lockers/dlm.js';
 import { sleep } from '../lockers/locker.js';
 import { openFileLimits } from '../machine.js';
 import { startServerProcess } from '../server-process.js';
 import { createSamples, type LatencySummary } from '../stats.js';
-import type { FromWorker, ToWorker } from './scale-protocol.js';
+import { type RecoveryResult, runRecovery } from './scale-recovery.js';
+import {
+  acquireOnWorkers,
+  connectWorkers,
+  killWorkers,
+  MiB,
+  residentBytes,
+  type ScaleWorker,
+  startWorkers,
+  withTimeout,
+} from './scale-workers.js';
 
 export interface ScaleOptions {
   sessions: number;
@@ -16,8 +24,16 @@ export interface ScaleOptions {
   probeCount: number;
   /** Sessions per client process. */
   sessionsPerWorker: number;
-  /** Bound on each phase (connecting, acquiring, probing). */
+  /**
+   * How long the server is left alone before each RSS reading. Right after a burst of
+   * allocations the RSS holds garbage V8 has not collected yet (more of it the busier the
+   * machine); after several quiet seconds V8's memory reducer has run its GCs.
+   */
+  settleMs: number;
+  /** Bound on each phase (connecting, acquiring, probing, recovering). */
   phaseTimeoutMs: number;
+  /** Locks held on a data-dir server before its `kill -9` and restart; 0 skips the step. */
+  recoveryLocks: number;
   profileDir?: string | undefined;
 }
 
@@ -36,61 +52,14 @@ export interface ScaleResult {
   p99Ratio: number;
   connectMs: number;
   acquireMs: number;
+  /**
+   * With a data dir: from the restart after `kill -9` with `recovery.locks` held until the
+   * first `lock.get` of a held name answered it held with its token. Absent when skipped.
+   */
+  recoveryMs?: number;
+  recovery?: RecoveryResult;
   errors: number;
   notes: string[];
-}
-
-/** The resident set of a process, from /proc (Linux), in bytes. */
-export function residentBytes(pid: number): number {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const match = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
-  if (!match) throw new Error(`no VmRSS for pid ${pid}`);
-  return Number(match[1]) * 1024;
-}
-
-const MiB = 1024 * 1024;
-
-function withTimeout<T>(what: string, ms: number, promise: Promise<T>): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`scale: ${what} took over ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-interface Worker {
-  child: ChildProcess;
-  sessions: number;
-  request(message: ToWorker): Promise<FromWorker>;
-}
-
-function startWorker(sessions: number): Worker {
-  const child = fork(new URL('../scale-worker.js', import.meta.url), [], {
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  return {
-    child,
-    sessions,
-    request(message) {
-      return new Promise((resolve, reject) => {
-        const onExit = (code: number | null) => reject(new Error(`scale worker exited (${code})`));
-        child.once('exit', onExit);
-        child.once('message', (reply: FromWorker) => {
-          child.off('exit', onExit);
-          resolve(reply);
-        });
-        child.send(message);
-      });
-    },
-  };
-}
-
-/** Splits `total` into parts proportional to each worker's sessions. */
-function split(total: number, workers: Worker[]): number[] {
-  const sessions = workers.reduce((sum, worker) => sum + worker.sessions, 0);
-  const parts = workers.map((worker) => Math.floor((total * worker.sessions) / sessions));
-  parts[0]! += total - parts.reduce((sum, part) => sum + part, 0);
-  return parts;
 }
 
 async function probe(url: string, prefix: string, count: number): Promise<LatencySummary> {
@@ -112,32 +81,29 @@ async function probe(url: string, prefix: string, count: number): Promise<Latenc
 }
 
 /**
- * Workload 4: one embedded (in-memory) dlm server process with `sessions` WebSocket sessions
- * holding `locks` locks between them. Resident memory comes from the server process's VmRSS;
- * latency from a separate probe client doing sequential acquire+release on fresh names, once
- * with `probeAtLocks` held and once with all of them.
+ * How many sessions the open-file limits allow (the server needs a descriptor per session), and
+ * the `ulimit -n` to give the server. The hard limit cannot be raised from here.
  */
-export async function runScale(prefix: string, options: ScaleOptions): Promise<ScaleResult> {
-  const notes: string[] = [];
+function sessionsAllowed(wanted: number, notes: string[]) {
   const limits = openFileLimits();
-  const needed = options.sessions + 512;
-  let openFiles: number | undefined;
-  let sessions = options.sessions;
-  if (limits.soft < needed) {
-    if (limits.hard >= needed) openFiles = needed;
-    else {
-      sessions = Math.max(1, limits.hard - 512);
-      notes.push(`open-file limit ${limits.hard} allows only ${sessions} sessions`);
-    }
-  }
-  const perWorker = Math.min(options.sessionsPerWorker, Math.max(1, limits.soft - 256));
-  const workerCount = Math.ceil(sessions / perWorker);
-  const locks = Math.max(options.locks, options.probeAtLocks);
+  const needed = wanted + 512;
+  if (limits.soft >= needed) return { sessions: wanted, openFiles: undefined, limits };
+  if (limits.hard >= needed) return { sessions: wanted, openFiles: needed, limits };
+  const sessions = Math.max(1, limits.hard - 512);
+  notes.push(`open-file hard limit ${limits.hard} allows only ${sessions} of ${wanted} sessions`);
+  return { sessions, openFiles: limits.hard, limits };
+}
 
+/** The in-memory server for `sessions` connections, and its RSS once started. */
+async function startScaleServer(
+  sessions: number,
+  openFiles: number | undefined,
+  options: ScaleOptions,
+) {
   // The server's per-address connection limit (1,000 by default) guards against one client
-  // host taking every connection; here every session comes from 127.0.0.1 on purpose.
+  // host taking every connection; here each client process has one source address on purpose.
   const connectionLimit = String(sessions + 64);
-  const server = await startServerProcess({
+  return startServerProcess({
     backendArgs: [
       '--backend',
       'embedded',
@@ -151,91 +117,115 @@ export async function runScale(prefix: string, options: ScaleOptions): Promise<S
     profileDir: options.profileDir,
     profileName: 'dlm-embedded-scale',
   });
-  const workers: Worker[] = [];
+}
+
+interface Phases {
+  server: { url: string; pid: number };
+  workers: ScaleWorker[];
+  prefix: string;
+  options: ScaleOptions;
+  errors: number;
+  notes: string[];
+}
+
+/** The workers acquire `count` more locks; failures are counted, not thrown. */
+async function acquirePhase(phases: Phases, count: number): Promise<number> {
+  const t0 = performance.now();
+  const { workers, prefix, options } = phases;
+  const result = await acquireOnWorkers(
+    workers,
+    { count, prefix, ttlMs: 600_000 },
+    options.phaseTimeoutMs,
+  );
+  phases.errors += result.errors;
+  phases.notes.push(...result.notes);
+  return performance.now() - t0;
+}
+
+/** After `settleMs`: the server's RSS, then the probe's acquire latencies. */
+async function measurePhase(phases: Phases, what: string, suffix: string) {
+  await sleep(phases.options.settleMs);
+  const { server, prefix, options } = phases;
+  const rss = residentBytes(server.pid);
+  const probeRun = probe(server.url, `${prefix}:${suffix}`, options.probeCount);
+  return { rss, latency: await withTimeout(what, options.phaseTimeoutMs, probeRun) };
+}
+
+/** Connects the sessions, then holds the locks in two steps with a measurement after each. */
+async function runPhases(phases: Phases, sessions: number, idle: number) {
+  const { server, workers, options } = phases;
+  const connectStart = performance.now();
+  const connected = await connectWorkers(workers, server.url, options.phaseTimeoutMs);
+  const connectMs = performance.now() - connectStart;
+  phases.errors += connected.errors;
+  phases.notes.push(...connected.notes);
+  await sleep(options.settleMs);
+  const rssSessions = residentBytes(server.pid);
+  const locks = Math.max(options.locks, options.probeAtLocks);
+  let acquireMs = await acquirePhase(phases, options.probeAtLocks);
+  const atProbe = await measurePhase(phases, 'the first probe', 'p1');
+  acquireMs += await acquirePhase(phases, locks - options.probeAtLocks);
+  const full = await measurePhase(phases, 'the second probe', 'p2');
+  return {
+    sessions,
+    locks,
+    probeAtLocks: options.probeAtLocks,
+    workers: workers.length,
+    rssMiB: {
+      idle: idle / MiB,
+      sessions: rssSessions / MiB,
+      atProbe: atProbe.rss / MiB,
+      full: full.rss / MiB,
+    },
+    perSessionKiB: (rssSessions - idle) / sessions / 1024,
+    perLockBytes: (full.rss - rssSessions) / locks,
+    acquireAtProbe: atProbe.latency,
+    acquireAtFull: full.latency,
+    p99Ratio: full.latency.p99 / atProbe.latency.p99,
+    connectMs,
+    acquireMs,
+  };
+}
+
+/**
+ * Workload 4: one embedded (in-memory) dlm server process with `sessions` WebSocket sessions
+ * holding `locks` locks between them. Resident memory comes from the server process's VmRSS;
+ * latency from a separate probe client doing sequential acquire+release on fresh names, once
+ * with `probeAtLocks` held and once with all of them. Then, unless `recoveryLocks` is 0, the
+ * recovery step (`scale-recovery.ts`) on a data-dir server.
+ */
+export async function runScale(prefix: string, options: ScaleOptions): Promise<ScaleResult> {
+  const notes: string[] = [];
+  const { sessions, openFiles, limits } = sessionsAllowed(options.sessions, notes);
+  const perWorker = Math.min(options.sessionsPerWorker, Math.max(1, limits.soft - 256));
+  const server = await startScaleServer(sessions, openFiles, options);
+  let workers: ScaleWorker[] = [];
+  let measured: Awaited<ReturnType<typeof runPhases>>;
+  const phases: Phases = { server, workers, prefix, options, errors: 0, notes };
   try {
-    await sleep(500);
+    await sleep(Math.min(500, options.settleMs));
     const idle = residentBytes(server.pid);
-    for (let i = 0; i < workerCount; i++) {
-      const share = Math.min(perWorker, sessions - i * perWorker);
-      workers.push(startWorker(share));
-    }
-    let errors = 0;
-    const connectStart = performance.now();
-    const connected = await withTimeout(
-      'connecting the sessions',
-      options.phaseTimeoutMs,
-      Promise.all(
-        workers.map((worker) =>
-          worker.request({ type: 'connect', url: server.url, sessions: worker.sessions }),
-        ),
-      ),
-    );
-    const connectMs = performance.now() - connectStart;
-    for (const reply of connected) {
-      errors += reply.failed;
-      if (reply.error) notes.push(`connect: ${reply.error}`);
-    }
-    await sleep(1_000);
-    const rssSessions = residentBytes(server.pid);
-
-    const acquire = async (count: number, what: string) => {
-      const replies = await withTimeout(
-        what,
-        options.phaseTimeoutMs,
-        Promise.all(
-          split(count, workers).map((part, i) =>
-            workers[i]!.request({ type: 'acquire', count: part, ttlMs: 600_000, prefix }),
-          ),
-        ),
-      );
-      for (const reply of replies) {
-        errors += reply.failed;
-        if (reply.error) notes.push(`${what}: ${reply.error}`);
-      }
-    };
-
-    /** After a second to settle: the server's RSS, then the probe's acquire latencies. */
-    const measure = async (what: string, suffix: string) => {
-      await sleep(1_000);
-      const rss = residentBytes(server.pid);
-      const probeRun = probe(server.url, `${prefix}:${suffix}`, options.probeCount);
-      return { rss, latency: await withTimeout(what, options.phaseTimeoutMs, probeRun) };
-    };
-
-    const acquireStart = performance.now();
-    await acquire(options.probeAtLocks, `acquiring ${options.probeAtLocks} locks`);
-    let acquireMs = performance.now() - acquireStart;
-    const atProbe = await measure('the first probe', 'p1');
-
-    const restStart = performance.now();
-    await acquire(locks - options.probeAtLocks, `acquiring ${locks} locks`);
-    acquireMs += performance.now() - restStart;
-    const full = await measure('the second probe', 'p2');
-
-    return {
-      sessions,
-      locks,
-      probeAtLocks: options.probeAtLocks,
-      workers: workerCount,
-      rssMiB: {
-        idle: idle / MiB,
-        sessions: rssSessions / MiB,
-        atProbe: atProbe.rss / MiB,
-        full: full.rss / MiB,
-      },
-      perSessionKiB: (rssSessions - idle) / sessions / 1024,
-      perLockBytes: (full.rss - rssSessions) / locks,
-      acquireAtProbe: atProbe.latency,
-      acquireAtFull: full.latency,
-      p99Ratio: full.latency.p99 / atProbe.latency.p99,
-      connectMs,
-      acquireMs,
-      errors,
-      notes,
-    };
+    workers = startWorkers(sessions, perWorker);
+    phases.workers = workers;
+    measured = await runPhases(phases, sessions, idle);
   } finally {
-    // The server first: closing 10,000 clients one by one would only keep it busy.
+    // The server first: closing tens of thousands of clients one by one would keep it busy.
     await server.stop();
-    for (const worker of workers) worker.child.kill('SIGKILL');
+    killWorkers(workers);
   }
+  const result: ScaleResult = { ...measured, errors: phases.errors, notes };
+  if (options.recoveryLocks > 0) {
+    const recovery = await runRecovery(`${prefix}:recovery`, {
+      locks: options.recoveryLocks,
+      sessions: Math.min(sessions, 2_000),
+      sessionsPerWorker: Math.min(perWorker, 1_000),
+      settleMs: options.settleMs,
+      phaseTimeoutMs: options.phaseTimeoutMs,
+    });
+    result.recovery = recovery;
+    result.recoveryMs = recovery.recoveryMs;
+    result.errors += recovery.errors;
+    notes.push(...recovery.notes);
+  }
+  return result;
 }

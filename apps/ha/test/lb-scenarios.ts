@@ -201,6 +201,9 @@ async function memberKill(ctx: LbContext): Promise<void> {
 
 async function linkCut(ctx: LbContext): Promise<void> {
   const { history, kind, servers, lb, links } = ctx;
+  // The member kill before this may have made dlm3 unready for a while (its backend lost its
+  // leader): the new clients must be able to land on it.
+  await lb.waitFor('dlm3', 'UP', 15_000);
   const group = await ctx.connectClients(6);
   const leases = await Promise.all(
     group.map(({ proc, client }) =>

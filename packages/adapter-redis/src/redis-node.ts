@@ -395,11 +395,12 @@ class ScriptedRedisNode implements RedisNode {
         true,
         startedAt,
         ACQUIRE,
-        // With fair queues, the queue's keys too: a free lock is refused while someone waits.
-        this.options.fairQueue
-          ? [keys.lock, keys.fence, keys.queue, keys.queueEnds]
-          : [keys.lock, keys.fence],
-        (deadline) => this.acquireArgs(keys, owner, keyHash, ttlMs, deadline, freshMs),
+        [keys.lock, keys.fence],
+        (deadline) => [
+          ...this.acquireArgs(keys, owner, keyHash, ttlMs, deadline, freshMs),
+          // With fair queues, a free lock is refused while someone waits.
+          this.options.fairQueue ? keys.queueEnds : '',
+        ],
         true,
       ),
       'acquire',

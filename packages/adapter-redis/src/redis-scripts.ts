@@ -95,20 +95,27 @@ end
 `;
 
 /**
- * KEYS: lock, fence, and with a fair queue its entries and their ends (see QUEUE_JOIN).
- * ARGV: owner, ttlMs, deadline (server ms; 0 = none), channel ('' = do not
+ * KEYS: lock, fence. ARGV: owner, ttlMs, deadline (server ms; 0 = none), channel ('' = do not
  * publish), hex name, key hash ('' = none), fence retention ms (the fence key lives ttlMs + this),
  * a fresh lease's own ms ('' = ttlMs: Redlock's first step takes the nodes for less, until its
- * second step labels the grant, so a dead attempt's copies run out soon).
+ * second step labels the grant, so a dead attempt's copies run out soon), and the name's queue
+ * ends key ('' or absent = no fair queue; see QUEUE_JOIN).
  * Returns {1, token, now, fresh(1|0)} granted; {0, pttl, now} held by another; {0, -1, now} free
  * but someone is queued (no barging past a live entry); {-1, 0, now} stale.
+ *
+ * The queue ends key is an argument, not one of KEYS, though it is in the name's slot: Redis
+ * Cluster answers TRYAGAIN to a script whose declared keys are split by a slot migration (some
+ * moved, some never made), so declaring a key that usually does not exist would fail every
+ * acquire of a held name while its slot moves. Read only when the lock is free, it is checked by
+ * Redis like any command of the script (same slot, local).
  */
 export const ACQUIRE = script(
   'acquire',
   `${NOW}${VALUE}${ACQUIRE_STEP}
-if #KEYS < 4 then return acquire(nil) end
+local ends = ARGV[9]
+if not ends or ends == '' then return acquire(nil) end
 return acquire(function()
-  return redis.call('ZCOUNT', KEYS[4], '(' .. string.format('%.0f', now), '+inf') > 0
+  return redis.call('ZCOUNT', ends, '(' .. string.format('%.0f', now), '+inf') > 0
 end)
 `,
 );

@@ -1,4 +1,6 @@
 import {
+  type AcquireRequest,
+  type AcquireResult,
   type BackendCapabilities,
   type Clock,
   DlmError,
@@ -260,7 +262,28 @@ export function createRedisBackend(
       events.noteGrant(name, token);
     },
     release: ({ name, token }, keyHash) => node.release(name, token, keyHash),
+    tryAcquire: (request) => tryAcquire(request),
   });
+
+  async function tryAcquire({
+    name,
+    owner,
+    ttlMs,
+    keyHash,
+  }: AcquireRequest): Promise<AcquireResult> {
+    assertOpen();
+    const startedAt = clock.now();
+    if (!events.isSubscribed) await subscribedWithin(clock, events, commandTimeoutMs, startedAt);
+    const result = await node.acquire(name, owner, keyHash, ttlMs, startedAt);
+    if (!result.granted) {
+      // Free, but others wait in its queue: they come first, and there is no lease to tell.
+      if (result.queued) return { granted: false };
+      return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
+    }
+    await replicas?.confirm('acquire', lockKey(name));
+    events.noteGrant(name, result.token);
+    return { granted: true, grant: { name, owner, token: result.token, ttlMs } };
+  }
 
   return {
     kind: 'redis',
@@ -287,20 +310,7 @@ export function createRedisBackend(
       }
     },
 
-    async tryAcquire({ name, owner, ttlMs, keyHash }) {
-      assertOpen();
-      const startedAt = clock.now();
-      if (!events.isSubscribed) await subscribedWithin(clock, events, commandTimeoutMs, startedAt);
-      const result = await node.acquire(name, owner, keyHash, ttlMs, startedAt);
-      if (!result.granted) {
-        // Free, but others wait in its queue: they come first, and there is no lease to tell.
-        if (result.queued) return { granted: false };
-        return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
-      }
-      await replicas?.confirm('acquire', lockKey(name));
-      events.noteGrant(name, result.token);
-      return { granted: true, grant: { name, owner, token: result.token, ttlMs } };
-    },
+    tryAcquire,
 
     // The queue itself answers UNAVAILABLE once the backend is closed.
     acquireQueued: (request) => queue.acquireQueued(request),

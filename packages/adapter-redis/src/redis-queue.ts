@@ -29,6 +29,8 @@ export interface QueueContext {
   confirmGrant(name: string, token: bigint): Promise<void>;
   /** Gives back a lease granted too late to be reported. */
   release(grant: core.Grant, keyHash: string | undefined): Promise<unknown>;
+  /** The backend's try-lock (refused while anyone is queued for the name). */
+  tryAcquire(request: core.AcquireRequest): Promise<core.AcquireResult>;
 }
 
 export interface RedisQueue {
@@ -58,9 +60,54 @@ export function redisQueue(context: QueueContext): RedisQueue {
     driver: (request, watcher) => new RedisWaiter(context, entries, request, watcher),
   });
   const running = new Set<Promise<unknown>>();
+  /** Per name, how many waits of this server are running. */
+  const waits = new Map<string, number>();
+  const counted = async <T>(name: string, run: () => Promise<T>): Promise<T> => {
+    waits.set(name, (waits.get(name) ?? 0) + 1);
+    try {
+      return await run();
+    } finally {
+      const left = (waits.get(name) ?? 1) - 1;
+      if (left === 0) waits.delete(name);
+      else waits.set(name, left);
+    }
+  };
+  /** Per name, the try-lock a first wait is making (see `acquireQueued`). */
+  const trying = new Map<string, Promise<unknown>>();
+  /**
+   * A wait on a name that none of this server's waits is on starts with a plain try-lock: free
+   * and nobody queued anywhere, that is the whole wait (one script, none of the queue's
+   * machinery). Otherwise, or when refused, it queues. A wait of this server that comes while
+   * that try-lock runs queues after it has settled, behind the first (which takes its turn to
+   * join before them: it was the first to wait on that try-lock's outcome).
+   */
+  const acquireQueued = (request: core.AcquireRequest & { signal: AbortSignal }) =>
+    counted(request.name, async () => {
+      const { name, signal, keyHash } = request;
+      const pending = trying.get(name);
+      if (pending) await pending;
+      else if (waits.get(name) === 1 && !signal.aborted && !context.isClosed()) {
+        const startedAt = context.clock.now();
+        const attempt = context.tryAcquire(request);
+        const settled = attempt.then(
+          () => undefined,
+          () => undefined,
+        );
+        trying.set(name, settled);
+        try {
+          const first = await attempt;
+          if (first.granted) {
+            return { granted: true, grant: await inTime(context, first.grant, keyHash, startedAt) };
+          }
+        } finally {
+          if (trying.get(name) === settled) trying.delete(name);
+        }
+      }
+      return queue.acquireQueued(request);
+    });
   return {
     acquireQueued(request) {
-      const run = queue.acquireQueued(request);
+      const run = acquireQueued(request);
       const done = () => running.delete(run);
       running.add(run);
       run.then(done, done);
@@ -258,16 +305,24 @@ class RedisWaiter implements core.FairQueueDriver {
     return { kind: 'again' };
   }
 
-  /** No grant is reported whose lease may already have run out. */
   private async granted(token: bigint, startedAt: number): Promise<core.QueueStep> {
     const { name, owner, ttlMs, keyHash } = this.request;
-    const { clock } = this.context;
-    const grant: core.Grant = { name, owner, token, ttlMs };
     await this.context.confirmGrant(name, token);
-    if (clock.now() - startedAt < ttlMs) return { kind: 'granted', grant };
-    await this.context.release(grant, keyHash).catch(() => undefined);
-    throw new DlmError('UNAVAILABLE', 'Redis answered after the lease had already run out', {
-      indeterminate: true,
-    });
+    const grant = { name, owner, token, ttlMs };
+    return { kind: 'granted', grant: await inTime(this.context, grant, keyHash, startedAt) };
   }
+}
+
+/** No grant is reported whose lease may already have run out (the call began at `startedAt`). */
+async function inTime(
+  context: QueueContext,
+  grant: core.Grant,
+  keyHash: string | undefined,
+  startedAt: number,
+): Promise<core.Grant> {
+  if (context.clock.now() - startedAt < grant.ttlMs) return grant;
+  await context.release(grant, keyHash).catch(() => undefined);
+  throw new DlmError('UNAVAILABLE', 'Redis answered after the lease had already run out', {
+    indeterminate: true,
+  });
 }

@@ -31,6 +31,8 @@ export {
   type AdoptTokenRequest,
   createRedisNode,
   type NodeAcquireResult,
+  type QueueReply,
+  type QueueRequest,
   type RedisNode,
   type RedisNodeOptions,
 } from './redis-node.js';

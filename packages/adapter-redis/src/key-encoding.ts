@@ -1,8 +1,8 @@
 /**
  * How lock names become Redis keys. A name may hold any non-control Unicode, `{`, `}` and `:`
  * included, so it is hex-encoded (UTF-8 bytes): the encoding is injective, contains no brace
- * (the hash tag `{…}` stays valid, so a name's lock and fence keys share one Redis Cluster
- * slot), and a name prefix maps to a key prefix (`list(prefix)` can SCAN with MATCH).
+ * (the hash tag `{…}` stays valid, so a name's lock, fence and queue keys share one Redis
+ * Cluster slot), and a name prefix maps to a key prefix (`list(prefix)` can SCAN with MATCH).
  */
 
 export interface NameKeys {
@@ -10,6 +10,12 @@ export interface NameKeys {
   lock: string;
   /** The name's last token; expires the lease plus the retention margin after its last grant. */
   fence: string;
+  /** The fair queue's entry ids, scored by the name's sequence (see QUEUE_JOIN). */
+  queue: string;
+  /** The same ids, scored by when each stops counting (server ms). */
+  queueEnds: string;
+  /** The sequence that orders the queue's entries. */
+  queueSeq: string;
   /** The name's hex form, as carried in event messages. */
   hex: string;
 }
@@ -33,10 +39,18 @@ export function decodeName(hex: string): string {
   return Buffer.from(hex, 'hex').toString('utf8');
 }
 
-/** The keys of `name` under `prefix`: its lock key and its fence key (one hash slot). */
+/** The keys of `name` under `prefix`: its lock, fence and queue keys (one hash slot). */
 export function nameKeys(prefix: string, name: string): NameKeys {
   const hex = encodeName(name);
-  return { lock: `${prefix}{${hex}}:lock`, fence: `${prefix}{${hex}}:fence`, hex };
+  const tag = `${prefix}{${hex}}`;
+  return {
+    lock: `${tag}:lock`,
+    fence: `${tag}:fence`,
+    queue: `${tag}:queue`,
+    queueEnds: `${tag}:queue-ends`,
+    queueSeq: `${tag}:queue-seq`,
+    hex,
+  };
 }
 
 /** The one pub/sub channel every instance publishes lock events on. */

@@ -60,6 +60,11 @@ export interface LockEventsOptions {
 
 export interface LockEvents {
   watch(name: string, listener: (event: LockEvent) => void): Unsubscribe;
+  /**
+   * Calls `listener` with the id of each entry that leaves `name`'s fair queue (granted, gone,
+   * or no longer counting), as the queue scripts publish it.
+   */
+  watchQueue(name: string, listener: (id: string) => void): Unsubscribe;
   /** Delivers an event to the watchers of `event.name` (resynchronisation, wake-ups). */
   deliver(event: LockEvent): void;
   /** Names with at least one watcher. */
@@ -117,6 +122,31 @@ function parseMessage(message: string, byHex: Map<string, WatchEntry>): Parsed |
   return { type, entry, token: BigInt(digits), owner: message.slice(third + 1) };
 }
 
+/** Queue departures (`left <hex name> <sequence> <id>`) to their watchers, by hex name. */
+function queueWatchers() {
+  const byHex = new Map<string, Set<(id: string) => void>>();
+  return {
+    watch(name: string, listener: (id: string) => void): Unsubscribe {
+      const hex = encodeName(name);
+      const listeners = byHex.get(hex) ?? new Set();
+      byHex.set(hex, listeners.add(listener));
+      return () => {
+        listeners.delete(listener);
+        if (listeners.size === 0 && byHex.get(hex) === listeners) byHex.delete(hex);
+      };
+    },
+    /** Whether `message` was a departure (delivered if anyone here watches its name). */
+    deliver(message: string): boolean {
+      if (!message.startsWith('left ')) return false;
+      const [, hex, , id] = message.split(' ', 4);
+      const listeners = hex === undefined ? undefined : byHex.get(hex);
+      if (listeners && id) for (const listener of [...listeners]) listener(id);
+      return true;
+    },
+    clear: () => byHex.clear(),
+  };
+}
+
 /** Adds `K` and `x` to the server's notify-keyspace-events flags; false if not allowed. */
 async function enableKeyspaceExpiry(subscriber: Redis): Promise<boolean> {
   try {
@@ -172,6 +202,7 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
     },
     dropped: (entry) => byHex.delete(entry.hex),
   });
+  const departures = queueWatchers();
   const expiryOn = options.sources.map(() => false);
   const subscribedOnce = options.sources.map(() => false);
   let closed = false;
@@ -239,7 +270,7 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
     const { subscriber, db } = source;
     const keyspacePrefix = keyspaceChannelPrefix(db);
     subscriber.on('message', (from: string, message: string) => {
-      if (from !== channel) return;
+      if (from !== channel || departures.deliver(message)) return;
       const parsed = parseMessage(message, byHex);
       if (parsed) onLockMessage(parsed);
     });
@@ -283,6 +314,7 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
 
   return {
     watch: (name, listener) => entries.watch(name, listener),
+    watchQueue: departures.watch,
     deliver: (event) => entries.deliver(event.name, event),
     watchedNames: () => entries.names(),
     lastToken: (name) => entries.get(name)?.lastToken,
@@ -307,6 +339,7 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
       closed = true;
       entries.clear();
       byHex.clear();
+      departures.clear();
       // disconnect, not QUIT: a stalled server would never answer QUIT.
       for (const { subscriber } of options.sources) subscriber.disconnect();
     },

@@ -1,4 +1,6 @@
 import {
+  type AcquireRequest,
+  type AcquireResult,
   type BackendCapabilities,
   type Clock,
   DlmError,
@@ -13,6 +15,7 @@ import { createCommandConnection, createSubscriberConnection, databaseOf } from 
 import { nameKeys } from './key-encoding.js';
 import { createLockEvents, subscribedWithin } from './lock-events.js';
 import { createRedisNode } from './redis-node.js';
+import { redisQueue } from './redis-queue.js';
 import { type ReplicaOptions, replicaWait } from './replicas.js';
 import { createSentinelConnection, parseSentinels, type SentinelAddress } from './sentinel.js';
 
@@ -61,6 +64,12 @@ export interface RedisBackendOptions extends ReplicaOptions {
    * never set back by more than this; nothing per name remains after the lease plus this.
    */
   fenceRetentionMs?: number;
+  /**
+   * How long a waiter's entry in a name's fair queue counts without its dlm server's renewal
+   * (renewed every third of it), in ms. Default 3000. A server that dies mid-wait holds up the
+   * waiters behind its entries for at most this long.
+   */
+  waiterTtlMs?: number;
   clock?: Clock;
 }
 
@@ -76,6 +85,17 @@ export interface RedisBackend extends LockBackend {
 
 const DEFAULT_TIMEOUT_MS = 2_000;
 const DEFAULT_FENCE_RETENTION_MS = 60_000;
+const DEFAULT_WAITER_TTL_MS = 3_000;
+
+function checkWaiterTtl(waiterTtlMs = DEFAULT_WAITER_TTL_MS): number {
+  // Below 30 ms, a renewal every third of it would not reach Redis in time.
+  if (!Number.isSafeInteger(waiterTtlMs) || waiterTtlMs < 30) {
+    throw new DlmError('INVALID_PARAMS', 'waiterTtlMs must be a whole number of ms ≥ 30', {
+      field: 'waiterTtlMs',
+    });
+  }
+  return waiterTtlMs;
+}
 
 /** Checks the options every Redis adapter shares; returns the prefix and timeout to use. */
 export function checkCommonOptions(options: {
@@ -168,6 +188,7 @@ export function createRedisBackend(
   topologyOf?: (commandTimeoutMs: number) => RedisTopology,
 ): RedisBackend {
   const { prefix, commandTimeoutMs, fenceRetentionMs } = checkCommonOptions(options);
+  const waiterTtlMs = checkWaiterTtl(options.waiterTtlMs);
   const clock = options.clock ?? systemClock;
   const topology = topologyOf?.(commandTimeoutMs) ?? singleServer(options, commandTimeoutMs);
   const { client, ownsClient } = topology;
@@ -180,6 +201,7 @@ export function createRedisBackend(
     clock,
     publishAcquired: true,
     fenceRetentionMs,
+    fairQueue: true,
   });
   const durable = options.durable ?? false;
 
@@ -189,7 +211,10 @@ export function createRedisBackend(
     keyspace: topology.keyspaceEvents,
     mode: 'single',
     clock,
-    onResubscribed: () => void resynchronise(),
+    onResubscribed: () => {
+      queue.resync();
+      void resynchronise();
+    },
   });
 
   /**
@@ -225,6 +250,41 @@ export function createRedisBackend(
     if (closed) throw new DlmError('UNAVAILABLE', 'the Redis backend is closed');
   }
 
+  const queue = redisQueue({
+    node,
+    events,
+    clock,
+    waiterTtlMs,
+    isClosed: () => closed,
+    subscribed: (startedAt) => subscribedWithin(clock, events, commandTimeoutMs, startedAt),
+    async confirmGrant(name, token) {
+      await replicas?.confirm('acquire', lockKey(name));
+      events.noteGrant(name, token);
+    },
+    release: ({ name, token }, keyHash) => node.release(name, token, keyHash),
+    tryAcquire: (request) => tryAcquire(request),
+  });
+
+  async function tryAcquire({
+    name,
+    owner,
+    ttlMs,
+    keyHash,
+  }: AcquireRequest): Promise<AcquireResult> {
+    assertOpen();
+    const startedAt = clock.now();
+    if (!events.isSubscribed) await subscribedWithin(clock, events, commandTimeoutMs, startedAt);
+    const result = await node.acquire(name, owner, keyHash, ttlMs, startedAt);
+    if (!result.granted) {
+      // Free, but others wait in its queue: they come first, and there is no lease to tell.
+      if (result.queued) return { granted: false };
+      return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
+    }
+    await replicas?.confirm('acquire', lockKey(name));
+    events.noteGrant(name, result.token);
+    return { granted: true, grant: { name, owner, token: result.token, ttlMs } };
+  }
+
   return {
     kind: 'redis',
 
@@ -234,7 +294,7 @@ export function createRedisBackend(
         minTtlMs: 1,
         ttlGranularityMs: 1,
         durableAcrossRestart: durable,
-        fairQueue: false,
+        fairQueue: true,
         expiryEvents: events.expiryEventsOn(),
       };
     },
@@ -250,16 +310,10 @@ export function createRedisBackend(
       }
     },
 
-    async tryAcquire({ name, owner, ttlMs, keyHash }) {
-      assertOpen();
-      const startedAt = clock.now();
-      if (!events.isSubscribed) await subscribedWithin(clock, events, commandTimeoutMs, startedAt);
-      const result = await node.acquire(name, owner, keyHash, ttlMs, startedAt);
-      if (!result.granted) return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
-      await replicas?.confirm('acquire', lockKey(name));
-      events.noteGrant(name, result.token);
-      return { granted: true, grant: { name, owner, token: result.token, ttlMs } };
-    },
+    tryAcquire,
+
+    // The queue itself answers UNAVAILABLE once the backend is closed.
+    acquireQueued: (request) => queue.acquireQueued(request),
 
     async release({ name, token, keyHash }) {
       assertOpen();
@@ -299,6 +353,8 @@ export function createRedisBackend(
     async close() {
       if (closed) return;
       closed = true;
+      // Waiters leave the queue while the connection is still there.
+      await queue.close();
       await events.close();
       node.detach();
       // disconnect, not QUIT: a stalled server would never answer QUIT.

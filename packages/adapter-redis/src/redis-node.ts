@@ -23,6 +23,10 @@ import {
   INSPECT,
   type LuaScript,
   loadScripts,
+  QUEUE_JOIN,
+  QUEUE_LEAVE,
+  QUEUE_LOOK,
+  QUEUE_RENEW,
   RELEASE,
   REVOKE,
   runScript,
@@ -36,7 +40,28 @@ import { createServerClock, type ServerClock } from './server-clock.js';
 
 export type NodeAcquireResult =
   | { granted: true; token: bigint /** false: the same owner's lease, refreshed */; fresh: boolean }
-  | { granted: false; ttlRemainingMs: number };
+  /** `queued`: the lock is free but someone waits in its fair queue (no barging). */
+  | { granted: false; ttlRemainingMs: number; queued?: true };
+
+/** One waiter's request to the name's fair queue (QUEUE_JOIN, QUEUE_LOOK). */
+export interface QueueRequest {
+  name: string;
+  owner: string;
+  keyHash: string | undefined;
+  ttlMs: number;
+  /** The entry's id: unique to this wait. */
+  id: string;
+  /** How long the entry counts without a renewal, in ms. */
+  waiterTtlMs: number;
+}
+
+/** What a join or a look found. */
+export type QueueReply =
+  | { kind: 'granted'; token: bigint }
+  /** Queued: the entry just ahead (and its ms left) or, first, the holder's lease left. */
+  | { kind: 'queued'; ahead?: { id: string; endsInMs: number }; holderMs?: number }
+  /** The entry stopped counting (its renewals did not come in time). */
+  | { kind: 'gone' };
 
 export interface RedisNodeOptions {
   /** One server, or a Redis Cluster (each call's keys share one slot). */
@@ -48,6 +73,8 @@ export interface RedisNodeOptions {
   publishAcquired: boolean;
   /** How long a name's fence key outlives its last grant's lease (see redis-scripts.ts). */
   fenceRetentionMs: number;
+  /** The names have fair queues: a try-lock refuses a free lock while someone is queued. */
+  fairQueue?: boolean;
 }
 
 /** What Redlock's second step sets on one node (see `RedisNode.adoptToken`). */
@@ -97,6 +124,13 @@ export interface RedisNode {
    */
   adoptToken(request: AdoptTokenRequest): Promise<boolean>;
   list(namePrefix: string): Promise<LockState[]>;
+  /** Queues the waiter, or grants at once when the lock is free and nobody is queued. */
+  queueJoin(request: QueueRequest, startedAt: number): Promise<QueueReply>;
+  /** Grants when the waiter's entry is the first live one and the lock is free. */
+  queueLook(request: QueueRequest, startedAt: number): Promise<QueueReply>;
+  queueLeave(name: string, id: string): Promise<void>;
+  /** Renews this server's entries of `name`; returns the ids still counting. */
+  queueRenew(name: string, ids: readonly string[], waiterTtlMs: number): Promise<string[]>;
   /** Resolves once the client has connected for the first time (UNAVAILABLE after the time-out). */
   whenConnected(): Promise<void>;
   /** Stops listening to the client's events (does not close it). */
@@ -325,6 +359,27 @@ class ScriptedRedisNode implements RedisNode {
     return { name, owner, token, ttlRemainingMs: Math.max(0, Number(reply[1])) };
   }
 
+  /** ACQUIRE's eight arguments (the queue scripts append theirs). */
+  private acquireArgs(
+    keys: NameKeys,
+    owner: string,
+    keyHash: string | undefined,
+    ttlMs: number,
+    deadline: number,
+    freshMs?: number,
+  ): Array<string | number> {
+    return [
+      owner,
+      ttlMs,
+      deadline,
+      this.options.publishAcquired ? this.channel : '',
+      keys.hex,
+      keyHash ?? '',
+      this.options.fenceRetentionMs,
+      freshMs === undefined ? '' : Math.max(1, Math.ceil(freshMs)),
+    ];
+  }
+
   async acquire(
     name: string,
     owner: string,
@@ -342,14 +397,9 @@ class ScriptedRedisNode implements RedisNode {
         ACQUIRE,
         [keys.lock, keys.fence],
         (deadline) => [
-          owner,
-          ttlMs,
-          deadline,
-          this.options.publishAcquired ? this.channel : '',
-          keys.hex,
-          keyHash ?? '',
-          this.options.fenceRetentionMs,
-          freshMs === undefined ? '' : Math.max(1, Math.ceil(freshMs)),
+          ...this.acquireArgs(keys, owner, keyHash, ttlMs, deadline, freshMs),
+          // With fair queues, a free lock is refused while someone waits.
+          this.options.fairQueue ? keys.queueEnds : '',
         ],
         true,
       ),
@@ -360,7 +410,76 @@ class ScriptedRedisNode implements RedisNode {
     if (reply[0] === 1) {
       return { granted: true, token: BigInt(String(reply[1])), fresh: reply[3] === 1 };
     }
+    if (reply[1] === -1) return { granted: false, ttlRemainingMs: 0, queued: true };
     return { granted: false, ttlRemainingMs: Math.max(0, Number(reply[1])) };
+  }
+
+  private queueKeys(name: string): { keys: NameKeys; list: string[] } {
+    const keys = this.keysOf(name);
+    return { keys, list: [keys.lock, keys.fence, keys.queue, keys.queueEnds, keys.queueSeq] };
+  }
+
+  /** QUEUE_JOIN or QUEUE_LOOK, and what it found. */
+  private async queueStep(
+    what: 'queue-join' | 'queue-look',
+    request: QueueRequest,
+    startedAt: number,
+  ): Promise<QueueReply> {
+    const { name, owner, keyHash, ttlMs, id, waiterTtlMs } = request;
+    const { keys, list } = this.queueKeys(name);
+    const reply = asArray(
+      await this.send(
+        what,
+        true,
+        startedAt,
+        what === 'queue-join' ? QUEUE_JOIN : QUEUE_LOOK,
+        list,
+        (deadline) => [...this.acquireArgs(keys, owner, keyHash, ttlMs, deadline), id, waiterTtlMs],
+        true,
+      ),
+      what,
+    );
+    this.observe(reply[0] === 3 ? reply[1] : reply[reply[0] === 2 ? 4 : 2]);
+    if (reply[0] === -1) throw this.stale(what);
+    if (reply[0] === 1) return { kind: 'granted', token: BigInt(String(reply[1])) };
+    if (reply[0] === 3) return { kind: 'gone' };
+    // {0, pttl, now} cannot come from these scripts: ACQUIRE's refusals become {2, …}.
+    const ahead = String(reply[1] ?? '');
+    const holderMs = Number(reply[3]);
+    return {
+      kind: 'queued',
+      ...(ahead === '' ? {} : { ahead: { id: ahead, endsInMs: Math.max(0, Number(reply[2])) } }),
+      ...(holderMs >= 0 ? { holderMs } : {}),
+    };
+  }
+
+  queueJoin(request: QueueRequest, startedAt: number): Promise<QueueReply> {
+    return this.queueStep('queue-join', request, startedAt);
+  }
+
+  queueLook(request: QueueRequest, startedAt: number): Promise<QueueReply> {
+    return this.queueStep('queue-look', request, startedAt);
+  }
+
+  async queueLeave(name: string, id: string): Promise<void> {
+    const { keys, list } = this.queueKeys(name);
+    await this.call('queue-leave', true, this.clock.now(), QUEUE_LEAVE, list, [
+      id,
+      this.channel,
+      keys.hex,
+    ]);
+  }
+
+  async queueRenew(name: string, ids: readonly string[], waiterTtlMs: number): Promise<string[]> {
+    const { list } = this.queueKeys(name);
+    const reply = asArray(
+      await this.call('queue-renew', true, this.clock.now(), QUEUE_RENEW, list, [
+        waiterTtlMs,
+        ...ids,
+      ]),
+      'queue-renew',
+    );
+    return reply.map(String);
   }
 
   async release(name: string, token: bigint, keyHash: string | undefined): Promise<boolean> {

@@ -68,33 +68,178 @@ local function format(token, hash, owner)
 end
 `;
 
+// Shared: the acquire step. `waiting` (nil: nobody counts) says whether someone is queued for the
+// name: then a free lock is not granted ({0, -1, now}), only the holder's own lease refreshed.
+// KEYS and ARGV as ACQUIRE's (the queue scripts append theirs after them).
+const ACQUIRE_STEP = `
+local function acquire(waiting)
+  if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, 0, now} end
+  local current = redis.call('GET', KEYS[1])
+  if current then
+    local held, hash, owner = parse(current)
+    -- The same owner without the lease's key is another requester.
+    if owner == ARGV[1] and hash == ARGV[6] then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      return {1, held, now, 0}
+    end
+    return {0, redis.call('PTTL', KEYS[1]), now}
+  end
+  if waiting and waiting() then return {0, -1, now} end
+  ${nextToken('tonumber(ARGV[2]) + tonumber(ARGV[7])')}
+  redis.call('SET', KEYS[1], format(token, ARGV[6], ARGV[1]), 'PX', tonumber(ARGV[8]) or ARGV[2])
+  if ARGV[4] ~= '' then
+    redis.call('PUBLISH', ARGV[4], 'acquired ' .. ARGV[5] .. ' ' .. token .. ' ' .. ARGV[1])
+  end
+  return {1, token, now, 1}
+end
+`;
+
 /**
  * KEYS: lock, fence. ARGV: owner, ttlMs, deadline (server ms; 0 = none), channel ('' = do not
  * publish), hex name, key hash ('' = none), fence retention ms (the fence key lives ttlMs + this),
  * a fresh lease's own ms ('' = ttlMs: Redlock's first step takes the nodes for less, until its
- * second step labels the grant, so a dead attempt's copies run out soon).
- * Returns {1, token, now, fresh(1|0)} granted; {0, pttl, now} held by another; {-1, 0, now} stale.
+ * second step labels the grant, so a dead attempt's copies run out soon), and the name's queue
+ * ends key ('' or absent = no fair queue; see QUEUE_JOIN).
+ * Returns {1, token, now, fresh(1|0)} granted; {0, pttl, now} held by another; {0, -1, now} free
+ * but someone is queued (no barging past a live entry); {-1, 0, now} stale.
+ *
+ * The queue ends key is an argument, not one of KEYS, though it is in the name's slot: Redis
+ * Cluster answers TRYAGAIN to a script whose declared keys are split by a slot migration (some
+ * moved, some never made), so declaring a key that usually does not exist would fail every
+ * acquire of a held name while its slot moves. Read only when the lock is free, it is checked by
+ * Redis like any command of the script (same slot, local).
  */
 export const ACQUIRE = script(
   'acquire',
-  `${NOW}${VALUE}
-if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, 0, now} end
-local current = redis.call('GET', KEYS[1])
-if current then
-  local held, hash, owner = parse(current)
-  -- The same owner without the lease's key is another requester.
-  if owner == ARGV[1] and hash == ARGV[6] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, held, now, 0}
+  `${NOW}${VALUE}${ACQUIRE_STEP}
+local ends = ARGV[9]
+if not ends or ends == '' then return acquire(nil) end
+return acquire(function()
+  return redis.call('ZCOUNT', ends, '(' .. string.format('%.0f', now), '+inf') > 0
+end)
+`,
+);
+
+// Shared by the queue scripts. KEYS[3]: the entries (a sorted set of entry ids, scored by the
+// name's sequence), KEYS[4]: their ends (the same ids, scored by when each stops counting, in
+// server ms), KEYS[5]: the sequence. An entry's departure is published on `channel` as
+// `left <hex name> <its sequence> <id>` (the ARGV that hold the channel and the hex name).
+const KEEP = `
+-- The queue's keys last as long as its last entry, so a queue whose servers all died goes.
+local function keep()
+  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  if not last[2] then
+    redis.call('DEL', KEYS[3], KEYS[5])
+    return
   end
-  return {0, redis.call('PTTL', KEYS[1]), now}
+  local ms = math.max(1, tonumber(last[2]) - now)
+  for i = 3, 5 do redis.call('PEXPIRE', KEYS[i], ms) end
 end
-${nextToken('tonumber(ARGV[2]) + tonumber(ARGV[7])')}
-redis.call('SET', KEYS[1], format(token, ARGV[6], ARGV[1]), 'PX', tonumber(ARGV[8]) or ARGV[2])
-if ARGV[4] ~= '' then
-  redis.call('PUBLISH', ARGV[4], 'acquired ' .. ARGV[5] .. ' ' .. token .. ' ' .. ARGV[1])
+`;
+
+const queueSteps = (channel: string, hex: string) => `
+${KEEP}
+local function depart(id)
+  local place = redis.call('ZSCORE', KEYS[3], id)
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('ZREM', KEYS[4], id)
+  if place and ${channel} ~= '' then
+    redis.call('PUBLISH', ${channel}, 'left ' .. ${hex} .. ' ' .. place .. ' ' .. id)
+  end
+  return place
 end
-return {1, token, now, 1}
+-- Entries whose server stopped renewing them no longer count; a bounded number go per call.
+local function purge()
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', string.format('%.0f', now), 'LIMIT', 0, 64)
+  for _, id in ipairs(dead) do depart(id) end
+end
+local function ends(id)
+  local at = redis.call('ZSCORE', KEYS[4], id)
+  if not at then return -1 end
+  return math.max(0, tonumber(at) - now)
+end
+`;
+
+/**
+ * KEYS: lock, fence, entries, ends, sequence. ARGV: ACQUIRE's eight, then the entry's id and how
+ * long it counts without renewal (ms). Grants at once when the lock is free and nobody is queued
+ * (or it is the owner's own lease); else queues the entry last.
+ * Returns ACQUIRE's replies, or {2, id ahead ('' = none), its ms left, holder pttl (-1), now}.
+ */
+export const QUEUE_JOIN = script(
+  'queue-join',
+  `${NOW}${VALUE}${ACQUIRE_STEP}${queueSteps('ARGV[4]', 'ARGV[5]')}
+if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, 0, now} end
+purge()
+local reply = acquire(function() return redis.call('ZCARD', KEYS[3]) > 0 end)
+if reply[1] ~= 0 then return reply end
+local last = redis.call('ZRANGE', KEYS[3], -1, -1)
+redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[5]), ARGV[9])
+redis.call('ZADD', KEYS[4], string.format('%.0f', now + tonumber(ARGV[10])), ARGV[9])
+keep()
+if last[1] then return {2, last[1], ends(last[1]), reply[2], now} end
+return {2, '', -1, reply[2], now}
+`,
+);
+
+/**
+ * KEYS and ARGV: QUEUE_JOIN's. When the entry is the first live one and the lock is free, grants
+ * it (ACQUIRE's step) and removes the entry, in this one script.
+ * Returns ACQUIRE's replies; {2, id ahead ('' = none), its ms left, holder pttl (-1), now}; or
+ * {3, now} when the entry is gone (it stopped counting: others may have passed it).
+ */
+export const QUEUE_LOOK = script(
+  'queue-look',
+  `${NOW}${VALUE}${ACQUIRE_STEP}${queueSteps('ARGV[4]', 'ARGV[5]')}
+if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, 0, now} end
+purge()
+local mine = redis.call('ZSCORE', KEYS[3], ARGV[9])
+if not mine then return {3, now} end
+local ahead = redis.call('ZREVRANGEBYSCORE', KEYS[3], '(' .. mine, '-inf', 'LIMIT', 0, 1)
+if ahead[1] then return {2, ahead[1], ends(ahead[1]), -1, now} end
+local reply = acquire(nil)
+if reply[1] == 1 then
+  depart(ARGV[9])
+  keep()
+  return reply
+end
+if reply[1] == -1 then return reply end
+return {2, '', -1, reply[2], now}
+`,
+);
+
+/**
+ * KEYS: lock, fence, entries, ends, sequence. ARGV: the entry's id, channel, hex name.
+ * Returns 1 when the entry was there.
+ */
+export const QUEUE_LEAVE = script(
+  'queue-leave',
+  `${NOW}${queueSteps('ARGV[2]', 'ARGV[3]')}
+local place = depart(ARGV[1])
+keep()
+if place then return 1 end
+return 0
+`,
+);
+
+/**
+ * KEYS: lock, fence, entries, ends, sequence. ARGV: how long the entries count from now (ms), then
+ * the ids of this server's entries. An entry that already stopped counting is not brought back:
+ * waiters behind it may have passed it. Returns the ids renewed.
+ */
+export const QUEUE_RENEW = script(
+  'queue-renew',
+  `${NOW}${KEEP}
+local renewed = {}
+for i = 2, #ARGV do
+  local at = redis.call('ZSCORE', KEYS[4], ARGV[i])
+  if at and tonumber(at) > now then
+    redis.call('ZADD', KEYS[4], 'XX', string.format('%.0f', now + tonumber(ARGV[1])), ARGV[i])
+    renewed[#renewed + 1] = ARGV[i]
+  end
+end
+keep()
+return renewed
 `,
 );
 
@@ -202,6 +347,10 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   INSPECT,
   REVOKE,
   ADOPT_TOKEN,
+  QUEUE_JOIN,
+  QUEUE_LOOK,
+  QUEUE_LEAVE,
+  QUEUE_RENEW,
 ];
 
 /**

@@ -7,6 +7,7 @@ import {
 } from '@dlm/test-services';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { nameKeys, type RedisBackend, redisClusterBackend } from '../src/index.js';
+import { queueProbe } from './queue-probe.js';
 
 const enabled = redisClusterAvailable();
 
@@ -35,6 +36,7 @@ describe.skipIf(!enabled)('redis cluster adapter', () => {
         await backend.ready();
         return backend;
       },
+      fairQueue: { entries: (name) => queueProbe({ nodes: cluster.addresses }).entries(name) },
     });
   }
 

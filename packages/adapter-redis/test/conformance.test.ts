@@ -2,6 +2,7 @@ import { killAndStart, runConformance, useService } from '@dlm/conformance';
 import { redisAvailable, redisManaged, startRedis } from '@dlm/test-services';
 import { describe } from 'vitest';
 import { redisBackend } from '../src/index.js';
+import { queueProbe } from './queue-probe.js';
 
 const enabled = redisAvailable();
 
@@ -17,6 +18,7 @@ describe.skipIf(!enabled)('redis adapter', () => {
       await backend.ready();
       return backend;
     },
+    fairQueue: { entries: (name) => queueProbe({ url: redis().url }).entries(name) },
   });
 });
 

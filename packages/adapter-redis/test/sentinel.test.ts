@@ -8,6 +8,7 @@ import {
 } from '@dlm/test-services';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisBackend, type RedisBackendOptions, redisBackend } from '../src/index.js';
+import { queueProbe } from './queue-probe.js';
 
 const enabled = redisSentinelAvailable();
 
@@ -35,6 +36,7 @@ describe.skipIf(!enabled)('redis adapter through Sentinel', () => {
       await backend.ready();
       return backend;
     },
+    fairQueue: { entries: (name) => queueProbe({ master: () => sentinel.master() }).entries(name) },
   });
 
   runConformance('redis (sentinel, minReplicas 2)', {

@@ -63,13 +63,14 @@ describe('acquireAll', () => {
   it('checks its input before sending: the same codes and fields as the server', async () => {
     // A client of no server: an error other than UNAVAILABLE can only come from the client.
     const offline = await env.clientOfNoServer();
-    const cases: [readonly (string | { name: string; mode?: 'exclusive' | 'shared' })[], string][] =
+    const cases: [readonly (string | { name: string; mode?: never; limit?: number })[], string][] =
       [
         [[], 'locks'],
         [['a', 'b', 'a'], 'locks'],
         [Array.from({ length: 65 }, (_, i) => `n${i}`), 'locks'],
         [['a', ''], 'name'],
-        [[{ name: 'a', mode: 'shared' }], 'mode'],
+        [[{ name: 'a', mode: 'upgradable' as never }], 'mode'],
+        [[{ name: 'a', limit: 2 }], 'limit'],
       ];
     for (const [locks, field] of cases) {
       await expect(offline.acquireAll(locks, { ttlMs: 10_000 })).rejects.toMatchObject({

@@ -1,3 +1,5 @@
+import type { LockMode } from './validation.js';
+
 /**
  * The contract every storage adapter implements. Each primitive is one atomic step on the
  * backend (a Lua script, an etcd transaction, a ZooKeeper multi-op); core builds waiting,
@@ -26,6 +28,28 @@
  *   (written by an older version) matches only token-only requests.
  * Compare hashes as plain strings; they are fixed-length digests of random keys, so a timing
  * side channel tells nothing useful.
+ *
+ * Holders, modes and limits (only with `capabilities.sharedModes`; core never sends a shared
+ * request to an adapter without it). A name's holders are either one `exclusive` holder or 1 to
+ * `limit` `shared` holders, never both, and all shared holders at one time agree on `limit`
+ * (a read lock is `shared` with the server's `maxHolders` as its limit; a semaphore of N permits
+ * is `shared` with limit N). Each holder is its own lease, with its own token, owner, key hash
+ * and deadline; `release` and `extend` (by token and key hash) touch that holder only, and an
+ * expiry ends that holder only. `tryAcquire`, in one atomic step:
+ * - the same owner with the same key hash in the same mode and limit: that holder's lease,
+ *   refreshed, same token (an idempotent re-acquire, as for exclusive locks);
+ * - the same owner with the same key hash in the other mode: `conflict: { field: 'mode' }`
+ *   (no upgrade or downgrade in place);
+ * - shared, while shared holders with another limit hold it: `conflict: { field: 'limit',
+ *   limit }` with theirs;
+ * - shared: granted when there is no exclusive holder and fewer than `limit` holders;
+ *   exclusive: granted when there is no holder at all;
+ * - otherwise `granted: false` with `ttlRemainingMs` of the holder whose end would let this
+ *   request in (shared at the limit: the soonest to end; exclusive: the latest).
+ * Tokens: every grant, shared or exclusive, gets a token above every earlier grant's for the
+ * name, so a writer's token is above every earlier reader's. A fair queue (`acquireQueued`)
+ * orders both modes in one FIFO: a shared entry may be granted when no exclusive entry is ahead
+ * of it and the name has room; an exclusive entry when it is first and the name is free.
  */
 
 export interface BackendCapabilities {
@@ -48,6 +72,12 @@ export interface BackendCapabilities {
   fairQueue: boolean;
   /** `watch` reports expiries as they happen (not only releases). */
   expiryEvents: boolean;
+  /**
+   * The adapter grants `mode: 'shared'` requests (read locks, semaphores; see the top of this
+   * file). Absent or false: core refuses them (INVALID_PARAMS, field `mode`) and never sends one,
+   * so an adapter written before shared modes keeps its contract.
+   */
+  sharedModes?: boolean;
 }
 
 export interface AcquireRequest {
@@ -56,6 +86,10 @@ export interface AcquireRequest {
   ttlMs: number;
   /** `hashLeaseKey` of the lease key, stored with the lease (see the top of this file). */
   keyHash?: string | undefined;
+  /** Absent: `exclusive`. `shared` only reaches adapters with `capabilities.sharedModes`. */
+  mode?: LockMode | undefined;
+  /** With `shared` (always given then): the most holders at once, 1 to `Limits.maxHolders`. */
+  limit?: number | undefined;
 }
 
 /** Which lease a release or extend is about: the token, and the key's hash when known. */
@@ -78,15 +112,44 @@ export type AcquireResult =
   | { granted: true; grant: Grant }
   | {
       granted: false;
-      /** The current holder's remaining lease, when the backend could tell. */
+      /**
+       * The remaining lease of the holder whose end would let the request in (the only holder's,
+       * for an exclusive lock), when the backend could tell.
+       */
       ttlRemainingMs?: number;
+      /**
+       * The request can never be granted as asked while the current holders hold it: the same
+       * owner and key hold it in the other mode (`mode`), or shared holders agreed on another
+       * limit (`limit`, theirs). Core answers INVALID_PARAMS with that field; it does not wait.
+       */
+      conflict?: LockConflict;
     };
 
+/** Why a request cannot be granted as asked (see `AcquireResult`). */
+export type LockConflict = { field: 'mode' } | { field: 'limit'; limit: number };
+
+/** One holder of a name, as `inspect` reports it. */
+export interface HolderState {
+  owner: string;
+  token: bigint;
+  ttlRemainingMs: number;
+}
+
+/**
+ * Who holds a name. `owner`, `token` and `ttlRemainingMs` are those of the holder with the
+ * highest token (the only holder, for an exclusive lock).
+ */
 export interface LockState {
   name: string;
   owner: string;
   token: bigint;
   ttlRemainingMs: number;
+  /** Absent: `exclusive` (an adapter without shared modes need not say). */
+  mode?: LockMode | undefined;
+  /** With `shared`: the limit the holders agreed on. */
+  limit?: number | undefined;
+  /** Every holder, ordered by token. Absent: the one holder above. */
+  holders?: HolderState[] | undefined;
 }
 
 /** What `watch` reports. `token` and `owner` are those of the lease the event is about. */
@@ -95,6 +158,15 @@ export interface LockEvent {
   type: 'acquired' | 'released' | 'expired' | 'revoked';
   token?: bigint;
   owner?: string;
+  /**
+   * The mode of the lease the event is about. An adapter with `capabilities.sharedModes` sets it
+   * on every `acquired` event that carries a token: core reads an exclusive grant with a higher
+   * token as the end of every lease it follows for the name, and a shared one as the end of an
+   * exclusive lease only. Absent: `exclusive`.
+   */
+  mode?: LockMode | undefined;
+  /** The number of holders after the change, when the backend knows it in the same step. */
+  holders?: number | undefined;
 }
 
 export type Unsubscribe = () => void;
@@ -112,7 +184,7 @@ export interface LockBackend {
   release(request: HolderProof): Promise<boolean>;
   /** Resets the lease to `ttlMs` when `token` (and `keyHash`) are the holder's; null when not. */
   extend(request: HolderProof & { ttlMs: number }): Promise<Grant | null>;
-  /** The current holder, or null when free. */
+  /** The current holders (every one of them, with `sharedModes`), or null when free. */
   inspect(name: string): Promise<LockState | null>;
   /**
    * Calls `listener` on releases (and expiries, with `expiryEvents`) of `name`, and on grants
@@ -128,7 +200,7 @@ export interface LockBackend {
    * a grant it re-checks that the lease still runs (etcd-io/etcd#11456).
    */
   acquireQueued?(request: AcquireRequest & { signal: AbortSignal }): Promise<AcquireResult>;
-  /** Forcibly ends the current lease, whoever holds it (admin use). False when free. */
+  /** Forcibly ends every current lease of the name, whoever holds it (admin use). False when free. */
   revoke?(name: string): Promise<boolean>;
   /** Lists held locks whose names start with `prefix` (admin use). */
   list?(prefix: string): Promise<LockState[]>;

@@ -82,9 +82,16 @@ export interface AcquireOptions {
   ttlMs: number;
   /** 0 (the default) is a try-lock; otherwise wait up to this long, first come first served. */
   waitMs?: number;
-  /** Default `exclusive`; `shared` is not granted yet (INVALID_PARAMS, field `mode`). */
+  /**
+   * Default `exclusive`. `shared`: one of up to `limit` holders at once (a read lock, a
+   * semaphore's permit), on a backend with `capabilities.sharedModes` (INVALID_PARAMS, field
+   * `mode`, elsewhere).
+   */
   mode?: LockMode;
-  /** Only for `shared` (INVALID_PARAMS, field `limit`, otherwise). */
+  /**
+   * Only for `shared` (INVALID_PARAMS, field `limit`, otherwise): 1 to `limits.maxHolders`,
+   * default `maxHolders`. Every shared holder of a name at one time has the same limit.
+   */
   limit?: number;
   /** Ends a wait early with CANCELLED. */
   signal?: AbortSignal;
@@ -264,6 +271,14 @@ function nameCheck(limits: Limits): (value: unknown) => string {
   };
 }
 
+function noSharedModes(ctx: ServiceContext): DlmError {
+  return new DlmError(
+    'INVALID_PARAMS',
+    `mode "shared" is not supported by the ${ctx.backend.kind} backend yet: it grants exclusive locks only`,
+    { field: 'mode' },
+  );
+}
+
 function assertOpen(ctx: ServiceContext): void {
   if (ctx.closed) throw new DlmError('UNAVAILABLE', 'the lock service is shutting down');
 }
@@ -290,14 +305,15 @@ async function acquire(ctx: ServiceContext, options: AcquireOptions): Promise<Le
   const owner = validateOwner(options.owner, limits);
   const ttlMs = validateTtl(options.ttlMs, limits);
   const waitMs = validateWait(options.waitMs, limits);
-  validateMode(options.mode, options.limit);
+  const { mode, limit } = validateMode(options.mode, options.limit, limits);
+  if (mode === 'shared' && !ctx.backend.capabilities.sharedModes) throw noSharedModes(ctx);
   const givenKey = options.leaseKey === undefined ? undefined : validateLeaseKey(options.leaseKey);
   assertOpen(ctx);
   if (options.signal?.aborted) throw cancelledError();
   const state = openName(ctx, name);
   const { leaseKey, keyHash, isHolder } = acquireProof(state, owner, givenKey);
   const queued: QueuedAcquire = {
-    request: { name, owner, ttlMs, keyHash },
+    request: { name, owner, ttlMs, keyHash, mode, limit },
     leaseKey,
     onLost: options.onLost,
     around: options.aroundBackendCall,

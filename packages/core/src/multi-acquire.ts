@@ -22,8 +22,10 @@ import {
 /** One lock of an `acquireAll` set. */
 export interface LockSpec {
   name: string;
-  /** Default `exclusive`; `shared` is not granted yet (INVALID_PARAMS, field `mode`). */
+  /** Default `exclusive` (see `AcquireOptions.mode`). */
   mode?: LockMode;
+  /** Only with `shared` (see `AcquireOptions.limit`). */
+  limit?: number;
 }
 
 export interface AcquireAllOptions {
@@ -77,8 +79,11 @@ export async function acquireAll(ops: SetOperations, options: AcquireAllOptions)
     const deadline = ops.clock.now() + waitMs;
     for (const name of [...names].sort(byCodeUnits)) {
       current = name;
+      const { mode, limit } = options.locks[names.indexOf(name)]!;
       const lease = await ops.acquire({
         name,
+        ...(mode === undefined ? {} : { mode }),
+        ...(limit === undefined ? {} : { limit }),
         owner,
         ttlMs,
         waitMs: Math.max(0, Math.floor(deadline - ops.clock.now())),
@@ -132,7 +137,7 @@ export function validateLocks(
     }
     const { name, mode, limit } = entry as { name?: unknown; mode?: unknown; limit?: unknown };
     const checked = inEntry(index, () => checkName(name));
-    inEntry(index, () => validateMode(mode, limit));
+    inEntry(index, () => validateMode(mode, limit, limits));
     if (seen.has(checked)) throw invalidLocks(`name ${JSON.stringify(checked)} more than once`);
     seen.add(checked);
     names.push(checked);

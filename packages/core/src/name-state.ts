@@ -5,7 +5,7 @@ import type { HolderView } from './holder-view.js';
 import type { TrackedLease } from './lease-tracking.js';
 import type { Lease, LockChange, LostEvent } from './lock-service.js';
 import type { AroundBackendCall, Notify } from './observer.js';
-import type { Limits } from './validation.js';
+import type { Limits, LockMode } from './validation.js';
 import type { WaitQueue } from './wait-queue.js';
 
 /** The service's fixed settings, derived once from its options and the backend's capabilities. */
@@ -46,7 +46,15 @@ export interface ServiceContext {
 
 /** What one of a name's queued acquires carries into the wait engine. */
 export interface QueuedAcquire {
-  request: { name: string; owner: string; ttlMs: number; keyHash: string };
+  request: {
+    name: string;
+    owner: string;
+    ttlMs: number;
+    keyHash: string;
+    mode: LockMode;
+    /** 1 for `exclusive`. */
+    limit: number;
+  };
   leaseKey: string;
   onLost: ((event: LostEvent) => void) | undefined;
   /** The request's own wrapper of its backend calls (a tracer's spans), if any. */

@@ -9,6 +9,8 @@ export interface Limits {
   maxWaitMs: number;
   /** The most locks one `acquireAll` may list. */
   maxLocksPerRequest: number;
+  /** The most shared holders a name admits (a shared request's `limit`, and its default). */
+  maxHolders: number;
 }
 
 export const DEFAULT_LIMITS: Limits = {
@@ -18,6 +20,7 @@ export const DEFAULT_LIMITS: Limits = {
   maxTtlMs: 86_400_000,
   maxWaitMs: 300_000,
   maxLocksPerRequest: 64,
+  maxHolders: 10_000,
 };
 
 // U+0000–U+001F and U+007F.
@@ -75,26 +78,42 @@ export function validateLeaseKey(value: unknown): string {
 }
 
 /**
- * How a lock is held: by one `exclusive` holder, or `shared` by several (a read lock, a
- * semaphore's permits). Shared modes are pinned in the protocol and not granted yet.
+ * How a lock is held: by one `exclusive` holder, or `shared` by up to `limit` holders at once
+ * (a read lock when the limit is `maxHolders`, a semaphore of `limit` permits otherwise).
  */
 export type LockMode = 'exclusive' | 'shared';
 
+/** A request's mode and holder limit, checked (`validateMode`). Exclusive: `limit` 1. */
+export interface ModeSpec {
+  mode: LockMode;
+  limit: number;
+}
+
 /**
- * A request's `mode` and `limit`, checked. Only exclusive locks are granted for now, so `shared`
- * is INVALID_PARAMS (field `mode`), and so is a `limit` (field `limit`), which only a shared
- * lock has.
+ * A request's `mode` (default `exclusive`) and `limit`, checked: a limit is an integer in
+ * [1, `limits.maxHolders`], only with `shared` (INVALID_PARAMS, field `limit`, with
+ * `exclusive`), and defaults to `maxHolders` (a read lock). Whether the backend grants shared
+ * modes at all is the service's check, not this one's: a client checks its inputs here before
+ * it knows the server's backend.
  */
-export function validateMode(mode: unknown, limit: unknown): LockMode {
+export function validateMode(
+  mode: unknown,
+  limit: unknown,
+  limits: Pick<Limits, 'maxHolders'> = DEFAULT_LIMITS,
+): ModeSpec {
   if (mode !== undefined && mode !== 'exclusive' && mode !== 'shared') {
     throw invalid('mode', 'must be "exclusive" or "shared"');
   }
-  if (mode === 'shared') {
-    throw invalid(
-      'mode',
-      '"shared" is not supported yet: this version grants exclusive locks only',
-    );
+  if (mode !== 'shared') {
+    if (limit !== undefined) throw invalid('limit', 'is only for mode "shared"');
+    return { mode: 'exclusive', limit: 1 };
   }
-  if (limit !== undefined) throw invalid('limit', 'is only for mode "shared"');
-  return 'exclusive';
+  if (limit === undefined) return { mode, limit: limits.maxHolders };
+  if (typeof limit !== 'number' || !Number.isSafeInteger(limit)) {
+    throw invalid('limit', 'must be an integer number of holders');
+  }
+  if (limit < 1 || limit > limits.maxHolders) {
+    throw invalid('limit', `must be in [1, ${limits.maxHolders}] holders`);
+  }
+  return { mode, limit };
 }

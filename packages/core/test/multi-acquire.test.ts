@@ -154,7 +154,12 @@ describe('acquireAll', () => {
     ['a name twice', [{ name: 'v:a' }, { name: 'v:a' }], 'locks', /more than once/],
     ['an entry that is not an object', ['v:a'], 'locks', /\[0\] must be an object/],
     ['a bad name', [{ name: 'v:a' }, { name: '' }], 'name', /locks\[1\]\.name/],
-    ['mode shared', [{ name: 'v:a', mode: 'shared' }], 'mode', /not supported yet/],
+    [
+      'mode shared',
+      [{ name: 'v:a', mode: 'shared' }],
+      'mode',
+      /not supported by the embedded backend/,
+    ],
     ['a limit', [{ name: 'v:a', limit: 2 }], 'limit', /only for mode "shared"/],
   ])('refuses %s (INVALID_PARAMS, field %s)', async (_, locks, field, message) => {
     const service = await openService();

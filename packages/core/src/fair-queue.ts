@@ -1,4 +1,4 @@
-import type { AcquireRequest, AcquireResult, Grant, LockBackend } from './backend.js';
+import type { AcquireRequest, AcquireResult, Grant, LockBackend, LockConflict } from './backend.js';
 import type { Clock, Timer } from './clock.js';
 import { DlmError, toUnavailable } from './errors.js';
 
@@ -13,14 +13,15 @@ import { DlmError, toUnavailable } from './errors.js';
  * backend owns its specifics: join (create my ordered entry), look (my place, the entry ahead,
  * the holder's lease; take the lock when I am first), watch what it sleeps on, leave.
  *
- * Modes (issue 18). "May I be granted now" is one predicate, in the driver's look; today it is
- * "no entry ahead of mine and no holder". Shared/exclusive modes and a holder limit become its
- * parameters, not another loop: the request gains `mode` and `limit`, each queue entry records
- * its mode, and the predicate reads: exclusive, nothing ahead and no holder; shared, no
- * exclusive entry ahead, no exclusive holder and fewer than `limit` shared holders (Curator's
- * `getsTheLock(children, me, maxLeases)`). What a waiter sleeps on stays one step, the
- * nearest thing that blocks it (an exclusive entry ahead, or a holder); this loop and the
- * driver interface do not change, and a multi-lock is one such wait per name, in canonical order.
+ * Modes. "May I be granted now" is one predicate, in the driver's look, over the request's
+ * `mode` and `limit` and each queue entry's mode (Curator's `getsTheLock(children, me,
+ * maxLeases)`): exclusive, no entry ahead of mine and no holder; shared, no exclusive entry
+ * ahead of mine, no exclusive holder, and fewer than `limit` holders plus shared entries ahead
+ * of mine. What a waiter sleeps on stays one step, the nearest thing that blocks it (the entry
+ * ahead, the last exclusive entry ahead, or a holder); a look that finds the request can never
+ * be granted as asked (the holders agreed on another limit) answers `conflict`. This loop and
+ * the driver interface are the same for every mode, and a multi-lock is one such wait per name,
+ * in canonical order.
  */
 
 /** What one look found: a grant, or what to sleep on until the next look. */
@@ -31,7 +32,9 @@ export type QueueStep =
   /** Sleep until the entry ahead of mine goes (`key`: which one, when the driver needs it). */
   | { kind: 'predecessor'; key?: string }
   /** First in the queue: sleep until the holder goes, or at the latest its lease is over. */
-  | { kind: 'holder'; ttlRemainingMs?: number | undefined };
+  | { kind: 'holder'; ttlRemainingMs?: number | undefined }
+  /** The request cannot be granted as asked (see `AcquireResult`): the wait ends, refused. */
+  | { kind: 'conflict'; conflict: LockConflict };
 
 /** A step a waiter sleeps on. */
 export type QueueSleep = Extract<QueueStep, { kind: 'predecessor' | 'holder' }>;
@@ -140,6 +143,7 @@ export function createFairQueue(options: FairQueueOptions): FairQueue {
       );
       // Granted as the wait ended: core hands the grant back, since nobody will use it.
       if (step.kind === 'granted') return { granted: true, grant: step.grant };
+      if (step.kind === 'conflict') return { granted: false, conflict: step.conflict };
       if (step.kind === 'holder') ttlRemainingMs = step.ttlRemainingMs;
       if (step.kind === 'again' || sleeper.missed(step) || signal.aborted) continue;
       const wakeAfterMs =

@@ -140,8 +140,17 @@ export function lose(
   reason: LostEvent['reason'],
 ): void {
   const lease = untrack(ctx, state, token);
-  if (!lease) return;
-  const event: LostEvent = { name: state.name, token: lease.token, reason };
+  if (lease) tellLost(ctx, state.name, lease, reason);
+}
+
+/** The observer and the holder of `lease` (no longer followed) hear that it was lost. */
+export function tellLost(
+  ctx: ServiceContext,
+  name: string,
+  lease: TrackedLease,
+  reason: LostEvent['reason'],
+): void {
+  const event: LostEvent = { name, token: lease.token, reason };
   ctx.notify('lost', event);
   if (!lease.onLost) return;
   try {

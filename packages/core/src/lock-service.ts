@@ -13,7 +13,15 @@ import {
   scheduleCheck,
   viewOf,
 } from './holder-view.js';
-import { type LeaseSpec, leaseOf, lose, track, untrack, untrackAll } from './lease-tracking.js';
+import {
+  type LeaseSpec,
+  leaseOf,
+  lose,
+  tellLost,
+  track,
+  untrack,
+  untrackAll,
+} from './lease-tracking.js';
 import {
   cancelledError,
   lockHeld,
@@ -495,6 +503,10 @@ async function revoke(ctx: ServiceContext, name: string): Promise<LockState | nu
   );
   if (!current) return null;
   let ended = current.holders!;
+  // The backend's events about these ends may come before the answer, and a release's event
+  // untracks a lease without telling its holder: who held what here is taken before.
+  const before = ctx.names.get(name);
+  const ours = before ? ended.map(({ token }) => leaseOf(before, token)) : [];
   if (backend.revoke) {
     if (!(await calls.bounded('revoke', 'revoke', () => backend.revoke!(name)))) return null;
   } else {
@@ -506,14 +518,18 @@ async function revoke(ctx: ServiceContext, name: string): Promise<LockState | nu
     ended = ended.filter((_, index) => released[index]);
     if (ended.length === 0) return null;
   }
-  for (const { token } of ended) {
+  for (const [index, { token }] of current.holders!.entries()) {
+    if (!ended.some((holder) => holder.token === token)) continue;
     const state = ctx.names.get(name);
-    if (!state) break;
-    if (viewOf(state, token)) {
+    if (state && viewOf(state, token)) {
       ctx.onEvent(state, { name, type: 'revoked', token, mode: current.mode });
-    } else if (leaseOf(state, token)) {
+    } else if (state && leaseOf(state, token)) {
       lose(ctx, state, token, 'revoked');
       dropIfIdle(ctx, state);
+    } else {
+      const lease = ours[index];
+      // Untracked by the release's own event, which does not say it was a revocation.
+      if (lease && !backend.revoke) tellLost(ctx, name, lease, 'revoked');
     }
   }
   return current;

@@ -311,7 +311,9 @@ function confirmHolder(
   view.expiresAt = expiresAt;
   view.counted = true;
   view.owner ??= held.owner;
-  if (!view.announced && state.told !== undefined) {
+  // Watchers told the name was free hear of it; one followed since before the watch began is
+  // what a new watcher reads for itself.
+  if (!view.announced && state.told === false) {
     view.announced = true;
     announce(state, heldChange(ctx, state, 'acquired', view));
   } else if (longer && view.announced) {
@@ -352,8 +354,9 @@ function adoptHolder(
   const adopted = see(ctx, state, holder.token, holder.owner, expiresAt, mode, false);
   if (!adopted) return;
   adopted.counted = true;
-  // Watchers told something before hear of this holder. A new watcher reads the state itself,
-  // but the backend's event about this grant may still be on its way: let it pass.
+  // Watchers told something before hear of this holder (a shared one beside those they know
+  // of, or any after the name was free). A new watcher reads the state itself, but the
+  // backend's event about this grant may still be on its way: let it pass.
   if (state.told !== undefined) {
     adopted.announced = true;
     announce(state, heldChange(ctx, state, 'acquired', adopted));

@@ -13,3 +13,18 @@ export interface Lease {
   /** Position in the deadline heap; -1 when not in it. */
   heapIndex: number;
 }
+
+/**
+ * The holders of a name held in `shared` mode: 1 to `limit` leases, ordered by token (a new
+ * holder's token is above every earlier one's, so it is appended). A name held exclusively maps
+ * to its one `Lease` directly, so only shared names pay for this object and its array.
+ */
+export class SharedHolders {
+  constructor(
+    readonly limit: number,
+    readonly holders: Lease[],
+  ) {}
+}
+
+/** What the backend keeps per held name. */
+export type Held = Lease | SharedHolders;

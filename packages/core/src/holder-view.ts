@@ -305,9 +305,10 @@ function confirmHolder(
 ): void {
   const expiresAt = ctx.clock.now() + held.ttlRemainingMs;
   // Only a deadline the backend counted before can show an extension: its lease ends a
-  // little after a local grant's count, without anyone extending it.
+  // little after a local grant's count, without anyone extending it; and a first deadline
+  // (a grant heard of by its event) is news of no extension.
   const longer =
-    view.expiresAt === undefined || (view.counted && expiresAt - view.expiresAt > EXTENDED_BY_MS);
+    view.counted && view.expiresAt !== undefined && expiresAt - view.expiresAt > EXTENDED_BY_MS;
   view.expiresAt = expiresAt;
   view.counted = true;
   view.owner ??= held.owner;

@@ -2,7 +2,14 @@ import { describe, expect, it } from 'vitest';
 import type { LockBackend, LockEvent } from '../src/backend.js';
 import { createManualClock, type ManualClock } from '../src/clock.js';
 import { type DlmError, isDlmError } from '../src/errors.js';
-import type { Lease, LockChange, LockService, LostEvent } from '../src/lock-service.js';
+import { createLeaseKey } from '../src/lease-key.js';
+import {
+  createLockService,
+  type Lease,
+  type LockChange,
+  type LockService,
+  type LostEvent,
+} from '../src/lock-service.js';
 import { serviceScope, settle } from './service-scope.js';
 
 /** The error `promise` rejects with (the test fails if it fulfils). */
@@ -268,6 +275,82 @@ describe('shared modes through the lock service', () => {
       ]);
     });
   }
+
+  it('extends a shared lease granted through another service as shared, with its limit', async () => {
+    let backend: LockBackend | undefined;
+    await open((real) => {
+      backend = real;
+      return real;
+    });
+    const other = createLockService({ backend: backend!, clock });
+    try {
+      const leaseKey = createLeaseKey();
+      const lease = await shared('x', 'a', 3, { leaseKey });
+      await shared('x', 'b', 3);
+      const extended = await other.extend({
+        name: 'x',
+        token: lease.token,
+        ttlMs: 20_000,
+        leaseKey,
+      });
+      expect(extended).toMatchObject({
+        token: lease.token,
+        mode: 'shared',
+        limit: 3,
+        ttlMs: 20_000,
+      });
+      expect(other.holds('x', lease.token)).toBe(true);
+    } finally {
+      await other.close();
+    }
+  });
+
+  it('follows shared holders granted through another service, and finds each one’s expiry itself', async () => {
+    let backend: LockBackend | undefined;
+    await open((real) => {
+      backend = withoutExpiryEvents(real);
+      return backend;
+    });
+    const other = createLockService({ backend: backend!, clock });
+    try {
+      const changes: LockChange[] = [];
+      other.watch('o', (change) => changes.push(change));
+      await settle();
+      const short = await service.acquire({
+        name: 'o',
+        owner: 'a',
+        ttlMs: 1_000,
+        mode: 'shared',
+        limit: 3,
+      });
+      const long = await service.acquire({
+        name: 'o',
+        owner: 'b',
+        ttlMs: 60_000,
+        mode: 'shared',
+        limit: 3,
+      });
+      await settle();
+      // To the check just past the short lease's deadline (2,001 ms): a jump further would have
+      // the check's answer, counted at 2,001, read at a later clock, which looks like an extend.
+      clock.advance(1_001);
+      await settle();
+      clock.advance(500);
+      await settle();
+      await service.release({ name: 'o', token: long.token });
+      await settle();
+      expect(changes.map(({ type, token, holders, held }) => [type, token, holders, held])).toEqual(
+        [
+          ['acquired', short.token, 1, true],
+          ['acquired', long.token, 2, true],
+          ['expired', short.token, 1, true],
+          ['released', long.token, 0, false],
+        ],
+      );
+    } finally {
+      await other.close();
+    }
+  });
 
   for (const [what, wrap] of [
     ['the backend’s revoke', undefined],

@@ -50,10 +50,12 @@ export function viewOf(state: NameState, token: bigint): HolderView | undefined 
   return holders.token === token ? holders : undefined;
 }
 
+const NO_VIEWS: readonly HolderView[] = [];
+
 /** Every holder followed, by increasing token. */
-export function viewsOf(state: NameState): HolderView[] {
+export function viewsOf(state: NameState): readonly HolderView[] {
   const { holders } = state;
-  if (holders === undefined) return [];
+  if (holders === undefined) return NO_VIEWS;
   if (!(holders instanceof Map)) return [holders];
   return [...holders.values()].sort((a, b) => (a.token < b.token ? -1 : 1));
 }
@@ -126,7 +128,7 @@ export function see(
     if (!top && mode === 'exclusive' && state.lastEnded !== undefined && token < state.lastEnded) {
       return undefined;
     }
-    for (const older of viewsOf(state)) {
+    for (const older of top ? viewsOf(state) : NO_VIEWS) {
       if (older.token < token && (mode === 'exclusive' || older.mode === 'exclusive')) {
         removeView(state, older.token);
       }

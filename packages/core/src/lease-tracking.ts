@@ -33,10 +33,12 @@ export function leaseOf(state: NameState, token: bigint): TrackedLease | undefin
   return leases.token === token ? leases : undefined;
 }
 
+const NO_LEASES: readonly TrackedLease[] = [];
+
 /** Every lease this service follows for the name, by increasing token. */
-export function leasesOf(state: NameState): TrackedLease[] {
+export function leasesOf(state: NameState): readonly TrackedLease[] {
   const { leases } = state;
-  if (leases === undefined) return [];
+  if (leases === undefined) return NO_LEASES;
   if (!(leases instanceof Map)) return [leases];
   return [...leases.values()].sort((a, b) => (a.token < b.token ? -1 : 1));
 }
@@ -105,6 +107,7 @@ export function track(
 
 /** Leases below `token` that a grant in `mode` with `token` proves ended: they are lost. */
 function endOlder(ctx: ServiceContext, state: NameState, token: bigint, mode: LockMode): void {
+  if (state.leases === undefined) return;
   for (const lease of leasesOf(state)) {
     if (lease.token < token && (mode === 'exclusive' || lease.mode === 'exclusive')) {
       lose(ctx, state, lease.token, 'expired');

@@ -187,13 +187,22 @@ export interface LockService {
   acquireAll(options: AcquireAllOptions): Promise<Lease[]>;
   release(request: ReleaseRequest): Promise<void>;
   extend(options: ExtendOptions): Promise<Lease>;
+  /**
+   * Who holds `name`, or null when free: the highest-token holder's `owner`, `token` and
+   * `ttlRemainingMs`, with `mode` and `holders` (ordered by token) always filled, and `limit`
+   * for shared holders.
+   */
   get(name: string): Promise<LockState | null>;
-  /** Ends whatever lease holds `name`; its holder is told `lock.lost` (revoked). */
+  /**
+   * Ends every lease that holds `name` (each shared holder, or the exclusive one); each holder
+   * is told `lock.lost` (revoked). Resolves with the state before, or null when it was free.
+   */
   revoke(name: string): Promise<LockState | null>;
   watch(name: string, listener: (change: LockChange) => void): () => void;
   /**
    * Whether the lease `token` of `name`, granted or extended through this service, is still
-   * followed as held: false once its end was seen, even when that end overtook the reply.
+   * followed as held: false once its end was seen, even when that end overtook the reply. Per
+   * lease: several shared holders of one name may be held through one service.
    */
   holds(name: string, token: bigint): boolean;
   /** Waiters queued on this service for `name`. */

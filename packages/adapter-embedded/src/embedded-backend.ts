@@ -229,9 +229,8 @@ class EmbeddedStore {
     let holders = 0;
     if (held instanceof SharedHolders) {
       mode = 'shared';
-      const index = indexOfToken(held.holders, lease.token);
-      if (index >= 0) held.holders.splice(index, 1);
-      holders = held.holders.length;
+      held.remove(lease.token);
+      holders = held.size;
       if (holders === 0) this.leases.delete(lease.name);
     } else if (held === lease) {
       this.leases.delete(lease.name);
@@ -260,8 +259,7 @@ class EmbeddedStore {
     const held = this.leases.get(name);
     if (held === undefined) return undefined;
     if (!(held instanceof SharedHolders)) return held.token === token ? held : undefined;
-    const index = indexOfToken(held.holders, token);
-    return index >= 0 ? held.holders[index] : undefined;
+    return held.get(token);
   }
 
   private takeToken(): bigint {
@@ -310,7 +308,7 @@ class EmbeddedStore {
     // The holder this request refreshes (the same owner with the same key, mode and limit).
     let lease: Lease | undefined;
     if (held instanceof SharedHolders) {
-      lease = ownLease(held.holders, owner, keyHash);
+      lease = held.find(owner, keyHash);
       if (lease !== undefined && !shared) return this.answer(modeConflict());
       if (shared && limit !== held.limit) {
         return this.answer({
@@ -318,7 +316,7 @@ class EmbeddedStore {
           conflict: { field: 'limit', limit: held.limit },
         } as core.AcquireResult);
       }
-      if (lease === undefined && (!shared || held.holders.length >= held.limit)) {
+      if (lease === undefined && (!shared || held.size >= held.limit)) {
         return this.answer(notGranted(waitMs(held, shared, now)));
       }
     } else if (held !== undefined) {
@@ -333,7 +331,7 @@ class EmbeddedStore {
       lease = { name, owner, token: this.takeToken(), keyHash, deadline: now + ttl, heapIndex: -1 };
       let holders = 1;
       if (!shared) this.leases.set(name, lease);
-      else if (held instanceof SharedHolders) holders = held.holders.push(lease);
+      else if (held instanceof SharedHolders) holders = held.add(lease);
       else this.leases.set(name, new SharedHolders(limit!, [lease]));
       this.heap.push(lease);
       if (this.watchers.has(name)) {
@@ -484,28 +482,6 @@ function modeConflict(): core.AcquireResult {
 
 function notGranted(ttlRemainingMs: number): core.AcquireResult {
   return { granted: false, ttlRemainingMs };
-}
-
-/** The holder with this owner and key hash (there is at most one: a second acquire refreshes). */
-function ownLease(holders: Lease[], owner: string, keyHash: string | undefined): Lease | undefined {
-  for (const lease of holders) {
-    if (lease.owner === owner && lease.keyHash === keyHash) return lease;
-  }
-  return undefined;
-}
-
-/** Where `token` is in holders ordered by token; -1 when not there. */
-function indexOfToken(holders: Lease[], token: bigint): number {
-  let low = 0;
-  let high = holders.length - 1;
-  while (low <= high) {
-    const middle = (low + high) >> 1;
-    const at = holders[middle]!.token;
-    if (at === token) return middle;
-    if (at < token) low = middle + 1;
-    else high = middle - 1;
-  }
-  return -1;
 }
 
 /**

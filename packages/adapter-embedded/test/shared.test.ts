@@ -297,4 +297,70 @@ describe('embedded backend shared modes (in memory, manual clock)', () => {
     for (const token of left) expect(await backend.release({ name: 's', token })).toBe(true);
     expect(await backend.inspect('s')).toBeNull();
   });
+
+  it('fills a name to 10,000 shared holders (the default maxHolders) and refuses the next', async () => {
+    const started = performance.now();
+    const tokens: bigint[] = [];
+    for (let i = 0; i < 10_000; i++) {
+      tokens.push((await grantShared('read', `r${i}`, 60_000 + i, 10_000, `k${i}`)).token);
+    }
+    const filledMs = performance.now() - started;
+    expect(await shared('read', 'late', 1000, 10_000)).toEqual({
+      granted: false,
+      ttlRemainingMs: 60_000,
+    });
+    const state = await backend.inspect('read');
+    expect(state?.holders).toHaveLength(10_000);
+    expect(state?.token).toBe(tokens.at(-1));
+    const releaseStarted = performance.now();
+    for (let i = 0; i < 10_000; i += 2) {
+      expect(await backend.release({ name: 'read', token: tokens[i]!, keyHash: `k${i}` })).toBe(
+        true,
+      );
+    }
+    const releasedMs = performance.now() - releaseStarted;
+    console.log(
+      `10,000 shared holders on one name: filled in ${filledMs.toFixed(0)} ms, half released in ${releasedMs.toFixed(0)} ms`,
+    );
+    expect((await backend.inspect('read'))?.holders).toHaveLength(5_000);
+    // Quadratic work would be ~50M steps; loose bounds for a shared machine.
+    expect(filledMs).toBeLessThan(5_000);
+    expect(releasedMs).toBeLessThan(5_000);
+  });
+
+  it('finds a holder among many by owner and key, also when two holders share a key hash', async () => {
+    const tokens: bigint[] = [];
+    for (let i = 0; i < 40; i++)
+      tokens.push((await grantShared('s', `r${i}`, 1000, 100, `k${i}`)).token);
+    clock.advance(500);
+    // A refresh deep in the list: same token, lease reset.
+    expect((await grantShared('s', 'r30', 1000, 100, 'k30')).token).toBe(tokens[30]);
+    // The owner label with another key, and the key with another owner label: new holders.
+    const otherKey = await grantShared('s', 'r30', 1000, 100, 'k30-other');
+    const otherOwner = await grantShared('s', 'someone-else', 1000, 100, 'k5');
+    expect(otherKey.token).toBeGreaterThan(tokens[39]!);
+    expect(otherOwner.token).toBeGreaterThan(otherKey.token);
+    // Both holders of key k5 are still told apart by owner.
+    expect((await grantShared('s', 'r5', 1000, 100, 'k5')).token).toBe(tokens[5]);
+    expect((await grantShared('s', 'someone-else', 1000, 100, 'k5')).token).toBe(otherOwner.token);
+    // An exclusive request from a holder is still a mode conflict, whichever way it is found.
+    expect(
+      await backend.tryAcquire({ name: 's', owner: 'r12', ttlMs: 1000, keyHash: 'k12' }),
+    ).toEqual({
+      granted: false,
+      conflict: { field: 'mode' },
+    });
+    const state = await backend.inspect('s');
+    expect(state?.holders).toHaveLength(42);
+    expect(state?.holders?.find((h) => h.token === tokens[30])?.ttlRemainingMs).toBe(1000);
+    expect(state?.holders?.find((h) => h.token === tokens[0])?.ttlRemainingMs).toBe(500);
+    clock.advance(500);
+    // The ones not refreshed expired; the refreshed ones and the newcomers hold.
+    expect((await backend.inspect('s'))?.holders?.map((h) => h.owner)).toEqual([
+      'r5',
+      'r30',
+      'r30',
+      'someone-else',
+    ]);
+  });
 });

@@ -10,6 +10,7 @@ import {
   check,
   forgetHolders,
   holdersOf,
+  modeOfView,
   scheduleCheck,
   viewOf,
 } from './holder-view.js';
@@ -427,7 +428,7 @@ async function release(ctx: ServiceContext, request: ReleaseRequest): Promise<vo
   const view = state ? viewOf(state, token) : undefined;
   if (released && state && view) {
     // Watchers hear it now; the backend's own event about it is then old news.
-    ctx.onEvent(state, { name, type: 'released', token, mode: view.mode });
+    ctx.onEvent(state, { name, type: 'released', token, mode: modeOfView(view) });
   } else if (state && tracked && (released || tracked.keyHash === keyHash)) {
     // Refused with the lease's own key: it has ended. Refused with another key: it is still
     // the holder's, who must go on hearing of it (lock.lost) and using it without a key.

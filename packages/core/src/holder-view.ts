@@ -311,7 +311,9 @@ function reconcile(
     announce(state, { name: state.name, held: false, type: endType, holders: 0 });
   }
   if (stale || graceEnds) {
-    const dueMs = nextCheckInMs(ctx, state) ?? Number.POSITIVE_INFINITY;
+    // A deadline not known yet (0) must not turn the wait for a fresher answer into a spin.
+    const due = nextCheckInMs(ctx, state);
+    const dueMs = due === undefined || due === 0 ? Number.POSITIVE_INFINITY : due;
     const againMs = graceEnds ? EVENT_GRACE_MS : RECHECK_MS;
     checkLater(ctx, state, graceEnds ? 'unknown' : endType, Math.min(Math.max(dueMs, 1), againMs));
   } else scheduleCheck(ctx, state);

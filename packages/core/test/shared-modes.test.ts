@@ -166,6 +166,8 @@ describe('shared modes through the lock service', () => {
     expect(service.waiters('f')).toBe(2);
     // A try-lock does not jump the queue, though the name has room for a shared holder.
     expect((await failure(shared('f', 's4', 5))).code).toBe('LOCK_HELD');
+    // Except a holder's own re-acquire: the same lease, refreshed.
+    expect((await shared('f', 's1', 5)).token).toBe(s1.token);
     await service.release({ name: 'f', token: s1.token });
     expect(await settled(x)).toBe(false);
     await service.release({ name: 'f', token: s2.token });
@@ -175,6 +177,17 @@ describe('shared modes through the lock service', () => {
     await service.release({ name: 'f', token: writer.token });
     const reader = await s3;
     expect(reader.token).toBeGreaterThan(writer.token);
+  });
+
+  it('wakes an exclusive waiter when the last shared holder expires', async () => {
+    await open();
+    const r1 = await service.acquire({ name: 'x', owner: 'a', ttlMs: 1_000, mode: 'shared' });
+    await service.acquire({ name: 'x', owner: 'b', ttlMs: 2_000, mode: 'shared' });
+    const writer = exclusive('x', 'w', { waitMs: 60_000 });
+    clock.advance(1_200);
+    expect(await settled(writer)).toBe(false);
+    clock.advance(1_000);
+    expect((await writer).token).toBeGreaterThan(r1.token);
   });
 
   it('grants a run of shared waiters together when the exclusive holder leaves', async () => {

@@ -33,9 +33,9 @@ export function sharedMultiLockGroup(ctx: ConformanceContext): void {
         owner: 'set',
         ttlMs: 30_000,
       });
-      expect(leases.map((lease) => [lease.name, lease.mode])).toEqual([
-        [exclusive, 'exclusive'],
-        [shared, 'shared'],
+      expect(leases.map((lease) => [lease.name, lease.mode, lease.limit])).toEqual([
+        [exclusive, 'exclusive', undefined],
+        [shared, 'shared', 2],
       ]);
       expect(await ownersOf(shared)).toEqual(['reader', 'set']);
       expect(await ownersOf(exclusive)).toEqual(['set']);

@@ -87,6 +87,7 @@ export function sharedQueueGroup(ctx: ConformanceContext): void {
       const lease = await c;
       expect(performance.now() - releasedAt).toBeLessThan(1_500);
       expect(lease.token).toBeGreaterThan(a.token);
+      expect([lease.mode, lease.limit]).toEqual(['shared', 2]);
       const state = await ctx.service.get(name);
       expect(state?.holders?.map((h) => h.owner)).toEqual(['b', 'c']);
       expect(state?.limit).toBe(2);

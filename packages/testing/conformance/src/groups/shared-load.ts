@@ -57,7 +57,11 @@ async function contender(
     run.check.enter(mode, LIMIT);
     await sleep(Math.floor(Math.random() * 4));
     run.check.leave(mode);
-    await service.release({ name, token });
+    // A release refused (NOT_HOLDER: the backend dropped the lease) is a failure to report,
+    // not a reason to stop the run before the counter has seen what the backend did.
+    await service
+      .release({ name, token })
+      .catch((error: Error) => run.failures.push(`${owner} release: ${error.message}`));
   }
 }
 

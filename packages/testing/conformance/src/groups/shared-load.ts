@@ -17,6 +17,8 @@ const CONTENDERS = 32;
 const LIMIT = 3;
 const SHARED_SHARE = 0.75;
 const RUN_MS = 4_000;
+/** The shortest hold; each hold lasts up to twice it. */
+const HOLD_MS = 8;
 /** Leases far longer than any hold, so that no lease runs out while its caller counts it. */
 const LEASE_MS = 30_000;
 
@@ -55,7 +57,10 @@ async function contender(
       continue;
     }
     run.check.enter(mode, LIMIT);
-    await sleep(Math.floor(Math.random() * 4));
+    // Held for longer than a backend round trip: shared holders granted together then hold
+    // together in the callers' view too (with holds of a millisecond or two, a backend whose
+    // grants take 10 ms would show one reader at a time, and prove nothing about sharing).
+    await sleep(HOLD_MS + Math.floor(Math.random() * HOLD_MS));
     run.check.leave(mode);
     // A release refused (NOT_HOLDER: the backend dropped the lease) is a failure to report,
     // not a reason to stop the run before the counter has seen what the backend did.

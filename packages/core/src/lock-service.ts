@@ -17,6 +17,7 @@ import {
   type LeaseSpec,
   leaseOf,
   lose,
+  specOfLease,
   tellLost,
   track,
   untrack,
@@ -459,7 +460,8 @@ async function extend(ctx: ServiceContext, options: ExtendOptions): Promise<Leas
     );
     if (!grant) throw notHolderError(name, token);
     if (ctx.clock.now() - startedAt >= grant.ttlMs) throw ranOutError();
-    const spec = leaseOf(state, token) ?? (await specOf(ctx, name, token));
+    const tracked = leaseOf(state, token);
+    const spec = tracked ? specOfLease(tracked) : await specOf(ctx, name, token);
     track(ctx, state, grant, proof, spec, startedAt, options.onLost);
     return reportGrant(ctx, toLease(grant, leaseKey, spec), 'extended', 0);
   } finally {

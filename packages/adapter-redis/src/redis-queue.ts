@@ -13,6 +13,13 @@ import { type QueueReply, type QueueRequest, type RedisNode, sharedLimit } from 
  * lease as the fallback timer). An entry whose dlm server stopped renewing it stops counting at
  * its end on the Redis server's clock: a timer at that end makes the waiter behind look again
  * (the look removes it).
+ *
+ * Modes: both share the one queue; an entry's id carries its mode, and the look's predicate is
+ * fair-queue.ts's (LOOK_AT in redis-scripts.ts). A shared waiter may sleep on the last exclusive
+ * entry ahead, on the nearest shared entry ahead, or on the holders; since the shared entries
+ * ahead count against its limit, any entry's departure also wakes a shared waiter sleeping on
+ * the holders. A conflict (another limit, the other mode) found by a join or a look ends the
+ * wait (`conflict`), its entry removed like any other.
  */
 
 /** What the queue needs from the backend it belongs to. */

@@ -35,6 +35,7 @@ export {
   type QueueRequest,
   type RedisNode,
   type RedisNodeOptions,
+  sharedLimit,
 } from './redis-node.js';
 export type { ReplicaOptions } from './replicas.js';
 export type { SentinelAddress } from './sentinel.js';

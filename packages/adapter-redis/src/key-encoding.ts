@@ -16,6 +16,15 @@ export interface NameKeys {
   queueEnds: string;
   /** The sequence that orders the queue's entries. */
   queueSeq: string;
+  /**
+   * Shared holders (see redis-scripts.ts): a hash of token → `<key hash>:<owner>`, `=<key
+   * hash>:<owner>` → token and `limit`; the scripts derive it (and the two below) from `lock`.
+   */
+  holders: string;
+  /** The shared holders' tokens, scored by their deadlines (server ms). */
+  holderEnds: string;
+  /** Before a token: a shared holder's marker key, whose PX is that holder's lease. */
+  holderMark: string;
   /** The name's hex form, as carried in event messages. */
   hex: string;
 }
@@ -49,6 +58,9 @@ export function nameKeys(prefix: string, name: string): NameKeys {
     queue: `${tag}:queue`,
     queueEnds: `${tag}:queue-ends`,
     queueSeq: `${tag}:queue-seq`,
+    holders: `${tag}:holders`,
+    holderEnds: `${tag}:holder-ends`,
+    holderMark: `${tag}:holder:`,
     hex,
   };
 }
@@ -70,6 +82,26 @@ export function nameOfLockKey(prefix: string, key: string): string | undefined {
   return decodeName(hex);
 }
 
+/** The name and token of a shared holder's marker key, or undefined when not one of ours. */
+export function holderOfMarkKey(
+  prefix: string,
+  key: string,
+): { name: string; token: bigint } | undefined {
+  const at = key.lastIndexOf('}:holder:');
+  if (at < 0 || !key.startsWith(`${prefix}{`)) return undefined;
+  const hex = key.slice(prefix.length + 1, at);
+  const digits = key.slice(at + '}:holder:'.length);
+  if (hex.length === 0 || hex.length % 2 !== 0 || !HEX.test(hex)) return undefined;
+  if (!/^[0-9]+$/.test(digits)) return undefined;
+  return { name: decodeName(hex), token: BigInt(digits) };
+}
+
+/** The name a shared holders key stands for, or undefined when the key is not one of ours. */
+export function nameOfHoldersKey(prefix: string, key: string): string | undefined {
+  if (!key.endsWith('}:holders')) return undefined;
+  return nameOfLockKey(prefix, `${key.slice(0, -'holders'.length)}lock`);
+}
+
 /** Escapes Redis glob metacharacters so `text` matches only itself in MATCH/PSUBSCRIBE. */
 export function globEscape(text: string): string {
   return text.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
@@ -80,9 +112,19 @@ export function lockKeyPattern(prefix: string, namePrefix: string): string {
   return `${globEscape(prefix)}{${encodeName(namePrefix)}*}:lock`;
 }
 
+/** A SCAN MATCH pattern for the shared holders keys of every name starting with `namePrefix`. */
+export function holdersKeyPattern(prefix: string, namePrefix: string): string {
+  return `${globEscape(prefix)}{${encodeName(namePrefix)}*}:holders`;
+}
+
 /** The keyspace-notification pattern for our lock keys in database `db`. */
 export function keyspacePattern(prefix: string, db: number): string {
   return `__keyspace@${db}__:${globEscape(prefix)}{*}:lock`;
+}
+
+/** The keyspace-notification pattern for our shared holders' marker keys in database `db`. */
+export function holderKeyspacePattern(prefix: string, db: number): string {
+  return `__keyspace@${db}__:${globEscape(prefix)}{*}:holder:*`;
 }
 
 export function keyspaceChannelPrefix(db: number): string {

@@ -11,6 +11,8 @@ import { within } from './command-bounds.js';
 import {
   encodeName,
   eventChannel,
+  holderKeyspacePattern,
+  holderOfMarkKey,
   keyspaceChannelPrefix,
   keyspacePattern,
   nameOfLockKey,
@@ -19,7 +21,9 @@ import {
 /**
  * Lock events for every watched name over ONE subscriber connection per Redis node: the
  * scripts publish `acquired`/`released`/`revoked` on one shared channel (the name is in the
- * message), and expiries come from keyspace notifications on one pattern. Watching a name is
+ * message; `shared <hex> <token> <holders> <owner>` for a shared grant, `expired …` for a shared
+ * holder a script found past its deadline), and expiries come from keyspace notifications on
+ * two patterns (exclusive lock keys, shared holders' marker keys). Watching a name is
  * a Map entry, so thousands of watched names cost no extra connections or subscriptions.
  */
 
@@ -95,31 +99,56 @@ interface WatchEntry extends ListenerEntry {
 const DEDUPE_WINDOW_MS = 5_000;
 
 interface Parsed {
-  type: 'acquired' | 'released' | 'revoked';
+  type: 'acquired' | 'released' | 'revoked' | 'expired';
   entry: WatchEntry;
   token: bigint;
   owner: string;
+  /** A shared grant (`shared` messages), with the holders after it. */
+  shared?: { holders: number };
 }
 
 const DIGITS = /^[0-9]+$/;
 
 /**
- * Parses `<type> <hex name> <token> <owner>`, looking the name up before anything else: every
- * server hears every lock's events, and most are about names nobody watches here, which then
- * cost no decoding.
+ * Parses `<type> <hex name> <token> <owner>` (and `shared <hex name> <token> <holders> <owner>`),
+ * looking the name up before anything else: every server hears every lock's events, and most
+ * are about names nobody watches here, which then cost no decoding.
  */
 function parseMessage(message: string, byHex: Map<string, WatchEntry>): Parsed | undefined {
   const first = message.indexOf(' ');
   const second = message.indexOf(' ', first + 1);
-  const third = message.indexOf(' ', second + 1);
+  let third = message.indexOf(' ', second + 1);
   if (first < 0 || second < 0 || third < 0) return undefined;
   const entry = byHex.get(message.slice(first + 1, second));
   if (!entry) return undefined;
-  const type = message.slice(0, first);
-  if (type !== 'acquired' && type !== 'released' && type !== 'revoked') return undefined;
+  const kind = message.slice(0, first);
   const digits = message.slice(second + 1, third);
   if (!DIGITS.test(digits)) return undefined;
-  return { type, entry, token: BigInt(digits), owner: message.slice(third + 1) };
+  if (kind === 'shared') {
+    const fourth = message.indexOf(' ', third + 1);
+    if (fourth < 0) return undefined;
+    const holders = Number(message.slice(third + 1, fourth));
+    third = fourth;
+    return {
+      type: 'acquired',
+      entry,
+      token: BigInt(digits),
+      owner: message.slice(third + 1),
+      shared: { holders },
+    };
+  }
+  if (kind !== 'acquired' && kind !== 'released' && kind !== 'revoked' && kind !== 'expired') {
+    return undefined;
+  }
+  return { type: kind, entry, token: BigInt(digits), owner: message.slice(third + 1) };
+}
+
+/** A grant's event: with its mode always (core needs it with shared modes), and its holders. */
+function grantEvent(name: string, parsed: Parsed): LockEvent {
+  const { token, owner, shared } = parsed;
+  return shared
+    ? { name, type: 'acquired', token, owner, mode: 'shared', holders: shared.holders }
+    : { name, type: 'acquired', token, owner, mode: 'exclusive', holders: 1 };
 }
 
 /** Queue departures (`left <hex name> <sequence> <id>`) to their watchers, by hex name. */
@@ -234,6 +263,8 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
       if (type === 'acquired') {
         if (entry.highest !== undefined && token < entry.highest) return;
         entry.highest = token;
+        deliverTo(entry, grantEvent(name, parsed));
+        return;
       }
       // A release may come from a failed attempt's clean-up, labelled with one node's own
       // counter: pass it on as a wake-up only.
@@ -241,21 +272,28 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
       return;
     }
     if (type === 'acquired') {
-      entry.lastToken = token;
+      // Only an exclusive lease's end is reported by Redis without its token (see onExpired).
+      if (!parsed.shared) entry.lastToken = token;
       if (entry.highest !== undefined && token < entry.highest) return;
       entry.highest = token;
-    } else if (entry.lastToken === token) {
-      entry.lastToken = undefined;
+      deliverTo(entry, grantEvent(name, parsed));
+      return;
     }
+    if (entry.lastToken === token) entry.lastToken = undefined;
     deliverTo(entry, { name, type, token, owner });
   }
 
-  function onExpired(name: string): void {
+  /** Redis expired an exclusive lock key (`token` undefined) or a shared holder's marker. */
+  function onExpired(name: string, holder?: bigint): void {
     const entry = entries.get(name);
     if (!entry) return;
     if (mode === 'quorum') {
       if (isDuplicate(entry, `expired@${Math.floor(clock.now() / 1_000)}`)) return;
       deliverTo(entry, { name, type: 'expired' });
+      return;
+    }
+    if (holder !== undefined) {
+      deliverTo(entry, { name, type: 'expired', token: holder });
       return;
     }
     const token = entry.lastToken;
@@ -276,8 +314,14 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
     });
     subscriber.on('pmessage', (_pattern: string, from: string, message: string) => {
       if (message !== 'expired' || !from.startsWith(keyspacePrefix)) return;
-      const name = nameOfLockKey(prefix, from.slice(keyspacePrefix.length));
-      if (name !== undefined) onExpired(name);
+      const key = from.slice(keyspacePrefix.length);
+      const name = nameOfLockKey(prefix, key);
+      if (name !== undefined) {
+        onExpired(name);
+        return;
+      }
+      const holder = holderOfMarkKey(prefix, key);
+      if (holder !== undefined) onExpired(holder.name, holder.token);
     });
     subscriber.on('ready', () => {
       void (async () => {
@@ -288,7 +332,12 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
           if (!subscribedOnce[index]) expiryOn[index] = on;
         }
         await subscriber.subscribe(channel);
-        if (options.keyspace) await subscriber.psubscribe(keyspacePattern(prefix, db));
+        if (options.keyspace) {
+          await subscriber.psubscribe(
+            keyspacePattern(prefix, db),
+            holderKeyspacePattern(prefix, db),
+          );
+        }
         if (closed) return;
         if (subscribedOnce[index]) {
           // Events may have been missed while the stream was down.

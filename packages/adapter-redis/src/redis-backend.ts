@@ -14,7 +14,7 @@ import { within } from './command-bounds.js';
 import { createCommandConnection, createSubscriberConnection, databaseOf } from './connections.js';
 import { nameKeys } from './key-encoding.js';
 import { createLockEvents, subscribedWithin } from './lock-events.js';
-import { createRedisNode } from './redis-node.js';
+import { createRedisNode, sharedLimit } from './redis-node.js';
 import { redisQueue } from './redis-queue.js';
 import { type ReplicaOptions, replicaWait } from './replicas.js';
 import { createSentinelConnection, parseSentinels, type SentinelAddress } from './sentinel.js';
@@ -235,6 +235,12 @@ export function createRedisBackend(
           return;
         }
         if (events.lastToken(name) !== before) return; // the live stream knows better
+        if (state?.mode === 'shared') {
+          // Which shared holders came and went is not kept here: a wake-up makes core ask.
+          events.setLastToken(name, undefined);
+          events.deliver({ name, type: 'released' });
+          return;
+        }
         if (state && state.token === before) return;
         events.setLastToken(name, state?.token);
         const heard = before === undefined ? undefined : { token: before };
@@ -270,12 +276,23 @@ export function createRedisBackend(
     owner,
     ttlMs,
     keyHash,
+    mode,
+    limit,
   }: AcquireRequest): Promise<AcquireResult> {
     assertOpen();
     const startedAt = clock.now();
     if (!events.isSubscribed) await subscribedWithin(clock, events, commandTimeoutMs, startedAt);
-    const result = await node.acquire(name, owner, keyHash, ttlMs, startedAt);
+    const result = await node.acquire(
+      name,
+      owner,
+      keyHash,
+      ttlMs,
+      startedAt,
+      undefined,
+      sharedLimit(mode, limit),
+    );
     if (!result.granted) {
+      if (result.conflict) return { granted: false, conflict: result.conflict };
       // Free, but others wait in its queue: they come first, and there is no lease to tell.
       if (result.queued) return { granted: false };
       return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
@@ -296,6 +313,7 @@ export function createRedisBackend(
         durableAcrossRestart: durable,
         fairQueue: true,
         expiryEvents: events.expiryEventsOn(),
+        sharedModes: true,
       };
     },
 

@@ -1,9 +1,12 @@
 import {
+  type AcquireRequest,
   type Clock,
   corkUntil,
   createDeadlineQueue,
   type DeadlineQueue,
   DlmError,
+  type HolderState,
+  type LockConflict,
   type LockState,
   toUnavailable,
 } from '@dlm/core';
@@ -11,9 +14,11 @@ import { Cluster, type Redis } from 'ioredis';
 import { bounded, within } from './command-bounds.js';
 import {
   eventChannel,
+  holdersKeyPattern,
   lockKeyPattern,
   type NameKeys,
   nameKeys,
+  nameOfHoldersKey,
   nameOfLockKey,
 } from './key-encoding.js';
 import {
@@ -39,9 +44,18 @@ import { createServerClock, type ServerClock } from './server-clock.js';
  */
 
 export type NodeAcquireResult =
-  | { granted: true; token: bigint /** false: the same owner's lease, refreshed */; fresh: boolean }
+  | {
+      granted: true;
+      token: bigint;
+      /** false: the same owner's lease, refreshed */
+      fresh: boolean;
+      /** How many holders the name has after the grant. */
+      holders: number;
+    }
   /** `queued`: the lock is free but someone waits in its fair queue (no barging). */
-  | { granted: false; ttlRemainingMs: number; queued?: true };
+  | { granted: false; ttlRemainingMs: number; queued?: true; conflict?: undefined }
+  /** The request can never be granted as asked while the current holders hold it. */
+  | { granted: false; conflict: LockConflict; ttlRemainingMs?: undefined; queued?: undefined };
 
 /** One waiter's request to the name's fair queue (QUEUE_JOIN, QUEUE_LOOK). */
 export interface QueueRequest {
@@ -53,6 +67,8 @@ export interface QueueRequest {
   id: string;
   /** How long the entry counts without a renewal, in ms. */
   waiterTtlMs: number;
+  /** Shared: the limit; undefined: exclusive. */
+  limit?: number | undefined;
 }
 
 /** What a join or a look found. */
@@ -61,7 +77,9 @@ export type QueueReply =
   /** Queued: the entry just ahead (and its ms left) or, first, the holder's lease left. */
   | { kind: 'queued'; ahead?: { id: string; endsInMs: number }; holderMs?: number }
   /** The entry stopped counting (its renewals did not come in time). */
-  | { kind: 'gone' };
+  | { kind: 'gone' }
+  /** The request can never be granted as asked while the current holders hold it. */
+  | { kind: 'conflict'; conflict: LockConflict };
 
 export interface RedisNodeOptions {
   /** One server, or a Redis Cluster (each call's keys share one slot). */
@@ -97,6 +115,7 @@ export interface RedisNode {
    * `startedAt` (monotonic) starts the call's time budget; default now. `keyHash` is stored with
    * the lease and must match for the same owner's re-acquire (undefined: none). `freshMs`: how
    * long a fresh lease lives on the node (default `ttlMs`; a re-acquire is refreshed for `ttlMs`).
+   * `limit`: a shared request with that limit; undefined: exclusive.
    */
   acquire(
     name: string,
@@ -105,6 +124,7 @@ export interface RedisNode {
     ttlMs: number,
     startedAt?: number,
     freshMs?: number,
+    limit?: number,
   ): Promise<NodeAcquireResult>;
   /** `keyHash` undefined: the token alone (an operator's call). */
   release(name: string, token: bigint, keyHash: string | undefined): Promise<boolean>;
@@ -137,12 +157,56 @@ export interface RedisNode {
   detach(): void;
 }
 
+/**
+ * A request's limit when it is shared (what the scripts take), undefined when exclusive. Core
+ * checks `limit` (1 to `maxHolders`); a shared request without one is refused here rather than
+ * stored with a limit nobody asked for.
+ */
+export function sharedLimit(
+  mode: AcquireRequest['mode'],
+  limit: AcquireRequest['limit'],
+): number | undefined {
+  if (mode !== 'shared') return undefined;
+  if (limit === undefined || !Number.isSafeInteger(limit) || limit < 1) {
+    throw new DlmError('INVALID_PARAMS', 'limit must be a whole number of holders ≥ 1', {
+      field: 'limit',
+    });
+  }
+  return limit;
+}
+
 /** A lock value's token and owner; its key hash stays here (see redis-scripts.ts). */
 function parseValue(value: string): { token: bigint; owner: string } {
   const sep = value.indexOf(':');
   const space = value.indexOf(' ');
   const tokenEnd = space >= 0 && space < sep ? space : sep;
   return { token: BigInt(value.slice(0, tokenEnd)), owner: value.slice(sep + 1) };
+}
+
+/** A script's `{-2, field, now, limit}`: why the request can never be granted as asked. */
+function conflictOf(reply: unknown[]): LockConflict {
+  return reply[1] === 'limit' ? { field: 'limit', limit: Number(reply[3]) } : { field: 'mode' };
+}
+
+/** An INSPECT reply (see redis-scripts.ts) as a lock state, holders ordered by token. */
+function stateOf(name: string, reply: unknown[]): LockState | null {
+  if (reply.length < 2) return null;
+  if (reply[0] !== 's') {
+    const { token, owner } = parseValue(String(reply[0]));
+    return { name, owner, token, ttlRemainingMs: Math.max(0, Number(reply[1])) };
+  }
+  const holders: HolderState[] = [];
+  for (let i = 2; i + 2 < reply.length; i += 3) {
+    holders.push({
+      token: BigInt(String(reply[i])),
+      owner: String(reply[i + 1]),
+      ttlRemainingMs: Math.max(0, Number(reply[i + 2])),
+    });
+  }
+  holders.sort((a, b) => (a.token < b.token ? -1 : a.token > b.token ? 1 : 0));
+  const top = holders.at(-1);
+  if (!top) return null;
+  return { name, ...top, mode: 'shared', limit: Number(reply[1]), holders };
 }
 
 function asArray(reply: unknown, what: string): unknown[] {
@@ -354,9 +418,7 @@ class ScriptedRedisNode implements RedisNode {
       await this.call('inspect', false, this.clock.now(), INSPECT, [keys.lock], []),
       'inspect',
     );
-    if (reply.length < 2) return null;
-    const { token, owner } = parseValue(String(reply[0]));
-    return { name, owner, token, ttlRemainingMs: Math.max(0, Number(reply[1])) };
+    return stateOf(name, reply);
   }
 
   /** ACQUIRE's eight arguments (the queue scripts append theirs). */
@@ -387,6 +449,7 @@ class ScriptedRedisNode implements RedisNode {
     ttlMs: number,
     startedAt = this.clock.now(),
     freshMs?: number,
+    limit?: number,
   ): Promise<NodeAcquireResult> {
     const keys = this.keysOf(name);
     const reply = asArray(
@@ -400,6 +463,8 @@ class ScriptedRedisNode implements RedisNode {
           ...this.acquireArgs(keys, owner, keyHash, ttlMs, deadline, freshMs),
           // With fair queues, a free lock is refused while someone waits.
           this.options.fairQueue ? keys.queueEnds : '',
+          limit === undefined ? 'x' : 's',
+          limit ?? 1,
         ],
         true,
       ),
@@ -408,8 +473,14 @@ class ScriptedRedisNode implements RedisNode {
     this.observe(reply[2]);
     if (reply[0] === -1) throw this.stale('acquire');
     if (reply[0] === 1) {
-      return { granted: true, token: BigInt(String(reply[1])), fresh: reply[3] === 1 };
+      return {
+        granted: true,
+        token: BigInt(String(reply[1])),
+        fresh: reply[3] === 1,
+        holders: Number(reply[4] ?? 1),
+      };
     }
+    if (reply[0] === -2) return { granted: false, conflict: conflictOf(reply) };
     if (reply[1] === -1) return { granted: false, ttlRemainingMs: 0, queued: true };
     return { granted: false, ttlRemainingMs: Math.max(0, Number(reply[1])) };
   }
@@ -425,7 +496,7 @@ class ScriptedRedisNode implements RedisNode {
     request: QueueRequest,
     startedAt: number,
   ): Promise<QueueReply> {
-    const { name, owner, keyHash, ttlMs, id, waiterTtlMs } = request;
+    const { name, owner, keyHash, ttlMs, id, waiterTtlMs, limit } = request;
     const { keys, list } = this.queueKeys(name);
     const reply = asArray(
       await this.send(
@@ -434,7 +505,13 @@ class ScriptedRedisNode implements RedisNode {
         startedAt,
         what === 'queue-join' ? QUEUE_JOIN : QUEUE_LOOK,
         list,
-        (deadline) => [...this.acquireArgs(keys, owner, keyHash, ttlMs, deadline), id, waiterTtlMs],
+        (deadline) => [
+          ...this.acquireArgs(keys, owner, keyHash, ttlMs, deadline),
+          id,
+          waiterTtlMs,
+          limit === undefined ? 'x' : 's',
+          limit ?? 1,
+        ],
         true,
       ),
       what,
@@ -443,6 +520,7 @@ class ScriptedRedisNode implements RedisNode {
     if (reply[0] === -1) throw this.stale(what);
     if (reply[0] === 1) return { kind: 'granted', token: BigInt(String(reply[1])) };
     if (reply[0] === 3) return { kind: 'gone' };
+    if (reply[0] === -2) return { kind: 'conflict', conflict: conflictOf(reply) };
     // {0, pttl, now} cannot come from these scripts: ACQUIRE's refusals become {2, …}.
     const ahead = String(reply[1] ?? '');
     const holderMs = Number(reply[3]);
@@ -510,7 +588,7 @@ class ScriptedRedisNode implements RedisNode {
         startedAt,
         EXTEND,
         [keys.lock],
-        (deadline) => [token.toString(), ttlMs, deadline, keyHash ?? '-'],
+        (deadline) => [token.toString(), ttlMs, deadline, keyHash ?? '-', this.channel, keys.hex],
         true,
       ),
       'extend',
@@ -578,26 +656,33 @@ class ScriptedRedisNode implements RedisNode {
     return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
-  /** The held locks whose names start with `namePrefix` among `server`'s keys. */
+  /**
+   * The held locks whose names start with `namePrefix` among `server`'s keys: exclusive ones by
+   * their lock keys, shared ones by their holders keys.
+   */
   private async scan(server: Redis, namePrefix: string): Promise<LockState[]> {
-    const pattern = lockKeyPattern(this.prefix, namePrefix);
     const found: LockState[] = [];
-    let cursor = '0';
-    do {
-      const [next, keys] = await bounded(
-        { clock: this.clock, timeoutMs: this.timeoutMs },
-        'list',
-        false,
-        () => server.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT),
-      );
-      cursor = next;
-      const names = keys.flatMap((key) => {
-        const name = nameOfLockKey(this.prefix, key);
-        return name === undefined ? [] : [name];
-      });
-      const states = await Promise.all(names.map((name) => this.inspect(name)));
-      for (const state of states) if (state) found.push(state);
-    } while (cursor !== '0');
+    for (const [pattern, nameOf] of [
+      [lockKeyPattern(this.prefix, namePrefix), nameOfLockKey],
+      [holdersKeyPattern(this.prefix, namePrefix), nameOfHoldersKey],
+    ] as const) {
+      let cursor = '0';
+      do {
+        const [next, keys] = await bounded(
+          { clock: this.clock, timeoutMs: this.timeoutMs },
+          'list',
+          false,
+          () => server.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT),
+        );
+        cursor = next;
+        const names = keys.flatMap((key) => {
+          const name = nameOf(this.prefix, key);
+          return name === undefined ? [] : [name];
+        });
+        const states = await Promise.all(names.map((name) => this.inspect(name)));
+        for (const state of states) if (state) found.push(state);
+      } while (cursor !== '0');
+    }
     return found;
   }
 

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type * as core from '@dlm/core';
 import { createFairQueue, DlmError } from '@dlm/core';
 import type { LockEvents } from './lock-events.js';
-import type { QueueReply, QueueRequest, RedisNode } from './redis-node.js';
+import { type QueueReply, type QueueRequest, type RedisNode, sharedLimit } from './redis-node.js';
 
 /**
  * The cross-server fair queue on Redis: core's wait loop (`createFairQueue`) over a driver whose
@@ -13,6 +13,13 @@ import type { QueueReply, QueueRequest, RedisNode } from './redis-node.js';
  * lease as the fallback timer). An entry whose dlm server stopped renewing it stops counting at
  * its end on the Redis server's clock: a timer at that end makes the waiter behind look again
  * (the look removes it).
+ *
+ * Modes: both share the one queue; an entry's id carries its mode, and the look's predicate is
+ * fair-queue.ts's (LOOK_AT in redis-scripts.ts). A shared waiter may sleep on the last exclusive
+ * entry ahead, on the nearest shared entry ahead, or on the holders; since the shared entries
+ * ahead count against its limit, any entry's departure also wakes a shared waiter sleeping on
+ * the holders. A conflict (another limit, the other mode) found by a join or a look ends the
+ * wait (`conflict`), its entry removed like any other.
  */
 
 /** What the queue needs from the backend it belongs to. */
@@ -99,6 +106,8 @@ export function redisQueue(context: QueueContext): RedisQueue {
           if (first.granted) {
             return { granted: true, grant: await inTime(context, first.grant, keyHash, startedAt) };
           }
+          // Never grantable as asked while they hold it: there is nothing to wait for.
+          if (first.conflict) return first;
         } finally {
           if (trying.get(name) === settled) trying.delete(name);
         }
@@ -135,8 +144,11 @@ export function redisQueue(context: QueueContext): RedisQueue {
 }
 
 interface Entries {
-  /** A fresh entry id, unique across servers and waits. */
-  nextId(): string;
+  /**
+   * A fresh entry id, unique across servers and waits, ending in the request's mode (`.s`
+   * shared, `.x` exclusive): the queue scripts read the mode of the entries ahead from it.
+   */
+  nextId(shared: boolean): string;
   add(id: string, name: string): void;
   /** Whether `id` is the oldest of this server's entries for `name`. */
   first(name: string, id: string): boolean;
@@ -176,9 +188,9 @@ function renewedEntries(context: QueueContext): Entries {
     );
   };
   return {
-    nextId() {
+    nextId(shared) {
       counter += 1;
-      return `${server}.${counter}`;
+      return `${server}.${counter}.${shared ? 's' : 'x'}`;
     },
     add(id, name) {
       const mine = byName.get(name) ?? [];
@@ -209,6 +221,8 @@ class RedisWaiter implements core.FairQueueDriver {
   private id: string | undefined;
   private aheadTimer: core.Timer | undefined;
   private readonly unsubscribe: core.Unsubscribe[];
+  /** Shared: the limit; undefined: exclusive. */
+  private readonly limit: number | undefined;
 
   constructor(
     private readonly context: QueueContext,
@@ -217,6 +231,8 @@ class RedisWaiter implements core.FairQueueDriver {
     private readonly watcher: core.QueueWatcher,
   ) {
     const { events } = context;
+    this.limit = sharedLimit(request.mode, request.limit);
+    const shared = this.limit !== undefined;
     this.unsubscribe = [
       events.watch(request.name, (event) => {
         if (event.type === 'acquired') return;
@@ -227,7 +243,12 @@ class RedisWaiter implements core.FairQueueDriver {
         watcher.changed((step) => step.kind === 'holder' || first);
       }),
       events.watchQueue(request.name, (id) => {
-        watcher.changed((step) => step.kind === 'predecessor' && step.key === id);
+        // A shared waiter at the limit also counts the shared entries ahead: one leaving
+        // without a grant leaves room.
+        watcher.changed(
+          (step) =>
+            (step.kind === 'predecessor' && step.key === id) || (shared && step.kind === 'holder'),
+        );
       }),
     ];
   }
@@ -251,9 +272,10 @@ class RedisWaiter implements core.FairQueueDriver {
   async join(): Promise<core.QueueStep> {
     const startedAt = this.context.clock.now();
     await this.context.subscribed(startedAt);
-    const id = this.entries.nextId();
+    const id = this.entries.nextId(this.limit !== undefined);
     const reply = await this.context.node.queueJoin(this.queueRequest(id), startedAt);
-    if (reply.kind === 'queued') this.setId(id);
+    // A conflict found by the look after queuing leaves the entry there: it is ours to remove.
+    if (reply.kind === 'queued' || reply.kind === 'conflict') this.setId(id);
     return this.step(reply, startedAt);
   }
 
@@ -275,7 +297,15 @@ class RedisWaiter implements core.FairQueueDriver {
 
   private queueRequest(id: string): QueueRequest {
     const { name, owner, ttlMs, keyHash } = this.request;
-    return { name, owner, keyHash, ttlMs, id, waiterTtlMs: this.context.waiterTtlMs };
+    return {
+      name,
+      owner,
+      keyHash,
+      ttlMs,
+      id,
+      waiterTtlMs: this.context.waiterTtlMs,
+      limit: this.limit,
+    };
   }
 
   private setId(id: string | undefined): void {
@@ -290,6 +320,7 @@ class RedisWaiter implements core.FairQueueDriver {
     this.aheadTimer?.cancel();
     this.aheadTimer = undefined;
     if (reply.kind === 'granted') return this.granted(reply.token, startedAt);
+    if (reply.kind === 'conflict') return { kind: 'conflict', conflict: reply.conflict };
     if (reply.kind !== 'queued') return { kind: 'again' };
     if (reply.ahead) {
       const key = reply.ahead.id;

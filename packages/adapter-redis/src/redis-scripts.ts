@@ -19,6 +19,11 @@ import type { Cluster, Redis } from 'ioredis';
  * same wall clock), so `TIME` alone is larger, unless the clock has since been set back by
  * more than the margin (the one assumption; see the README).
  *
+ * Shared holders (`mode: 'shared'`) live beside the lock key, in the keys the scripts derive from
+ * it (`…:holders`, `…:holder-ends`, `…:holder:<token>`; see SHARED): never at the same time as
+ * an exclusive holder's lock key, so the exclusive path reads them only when the lock key is
+ * absent, in the same script.
+ *
  * The write scripts that a late arrival could make harmful (acquire, extend, revoke) take a deadline in
  * the server's own clock (see server-clock.ts) and do nothing once it has passed: a request
  * whose caller already gave up (timed out) cannot take a lock later, whether it was held up in
@@ -68,29 +73,123 @@ local function format(token, hash, owner)
 end
 `;
 
-// Shared: the acquire step. `waiting` (nil: nobody counts) says whether someone is queued for the
-// name: then a free lock is not granted ({0, -1, now}), only the holder's own lease refreshed.
+// Shared preamble (after NOW and VALUE): the name's shared holders, in keys next to KEYS[1]
+// (`<tag>:lock`) in its hash slot, derived here rather than declared (see ACQUIRE on why a key
+// that is often absent is not one of KEYS).
+// - HOLDERS, a hash: token → `<key hash>:<owner>` (the hash '' when none), `=<key hash>:<owner>`
+//   → token (the same owner's re-acquire, without a scan), and `limit`, the holders' limit;
+// - HOLDER_ENDS, a sorted set: the tokens scored by their deadlines (server ms), which every
+//   script checks: a holder past its deadline is dropped by whichever script sees it;
+// - MARK .. token, one key per holder whose PX is that holder's lease: Redis expires it on its
+//   own, and its keyspace `expired` notification names the token, so waiters and watchers hear
+//   of each holder's end while nobody calls. A sorted set alone with one PEXPIRE at the earliest
+//   deadline could not tell which holder ended, nor fire for the later ones; a marker per holder
+//   can. A script that drops a holder whose marker Redis has not expired yet (the same ms)
+//   deletes the marker and publishes the expiry itself, so each end is told exactly once: by
+//   Redis (the marker expired, DEL finds nothing) or by the script (DEL removed it).
+// HOLDERS and HOLDER_ENDS expire with the latest holder, so nothing is left once all have ended.
+const SHARED = `
+local base = string.sub(KEYS[1], 1, -5)
+local HOLDERS = base .. 'holders'
+local HOLDER_ENDS = base .. 'holder-ends'
+local MARK = base .. 'holder:'
+local function ms(n) return string.format('%.0f', n) end
+local function ownerOf(value)
+  return string.sub(value, string.find(value, ':', 1, true) + 1)
+end
+local function hashOf(value)
+  return string.sub(value, 1, string.find(value, ':', 1, true) - 1)
+end
+local function keepHolders()
+  local last = redis.call('ZRANGE', HOLDER_ENDS, -1, -1, 'WITHSCORES')
+  if not last[2] then
+    redis.call('DEL', HOLDERS, HOLDER_ENDS)
+    return
+  end
+  local left = math.max(1, tonumber(last[2]) - now)
+  redis.call('PEXPIRE', HOLDERS, left)
+  redis.call('PEXPIRE', HOLDER_ENDS, left)
+end
+local function dropHolder(token, value)
+  redis.call('ZREM', HOLDER_ENDS, token)
+  if value then redis.call('HDEL', HOLDERS, token, '=' .. value) end
+  return redis.call('DEL', MARK .. token)
+end
+local function dropExpired(channel, hex)
+  local dead = redis.call('ZRANGEBYSCORE', HOLDER_ENDS, '-inf', ms(now))
+  if not dead[1] then return end
+  for _, token in ipairs(dead) do
+    local value = redis.call('HGET', HOLDERS, token)
+    if dropHolder(token, value) == 1 and channel ~= '' then
+      redis.call('PUBLISH', channel, 'expired ' .. hex .. ' ' .. token .. ' ' .. (value and ownerOf(value) or ''))
+    end
+  end
+  keepHolders()
+end
+`;
+
+// Shared: the acquire step, either mode. `waiting` (nil: nobody counts) says whether someone is
+// queued for the name: then a free lock is not granted ({0, -1, now}), only the holder's own
+// lease refreshed. `shared`: the request's mode; `limit`: its limit (shared only); `ahead`: how
+// many shared queue entries ahead of the request count against the limit (QUEUE_LOOK).
 // KEYS and ARGV as ACQUIRE's (the queue scripts append theirs after them).
 const ACQUIRE_STEP = `
-local function acquire(waiting)
+local function acquire(waiting, shared, limit, ahead)
   if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, 0, now} end
   local current = redis.call('GET', KEYS[1])
   if current then
     local held, hash, owner = parse(current)
     -- The same owner without the lease's key is another requester.
     if owner == ARGV[1] and hash == ARGV[6] then
+      if shared then return {-2, 'mode', now} end
       redis.call('PEXPIRE', KEYS[1], ARGV[2])
-      return {1, held, now, 0}
+      return {1, held, now, 0, 1}
     end
     return {0, redis.call('PTTL', KEYS[1]), now}
   end
+  dropExpired(ARGV[4], ARGV[5])
+  local count = redis.call('ZCARD', HOLDER_ENDS)
+  local value = ARGV[6] .. ':' .. ARGV[1]
+  if count > 0 then
+    local mine = redis.call('HGET', HOLDERS, '=' .. value)
+    if not shared then
+      if mine then return {-2, 'mode', now} end
+      -- Free once the last shared holder has gone.
+      local last = redis.call('ZRANGE', HOLDER_ENDS, -1, -1, 'WITHSCORES')
+      return {0, math.max(0, tonumber(last[2]) - now), now}
+    end
+    local agreed = tonumber(redis.call('HGET', HOLDERS, 'limit'))
+    if agreed and agreed ~= limit then return {-2, 'limit', now, agreed} end
+    if mine then
+      redis.call('ZADD', HOLDER_ENDS, 'XX', ms(now + tonumber(ARGV[2])), mine)
+      redis.call('PEXPIRE', MARK .. mine, ARGV[2])
+      keepHolders()
+      return {1, mine, now, 0, count}
+    end
+    if count + (ahead or 0) >= limit then
+      -- At the limit: in once the soonest holder has gone.
+      local first = redis.call('ZRANGE', HOLDER_ENDS, 0, 0, 'WITHSCORES')
+      return {0, math.max(0, tonumber(first[2]) - now), now}
+    end
+  end
   if waiting and waiting() then return {0, -1, now} end
   ${nextToken('tonumber(ARGV[2]) + tonumber(ARGV[7])')}
-  redis.call('SET', KEYS[1], format(token, ARGV[6], ARGV[1]), 'PX', tonumber(ARGV[8]) or ARGV[2])
+  local life = tonumber(ARGV[8]) or tonumber(ARGV[2])
+  if shared then
+    redis.call('HSET', HOLDERS, token, value, '=' .. value, token, 'limit', limit)
+    redis.call('ZADD', HOLDER_ENDS, ms(now + life), token)
+    redis.call('SET', MARK .. token, ARGV[1], 'PX', life)
+    keepHolders()
+    if ARGV[4] ~= '' then
+      redis.call('PUBLISH', ARGV[4], 'shared ' .. ARGV[5] .. ' ' .. token .. ' ' .. (count + 1) .. ' ' .. ARGV[1])
+    end
+    return {1, token, now, 1, count + 1}
+  end
+  redis.call('SET', KEYS[1], format(token, ARGV[6], ARGV[1]), 'PX', life)
   if ARGV[4] ~= '' then
     redis.call('PUBLISH', ARGV[4], 'acquired ' .. ARGV[5] .. ' ' .. token .. ' ' .. ARGV[1])
   end
-  return {1, token, now, 1}
+  return {1, token, now, 1, 1}
 end
 `;
 
@@ -99,9 +198,12 @@ end
  * publish), hex name, key hash ('' = none), fence retention ms (the fence key lives ttlMs + this),
  * a fresh lease's own ms ('' = ttlMs: Redlock's first step takes the nodes for less, until its
  * second step labels the grant, so a dead attempt's copies run out soon), and the name's queue
- * ends key ('' or absent = no fair queue; see QUEUE_JOIN).
- * Returns {1, token, now, fresh(1|0)} granted; {0, pttl, now} held by another; {0, -1, now} free
- * but someone is queued (no barging past a live entry); {-1, 0, now} stale.
+ * ends key ('' or absent = no fair queue; see QUEUE_JOIN), the mode ('s' = shared, else
+ * exclusive) and the limit (shared).
+ * Returns {1, token, now, fresh(1|0), holders} granted; {0, ms, now} held by others (the ms until
+ * the holder whose end would let the request in ends); {0, -1, now} free but someone is queued
+ * (no barging past a live entry); {-2, 'mode' | 'limit', now, their limit} the request can never
+ * be granted as asked while they hold it; {-1, 0, now} stale.
  *
  * The queue ends key is an argument, not one of KEYS, though it is in the name's slot: Redis
  * Cluster answers TRYAGAIN to a script whose declared keys are split by a slot migration (some
@@ -111,12 +213,14 @@ end
  */
 export const ACQUIRE = script(
   'acquire',
-  `${NOW}${VALUE}${ACQUIRE_STEP}
+  `${NOW}${VALUE}${SHARED}${ACQUIRE_STEP}
 local ends = ARGV[9]
-if not ends or ends == '' then return acquire(nil) end
+local shared = ARGV[10] == 's'
+local limit = tonumber(ARGV[11])
+if not ends or ends == '' then return acquire(nil, shared, limit) end
 return acquire(function()
   return redis.call('ZCOUNT', ends, '(' .. string.format('%.0f', now), '+inf') > 0
-end)
+end, shared, limit)
 `,
 );
 
@@ -160,51 +264,83 @@ local function ends(id)
 end
 `;
 
+// Shared by QUEUE_JOIN and QUEUE_LOOK: one look at entry `id` (its mode in its id's last two
+// characters, `.s` shared, `.x` exclusive) with fair-queue.ts's predicate. Exclusive: granted
+// when no entry is ahead and the name has no holder; else it waits on the entry just ahead, or
+// the holder. Shared: granted when no exclusive entry is ahead, there is no exclusive holder,
+// and the holders plus the shared entries ahead are fewer than the limit; else it waits on the
+// last exclusive entry ahead, the nearest shared entry ahead (which will take the room left), or
+// the holders (the soonest to end). Granted: the entry goes in the same script.
+const LOOK_AT = `
+local function lookAt(id, shared, limit)
+  local mine = redis.call('ZSCORE', KEYS[3], id)
+  if not mine then return {3, now} end
+  local sharedAhead = 0
+  if shared then
+    local ahead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. mine)
+    local lastExclusive = nil
+    for _, other in ipairs(ahead) do
+      if string.sub(other, -2) == '.s' then sharedAhead = sharedAhead + 1 else lastExclusive = other end
+    end
+    if lastExclusive then return {2, lastExclusive, ends(lastExclusive), -1, now} end
+    if sharedAhead > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
+      dropExpired(ARGV[4], ARGV[5])
+      local count = redis.call('ZCARD', HOLDER_ENDS)
+      if count < limit and count + sharedAhead >= limit then
+        local nearest = ahead[#ahead]
+        return {2, nearest, ends(nearest), -1, now}
+      end
+    end
+  else
+    local ahead = redis.call('ZREVRANGEBYSCORE', KEYS[3], '(' .. mine, '-inf', 'LIMIT', 0, 1)
+    if ahead[1] then return {2, ahead[1], ends(ahead[1]), -1, now} end
+  end
+  local reply = acquire(nil, shared, limit, sharedAhead)
+  if reply[1] == 1 then
+    depart(id)
+    keep()
+    return reply
+  end
+  if reply[1] ~= 0 then return reply end
+  return {2, '', -1, reply[2], now}
+end
+`;
+
 /**
- * KEYS: lock, fence, entries, ends, sequence. ARGV: ACQUIRE's eight, then the entry's id and how
- * long it counts without renewal (ms). Grants at once when the lock is free and nobody is queued
- * (or it is the owner's own lease); else queues the entry last.
- * Returns ACQUIRE's replies, or {2, id ahead ('' = none), its ms left, holder pttl (-1), now}.
+ * KEYS: lock, fence, entries, ends, sequence. ARGV: ACQUIRE's eight, then the entry's id (ending
+ * in `.s` for a shared request, `.x` for an exclusive one), how long it counts without renewal
+ * (ms), the mode ('s' shared) and the limit. Grants at once when the name has room and nobody is
+ * queued (or it is the owner's own lease); else queues the entry last and looks (LOOK_AT).
+ * Returns ACQUIRE's replies, or {2, id waited on ('' = none), its ms left, holder ms (-1), now}.
  */
 export const QUEUE_JOIN = script(
   'queue-join',
-  `${NOW}${VALUE}${ACQUIRE_STEP}${queueSteps('ARGV[4]', 'ARGV[5]')}
+  `${NOW}${VALUE}${SHARED}${ACQUIRE_STEP}${queueSteps('ARGV[4]', 'ARGV[5]')}${LOOK_AT}
 if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, 0, now} end
 purge()
-local reply = acquire(function() return redis.call('ZCARD', KEYS[3]) > 0 end)
+local shared = ARGV[11] == 's'
+local limit = tonumber(ARGV[12])
+local reply = acquire(function() return redis.call('ZCARD', KEYS[3]) > 0 end, shared, limit)
 if reply[1] ~= 0 then return reply end
-local last = redis.call('ZRANGE', KEYS[3], -1, -1)
 redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[5]), ARGV[9])
 redis.call('ZADD', KEYS[4], string.format('%.0f', now + tonumber(ARGV[10])), ARGV[9])
 keep()
-if last[1] then return {2, last[1], ends(last[1]), reply[2], now} end
-return {2, '', -1, reply[2], now}
+return lookAt(ARGV[9], shared, limit)
 `,
 );
 
 /**
- * KEYS and ARGV: QUEUE_JOIN's. When the entry is the first live one and the lock is free, grants
- * it (ACQUIRE's step) and removes the entry, in this one script.
- * Returns ACQUIRE's replies; {2, id ahead ('' = none), its ms left, holder pttl (-1), now}; or
+ * KEYS and ARGV: QUEUE_JOIN's. When the entry may be granted (LOOK_AT), grants it (ACQUIRE's
+ * step) and removes the entry, in this one script.
+ * Returns ACQUIRE's replies; {2, id waited on ('' = none), its ms left, holder ms (-1), now}; or
  * {3, now} when the entry is gone (it stopped counting: others may have passed it).
  */
 export const QUEUE_LOOK = script(
   'queue-look',
-  `${NOW}${VALUE}${ACQUIRE_STEP}${queueSteps('ARGV[4]', 'ARGV[5]')}
+  `${NOW}${VALUE}${SHARED}${ACQUIRE_STEP}${queueSteps('ARGV[4]', 'ARGV[5]')}${LOOK_AT}
 if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, 0, now} end
 purge()
-local mine = redis.call('ZSCORE', KEYS[3], ARGV[9])
-if not mine then return {3, now} end
-local ahead = redis.call('ZREVRANGEBYSCORE', KEYS[3], '(' .. mine, '-inf', 'LIMIT', 0, 1)
-if ahead[1] then return {2, ahead[1], ends(ahead[1]), -1, now} end
-local reply = acquire(nil)
-if reply[1] == 1 then
-  depart(ARGV[9])
-  keep()
-  return reply
-end
-if reply[1] == -1 then return reply end
-return {2, '', -1, reply[2], now}
+return lookAt(ARGV[9], ARGV[11] == 's', tonumber(ARGV[12]))
 `,
 );
 
@@ -245,66 +381,117 @@ return renewed
 
 /**
  * KEYS: lock. ARGV: token, channel, hex name, key hash ('-' = token only: an operator's call).
- * Returns 1 when released, 0 when `token` (and the key hash) do not hold the lock.
+ * Returns 1 when released, 0 when `token` (and the key hash) do not hold the lock. An exclusive
+ * holder's release reads nothing else; a shared one's touches that holder only.
  */
 export const RELEASE = script(
   'release',
-  `${VALUE}
+  `${NOW}${VALUE}${SHARED}
 local current = redis.call('GET', KEYS[1])
-if not current then return 0 end
-local held, hash, owner = parse(current)
-if held ~= ARGV[1] or (ARGV[4] ~= '-' and hash ~= ARGV[4]) then return 0 end
-redis.call('DEL', KEYS[1])
+if current then
+  local held, hash, owner = parse(current)
+  if held ~= ARGV[1] or (ARGV[4] ~= '-' and hash ~= ARGV[4]) then return 0 end
+  redis.call('DEL', KEYS[1])
+  if ARGV[2] ~= '' then
+    redis.call('PUBLISH', ARGV[2], 'released ' .. ARGV[3] .. ' ' .. ARGV[1] .. ' ' .. owner)
+  end
+  return 1
+end
+dropExpired(ARGV[2], ARGV[3])
+local value = redis.call('HGET', HOLDERS, ARGV[1])
+if not value or (ARGV[4] ~= '-' and hashOf(value) ~= ARGV[4]) then return 0 end
+dropHolder(ARGV[1], value)
+keepHolders()
 if ARGV[2] ~= '' then
-  redis.call('PUBLISH', ARGV[2], 'released ' .. ARGV[3] .. ' ' .. ARGV[1] .. ' ' .. owner)
+  redis.call('PUBLISH', ARGV[2], 'released ' .. ARGV[3] .. ' ' .. ARGV[1] .. ' ' .. ownerOf(value))
 end
 return 1
 `,
 );
 
 /**
- * KEYS: lock. ARGV: token, ttlMs, deadline, key hash ('-' = token only). Returns {1, owner, now}
- * extended; {0, '', now} when `token` (and the key hash) do not hold the lock; {-1, '', now} stale.
+ * KEYS: lock. ARGV: token, ttlMs, deadline, key hash ('-' = token only), channel, hex name.
+ * Returns {1, owner, now} extended; {0, '', now} when `token` (and the key hash) do not hold the
+ * lock; {-1, '', now} stale.
  */
 export const EXTEND = script(
   'extend',
-  `${NOW}${VALUE}
+  `${NOW}${VALUE}${SHARED}
 if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, '', now} end
 local current = redis.call('GET', KEYS[1])
-if not current then return {0, '', now} end
-local held, hash, owner = parse(current)
-if held ~= ARGV[1] or (ARGV[4] ~= '-' and hash ~= ARGV[4]) then return {0, '', now} end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, owner, now}
-`,
-);
-
-/** KEYS: lock. Returns {value, pttl}, or {} when free. */
-export const INSPECT = script(
-  'inspect',
-  `
-local current = redis.call('GET', KEYS[1])
-if not current then return {} end
-return {current, redis.call('PTTL', KEYS[1])}
+if current then
+  local held, hash, owner = parse(current)
+  if held ~= ARGV[1] or (ARGV[4] ~= '-' and hash ~= ARGV[4]) then return {0, '', now} end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, owner, now}
+end
+dropExpired(ARGV[5] or '', ARGV[6] or '')
+local value = redis.call('HGET', HOLDERS, ARGV[1])
+if not value or (ARGV[4] ~= '-' and hashOf(value) ~= ARGV[4]) then return {0, '', now} end
+redis.call('ZADD', HOLDER_ENDS, 'XX', ms(now + tonumber(ARGV[2])), ARGV[1])
+redis.call('PEXPIRE', MARK .. ARGV[1], ARGV[2])
+keepHolders()
+return {1, ownerOf(value), now}
 `,
 );
 
 /**
- * KEYS: lock. ARGV: channel, hex name, deadline. Returns {1, value} when it ended a lease,
- * {0} when free, {-1} stale (a late revoke would end whatever lease holds the lock by then).
+ * KEYS: lock. Returns {value, pttl} for an exclusive holder; {'s', limit, then token, owner, ms
+ * left per shared holder, in no order}; {} when free. Read only: holders past their deadline
+ * are left out, not dropped.
+ */
+export const INSPECT = script(
+  'inspect',
+  `${NOW}${SHARED}
+local current = redis.call('GET', KEYS[1])
+if current then return {current, redis.call('PTTL', KEYS[1])} end
+local live = redis.call('ZRANGEBYSCORE', HOLDER_ENDS, '(' .. ms(now), '+inf', 'WITHSCORES')
+if not live[1] then return {} end
+local reply = {'s', redis.call('HGET', HOLDERS, 'limit') or '0'}
+for i = 1, #live, 2 do
+  local value = redis.call('HGET', HOLDERS, live[i])
+  reply[#reply + 1] = live[i]
+  reply[#reply + 1] = value and ownerOf(value) or ''
+  reply[#reply + 1] = math.max(0, tonumber(live[i + 1]) - now)
+end
+return reply
+`,
+);
+
+/**
+ * KEYS: lock. ARGV: channel, hex name, deadline. Ends every lease of the name (each shared
+ * holder's with its own `revoked`). Returns {1, `<token>:<owner>` of the (highest) lease it
+ * ended} when it ended any, {0} when free, {-1} stale (a late revoke would end whatever lease
+ * holds the lock by then).
  */
 export const REVOKE = script(
   'revoke',
-  `${NOW}${VALUE}
+  `${NOW}${VALUE}${SHARED}
 if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1} end
 local current = redis.call('GET', KEYS[1])
-if not current then return {0} end
-redis.call('DEL', KEYS[1])
-if ARGV[1] ~= '' then
+if current then
+  redis.call('DEL', KEYS[1])
   local held, hash, owner = parse(current)
-  redis.call('PUBLISH', ARGV[1], 'revoked ' .. ARGV[2] .. ' ' .. held .. ' ' .. owner)
+  if ARGV[1] ~= '' then
+    redis.call('PUBLISH', ARGV[1], 'revoked ' .. ARGV[2] .. ' ' .. held .. ' ' .. owner)
+  end
+  return {1, held .. ':' .. owner}
 end
-return {1, current}
+dropExpired(ARGV[1], ARGV[2])
+local tokens = redis.call('ZRANGE', HOLDER_ENDS, 0, -1)
+if not tokens[1] then return {0} end
+local highest, last = -1, ''
+for _, token in ipairs(tokens) do
+  local value = redis.call('HGET', HOLDERS, token)
+  local owner = value and ownerOf(value) or ''
+  redis.call('DEL', MARK .. token)
+  if ARGV[1] ~= '' then
+    redis.call('PUBLISH', ARGV[1], 'revoked ' .. ARGV[2] .. ' ' .. token .. ' ' .. owner)
+  end
+  if tonumber(token) > highest then highest, last = tonumber(token), token .. ':' .. owner end
+end
+redis.call('DEL', HOLDERS, HOLDER_ENDS)
+return {1, last}
 `,
 );
 
@@ -319,13 +506,36 @@ return {1, current}
  */
 export const ADOPT_TOKEN = script(
   'adopt-token',
-  `${VALUE}
+  `${NOW}${VALUE}${SHARED}
 local fence = redis.call('GET', KEYS[2])
 if (not fence) or tonumber(fence) < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[6])
 end
 local current = redis.call('GET', KEYS[1])
-if not current then return 0 end
+if not current then
+  -- A shared holder: the owner's entry, relabelled with M in every key it is in.
+  local value = ARGV[5] .. ':' .. ARGV[1]
+  local held = redis.call('HGET', HOLDERS, '=' .. value)
+  if not held then return 0 end
+  if held ~= ARGV[2] then
+    local score = redis.call('ZSCORE', HOLDER_ENDS, held)
+    redis.call('HDEL', HOLDERS, held)
+    redis.call('HSET', HOLDERS, ARGV[2], value, '=' .. value, ARGV[2])
+    redis.call('ZREM', HOLDER_ENDS, held)
+    if score then redis.call('ZADD', HOLDER_ENDS, score, ARGV[2]) end
+    if redis.call('EXISTS', MARK .. held) == 1 then redis.call('RENAME', MARK .. held, MARK .. ARGV[2]) end
+  end
+  if tonumber(ARGV[7]) then
+    redis.call('ZADD', HOLDER_ENDS, ms(now + tonumber(ARGV[7])), ARGV[2])
+    redis.call('PEXPIRE', MARK .. ARGV[2], ARGV[7])
+  end
+  keepHolders()
+  if ARGV[3] ~= '' then
+    local count = redis.call('ZCARD', HOLDER_ENDS)
+    redis.call('PUBLISH', ARGV[3], 'shared ' .. ARGV[4] .. ' ' .. ARGV[2] .. ' ' .. count .. ' ' .. ARGV[1])
+  end
+  return 1
+end
 local held, hash, owner = parse(current)
 if owner ~= ARGV[1] or hash ~= ARGV[5] then return 0 end
 if tonumber(ARGV[7]) then

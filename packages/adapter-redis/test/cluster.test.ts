@@ -131,6 +131,36 @@ describe.skipIf(!enabled)('redis cluster adapter on a live cluster', () => {
     }
   });
 
+  it('shared holders on names of every master: limit, exclusive refused, per-holder release, list, revoke', async () => {
+    const [first, second] = [await open(), await open()];
+    const names = [...(await namesPerMaster(cluster, 'shared', 1)).values()].flat();
+    for (const name of names) {
+      const keys = nameKeys('dlm:', name);
+      for (const key of [keys.holders, keys.holderEnds, `${keys.holderMark}1`]) {
+        expect(await cluster.slotOf(key)).toBe(await cluster.slotOf(keys.lock));
+      }
+      const heard: string[] = [];
+      second.watch(name, (event) => heard.push(`${event.type}:${event.mode ?? ''}`));
+      const reader = (owner: string) =>
+        first.tryAcquire({ name, owner, ttlMs: 10_000, mode: 'shared', limit: 2, keyHash: owner });
+      const a = await reader('a');
+      const b = await reader('b');
+      if (!a.granted || !b.granted) throw new Error(`expected two readers of ${name}`);
+      expect(b.grant.token).toBeGreaterThan(a.grant.token);
+      expect((await reader('c')).granted).toBe(false);
+      expect((await second.tryAcquire({ name, owner: 'w', ttlMs: 10_000 })).granted).toBe(false);
+      expect((await second.inspect(name))?.holders?.map((h) => h.owner)).toEqual(['a', 'b']);
+      expect(await second.release({ name, token: a.grant.token, keyHash: 'a' })).toBe(true);
+      expect((await first.inspect(name))?.holders?.map((h) => h.owner)).toEqual(['b']);
+      await until(() => heard.includes('released:'), { timeoutMs: 5_000, what: 'the release' });
+      expect(heard.slice(0, 2)).toEqual(['acquired:shared', 'acquired:shared']);
+    }
+    const listed = ((await first.list?.('shared/')) ?? []).map((state) => [state.name, state.mode]);
+    expect(listed).toEqual([...names].sort().map((name) => [name, 'shared']));
+    for (const name of names) expect(await first.revoke?.(name)).toBe(true);
+    for (const name of names) expect(await second.inspect(name)).toBeNull();
+  });
+
   it('release on one server wakes watchers on another, for names on every master', async () => {
     const [first, second] = [await open(), await open()];
     const byMaster = await namesPerMaster(cluster, 'wake', 1);

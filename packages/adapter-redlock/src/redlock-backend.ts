@@ -8,6 +8,7 @@ import {
   type LockEvents,
   type NodeAcquireResult,
   type RedisNode,
+  sharedLimit,
   subscribedWithin,
   within,
 } from '@dlm/adapter-redis';
@@ -71,6 +72,8 @@ const CAPABILITIES: core.BackendCapabilities = Object.freeze({
   fairQueue: false,
   // Each node expires its copy on its own; core checks each lease at its end instead.
   expiryEvents: false,
+  // Each holder, shared or exclusive, is a lease on a quorum of nodes (the same node scripts).
+  sharedModes: true,
 });
 
 /**
@@ -280,7 +283,7 @@ async function tryAcquire(r: Redlock, request: core.AcquireRequest): Promise<cor
   const settleBy = r.clock.now() + r.attemptMs + SPLIT_MARGIN_MS;
   for (let round = 1; ; round += 1) {
     const result = await attemptAcquire(r, request);
-    if (result.granted) return result;
+    if (result.granted || result.conflict) return result;
     const settled = await splitSettled(r, request, settleBy);
     if (settled !== 'free' || r.clock.now() > settleBy) return result;
     // Contenders that split the vote all see it settle at once: a random pause, growing with
@@ -309,7 +312,11 @@ async function splitSettled(
     if (states.length < r.quorum) return 'split';
     if (agreed(name, states, r.quorum, (nodeMs) => nodeMs) !== null) return 'held';
     // Our own copies are being given back: they are no contender's.
-    if (!states.some((state) => state !== null && state.owner !== owner)) return 'free';
+    if (
+      !states.some((state) => state !== null && holdersOf(state).some((h) => h.owner !== owner))
+    ) {
+      return 'free';
+    }
     if (r.clock.now() + pauseMs > settleBy) return 'split';
     await sleep(r.clock, pauseMs);
     pauseMs = Math.min(pauseMs * 2, 32);
@@ -318,17 +325,18 @@ async function splitSettled(
 
 async function attemptAcquire(
   r: Redlock,
-  { name, owner, ttlMs, keyHash }: core.AcquireRequest,
+  { name, owner, ttlMs, keyHash, mode, limit: asked }: core.AcquireRequest,
 ): Promise<core.AcquireResult> {
   assertOpen(r);
   const { nodes, quorum, total } = r;
+  const limit = sharedLimit(mode, asked);
   const startedAt = r.clock.now();
   await subscribedWithin(r.clock, r.events, r.commandTimeoutMs, startedAt);
   const onNodes = nodeTtl(r, ttlMs);
   const run = gather(
     nodes,
     (node) =>
-      node.acquire(name, owner, keyHash, onNodes, startedAt, Math.min(onNodes, r.attemptMs)),
+      node.acquire(name, owner, keyHash, onNodes, startedAt, Math.min(onNodes, r.attemptMs), limit),
     (outcomes) => {
       const granted = outcomes.filter((o) => o?.ok && o.value.granted).length;
       const refused = outcomes.filter((o) => o && !(o.ok && o.value.granted)).length;
@@ -352,8 +360,12 @@ async function attemptAcquire(
       )} ms)`,
     );
   }
-  const held = answers(outcomes).flatMap((g) => (g.granted ? [] : [g.ttlRemainingMs]));
-  if (held.length + grants.length < quorum) throw unavailable(r, 'acquire', outcomes);
+  const refusals = answers(outcomes).flatMap((g) => (g.granted ? [] : [g]));
+  if (refusals.length + grants.length < quorum) throw unavailable(r, 'acquire', outcomes);
+  // Never grantable as asked: only when a quorum says so (a minority may hold a stale copy).
+  const conflicts = refusals.flatMap((g) => (g.conflict ? [g.conflict] : []));
+  if (conflicts.length >= quorum) return { granted: false, conflict: conflicts[0]! };
+  const held = refusals.flatMap((g) => (g.conflict ? [] : [g.ttlRemainingMs]));
   // The lock frees for us once enough of the holders' copies expire to leave a quorum.
   const nodeMs = kthSmallest(held, quorum - grants.length);
   return nodeMs === undefined
@@ -530,11 +542,21 @@ function leaseKey(state: core.LockState): string {
   return `${state.token}:${state.owner}`;
 }
 
+/** A node's holders of a name (its one holder, for an exclusive lock). */
+function holdersOf(state: core.LockState): core.HolderState[] {
+  return (
+    state.holders ?? [
+      { owner: state.owner, token: state.token, ttlRemainingMs: state.ttlRemainingMs },
+    ]
+  );
+}
+
 /**
- * The lease a quorum of nodes agrees on, owner and token alike, with the time left until
- * fewer than a quorum hold it; null when no lease is on a quorum. A node's copy that disagrees
- * (a failed attempt's partial grant, a copy not yet relabelled with the grant's token) is
- * never reported: nobody was granted what only a minority holds.
+ * The leases a quorum of nodes agrees on, owner and token alike (one exclusive lease, or the
+ * shared holders each on a quorum, ordered by token, the highest at the top), each with the
+ * time left until fewer than a quorum hold it; null when no lease is on a quorum. A node's copy
+ * that disagrees (a failed attempt's partial grant, a copy not yet relabelled with the grant's
+ * token) is never reported: nobody was granted what only a minority holds.
  */
 function agreed(
   name: string,
@@ -542,15 +564,35 @@ function agreed(
   quorum: number,
   leaseLeft: (nodeMs: number) => number,
 ): core.LockState | null {
-  const byLease = new Map<string, core.LockState[]>();
+  const byLease = new Map<string, { holder: core.HolderState; shared: boolean; ms: number[] }>();
+  const limits: number[] = [];
   for (const state of states) {
-    if (state) byLease.set(leaseKey(state), [...(byLease.get(leaseKey(state)) ?? []), state]);
+    if (!state) continue;
+    const shared = state.mode === 'shared';
+    if (shared && state.limit !== undefined) limits.push(state.limit);
+    for (const holder of holdersOf(state)) {
+      const key = `${shared ? 's' : 'x'}:${holder.token}:${holder.owner}`;
+      const seen = byLease.get(key) ?? { holder, shared, ms: [] };
+      seen.ms.push(holder.ttlRemainingMs);
+      byLease.set(key, seen);
+    }
   }
-  for (const held of byLease.values()) {
-    if (held.length < quorum) continue;
-    const { owner, token } = held[0]!;
-    const remaining = held.map((s) => s.ttlRemainingMs).sort((a, b) => b - a)[quorum - 1] ?? 0;
-    return { name, owner, token, ttlRemainingMs: leaseLeft(remaining) };
-  }
-  return null;
+  const onQuorum = [...byLease.values()]
+    .filter((lease) => lease.ms.length >= quorum)
+    .map(({ holder, shared, ms }) => ({
+      shared,
+      holder: {
+        owner: holder.owner,
+        token: holder.token,
+        ttlRemainingMs: leaseLeft(ms.sort((a, b) => b - a)[quorum - 1] ?? 0),
+      },
+    }));
+  const exclusive = onQuorum.find((lease) => !lease.shared);
+  if (exclusive) return { name, ...exclusive.holder };
+  const holders = onQuorum
+    .map((lease) => lease.holder)
+    .sort((a, b) => (a.token < b.token ? -1 : a.token > b.token ? 1 : 0));
+  const top = holders.at(-1);
+  if (!top) return null;
+  return { name, ...top, mode: 'shared', limit: Math.max(...limits), holders };
 }

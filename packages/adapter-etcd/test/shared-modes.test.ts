@@ -1,5 +1,12 @@
 import { pendingAfter, sleep, until } from '@dlm/conformance';
-import type { AcquireRequest, AcquireResult, Grant, LockBackend, LockEvent } from '@dlm/core';
+import {
+  type AcquireRequest,
+  type AcquireResult,
+  createLockService,
+  type Grant,
+  type LockBackend,
+  type LockEvent,
+} from '@dlm/core';
 import { type EtcdService, etcdAvailable } from '@dlm/test-services';
 import { Etcd3 } from 'etcd3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -357,5 +364,30 @@ describe.skipIf(!run)('etcd shared modes (read locks, semaphores)', () => {
     controller.abort();
     expect((await waiting).granted).toBe(false);
     expect(await queueKeys(name)).toEqual([]);
+  });
+
+  it('through the lock service: readers together, a writer after them, get() with holders', async () => {
+    const name = lockName('service');
+    const [one, two] = [createLockService({ backend: a }), createLockService({ backend: b })];
+    try {
+      const r1 = await one.acquire({ name, owner: 'r1', ttlMs: 10_000, mode: 'shared' });
+      const r2 = await two.acquire({ name, owner: 'r2', ttlMs: 10_000, mode: 'shared' });
+      expect([r1.mode, r2.mode]).toEqual(['shared', 'shared']);
+      const writer = one.acquire({ name, owner: 'w', ttlMs: 10_000, waitMs: 10_000 });
+      await untilQueued(name, 1);
+      const state = await two.get(name);
+      expect(state?.mode).toBe('shared');
+      expect(state?.holders?.map((h) => h.owner)).toEqual(['r1', 'r2']);
+      expect(state?.token).toBe(r2.token);
+      await one.release({ name, token: r1.token, leaseKey: r1.leaseKey });
+      expect(await pendingAfter(writer, 300)).toBe(true);
+      await two.release({ name, token: r2.token, leaseKey: r2.leaseKey });
+      const w = await writer;
+      expect(w.token).toBeGreaterThan(r2.token);
+      expect((await one.get(name))?.mode).toBe('exclusive');
+    } finally {
+      await one.close();
+      await two.close();
+    }
   });
 });

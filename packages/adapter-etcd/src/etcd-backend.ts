@@ -6,7 +6,7 @@ import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.j
 import { createEtcdClient } from './etcd-client.js';
 import { type EtcdKeys, etcdKeys, prefixEnd } from './etcd-keys.js';
 import { type LeasePool, type LockLease, leasePool, ttlSeconds } from './etcd-leases.js';
-import { fairQueue } from './etcd-queue.js';
+import { fairQueue, isSharedEntry } from './etcd-queue.js';
 import { waiterSession } from './etcd-session.js';
 import {
   decideShared,
@@ -335,8 +335,10 @@ const sharedRequestOf = (request: core.AcquireRequest): SharedRequest => ({
 
 /**
  * A shared try-lock (see etcd-shared.ts): read the name, decide, and grant (or refresh) in a
- * transaction whose comparisons keep the decision true; read again when they fail. Like the
- * exclusive one, it never jumps the queue: the grant also requires the queue to be empty.
+ * transaction whose comparisons keep the decision true; read again when they fail. It never
+ * jumps the queue: it is granted only when a request queued now would be at once (no exclusive
+ * entry queued, room for the queued shared ones too), and the grant requires the queue to be
+ * unchanged since the read.
  */
 async function tryAcquireShared(
   e: Etcd,
@@ -355,13 +357,19 @@ async function tryAcquireShared(
     while (limit.remainingMs() > 0) {
       const read = await readTxn(e, limit, [
         ...sharedReads(e.keys, shared),
-        { request_range: { key: waiters, range_end: prefixEnd(waiters), count_only: true } },
+        { request_range: { key: waiters, range_end: prefixEnd(waiters), keys_only: true } },
       ]);
       const view = sharedView(read.responses, 0, read.header.revision);
-      const queued = Number(read.responses[3]?.response_range.count ?? 0) > 0;
-      const decision = decideShared(view, shared);
+      const entries = (read.responses[3]?.response_range.kvs ?? []).map((kv) => kv.key.toString());
+      const sharedQueued = entries.filter(isSharedEntry).length;
+      // Granted at once exactly when a queued request would be: no exclusive entry queued,
+      // and room for the shared ones queued and this one.
+      const decision = decideShared(view, shared, sharedQueued);
       if (decision.kind === 'conflict') return { granted: false, conflict: decision.conflict };
-      if (decision.kind === 'blocked' || (decision.kind === 'room' && queued)) {
+      if (
+        decision.kind === 'blocked' ||
+        (decision.kind === 'room' && sharedQueued < entries.length)
+      ) {
         const by = decision.kind === 'blocked' ? decision.by : view.oldest;
         const ttlRemainingMs = by ? await remainingOfLease(e, limit, by.lease) : undefined;
         return ttlRemainingMs === undefined
@@ -375,12 +383,13 @@ async function tryAcquireShared(
           ? sharedRefreshCompares(decision.kv)
           : [
               ...sharedGrantCompares(e.keys, name, view),
+              // Nobody joined the queue since the read (an exclusive waiter would be ahead).
               {
                 key: waiters,
                 range_end: prefixEnd(waiters),
-                target: 'Create' as const,
-                result: 'Equal' as const,
-                create_revision: 0,
+                target: 'Mod' as const,
+                result: 'Less' as const,
+                mod_revision: (BigInt(view.revision) + 1n).toString(),
               },
             ];
       const response = await onLease(e, leaseId, () =>

@@ -74,7 +74,7 @@ const createdAt = (key: Buffer, revision: string): ICompare => ({
 });
 
 /** A shared waiter's queue key: its id starts with `s` (an exclusive one's is hex digits). */
-const isSharedEntry = (key: string): boolean => key[key.lastIndexOf('\0') + 1] === 's';
+export const isSharedEntry = (key: string): boolean => key[key.lastIndexOf('\0') + 1] === 's';
 
 const leaseInvalid = (error: unknown): boolean =>
   error instanceof DlmError && error.cause instanceof EtcdLeaseInvalidError;

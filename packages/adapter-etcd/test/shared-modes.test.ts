@@ -280,6 +280,25 @@ describe.skipIf(!run)('etcd shared modes (read locks, semaphores)', () => {
     expect(w.token).toBeGreaterThan(r.token);
   });
 
+  it('a shared try-lock is granted exactly when a queued request would be at once', async () => {
+    const name = lockName('try-vs-queue');
+    // Queue entries put by hand: a shared waiter (its id starts with `s`) that has not looked yet.
+    const sharedEntry = `${prefix}queue/${name}\0sfake`;
+    const exclusiveEntry = `${prefix}queue/${name}\0abcd`;
+    await raw.put(sharedEntry).value('waiter');
+    grantOf(await a.tryAcquire(shared(name, 'r1', 3)));
+    // One holder and one shared waiter ahead: room for one more (limit 3).
+    grantOf(await a.tryAcquire(shared(name, 'r2', 3)));
+    // Now the waiter ahead takes the last permit: no room.
+    expect((await a.tryAcquire(shared(name, 'r3', 3))).granted).toBe(false);
+    await raw.delete().key(sharedEntry);
+    await raw.put(exclusiveEntry).value('writer');
+    // Room, but an exclusive waiter is queued: refused.
+    expect((await a.tryAcquire(shared(name, 'r3', 3))).granted).toBe(false);
+    await raw.delete().key(exclusiveEntry);
+    grantOf(await a.tryAcquire(shared(name, 'r3', 3)));
+  });
+
   it('the queue is FIFO across modes and backends: S,S,X,S', async () => {
     const name = lockName('fifo');
     const h = grantOf(await a.tryAcquire(exclusive(name, 'h')));

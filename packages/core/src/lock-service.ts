@@ -10,6 +10,7 @@ import {
   check,
   forgetHolders,
   holdersOf,
+  modeOfView,
   scheduleCheck,
   viewOf,
 } from './holder-view.js';
@@ -17,6 +18,7 @@ import {
   type LeaseSpec,
   leaseOf,
   lose,
+  specOfLease,
   tellLost,
   track,
   untrack,
@@ -426,7 +428,7 @@ async function release(ctx: ServiceContext, request: ReleaseRequest): Promise<vo
   const view = state ? viewOf(state, token) : undefined;
   if (released && state && view) {
     // Watchers hear it now; the backend's own event about it is then old news.
-    ctx.onEvent(state, { name, type: 'released', token, mode: view.mode });
+    ctx.onEvent(state, { name, type: 'released', token, mode: modeOfView(view) });
   } else if (state && tracked && (released || tracked.keyHash === keyHash)) {
     // Refused with the lease's own key: it has ended. Refused with another key: it is still
     // the holder's, who must go on hearing of it (lock.lost) and using it without a key.
@@ -459,7 +461,8 @@ async function extend(ctx: ServiceContext, options: ExtendOptions): Promise<Leas
     );
     if (!grant) throw notHolderError(name, token);
     if (ctx.clock.now() - startedAt >= grant.ttlMs) throw ranOutError();
-    const spec = leaseOf(state, token) ?? (await specOf(ctx, name, token));
+    const tracked = leaseOf(state, token);
+    const spec = tracked ? specOfLease(tracked) : await specOf(ctx, name, token);
     track(ctx, state, grant, proof, spec, startedAt, options.onLost);
     return reportGrant(ctx, toLease(grant, leaseKey, spec), 'extended', 0);
   } finally {

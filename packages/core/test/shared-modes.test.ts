@@ -407,6 +407,31 @@ describe('shared modes through the lock service', () => {
     expect(await service.get('set:c')).toBeNull();
   });
 
+  it('maps a conflict from the backend’s own queue to INVALID_PARAMS, and grants shared there', async () => {
+    // The embedded backend behind a queue of its own (fairQueue): a wait asks it until granted,
+    // refused as asked (conflict), or aborted at its deadline.
+    service = await openService({}, (real) => ({
+      ...real,
+      capabilities: { ...real.capabilities, fairQueue: true },
+      async acquireQueued({ signal, ...request }) {
+        while (!signal.aborted) {
+          const result = await real.tryAcquire(request);
+          if (result.granted || result.conflict) return result;
+          await new Promise((resolve) => setTimeout(resolve, 5));
+        }
+        return { granted: false };
+      },
+    }));
+    const w = await exclusive('q', 'w');
+    const reader = shared('q', 'r', 4, { waitMs: 5_000 });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await service.release({ name: 'q', token: w.token });
+    expect(await reader).toMatchObject({ mode: 'shared', limit: 4, owner: 'r' });
+    const error = await failure(shared('q', 'b', 3, { waitMs: 5_000 }));
+    expect(error.details).toMatchObject({ field: 'limit', limit: 4 });
+    expect(service.waiters('q')).toBe(0);
+  });
+
   it('refuses shared requests on a backend without sharedModes, before calling it', async () => {
     await open((real) => ({ ...real, capabilities: { ...real.capabilities, sharedModes: false } }));
     const error = await failure(shared('n', 'a', 2));

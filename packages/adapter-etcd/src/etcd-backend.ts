@@ -6,7 +6,7 @@ import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.j
 import { createEtcdClient } from './etcd-client.js';
 import { type EtcdKeys, etcdKeys, prefixEnd } from './etcd-keys.js';
 import { type LeasePool, type LockLease, leasePool, ttlSeconds } from './etcd-leases.js';
-import { fairQueue, isSharedEntry } from './etcd-queue.js';
+import { fairQueue, limitOfEntry } from './etcd-queue.js';
 import { waiterSession } from './etcd-session.js';
 import {
   decideShared,
@@ -361,9 +361,9 @@ async function tryAcquireShared(
       ]);
       const view = sharedView(read.responses, 0, read.header.revision);
       const entries = (read.responses[3]?.response_range.kvs ?? []).map((kv) => kv.key.toString());
-      const sharedQueued = entries.filter(isSharedEntry).length;
-      // Granted at once exactly when a queued request would be: no exclusive entry queued,
-      // and room for the shared ones queued and this one.
+      const sharedQueued = entries.filter((key) => limitOfEntry(key) === shared.limit).length;
+      // Granted at once exactly when a queued request would be: no exclusive entry queued (nor
+      // a shared one with another limit), and room for the shared ones queued and this one.
       const decision = decideShared(view, shared, sharedQueued);
       if (decision.kind === 'conflict') return { granted: false, conflict: decision.conflict };
       if (

@@ -74,7 +74,15 @@ const createdAt = (key: Buffer, revision: string): ICompare => ({
 });
 
 /** A shared waiter's queue key: its id starts with `s` (an exclusive one's is hex digits). */
-export const isSharedEntry = (key: string): boolean => key[key.lastIndexOf('\0') + 1] === 's';
+/**
+ * The limit of a shared waiter's queue key (its id is `s<limit>.<random>`), or undefined for an
+ * exclusive waiter's (hex digits).
+ */
+export function limitOfEntry(key: string): number | undefined {
+  const start = key.lastIndexOf('\0') + 1;
+  if (key[start] !== 's') return undefined;
+  return Number(key.slice(start + 1, key.indexOf('.', start)));
+}
 
 const leaseInvalid = (error: unknown): boolean =>
   error instanceof DlmError && error.cause instanceof EtcdLeaseInvalidError;
@@ -327,7 +335,7 @@ class EtcdWaiter implements FairQueueDriver {
     const sessionLease = await context.session.leaseId(limit);
     this.myKey = Buffer.concat([
       this.queueStart,
-      Buffer.from(`s${randomBytes(8).toString('hex')}`),
+      Buffer.from(`s${shared.limit}.${randomBytes(8).toString('hex')}`),
     ]);
     let response: ITxnResponse;
     try {
@@ -396,6 +404,7 @@ class EtcdWaiter implements FairQueueDriver {
     );
     const view = sharedView(read.responses, 0, read.header.revision);
     let sharedAhead = 0;
+    /** The last entry ahead that must go first: exclusive, or shared with another limit. */
     let lastExclusive: string | undefined;
     if (revision === undefined) {
       if (Number(read.responses[3]?.response_range.count ?? 0) > 0) sharedAhead = -1;
@@ -407,7 +416,7 @@ class EtcdWaiter implements FairQueueDriver {
       }
       for (const kv of read.responses[4]?.response_range.kvs ?? []) {
         const key = kv.key.toString();
-        if (isSharedEntry(key)) sharedAhead += 1;
+        if (limitOfEntry(key) === shared.limit) sharedAhead += 1;
         else lastExclusive = key;
       }
     }
@@ -428,17 +437,27 @@ class EtcdWaiter implements FairQueueDriver {
       }
     }
     const lease = await context.leases.take(limit, this.leaseTtlMs);
-    // A refresh is the holder's own (it never waits); a grant keeps the queue's order: nobody
-    // queued when not queued, our own entry still there when queued.
+    // A refresh is the holder's own (it never waits). Not queued, a grant is a try-lock's:
+    // nobody queued, and the holders unchanged since the read (etcd-shared.ts).
+    //
+    // Queued, a grant needs only the lock key free and our own entry still there: no compare
+    // on the holders, so that shared waiters woken together are granted together instead of
+    // failing each other's compares. Why the limit still holds: take the holder whose position
+    // is latest (a waiter's is its entry's create revision; a try-lock's, the revision of its
+    // read, and it commits only if no entry joined since and no holder changed). Every other
+    // holder was ahead of it, so when it read, each was already a holder or an entry ahead of
+    // it with its limit (an entry with another limit ahead makes it wait, above; a grant turns
+    // an entry into a holder in one transaction; a try-lock ahead of its entry committed before
+    // the entry was created, or not at all). It counted them all and found fewer than the limit.
     const compare: ICompare[] =
       decision.kind === 'refresh'
         ? sharedRefreshCompares(decision.kv)
-        : [
-            ...sharedGrantCompares(context.keys, shared.name, view),
-            revision === undefined
-              ? { ...free(queueStart), range_end: queueEnd }
-              : createdAt(myKey, revision.toString()),
-          ];
+        : revision === undefined
+          ? [
+              ...sharedGrantCompares(context.keys, shared.name, view),
+              { ...free(queueStart), range_end: queueEnd },
+            ]
+          : [free(this.lockKey), createdAt(myKey, revision.toString())];
     let response: ITxnResponse;
     try {
       response = await context.txn(limit, 'idempotent', {

@@ -282,8 +282,10 @@ describe.skipIf(!run)('etcd shared modes (read locks, semaphores)', () => {
 
   it('a shared try-lock is granted exactly when a queued request would be at once', async () => {
     const name = lockName('try-vs-queue');
-    // Queue entries put by hand: a shared waiter (its id starts with `s`) that has not looked yet.
-    const sharedEntry = `${prefix}queue/${name}\0sfake`;
+    // Queue entries put by hand: a shared waiter (its id is `s<limit>.<random>`) that has not
+    // looked yet.
+    const sharedEntry = `${prefix}queue/${name}\0s3.fake`;
+    const otherLimitEntry = `${prefix}queue/${name}\0s4.fake`;
     const exclusiveEntry = `${prefix}queue/${name}\0abcd`;
     await raw.put(sharedEntry).value('waiter');
     grantOf(await a.tryAcquire(shared(name, 'r1', 3)));
@@ -292,6 +294,10 @@ describe.skipIf(!run)('etcd shared modes (read locks, semaphores)', () => {
     // Now the waiter ahead takes the last permit: no room.
     expect((await a.tryAcquire(shared(name, 'r3', 3))).granted).toBe(false);
     await raw.delete().key(sharedEntry);
+    // A shared waiter with another limit goes first (it will be refused or granted alone).
+    await raw.put(otherLimitEntry).value('waiter');
+    expect((await a.tryAcquire(shared(name, 'r3', 3))).granted).toBe(false);
+    await raw.delete().key(otherLimitEntry);
     await raw.put(exclusiveEntry).value('writer');
     // Room, but an exclusive waiter is queued: refused.
     expect((await a.tryAcquire(shared(name, 'r3', 3))).granted).toBe(false);
@@ -328,6 +334,21 @@ describe.skipIf(!run)('etcd shared modes (read locks, semaphores)', () => {
     const g3 = grantOf(await s3);
     expect(g3.token).toBeGreaterThan(gx.token);
     expect(await queueKeys(name)).toEqual([]);
+  });
+
+  it('a queued shared waiter behind one with another limit waits for it, then is refused', async () => {
+    const name = lockName('queued-limits');
+    const h = grantOf(await a.tryAcquire(exclusive(name, 'h')));
+    const two = queued(a, shared(name, 'two', 2));
+    await untilQueued(name, 1);
+    const three = queued(b, shared(name, 'three', 3));
+    await untilQueued(name, 2);
+    await a.release({ name, token: h.token, keyHash: hashOf('h') });
+    const granted = grantOf(await two);
+    expect(await three).toEqual({ granted: false, conflict: { field: 'limit', limit: 2 } });
+    const state = await a.inspect(name);
+    expect(state?.holders?.map((holder) => holder.token)).toEqual([granted.token]);
+    expect(state?.limit).toBe(2);
   });
 
   it('a semaphore at its limit admits the next waiter on a release, and on an expiry', async () => {

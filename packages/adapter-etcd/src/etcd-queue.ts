@@ -107,15 +107,15 @@ const indeterminate = (error: unknown): boolean =>
  * A try-lock (`tryAcquire`) only takes a free lock when the queue is empty, so it never jumps
  * ahead of waiters, on this dlm server or any other.
  *
- * Modes share the one queue (a shared waiter's key id starts with `s`). An exclusive waiter is
- * as above, except that "free" also means no shared holder key (one more comparison). A shared
- * waiter may be granted when no exclusive entry is ahead of it, no exclusive holder holds the
- * name, and the holders plus the shared entries ahead of it are fewer than its limit (Curator's
- * `getsTheLock` with `maxLeases`): it reads the name and its part of the queue at one revision,
- * decides, and grants in a transaction guarded as a shared try-lock's (etcd-shared.ts) plus its
- * own queue key's create revision. It sleeps on the nearest blocker: the last exclusive entry
- * ahead of it (that entry's deletion), else the holders (any holder's end, and any queue entry's
- * deletion, which may leave room). So S,S,X,S: both S are granted together, X waits at the head
+ * Modes share the one queue (a shared waiter's key id is `s<limit>.<random>`). An exclusive
+ * waiter is as above, except that "free" also means no shared holder key (one more comparison).
+ * A shared waiter may be granted when no exclusive entry (nor a shared one with another limit)
+ * is ahead of it, no exclusive holder holds the name, and the holders plus the shared entries
+ * ahead of it are fewer than its limit (Curator's `getsTheLock` with `maxLeases`): it reads the
+ * name and its part of the queue at one revision, decides, and grants in a transaction guarded
+ * by the lock key and its own queue key (why that is enough: `sharedStep`). It sleeps on the
+ * nearest blocker: the last such entry ahead of it (that entry's deletion), else the holders
+ * (any holder's end, and any queue entry's deletion, which may leave room). So S,S,X,S: both S are granted together, X waits at the head
  * for both to end, and the last S waits for X's entry and then for X.
  */
 export function fairQueue(context: QueueContext) {

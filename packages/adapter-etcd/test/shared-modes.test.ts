@@ -372,6 +372,20 @@ describe.skipIf(!run)('etcd shared modes (read locks, semaphores)', () => {
     expect(state?.holders?.map((h) => h.owner)).toEqual(['w1', 'w2']);
   });
 
+  it("a queued writer is granted at the last reader's expiry", async () => {
+    const name = lockName('writer-expiry');
+    grantOf(await a.tryAcquire(shared(name, 'r1', 5, 1_000)));
+    const r2 = grantOf(await b.tryAcquire(shared(name, 'r2', 5, 2_000)));
+    const startedAt = performance.now();
+    const w = grantOf(await queued(b, exclusive(name, 'w')));
+    const waitedMs = performance.now() - startedAt;
+    // Not before the longer reader's lease (2 s) ran out, and soon after it.
+    expect(waitedMs).toBeGreaterThan(1_000);
+    expect(waitedMs).toBeLessThan(3_500);
+    expect(w.token).toBeGreaterThan(r2.token);
+    expect(await a.inspect(name)).toMatchObject({ owner: 'w', token: w.token });
+  });
+
   it('acquireQueued answers conflicts and leaves no queue key', async () => {
     const name = lockName('queued-conflict');
     grantOf(await a.tryAcquire(shared(name, 'r', 2)));

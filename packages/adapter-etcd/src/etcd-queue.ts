@@ -550,7 +550,8 @@ class EtcdWaiter implements FairQueueDriver {
     }
     const predecessor = newest[1];
     if (predecessor) return { kind: 'predecessor', key: predecessor.key.toString() };
-    const holder = nested?.responses[2]?.response_range.kvs[0];
+    const holder =
+      nested?.responses[2]?.response_range.kvs[0] ?? nested?.responses[4]?.response_range.kvs[0];
     return {
       kind: 'holder',
       ttlRemainingMs: holder && (await context.remainingOf(limit, holder)),
@@ -564,6 +565,7 @@ class EtcdWaiter implements FairQueueDriver {
    */
   private joinTxn(lease: string, sessionLease: string): Parameters<Etcd3['kv']['txn']>[0] {
     const { lockKey, value, queueStart, queueEnd } = this;
+    const sharedStart = this.context.keys.shared(this.request.name);
     return {
       compare: [
         free(lockKey),
@@ -591,6 +593,16 @@ class EtcdWaiter implements FairQueueDriver {
               { request_range: { key: lockKey } },
               // Our own shared holder key: held in the other mode, a conflict.
               { request_range: { key: this.holderKey, keys_only: true } },
+              // The oldest shared holder: its lease is the fallback timer when readers hold it.
+              {
+                request_range: {
+                  key: sharedStart,
+                  range_end: prefixEnd(sharedStart),
+                  sort_order: 'Ascend',
+                  sort_target: 'Create',
+                  limit: 1,
+                },
+              },
             ],
           },
         },

@@ -1,14 +1,29 @@
 import type * as core from '@dlm/core';
 import { DlmError, systemClock } from '@dlm/core';
-import type { Etcd3, IKeyValue, ITxnResponse } from 'etcd3';
+import type { Etcd3, IKeyValue, IRequestOp, ITxnResponse } from 'etcd3';
 import { type TxnSender, txnSender } from './etcd-batch.js';
 import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.js';
 import { createEtcdClient } from './etcd-client.js';
 import { type EtcdKeys, etcdKeys, prefixEnd } from './etcd-keys.js';
-import { type LeasePool, leasePool, ttlSeconds } from './etcd-leases.js';
-import { fairQueue } from './etcd-queue.js';
+import { type LeasePool, type LockLease, leasePool, ttlSeconds } from './etcd-leases.js';
+import { fairQueue, limitOfEntry } from './etcd-queue.js';
 import { waiterSession } from './etcd-session.js';
-import { holderValue, keyHashCompares, ownerOfValue } from './etcd-value.js';
+import {
+  decideShared,
+  noSharedHolder,
+  type SharedRequest,
+  sharedGrantCompares,
+  sharedReads,
+  sharedRefreshCompares,
+  sharedView,
+} from './etcd-shared.js';
+import {
+  holderValue,
+  keyHashCompares,
+  limitOfValue,
+  ownerOfValue,
+  sharedValue,
+} from './etcd-value.js';
 import { type PrefixWatch, watchPrefix } from './etcd-watch.js';
 
 export interface EtcdBackendOptions {
@@ -84,6 +99,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend 
     durableAcrossRestart: true,
     fairQueue: true,
     expiryEvents: true,
+    sharedModes: true,
   };
   const session = waiterSession(
     client,
@@ -126,7 +142,8 @@ export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend 
   return {
     kind: 'etcd',
     capabilities,
-    tryAcquire: (request) => tryAcquire(e, request),
+    tryAcquire: (request) =>
+      request.mode === 'shared' ? tryAcquireShared(e, request) : tryAcquire(e, request),
     release: (proof) => release(e, proof),
     extend: (request) => extend(e, request),
     inspect: (name) => inspect(e, name),
@@ -221,17 +238,23 @@ function stateOf(e: Etcd, limit: Budget, name: string, kv: IKeyValue): Promise<c
 }
 
 /**
- * One transaction: create the key if absent and nobody queues for it (a try-lock never jumps
- * the queue); else, if the same owner holds it with the same key hash (the value holds both),
+ * One transaction: create the key if absent, no shared holder holds the name and nobody queues
+ * for it (a try-lock never jumps the queue); else, if the same owner holds it with the same key hash (the value holds both),
  * move it to the new lease (keeping its create revision, hence its token); else read the
  * holder. Sending it twice is harmless, so it may be retried after a lost reply.
  */
-function tryAcquireTxn(e: Etcd, name: string, value: Buffer, leaseId: string): TxnRequest {
+function tryAcquireTxn(
+  e: Etcd,
+  { name, owner, keyHash }: core.AcquireRequest,
+  value: Buffer,
+  leaseId: string,
+): TxnRequest {
   const key = e.keys.lock(name);
   const waiters = e.keys.queue(name);
   return {
     compare: [
       { key, target: 'Create', result: 'Equal', create_revision: 0 },
+      noSharedHolder(e.keys, name),
       // Over a range: true when no key in it has a create revision, i.e. none exists.
       {
         key: waiters,
@@ -247,7 +270,13 @@ function tryAcquireTxn(e: Etcd, name: string, value: Buffer, leaseId: string): T
         request_txn: {
           compare: [{ key, target: 'Value', result: 'Equal', value }],
           success: [{ request_put: { key, value, lease: leaseId, prev_kv: true } }],
-          failure: [{ request_range: { key } }],
+          failure: [
+            { request_range: { key } },
+            // Our own shared holder key: held in the other mode, a conflict.
+            {
+              request_range: { key: e.keys.sharedHolder(name, owner, keyHash), keys_only: true },
+            },
+          ],
         },
       },
     ],
@@ -264,19 +293,15 @@ async function onLease<T>(e: Etcd, leaseId: string, write: () => Promise<T>): Pr
   }
 }
 
-async function tryAcquire(
-  e: Etcd,
-  { name, owner, ttlMs, keyHash }: core.AcquireRequest,
-): Promise<core.AcquireResult> {
+async function tryAcquire(e: Etcd, request: core.AcquireRequest): Promise<core.AcquireResult> {
+  const { name, owner, ttlMs, keyHash } = request;
   assertOpen(e, 'acquire');
   const limit = budget('acquire', e.commandTimeoutMs);
   await watchEstablished(e, limit);
   const value = holderValue(owner, keyHash);
   const lease = await e.leases.take(limit, Math.max(ttlMs, e.capabilities.minTtlMs));
-  const request = tryAcquireTxn(e, name, value, lease.id);
-  const response = await onLease(e, lease.id, () =>
-    e.sender.send(limit, 'idempotent', name, request),
-  );
+  const txn = tryAcquireTxn(e, request, value, lease.id);
+  const response = await onLease(e, lease.id, () => e.sender.send(limit, 'idempotent', name, txn));
   const grant = (token: bigint): core.Grant => ({ name, owner, token, ttlMs: lease.ttlMs });
   if (response.succeeded) return { granted: true, grant: grant(BigInt(response.header.revision)) };
   const nested = response.responses[0]?.response_txn;
@@ -288,32 +313,193 @@ async function tryAcquire(
   }
   e.leases.detached(lease.id);
   const holder = nested?.responses[0]?.response_range.kvs[0];
+  if (!holder && nested?.responses[1]?.response_range.kvs.length) {
+    return { granted: false, conflict: { field: 'mode' } };
+  }
   const ttlRemainingMs = holder ? await remainingOfLease(e, limit, holder.lease) : undefined;
   return ttlRemainingMs === undefined ? { granted: false } : { granted: false, ttlRemainingMs };
 }
 
+function readTxn(e: Etcd, limit: Budget, success: IRequestOp[]): Promise<ITxnResponse> {
+  return withRetries(limit, 'idempotent', false, (deadline) =>
+    e.client.kv.txn({ compare: [], success, failure: [] }, { deadline }),
+  );
+}
+
+const sharedRequestOf = (request: core.AcquireRequest): SharedRequest => ({
+  name: request.name,
+  owner: request.owner,
+  keyHash: request.keyHash,
+  limit: request.limit ?? 1,
+});
+
+/**
+ * A shared try-lock (see etcd-shared.ts): read the name, decide, and grant (or refresh) in a
+ * transaction whose comparisons keep the decision true; read again when they fail. It never
+ * jumps the queue: it is granted only when a request queued now would be at once (no exclusive
+ * entry queued, room for the queued shared ones too), and the grant requires the queue to be
+ * unchanged since the read.
+ */
+async function tryAcquireShared(
+  e: Etcd,
+  request: core.AcquireRequest,
+): Promise<core.AcquireResult> {
+  assertOpen(e, 'acquire');
+  const limit = budget('acquire', e.commandTimeoutMs);
+  await watchEstablished(e, limit);
+  const shared = sharedRequestOf(request);
+  const { name, owner } = request;
+  const waiters = e.keys.queue(name);
+  const holderKey = e.keys.sharedHolder(name, owner, request.keyHash);
+  const value = sharedValue(shared.limit, owner);
+  let lease: LockLease | undefined;
+  try {
+    while (limit.remainingMs() > 0) {
+      const read = await readTxn(e, limit, [
+        ...sharedReads(e.keys, shared),
+        { request_range: { key: waiters, range_end: prefixEnd(waiters), keys_only: true } },
+      ]);
+      const view = sharedView(read.responses, 0, read.header.revision);
+      const entries = (read.responses[3]?.response_range.kvs ?? []).map((kv) => kv.key.toString());
+      const sharedQueued = entries.filter((key) => limitOfEntry(key) === shared.limit).length;
+      // Granted at once exactly when a queued request would be: no exclusive entry queued (nor
+      // a shared one with another limit), and room for the shared ones queued and this one.
+      const decision = decideShared(view, shared, sharedQueued);
+      if (decision.kind === 'conflict') return { granted: false, conflict: decision.conflict };
+      if (
+        decision.kind === 'blocked' ||
+        (decision.kind === 'room' && sharedQueued < entries.length)
+      ) {
+        const by = decision.kind === 'blocked' ? decision.by : view.oldest;
+        const ttlRemainingMs = by ? await remainingOfLease(e, limit, by.lease) : undefined;
+        return ttlRemainingMs === undefined
+          ? { granted: false }
+          : { granted: false, ttlRemainingMs };
+      }
+      lease ??= await e.leases.take(limit, Math.max(request.ttlMs, e.capabilities.minTtlMs));
+      const leaseId = lease.id;
+      const compare =
+        decision.kind === 'refresh'
+          ? sharedRefreshCompares(decision.kv)
+          : [
+              ...sharedGrantCompares(e.keys, name, view),
+              // Nobody joined the queue since the read (an exclusive waiter would be ahead).
+              {
+                key: waiters,
+                range_end: prefixEnd(waiters),
+                target: 'Mod' as const,
+                result: 'Less' as const,
+                mod_revision: (BigInt(view.revision) + 1n).toString(),
+              },
+            ];
+      const response = await onLease(e, leaseId, () =>
+        sendTxn(e, limit, 'idempotent', {
+          compare,
+          success: [{ request_put: { key: holderKey, value, lease: leaseId, prev_kv: true } }],
+          failure: [],
+        }),
+      );
+      if (!response.succeeded) continue;
+      const granted = lease;
+      lease = undefined;
+      const previous = response.responses[0]?.response_put.prev_kv;
+      if (previous && previous.lease !== granted.id) e.leases.detached(previous.lease);
+      const token = BigInt(previous ? previous.create_revision : response.header.revision);
+      return { granted: true, grant: { name, owner, token, ttlMs: granted.ttlMs } };
+    }
+    throw new DlmError('UNAVAILABLE', 'acquire: etcd did not answer in time');
+  } finally {
+    if (lease) e.leases.detached(lease.id);
+  }
+}
+
+const markerPut = (e: Etcd, value: 'released' | 'revoked') => ({
+  request_put: { key: Buffer.from(e.keys.markerKey), value: Buffer.from(value) },
+});
+
+/** The shared holder key of `name` created at `token` (for a token-only release or extend). */
+async function sharedKeyOfToken(
+  e: Etcd,
+  limit: Budget,
+  name: string,
+  token: bigint,
+): Promise<Buffer | undefined> {
+  const start = e.keys.shared(name);
+  const response = await withRetries(limit, 'idempotent', false, (deadline) =>
+    e.client.kv.range(
+      {
+        key: start,
+        range_end: prefixEnd(start),
+        min_create_revision: token.toString(),
+        max_create_revision: token.toString(),
+        keys_only: true,
+      },
+      { deadline },
+    ),
+  );
+  return response.kvs[0]?.key;
+}
+
+const createdAt = (key: Buffer, token: bigint) => ({
+  key,
+  target: 'Create' as const,
+  result: 'Equal' as const,
+  create_revision: token.toString(),
+});
+
+/**
+ * One transaction for both modes (a release does not say which): the lock key if it is ours,
+ * else the shared holder key named by our key hash if it is ours. A release without a key hash
+ * (an operator's, by token only) that finds no exclusive holder looks the shared one up by its
+ * create revision first.
+ */
 async function release(e: Etcd, { name, token, keyHash }: core.HolderProof): Promise<boolean> {
   assertOpen(e, 'release');
   const limit = budget('release', e.commandTimeoutMs);
   const key = e.keys.lock(name);
+  const sharedKey = keyHash === undefined ? undefined : e.keys.sharedHolder(name, '', keyHash);
   const sent = e.sender.send(
     limit,
     'once',
     name,
     {
-      compare: [
-        { key, target: 'Create', result: 'Equal', create_revision: token.toString() },
-        ...keyHashCompares(key, keyHash),
-      ],
+      compare: [createdAt(key, token), ...keyHashCompares(key, keyHash)],
       success: [{ request_delete_range: { key, prev_kv: true } }],
-      failure: [],
+      failure: sharedKey
+        ? [
+            {
+              request_txn: {
+                compare: [createdAt(sharedKey, token)],
+                success: [{ request_delete_range: { key: sharedKey, prev_kv: true } }],
+                failure: [],
+              },
+            },
+          ]
+        : [],
     },
     true,
   );
   e.releasing(name);
   const response = await sent;
-  if (!response.succeeded) return false;
-  e.leases.detached(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
+  if (response.succeeded) {
+    e.leases.detached(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
+    return true;
+  }
+  const nested = response.responses[0]?.response_txn;
+  if (nested?.succeeded) {
+    e.leases.detached(nested.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
+    return true;
+  }
+  if (keyHash !== undefined) return false;
+  const byToken = await sharedKeyOfToken(e, limit, name, token);
+  if (!byToken) return false;
+  const deleted = await sendTxn(e, limit, 'once', {
+    compare: [createdAt(byToken, token)],
+    success: [{ request_delete_range: { key: byToken, prev_kv: true } }, markerPut(e, 'released')],
+    failure: [],
+  });
+  if (!deleted.succeeded) return false;
+  e.leases.detached(deleted.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
   return true;
 }
 
@@ -324,64 +510,167 @@ async function extend(
   assertOpen(e, 'extend');
   const limit = budget('extend', e.commandTimeoutMs);
   const key = e.keys.lock(name);
+  const sharedKey = keyHash === undefined ? undefined : e.keys.sharedHolder(name, '', keyHash);
   // An etcd lease can only be renewed to the TTL it was granted with, so a new TTL means a
   // new lease: move the key onto it (a put keeps the key's create revision, so the token).
   const lease = await e.leases.take(limit, Math.max(ttlMs, e.capabilities.minTtlMs));
+  const moveTo = (target: Buffer) => ({
+    request_put: { key: target, lease: lease.id, ignore_value: true, prev_kv: true },
+  });
   const response = await onLease(e, lease.id, () =>
     sendTxn(e, limit, 'idempotent', {
-      compare: [
-        { key, target: 'Create', result: 'Equal', create_revision: token.toString() },
-        ...keyHashCompares(key, keyHash),
-      ],
-      success: [{ request_put: { key, lease: lease.id, ignore_value: true, prev_kv: true } }],
-      failure: [],
+      compare: [createdAt(key, token), ...keyHashCompares(key, keyHash)],
+      success: [moveTo(key)],
+      failure: sharedKey
+        ? [
+            {
+              request_txn: {
+                compare: [createdAt(sharedKey, token)],
+                success: [moveTo(sharedKey)],
+                failure: [],
+              },
+            },
+          ]
+        : [],
     }),
   );
-  if (!response.succeeded) {
-    e.leases.detached(lease.id);
-    return null;
+  let previous: IKeyValue | undefined;
+  if (response.succeeded) previous = response.responses[0]?.response_put.prev_kv;
+  else {
+    const nested = response.responses[0]?.response_txn;
+    if (nested?.succeeded) previous = nested.responses[0]?.response_put.prev_kv;
+    else if (keyHash === undefined) {
+      const byToken = await sharedKeyOfToken(e, limit, name, token);
+      const moved = byToken
+        ? await onLease(e, lease.id, () =>
+            sendTxn(e, limit, 'idempotent', {
+              compare: [createdAt(byToken, token)],
+              success: [moveTo(byToken)],
+              failure: [],
+            }),
+          )
+        : undefined;
+      if (moved?.succeeded) previous = moved.responses[0]?.response_put.prev_kv;
+      else {
+        e.leases.detached(lease.id);
+        return null;
+      }
+    } else {
+      e.leases.detached(lease.id);
+      return null;
+    }
   }
-  const previous = response.responses[0]?.response_put.prev_kv;
   if (previous && previous.lease !== lease.id) e.leases.detached(previous.lease);
   return { name, owner: previous ? ownerOfValue(previous.value) : '', token, ttlMs: lease.ttlMs };
 }
 
+/** The state of a name held by shared holders (`kvs`, ordered by create revision). */
+async function sharedStateOf(
+  e: Etcd,
+  limit: Budget,
+  name: string,
+  kvs: IKeyValue[],
+): Promise<core.LockState> {
+  // Holders often share nothing, but a lease is asked about once however many keys hang on it.
+  const leases = new Map<string, Promise<number | undefined>>();
+  const holders = await Promise.all(
+    kvs.map(async (kv) => {
+      let ttl = leases.get(kv.lease);
+      if (!ttl) {
+        ttl = remainingOfLease(e, limit, kv.lease);
+        leases.set(kv.lease, ttl);
+      }
+      return {
+        owner: ownerOfValue(kv.value),
+        token: BigInt(kv.create_revision),
+        ttlRemainingMs: (await ttl) ?? 0,
+      };
+    }),
+  );
+  holders.sort((a, b) => (a.token < b.token ? -1 : a.token > b.token ? 1 : 0));
+  const last = holders[holders.length - 1]!;
+  return {
+    name,
+    ...last,
+    mode: 'shared',
+    limit: limitOfValue(kvs[kvs.length - 1]!.value),
+    holders,
+  };
+}
+
+const sortedByCreate = { sort_order: 'Ascend', sort_target: 'Create' } as const;
+
 async function inspect(e: Etcd, name: string): Promise<core.LockState | null> {
   assertOpen(e, 'inspect');
   const limit = budget('inspect', e.commandTimeoutMs);
-  const response = await withRetries(limit, 'idempotent', false, (deadline) =>
-    e.client.kv.range({ key: e.keys.lock(name) }, { deadline }),
-  );
-  const kv = response.kvs[0];
-  return kv ? stateOf(e, limit, name, kv) : null;
+  const start = e.keys.shared(name);
+  // One read-only transaction: both modes at one revision.
+  const response = await readTxn(e, limit, [
+    { request_range: { key: e.keys.lock(name) } },
+    { request_range: { key: start, range_end: prefixEnd(start), ...sortedByCreate } },
+  ]);
+  const kv = response.responses[0]?.response_range.kvs[0];
+  if (kv) return stateOf(e, limit, name, kv);
+  const holders = response.responses[1]?.response_range.kvs ?? [];
+  return holders.length ? sharedStateOf(e, limit, name, holders) : null;
 }
 
+/** Ends every holder of the name, exclusive or shared, in one revision marked `revoked`. */
 async function revoke(e: Etcd, name: string): Promise<boolean> {
   assertOpen(e, 'revoke');
   const limit = budget('revoke', e.commandTimeoutMs);
   const key = e.keys.lock(name);
+  const start = e.keys.shared(name);
+  const holders = { key: start, range_end: prefixEnd(start) };
   const response = await sendTxn(e, limit, 'once', {
     compare: [{ key, target: 'Create', result: 'Greater', create_revision: 0 }],
-    success: [
-      { request_delete_range: { key, prev_kv: true } },
-      { request_put: { key: Buffer.from(e.keys.markerKey), value: Buffer.from('revoked') } },
+    success: [{ request_delete_range: { key, prev_kv: true } }, markerPut(e, 'revoked')],
+    failure: [
+      {
+        request_txn: {
+          // Over a range: true when every key in it has a create revision and one exists.
+          compare: [{ ...holders, target: 'Create', result: 'Greater', create_revision: 0 }],
+          success: [
+            { request_delete_range: { ...holders, prev_kv: true } },
+            markerPut(e, 'revoked'),
+          ],
+          failure: [],
+        },
+      },
     ],
-    failure: [],
   });
-  if (!response.succeeded) return false;
-  e.leases.detached(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
+  const deleted = response.succeeded
+    ? response.responses[0]?.response_delete_range
+    : response.responses[0]?.response_txn.succeeded
+      ? response.responses[0].response_txn.responses[0]?.response_delete_range
+      : undefined;
+  if (!deleted) return false;
+  for (const lease of new Set(deleted.prev_kvs.map((kv) => kv.lease))) e.leases.detached(lease);
   return true;
 }
 
 async function list(e: Etcd, namePrefix: string): Promise<core.LockState[]> {
   assertOpen(e, 'list');
   const limit = budget('list', e.commandTimeoutMs);
-  const { lockPrefix } = e.keys;
+  const { lockPrefix, sharedPrefix } = e.keys;
   const start = Buffer.from(lockPrefix + namePrefix);
-  const response = await withRetries(limit, 'idempotent', false, (deadline) =>
-    e.client.kv.range({ key: start, range_end: prefixEnd(start) }, { deadline }),
+  const sharedStart = Buffer.from(sharedPrefix + namePrefix);
+  const response = await readTxn(e, limit, [
+    { request_range: { key: start, range_end: prefixEnd(start) } },
+    { request_range: { key: sharedStart, range_end: prefixEnd(sharedStart), ...sortedByCreate } },
+  ]);
+  const exclusive = (response.responses[0]?.response_range.kvs ?? []).map((kv) =>
+    stateOf(e, limit, kv.key.toString().slice(lockPrefix.length), kv),
   );
-  return Promise.all(
-    response.kvs.map((kv) => stateOf(e, limit, kv.key.toString().slice(lockPrefix.length), kv)),
-  );
+  const byName = new Map<string, IKeyValue[]>();
+  for (const kv of response.responses[1]?.response_range.kvs ?? []) {
+    const name = e.keys.nameOfSharedKey(kv.key.toString());
+    if (name === undefined) continue;
+    const kvs = byName.get(name) ?? [];
+    kvs.push(kv);
+    byName.set(name, kvs);
+  }
+  const shared = [...byName].map(([name, kvs]) => sharedStateOf(e, limit, name, kvs));
+  const states = await Promise.all([...exclusive, ...shared]);
+  return states.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 }

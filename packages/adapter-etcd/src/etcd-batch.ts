@@ -18,7 +18,7 @@ import { type Budget, type RetryMode, withRetries } from './etcd-calls.js';
  *   transaction that writes one key twice anyway), so per name tokens still strictly grow.
  * - The marker that tells a release's delete from an expiry is written once per batch, outside
  *   the nested transactions (only releases are batched; expiries and revocations are never part
- *   of a batched revision, so every lock-key delete in it is a release).
+ *   of a batched revision, so every lock-key or shared-holder delete in it is a release).
  * - When the batch fails, each member's fate is what it would be alone: a failure that proves
  *   nothing was applied (refused before Raft, a lease that is gone, ...) sends each member again
  *   on its own; one that leaves the outcome unknown fails the members that must not run twice
@@ -76,8 +76,15 @@ export function txnSender(client: Etcd3, markerKey: string, clock: Clock = syste
   let timer: Timer | undefined;
 
   function alone(entry: Entry): Promise<ITxnResponse> {
+    // A release's failure branch may delete too (a shared holder's key, etcd-backend.ts): it
+    // gets the marker as well (a marker without a delete in its revision tells nothing).
+    const failure = entry.request.failure ?? [];
     const request = entry.release
-      ? { ...entry.request, success: [...(entry.request.success ?? []), markerPut] }
+      ? {
+          ...entry.request,
+          success: [...(entry.request.success ?? []), markerPut],
+          failure: failure.length ? [...failure, markerPut] : failure,
+        }
       : entry.request;
     return withRetries(entry.limit, entry.mode, true, (deadline) =>
       client.kv.txn(request, { deadline }),

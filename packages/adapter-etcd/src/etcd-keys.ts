@@ -5,6 +5,12 @@
  * - `<prefix>queue/<name>\0<id>`: one key per waiter in the name's queue, ordered by create
  *   revision. Lock names never hold control characters, so the NUL after the name keeps
  *   `a`'s queue apart from `a/b`'s (a plain `/` would make one a prefix of the other).
+ * - `<prefix>shared/<name>\0k<keyHash>` (or `\0o<owner>` for a lease granted without a key
+ *   hash): one key per shared holder, on that holder's own lease; its create revision is that
+ *   holder's token. Named by the key hash, so that a release or extend (which knows the token
+ *   and the hash, not the owner) finds its key in the same transaction that checks it, and a
+ *   re-acquire by the same owner and key lands on the same key (same create revision, so same
+ *   token). The NUL keeps `a`'s holders apart from `a/b`'s, as for the queue.
  * - `<prefix>event`: written in the same transaction as a release or revocation, so watchers
  *   can tell those deletions from lease expiries.
  */
@@ -12,8 +18,15 @@ export interface EtcdKeys {
   readonly prefix: string;
   readonly lockPrefix: string;
   readonly queuePrefix: string;
+  readonly sharedPrefix: string;
   readonly markerKey: string;
   lock(name: string): Buffer;
+  /** Every shared holder key of `name` starts with this. */
+  shared(name: string): Buffer;
+  /** The shared holder key of this owner and key hash. */
+  sharedHolder(name: string, owner: string, keyHash: string | undefined): Buffer;
+  /** The lock name a shared holder key belongs to, or undefined for other keys. */
+  nameOfSharedKey(key: string): string | undefined;
   /** Every waiter key of `name` starts with this. */
   queue(name: string): Buffer;
   /** The lock name a queue key belongs to, or undefined for other keys. */
@@ -23,18 +36,29 @@ export interface EtcdKeys {
 export function etcdKeys(prefix: string): EtcdKeys {
   const lockPrefix = `${prefix}lock/`;
   const queuePrefix = `${prefix}queue/`;
+  const sharedPrefix = `${prefix}shared/`;
+  const nameAfter = (start: string, key: string) => {
+    if (!key.startsWith(start)) return undefined;
+    const end = key.indexOf('\0', start.length);
+    return end < 0 ? undefined : key.slice(start.length, end);
+  };
   return {
     prefix,
     lockPrefix,
     queuePrefix,
+    sharedPrefix,
     markerKey: `${prefix}event`,
     lock: (name) => Buffer.from(lockPrefix + name),
     queue: (name) => Buffer.from(`${queuePrefix}${name}\0`),
-    nameOfQueueKey(key) {
-      if (!key.startsWith(queuePrefix)) return undefined;
-      const end = key.indexOf('\0', queuePrefix.length);
-      return end < 0 ? undefined : key.slice(queuePrefix.length, end);
-    },
+    shared: (name) => Buffer.from(`${sharedPrefix}${name}\0`),
+    sharedHolder: (name, owner, keyHash) =>
+      Buffer.from(
+        keyHash === undefined
+          ? `${sharedPrefix}${name}\0o${owner}`
+          : `${sharedPrefix}${name}\0k${keyHash}`,
+      ),
+    nameOfQueueKey: (key) => nameAfter(queuePrefix, key),
+    nameOfSharedKey: (key) => nameAfter(sharedPrefix, key),
   };
 }
 

@@ -17,13 +17,23 @@ import {
   EtcdLeaseInvalidError,
   type ICompare,
   type IKeyValue,
+  type IRequestOp,
   type ITxnResponse,
 } from 'etcd3';
 import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.js';
 import { type EtcdKeys, prefixEnd } from './etcd-keys.js';
 import type { LeasePool, LockLease, ReservedLease } from './etcd-leases.js';
 import type { WaiterSession } from './etcd-session.js';
-import { holderValue } from './etcd-value.js';
+import {
+  decideShared,
+  noSharedHolder,
+  type SharedRequest,
+  sharedGrantCompares,
+  sharedReads,
+  sharedRefreshCompares,
+  sharedView,
+} from './etcd-shared.js';
+import { holderValue, sharedValue } from './etcd-value.js';
 import type { PrefixWatch } from './etcd-watch.js';
 
 /** What the queue needs from the backend it belongs to. */
@@ -63,6 +73,17 @@ const createdAt = (key: Buffer, revision: string): ICompare => ({
   create_revision: revision,
 });
 
+/** A shared waiter's queue key: its id starts with `s` (an exclusive one's is hex digits). */
+/**
+ * The limit of a shared waiter's queue key (its id is `s<limit>.<random>`), or undefined for an
+ * exclusive waiter's (hex digits).
+ */
+export function limitOfEntry(key: string): number | undefined {
+  const start = key.lastIndexOf('\0') + 1;
+  if (key[start] !== 's') return undefined;
+  return Number(key.slice(start + 1, key.indexOf('.', start)));
+}
+
 const leaseInvalid = (error: unknown): boolean =>
   error instanceof DlmError && error.cause instanceof EtcdLeaseInvalidError;
 
@@ -85,6 +106,17 @@ const indeterminate = (error: unknown): boolean =>
  *
  * A try-lock (`tryAcquire`) only takes a free lock when the queue is empty, so it never jumps
  * ahead of waiters, on this dlm server or any other.
+ *
+ * Modes share the one queue (a shared waiter's key id is `s<limit>.<random>`). An exclusive
+ * waiter is as above, except that "free" also means no shared holder key (one more comparison).
+ * A shared waiter may be granted when no exclusive entry (nor a shared one with another limit)
+ * is ahead of it, no exclusive holder holds the name, and the holders plus the shared entries
+ * ahead of it are fewer than its limit (Curator's `getsTheLock` with `maxLeases`): it reads the
+ * name and its part of the queue at one revision, decides, and grants in a transaction guarded
+ * by the lock key and its own queue key (why that is enough: `sharedStep`). It sleeps on the
+ * nearest blocker: the last such entry ahead of it (that entry's deletion), else the holders
+ * (any holder's end, and any queue entry's deletion, which may leave room). So S,S,X,S: both S are granted together, X waits at the head
+ * for both to end, and the last S waits for X's entry and then for X.
  */
 export function fairQueue(context: QueueContext) {
   const clock = context.clock ?? systemClock;
@@ -169,6 +201,9 @@ class EtcdWaiter implements FairQueueDriver {
   /** The owner with the key hash (etcd-value.ts): a re-acquire must match both. */
   private readonly value: Buffer;
   private readonly leaseTtlMs: number;
+  /** A shared request: its holder key and value (etcd-shared.ts). */
+  private readonly shared: SharedRequest | undefined;
+  private readonly holderKey: Buffer;
   private myKey = Buffer.alloc(0);
   /** Our queue key's create revision while we are queued. */
   private myRevision: bigint | undefined;
@@ -201,6 +236,16 @@ class EtcdWaiter implements FairQueueDriver {
     this.queueEnd = prefixEnd(this.queueStart);
     this.value = holderValue(request.owner, request.keyHash);
     this.leaseTtlMs = Math.max(request.ttlMs, context.minTtlMs);
+    this.shared =
+      request.mode === 'shared'
+        ? {
+            name: request.name,
+            owner: request.owner,
+            keyHash: request.keyHash,
+            limit: request.limit ?? 1,
+          }
+        : undefined;
+    this.holderKey = keys.sharedHolder(request.name, request.owner, request.keyHash);
     const stopLock = watch.subscribe(request.name, (event, lease) => {
       if (event.type === 'acquired') {
         this.lastGrant = { revision: `${event.token}`, lease };
@@ -216,7 +261,9 @@ class EtcdWaiter implements FairQueueDriver {
         (step) =>
           deletedKey === undefined ||
           deletedKey === this.myKey.toString() ||
-          (step.kind === 'predecessor' && deletedKey === step.key),
+          (step.kind === 'predecessor' && deletedKey === step.key) ||
+          // A shared waiter asleep on the holders: an entry that left may have left room.
+          (this.shared !== undefined && step.kind === 'holder'),
       );
       if (woken) {
         this.promoted =
@@ -252,7 +299,7 @@ class EtcdWaiter implements FairQueueDriver {
     return this.remember(async () => {
       const limit = budget('acquire', this.context.commandTimeoutMs);
       await this.context.watchEstablished(limit);
-      return this.joinOrTake(limit);
+      return this.shared ? this.joinShared(limit, this.shared) : this.joinOrTake(limit);
     });
   }
 
@@ -262,6 +309,12 @@ class EtcdWaiter implements FairQueueDriver {
       const promotedAt = this.promoted;
       this.promoted = undefined;
       const limit = budget('acquire', this.context.commandTimeoutMs);
+      if (this.shared) {
+        const shared = this.shared;
+        return this.context
+          .watchEstablished(limit)
+          .then(async () => (await this.sharedStep(limit, shared)) ?? { kind: 'again' });
+      }
       if (promotedAt !== undefined && grant?.revision === promotedAt) {
         return this.sleepOnKnownHolder(limit, grant.lease);
       }
@@ -269,6 +322,173 @@ class EtcdWaiter implements FairQueueDriver {
         .watchEstablished(limit)
         .then(() => this.takeFromHead(limit, this.myRevision!, this.previous.kind === 'holder'));
     });
+  }
+
+  /**
+   * Not queued, shared: granted at once (or refreshed, or refused) as a shared try-lock would
+   * be; else put our queue key and look (the look reads the entries ahead of it).
+   */
+  private async joinShared(limit: Budget, shared: SharedRequest): Promise<QueueStep> {
+    const { context } = this;
+    const step = await this.sharedStep(limit, shared);
+    if (step) return step;
+    const sessionLease = await context.session.leaseId(limit);
+    this.myKey = Buffer.concat([
+      this.queueStart,
+      Buffer.from(`s${shared.limit}.${randomBytes(8).toString('hex')}`),
+    ]);
+    let response: ITxnResponse;
+    try {
+      // A put keeps the key's create revision, so a retry after a lost reply is harmless.
+      response = await context.txn(limit, 'idempotent', {
+        compare: [],
+        success: [
+          {
+            request_put: {
+              key: this.myKey,
+              value: this.value,
+              lease: sessionLease,
+              prev_kv: true,
+            },
+          },
+        ],
+        failure: [],
+      });
+    } catch (error) {
+      if (leaseInvalid(error) && !this.leaseRenewed) {
+        this.leaseRenewed = true;
+        context.session.invalidate(sessionLease);
+        return { kind: 'again' };
+      }
+      if (indeterminate(error)) void this.dequeuer.dequeue(this.myKey);
+      throw error;
+    }
+    const previous = response.responses[0]?.response_put.prev_kv;
+    this.myRevision = BigInt(previous ? previous.create_revision : response.header.revision);
+    return { kind: 'again' };
+  }
+
+  /**
+   * One shared look: read the name (and, when queued, our key and the entries ahead of it) at
+   * one revision, decide (etcd-shared.ts), and grant or refresh in a transaction guarded so the
+   * decision still holds. Not queued, undefined means "join the queue".
+   */
+  private async sharedStep(limit: Budget, shared: SharedRequest): Promise<QueueStep | undefined> {
+    const { context, queueStart, queueEnd, myKey } = this;
+    const revision = this.myRevision;
+    const queueReads: IRequestOp[] =
+      revision === undefined
+        ? [{ request_range: { key: queueStart, range_end: queueEnd, count_only: true } }]
+        : [
+            { request_range: { key: myKey, keys_only: true } },
+            {
+              request_range: {
+                key: queueStart,
+                range_end: queueEnd,
+                max_create_revision: (revision - 1n).toString(),
+                sort_order: 'Ascend',
+                sort_target: 'Create',
+                keys_only: true,
+              },
+            },
+          ];
+    const read = await withRetries(limit, 'idempotent', false, (deadline) =>
+      context.client.kv.txn(
+        {
+          compare: [],
+          success: [...sharedReads(context.keys, shared), ...queueReads],
+          failure: [],
+        },
+        { deadline },
+      ),
+    );
+    const view = sharedView(read.responses, 0, read.header.revision);
+    let sharedAhead = 0;
+    /** The last entry ahead that must go first: exclusive, or shared with another limit. */
+    let lastExclusive: string | undefined;
+    if (revision === undefined) {
+      if (Number(read.responses[3]?.response_range.count ?? 0) > 0) sharedAhead = -1;
+    } else {
+      if (!read.responses[3]?.response_range.kvs.length) {
+        // Our entry is gone (its lease ran out while etcd or this server stalled): start over.
+        this.myRevision = undefined;
+        return { kind: 'again' };
+      }
+      for (const kv of read.responses[4]?.response_range.kvs ?? []) {
+        const key = kv.key.toString();
+        if (limitOfEntry(key) === shared.limit) sharedAhead += 1;
+        else lastExclusive = key;
+      }
+    }
+    const decision = decideShared(view, shared, Math.max(sharedAhead, 0));
+    if (decision.kind === 'conflict') return decision;
+    if (decision.kind !== 'refresh') {
+      // Not queued, with anyone queued: join behind them (a try-lock never jumps the queue).
+      if (revision === undefined && (sharedAhead < 0 || decision.kind === 'blocked')) {
+        return undefined;
+      }
+      if (lastExclusive !== undefined) return { kind: 'predecessor', key: lastExclusive };
+      if (decision.kind === 'blocked') {
+        const by = decision.by;
+        return {
+          kind: 'holder',
+          ttlRemainingMs: by ? await context.remainingOfLease(limit, by.lease) : undefined,
+        };
+      }
+    }
+    const lease = await context.leases.take(limit, this.leaseTtlMs);
+    // A refresh is the holder's own (it never waits). Not queued, a grant is a try-lock's:
+    // nobody queued, and the holders unchanged since the read (etcd-shared.ts).
+    //
+    // Queued, a grant needs only the lock key free and our own entry still there: no compare
+    // on the holders, so that shared waiters woken together are granted together instead of
+    // failing each other's compares. Why the limit still holds: take the holder whose position
+    // is latest (a waiter's is its entry's create revision; a try-lock's, the revision of its
+    // read, and it commits only if no entry joined since and no holder changed). Every other
+    // holder was ahead of it, so when it read, each was already a holder or an entry ahead of
+    // it with its limit (an entry with another limit ahead makes it wait, above; a grant turns
+    // an entry into a holder in one transaction; a try-lock ahead of its entry committed before
+    // the entry was created, or not at all). It counted them all and found fewer than the limit.
+    const compare: ICompare[] =
+      decision.kind === 'refresh'
+        ? sharedRefreshCompares(decision.kv)
+        : revision === undefined
+          ? [
+              ...sharedGrantCompares(context.keys, shared.name, view),
+              { ...free(queueStart), range_end: queueEnd },
+            ]
+          : [free(this.lockKey), createdAt(myKey, revision.toString())];
+    let response: ITxnResponse;
+    try {
+      response = await context.txn(limit, 'idempotent', {
+        compare,
+        success: [
+          {
+            request_put: {
+              key: this.holderKey,
+              value: sharedValue(shared.limit, shared.owner),
+              lease: lease.id,
+              prev_kv: true,
+            },
+          },
+          ...(revision === undefined ? [] : [{ request_delete_range: { key: myKey } }]),
+        ],
+        failure: [],
+      });
+    } catch (error) {
+      if (!indeterminate(error)) context.leases.detached(lease.id);
+      throw error;
+    }
+    if (!response.succeeded) {
+      // Someone else's grant or refresh (or our entry's end) got in since the read: read again.
+      context.leases.detached(lease.id);
+      return { kind: 'again' };
+    }
+    this.myRevision = undefined;
+    const previous = response.responses[0]?.response_put.prev_kv;
+    if (previous && previous.lease !== lease.id) context.leases.detached(previous.lease);
+    const token = previous ? previous.create_revision : response.header.revision;
+    return this.checked(this.grantOf(token, lease), lease, this.holderKey);
   }
 
   private async remember(look: () => Promise<QueueStep>): Promise<QueueStep> {
@@ -325,9 +545,13 @@ class EtcdWaiter implements FairQueueDriver {
       return { kind: 'again' };
     }
     this.myRevision = BigInt(ours.create_revision);
+    if (nested?.responses[3]?.response_range.kvs.length) {
+      return { kind: 'conflict', conflict: { field: 'mode' } };
+    }
     const predecessor = newest[1];
     if (predecessor) return { kind: 'predecessor', key: predecessor.key.toString() };
-    const holder = nested?.responses[2]?.response_range.kvs[0];
+    const holder =
+      nested?.responses[2]?.response_range.kvs[0] ?? nested?.responses[4]?.response_range.kvs[0];
     return {
       kind: 'holder',
       ttlRemainingMs: holder && (await context.remainingOf(limit, holder)),
@@ -341,8 +565,13 @@ class EtcdWaiter implements FairQueueDriver {
    */
   private joinTxn(lease: string, sessionLease: string): Parameters<Etcd3['kv']['txn']>[0] {
     const { lockKey, value, queueStart, queueEnd } = this;
+    const sharedStart = this.context.keys.shared(this.request.name);
     return {
-      compare: [free(lockKey), { ...free(queueStart), range_end: queueEnd }],
+      compare: [
+        free(lockKey),
+        { ...free(queueStart), range_end: queueEnd },
+        noSharedHolder(this.context.keys, this.request.name),
+      ],
       success: [{ request_put: { key: lockKey, value, lease } }],
       failure: [
         {
@@ -362,6 +591,18 @@ class EtcdWaiter implements FairQueueDriver {
                 },
               },
               { request_range: { key: lockKey } },
+              // Our own shared holder key: held in the other mode, a conflict.
+              { request_range: { key: this.holderKey, keys_only: true } },
+              // The oldest shared holder: its lease is the fallback timer when readers hold it.
+              {
+                request_range: {
+                  key: sharedStart,
+                  range_end: prefixEnd(sharedStart),
+                  sort_order: 'Ascend',
+                  sort_target: 'Create',
+                  limit: 1,
+                },
+              },
             ],
           },
         },
@@ -458,13 +699,16 @@ class EtcdWaiter implements FairQueueDriver {
     }
     const predecessor = response.responses[1]?.response_range.kvs[0];
     if (predecessor) return { kind: 'predecessor', key: predecessor.key.toString() };
-    const holder = response.responses[2]?.response_range.kvs[0];
+    // Shared holders: any one's end wakes us; the oldest one's lease is the fallback timer.
+    const holder =
+      response.responses[2]?.response_range.kvs[0] ?? response.responses[3]?.response_range.kvs[0];
     if (!holder) return { kind: 'again' };
     return { kind: 'holder', ttlRemainingMs: await context.remainingOf(limit, holder) };
   }
 
   private headTxn(lease: string, revision: bigint): Parameters<Etcd3['kv']['txn']>[0] {
     const { lockKey, value, queueStart, queueEnd, myKey } = this;
+    const sharedStart = this.context.keys.shared(this.request.name);
     return {
       compare: [
         // Still queued: the wait's lease did not end while we slept (etcd-io/etcd#11456).
@@ -478,6 +722,7 @@ class EtcdWaiter implements FairQueueDriver {
           create_revision: (revision - 1n).toString(),
         },
         free(lockKey),
+        noSharedHolder(this.context.keys, this.request.name),
       ],
       success: [
         { request_put: { key: lockKey, value, lease } },
@@ -497,6 +742,16 @@ class EtcdWaiter implements FairQueueDriver {
           },
         },
         { request_range: { key: lockKey } },
+        // The shared holder with the lowest token, when shared holders hold the name.
+        {
+          request_range: {
+            key: sharedStart,
+            range_end: prefixEnd(sharedStart),
+            sort_order: 'Ascend',
+            sort_target: 'Create',
+            limit: 1,
+          },
+        },
       ],
     };
   }
@@ -559,8 +814,12 @@ class EtcdWaiter implements FairQueueDriver {
   }
 
   /** No grant is reported whose lease may already have run out (S5). */
-  private async checked(grant: Grant, lease: LockLease): Promise<QueueStep> {
-    const { context, lockKey } = this;
+  private async checked(
+    grant: Grant,
+    lease: LockLease,
+    lockKey = this.lockKey,
+  ): Promise<QueueStep> {
+    const { context } = this;
     if (this.clock.now() - lease.sentAt < grant.ttlMs) return { kind: 'granted', grant };
     const limit = budget('release', context.commandTimeoutMs);
     const response = await context

@@ -27,3 +27,18 @@ export function keyHashCompares(key: Buffer, keyHash: string | undefined): IComp
     { key, target: 'Value', result: 'Less', value: Buffer.from(`${keyHash}\v`) },
   ];
 }
+
+/**
+ * A shared holder key's value: `<limit>\n<owner>`. The key hash is in the key's name
+ * (etcd-keys.ts), so a compare on the key's create revision checks both; the limit is here so
+ * that a newcomer reads the limit the holders agreed on from any one of them.
+ */
+export function sharedValue(limit: number, owner: string): Buffer {
+  return Buffer.from(`${limit}\n${owner}`);
+}
+
+/** The limit in a shared holder key's value. */
+export function limitOfValue(value: Buffer): number {
+  const text = value.toString();
+  return Number(text.slice(0, text.indexOf('\n')));
+}

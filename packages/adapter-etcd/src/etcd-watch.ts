@@ -94,9 +94,15 @@ export function watchPrefix(
         if (name !== undefined) emitQueue(name, key, event.kv.mod_revision);
         continue;
       }
-      if (!key.startsWith(keys.lockPrefix)) continue;
-      const name = key.slice(keys.lockPrefix.length);
-      if (!listeners.has(name)) continue;
+      const shared = key.startsWith(keys.sharedPrefix);
+      const name = shared
+        ? keys.nameOfSharedKey(key)
+        : key.startsWith(keys.lockPrefix)
+          ? key.slice(keys.lockPrefix.length)
+          : undefined;
+      if (name === undefined || !listeners.has(name)) continue;
+      // Each shared holder is its own key: one `acquired` and one end event per holder.
+      const mode = shared ? 'shared' : 'exclusive';
       if (event.type === 'Put') {
         // version 1 is the put that created the key: a grant. Later puts only move the key to
         // a fresh lease (re-acquire, extend): the same lease, nothing to report.
@@ -108,6 +114,7 @@ export function watchPrefix(
             type: 'acquired',
             token: BigInt(event.kv.create_revision),
             owner: ownerOfValue(event.kv.value),
+            mode,
           },
           event.kv.lease,
         );
@@ -119,6 +126,7 @@ export function watchPrefix(
           ...(previous
             ? { token: BigInt(previous.create_revision), owner: ownerOfValue(previous.value) }
             : {}),
+          ...(shared ? { mode } : {}),
         });
       }
     }

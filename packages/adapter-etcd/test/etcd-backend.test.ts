@@ -93,11 +93,11 @@ describe.skipIf(!run)('etcd backend primitives', () => {
     await until(() => events.length >= 6, 4_000);
     stop();
     expect(events).toEqual([
-      { name, type: 'acquired', token: a.grant.token, owner: 'a' },
+      { name, type: 'acquired', token: a.grant.token, owner: 'a', mode: 'exclusive' },
       { name, type: 'released', token: a.grant.token, owner: 'a' },
-      { name, type: 'acquired', token: b.grant.token, owner: 'b' },
+      { name, type: 'acquired', token: b.grant.token, owner: 'b', mode: 'exclusive' },
       { name, type: 'revoked', token: b.grant.token, owner: 'b' },
-      { name, type: 'acquired', token: c.grant.token, owner: 'c' },
+      { name, type: 'acquired', token: c.grant.token, owner: 'c', mode: 'exclusive' },
       { name, type: 'expired', token: c.grant.token, owner: 'c' },
     ]);
   });

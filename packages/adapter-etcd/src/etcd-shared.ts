@@ -1,0 +1,158 @@
+import type { LockConflict } from '@dlm/core';
+import type { ICompare, IKeyValue, IRequestOp, IResponseOp } from 'etcd3';
+import { type EtcdKeys, prefixEnd } from './etcd-keys.js';
+import { holderValue, limitOfValue, sharedValue } from './etcd-value.js';
+
+/**
+ * Shared holders (read locks, semaphores) on etcd.
+ *
+ * Each shared holder is its own key, `<prefix>shared/<name>\0k<keyHash>` (etcd-keys.ts), on its
+ * own lease, valued `<limit>\n<owner>`; its create revision is its token, so tokens are
+ * strict and global: a writer's token is above every earlier reader's and the other way round.
+ * An exclusive holder stays the one lock key `<prefix>lock/<name>`.
+ *
+ * Why a grant is atomic without a counter: etcd's comparisons cannot count the keys of a range,
+ * so a shared grant is two requests. A read (one read-only transaction, one revision R) returns
+ * the exclusive holder, the caller's own holder key, the oldest shared holder (whose limit is
+ * everyone's, since they all agree) and the number of shared holders. If that leaves room, the
+ * grant is one transaction whose comparisons make the decision hold at commit: the lock key is
+ * free, and every key of the name's holder range has a mod revision ≤ R. Holders can only have
+ * left since R (a new or re-put holder key would carry a later mod revision), so at commit the
+ * holders are a subset of those counted: fewer than `limit`, all with our limit. A failed
+ * comparison means someone else's grant (or refresh) got in: read again. Each retry follows
+ * someone's progress, so contending try-locks settle within a few rounds.
+ *
+ * The exclusive side needs one more comparison and no more requests: its grant also requires
+ * the holder range to be empty ("Create == 0" over a range holds when no key is in it). So
+ * never is an exclusive holder beside a shared one (S7), and the exclusive path keeps its
+ * round trips.
+ */
+
+/** What one read of a name showed a shared request, at revision `revision`. */
+export interface SharedView {
+  revision: string;
+  /** The exclusive holder. */
+  lock: IKeyValue | undefined;
+  /** The request's own holder key (same owner and key hash). */
+  mine: IKeyValue | undefined;
+  /** The shared holder with the lowest token. */
+  oldest: IKeyValue | undefined;
+  /** How many shared holders there are. */
+  holders: number;
+}
+
+export interface SharedRequest {
+  name: string;
+  owner: string;
+  keyHash: string | undefined;
+  limit: number;
+}
+
+/** The reads of a {@link SharedView}, as operations of one read-only transaction. */
+export function sharedReads(keys: EtcdKeys, request: SharedRequest): IRequestOp[] {
+  const start = keys.shared(request.name);
+  return [
+    { request_range: { key: keys.lock(request.name) } },
+    { request_range: { key: keys.sharedHolder(request.name, request.owner, request.keyHash) } },
+    // `count` is the whole range's, whatever the limit.
+    {
+      request_range: {
+        key: start,
+        range_end: prefixEnd(start),
+        sort_order: 'Ascend',
+        sort_target: 'Create',
+        limit: 1,
+      },
+    },
+  ];
+}
+
+/** The view from the responses of {@link sharedReads}, starting at `offset`. */
+export function sharedView(responses: IResponseOp[], offset: number, revision: string): SharedView {
+  const holders = responses[offset + 2]?.response_range;
+  return {
+    revision,
+    lock: responses[offset]?.response_range.kvs[0],
+    mine: responses[offset + 1]?.response_range.kvs[0],
+    oldest: holders?.kvs[0],
+    holders: Number(holders?.count ?? 0),
+  };
+}
+
+export type SharedDecision =
+  /** The request can never be granted as asked while these holders hold the name. */
+  | { kind: 'conflict'; conflict: LockConflict }
+  /** The same owner and key hold it in the same mode and limit: refresh that holder. */
+  | { kind: 'refresh'; kv: IKeyValue }
+  /** Not now; `by`: the holder whose end would let the request in (when one is known). */
+  | { kind: 'blocked'; by: IKeyValue | undefined }
+  /** There is room: grant (guarded by {@link sharedGrantCompares}). */
+  | { kind: 'room' };
+
+/**
+ * The contract's rules for a shared request, over one view; `ahead`: shared waiters ahead of
+ * the request in the queue, who take room before it.
+ */
+export function decideShared(view: SharedView, request: SharedRequest, ahead = 0): SharedDecision {
+  const { lock, mine, oldest } = view;
+  if (lock) {
+    if (lock.value.equals(holderValue(request.owner, request.keyHash))) {
+      return { kind: 'conflict', conflict: { field: 'mode' } };
+    }
+    return { kind: 'blocked', by: lock };
+  }
+  if (mine) {
+    if (mine.value.equals(sharedValue(request.limit, request.owner))) {
+      return { kind: 'refresh', kv: mine };
+    }
+    const theirs = limitOfValue(mine.value);
+    if (theirs !== request.limit) {
+      return { kind: 'conflict', conflict: { field: 'limit', limit: theirs } };
+    }
+    // Another owner with the same key hash: another requester, whose key this one cannot use.
+    return { kind: 'blocked', by: mine };
+  }
+  if (oldest) {
+    const theirs = limitOfValue(oldest.value);
+    if (theirs !== request.limit) {
+      return { kind: 'conflict', conflict: { field: 'limit', limit: theirs } };
+    }
+  }
+  if (view.holders + ahead >= request.limit) return { kind: 'blocked', by: oldest };
+  return { kind: 'room' };
+}
+
+/** The comparisons under which a {@link decideShared} `room` still holds at commit. */
+export function sharedGrantCompares(keys: EtcdKeys, name: string, view: SharedView): ICompare[] {
+  const start = keys.shared(name);
+  return [
+    { key: keys.lock(name), target: 'Create', result: 'Equal', create_revision: 0 },
+    {
+      key: start,
+      range_end: prefixEnd(start),
+      target: 'Mod',
+      result: 'Less',
+      mod_revision: (BigInt(view.revision) + 1n).toString(),
+    },
+  ];
+}
+
+/** The comparisons under which a {@link decideShared} `refresh` still holds at commit. */
+export function sharedRefreshCompares(kv: IKeyValue): ICompare[] {
+  return [
+    { key: kv.key, target: 'Create', result: 'Equal', create_revision: kv.create_revision },
+    { key: kv.key, target: 'Value', result: 'Equal', value: kv.value },
+  ];
+}
+
+/** For an exclusive request's transaction: no shared holder of `name` exists. */
+export function noSharedHolder(keys: EtcdKeys, name: string): ICompare {
+  const start = keys.shared(name);
+  return {
+    key: start,
+    range_end: prefixEnd(start),
+    target: 'Create',
+    result: 'Equal',
+    create_revision: 0,
+  };
+}

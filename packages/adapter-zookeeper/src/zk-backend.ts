@@ -134,7 +134,7 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
     store,
     handOver: queue.handOver,
   };
-  const contend = contender(store, paths);
+  const contend = contender(store);
   const sweep = sweeper(session, paths, store, {
     intervalMs: options.sweepIntervalMs ?? 600_000,
     commandTimeoutMs,
@@ -178,6 +178,7 @@ const capabilities: core.BackendCapabilities = {
   durableAcrossRestart: true,
   fairQueue: true,
   expiryEvents: false,
+  sharedModes: true,
 };
 
 /** What the primitives of one ZooKeeper backend share. */
@@ -224,12 +225,8 @@ function dropAbandoned(zk: Zk): void {
     zk.abandoned.delete(name);
     const limit = budget('cleanup', zk.commandTimeoutMs);
     zk.store
-      .currentHolder(limit, name)
-      .then((current) =>
-        current?.token === holder.token
-          ? zk.store.endLease(limit, name, current, 'expired')
-          : false,
-      )
+      .holderByToken(limit, name, holder.token)
+      .then((current) => (current ? zk.store.endLease(limit, name, current, 'expired') : false))
       .catch(() => {});
   }
 }
@@ -258,16 +255,18 @@ function onSessionState(zk: Zk, state: SessionState): void {
 async function tryAcquire(
   zk: Zk,
   contend: Contend,
-  { name, owner, ttlMs, keyHash }: core.AcquireRequest,
+  request: core.AcquireRequest,
 ): Promise<core.AcquireResult> {
   assertOpen(zk, 'acquire');
+  const { name, owner } = request;
   const limit = budget('acquire', zk.commandTimeoutMs);
-  ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
-  const outcome = await contend(limit, { name, owner, ttlMs, keyHash });
+  const ttlMs = Math.max(request.ttlMs, capabilities.minTtlMs);
+  const outcome = await contend(limit, { ...request, ttlMs });
   if (outcome.kind === 'granted') {
     noteGranted(zk, name, owner, outcome.path, outcome.token);
     return { granted: true, grant: { name, owner, token: outcome.token, ttlMs } };
   }
+  if (outcome.kind === 'conflict') return { granted: false, conflict: outcome.conflict };
   zk.watch.noteHeld(name);
   return outcome.kind === 'held'
     ? { granted: false, ttlRemainingMs: outcome.ttlRemainingMs }
@@ -281,10 +280,11 @@ async function release(zk: Zk, { name, token, keyHash }: core.HolderProof): Prom
   // elsewhere), so the key hash compared is the one at that version.
   const own = zk.store.ownLease(name, token);
   if (own && !proves(own, token, keyHash)) return false;
-  if (own && (await zk.handOver(limit, name, own))) return true;
+  // Only an exclusive lease frees the whole name for the head waiter.
+  if (own?.mode === 'exclusive' && (await zk.handOver(limit, name, own))) return true;
   if (own && (await zk.store.endLease(limit, name, own, 'released'))) return true;
   for (;;) {
-    const holder = await zk.store.currentHolder(limit, name);
+    const holder = await zk.store.holderByToken(limit, name, token);
     if (!holder || !proves(holder, token, keyHash)) return false;
     if (await zk.store.endLease(limit, name, holder, 'released')) return true;
   }
@@ -300,7 +300,7 @@ async function extend(
   // A lease granted or extended here is tried at its known path and version first.
   let known = zk.store.ownLease(name, token);
   for (;;) {
-    const holder = known ?? (await zk.store.currentHolder(limit, name));
+    const holder = known ?? (await zk.store.holderByToken(limit, name, token));
     known = undefined;
     if (!holder || !proves(holder, token, keyHash)) return null;
     const refreshed = await zk.store.refresh(limit, name, holder, ttlMs);
@@ -317,18 +317,19 @@ async function extend(
 async function inspect(zk: Zk, name: string): Promise<core.LockState | null> {
   assertOpen(zk, 'inspect');
   const limit = budget('inspect', zk.commandTimeoutMs);
-  const holder = await zk.store.currentHolder(limit, name);
-  if (!holder) return null;
-  return stateOf(name, holder, await zk.store.zkNow(limit));
+  const { holders } = await zk.store.allHolders(limit, name);
+  if (!holders.length) return null;
+  return stateOf(name, holders, await zk.store.zkNow(limit));
 }
 
 async function revoke(zk: Zk, name: string): Promise<boolean> {
   assertOpen(zk, 'revoke');
   const limit = budget('revoke', zk.commandTimeoutMs);
   for (;;) {
-    const holder = await zk.store.currentHolder(limit, name);
-    if (!holder) return false;
-    if (await zk.store.endLease(limit, name, holder, 'revoked')) return true;
+    // Every holder in one multi-op: a revoke ends all of them or (one changed) none.
+    const { holders } = await zk.store.allHolders(limit, name);
+    if (!holders.length) return false;
+    if (await zk.store.endAll(limit, name, holders, 'revoked')) return true;
   }
 }
 
@@ -345,15 +346,40 @@ async function list(zk: Zk, namePrefix: string): Promise<core.LockState[]> {
   const names = parents.map(zk.paths.nameOf).filter((name) => name.startsWith(namePrefix));
   const nowMs = await zk.store.zkNow(limit);
   const states = await Promise.all(
-    names.map(async (name) => stateOf(name, await zk.store.currentHolder(limit, name), nowMs)),
+    names.map(async (name) =>
+      stateOf(name, (await zk.store.allHolders(limit, name)).holders, nowMs),
+    ),
   );
   return states.filter((state) => state !== null);
 }
 
-/** What inspect and list report: nothing for a lease already over on ZooKeeper's clock. */
-function stateOf(name: string, holder: Current | undefined, nowMs: number): core.LockState | null {
-  if (!holder) return null;
-  const remaining = holder.mtimeMs + holder.ttlMs - nowMs;
-  if (remaining <= 0) return null;
-  return { name, owner: holder.owner, token: holder.token, ttlRemainingMs: capped(remaining) };
+/**
+ * What inspect and list report: every holder whose lease still runs on ZooKeeper's clock, in
+ * token order, with its own remaining lease (core's holder view tells from it which one ended),
+ * and at the top level the newest of them; nothing when none runs.
+ */
+function stateOf(name: string, all: Current[], nowMs: number): core.LockState | null {
+  const live = all
+    .map((holder) => ({ holder, remaining: holder.mtimeMs + holder.ttlMs - nowMs }))
+    .filter(({ remaining }) => remaining > 0);
+  const newest = live[live.length - 1];
+  if (!newest) return null;
+  const { holder } = newest;
+  const top = {
+    name,
+    owner: holder.owner,
+    token: holder.token,
+    ttlRemainingMs: capped(newest.remaining),
+  };
+  if (holder.mode === 'exclusive' && live.length === 1) return { ...top, mode: 'exclusive' };
+  return {
+    ...top,
+    mode: holder.mode,
+    ...(holder.mode === 'shared' ? { limit: holder.limit } : {}),
+    holders: live.map(({ holder: each, remaining }) => ({
+      owner: each.owner,
+      token: each.token,
+      ttlRemainingMs: capped(remaining),
+    })),
+  };
 }

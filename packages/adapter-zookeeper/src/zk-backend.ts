@@ -104,7 +104,7 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
     isClosed: () => zk.closed,
     onEnd(token, reason) {
       watch.noteEnd(token, reason);
-      for (const [name, holder] of zk.mine) if (holder.token === token) zk.mine.delete(name);
+      for (const [key, holder] of zk.mine) if (holder.token === token) zk.mine.delete(key);
     },
     claimWatch: (name) => watch.claim(name),
     claimed: (name, watcher, read) => watch.claimed(name, watcher, read),
@@ -193,15 +193,16 @@ interface Zk {
   readonly ephemeral: boolean;
   readonly clock: core.Clock;
   /** With `ephemeral`: leases granted on nodes this session created, lost with the session. */
-  readonly mine: Map<string, Holder>;
+  /** By name and token (a name may have several shared holders granted here). */
+  readonly mine: Map<string, Holder & { name: string }>;
   /** Leases declared lost while disconnected, whose nodes may outlive that (same session). */
-  readonly abandoned: Map<string, Holder>;
+  readonly abandoned: Map<string, Holder & { name: string }>;
   suspendedTimer: core.Timer | undefined;
   closed: boolean;
 }
 
 function noteGranted(zk: Zk, name: string, owner: string, path: string, token: bigint): void {
-  if (zk.ephemeral) zk.mine.set(name, { path, token, owner });
+  if (zk.ephemeral) zk.mine.set(`${token}:${name}`, { name, path, token, owner });
   zk.watch.noteGrant(name, token);
 }
 
@@ -212,8 +213,9 @@ function assertOpen(zk: Zk, what: string): void {
 // ---- with `ephemeral`, the session's fate is the fate of the locks in it ------------------
 
 function declareLost(zk: Zk): void {
-  for (const [name, holder] of zk.mine) {
-    zk.abandoned.set(name, holder);
+  for (const [key, holder] of zk.mine) {
+    const { name } = holder;
+    zk.abandoned.set(key, holder);
     zk.watch.emit(name, { name, type: 'expired', token: holder.token, owner: holder.owner });
   }
   zk.mine.clear();
@@ -221,8 +223,9 @@ function declareLost(zk: Zk): void {
 
 /** Back in the same session: delete what its holders were already told they lost. */
 function dropAbandoned(zk: Zk): void {
-  for (const [name, holder] of zk.abandoned) {
-    zk.abandoned.delete(name);
+  for (const [key, holder] of zk.abandoned) {
+    const { name } = holder;
+    zk.abandoned.delete(key);
     const limit = budget('cleanup', zk.commandTimeoutMs);
     zk.store
       .holderByToken(limit, name, holder.token)

@@ -356,6 +356,46 @@ describe.skipIf(!run)('zookeeper shared modes (read locks, semaphores)', () => {
     expect(state?.holders?.map((holder) => holder.owner)).toEqual(['next', 'after']);
   });
 
+  it("a release hands an exclusive lock to this backend's shared head waiter, and the shared waiter behind joins it", async () => {
+    const name = lockName('hand-over');
+    const holder = await take(a, name, 'w', exclusive);
+    const s1 = queued(a, name, 's1', shared(3));
+    await untilQueued(name, 1);
+    const s2 = queued(a, name, 's2', shared(3));
+    await untilQueued(name, 2);
+    expect(await a.release({ name, token: holder.token })).toBe(true);
+    const [g1, g2] = await Promise.all([grantOf(s1.result), grantOf(s2.result)]);
+    expect(g1.token).toBeGreaterThan(holder.token);
+    expect(g2.token).toBeGreaterThan(g1.token);
+    expect((await b.inspect(name))?.holders?.map((each) => each.owner)).toEqual(['s1', 's2']);
+    expect(await waiterCount(name)).toBe(0);
+  });
+
+  it("with ephemeral: true, the shared holders of a closed backend end, each seen 'expired'", async () => {
+    const name = lockName('ephemeral');
+    const ephemeral = zookeeperBackend({
+      connect: zk.connectString,
+      prefix,
+      sessionTimeoutMs: 2_000,
+      ephemeral: true,
+    });
+    const events: LockEvent[] = [];
+    const stop = b.watch(name, (event) => events.push(event));
+    await sleep(100);
+    const r1 = await take(ephemeral, name, 'r1', shared(3));
+    const r2 = await take(ephemeral, name, 'r2', shared(3));
+    const r3 = await take(b, name, 'r3', shared(3));
+    await until(() => events.filter((event) => event.type === 'acquired').length >= 3, 5_000);
+    await ephemeral.close();
+    await until(() => events.filter((event) => event.type === 'expired').length >= 2, 5_000);
+    stop();
+    expect(events.filter((event) => event.type === 'expired').map((event) => event.token)).toEqual([
+      r1.token,
+      r2.token,
+    ]);
+    expect((await a.inspect(name))?.holders?.map((each) => each.token)).toEqual([r3.token]);
+  });
+
   it('acquireQueued answers a conflict instead of waiting', async () => {
     const name = lockName('queued-conflict');
     await take(a, name, 'r1', shared(3), 10_000, 'k1');

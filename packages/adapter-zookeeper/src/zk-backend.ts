@@ -74,14 +74,15 @@ function guard<A extends unknown[], R>(what: string, fn: (...args: A) => Promise
 /**
  * A dlm backend on Apache ZooKeeper.
  *
- * A lock is a persistent sequential holder node under the lock's name node; at most one exists,
- * because every grant rewrites the name node at the version it read. The fencing token is the
+ * A lease is a persistent sequential holder node under the lock's name node: one exclusive
+ * holder, or up to `limit` shared ones (the mode and limit in the node's name and data), never
+ * more, because every grant rewrites the name node at the version it read. The fencing token is the
  * holder node's `czxid`, which Zab orders across the whole ensemble. Leases are measured on
  * ZooKeeper's clock: a holder's node carries its TTL and ZooKeeper stamps its `mtime`; "now" is
  * the `mtime` of a write to a clock node. A lease whose `mtime + ttlMs` has passed is ended by
  * the next contender (a versioned delete), so every dlm server agrees when it expired — and a
- * lock outlives the dlm server that granted it. Waiters queue in ephemeral sequential nodes,
- * each watching its predecessor.
+ * lock outlives the dlm server that granted it. Waiters of both modes queue in one line of
+ * ephemeral sequential nodes, each watching the nearest thing that blocks it.
  *
  * @example
  * const backend = zookeeperBackend({ connect: '10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181' });

@@ -123,6 +123,8 @@ class HolderWatchers implements HolderWatch {
       return known;
     }
     if (end?.token === holder.token) return end.reason;
+    // A revoke ends every holder in one write, whose marker names the newest of them.
+    if (end?.reason === 'revoked' && holder.token < end.token) return 'revoked';
     // Nothing says it was released: its session ended (dlm server gone) or it was taken over
     // after expiring. Either way the lease ended without its holder releasing it.
     return 'expired';

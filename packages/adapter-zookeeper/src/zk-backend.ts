@@ -284,8 +284,7 @@ async function release(zk: Zk, { name, token, keyHash }: core.HolderProof): Prom
   // elsewhere), so the key hash compared is the one at that version.
   const own = zk.store.ownLease(name, token);
   if (own && !proves(own, token, keyHash)) return false;
-  // Only an exclusive lease frees the whole name for the head waiter.
-  if (own?.mode === 'exclusive' && (await zk.handOver(limit, name, own))) return true;
+  if (own && (await zk.handOver(limit, name, own))) return true;
   if (own && (await zk.store.endLease(limit, name, own, 'released'))) return true;
   for (;;) {
     const holder = await zk.store.holderByToken(limit, name, token);

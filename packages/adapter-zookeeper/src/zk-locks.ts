@@ -531,16 +531,25 @@ export class LockStore {
    * grant): a waiter elsewhere that slept on `from` takes the lock at the version after its
    * end (see the queue's take-over) and must not find that version holding a new holder.
    * Undefined when anything changed meanwhile (nothing was applied).
+   *
+   * A shared `from` hands its room to a shared waiter with the same limit: one holder out and
+   * one in, so the count stays within the limit whatever else was granted or ended since, and
+   * the name node is written at any version (twice, still: a take-over at the version after
+   * the end fails).
    */
   async handOver(
     limit: Budget,
     name: string,
-    from: Current & { nameVersion: number },
+    from: Current,
     to: HandOverTo,
     attemptId: string,
   ): Promise<{ path: string; token: bigint } | undefined> {
     const parent = this.paths.parent(name);
-    const ended = endData('released', from.token);
+    const shared = from.mode === 'shared';
+    if (!shared && from.nameVersion === undefined) return undefined;
+    if (shared && (to.spec.mode !== 'shared' || to.spec.limit !== from.limit)) return undefined;
+    const ended = endData('released', from.token, shared);
+    const [endAt, grantAt] = shared ? [-1, -1] : [from.nameVersion!, from.nameVersion! + 1];
     const { ephemeral } = this.options;
     const mode = ephemeral ? CreateMode.EPHEMERAL_SEQUENTIAL : CreateMode.PERSISTENT_SEQUENTIAL;
     try {
@@ -548,11 +557,11 @@ export class LockStore {
         this.session.multi(limit, (ops) =>
           ops
             .remove(from.path, from.version)
-            .setData(parent, ended, from.nameVersion)
+            .setData(parent, ended, endAt)
             .setData(
               parent,
               grantData(ended, to.owner, attemptId, ephemeral, to.spec.mode === 'shared'),
-              from.nameVersion + 1,
+              grantAt,
             )
             .create(
               this.paths.holder(name, attemptId, to.spec),

@@ -71,10 +71,15 @@ export function fairQueue(context: QueueContext) {
      * (nothing was applied; release it the usual way).
      */
     handOver(limit: Budget, name: string, lease: Current): Promise<boolean> {
-      const { nameVersion } = lease;
       const head = headHere(here, name);
-      if (nameVersion === undefined || !head) return Promise.resolve(false);
-      return head.takeHandOver(limit, { ...lease, nameVersion });
+      // An exclusive lease frees the name for whichever head; a shared one frees one room,
+      // for a shared head with the same limit only.
+      const fits =
+        lease.mode === 'exclusive'
+          ? lease.nameVersion !== undefined
+          : head?.spec.mode === 'shared' && head.spec.limit === lease.limit;
+      if (!head || !fits) return Promise.resolve(false);
+      return head.takeHandOver(limit, lease);
     },
   };
 }
@@ -118,7 +123,7 @@ const attemptIdOf = () => randomBytes(8).toString('hex');
 class ZkWaiter implements FairQueueDriver {
   private readonly parent: string;
   private readonly leaseTtlMs: number;
-  private readonly spec: EntrySpec;
+  readonly spec: EntrySpec;
   /** Our waiter node's path while we are queued (set through `setQueued`). */
   private myPath: string | undefined;
   /** The holder the name node recorded when we joined: who it is, if it still holds. */
@@ -228,7 +233,7 @@ class ZkWaiter implements FairQueueDriver {
   }
 
   /** A release of `lease` hands us the lock (see `LockStore.handOver`). */
-  takeHandOver(limit: Budget, lease: Current & { nameVersion: number }): Promise<boolean> {
+  takeHandOver(limit: Budget, lease: Current): Promise<boolean> {
     const mine = this.myPath!;
     const { owner, keyHash } = this.request;
     const to: HandOverTo = {

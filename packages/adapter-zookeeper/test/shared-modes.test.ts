@@ -397,6 +397,38 @@ describe.skipIf(!run)('zookeeper shared modes (read locks, semaphores)', () => {
     expect((await a.inspect(name))?.holders?.map((each) => each.token)).toEqual([r3.token]);
   });
 
+  /** ZooKeeper's last zxid: the mzxid of a write of the test's own. */
+  const lastZxid = async () => {
+    const scratch = `${prefix}/scratch`;
+    await new Promise<void>((resolve, reject) =>
+      raw.mkdirp(scratch, (error) => (error ? reject(error) : resolve())),
+    );
+    const stat = await new Promise<{ mzxid: Buffer }>((resolve, reject) =>
+      raw.setData(scratch, Buffer.alloc(0), -1, (error, written) =>
+        error ? reject(error) : resolve(written),
+      ),
+    );
+    return stat.mzxid.readBigInt64BE(0);
+  };
+
+  it("the release of a permit hands its room to this backend's shared head waiter in one write", async () => {
+    const name = lockName('permit-hand-over');
+    const p1 = await take(a, name, 'p1', shared(2));
+    await take(b, name, 'p2', shared(2));
+    const next = queued(a, name, 'next', shared(2));
+    await untilQueued(name, 1);
+    // Asleep behind the holders: its look has answered.
+    expect(await pendingAfter(next.result, 200)).toBe(true);
+    const before = await lastZxid();
+    expect(await a.release({ name, token: p1.token })).toBe(true);
+    const granted = await grantOf(next.result);
+    // The release and the grant are one transaction (a release and the waiter's own grant
+    // would be two, and the token one higher).
+    expect(granted.token).toBe(before + 1n);
+    expect((await b.inspect(name))?.holders?.map((each) => each.owner)).toEqual(['p2', 'next']);
+    expect(await waiterCount(name)).toBe(0);
+  });
+
   it('acquireQueued answers a conflict instead of waiting', async () => {
     const name = lockName('queued-conflict');
     await take(a, name, 'r1', shared(3), 10_000, 'k1');

@@ -9,12 +9,17 @@ import { grantsGroup } from './groups/grants.js';
 import { leaseKeysGroup } from './groups/lease-keys.js';
 import { multiLockGroup } from './groups/multi-lock.js';
 import { releaseAndExtendGroup } from './groups/release-extend.js';
+import { sharedLoadGroup } from './groups/shared-load.js';
+import { sharedMultiLockGroup } from './groups/shared-multi-lock.js';
+import { sharedQueueGroup } from './groups/shared-queue.js';
+import { sharedRulesGroup } from './groups/shared-rules.js';
 import { waitingGroup } from './groups/waiting.js';
 import { watchAndRevokeGroup } from './groups/watch-revoke.js';
 import type { ConformanceTarget } from './target.js';
 
 export type { ConformanceContext } from './context.js';
 export { granted } from './grants.js';
+export { type HolderCheck, holderCheck } from './holder-check.js';
 export { expirySlack, failure, lockName, shortTtl } from './support.js';
 export type { ClusterMember, ClusterTarget, ConformanceTarget, FairQueueProbe } from './target.js';
 export {
@@ -38,6 +43,10 @@ const groups: ReadonlyArray<(ctx: ConformanceContext) => void> = [
   fairQueueGroup,
   watchAndRevokeGroup,
   multiLockGroup,
+  sharedRulesGroup,
+  sharedQueueGroup,
+  sharedLoadGroup,
+  sharedMultiLockGroup,
   badInputGroup,
   durabilityGroup,
 ];

@@ -4,7 +4,8 @@ import type { ConformanceContext } from '../context.js';
 import { failure, lockName } from '../support.js';
 
 /**
- * Bad input: every malformed request is INVALID_PARAMS naming its field.
+ * Bad input: every malformed request is INVALID_PARAMS naming its field (the mode and limit
+ * cases too, on every backend: they are checked before the backend's capabilities).
  */
 export function badInputGroup(ctx: ConformanceContext): void {
   describe('bad input', () => {
@@ -25,6 +26,15 @@ export function badInputGroup(ctx: ConformanceContext): void {
         'leaseKey',
       ],
       ['a lease key over 128 characters', { leaseKey: 'k'.repeat(129) }, 'leaseKey'],
+      // Modes and limits are checked before the backend's capabilities, so on every backend.
+      ['an unknown mode', { mode: 'read' }, 'mode'],
+      ['a mode that is not a string', { mode: 1 }, 'mode'],
+      ['a shared limit of 0', { mode: 'shared', limit: 0 }, 'limit'],
+      ['a shared limit above maxHolders', { mode: 'shared', limit: 10_001 }, 'limit'],
+      ['a shared limit that is not an integer', { mode: 'shared', limit: 2.5 }, 'limit'],
+      ['a shared limit that is not a number', { mode: 'shared', limit: '3' }, 'limit'],
+      ['a limit with mode exclusive', { mode: 'exclusive', limit: 3 }, 'limit'],
+      ['a limit without a mode (exclusive)', { limit: 3 }, 'limit'],
     ];
     for (const [label, patch, field] of cases) {
       it(`acquire with ${label} is INVALID_PARAMS naming ${field}`, async () => {
@@ -39,6 +49,42 @@ export function badInputGroup(ctx: ConformanceContext): void {
         expect(error.details.field).toBe(field);
       });
     }
+
+    it('acquireAll with a bad mode or limit in an entry is INVALID_PARAMS naming it, and takes nothing', async () => {
+      const names = [lockName('bad-set-a'), lockName('bad-set-b')];
+      const entries: Array<[Record<string, unknown>, string]> = [
+        [{ mode: 'read' }, 'mode'],
+        [{ mode: 'shared', limit: 0 }, 'limit'],
+        [{ limit: 2 }, 'limit'],
+      ];
+      for (const [entry, field] of entries) {
+        const error = await failure(
+          ctx.service.acquireAll({
+            locks: [{ name: names[0]! }, { name: names[1]!, ...entry }],
+            owner: 'set',
+            ttlMs: 5_000,
+          } as Parameters<LockService['acquireAll']>[0]),
+        );
+        expect(error.code).toBe('INVALID_PARAMS');
+        expect(error.details.field).toBe(field);
+      }
+      expect(await ctx.service.get(names[0]!)).toBeNull();
+    });
+
+    it('without capabilities.sharedModes, a shared acquire is INVALID_PARAMS naming mode', async (test) => {
+      // The gate, inverted: a backend with shared modes grants this (the shared-mode groups).
+      if (ctx.caps.sharedModes) test.skip('the backend declares capabilities.sharedModes');
+      const error = await failure(
+        ctx.service.acquire({
+          name: lockName('no-shared'),
+          owner: 'a',
+          ttlMs: 5_000,
+          mode: 'shared',
+        }),
+      );
+      expect(error.code).toBe('INVALID_PARAMS');
+      expect(error.details.field).toBe('mode');
+    });
 
     it('release and extend with an out-of-range token are INVALID_PARAMS', async () => {
       const name = lockName('bad-token');

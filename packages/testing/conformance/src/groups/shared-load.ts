@@ -1,0 +1,225 @@
+import {
+  type AcquireRequest,
+  createLockService,
+  type LockBackend,
+  type LockMode,
+  type LockService,
+} from '@dlm/core';
+import { describe, expect, it } from 'vitest';
+import type { ConformanceContext } from '../context.js';
+import { type HolderCheck, holderCheck } from '../holder-check.js';
+import { requireSharedModes, servicesFor } from '../shared-support.js';
+import { lockName } from '../support.js';
+import { sleep } from '../wait.js';
+
+/** The S7 run's shape: 32 contenders on one name, about 3 in 4 of them shared with limit 3. */
+const CONTENDERS = 32;
+const LIMIT = 3;
+const SHARED_SHARE = 0.75;
+const RUN_MS = 4_000;
+/** The shortest hold; each hold lasts up to twice it. */
+const HOLD_MS = 8;
+/** Leases far longer than any hold, so that no lease runs out while its caller counts it. */
+const LEASE_MS = 30_000;
+
+interface Run {
+  check: HolderCheck;
+  failures: string[];
+}
+
+/**
+ * One contender: until `endAt`, takes the name in a random mode (waiting, first come first
+ * served), holds it for a moment while counted by `check`, and releases it.
+ */
+async function contender(
+  service: LockService,
+  name: string,
+  owner: string,
+  endAt: number,
+  sharedShare: number,
+  run: Run,
+): Promise<void> {
+  while (Date.now() < endAt) {
+    const mode: LockMode = Math.random() < sharedShare ? 'shared' : 'exclusive';
+    let token: bigint;
+    try {
+      const lease = await service.acquire({
+        name,
+        owner,
+        ttlMs: LEASE_MS,
+        waitMs: 20_000,
+        mode,
+        ...(mode === 'shared' ? { limit: LIMIT } : {}),
+      });
+      token = lease.token;
+    } catch (error) {
+      run.failures.push(`${owner} (${mode}): ${(error as Error).message}`);
+      continue;
+    }
+    run.check.enter(mode, LIMIT);
+    // Held for longer than a backend round trip: shared holders granted together then hold
+    // together in the callers' view too (with holds of a millisecond or two, a backend whose
+    // grants take 10 ms would show one reader at a time, and prove nothing about sharing).
+    await sleep(HOLD_MS + Math.floor(Math.random() * HOLD_MS));
+    run.check.leave(mode);
+    // A release refused (NOT_HOLDER: the backend dropped the lease) is a failure to report,
+    // not a reason to stop the run before the counter has seen what the backend did.
+    await service
+      .release({ name, token })
+      .catch((error: Error) => run.failures.push(`${owner} release: ${error.message}`));
+  }
+}
+
+/** `CONTENDERS` contenders spread over `services` for `runMs`, with a look at `get` meanwhile. */
+async function contend(
+  services: readonly LockService[],
+  name: string,
+  runMs: number,
+  sharedShare: number,
+): Promise<Run> {
+  const run: Run = { check: holderCheck(LIMIT), failures: [] };
+  const endAt = Date.now() + runMs;
+  const observer = (async () => {
+    // The backend's own view, as a second witness; at a pace that leaves the run its backend.
+    while (Date.now() < endAt) {
+      run.check.observe(await services[0]!.get(name));
+      await sleep(100);
+    }
+  })();
+  await Promise.all(
+    Array.from({ length: CONTENDERS }, (_, i) =>
+      contender(services[i % services.length]!, name, `c${i}`, endAt, sharedShare, run),
+    ),
+  );
+  await observer;
+  return run;
+}
+
+/**
+ * A planted S7 violation: a backend that grants shared requests up to twice the limit they
+ * asked for (an adapter that loses the limit). Its close leaves the real backend open: the
+ * test's context closes that one.
+ */
+function overGranting(backend: LockBackend): LockBackend {
+  const doubled = <T extends AcquireRequest>(request: T): T =>
+    request.mode === 'shared' ? { ...request, limit: (request.limit ?? 1) * 2 } : request;
+  const queued = backend.acquireQueued?.bind(backend);
+  return {
+    kind: backend.kind,
+    capabilities: backend.capabilities,
+    tryAcquire: (request) => backend.tryAcquire(doubled(request)),
+    release: (request) => backend.release(request),
+    extend: (request) => backend.extend(request),
+    inspect: (name) => backend.inspect(name),
+    watch: (name, listener) => backend.watch(name, listener),
+    ...(queued ? { acquireQueued: (request) => queued(doubled(request)) } : {}),
+    ...(backend.revoke ? { revoke: (name: string) => backend.revoke!(name) } : {}),
+    close: async () => {},
+  };
+}
+
+/**
+ * Shared modes under load (S7) and the waiting writer (L6), for backends with
+ * `capabilities.sharedModes`; over several servers where the backend orders waiters itself.
+ */
+export function sharedLoadGroup(ctx: ConformanceContext): void {
+  describe('shared modes under load', () => {
+    it(
+      `S7: ${CONTENDERS} contenders, shared (limit ${LIMIT}) and exclusive on one name: never more than ${LIMIT} shared holders, never an exclusive one beside another (over 4 servers with a fair queue)`,
+      async (test) => {
+        requireSharedModes(ctx, test);
+        const name = lockName('s7-load');
+        const services = await servicesFor(ctx, 4);
+        const { check, failures } = await contend(services, name, RUN_MS, SHARED_SHARE);
+        expect(check.violations).toEqual([]);
+        // Every wait is far shorter than its 20 s bound: none may have failed.
+        expect(failures).toEqual([]);
+        // The run did exercise both modes, and shared holders did hold together.
+        expect(check.grants.shared).toBeGreaterThan(CONTENDERS);
+        expect(check.grants.exclusive).toBeGreaterThan(CONTENDERS / 8);
+        expect(check.maxShared).toBeGreaterThan(1);
+        expect(await ctx.service.get(name)).toBeNull();
+      },
+      RUN_MS + 40_000,
+    );
+
+    it('the S7 check catches a backend that grants shared holders past the limit (negative control)', async (test) => {
+      requireSharedModes(ctx, test);
+      const name = lockName('s7-planted');
+      const broken = createLockService({ backend: overGranting(ctx.backend) });
+      try {
+        const { check } = await contend([broken], name, 2_000, 0.9);
+        expect(check.violations.length).toBeGreaterThan(0);
+        expect(check.violations.join('\n')).toMatch(/shared holders/);
+      } finally {
+        await broken.close();
+      }
+    }, 40_000);
+
+    it('L6: a waiting writer is granted within a bound while readers keep arriving (over 3 servers with a fair queue)', async (test) => {
+      requireSharedModes(ctx, test);
+      const name = lockName('l6-writer');
+      const services = await servicesFor(ctx, 3);
+      const holdMs = 150;
+      const readersRunMs = 3_000;
+      const readLimit = ctx.service.limits.maxHolders;
+      const check = holderCheck(readLimit);
+      const failures: string[] = [];
+      let readsAfterWriter = 0;
+      let writerDone = false;
+      let stopAt = Number.POSITIVE_INFINITY;
+      // Six readers, staggered so that the name is never free of readers: each takes a read
+      // lock (shared, the default limit), holds it, releases it and comes straight back.
+      const reader = async (service: LockService, i: number) => {
+        await sleep(i * 30);
+        while (Date.now() < stopAt) {
+          try {
+            const lease = await service.acquire({
+              name,
+              owner: `reader-${i}`,
+              ttlMs: LEASE_MS,
+              waitMs: 20_000,
+              mode: 'shared',
+            });
+            check.enter('shared', readLimit);
+            if (writerDone) readsAfterWriter += 1;
+            await sleep(holdMs);
+            check.leave('shared');
+            await service.release({ name, token: lease.token });
+          } catch (error) {
+            failures.push(`reader-${i}: ${(error as Error).message}`);
+          }
+        }
+      };
+      const readers = Array.from({ length: 6 }, (_, i) =>
+        reader(services[(i + 1) % services.length]!, i),
+      );
+      await sleep(600);
+      // Readers hold the name when the writer arrives, and more keep arriving behind it.
+      expect(check.holding.shared).toBeGreaterThan(0);
+      stopAt = Date.now() + readersRunMs;
+      const arrived = performance.now();
+      const writer = await services[0]!.acquire({
+        name,
+        owner: 'writer',
+        ttlMs: LEASE_MS,
+        waitMs: 15_000,
+      });
+      const waitedMs = performance.now() - arrived;
+      check.enter('exclusive');
+      await sleep(100);
+      check.leave('exclusive');
+      await services[0]!.release({ name, token: writer.token });
+      writerDone = true;
+      await Promise.all(readers);
+      // The writer waits only for the readers that held the name when it arrived (one hold,
+      // plus the hand-over); readers arriving after it wait behind it. A backend that let
+      // them in would keep the writer out until the readers stop, `readersRunMs` later.
+      expect(waitedMs).toBeLessThan(holdMs + 1_500);
+      expect(check.violations).toEqual([]);
+      expect(failures).toEqual([]);
+      // And the readers went on once the writer was done.
+      expect(readsAfterWriter).toBeGreaterThan(0);
+    }, 40_000);
+  });
+}

@@ -19,7 +19,7 @@ import {
   type NameNode,
 } from './zk-locks.js';
 import { aheadOf, judge, specOfRequest } from './zk-modes.js';
-import type { EntrySpec, LockPaths } from './zk-paths.js';
+import { type EntrySpec, type LockPaths, specOf } from './zk-paths.js';
 import { type Budget, budget, CreateMode, isZkCode, type ZkSession } from './zk-session.js';
 
 export interface QueueContext {
@@ -528,7 +528,14 @@ class ZkWaiter implements FairQueueDriver {
   ): Promise<QueueStep> {
     const { store } = this.context;
     const { name, owner, keyHash } = this.request;
-    const holders = await store.readHolders(limit, name, children, this.onWatch);
+    // Behind shared entries, at a semaphore's limit (by the node names): only the entry ahead
+    // can take the next room, so watch it alone, not the holders (one wake per end, not one
+    // per waiter); the first shared waiter watches the holders and their deadlines.
+    const full =
+      sharedAhead > 0 &&
+      children.holders.every((child) => specOf(child).mode === 'shared') &&
+      children.holders.length + sharedAhead >= this.spec.limit;
+    const holders = await store.readHolders(limit, name, children, full ? undefined : this.onWatch);
     this.likelyGrant = true;
     const only =
       children.holders.length === 1 ? `${this.parent}/${children.holders[0]}` : undefined;
@@ -559,10 +566,14 @@ class ZkWaiter implements FairQueueDriver {
     if (sharedAhead > 0) {
       // A shared entry ahead that leaves (rather than being served) makes room too.
       const position = children.waiters.indexOf(mine.slice(this.parent.length + 1));
-      const predecessor = `${this.parent}/${children.waiters[position - 1]}`;
-      if (!(await this.context.session.exists(limit, predecessor, this.onWatch))) {
-        return { kind: 'again' };
-      }
+      const predecessor = children.waiters[position - 1]!;
+      if (full) return this.sleepOn(limit, predecessor);
+      const stat = await this.context.session.exists(
+        limit,
+        `${this.parent}/${predecessor}`,
+        this.onWatch,
+      );
+      if (!stat) return { kind: 'again' };
     }
     const holder = holders[0]!;
     if (only && holders.length === 1 && holder.persistent && freedByItsEnd) {

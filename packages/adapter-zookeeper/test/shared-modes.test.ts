@@ -429,6 +429,27 @@ describe.skipIf(!run)('zookeeper shared modes (read locks, semaphores)', () => {
     expect(await waiterCount(name)).toBe(0);
   });
 
+  it('waiters at a full semaphore are admitted one per release, in queue order, across backends', async () => {
+    const name = lockName('semaphore-order');
+    let permit = await take(a, name, 'p0', shared(1));
+    const waits: Array<{ owner: string; wait: ReturnType<typeof queued> }> = [];
+    for (const [i, owner] of ['w1', 'w2', 'w3'].entries()) {
+      // Queued one after the other, so that their order is known.
+      waits.push({ owner, wait: queued(i % 2 ? a : b, name, owner, shared(1)) });
+      await untilQueued(name, i + 1);
+    }
+    for (const { owner, wait } of waits) {
+      expect(await pendingAfter(wait.result, 100)).toBe(true);
+      const started = performance.now();
+      await a.release({ name, token: permit.token });
+      const next = await grantOf(wait.result);
+      expect(next.owner).toBe(owner);
+      expect(next.token).toBeGreaterThan(permit.token);
+      expect(performance.now() - started).toBeLessThan(2_000);
+      permit = next;
+    }
+  });
+
   it('acquireQueued answers a conflict instead of waiting', async () => {
     const name = lockName('queued-conflict');
     await take(a, name, 'r1', shared(3), 10_000, 'k1');

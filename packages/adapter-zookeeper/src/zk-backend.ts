@@ -74,14 +74,15 @@ function guard<A extends unknown[], R>(what: string, fn: (...args: A) => Promise
 /**
  * A dlm backend on Apache ZooKeeper.
  *
- * A lock is a persistent sequential holder node under the lock's name node; at most one exists,
- * because every grant rewrites the name node at the version it read. The fencing token is the
+ * A lease is a persistent sequential holder node under the lock's name node: one exclusive
+ * holder, or up to `limit` shared ones (the mode and limit in the node's name and data), never
+ * more, because every grant rewrites the name node at the version it read. The fencing token is the
  * holder node's `czxid`, which Zab orders across the whole ensemble. Leases are measured on
  * ZooKeeper's clock: a holder's node carries its TTL and ZooKeeper stamps its `mtime`; "now" is
  * the `mtime` of a write to a clock node. A lease whose `mtime + ttlMs` has passed is ended by
  * the next contender (a versioned delete), so every dlm server agrees when it expired — and a
- * lock outlives the dlm server that granted it. Waiters queue in ephemeral sequential nodes,
- * each watching its predecessor.
+ * lock outlives the dlm server that granted it. Waiters of both modes queue in one line of
+ * ephemeral sequential nodes, each watching the nearest thing that blocks it.
  *
  * @example
  * const backend = zookeeperBackend({ connect: '10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181' });
@@ -104,7 +105,7 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
     isClosed: () => zk.closed,
     onEnd(token, reason) {
       watch.noteEnd(token, reason);
-      for (const [name, holder] of zk.mine) if (holder.token === token) zk.mine.delete(name);
+      for (const [key, holder] of zk.mine) if (holder.token === token) zk.mine.delete(key);
     },
     claimWatch: (name) => watch.claim(name),
     claimed: (name, watcher, read) => watch.claimed(name, watcher, read),
@@ -134,7 +135,7 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
     store,
     handOver: queue.handOver,
   };
-  const contend = contender(store, paths);
+  const contend = contender(store);
   const sweep = sweeper(session, paths, store, {
     intervalMs: options.sweepIntervalMs ?? 600_000,
     commandTimeoutMs,
@@ -178,6 +179,7 @@ const capabilities: core.BackendCapabilities = {
   durableAcrossRestart: true,
   fairQueue: true,
   expiryEvents: false,
+  sharedModes: true,
 };
 
 /** What the primitives of one ZooKeeper backend share. */
@@ -192,15 +194,16 @@ interface Zk {
   readonly ephemeral: boolean;
   readonly clock: core.Clock;
   /** With `ephemeral`: leases granted on nodes this session created, lost with the session. */
-  readonly mine: Map<string, Holder>;
+  /** By name and token (a name may have several shared holders granted here). */
+  readonly mine: Map<string, Holder & { name: string }>;
   /** Leases declared lost while disconnected, whose nodes may outlive that (same session). */
-  readonly abandoned: Map<string, Holder>;
+  readonly abandoned: Map<string, Holder & { name: string }>;
   suspendedTimer: core.Timer | undefined;
   closed: boolean;
 }
 
 function noteGranted(zk: Zk, name: string, owner: string, path: string, token: bigint): void {
-  if (zk.ephemeral) zk.mine.set(name, { path, token, owner });
+  if (zk.ephemeral) zk.mine.set(`${token}:${name}`, { name, path, token, owner });
   zk.watch.noteGrant(name, token);
 }
 
@@ -211,8 +214,9 @@ function assertOpen(zk: Zk, what: string): void {
 // ---- with `ephemeral`, the session's fate is the fate of the locks in it ------------------
 
 function declareLost(zk: Zk): void {
-  for (const [name, holder] of zk.mine) {
-    zk.abandoned.set(name, holder);
+  for (const [key, holder] of zk.mine) {
+    const { name } = holder;
+    zk.abandoned.set(key, holder);
     zk.watch.emit(name, { name, type: 'expired', token: holder.token, owner: holder.owner });
   }
   zk.mine.clear();
@@ -220,16 +224,13 @@ function declareLost(zk: Zk): void {
 
 /** Back in the same session: delete what its holders were already told they lost. */
 function dropAbandoned(zk: Zk): void {
-  for (const [name, holder] of zk.abandoned) {
-    zk.abandoned.delete(name);
+  for (const [key, holder] of zk.abandoned) {
+    const { name } = holder;
+    zk.abandoned.delete(key);
     const limit = budget('cleanup', zk.commandTimeoutMs);
     zk.store
-      .currentHolder(limit, name)
-      .then((current) =>
-        current?.token === holder.token
-          ? zk.store.endLease(limit, name, current, 'expired')
-          : false,
-      )
+      .holderByToken(limit, name, holder.token)
+      .then((current) => (current ? zk.store.endLease(limit, name, current, 'expired') : false))
       .catch(() => {});
   }
 }
@@ -258,16 +259,18 @@ function onSessionState(zk: Zk, state: SessionState): void {
 async function tryAcquire(
   zk: Zk,
   contend: Contend,
-  { name, owner, ttlMs, keyHash }: core.AcquireRequest,
+  request: core.AcquireRequest,
 ): Promise<core.AcquireResult> {
   assertOpen(zk, 'acquire');
+  const { name, owner } = request;
   const limit = budget('acquire', zk.commandTimeoutMs);
-  ttlMs = Math.max(ttlMs, capabilities.minTtlMs);
-  const outcome = await contend(limit, { name, owner, ttlMs, keyHash });
+  const ttlMs = Math.max(request.ttlMs, capabilities.minTtlMs);
+  const outcome = await contend(limit, { ...request, ttlMs });
   if (outcome.kind === 'granted') {
     noteGranted(zk, name, owner, outcome.path, outcome.token);
     return { granted: true, grant: { name, owner, token: outcome.token, ttlMs } };
   }
+  if (outcome.kind === 'conflict') return { granted: false, conflict: outcome.conflict };
   zk.watch.noteHeld(name);
   return outcome.kind === 'held'
     ? { granted: false, ttlRemainingMs: outcome.ttlRemainingMs }
@@ -284,7 +287,7 @@ async function release(zk: Zk, { name, token, keyHash }: core.HolderProof): Prom
   if (own && (await zk.handOver(limit, name, own))) return true;
   if (own && (await zk.store.endLease(limit, name, own, 'released'))) return true;
   for (;;) {
-    const holder = await zk.store.currentHolder(limit, name);
+    const holder = await zk.store.holderByToken(limit, name, token);
     if (!holder || !proves(holder, token, keyHash)) return false;
     if (await zk.store.endLease(limit, name, holder, 'released')) return true;
   }
@@ -300,7 +303,7 @@ async function extend(
   // A lease granted or extended here is tried at its known path and version first.
   let known = zk.store.ownLease(name, token);
   for (;;) {
-    const holder = known ?? (await zk.store.currentHolder(limit, name));
+    const holder = known ?? (await zk.store.holderByToken(limit, name, token));
     known = undefined;
     if (!holder || !proves(holder, token, keyHash)) return null;
     const refreshed = await zk.store.refresh(limit, name, holder, ttlMs);
@@ -317,18 +320,19 @@ async function extend(
 async function inspect(zk: Zk, name: string): Promise<core.LockState | null> {
   assertOpen(zk, 'inspect');
   const limit = budget('inspect', zk.commandTimeoutMs);
-  const holder = await zk.store.currentHolder(limit, name);
-  if (!holder) return null;
-  return stateOf(name, holder, await zk.store.zkNow(limit));
+  const { holders } = await zk.store.allHolders(limit, name);
+  if (!holders.length) return null;
+  return stateOf(name, holders, await zk.store.zkNow(limit));
 }
 
 async function revoke(zk: Zk, name: string): Promise<boolean> {
   assertOpen(zk, 'revoke');
   const limit = budget('revoke', zk.commandTimeoutMs);
   for (;;) {
-    const holder = await zk.store.currentHolder(limit, name);
-    if (!holder) return false;
-    if (await zk.store.endLease(limit, name, holder, 'revoked')) return true;
+    // Every holder in one multi-op: a revoke ends all of them or (one changed) none.
+    const { holders } = await zk.store.allHolders(limit, name);
+    if (!holders.length) return false;
+    if (await zk.store.endAll(limit, name, holders, 'revoked')) return true;
   }
 }
 
@@ -345,15 +349,40 @@ async function list(zk: Zk, namePrefix: string): Promise<core.LockState[]> {
   const names = parents.map(zk.paths.nameOf).filter((name) => name.startsWith(namePrefix));
   const nowMs = await zk.store.zkNow(limit);
   const states = await Promise.all(
-    names.map(async (name) => stateOf(name, await zk.store.currentHolder(limit, name), nowMs)),
+    names.map(async (name) =>
+      stateOf(name, (await zk.store.allHolders(limit, name)).holders, nowMs),
+    ),
   );
   return states.filter((state) => state !== null);
 }
 
-/** What inspect and list report: nothing for a lease already over on ZooKeeper's clock. */
-function stateOf(name: string, holder: Current | undefined, nowMs: number): core.LockState | null {
-  if (!holder) return null;
-  const remaining = holder.mtimeMs + holder.ttlMs - nowMs;
-  if (remaining <= 0) return null;
-  return { name, owner: holder.owner, token: holder.token, ttlRemainingMs: capped(remaining) };
+/**
+ * What inspect and list report: every holder whose lease still runs on ZooKeeper's clock, in
+ * token order, with its own remaining lease (core's holder view tells from it which one ended),
+ * and at the top level the newest of them; nothing when none runs.
+ */
+function stateOf(name: string, all: Current[], nowMs: number): core.LockState | null {
+  const live = all
+    .map((holder) => ({ holder, remaining: holder.mtimeMs + holder.ttlMs - nowMs }))
+    .filter(({ remaining }) => remaining > 0);
+  const newest = live[live.length - 1];
+  if (!newest) return null;
+  const { holder } = newest;
+  const top = {
+    name,
+    owner: holder.owner,
+    token: holder.token,
+    ttlRemainingMs: capped(newest.remaining),
+  };
+  if (holder.mode === 'exclusive' && live.length === 1) return { ...top, mode: 'exclusive' };
+  return {
+    ...top,
+    mode: holder.mode,
+    ...(holder.mode === 'shared' ? { limit: holder.limit } : {}),
+    holders: live.map(({ holder: each, remaining }) => ({
+      owner: each.owner,
+      token: each.token,
+      ttlRemainingMs: capped(remaining),
+    })),
+  };
 }

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import type { AcquireRequest } from '@dlm/core';
-import { isOwnLease, type LockStore } from './zk-locks.js';
-import type { LockPaths } from './zk-paths.js';
+import type { AcquireRequest, LockConflict } from '@dlm/core';
+import type { LockStore } from './zk-locks.js';
+import { judge, type LiveHolder, specOfRequest } from './zk-modes.js';
 import type { Budget } from './zk-session.js';
 
 /** The longest delay a timer takes; a lease without a readable TTL reports this. */
@@ -10,61 +10,85 @@ const FOREVER_MS = 2 ** 31 - 1;
 export type Contention =
   | { kind: 'granted'; token: bigint; path: string }
   | { kind: 'held'; ttlRemainingMs: number }
-  /** Nobody holds it, but waiters queue for it: a try-lock does not jump their queue. */
+  /** The request can never be granted as asked while these holders hold (see `judge`). */
+  | { kind: 'conflict'; conflict: LockConflict }
+  /** There is room, but waiters queue for it: a try-lock does not jump their queue. */
   | { kind: 'queued' };
 
 export type Contend = (limit: Budget, request: AcquireRequest) => Promise<Contention>;
 
 /**
- * One try at a lock, shared by tryAcquire and a waiter joining the queue: take it when it is
- * free and nobody queues; refresh it when `owner` already holds it (same token); end it when
- * its lease has run out on ZooKeeper's clock and look again; else say who holds it.
+ * One try at a lock: take it when the holders leave room (`judge`: exclusive, nobody holds;
+ * shared, fewer than `limit` shared holders) and nobody queues; refresh it when `owner` already
+ * holds it in that mode (same token); end holders whose lease has run out on ZooKeeper's clock
+ * and look again; else say who holds it.
  *
  * Uncontended, that is one read of the name node (its version, and no children) and one
- * multi-op.
+ * multi-op; held, one `getChildren` and one read per holder (in parallel) more.
  */
-export function contender(store: LockStore, paths: LockPaths): Contend {
-  return async (limit, { name, owner, ttlMs, keyHash }) => {
+export function contender(store: LockStore): Contend {
+  return async (limit, request) => {
+    const { name, owner, ttlMs, keyHash } = request;
+    const spec = specOfRequest(request);
     for (;;) {
       await store.ensureParent(limit, name);
       // The name node first: its version guards the grant below against anything granted
-      // after this read.
+      // (or ended) after this read.
       const node = await store.nameNode(limit, name);
       if (!node) {
         store.forgetParent(name);
         continue;
       }
       if (node.numChildren > 0) {
-        const children = await store.childrenOf(limit, name);
-        const holderName = children?.holders[0];
-        if (holderName) {
-          const holder = await store.readHolder(limit, `${paths.parent(name)}/${holderName}`);
-          if (!holder) continue;
-          if (isOwnLease(holder, owner, keyHash)) {
+        const { children, holders } = await store.allHolders(limit, name);
+        if (!children) continue;
+        if (holders.length) {
+          const left = await store.leasesLeft(limit, holders);
+          const expired = left.filter((entry) => entry.expired);
+          if (expired.length) {
+            // Expired on ZooKeeper's clock: take them over (versioned deletes, so an extension
+            // in between wins), then look again.
+            for (const { holder } of expired) await store.endLease(limit, name, holder, 'expired');
+            continue;
+          }
+          const live: LiveHolder[] = left;
+          const verdict = judge({ owner, keyHash }, spec, live);
+          if (verdict.kind === 'own') {
+            const { holder } = verdict;
             const refreshed = await store.refresh(limit, name, holder, ttlMs);
             if (!refreshed) continue;
-            if (!refreshed.expired)
+            if (!refreshed.expired) {
               return { kind: 'granted', token: holder.token, path: holder.path };
+            }
             // Its lease had run out before we refreshed it: that lease is over, grant anew.
             await store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
             continue;
           }
-          const left = await store.leaseLeft(limit, holder);
-          if (left.expired) {
-            // Expired on ZooKeeper's clock: take it over (a versioned delete, so an extension
-            // in between wins), then look again.
-            await store.endLease(limit, name, holder, 'expired');
-            continue;
+          if (verdict.kind === 'conflict') return verdict;
+          if (verdict.kind === 'blocked') {
+            return {
+              kind: 'held',
+              ttlRemainingMs: Math.min(Math.max(1, verdict.ttlRemainingMs), FOREVER_MS),
+            };
           }
-          return {
-            kind: 'held',
-            ttlRemainingMs: Math.min(Math.max(1, left.remainingMs), FOREVER_MS),
-          };
+          // Room beside shared holders: granted at the name node's version read first, which
+          // the children must have been listed at (else something moved: look again).
+          if (children.version !== node.version) continue;
         }
-        if (children?.waiters.length) return { kind: 'queued' };
+        if (children.waiters.length) return { kind: 'queued' };
       }
       const attemptId = randomBytes(8).toString('hex');
-      const created = await store.createHolder(limit, name, node, owner, keyHash, ttlMs, attemptId);
+      const created = await store.createHolder(
+        limit,
+        name,
+        node,
+        owner,
+        keyHash,
+        ttlMs,
+        attemptId,
+        undefined,
+        spec,
+      );
       if (created.kind === 'created') {
         return { kind: 'granted', token: created.token, path: created.path };
       }

@@ -1,4 +1,5 @@
 import type { Stat } from 'node-zookeeper-client';
+import { type EntrySpec, EXCLUSIVE } from './zk-paths.js';
 
 export type EndReason = 'released' | 'revoked' | 'expired';
 
@@ -17,12 +18,18 @@ export interface RecordedHolder {
   attemptId: string;
   /** The holder node is ephemeral: it may vanish with its session, without a name-node write. */
   ephemeral: boolean;
+  mode: EntrySpec['mode'];
 }
 
 /** What a name node says: who holds the lock (if anyone), and why the lease before ended. */
 export interface NameRecord {
   holder: RecordedHolder | undefined;
   end: EndMarker | undefined;
+  /**
+   * The last write was a shared grant or the end of a shared holder: other holders may hold
+   * too, so only the children tell who holds (`holder`, if any, is the newest of them).
+   */
+  shared: boolean;
 }
 
 const MARKER = /^(released|revoked|expired):(\d+)$/;
@@ -34,36 +41,61 @@ export function zxid(value: Buffer): bigint {
 export const mtimeOf = (stat: Stat) => Number(stat.mtime.readBigInt64BE(0));
 
 /**
- * A holder node's data: its owner, lease length (ZooKeeper's mtime says from when) and the
- * lease key's hash (`k`; absent for a lease granted without one, or by an older version). A
- * release or extend compares the hash as read at the node's data version and then writes or
- * deletes at exactly that version, so the check and the write are one step.
+ * A holder node's data: its owner, lease length (ZooKeeper's mtime says from when), the lease
+ * key's hash (`k`; absent for a lease granted without one, or by an older version) and, for a
+ * shared holder, its mode and limit (`m`, `l`; also in the node's name). A release or extend
+ * compares the hash as read at the node's data version and then writes or deletes at exactly
+ * that version, so the check and the write are one step.
  */
 export function parseData(
   data: Buffer,
-): { owner: string; ttlMs: number; keyHash: string | undefined } | undefined {
+): ({ owner: string; ttlMs: number; keyHash: string | undefined } & EntrySpec) | undefined {
   try {
-    const parsed = JSON.parse(data.toString('utf8')) as { o?: unknown; t?: unknown; k?: unknown };
+    const parsed = JSON.parse(data.toString('utf8')) as {
+      o?: unknown;
+      t?: unknown;
+      k?: unknown;
+      m?: unknown;
+      l?: unknown;
+    };
     if (typeof parsed.o === 'string' && typeof parsed.t === 'number') {
+      const shared = parsed.m === 's' && typeof parsed.l === 'number';
       return {
         owner: parsed.o,
         ttlMs: parsed.t,
         keyHash: typeof parsed.k === 'string' ? parsed.k : undefined,
+        ...(shared ? { mode: 'shared', limit: parsed.l as number } : EXCLUSIVE),
       };
     }
   } catch {}
   return undefined;
 }
 
-export function leaseData(owner: string, ttlMs: number, keyHash: string | undefined): Buffer {
+export function leaseData(
+  owner: string,
+  ttlMs: number,
+  keyHash: string | undefined,
+  spec: EntrySpec = EXCLUSIVE,
+): Buffer {
   return Buffer.from(
-    JSON.stringify({ o: owner, t: ttlMs, ...(keyHash === undefined ? {} : { k: keyHash }) }),
+    JSON.stringify({
+      o: owner,
+      t: ttlMs,
+      ...(keyHash === undefined ? {} : { k: keyHash }),
+      ...(spec.mode === 'shared' ? { m: 's', l: spec.limit } : {}),
+    }),
   );
 }
 
-/** The name node's data after an end: the plain marker, `released:<token>` (and so on). */
-export function endData(reason: EndReason, token: bigint): Buffer {
-  return Buffer.from(`${reason}:${token}`);
+/**
+ * The name node's data after an end: the plain marker, `released:<token>` (and so on); after
+ * the end of a shared holder (others may still hold), the marker flagged shared, so that a
+ * watcher looks at the children.
+ */
+export function endData(reason: EndReason, token: bigint, shared = false): Buffer {
+  return Buffer.from(
+    shared ? JSON.stringify({ e: `${reason}:${token}`, s: 1 }) : `${reason}:${token}`,
+  );
 }
 
 function parseMarker(text: string | undefined): EndMarker | undefined {
@@ -81,6 +113,7 @@ export function grantData(
   owner: string,
   attemptId: string,
   ephemeral: boolean,
+  shared = false,
 ): Buffer {
   const text = previous.toString('utf8');
   const end = MARKER.test(text) ? text : parseJson(text)?.e;
@@ -89,17 +122,18 @@ export function grantData(
       h: owner,
       a: attemptId,
       ...(ephemeral ? { x: 1 } : {}),
+      ...(shared ? { m: 's' } : {}),
       ...(typeof end === 'string' ? { e: end } : {}),
     }),
   );
 }
 
-function parseJson(
-  text: string,
-): { h?: unknown; a?: unknown; x?: unknown; e?: unknown } | undefined {
+type NameJson = { h?: unknown; a?: unknown; x?: unknown; e?: unknown; m?: unknown; s?: unknown };
+
+function parseJson(text: string): NameJson | undefined {
   if (!text.startsWith('{')) return undefined;
   try {
-    return JSON.parse(text) as { h?: unknown; a?: unknown; x?: unknown; e?: unknown };
+    return JSON.parse(text) as NameJson;
   } catch {
     return undefined;
   }
@@ -115,14 +149,24 @@ function parseJson(
 export function parseNameNode(data: Buffer, stat: Stat): NameRecord {
   const text = data.toString('utf8');
   const plain = parseMarker(text);
-  if (plain) return { holder: undefined, end: plain };
+  if (plain) return { holder: undefined, end: plain, shared: false };
   const json = parseJson(text);
-  if (!json) return { holder: undefined, end: undefined };
+  if (!json) return { holder: undefined, end: undefined, shared: false };
   const end = parseMarker(typeof json.e === 'string' ? json.e : undefined);
-  if (typeof json.h !== 'string' || typeof json.a !== 'string') return { holder: undefined, end };
+  const shared = json.m === 's' || json.s === 1;
+  if (typeof json.h !== 'string' || typeof json.a !== 'string') {
+    return { holder: undefined, end, shared };
+  }
   return {
-    holder: { token: zxid(stat.mzxid), owner: json.h, attemptId: json.a, ephemeral: json.x === 1 },
+    holder: {
+      token: zxid(stat.mzxid),
+      owner: json.h,
+      attemptId: json.a,
+      ephemeral: json.x === 1,
+      mode: shared ? 'shared' : 'exclusive',
+    },
     end,
+    shared,
   };
 }
 

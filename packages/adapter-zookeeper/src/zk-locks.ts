@@ -9,7 +9,7 @@ import {
   parseData,
   zxid,
 } from './zk-data.js';
-import { holders, type LockPaths, waiters } from './zk-paths.js';
+import { type EntrySpec, EXCLUSIVE, holders, type LockPaths, specOf, waiters } from './zk-paths.js';
 import {
   type Budget,
   budget,
@@ -22,7 +22,7 @@ import {
 import type { Holder } from './zk-watch.js';
 
 /** The holder node of a name, as read: its lease runs until `mtimeMs + ttlMs` on ZooKeeper's clock. */
-export interface Current extends Holder {
+export interface Current extends Holder, EntrySpec {
   version: number;
   /** The lease key's hash as of `version` (never reported beyond this adapter). */
   keyHash: string | undefined;
@@ -43,6 +43,7 @@ export interface Current extends Holder {
 /** Who a release hands its lock to: a waiter of this backend at the head of the queue. */
 export interface HandOverTo {
   owner: string;
+  spec: EntrySpec;
   keyHash: string | undefined;
   ttlMs: number;
   /** Its waiter node, deleted in the same multi-op. */
@@ -111,11 +112,13 @@ export class LockStore {
   private readonly knownParents = new Set<string>();
   private rootsReady = false;
   /**
-   * Leases this store granted or refreshed, by name, as they were after that write: a release
-   * or an extend by their token is then one multi-op on the known path and version (any change
-   * made elsewhere fails it, and the caller looks again).
+   * Leases this store granted or refreshed, by name and token, as they were after that write: a
+   * release or an extend by their token is then one multi-op on the known path and version (any
+   * change made elsewhere fails it, and the caller looks again).
    */
   private readonly ownLeases = new Map<string, Current>();
+  /** The owner of each lease in `ownLeases`, by its holder node's path. */
+  private readonly ownPaths = new Map<string, string>();
   /** Persistent holder nodes this store created lately (whether or not they still exist). */
   private readonly createdHere = new Set<string>();
   /** ZooKeeper's time of our last write, and our monotonic time when its reply came. */
@@ -236,8 +239,11 @@ export class LockStore {
     try {
       const { data, stat } = await this.session.getData(limit, path, watcher);
       const lease = parseData(data);
+      const named = specOf(path);
       return {
         path,
+        mode: lease?.mode ?? named.mode,
+        limit: lease?.mode === 'shared' ? lease.limit : named.limit,
         token: zxid(stat.czxid),
         owner: lease?.owner ?? '',
         keyHash: lease?.keyHash,
@@ -253,27 +259,71 @@ export class LockStore {
     }
   }
 
-  /** The holder of `name` and its lease, or undefined when free. */
-  async currentHolder(limit: Budget, name: string): Promise<Current | undefined> {
-    for (;;) {
-      const children = await this.childrenOf(limit, name);
-      const lowest = children?.holders[0];
-      if (!lowest) return undefined;
-      const holder = await this.readHolder(limit, `${this.paths.parent(name)}/${lowest}`);
-      if (holder) return holder;
-    }
+  /**
+   * Reads the holder nodes `children` lists (in parallel: one round trip, however many), each
+   * with `watcher` left on it when given; those gone meanwhile are left out. Token order.
+   */
+  async readHolders(
+    limit: Budget,
+    name: string,
+    children: Pick<Children, 'holders'>,
+    watcher?: Watcher,
+  ): Promise<Current[]> {
+    const parent = this.paths.parent(name);
+    const read = await Promise.all(
+      children.holders.map((child) => this.readHolder(limit, `${parent}/${child}`, watcher)),
+    );
+    return read
+      .filter((holder) => holder !== undefined)
+      .sort((a, b) => (a.token < b.token ? -1 : a.token > b.token ? 1 : 0));
+  }
+
+  /** Every holder of `name` (token order) and the children they were listed in. */
+  async allHolders(
+    limit: Budget,
+    name: string,
+  ): Promise<{ children: Children | undefined; holders: Current[] }> {
+    const children = await this.childrenOf(limit, name);
+    if (!children?.holders.length) return { children, holders: [] };
+    return { children, holders: await this.readHolders(limit, name, children) };
+  }
+
+  /** The holder of `name` with `token`, if it still holds (its lease may be over). */
+  async holderByToken(limit: Budget, name: string, token: bigint): Promise<Current | undefined> {
+    const { holders: all } = await this.allHolders(limit, name);
+    return all.find((holder) => holder.token === token);
+  }
+
+  /**
+   * `leaseLeft` for several holders, asking ZooKeeper's exact time at most once (when one of
+   * them is near its end).
+   */
+  async leasesLeft(
+    limit: Budget,
+    all: Current[],
+  ): Promise<Array<{ holder: Current; expired: boolean; remainingMs: number }>> {
+    if (all.length === 1) return [{ holder: all[0]!, ...(await this.leaseLeft(limit, all[0]!)) }];
+    const sample = this.clockSample;
+    const ageMs = sample ? this.clock.now() - sample.localMs : Number.POSITIVE_INFINITY;
+    const estimate = sample && ageMs < SAMPLE_MAX_AGE_MS ? sample.zkMs + ageMs : undefined;
+    const near =
+      estimate === undefined ||
+      all.some((holder) => holder.mtimeMs + holder.ttlMs - estimate <= ESTIMATE_MARGIN_MS);
+    const nowMs = near ? await this.zkNow(limit) : estimate;
+    return all.map((holder) => {
+      const remainingMs = holder.mtimeMs + holder.ttlMs - nowMs;
+      return { holder, expired: near && remainingMs <= 0, remainingMs };
+    });
   }
 
   /** The lease with `token` on `name` as this store last wrote it, if it did. */
   ownLease(name: string, token: bigint): Current | undefined {
-    const lease = this.ownLeases.get(name);
-    return lease?.token === token ? lease : undefined;
+    return this.ownLeases.get(leaseKey(name, token));
   }
 
   /** The owner of the holder node at `path`, when this store granted it and it still runs. */
-  knownOwner(name: string, path: string): string | undefined {
-    const lease = this.ownLeases.get(name);
-    return lease?.path === path ? lease.owner : undefined;
+  knownOwner(_name: string, path: string): string | undefined {
+    return this.ownPaths.get(path);
   }
 
   /**
@@ -285,14 +335,23 @@ export class LockStore {
   }
 
   private rememberLease(name: string, lease: Current): void {
-    this.ownLeases.delete(name);
-    this.ownLeases.set(name, lease);
-    if (this.ownLeases.size > OWN_LEASES_MAX)
-      this.ownLeases.delete(this.ownLeases.keys().next().value!);
+    const key = leaseKey(name, lease.token);
+    this.ownLeases.delete(key);
+    this.ownLeases.set(key, lease);
+    this.ownPaths.set(lease.path, lease.owner);
+    if (this.ownLeases.size > OWN_LEASES_MAX) {
+      const oldest = this.ownLeases.keys().next().value!;
+      this.ownPaths.delete(this.ownLeases.get(oldest)!.path);
+      this.ownLeases.delete(oldest);
+    }
   }
 
   private forgetLease(name: string, token: bigint): void {
-    if (this.ownLeases.get(name)?.token === token) this.ownLeases.delete(name);
+    const key = leaseKey(name, token);
+    const lease = this.ownLeases.get(key);
+    if (!lease) return;
+    this.ownLeases.delete(key);
+    this.ownPaths.delete(lease.path);
   }
 
   /** Runs a write on `name`'s nodes, telling the watch while it is in flight. */
@@ -319,7 +378,11 @@ export class LockStore {
       const results = await this.writing(name, () =>
         this.session.multi(limit, (ops) =>
           ops
-            .setData(this.paths.parent(name), endData(reason, holder.token), -1)
+            .setData(
+              this.paths.parent(name),
+              endData(reason, holder.token, holder.mode === 'shared'),
+              -1,
+            )
             .remove(holder.path, holder.version),
         ),
       );
@@ -332,6 +395,40 @@ export class LockStore {
       if (isZkCode(error, Exception.BAD_VERSION) || isZkCode(error, Exception.NO_NODE)) {
         // Changed elsewhere: what we remembered of it is stale.
         this.forgetLease(name, holder.token);
+        return false;
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * Ends every holder in `all` (each at its version) in one multi-op, recording `reason` for
+   * the newest in the name node. False when one of them had changed (nothing was applied).
+   */
+  async endAll(limit: Budget, name: string, all: Current[], reason: EndReason): Promise<boolean> {
+    if (all.length === 1) return this.endLease(limit, name, all[0]!, reason);
+    const newest = all[all.length - 1]!;
+    const shared = all.some((holder) => holder.mode === 'shared');
+    try {
+      await this.writing(name, () =>
+        this.session.multi(limit, (ops) => {
+          let next = ops.setData(
+            this.paths.parent(name),
+            endData(reason, newest.token, shared),
+            -1,
+          );
+          for (const holder of all) next = next.remove(holder.path, holder.version);
+          return next;
+        }),
+      );
+      for (const holder of all) {
+        this.forgetLease(name, holder.token);
+        this.options.onEnd(holder.token, reason);
+      }
+      return true;
+    } catch (error) {
+      if (isZkCode(error, Exception.BAD_VERSION) || isZkCode(error, Exception.NO_NODE)) {
+        for (const holder of all) this.forgetLease(name, holder.token);
         return false;
       }
       throw error;
@@ -355,7 +452,9 @@ export class LockStore {
     ttlMs: number,
     attemptId: string,
     extra: (ops: Ops) => Ops = (ops) => ops,
+    spec: EntrySpec = EXCLUSIVE,
   ): Promise<CreateOutcome> {
+    const shared = spec.mode === 'shared';
     const mode = this.options.ephemeral
       ? CreateMode.EPHEMERAL_SEQUENTIAL
       : CreateMode.PERSISTENT_SEQUENTIAL;
@@ -366,14 +465,18 @@ export class LockStore {
             ops
               .setData(
                 this.paths.parent(name),
-                grantData(node.data, owner, attemptId, this.options.ephemeral),
+                grantData(node.data, owner, attemptId, this.options.ephemeral, shared),
                 node.version,
               )
-              .create(this.paths.holder(name, attemptId), leaseData(owner, ttlMs, keyHash), mode),
+              .create(
+                this.paths.holder(name, attemptId, spec),
+                leaseData(owner, ttlMs, keyHash, spec),
+                mode,
+              ),
           ),
         ),
       );
-      const lease = { owner, keyHash, ttlMs };
+      const lease = { owner, keyHash, ttlMs, ...spec };
       return {
         kind: 'created',
         ...this.noteCreated(name, results[0]?.stat, results[1]?.path, lease),
@@ -399,7 +502,7 @@ export class LockStore {
     name: string,
     stat: Stat | undefined,
     path: string | undefined,
-    lease: Pick<Current, 'owner' | 'keyHash' | 'ttlMs'>,
+    lease: Pick<Current, 'owner' | 'keyHash' | 'ttlMs' | 'mode' | 'limit'>,
   ): { path: string; token: bigint; nowMs: number } {
     if (!path || !stat) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
     this.noteClock(stat);
@@ -428,16 +531,25 @@ export class LockStore {
    * grant): a waiter elsewhere that slept on `from` takes the lock at the version after its
    * end (see the queue's take-over) and must not find that version holding a new holder.
    * Undefined when anything changed meanwhile (nothing was applied).
+   *
+   * A shared `from` hands its room to a shared waiter with the same limit: one holder out and
+   * one in, so the count stays within the limit whatever else was granted or ended since, and
+   * the name node is written at any version (twice, still: a take-over at the version after
+   * the end fails).
    */
   async handOver(
     limit: Budget,
     name: string,
-    from: Current & { nameVersion: number },
+    from: Current,
     to: HandOverTo,
     attemptId: string,
   ): Promise<{ path: string; token: bigint } | undefined> {
     const parent = this.paths.parent(name);
-    const ended = endData('released', from.token);
+    const shared = from.mode === 'shared';
+    if (!shared && from.nameVersion === undefined) return undefined;
+    if (shared && (to.spec.mode !== 'shared' || to.spec.limit !== from.limit)) return undefined;
+    const ended = endData('released', from.token, shared);
+    const [endAt, grantAt] = shared ? [-1, -1] : [from.nameVersion!, from.nameVersion! + 1];
     const { ephemeral } = this.options;
     const mode = ephemeral ? CreateMode.EPHEMERAL_SEQUENTIAL : CreateMode.PERSISTENT_SEQUENTIAL;
     try {
@@ -445,11 +557,15 @@ export class LockStore {
         this.session.multi(limit, (ops) =>
           ops
             .remove(from.path, from.version)
-            .setData(parent, ended, from.nameVersion)
-            .setData(parent, grantData(ended, to.owner, attemptId, ephemeral), from.nameVersion + 1)
+            .setData(parent, ended, endAt)
+            .setData(
+              parent,
+              grantData(ended, to.owner, attemptId, ephemeral, to.spec.mode === 'shared'),
+              grantAt,
+            )
             .create(
-              this.paths.holder(name, attemptId),
-              leaseData(to.owner, to.ttlMs, to.keyHash),
+              this.paths.holder(name, attemptId, to.spec),
+              leaseData(to.owner, to.ttlMs, to.keyHash, to.spec),
               mode,
             )
             .remove(to.waiterPath, -1),
@@ -457,7 +573,12 @@ export class LockStore {
       );
       this.forgetLease(name, from.token);
       this.options.onEnd(from.token, 'released');
-      return this.noteCreated(name, results[2]?.stat, results[3]?.path, to);
+      return this.noteCreated(name, results[2]?.stat, results[3]?.path, {
+        owner: to.owner,
+        keyHash: to.keyHash,
+        ttlMs: to.ttlMs,
+        ...to.spec,
+      });
     } catch (error) {
       if (isZkCode(error, Exception.BAD_VERSION) || isZkCode(error, Exception.NO_NODE)) {
         return undefined;
@@ -487,7 +608,7 @@ export class LockStore {
           extra(
             ops.setData(
               holder.path,
-              leaseData(holder.owner, ttlMs, holder.keyHash),
+              leaseData(holder.owner, ttlMs, holder.keyHash, holder),
               holder.version,
             ),
           ),
@@ -585,3 +706,5 @@ export function isOwnLease(holder: Current, owner: string, keyHash: string | und
 export function proves(holder: Current, token: bigint, keyHash: string | undefined): boolean {
   return holder.token === token && (keyHash === undefined || holder.keyHash === keyHash);
 }
+
+const leaseKey = (name: string, token: bigint) => `${token}:${name}`;

@@ -10,11 +10,16 @@
  *   watchers learn every change of holder, and why, from this one node. Its data *version*
  *   guards grants: every multi-op that creates a holder also rewrites the name node at the
  *   version it read, so two contenders that both saw the lock free cannot both create one.
- * - `<name node>/<attempt id>-lock-<sequence>`: the holder, persistent (ephemeral with the
- *   `ephemeral` option); at most one exists. Sequential, so that every lease has a path of its
- *   own and a versioned delete of an old lease can never hit a newer one.
- * - `<name node>/<attempt id>-wait-<sequence>`: one ephemeral sequential node per waiter; the
- *   sequence orders the queue.
+ * - `<name node>/<attempt id>-lock-<sequence>`: an exclusive holder, persistent (ephemeral with
+ *   the `ephemeral` option); it is then the only holder. Sequential, so that every lease has a
+ *   path of its own and a versioned delete of an old lease can never hit a newer one.
+ * - `<name node>/<attempt id>-s<limit>-lock-<sequence>`: a shared holder (up to `limit` of them,
+ *   all with the same limit). The mode and limit are in the name so that one `getChildren`
+ *   tells every holder's and waiter's mode (Curator's read-write lock puts them in the name too).
+ * - `<name node>/<attempt id>-wait-<sequence>`, `<attempt id>-s<limit>-wait-<sequence>`: one
+ *   ephemeral sequential node per waiter (exclusive, shared); the sequence orders the queue.
+ *   Both end in `-wait-<sequence>` (and holders in `-lock-<sequence>`), so a version that does
+ *   not know shared modes still sees every entry (it takes a shared one for exclusive).
  *
  * The attempt id in a child's name lets a create whose reply was lost be found again
  * (ZOOKEEPER-1262).
@@ -26,9 +31,9 @@ export interface LockPaths {
   locks: string;
   parent(name: string): string;
   /** The path prefix a new holder node is created with (ZooKeeper appends the sequence). */
-  holder(name: string, attemptId: string): string;
+  holder(name: string, attemptId: string, spec?: EntrySpec): string;
   /** The path prefix a new waiter node is created with. */
-  waiter(name: string, attemptId: string): string;
+  waiter(name: string, attemptId: string, spec?: EntrySpec): string;
   /** The lock name a name node belongs to, from the name node's own name. */
   nameOf(encoded: string): string;
 }
@@ -42,6 +47,16 @@ function encodeName(name: string): string {
   return encodeURIComponent(name).replaceAll('.', '%2E');
 }
 
+/** A holder's or waiter's mode and limit (exclusive: limit 1). */
+export interface EntrySpec {
+  mode: 'exclusive' | 'shared';
+  limit: number;
+}
+
+export const EXCLUSIVE: EntrySpec = { mode: 'exclusive', limit: 1 };
+
+const tag = (spec: EntrySpec | undefined) => (spec?.mode === 'shared' ? `-s${spec.limit}` : '');
+
 export function lockPaths(root: string): LockPaths {
   const base = root.endsWith('/') ? root.slice(0, -1) : root;
   const locks = `${base}/locks`;
@@ -51,8 +66,8 @@ export function lockPaths(root: string): LockPaths {
     clock: `${base}/clock`,
     locks,
     parent,
-    holder: (name, attemptId) => `${parent(name)}/${attemptId}-lock-`,
-    waiter: (name, attemptId) => `${parent(name)}/${attemptId}-wait-`,
+    holder: (name, attemptId, spec) => `${parent(name)}/${attemptId}${tag(spec)}-lock-`,
+    waiter: (name, attemptId, spec) => `${parent(name)}/${attemptId}${tag(spec)}-wait-`,
     nameOf: (encoded) => decodeURIComponent(encoded),
   };
 }
@@ -65,7 +80,7 @@ function sorted(children: string[], pattern: RegExp): string[] {
   return children.filter((child) => pattern.test(child)).sort((a, b) => sequence(a) - sequence(b));
 }
 
-/** Holder nodes among `children`, lowest sequence first (normally there is at most one). */
+/** Holder nodes among `children`, lowest sequence first (one exclusive, or 1..limit shared). */
 export function holders(children: string[]): string[] {
   return sorted(children, HOLDER);
 }
@@ -73,4 +88,12 @@ export function holders(children: string[]): string[] {
 /** Waiter nodes among `children`, in queue order. */
 export function waiters(children: string[]): string[] {
   return sorted(children, WAITER);
+}
+
+const SHARED = /-s(\d+)-(?:lock|wait)-\d{10}$/;
+
+/** The mode and limit a holder's or waiter's node name records. */
+export function specOf(child: string): EntrySpec {
+  const shared = SHARED.exec(child);
+  return shared ? { mode: 'shared', limit: Number(shared[1]) } : EXCLUSIVE;
 }

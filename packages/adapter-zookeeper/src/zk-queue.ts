@@ -18,7 +18,8 @@ import {
   type LockStore,
   type NameNode,
 } from './zk-locks.js';
-import type { LockPaths } from './zk-paths.js';
+import { aheadOf, judge, specOfRequest } from './zk-modes.js';
+import { type EntrySpec, type LockPaths, specOf } from './zk-paths.js';
 import { type Budget, budget, CreateMode, isZkCode, type ZkSession } from './zk-session.js';
 
 export interface QueueContext {
@@ -70,10 +71,15 @@ export function fairQueue(context: QueueContext) {
      * (nothing was applied; release it the usual way).
      */
     handOver(limit: Budget, name: string, lease: Current): Promise<boolean> {
-      const { nameVersion } = lease;
       const head = headHere(here, name);
-      if (nameVersion === undefined || !head) return Promise.resolve(false);
-      return head.takeHandOver(limit, { ...lease, nameVersion });
+      // An exclusive lease frees the name for whichever head; a shared one frees one room,
+      // for a shared head with the same limit only.
+      const fits =
+        lease.mode === 'exclusive'
+          ? lease.nameVersion !== undefined
+          : head?.spec.mode === 'shared' && head.spec.limit === lease.limit;
+      if (!head || !fits) return Promise.resolve(false);
+      return head.takeHandOver(limit, lease);
     },
   };
 }
@@ -117,6 +123,7 @@ const attemptIdOf = () => randomBytes(8).toString('hex');
 class ZkWaiter implements FairQueueDriver {
   private readonly parent: string;
   private readonly leaseTtlMs: number;
+  readonly spec: EntrySpec;
   /** Our waiter node's path while we are queued (set through `setQueued`). */
   private myPath: string | undefined;
   /** The holder the name node recorded when we joined: who it is, if it still holds. */
@@ -153,6 +160,7 @@ class ZkWaiter implements FairQueueDriver {
   ) {
     this.parent = context.paths.parent(request.name);
     this.leaseTtlMs = Math.max(request.ttlMs, context.minTtlMs);
+    this.spec = specOfRequest(request);
   }
 
   // One function for every watch this waiter sets: ZooKeeper clients keep one registration
@@ -225,10 +233,16 @@ class ZkWaiter implements FairQueueDriver {
   }
 
   /** A release of `lease` hands us the lock (see `LockStore.handOver`). */
-  takeHandOver(limit: Budget, lease: Current & { nameVersion: number }): Promise<boolean> {
+  takeHandOver(limit: Budget, lease: Current): Promise<boolean> {
     const mine = this.myPath!;
     const { owner, keyHash } = this.request;
-    const to: HandOverTo = { owner, keyHash, ttlMs: this.leaseTtlMs, waiterPath: mine };
+    const to: HandOverTo = {
+      owner,
+      keyHash,
+      ttlMs: this.leaseTtlMs,
+      waiterPath: mine,
+      spec: this.spec,
+    };
     const offer = this.context.store
       .handOver(limit, this.request.name, lease, to, attemptIdOf())
       .then((granted) => {
@@ -302,6 +316,7 @@ class ZkWaiter implements FairQueueDriver {
       this.leaseTtlMs,
       attemptIdOf(),
       more,
+      this.spec,
     );
   }
 
@@ -353,7 +368,7 @@ class ZkWaiter implements FairQueueDriver {
     try {
       const [created] = await session.multi(limit, (ops) =>
         ops.create(
-          paths.waiter(name, attemptId),
+          paths.waiter(name, attemptId, this.spec),
           Buffer.from(owner),
           CreateMode.EPHEMERAL_SEQUENTIAL,
         ),
@@ -401,7 +416,12 @@ class ZkWaiter implements FairQueueDriver {
     return this.takeFromHead(limit, mine, { data: Buffer.alloc(0), version });
   }
 
-  /** Queued: sleep on our predecessor, or at the head take the lock or sleep on its holder. */
+  /**
+   * Queued: the mode predicate over the queue (Curator's `getsTheLock`). Exclusive: sleep on
+   * the entry ahead, or first, take the lock or sleep on its holders. Shared: sleep on the last
+   * exclusive entry ahead; with none, take room beside shared holders, or sleep on them (and on
+   * the entry ahead, whose leaving makes room too).
+   */
   private async lookAt(limit: Budget, mine: string): Promise<QueueStep> {
     const slept = this.sleptOn;
     this.sleptOn = undefined;
@@ -421,18 +441,28 @@ class ZkWaiter implements FairQueueDriver {
       position <= AHEAD_MAX
         ? children.waiters.slice(0, position).map((waiter) => `${this.parent}/${waiter}`)
         : undefined;
-    if (!this.ownerChecked && position > 0 && children.holders[0]) {
-      const own = await this.ownLockOnce(limit, children.holders[0], mine);
-      if (own) return own;
+    const ahead = aheadOf(children.waiters.slice(0, position));
+    const blocker =
+      this.spec.mode === 'exclusive' ? children.waiters[position - 1] : ahead.lastExclusive;
+    if (blocker !== undefined) {
+      if (!this.ownerChecked && children.holders.length) {
+        const own = await this.ownLockOnce(limit, children, mine);
+        if (own) return own;
+      }
+      return this.sleepOn(limit, blocker);
     }
-    if (position > 0) {
-      const predecessor = `${this.parent}/${children.waiters[position - 1]}`;
-      const stat = await this.context.session.exists(limit, predecessor, this.onWatch);
-      return stat ? { kind: 'predecessor' } : { kind: 'again' };
-    }
-    const holderName = children.holders[0];
-    if (holderName) return this.atHeadBehind(limit, `${this.parent}/${holderName}`, mine, children);
+    if (children.holders.length)
+      return this.atHeadBehind(limit, mine, node, children, ahead.shared);
+    // Free, but shared entries ahead of ours fill the room: wait for the nearest to be served.
+    if (ahead.shared >= this.spec.limit)
+      return this.sleepOn(limit, children.waiters[position - 1]!);
     return this.atHeadFree(limit, mine, node, children);
+  }
+
+  /** Sleeps until the waiter node `child` goes (it is watched). */
+  private async sleepOn(limit: Budget, child: string): Promise<QueueStep> {
+    const stat = await this.context.session.exists(limit, `${this.parent}/${child}`, this.onWatch);
+    return stat ? { kind: 'predecessor' } : { kind: 'again' };
   }
 
   /**
@@ -461,54 +491,95 @@ class ZkWaiter implements FairQueueDriver {
    */
   private async ownLockOnce(
     limit: Budget,
-    holderName: string,
+    children: Children,
     mine: string,
   ): Promise<QueueStep | undefined> {
     const { store } = this.context;
     const { name, owner, keyHash } = this.request;
     this.ownerChecked = true;
-    const holderPath = `${this.parent}/${holderName}`;
     const behind = this.joinedBehind;
     // Known without a read: a lease granted here, or the holder recorded when we joined.
-    const knownOwner =
-      store.knownOwner(name, holderPath) ??
-      (behind && holderName.startsWith(`${behind.attemptId}-`) ? behind.owner : undefined);
-    if (knownOwner !== undefined && knownOwner !== owner) return undefined;
-    const holder = await store.readHolder(limit, holderPath);
-    if (holder && isOwnLease(holder, owner, keyHash)) return this.refreshOwn(limit, holder, mine);
-    return undefined;
+    const candidates = children.holders.filter((child) => {
+      const known =
+        store.knownOwner(name, `${this.parent}/${child}`) ??
+        (behind && child.startsWith(`${behind.attemptId}-`) ? behind.owner : undefined);
+      return known === undefined || known === owner;
+    });
+    if (!candidates.length) return undefined;
+    const holders = await store.readHolders(limit, name, { holders: candidates });
+    const own = holders.find((holder) => isOwnLease(holder, owner, keyHash));
+    if (!own) return undefined;
+    const verdict = judge({ owner, keyHash }, this.spec, [{ holder: own, remainingMs: 0 }]);
+    if (verdict.kind === 'conflict') return verdict;
+    return this.refreshOwn(limit, own, mine);
   }
 
-  /** At the head, behind a holder: take over from it if it is gone or over, else sleep on it. */
+  /**
+   * First among the entries that block us, behind holders: end those whose lease is over,
+   * refresh our own, take room beside shared ones, or sleep on them (each is watched, with the
+   * end that would let us in as the timer: no expiry is announced).
+   */
   private async atHeadBehind(
     limit: Budget,
-    holderPath: string,
     mine: string,
+    node: NameNode | undefined,
     children: Children,
+    sharedAhead: number,
   ): Promise<QueueStep> {
     const { store } = this.context;
     const { name, owner, keyHash } = this.request;
-    const holder = await store.readHolder(limit, holderPath, this.onWatch);
+    // Behind shared entries, at a semaphore's limit (by the node names): only the entry ahead
+    // can take the next room, so watch it alone, not the holders (one wake per end, not one
+    // per waiter); the first shared waiter watches the holders and their deadlines.
+    const full =
+      sharedAhead > 0 &&
+      children.holders.every((child) => specOf(child).mode === 'shared') &&
+      children.holders.length + sharedAhead >= this.spec.limit;
+    const holders = await store.readHolders(limit, name, children, full ? undefined : this.onWatch);
     this.likelyGrant = true;
-    if (!holder) {
+    const only =
+      children.holders.length === 1 ? `${this.parent}/${children.holders[0]}` : undefined;
+    // The end of the only holder frees the name: then only its end rewrote the name node.
+    const freedByItsEnd = this.spec.mode === 'exclusive' || sharedAhead < this.spec.limit;
+    if (!holders.length) {
       // Gone since the children were read. If it was persistent, its end was the name
       // node's next write (as when it goes while we sleep on it): try that version.
-      if (store.persistentHere(holderPath)) {
+      if (only && freedByItsEnd && store.persistentHere(only)) {
         const taken = await this.takeOver(limit, mine, children.version + 1);
         if (taken) return taken;
       }
       return { kind: 'again' };
     }
-    if (isOwnLease(holder, owner, keyHash)) return this.refreshOwn(limit, holder, mine);
-    const left = await store.leaseLeft(limit, holder);
-    if (left.expired) {
-      await store.endLease(limit, name, holder, 'expired');
+    const left = await store.leasesLeft(limit, holders);
+    const expired = left.filter((entry) => entry.expired);
+    if (expired.length) {
+      for (const { holder } of expired) await store.endLease(limit, name, holder, 'expired');
       return { kind: 'again' };
     }
-    if (holder.persistent) {
-      this.sleptOn = { path: holderPath, version: children.version, gone: false };
+    const verdict = judge({ owner, keyHash }, this.spec, left, sharedAhead);
+    if (verdict.kind === 'own') return this.refreshOwn(limit, verdict.holder, mine);
+    if (verdict.kind === 'conflict') return verdict;
+    if (verdict.kind === 'room') {
+      if (holders.length !== children.holders.length) return { kind: 'again' };
+      return this.atHeadFree(limit, mine, node, children);
     }
-    return { kind: 'holder', ttlRemainingMs: Math.min(left.remainingMs, 2 ** 31 - 1) };
+    if (sharedAhead > 0) {
+      // A shared entry ahead that leaves (rather than being served) makes room too.
+      const position = children.waiters.indexOf(mine.slice(this.parent.length + 1));
+      const predecessor = children.waiters[position - 1]!;
+      if (full) return this.sleepOn(limit, predecessor);
+      const stat = await this.context.session.exists(
+        limit,
+        `${this.parent}/${predecessor}`,
+        this.onWatch,
+      );
+      if (!stat) return { kind: 'again' };
+    }
+    const holder = holders[0]!;
+    if (only && holders.length === 1 && holder.persistent && freedByItsEnd) {
+      this.sleptOn = { path: only, version: children.version, gone: false };
+    }
+    return { kind: 'holder', ttlRemainingMs: Math.min(verdict.ttlRemainingMs, 2 ** 31 - 1) };
   }
 
   /**

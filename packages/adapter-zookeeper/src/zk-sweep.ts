@@ -56,11 +56,13 @@ export function sweeper(
       const node = await store.nameNode(step(), name);
       if (!node) return 0;
       if (node.numChildren > 0) {
-        const holder = await store.currentHolder(step(), name);
-        if (holder && holder.mtimeMs + holder.ttlMs <= nowMs) {
-          if (await store.endLease(step(), name, holder, 'expired')) return 1;
+        const { holders } = await store.allHolders(step(), name);
+        let ended = 0;
+        for (const holder of holders) {
+          if (holder.mtimeMs + holder.ttlMs > nowMs) continue;
+          if (await store.endLease(step(), name, holder, 'expired')) ended += 1;
         }
-        return 0;
+        return ended;
       }
       if (nowMs - node.mtimeMs < options.intervalMs) return 0;
       try {

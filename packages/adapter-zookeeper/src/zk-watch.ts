@@ -1,7 +1,15 @@
 import type { LockEvent, Unsubscribe } from '@dlm/core';
 import { Exception, type Stat } from 'node-zookeeper-client';
-import { type EndMarker, type EndReason, parseNameNode, type RecordedHolder } from './zk-data.js';
-import { holders, type LockPaths } from './zk-paths.js';
+import {
+  type EndMarker,
+  type EndReason,
+  type NameRecord,
+  parseData,
+  parseNameNode,
+  type RecordedHolder,
+  zxid,
+} from './zk-data.js';
+import { type EntrySpec, holders, type LockPaths, specOf } from './zk-paths.js';
 import { budget, isZkCode, type ZkSession } from './zk-session.js';
 
 type Listener = (event: LockEvent) => void;
@@ -46,10 +54,21 @@ export interface HolderWatch {
   close(): void;
 }
 
+/** A holder as a watch knows it. */
+interface Known {
+  token: bigint;
+  owner: string;
+  mode: EntrySpec['mode'];
+  ephemeral: boolean;
+}
+
 interface NameWatch {
   name: string;
   listeners: Set<Listener>;
-  holder: { token: bigint; owner: string } | undefined;
+  /** The holders at the last read, by token. */
+  holders: Map<bigint, Known>;
+  /** The holder nodes read so far while the name has shared holders, by path. */
+  cache: Map<string, Known>;
   /** The name node's data version at the last read (undefined: no node). */
   version: number | undefined;
   initialized: boolean;
@@ -104,43 +123,102 @@ class HolderWatchers implements HolderWatch {
       return known;
     }
     if (end?.token === holder.token) return end.reason;
+    // A revoke ends every holder in one write, whose marker names the newest of them.
+    if (end?.reason === 'revoked' && holder.token < end.token) return 'revoked';
     // Nothing says it was released: its session ended (dlm server gone) or it was taken over
     // after expiring. Either way the lease ended without its holder releasing it.
     return 'expired';
   }
 
+  /**
+   * What changed between the holders at the last read and `now`: one end event per holder
+   * gone, one `acquired` (with its mode) per holder new. `complete`: `now` was listed from the
+   * children (shared holders), not inferred from the name node's last write; then the count of
+   * holders is known too.
+   */
   private observe(
     watch: NameWatch,
-    now: { token: bigint; owner: string } | undefined,
+    now: Map<bigint, Known>,
     end: EndMarker | undefined,
     version: number | undefined,
+    complete: boolean,
   ): void {
-    const previous = watch.holder;
+    const previous = watch.holders;
     const first = !watch.initialized;
     // Created (version 0) is no change; a rewrite since the last read is.
     const versionChanged = version !== undefined && version > (watch.version ?? 0);
-    watch.holder = now;
+    watch.holders = now;
     watch.version = version;
     watch.initialized = true;
-    if (previous && previous.token !== now?.token) {
-      const type = this.reasonFor(previous, end);
-      this.deliver(watch, { name: watch.name, type, token: previous.token, owner: previous.owner });
+    const count = complete ? { holders: now.size } : {};
+    for (const [token, gone] of [...previous].sort(byToken)) {
+      if (now.has(token)) continue;
+      const type = this.reasonFor(gone, end);
+      this.deliver(watch, { name: watch.name, type, token, owner: gone.owner, ...count });
     }
-    if (!now && !previous && (first ? watch.heldBeforeFirstRead : versionChanged)) {
+    if (!now.size && !previous.size && (first ? watch.heldBeforeFirstRead : versionChanged)) {
       // A holder came and went between two reads (or before the first one), unseen by this
       // watch but maybe seen by a caller now waiting: wake it, to look again.
       this.deliver(watch, { name: watch.name, type: 'released' });
     }
-    const newest = this.granted.get(watch.name) ?? 0n;
-    if (!first && now && now.token !== previous?.token && now.token >= newest) {
-      this.granted.set(watch.name, now.token);
+    if (first) return;
+    for (const [token, added] of [...now].sort(byToken)) {
+      if (previous.has(token)) continue;
+      const newest = this.granted.get(watch.name) ?? 0n;
+      // From the name node alone, a holder older than one granted here is stale news.
+      if (!complete && token < newest) continue;
+      if (token > newest) this.granted.set(watch.name, token);
       this.deliver(watch, {
         name: watch.name,
         type: 'acquired',
-        token: now.token,
-        owner: now.owner,
+        token,
+        owner: added.owner,
+        mode: added.mode,
+        ...count,
       });
     }
+  }
+
+  /**
+   * The holders as the children list them (shared holders: the name node's last write tells
+   * only the newest). Nodes read before are not read again; ephemeral ones are watched, since
+   * they may vanish with their session without a name-node write.
+   */
+  private async listHolders(watch: NameWatch): Promise<Map<bigint, Known>> {
+    const limit = budget('watch', this.commandTimeoutMs);
+    const parent = this.paths.parent(watch.name);
+    let children: string[];
+    try {
+      ({ children } = await this.session.getChildren(limit, parent));
+    } catch (error) {
+      if (isZkCode(error, Exception.NO_NODE)) children = [];
+      else throw error;
+    }
+    const cache = new Map<string, Known>();
+    await Promise.all(
+      holders(children).map(async (child) => {
+        const path = `${parent}/${child}`;
+        let known = watch.cache.get(path);
+        try {
+          if (!known) {
+            const { data, stat } = await this.session.getData(limit, path);
+            known = {
+              token: zxid(stat.czxid),
+              owner: parseData(data)?.owner ?? '',
+              mode: specOf(child).mode,
+              ephemeral: stat.ephemeralOwner.readBigInt64BE(0) !== 0n,
+            };
+          }
+          if (known.ephemeral && !(await this.session.exists(limit, path, watch.fire))) return;
+        } catch (error) {
+          if (isZkCode(error, Exception.NO_NODE)) return;
+          throw error;
+        }
+        cache.set(path, known);
+      }),
+    );
+    watch.cache = cache;
+    return new Map([...cache.values()].map((known) => [known.token, known]));
   }
 
   /** An ephemeral holder's node may be gone without a name-node write: watch it as well. */
@@ -162,16 +240,20 @@ class HolderWatchers implements HolderWatch {
   }
 
   private async seen(watch: NameWatch, data: Buffer, stat: Stat): Promise<void> {
-    const record = parseNameNode(data, stat);
+    const record: NameRecord = parseNameNode(data, stat);
+    const hadShared = [...watch.holders.values()].some((known) => known.mode === 'shared');
+    if (record.shared || hadShared) {
+      const now = await this.listHolders(watch);
+      if (this.isCurrent(watch)) this.observe(watch, now, record.end, stat.version, true);
+      return;
+    }
+    watch.cache.clear();
     let holder = record.holder;
     if (holder?.ephemeral && !(await this.ephemeralAlive(watch, holder))) holder = undefined;
     if (!this.isCurrent(watch)) return;
-    this.observe(
-      watch,
-      holder && { token: holder.token, owner: holder.owner },
-      record.end,
-      stat.version,
-    );
+    const now = new Map<bigint, Known>();
+    if (holder) now.set(holder.token, { ...holder, mode: 'exclusive' });
+    this.observe(watch, now, record.end, stat.version, false);
   }
 
   /** Reads the name node, leaving the watch that will tell of its next change. */
@@ -188,7 +270,8 @@ class HolderWatchers implements HolderWatch {
         // No name node (never used, or swept): watch for its creation.
         if (await this.session.exists(limit, parent, watch.fire)) continue;
         watch.armed = true;
-        return this.observe(watch, undefined, undefined, undefined);
+        watch.cache.clear();
+        return this.observe(watch, new Map(), undefined, undefined, false);
       }
       watch.armed = true;
       return this.seen(watch, read.data, read.stat);
@@ -240,7 +323,8 @@ class HolderWatchers implements HolderWatch {
       const created: NameWatch = {
         name,
         listeners: new Set(),
-        holder: undefined,
+        holders: new Map(),
+        cache: new Map(),
         version: undefined,
         initialized: false,
         heldBeforeFirstRead: false,
@@ -347,3 +431,5 @@ export function watchHolders(
 ): HolderWatch {
   return new HolderWatchers(session, paths, commandTimeoutMs);
 }
+
+const byToken = ([a]: [bigint, unknown], [b]: [bigint, unknown]) => (a < b ? -1 : a > b ? 1 : 0);

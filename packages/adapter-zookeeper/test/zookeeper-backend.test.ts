@@ -39,7 +39,7 @@ describe.skipIf(!run)('zookeeper backend primitives', () => {
     await zk?.stop();
   });
 
-  it('declares strict fencing with millisecond leases, a fair queue and no expiry events', () => {
+  it('declares strict fencing with millisecond leases, a fair queue, shared modes and no expiry events', () => {
     expect(a.kind).toBe('zookeeper');
     expect(a.capabilities).toMatchObject({
       fencing: 'strict',
@@ -48,6 +48,7 @@ describe.skipIf(!run)('zookeeper backend primitives', () => {
       durableAcrossRestart: true,
       fairQueue: true,
       expiryEvents: false,
+      sharedModes: true,
     });
   });
 
@@ -131,13 +132,13 @@ describe.skipIf(!run)('zookeeper backend primitives', () => {
     await until(() => events.length >= 7, 2_000);
     stop();
     expect(events).toEqual([
-      { name, type: 'acquired', token: first.token, owner: 'a' },
+      { name, type: 'acquired', token: first.token, owner: 'a', mode: 'exclusive' },
       { name, type: 'released', token: first.token, owner: 'a' },
-      { name, type: 'acquired', token: second.token, owner: 'b' },
+      { name, type: 'acquired', token: second.token, owner: 'b', mode: 'exclusive' },
       { name, type: 'revoked', token: second.token, owner: 'b' },
-      { name, type: 'acquired', token: third.token, owner: 'c' },
+      { name, type: 'acquired', token: third.token, owner: 'c', mode: 'exclusive' },
       { name, type: 'expired', token: third.token, owner: 'c' },
-      { name, type: 'acquired', token: fourth.token, owner: 'd' },
+      { name, type: 'acquired', token: fourth.token, owner: 'd', mode: 'exclusive' },
     ]);
   });
 

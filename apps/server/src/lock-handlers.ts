@@ -7,7 +7,6 @@ import {
   type Lease,
   type LockMode,
   type LockSpec,
-  type LockState,
   type LostEvent,
   notHolderError,
   parseToken,
@@ -15,6 +14,7 @@ import {
   validateLocks,
   validateTtl,
 } from '@dlm/core';
+import { heldState } from './held-state.js';
 import { type Action, allows, type Principal } from './permissions.js';
 import { createRequestTracer, type RequestTrace } from './request-tracing.js';
 import type { Handlers, SessionScope } from './session-scope.js';
@@ -95,26 +95,6 @@ function grantOf(lease: Lease, limit: number | undefined) {
     leaseKey: lease.leaseKey,
     mode: lease.mode,
     ...(limit === undefined ? {} : { limit }),
-  };
-}
-
-/** `lock.get`'s answer for a held name: the highest-token holder, the mode, every holder. */
-export function heldState(state: LockState) {
-  const holders = (state.holders ?? [state]).map((holder) => ({
-    owner: holder.owner,
-    token: formatToken(holder.token),
-    ttlRemainingMs: Math.max(0, Math.ceil(holder.ttlRemainingMs)),
-  }));
-  const mode = state.mode ?? 'exclusive';
-  return {
-    name: state.name,
-    held: true as const,
-    owner: state.owner,
-    token: formatToken(state.token),
-    ttlRemainingMs: Math.max(0, Math.ceil(state.ttlRemainingMs)),
-    mode,
-    ...(mode === 'shared' && state.limit !== undefined ? { limit: state.limit } : {}),
-    holders,
   };
 }
 

@@ -47,6 +47,8 @@ function prefixChange(watchId: string, event: FeedEvent) {
     event: event.type,
     ...(event.ttlRemainingMs === undefined ? {} : { ttlRemainingMs: event.ttlRemainingMs }),
     waiters: event.waiters,
+    ...(event.mode === undefined ? {} : { mode: event.mode }),
+    holders: event.holders,
   };
 }
 
@@ -57,6 +59,13 @@ function wireLock(lock: FeedLock) {
     token: formatToken(lock.token),
     ttlRemainingMs: lock.ttlRemainingMs,
     waiters: lock.waiters,
+    mode: lock.mode,
+    ...(lock.limit === undefined ? {} : { limit: lock.limit }),
+    holders: lock.holders.map((holder) => ({
+      owner: holder.owner,
+      token: formatToken(holder.token),
+      ttlRemainingMs: holder.ttlRemainingMs,
+    })),
   };
 }
 

@@ -246,6 +246,19 @@ export const HeldLock = Type.Object({
   token: Token,
   ttlRemainingMs: Type.Integer({ minimum: 0 }),
   waiters: Type.Integer({ minimum: 0, description: 'Waiters queued on this server.' }),
+  mode: Type.Optional(
+    Type.Union([Type.Literal('exclusive'), Type.Literal('shared')], {
+      description: 'How it is held. Absent only from servers that predate shared modes.',
+    }),
+  ),
+  limit: Type.Optional(GrantedLimit),
+  holders: Type.Optional(
+    Type.Array(Holder, {
+      minItems: 1,
+      description:
+        'Every holder this server knows of, ordered by token; owner, token and ttlRemainingMs above are the highest token\'s.',
+    }),
+  ),
 });
 /** Extension (added after v1's first release; servers without it answer METHOD_NOT_FOUND). */
 export const WatchPrefixParams = params({ prefix: Prefix });

@@ -103,6 +103,8 @@ export interface LockFeed extends LockObserver {
   subscribe(prefix: string, listener: (event: FeedEvent) => void): () => void;
   /** Leases granted (or extended) through this server that are still held. */
   readonly localHeld: number;
+  /** Of `localHeld`, those held shared. */
+  readonly localShared: number;
   /** The recent past: grants, ends and queued acquires, for a dashboard opened after them. */
   readonly history: FeedHistory;
   close(): void;
@@ -188,6 +190,7 @@ class Feed implements LockFeed {
   private readonly waiters;
   readonly history: FeedHistory;
   private held = 0;
+  private heldShared = 0;
   private closed = false;
 
   constructor(private readonly options: LockFeedOptions) {
@@ -203,6 +206,10 @@ class Feed implements LockFeed {
 
   get localHeld(): number {
     return this.held;
+  }
+
+  get localShared(): number {
+    return this.heldShared;
   }
 
   // ---- events of leases granted through this server (the observer part) ----
@@ -331,6 +338,7 @@ class Feed implements LockFeed {
     this.subscribers.clear();
     this.history.clear();
     this.held = 0;
+    this.heldShared = 0;
   }
 
   // ---- entries ----
@@ -388,6 +396,12 @@ class Feed implements LockFeed {
     return true;
   }
 
+  /** Counts `entry` in (1) or out (-1) of the leases held through this server. */
+  private count(entry: Entry, by: 1 | -1): void {
+    this.held += by;
+    if (entry.limit !== 0) this.heldShared += by;
+  }
+
   /** How many holders of `name` the feed knows of. */
   private countOf(name: string): number {
     const slot = this.entries.get(name);
@@ -414,7 +428,7 @@ class Feed implements LockFeed {
     };
     this.add(entry);
     this.touch(state.name);
-    if (local) this.held += 1;
+    if (local) this.count(entry, 1);
     // One watch of core per name, on its first entry (handed on when that one ends).
     if (!local || this.subscribers.size > 0) this.watch(entry);
     if (type === 'acquired') {
@@ -434,7 +448,7 @@ class Feed implements LockFeed {
   private adopt(entry: Entry, reacquired: boolean): void {
     entry.local = true;
     if (reacquired) entry.grantedAt = this.wholeMs();
-    this.held += 1;
+    this.count(entry, 1);
   }
 
   private refresh(entry: Entry, ttlRemainingMs: number): void {
@@ -455,7 +469,7 @@ class Feed implements LockFeed {
     const heldMs =
       entry.grantedAt === undefined ? undefined : this.options.clock.now() - entry.grantedAt;
     if (entry.local) {
-      this.held -= 1;
+      this.count(entry, -1);
       if (heldMs !== undefined) this.options.onHoldEnded?.(type, heldMs / 1000);
     }
     const { name, owner, token } = entry;

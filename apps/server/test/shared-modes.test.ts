@@ -127,6 +127,23 @@ describe('shared modes over the wire', () => {
     });
   });
 
+  it('metrics count grants and held leases by mode', async () => {
+    const own = await startServer({ port: 0 });
+    servers.push(own);
+    const peer = await session(own);
+    const name = unique('metrics');
+    for (const owner of ['m-1', 'm-2']) {
+      await peer.call('lock.acquire', { name, ttlMs: 10_000, owner, mode: 'shared', limit: 2 });
+    }
+    await peer.call('lock.acquire', { name: `${name}/x`, ttlMs: 10_000 });
+    const text = await (await fetch(`${own.httpUrl}/metrics`)).text();
+    expect(text).toMatch(/^dlm_lock_grants_total\{mode="shared"\} 2$/m);
+    expect(text).toMatch(/^dlm_lock_grants_total\{mode="exclusive"\} 1$/m);
+    expect(text).toMatch(/^dlm_lock_holders\{mode="shared"\} 2$/m);
+    expect(text).toMatch(/^dlm_lock_holders\{mode="exclusive"\} 1$/m);
+    expect(text).toMatch(/^dlm_locks_held 3$/m);
+  });
+
   it('a backend without sharedModes refuses shared with INVALID_PARAMS field mode', async () => {
     const inner = await embeddedBackend();
     backends.push(inner);

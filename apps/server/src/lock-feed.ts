@@ -59,6 +59,8 @@ export interface FeedEvent {
   token?: bigint;
   /** The mode of the lease the event is about (with `owner` and `token`). */
   mode?: LockMode;
+  /** Shared: the holders' limit. */
+  limit?: number;
   ttlRemainingMs?: number;
   /** The holders the feed knows of after the change. */
   holders: number;
@@ -579,7 +581,9 @@ class Feed implements LockFeed {
         ? {
             owner: entry.owner,
             token: entry.token,
-            mode: entry.limit === 0 ? 'exclusive' : 'shared',
+            ...(entry.limit === 0
+              ? { mode: 'exclusive' as const }
+              : { mode: 'shared' as const, limit: entry.limit }),
           }
         : {}),
       ...(entry && held && entry.expiresAt !== undefined

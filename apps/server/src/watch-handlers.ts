@@ -48,6 +48,7 @@ function prefixChange(watchId: string, event: FeedEvent) {
     ...(event.ttlRemainingMs === undefined ? {} : { ttlRemainingMs: event.ttlRemainingMs }),
     waiters: event.waiters,
     ...(event.mode === undefined ? {} : { mode: event.mode }),
+    ...(event.limit === undefined ? {} : { limit: event.limit }),
     holders: event.holders,
   };
 }

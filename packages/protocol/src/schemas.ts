@@ -256,7 +256,7 @@ export const HeldLock = Type.Object({
     Type.Array(Holder, {
       minItems: 1,
       description:
-        'Every holder this server knows of, ordered by token; owner, token and ttlRemainingMs above are the highest token\'s.',
+        "Every holder this server knows of, ordered by token; owner, token and ttlRemainingMs above are the highest token's.",
     }),
   ),
 });
@@ -296,6 +296,8 @@ export const LockChangedParams = Type.Object({
       description: 'The mode of the lease the change is about, when the server knows it.',
     }),
   ),
+  /** `lock.watchPrefix` only: the holders' limit, for a shared lease. */
+  limit: Type.Optional(GrantedLimit),
   /** Shared modes: how many holders the name has after the change. */
   holders: Type.Optional(
     Type.Integer({

@@ -144,6 +144,23 @@ describe('shared modes over the wire', () => {
     expect(text).toMatch(/^dlm_locks_held 3$/m);
   });
 
+  it('maxLocksPerSession counts each shared lease of a name; a re-acquire counts none', async () => {
+    const own = await startServer({ port: 0, limits: { maxLocksPerSession: 2 } });
+    servers.push(own);
+    const peer = await session(own);
+    const name = unique('per-session');
+    const acquire = (owner: string) =>
+      peer.call('lock.acquire', { name, ttlMs: 10_000, owner, mode: 'shared', limit: 5 });
+    const first = (await acquire('s-1')).result;
+    const second = (await acquire('s-2')).result;
+    expect(second.token).not.toBe(first.token);
+    expect((await acquire('s-3')).error.data.code).toBe('LIMIT_EXCEEDED');
+    // Without a key, the session's own lease of that owner: the same grant, refreshed.
+    expect((await acquire('s-1')).result.token).toBe(first.token);
+    await peer.call('lock.release', { name, token: first.token });
+    expect((await acquire('s-3')).result.token).toBeDefined();
+  });
+
   it('a backend without sharedModes refuses shared with INVALID_PARAMS field mode', async () => {
     const inner = await embeddedBackend();
     backends.push(inner);

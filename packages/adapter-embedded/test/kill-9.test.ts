@@ -19,6 +19,7 @@ interface Reported {
   ttlMs: number;
   /** The child's wall clock when it sent the request (at or before the journaled time). */
   wallMs: number;
+  shared: boolean;
 }
 
 describe('embedded backend after kill -9', () => {
@@ -56,9 +57,10 @@ describe('embedded backend after kill -9', () => {
       },
     );
     const proc = child;
-    const granted = new Map<string, Reported>();
-    const releasing = new Set<string>();
-    const released = new Set<string>();
+    // By token: a shared name has many holders.
+    const granted = new Map<bigint, Reported>();
+    const releasing = new Set<bigint>();
+    const released = new Set<bigint>();
     let maxToken = 0n;
     let stderr = '';
     let buffered = '';
@@ -78,20 +80,22 @@ describe('embedded backend after kill -9', () => {
         for (const line of lines) {
           const [kind, name, ...rest] = line.split(' ');
           if (kind === 'granted') {
-            const [owner, token, ttlMs, wallMs] = rest;
+            const [owner, token, ttlMs, wallMs, mode] = rest;
             const reported: Reported = {
               name: name!,
               owner: owner!,
               token: BigInt(token!),
               ttlMs: Number(ttlMs),
               wallMs: Number(wallMs),
+              shared: mode === 'shared',
             };
-            granted.set(reported.name, reported);
+            granted.set(reported.token, reported);
             if (reported.token > maxToken) maxToken = reported.token;
           } else if (kind === 'releasing') {
-            releasing.add(name!);
+            releasing.add(BigInt(rest[0]!));
           } else if (kind === 'released') {
-            released.add(name!);
+            releasing.add(BigInt(rest[0]!));
+            released.add(BigInt(rest[0]!));
           } else if (kind === 'error') {
             reject(new Error(line));
           }
@@ -110,32 +114,53 @@ describe('embedded backend after kill -9', () => {
     backend = await embeddedBackend({ dataDir, clock: createManualClock() });
     const reopenedAt = Date.now();
     let checkedHeld = 0;
+    let checkedShared = 0;
     for (const reported of granted.values()) {
       const state = await backend.inspect(reported.name);
-      if (released.has(reported.name)) {
-        expect(state, `${reported.name} was released`).toBeNull();
+      // The recovered holder with the reported token, if any (a shared name has many).
+      const holder = state?.holders?.find((h) => h.token === reported.token);
+      if (released.has(reported.token)) {
+        expect(holder, `${reported.name} ${reported.token} was released`).toBeUndefined();
         continue;
       }
-      if (releasing.has(reported.name)) {
+      if (releasing.has(reported.token)) {
         // Its release was in flight at the kill: free or still held, but by nobody else.
-        if (state !== null) expect(state).toMatchObject({ token: reported.token });
+        if (!reported.shared && state !== null)
+          expect(state).toMatchObject({ token: reported.token });
         continue;
       }
       // Recovery drops a lease only when the wall clock shows its whole TTL gone since its
       // record, which was written after the child sent the request.
       if (reopenedAt - reported.wallMs >= reported.ttlMs) continue;
       checkedHeld++;
-      expect(state, `${reported.name} was reported granted`).toMatchObject({
+      expect(holder, `${reported.name} ${reported.token} was reported granted`).toMatchObject({
         owner: reported.owner,
         token: reported.token,
       });
+      if (reported.shared) {
+        checkedShared++;
+        expect(state).toMatchObject({ mode: 'shared', limit: 1000 });
+        continue;
+      }
+      expect(state).toMatchObject({ mode: 'exclusive', owner: reported.owner });
       const other = await backend.tryAcquire({ name: reported.name, owner: 'intruder', ttlMs: 10 });
       expect(other.granted, `${reported.name} was taken from its holder`).toBe(false);
     }
+    // A shared name's recovered holders are distinct, in token order, and each reported one
+    // was reported for this name (a grant in flight at the kill may be held unreported).
+    for (let i = 0; i < 20; i++) {
+      const tokens = (await backend.inspect(`sem-${i}`))?.holders?.map((h) => h.token) ?? [];
+      expect(tokens).toEqual([...tokens].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)));
+      expect(new Set(tokens).size).toBe(tokens.length);
+      for (const token of tokens) {
+        if (granted.has(token)) expect(granted.get(token)!.name).toBe(`sem-${i}`);
+      }
+    }
     console.log(
-      `kill -9 after ${granted.size} reported grants (${released.size} released): ${checkedHeld} checked still held, max reported token ${maxToken}`,
+      `kill -9 after ${granted.size} reported grants (${released.size} released): ${checkedHeld} checked still held (${checkedShared} shared), max reported token ${maxToken}`,
     );
     expect(checkedHeld).toBeGreaterThan(1_000);
+    expect(checkedShared).toBeGreaterThan(300);
 
     const fresh = await backend.tryAcquire({ name: 'after-crash', owner: 'me', ttlMs: 1000 });
     expect(fresh.granted).toBe(true);

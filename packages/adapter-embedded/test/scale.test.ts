@@ -69,4 +69,28 @@ describe('embedded backend at scale (in memory)', () => {
     // the number of held locks, which would be ~100x here.
     expect(atScale.p50).toBeLessThan(3 * atSmall.p50 + 1);
   });
+
+  it('holds 100,000 shared holders (20,000 names of 5) in well under 2 KiB each', async () => {
+    const before = heapUsed();
+    const backend = await embeddedBackend();
+    for (let i = 0; i < 100_000; i++) {
+      const result = await backend.tryAcquire({
+        name: `tenant-${i % 100}/semaphore/${i % 20_000}`,
+        owner: `session-${i % 10_000}`,
+        ttlMs: 600_000 + (i % 1000),
+        keyHash: `key-${i}`,
+        mode: 'shared',
+        limit: 5,
+      });
+      expect(result.granted).toBe(true);
+    }
+    const bytesPerHolder = (heapUsed() - before) / 100_000;
+    const state = await backend.inspect('tenant-7/semaphore/7');
+    expect(state?.holders).toHaveLength(5);
+    await backend.close();
+    console.log(
+      `100,000 shared holders on 20,000 names: ${bytesPerHolder.toFixed(0)} bytes of heap per holder`,
+    );
+    expect(bytesPerHolder).toBeLessThan(2048);
+  });
 });

@@ -1,7 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
-import type { LockBackend } from '@dlm/core';
+import { createManualClock, type LockBackend } from '@dlm/core';
 import { tempDir } from '@dlm/test-services';
 import { afterEach, describe, expect, it } from 'vitest';
 import { embeddedBackend } from '../src/index.js';
@@ -200,5 +200,29 @@ describe('embedded backend shared modes across restarts (dataDir)', () => {
     expect((await second.inspect('s'))?.holders?.map((h) => h.token)).toEqual([long.token]);
     // Room for one more under the same limit.
     await grantShared(second, 's', 'next', 2);
+  });
+
+  it('never reports a shared grant or extend whose lease ran out while its record was synced', async () => {
+    const dataDir = tempDir('embedded');
+    // The leases' clock is manual; the journal's disk I/O takes real time.
+    const clock = createManualClock();
+    const backend = await opened({ dataDir, clock });
+    const long = await grantShared(backend, 's', 'long', 3, 'kl', 1000);
+    const pending = backend.tryAcquire({
+      name: 's',
+      owner: 'short',
+      ttlMs: 5,
+      mode: 'shared',
+      limit: 3,
+      keyHash: 'ks',
+    });
+    // Synchronously, so before the batch with the grant's record is on disk.
+    clock.advance(10);
+    // The grant ended; the name is still held by `long`, whose remaining lease is reported.
+    expect(await pending).toEqual({ granted: false, ttlRemainingMs: 990 });
+    const extended = backend.extend({ name: 's', token: long.token, keyHash: 'kl', ttlMs: 5 });
+    clock.advance(10);
+    expect(await extended).toBeNull();
+    expect(await backend.inspect('s')).toBeNull();
   });
 });

@@ -12,16 +12,35 @@ import type { LockMode } from './validation.js';
 export interface HolderView {
   token: bigint;
   owner: string | undefined;
-  mode: LockMode;
   /** On the service's clock; undefined until a grant or `inspect` told it. */
   expiresAt: number | undefined;
   /**
-   * `expiresAt` is the backend's own count (from `inspect`), not the holder's earlier local one
-   * (a grant here counts from the request's start, before the backend's lease began).
+   * `COUNTED`, `ANNOUNCED` and `SHARED`, in one field: the view is kept for every held lock
+   * this service follows, and each field is 8 bytes of heap.
    */
-  counted: boolean;
-  /** Watchers were told of this grant (by the backend's event or by a check). */
-  announced: boolean;
+  flags: number;
+}
+
+/**
+ * `expiresAt` is the backend's own count (from `inspect`), not the holder's earlier local one
+ * (a grant here counts from the request's start, before the backend's lease began).
+ */
+const COUNTED = 1;
+/** Watchers were told of this grant (by the backend's event or by a check). */
+const ANNOUNCED = 2;
+/** A shared holder (else exclusive). */
+const SHARED = 4;
+
+function has(view: HolderView, flag: number): boolean {
+  return (view.flags & flag) !== 0;
+}
+
+function mark(view: HolderView, flag: number, on: boolean): void {
+  view.flags = on ? view.flags | flag : view.flags & ~flag;
+}
+
+export function modeOfView(view: HolderView): LockMode {
+  return has(view, SHARED) ? 'shared' : 'exclusive';
 }
 
 /**
@@ -50,10 +69,12 @@ export function viewOf(state: NameState, token: bigint): HolderView | undefined 
   return holders.token === token ? holders : undefined;
 }
 
+const NO_VIEWS: readonly HolderView[] = [];
+
 /** Every holder followed, by increasing token. */
-export function viewsOf(state: NameState): HolderView[] {
+export function viewsOf(state: NameState): readonly HolderView[] {
   const { holders } = state;
-  if (holders === undefined) return [];
+  if (holders === undefined) return NO_VIEWS;
   if (!(holders instanceof Map)) return [holders];
   return [...holders.values()].sort((a, b) => (a.token < b.token ? -1 : 1));
 }
@@ -120,25 +141,25 @@ export function see(
     if (token === state.lastEnded) return undefined;
     const top = highestView(state);
     // Below an exclusive grant followed, or exclusive below any holder: ended already.
-    if (top && token < top.token && (top.mode === 'exclusive' || mode === 'exclusive')) {
+    if (top && token < top.token && (!has(top, SHARED) || mode === 'exclusive')) {
       return undefined;
     }
     if (!top && mode === 'exclusive' && state.lastEnded !== undefined && token < state.lastEnded) {
       return undefined;
     }
-    for (const older of viewsOf(state)) {
-      if (older.token < token && (mode === 'exclusive' || older.mode === 'exclusive')) {
+    for (const older of top ? viewsOf(state) : NO_VIEWS) {
+      if (older.token < token && (mode === 'exclusive' || !has(older, SHARED))) {
         removeView(state, older.token);
       }
     }
-    view = { token, owner, mode, expiresAt: undefined, counted: false, announced: false };
+    view = { token, owner, expiresAt: undefined, flags: mode === 'shared' ? SHARED : 0 };
     addView(state, view);
     if (state.checking) state.checkAgain = true;
   }
   view.owner = owner ?? view.owner;
   if (expiresAt !== undefined) {
     view.expiresAt = expiresAt;
-    view.counted = false;
+    mark(view, COUNTED, false);
   }
   if (schedule) scheduleCheck(ctx, state);
   return view;
@@ -272,7 +293,7 @@ function reconcile(
       // Gone before its deadline: the backend's event about it (which says released or
       // revoked) is given a moment.
       view.expiresAt = now;
-      view.counted = false;
+      mark(view, COUNTED, false);
       graceEnds = true;
     } else gone.push(view);
   }
@@ -290,7 +311,9 @@ function reconcile(
     announce(state, { name: state.name, held: false, type: endType, holders: 0 });
   }
   if (stale || graceEnds) {
-    const dueMs = nextCheckInMs(ctx, state) ?? Number.POSITIVE_INFINITY;
+    // A deadline not known yet (0) must not turn the wait for a fresher answer into a spin.
+    const due = nextCheckInMs(ctx, state);
+    const dueMs = due === undefined || due === 0 ? Number.POSITIVE_INFINITY : due;
     const againMs = graceEnds ? EVENT_GRACE_MS : RECHECK_MS;
     checkLater(ctx, state, graceEnds ? 'unknown' : endType, Math.min(Math.max(dueMs, 1), againMs));
   } else scheduleCheck(ctx, state);
@@ -308,16 +331,18 @@ function confirmHolder(
   // little after a local grant's count, without anyone extending it; and a first deadline
   // (a grant heard of by its event) is news of no extension.
   const longer =
-    view.counted && view.expiresAt !== undefined && expiresAt - view.expiresAt > EXTENDED_BY_MS;
+    has(view, COUNTED) &&
+    view.expiresAt !== undefined &&
+    expiresAt - view.expiresAt > EXTENDED_BY_MS;
   view.expiresAt = expiresAt;
-  view.counted = true;
+  mark(view, COUNTED, true);
   view.owner ??= held.owner;
   // Watchers told the name was free hear of it; one followed since before the watch began is
   // what a new watcher reads for itself.
-  if (!view.announced && state.told === false) {
-    view.announced = true;
+  if (!has(view, ANNOUNCED) && state.told === false) {
+    mark(view, ANNOUNCED, true);
     announce(state, heldChange(ctx, state, 'acquired', view));
-  } else if (longer && view.announced) {
+  } else if (longer && has(view, ANNOUNCED)) {
     announce(state, heldChange(ctx, state, 'extended', view));
   }
 }
@@ -339,7 +364,7 @@ function holderGone(ctx: ServiceContext, state: NameState, view: HolderView, end
     name: state.name,
     type,
     token: view.token,
-    mode: view.mode,
+    mode: modeOfView(view),
     ...(view.owner === undefined ? {} : { owner: view.owner }),
   });
 }
@@ -354,12 +379,12 @@ function adoptHolder(
   const expiresAt = ctx.clock.now() + holder.ttlRemainingMs;
   const adopted = see(ctx, state, holder.token, holder.owner, expiresAt, mode, false);
   if (!adopted) return;
-  adopted.counted = true;
+  mark(adopted, COUNTED, true);
   // Watchers told something before hear of this holder (a shared one beside those they know
   // of, or any after the name was free). A new watcher reads the state itself, but the
   // backend's event about this grant may still be on its way: let it pass.
   if (state.told !== undefined) {
-    adopted.announced = true;
+    mark(adopted, ANNOUNCED, true);
     announce(state, heldChange(ctx, state, 'acquired', adopted));
   }
 }
@@ -377,7 +402,7 @@ function heldChange(
     type,
     ...(view.owner === undefined ? {} : { owner: view.owner }),
     token: view.token,
-    mode: view.mode,
+    mode: modeOfView(view),
     holders: Math.max(1, holders),
     ...(view.expiresAt === undefined
       ? {}
@@ -431,7 +456,7 @@ export function holderChange(
     scheduleCheck(ctx, state);
   }
   const holders = event.holders ?? viewCount(state);
-  const mode = view?.mode ?? event.mode;
+  const mode = view ? modeOfView(view) : event.mode;
   return {
     name: state.name,
     held: holders > 0,
@@ -458,7 +483,7 @@ function grantSeen(
     return { name: state.name, held: true, type: 'acquired', ...owner, ...mode, holders };
   }
   const view = see(ctx, state, event.token, event.owner, undefined, event.mode ?? 'exclusive');
-  if (!view || view.announced) return undefined;
-  view.announced = true;
+  if (!view || has(view, ANNOUNCED)) return undefined;
+  mark(view, ANNOUNCED, true);
   return heldChange(ctx, state, 'acquired', view, event.holders);
 }

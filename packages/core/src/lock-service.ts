@@ -10,6 +10,7 @@ import {
   check,
   forgetHolders,
   holdersOf,
+  modeOfView,
   scheduleCheck,
   viewOf,
 } from './holder-view.js';
@@ -17,6 +18,7 @@ import {
   type LeaseSpec,
   leaseOf,
   lose,
+  specOfLease,
   tellLost,
   track,
   untrack,
@@ -187,13 +189,22 @@ export interface LockService {
   acquireAll(options: AcquireAllOptions): Promise<Lease[]>;
   release(request: ReleaseRequest): Promise<void>;
   extend(options: ExtendOptions): Promise<Lease>;
+  /**
+   * Who holds `name`, or null when free: the highest-token holder's `owner`, `token` and
+   * `ttlRemainingMs`, with `mode` and `holders` (ordered by token) always filled, and `limit`
+   * for shared holders.
+   */
   get(name: string): Promise<LockState | null>;
-  /** Ends whatever lease holds `name`; its holder is told `lock.lost` (revoked). */
+  /**
+   * Ends every lease that holds `name` (each shared holder, or the exclusive one); each holder
+   * is told `lock.lost` (revoked). Resolves with the state before, or null when it was free.
+   */
   revoke(name: string): Promise<LockState | null>;
   watch(name: string, listener: (change: LockChange) => void): () => void;
   /**
    * Whether the lease `token` of `name`, granted or extended through this service, is still
-   * followed as held: false once its end was seen, even when that end overtook the reply.
+   * followed as held: false once its end was seen, even when that end overtook the reply. Per
+   * lease: several shared holders of one name may be held through one service.
    */
   holds(name: string, token: bigint): boolean;
   /** Waiters queued on this service for `name`. */
@@ -417,7 +428,7 @@ async function release(ctx: ServiceContext, request: ReleaseRequest): Promise<vo
   const view = state ? viewOf(state, token) : undefined;
   if (released && state && view) {
     // Watchers hear it now; the backend's own event about it is then old news.
-    ctx.onEvent(state, { name, type: 'released', token, mode: view.mode });
+    ctx.onEvent(state, { name, type: 'released', token, mode: modeOfView(view) });
   } else if (state && tracked && (released || tracked.keyHash === keyHash)) {
     // Refused with the lease's own key: it has ended. Refused with another key: it is still
     // the holder's, who must go on hearing of it (lock.lost) and using it without a key.
@@ -450,7 +461,8 @@ async function extend(ctx: ServiceContext, options: ExtendOptions): Promise<Leas
     );
     if (!grant) throw notHolderError(name, token);
     if (ctx.clock.now() - startedAt >= grant.ttlMs) throw ranOutError();
-    const spec = leaseOf(state, token) ?? (await specOf(ctx, name, token));
+    const tracked = leaseOf(state, token);
+    const spec = tracked ? specOfLease(tracked) : await specOf(ctx, name, token);
     track(ctx, state, grant, proof, spec, startedAt, options.onLost);
     return reportGrant(ctx, toLease(grant, leaseKey, spec), 'extended', 0);
   } finally {

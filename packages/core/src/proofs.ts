@@ -51,7 +51,11 @@ export function acquireProof(
   let tracked: TrackedLease | undefined;
   for (const lease of leasesOf(state)) {
     if (lease.owner !== owner) continue;
-    if (givenKey !== undefined ? lease.leaseKey === givenKey : !tracked || lease.mode === mode) {
+    if (
+      givenKey !== undefined
+        ? lease.leaseKey === givenKey
+        : !tracked || (lease.sharedLimit === 0) === (mode === 'exclusive')
+    ) {
       tracked = lease;
     }
   }

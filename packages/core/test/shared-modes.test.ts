@@ -2,7 +2,14 @@ import { describe, expect, it } from 'vitest';
 import type { LockBackend, LockEvent } from '../src/backend.js';
 import { createManualClock, type ManualClock } from '../src/clock.js';
 import { type DlmError, isDlmError } from '../src/errors.js';
-import type { Lease, LockChange, LockService, LostEvent } from '../src/lock-service.js';
+import { createLeaseKey } from '../src/lease-key.js';
+import {
+  createLockService,
+  type Lease,
+  type LockChange,
+  type LockService,
+  type LostEvent,
+} from '../src/lock-service.js';
 import { serviceScope, settle } from './service-scope.js';
 
 /** The error `promise` rejects with (the test fails if it fulfils). */
@@ -159,6 +166,8 @@ describe('shared modes through the lock service', () => {
     expect(service.waiters('f')).toBe(2);
     // A try-lock does not jump the queue, though the name has room for a shared holder.
     expect((await failure(shared('f', 's4', 5))).code).toBe('LOCK_HELD');
+    // Except a holder's own re-acquire: the same lease, refreshed.
+    expect((await shared('f', 's1', 5)).token).toBe(s1.token);
     await service.release({ name: 'f', token: s1.token });
     expect(await settled(x)).toBe(false);
     await service.release({ name: 'f', token: s2.token });
@@ -168,6 +177,17 @@ describe('shared modes through the lock service', () => {
     await service.release({ name: 'f', token: writer.token });
     const reader = await s3;
     expect(reader.token).toBeGreaterThan(writer.token);
+  });
+
+  it('wakes an exclusive waiter when the last shared holder expires', async () => {
+    await open();
+    const r1 = await service.acquire({ name: 'x', owner: 'a', ttlMs: 1_000, mode: 'shared' });
+    await service.acquire({ name: 'x', owner: 'b', ttlMs: 2_000, mode: 'shared' });
+    const writer = exclusive('x', 'w', { waitMs: 60_000 });
+    clock.advance(1_200);
+    expect(await settled(writer)).toBe(false);
+    clock.advance(1_000);
+    expect((await writer).token).toBeGreaterThan(r1.token);
   });
 
   it('grants a run of shared waiters together when the exclusive holder leaves', async () => {
@@ -269,6 +289,82 @@ describe('shared modes through the lock service', () => {
     });
   }
 
+  it('extends a shared lease granted through another service as shared, with its limit', async () => {
+    let backend: LockBackend | undefined;
+    await open((real) => {
+      backend = real;
+      return real;
+    });
+    const other = createLockService({ backend: backend!, clock });
+    try {
+      const leaseKey = createLeaseKey();
+      const lease = await shared('x', 'a', 3, { leaseKey });
+      await shared('x', 'b', 3);
+      const extended = await other.extend({
+        name: 'x',
+        token: lease.token,
+        ttlMs: 20_000,
+        leaseKey,
+      });
+      expect(extended).toMatchObject({
+        token: lease.token,
+        mode: 'shared',
+        limit: 3,
+        ttlMs: 20_000,
+      });
+      expect(other.holds('x', lease.token)).toBe(true);
+    } finally {
+      await other.close();
+    }
+  });
+
+  it('follows shared holders granted through another service, and finds each one’s expiry itself', async () => {
+    let backend: LockBackend | undefined;
+    await open((real) => {
+      backend = withoutExpiryEvents(real);
+      return backend;
+    });
+    const other = createLockService({ backend: backend!, clock });
+    try {
+      const changes: LockChange[] = [];
+      other.watch('o', (change) => changes.push(change));
+      await settle();
+      const short = await service.acquire({
+        name: 'o',
+        owner: 'a',
+        ttlMs: 1_000,
+        mode: 'shared',
+        limit: 3,
+      });
+      const long = await service.acquire({
+        name: 'o',
+        owner: 'b',
+        ttlMs: 60_000,
+        mode: 'shared',
+        limit: 3,
+      });
+      await settle();
+      // To the check just past the short lease's deadline (2,001 ms): a jump further would have
+      // the check's answer, counted at 2,001, read at a later clock, which looks like an extend.
+      clock.advance(1_001);
+      await settle();
+      clock.advance(500);
+      await settle();
+      await service.release({ name: 'o', token: long.token });
+      await settle();
+      expect(changes.map(({ type, token, holders, held }) => [type, token, holders, held])).toEqual(
+        [
+          ['acquired', short.token, 1, true],
+          ['acquired', long.token, 2, true],
+          ['expired', short.token, 1, true],
+          ['released', long.token, 0, false],
+        ],
+      );
+    } finally {
+      await other.close();
+    }
+  });
+
   for (const [what, wrap] of [
     ['the backend’s revoke', undefined],
     [
@@ -322,6 +418,31 @@ describe('shared modes through the lock service', () => {
     );
     expect(error.code).toBe('LOCK_HELD');
     expect(await service.get('set:c')).toBeNull();
+  });
+
+  it('maps a conflict from the backend’s own queue to INVALID_PARAMS, and grants shared there', async () => {
+    // The embedded backend behind a queue of its own (fairQueue): a wait asks it until granted,
+    // refused as asked (conflict), or aborted at its deadline.
+    service = await openService({}, (real) => ({
+      ...real,
+      capabilities: { ...real.capabilities, fairQueue: true },
+      async acquireQueued({ signal, ...request }) {
+        while (!signal.aborted) {
+          const result = await real.tryAcquire(request);
+          if (result.granted || result.conflict) return result;
+          await new Promise((resolve) => setTimeout(resolve, 5));
+        }
+        return { granted: false };
+      },
+    }));
+    const w = await exclusive('q', 'w');
+    const reader = shared('q', 'r', 4, { waitMs: 5_000 });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await service.release({ name: 'q', token: w.token });
+    expect(await reader).toMatchObject({ mode: 'shared', limit: 4, owner: 'r' });
+    const error = await failure(shared('q', 'b', 3, { waitMs: 5_000 }));
+    expect(error.details).toMatchObject({ field: 'limit', limit: 4 });
+    expect(service.waiters('q')).toBe(0);
   });
 
   it('refuses shared requests on a backend without sharedModes, before calling it', async () => {

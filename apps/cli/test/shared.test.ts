@@ -54,6 +54,9 @@ describe('dlm lock --shared --limit N', () => {
     expect(text.stdout).toContain(`${name}: held shared by 2 holders (limit 2)`);
     expect(text.stdout).toContain(`${a.owner}, token ${a.token}`);
 
+    const listed = await runDlm(['ls', '--prefix', 'cli-shared/semaphore'], env);
+    expect(listed.stdout).toMatch(/\(shared 2\/2\)/);
+
     const third = holder(name, flags);
     await sleep(500);
     expect(third.running(), 'a third permit while two are held').toBe(false);

@@ -114,4 +114,21 @@ describe('dlm lock --shared --limit N', () => {
     expect(tooMany.code).toBe(2);
     expect(tooMany.stderr).toContain('--limit');
   });
+
+  it('dlm watch prints each shared holder joining and leaving, with the count', async () => {
+    const name = 'cli-shared/watch';
+    const watch = startDlm(['watch', name], env);
+    await watch.waitForOutput(/cli-shared\/watch {2}free/);
+    const pool = cli.client.semaphore(name, 3);
+    const first = await pool.acquire({ ttlMs: 10_000, owner: 'w-1' });
+    await watch.waitForOutput(/held shared by w-1 \(token \d+\), 1 holder\n/);
+    const second = await pool.acquire({ ttlMs: 10_000, owner: 'w-2' });
+    await watch.waitForOutput(/held shared by w-2 \(token \d+\), 2 holders/);
+    await first.release();
+    await watch.waitForOutput(/a holder left, 1 holder\n/);
+    await second.release();
+    await watch.waitForOutput(/free\n.*\n.*\n.*free\n/s);
+    watch.child.kill('SIGINT');
+    expect((await watch.finished).code).toBe(0);
+  });
 });

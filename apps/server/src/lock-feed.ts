@@ -602,5 +602,5 @@ function endOf(change: LockChange): HoldEnd {
 
 /** A lease's limit as the feed keeps it: 0 when exclusive. */
 function limitOf(lease: Lease): number {
-  return lease.mode === 'shared' ? ((lease as Lease & { limit?: number }).limit ?? 1) : 0;
+  return lease.mode === 'shared' ? (lease.limit ?? 1) : 0;
 }

@@ -80,8 +80,7 @@ function modeOf(params: Record<string, unknown>): Pick<AcquireOptions, 'mode' | 
  */
 function limitOf(lease: Lease, asked: unknown, maxHolders: number): number | undefined {
   if (lease.mode !== 'shared') return undefined;
-  const own = (lease as Lease & { limit?: number }).limit;
-  if (own !== undefined) return own;
+  if (lease.limit !== undefined) return lease.limit;
   return typeof asked === 'number' ? asked : maxHolders;
 }
 

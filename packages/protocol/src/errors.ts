@@ -18,12 +18,9 @@ export function fromRpcError(error: RpcErrorObject): DlmError {
   const wireCode = error.data?.code;
   const code: ErrorCode = isErrorCode(wireCode) ? wireCode : codeForNumber(error.code);
   const { field, ttlRemainingMs, indeterminate, name, limit } = error.data ?? {};
-  // `limit` (INVALID_PARAMS field limit: the holders' limit) is a detail core's `ErrorDetails`
-  // may not declare yet; it is carried as one all the same.
-  const details: Record<string, unknown> = limit === undefined ? {} : { limit };
   return new DlmError(code, error.message, {
-    ...details,
     ...(field === undefined ? {} : { field }),
+    ...(limit === undefined ? {} : { limit }),
     ...(name === undefined ? {} : { name }),
     ...(ttlRemainingMs === undefined ? {} : { ttlRemainingMs }),
     ...(indeterminate === undefined ? {} : { indeterminate }),

@@ -34,6 +34,19 @@ describe('error mapping', () => {
     expect(fromRpcError(wire).details).toEqual({ name: 'jobs/b', ttlRemainingMs: 7 });
   });
 
+  it("a limit conflict's data.limit (the holders' limit) goes on the wire and comes back", () => {
+    const wire = toRpcError(
+      new DlmError('INVALID_PARAMS', 'limit 3 differs', { field: 'limit', limit: 2 }),
+    );
+    expect(wire.data).toEqual({
+      code: 'INVALID_PARAMS',
+      retryable: false,
+      field: 'limit',
+      limit: 2,
+    });
+    expect(fromRpcError(wire).details).toEqual({ field: 'limit', limit: 2 });
+  });
+
   it('an unexpected exception becomes INTERNAL without leaking its message', () => {
     const wire = toRpcError(new TypeError('secret detail'));
     expect(wire).toEqual({

@@ -192,6 +192,8 @@ class Feed implements LockFeed {
   private readonly waiters;
   readonly history: FeedHistory;
   private held = 0;
+  /** Grants core reported whose opening waits a turn (see `changed`), by token and name. */
+  private readonly seenPending = new Set<string>();
   private heldShared = 0;
   private closed = false;
 
@@ -250,11 +252,13 @@ class Feed implements LockFeed {
   }
 
   released(name: string, token: bigint): void {
+    this.seenPending.delete(`${token}\u0000${name}`);
     const entry = this.find(name, token);
     if (entry) this.end(entry, 'released');
   }
 
   lost(event: LostEvent): void {
+    this.seenPending.delete(`${event.token}\u0000${event.name}`);
     const entry = this.find(event.name, event.token);
     if (entry) this.end(entry, event.reason);
   }
@@ -333,6 +337,7 @@ class Feed implements LockFeed {
 
   close(): void {
     this.closed = true;
+    this.seenPending.clear();
     this.waiters.close();
     for (const slot of this.entries.values())
       for (const entry of entriesOf(slot)) this.unwatch(entry);
@@ -537,6 +542,8 @@ class Feed implements LockFeed {
     const { token } = change;
     if (!change.held) {
       // Core reports an end without a token only once it found the lock free.
+      if (token === undefined) this.dropPending(name);
+      else this.seenPending.delete(`${token}\u0000${name}`);
       for (const entry of [...entriesOf(slot)]) {
         if (token === undefined || token === entry.token) this.end(entry, endOf(change));
       }
@@ -546,6 +553,7 @@ class Feed implements LockFeed {
     const entry = this.find(name, token);
     if (change.type === 'released' || change.type === 'expired' || change.type === 'revoked') {
       // One of several holders ended; the others hold on.
+      this.seenPending.delete(`${token}\u0000${name}`);
       if (entry) this.end(entry, change.type);
       return;
     }
@@ -554,6 +562,31 @@ class Feed implements LockFeed {
       return;
     }
     const limit = change.mode === 'shared' ? topOf(slot)!.limit || 1 : 0;
+    if (change.ttlRemainingMs !== undefined) {
+      this.openSeen(name, change, token, limit);
+      return;
+    }
+    // A grant core heard of from the backend before its lease is known: perhaps one made through
+    // this server (a second shared holder, while the first keeps the name watched), whose own
+    // report, with its lease, follows within the turn. Give it that turn, so that the grant is
+    // told once, with its TTL; a grant made elsewhere is opened then.
+    const id = `${token}\u0000${name}`;
+    this.seenPending.add(id);
+    setImmediate(() => {
+      if (!this.seenPending.delete(id) || this.closed || this.find(name, token)) return;
+      this.openSeen(name, change, token, limit);
+    });
+  }
+
+  /** Forgets the grants of `name` waiting to be opened: the name is free. */
+  private dropPending(name: string): void {
+    for (const id of this.seenPending)
+      if (id.endsWith(`\u0000${name}`)) this.seenPending.delete(id);
+  }
+
+  /** Opens the entry of a grant core reported (made elsewhere, or not reported here yet). */
+  private openSeen(name: string, change: LockChange, token: bigint, limit: number): void {
+    const slot = this.entries.get(name);
     if (entriesOf(slot).some((other) => staleBeside(limit, token, other))) return;
     this.endReplaced(name, limit, token);
     const opening = { name, owner: change.owner ?? '', token, limit };

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { DlmError, formatToken, isDlmError, type LockService } from '@dlm/core';
+import { heldState } from './held-state.js';
 import { sendError, sendJson, sendThrown } from './http-json.js';
 import type { ListLocks } from './lock-observer.js';
 import type { Logger } from './logger.js';
@@ -111,13 +112,10 @@ async function listLocks(
   }
   const states = await list(prefix);
   const locks = states
-    .map((state) => ({
-      name: state.name,
-      owner: state.owner,
-      token: formatToken(state.token),
-      ttlRemainingMs: Math.max(0, Math.ceil(state.ttlRemainingMs)),
-      waiters: service.waiters(state.name),
-    }))
+    .map((state) => {
+      const { held: _held, ...lock } = heldState(state);
+      return { ...lock, waiters: service.waiters(state.name) };
+    })
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   sendJson(response, 200, { locks });
 }
@@ -129,16 +127,7 @@ async function getLock(context: AdminContext, response: ServerResponse, name: st
   sendJson(
     response,
     200,
-    state
-      ? {
-          name,
-          held: true,
-          owner: state.owner,
-          token: formatToken(state.token),
-          ttlRemainingMs: Math.max(0, Math.ceil(state.ttlRemainingMs)),
-          waiters,
-        }
-      : { name, held: false, waiters },
+    state ? { ...heldState(state), name, waiters } : { name, held: false, waiters },
   );
 }
 

@@ -53,6 +53,7 @@ export function helloHandlers(scope: SessionScope): Handlers<'session.hello' | '
           maxWaitMs: bounds.maxWaitMs,
           maxInflight: limits.maxInflight,
           maxLocksPerRequest: bounds.maxLocksPerRequest,
+          maxHolders: bounds.maxHolders,
         },
       };
     },

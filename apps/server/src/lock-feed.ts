@@ -2,6 +2,7 @@ import type {
   Clock,
   Lease,
   LockChange,
+  LockMode,
   LockObserver,
   LockService,
   LockState,
@@ -21,12 +22,25 @@ export type FeedEventType =
   | 'revoked'
   | 'waiters';
 
-/** A held lock as the feed knows it. */
+/** One holder of a lock, as the feed knows it. */
+export interface FeedHolder {
+  owner: string;
+  token: bigint;
+  ttlRemainingMs: number;
+}
+
+/**
+ * A held lock as the feed knows it: `owner`, `token` and `ttlRemainingMs` of the holder with the
+ * highest token, its mode (and limit, shared), and every holder by token.
+ */
 export interface FeedLock {
   name: string;
   owner: string;
   token: bigint;
   ttlRemainingMs: number;
+  mode: LockMode;
+  limit?: number;
+  holders: FeedHolder[];
   /** Waiters queued on this server. */
   waiters: number;
   /** How long the feed has known this lease: since its grant, if that was through this server. */
@@ -43,7 +57,13 @@ export interface FeedEvent {
   held: boolean;
   owner?: string;
   token?: bigint;
+  /** The mode of the lease the event is about (with `owner` and `token`). */
+  mode?: LockMode;
+  /** Shared: the holders' limit. */
+  limit?: number;
   ttlRemainingMs?: number;
+  /** The holders the feed knows of after the change. */
+  holders: number;
   waiters: number;
 }
 
@@ -85,6 +105,8 @@ export interface LockFeed extends LockObserver {
   subscribe(prefix: string, listener: (event: FeedEvent) => void): () => void;
   /** Leases granted (or extended) through this server that are still held. */
   readonly localHeld: number;
+  /** Of `localHeld`, those held shared. */
+  readonly localShared: number;
   /** The recent past: grants, ends and queued acquires, for a dashboard opened after them. */
   readonly history: FeedHistory;
   close(): void;
@@ -94,6 +116,8 @@ interface Entry {
   name: string;
   owner: string;
   token: bigint;
+  /** Shared: the holders' limit; 0 for an exclusive lease. */
+  limit: number;
   /**
    * On the feed's clock, in whole ms (as are the two below); undefined while a lease granted
    * elsewhere has not been inspected yet.
@@ -111,8 +135,42 @@ interface Entry {
   unwatch: Unsubscribe | undefined;
 }
 
-/** What a new entry starts from: a lease granted here, or a lock the backend listed or reported. */
-type Opening = Omit<LockState, 'ttlRemainingMs'> & { ttlRemainingMs: number | undefined };
+/**
+ * What a new entry starts from: a lease granted here, or one holder of a lock the backend listed
+ * or reported. `limit` 0: exclusive.
+ */
+interface Opening {
+  name: string;
+  owner: string;
+  token: bigint;
+  limit: number;
+  ttlRemainingMs: number | undefined;
+}
+
+/** One name's entries: one (every exclusive lock, most shared ones), or several, by token. */
+type Slot = Entry | Entry[];
+
+function entriesOf(slot: Slot | undefined): readonly Entry[] {
+  return slot === undefined ? [] : Array.isArray(slot) ? slot : [slot];
+}
+
+/** The entry of the highest token. */
+function topOf(slot: Slot | undefined): Entry | undefined {
+  return slot === undefined ? undefined : Array.isArray(slot) ? slot[slot.length - 1] : slot;
+}
+
+/**
+ * Whether a grant of `token` (shared when `limit` > 0) means `entry` has ended: an exclusive
+ * grant ends every lease before it, a shared one only exclusive ones.
+ */
+function replaces(limit: number, token: bigint, entry: Entry): boolean {
+  return entry.token < token && (limit === 0 || entry.limit === 0);
+}
+
+/** Whether a grant of `token` is older news than `entry`, which it could not coexist with. */
+function staleBeside(limit: number, token: bigint, entry: Entry): boolean {
+  return entry.token > token && (limit === 0 || entry.limit === 0);
+}
 
 /** A change of a lease's deadline by more than this is reported as `extended`. */
 const EXTENDED_BY_MS = 250;
@@ -126,7 +184,7 @@ function byName(a: FeedLock, b: FeedLock): number {
 }
 
 class Feed implements LockFeed {
-  private readonly entries = new Map<string, Entry>();
+  private readonly entries = new Map<string, Slot>();
   private readonly subscribers = createFeedSubscribers();
   // Names touched while a backend listing was in flight: its answer about them is older than
   // what the feed knows, so it is dropped.
@@ -134,6 +192,9 @@ class Feed implements LockFeed {
   private readonly waiters;
   readonly history: FeedHistory;
   private held = 0;
+  /** Grants core reported whose opening waits a turn (see `changed`), by token and name. */
+  private readonly seenPending = new Set<string>();
+  private heldShared = 0;
   private closed = false;
 
   constructor(private readonly options: LockFeedOptions) {
@@ -141,7 +202,7 @@ class Feed implements LockFeed {
     this.waiters = createWaitersBatch(
       (name) => options.service.waiters(name),
       (name) => {
-        const entry = this.entries.get(name);
+        const entry = topOf(this.entries.get(name));
         this.emit('waiters', name, entry, entry !== undefined);
       },
     );
@@ -151,12 +212,16 @@ class Feed implements LockFeed {
     return this.held;
   }
 
+  get localShared(): number {
+    return this.heldShared;
+  }
+
   // ---- events of leases granted through this server (the observer part) ----
 
   granted(lease: Lease, waitedMs = 0): void {
     if (this.closed) return;
-    const entry = this.entries.get(lease.name);
-    if (entry && entry.token === lease.token) {
+    const entry = this.find(lease.name, lease.token);
+    if (entry) {
       // The same lease again: an idempotent re-acquire, or this server's own report of a grant
       // the backend already told the feed about.
       this.refresh(entry, lease.ttlMs);
@@ -165,35 +230,37 @@ class Feed implements LockFeed {
       else this.adopt(entry, true);
       return;
     }
-    if (entry) {
-      if (lease.token < entry.token) return;
-      this.end(entry, 'expired');
-    }
+    const limit = limitOf(lease);
+    const others = entriesOf(this.entries.get(lease.name));
+    if (others.some((other) => staleBeside(limit, lease.token, other))) return;
+    this.endReplaced(lease.name, limit, lease.token);
     this.open(this.openingOf(lease), true, 'acquired', waitedMs);
   }
 
   extended(lease: Lease): void {
     if (this.closed) return;
-    const entry = this.entries.get(lease.name);
-    if (entry && entry.token === lease.token) {
+    const entry = this.find(lease.name, lease.token);
+    if (entry) {
       this.refresh(entry, lease.ttlMs);
       if (!entry.local) this.adopt(entry, false);
       this.emit('extended', lease.name, entry, true);
       return;
     }
-    if (entry) this.end(entry, 'expired');
+    this.endReplaced(lease.name, limitOf(lease), lease.token);
     // A holder that reconnected here extends a lease granted elsewhere: it is ours now.
     this.open(this.openingOf(lease), true, 'extended');
   }
 
   released(name: string, token: bigint): void {
-    const entry = this.entries.get(name);
-    if (entry?.token === token) this.end(entry, 'released');
+    this.seenPending.delete(`${token}\u0000${name}`);
+    const entry = this.find(name, token);
+    if (entry) this.end(entry, 'released');
   }
 
   lost(event: LostEvent): void {
-    const entry = this.entries.get(event.name);
-    if (entry?.token === event.token) this.end(entry, event.reason);
+    this.seenPending.delete(`${event.token}\u0000${event.name}`);
+    const entry = this.find(event.name, event.token);
+    if (entry) this.end(entry, event.reason);
   }
 
   waiting(name: string, count: number): void {
@@ -218,21 +285,36 @@ class Feed implements LockFeed {
     if (this.closed) return;
     for (const state of listed) {
       if (this.entries.has(state.name) || touched.has(state.name)) continue;
-      this.open(state, false, null);
+      const limit = state.mode === 'shared' ? (state.limit ?? 1) : 0;
+      for (const holder of state.holders ?? [state]) {
+        const { owner, token, ttlRemainingMs } = holder;
+        this.open({ name: state.name, owner, token, limit, ttlRemainingMs }, false, null);
+      }
     }
   }
 
   snapshot(prefix: string): FeedLock[] {
     const locks: FeedLock[] = [];
-    for (const entry of this.entries.values()) {
+    for (const slot of this.entries.values()) {
+      const entry = topOf(slot)!;
       if (!entry.name.startsWith(prefix)) continue;
+      const all = entriesOf(slot);
+      // Held since the first holder the feed knew of took it.
+      const knownAt = Math.min(...all.map((one) => one.knownAt));
       locks.push({
         name: entry.name,
         owner: entry.owner,
         token: entry.token,
         ttlRemainingMs: this.remainingMs(entry),
+        mode: entry.limit === 0 ? 'exclusive' : 'shared',
+        ...(entry.limit === 0 ? {} : { limit: entry.limit }),
+        holders: all.map((one) => ({
+          owner: one.owner,
+          token: one.token,
+          ttlRemainingMs: this.remainingMs(one),
+        })),
         waiters: this.options.service.waiters(entry.name),
-        heldMs: Math.max(0, Math.round(this.options.clock.now() - entry.knownAt)),
+        heldMs: Math.max(0, Math.round(this.options.clock.now() - knownAt)),
       });
     }
     return locks.sort(byName);
@@ -241,23 +323,29 @@ class Feed implements LockFeed {
   subscribe(prefix: string, listener: (event: FeedEvent) => void): () => void {
     // The first subscriber makes the feed follow the leases granted here too (see watch).
     if (this.subscribers.size === 0 && !this.closed) {
-      for (const entry of this.entries.values()) this.watch(entry);
+      for (const slot of this.entries.values()) this.watch(topOf(slot)!);
     }
     const remove = this.subscribers.add(prefix, listener);
     return () => {
       if (!remove() || this.subscribers.size > 0) return;
-      for (const entry of this.entries.values()) if (entry.local) this.unwatch(entry);
+      for (const slot of this.entries.values()) {
+        const all = entriesOf(slot);
+        if (all.every((entry) => entry.local)) for (const entry of all) this.unwatch(entry);
+      }
     };
   }
 
   close(): void {
     this.closed = true;
+    this.seenPending.clear();
     this.waiters.close();
-    for (const entry of this.entries.values()) this.unwatch(entry);
+    for (const slot of this.entries.values())
+      for (const entry of entriesOf(slot)) this.unwatch(entry);
     this.entries.clear();
     this.subscribers.clear();
     this.history.clear();
     this.held = 0;
+    this.heldShared = 0;
   }
 
   // ---- entries ----
@@ -267,8 +355,64 @@ class Feed implements LockFeed {
       name: lease.name,
       owner: lease.owner,
       token: lease.token,
+      limit: limitOf(lease),
       ttlRemainingMs: lease.ttlMs,
     };
+  }
+
+  /** The entry of `name` with `token`, if the feed knows it. */
+  private find(name: string, token: bigint): Entry | undefined {
+    const slot = this.entries.get(name);
+    if (slot === undefined) return undefined;
+    if (!Array.isArray(slot)) return slot.token === token ? slot : undefined;
+    return slot.find((entry) => entry.token === token);
+  }
+
+  /** Ends, as expired, the entries of `name` a grant of `token` (shared when `limit`) ended. */
+  private endReplaced(name: string, limit: number, token: bigint): void {
+    const slot = this.entries.get(name);
+    if (slot === undefined) return;
+    for (const entry of [...entriesOf(slot)]) {
+      if (replaces(limit, token, entry)) this.end(entry, 'expired');
+    }
+  }
+
+  /** Adds `entry` to its name's entries, in token order. */
+  private add(entry: Entry): void {
+    const slot = this.entries.get(entry.name);
+    if (slot === undefined) {
+      this.entries.set(entry.name, entry);
+      return;
+    }
+    const all = [...entriesOf(slot), entry].sort((a, b) =>
+      a.token < b.token ? -1 : a.token > b.token ? 1 : 0,
+    );
+    this.entries.set(entry.name, all);
+  }
+
+  /** Takes `entry` out of its name's entries; false when it was not there. */
+  private remove(entry: Entry): boolean {
+    const slot = this.entries.get(entry.name);
+    if (slot === entry) {
+      this.entries.delete(entry.name);
+      return true;
+    }
+    if (!Array.isArray(slot) || !slot.includes(entry)) return false;
+    const rest = slot.filter((one) => one !== entry);
+    this.entries.set(entry.name, rest.length === 1 ? rest[0]! : rest);
+    return true;
+  }
+
+  /** Counts `entry` in (1) or out (-1) of the leases held through this server. */
+  private count(entry: Entry, by: 1 | -1): void {
+    this.held += by;
+    if (entry.limit !== 0) this.heldShared += by;
+  }
+
+  /** How many holders of `name` the feed knows of. */
+  private countOf(name: string): number {
+    const slot = this.entries.get(name);
+    return slot === undefined ? 0 : Array.isArray(slot) ? slot.length : 1;
   }
 
   private open(
@@ -282,15 +426,17 @@ class Feed implements LockFeed {
       name: state.name,
       owner: state.owner,
       token: state.token,
+      limit: state.limit,
       expiresAt: state.ttlRemainingMs === undefined ? undefined : now + state.ttlRemainingMs,
       grantedAt: local && type === 'acquired' ? now : undefined,
       knownAt: now,
       local,
       unwatch: undefined,
     };
-    this.entries.set(state.name, entry);
+    this.add(entry);
     this.touch(state.name);
-    if (local) this.held += 1;
+    if (local) this.count(entry, 1);
+    // One watch of core per name, on its first entry (handed on when that one ends).
     if (!local || this.subscribers.size > 0) this.watch(entry);
     if (type === 'acquired') {
       const { name, owner, token } = state;
@@ -309,7 +455,7 @@ class Feed implements LockFeed {
   private adopt(entry: Entry, reacquired: boolean): void {
     entry.local = true;
     if (reacquired) entry.grantedAt = this.wholeMs();
-    this.held += 1;
+    this.count(entry, 1);
   }
 
   private refresh(entry: Entry, ttlRemainingMs: number): void {
@@ -318,14 +464,19 @@ class Feed implements LockFeed {
   }
 
   private end(entry: Entry, type: HoldEnd): void {
-    if (this.entries.get(entry.name) !== entry) return;
-    this.entries.delete(entry.name);
+    if (!this.remove(entry)) return;
     this.touch(entry.name);
+    // The name's watch goes on with a holder that remains.
+    const heir = topOf(this.entries.get(entry.name));
+    if (heir && entry.unwatch && !heir.unwatch) {
+      heir.unwatch = entry.unwatch;
+      entry.unwatch = undefined;
+    }
     this.unwatch(entry);
     const heldMs =
       entry.grantedAt === undefined ? undefined : this.options.clock.now() - entry.grantedAt;
     if (entry.local) {
-      this.held -= 1;
+      this.count(entry, -1);
       if (heldMs !== undefined) this.options.onHoldEnded?.(type, heldMs / 1000);
     }
     const { name, owner, token } = entry;
@@ -365,7 +516,10 @@ class Feed implements LockFeed {
    * observer events), so a grant costs no subscription when nobody looks.
    */
   private watch(entry: Entry): void {
-    if (entry.unwatch || this.closed) return;
+    if (this.closed) return;
+    // One subscription per name, whichever of its entries keeps it.
+    if (entriesOf(this.entries.get(entry.name)).some((one) => one.unwatch)) return;
+    if (entry.unwatch) return;
     try {
       entry.unwatch = this.options.service.watch(entry.name, (change) =>
         this.changed(entry.name, change),
@@ -382,18 +536,61 @@ class Feed implements LockFeed {
     unwatch();
   }
 
-  private changed(name: string, change: LockChange): void {
-    const entry = this.entries.get(name);
-    if (!entry || this.closed) return;
+  private changed(name: string, change: LockChange & { mode?: LockMode }): void {
+    const slot = this.entries.get(name);
+    if (slot === undefined || this.closed) return;
     const { token } = change;
     if (!change.held) {
       // Core reports an end without a token only once it found the lock free.
-      if (token === undefined || token === entry.token) this.end(entry, endOf(change));
+      if (token === undefined) this.dropPending(name);
+      else this.seenPending.delete(`${token}\u0000${name}`);
+      for (const entry of [...entriesOf(slot)]) {
+        if (token === undefined || token === entry.token) this.end(entry, endOf(change));
+      }
       return;
     }
-    if (token === undefined || token < entry.token) return;
-    if (token === entry.token) this.extendedElsewhere(entry, change);
-    else this.replaced(entry, change, token);
+    if (token === undefined) return;
+    const entry = this.find(name, token);
+    if (change.type === 'released' || change.type === 'expired' || change.type === 'revoked') {
+      // One of several holders ended; the others hold on.
+      this.seenPending.delete(`${token}\u0000${name}`);
+      if (entry) this.end(entry, change.type);
+      return;
+    }
+    if (entry) {
+      this.extendedElsewhere(entry, change);
+      return;
+    }
+    const limit = change.mode === 'shared' ? topOf(slot)!.limit || 1 : 0;
+    if (change.ttlRemainingMs !== undefined) {
+      this.openSeen(name, change, token, limit);
+      return;
+    }
+    // A grant core heard of from the backend before its lease is known: perhaps one made through
+    // this server (a second shared holder, while the first keeps the name watched), whose own
+    // report, with its lease, follows within the turn. Give it that turn, so that the grant is
+    // told once, with its TTL; a grant made elsewhere is opened then.
+    const id = `${token}\u0000${name}`;
+    this.seenPending.add(id);
+    setImmediate(() => {
+      if (!this.seenPending.delete(id) || this.closed || this.find(name, token)) return;
+      this.openSeen(name, change, token, limit);
+    });
+  }
+
+  /** Forgets the grants of `name` waiting to be opened: the name is free. */
+  private dropPending(name: string): void {
+    for (const id of this.seenPending)
+      if (id.endsWith(`\u0000${name}`)) this.seenPending.delete(id);
+  }
+
+  /** Opens the entry of a grant core reported (made elsewhere, or not reported here yet). */
+  private openSeen(name: string, change: LockChange, token: bigint, limit: number): void {
+    const slot = this.entries.get(name);
+    if (entriesOf(slot).some((other) => staleBeside(limit, token, other))) return;
+    this.endReplaced(name, limit, token);
+    const opening = { name, owner: change.owner ?? '', token, limit };
+    this.open({ ...opening, ttlRemainingMs: change.ttlRemainingMs }, false, 'acquired');
   }
 
   /** Extended elsewhere, or the lease left of a grant made elsewhere is known now. */
@@ -406,23 +603,26 @@ class Feed implements LockFeed {
     }
   }
 
-  /** A newer lease exists, so the one the feed knew ended without it seeing how. */
-  private replaced(entry: Entry, change: LockChange, token: bigint): void {
-    this.end(entry, 'expired');
-    const opening = { name: entry.name, owner: change.owner ?? '', token };
-    this.open({ ...opening, ttlRemainingMs: change.ttlRemainingMs }, false, 'acquired');
-  }
-
   private emit(type: FeedEventType, name: string, entry: Entry | undefined, held: boolean): void {
     if (this.subscribers.size === 0) return;
+    const holders = this.countOf(name);
     this.subscribers.emit({
       type,
       name,
-      held,
-      ...(entry ? { owner: entry.owner, token: entry.token } : {}),
+      held: held || holders > 0,
+      ...(entry
+        ? {
+            owner: entry.owner,
+            token: entry.token,
+            ...(entry.limit === 0
+              ? { mode: 'exclusive' as const }
+              : { mode: 'shared' as const, limit: entry.limit }),
+          }
+        : {}),
       ...(entry && held && entry.expiresAt !== undefined
         ? { ttlRemainingMs: this.remainingMs(entry) }
         : {}),
+      holders,
       waiters: this.options.service.waiters(name),
     });
   }
@@ -431,4 +631,9 @@ class Feed implements LockFeed {
 /** How a lease ended, as core's watch tells it. */
 function endOf(change: LockChange): HoldEnd {
   return change.type === 'acquired' || change.type === 'extended' ? 'expired' : change.type;
+}
+
+/** A lease's limit as the feed keeps it: 0 when exclusive. */
+function limitOf(lease: Lease): number {
+  return lease.mode === 'shared' ? (lease.limit ?? 1) : 0;
 }

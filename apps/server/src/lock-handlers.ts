@@ -14,6 +14,7 @@ import {
   validateLocks,
   validateTtl,
 } from '@dlm/core';
+import { heldState } from './held-state.js';
 import { type Action, allows, type Principal } from './permissions.js';
 import { createRequestTracer, type RequestTrace } from './request-tracing.js';
 import type { Handlers, SessionScope } from './session-scope.js';
@@ -73,8 +74,18 @@ function modeOf(params: Record<string, unknown>): Pick<AcquireOptions, 'mode' | 
   };
 }
 
+/**
+ * The limit of a shared grant: the lease's own (core's `Lease.limit`), else the one asked for,
+ * else the default (`maxHolders`: a read lock). Exclusive grants have none.
+ */
+function limitOf(lease: Lease, asked: unknown, maxHolders: number): number | undefined {
+  if (lease.mode !== 'shared') return undefined;
+  if (lease.limit !== undefined) return lease.limit;
+  return typeof asked === 'number' ? asked : maxHolders;
+}
+
 /** The wire's grant of one lease: the only place a key is ever sent, to that acquire's caller. */
-function grantOf(lease: Lease) {
+function grantOf(lease: Lease, limit: number | undefined) {
   return {
     name: lease.name,
     owner: lease.owner,
@@ -82,6 +93,7 @@ function grantOf(lease: Lease) {
     ttlMs: lease.ttlMs,
     leaseKey: lease.leaseKey,
     mode: lease.mode,
+    ...(limit === undefined ? {} : { limit }),
   };
 }
 
@@ -137,8 +149,9 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
     if (params.leaseKey !== undefined) return validateLeaseKey(params.leaseKey);
     let key: string | undefined;
     for (const name of names) {
-      const own = scope.leases.get(name);
-      if (own?.owner !== owner) continue;
+      // Of several shared leases of the name for this owner, the latest.
+      const own = scope.leases.get(name, owner);
+      if (!own) continue;
       if (key !== undefined && own.leaseKey !== key) return createLeaseKey();
       key = own.leaseKey;
     }
@@ -146,12 +159,13 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
   }
 
   /** Makes room for the acquire of `names` (each one counts), or says why there is none. */
-  function reserveLocks(names: readonly string[]): void {
+  function reserveLocks(names: readonly string[], owner: string, leaseKey: string): void {
     const { maxLocksPerSession } = scope.context.limits;
     const { leases } = scope;
-    // A name this session holds already is re-acquired, not added.
+    // A lease this session holds already (same owner and key) is re-acquired, not added; another
+    // owner or key of a name held shared is one more lease.
     let adding = 0;
-    for (const name of names) if (!leases.get(name)) adding += 1;
+    for (const name of names) if (!leases.holdsWith(name, owner, leaseKey)) adding += 1;
     // Stale entries are only swept when the count is near the bound.
     if (adding === 0 || leases.upperBound + scope.acquiring + adding <= maxLocksPerSession) return;
     if (leases.count() + scope.acquiring + adding <= maxLocksPerSession) return;
@@ -171,7 +185,7 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
     const owner = params.owner === undefined ? scope.id : (params.owner as string);
     const names = [name];
     const leaseKey = acquireKey(names, owner, params);
-    reserveLocks(names);
+    reserveLocks(names, owner, leaseKey);
     // Read before the service queues this acquire: the waiters ahead of it on this server.
     if (request.recording) {
       request.set({
@@ -204,7 +218,7 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
       request.set({ 'dlm.lock.token': formatToken(lease.token), 'dlm.lock.ttl_ms': lease.ttlMs });
     }
     hold(lease);
-    return grantOf(lease);
+    return grantOf(lease, limitOf(lease, params.limit, service.limits.maxHolders));
   }
 
   /**
@@ -226,7 +240,7 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
     };
     const leaseKey = acquireKey(names, owner, params);
     permitSet(params.locks);
-    reserveLocks(names);
+    reserveLocks(names, owner, leaseKey);
     if (request.recording) {
       request.set({
         'dlm.lock.names': names,
@@ -254,7 +268,13 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
       request.set({ 'dlm.lock.tokens': leases.map((lease) => formatToken(lease.token)) });
     }
     for (const lease of leases) hold(lease);
-    return { grants: leases.map(grantOf) };
+    const specs = params.locks as LockSpec[];
+    return {
+      grants: leases.map((lease) => {
+        const asked = specs.find((spec) => spec.name === lease.name)?.limit;
+        return grantOf(lease, limitOf(lease, asked, service.limits.maxHolders));
+      }),
+    };
   }
 
   /**
@@ -317,13 +337,7 @@ export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
       const name = permittedName(scope, params, 'lock', 'watch');
       const state = await service.get(name);
       if (!state) return { name, held: false };
-      return {
-        name,
-        held: true,
-        owner: state.owner,
-        token: formatToken(state.token),
-        ttlRemainingMs: Math.max(0, Math.ceil(state.ttlRemainingMs)),
-      };
+      return { ...heldState(state), name };
     },
   };
 }

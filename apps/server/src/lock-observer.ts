@@ -63,6 +63,7 @@ export function createServerObserver(options: ServerObserverOptions): ServerObse
 
     granted(lease: Lease, waitedMs: number) {
       tell('granted', lease, waitedMs);
+      metrics.granted(lease.mode);
       if (debug) {
         logger.debug('lock granted', {
           name: lease.name,

@@ -1,4 +1,4 @@
-import { getOrCreate } from '@dlm/core';
+import { getOrCreate, type LockMode } from '@dlm/core';
 import {
   Counter,
   collectDefaultMetrics,
@@ -55,6 +55,8 @@ const REJECTIONS: readonly ConnectionRejection[] = [
 export interface GaugeSources {
   sessions(): number;
   heldLocks(): number;
+  /** Of `heldLocks`, the leases held shared (readers, semaphore permits). */
+  sharedHeld(): number;
   waiters(): number;
   /** 1 while the backend answers (what `/readyz` says), else 0. */
   backendUp(): number;
@@ -79,6 +81,8 @@ export interface ServerMetrics {
   hold(end: HoldEnd, seconds: number): void;
   /** A `lock.lost` sent to a holder's session. */
   lost(reason: 'expired' | 'revoked'): void;
+  /** A lease granted (or re-acquired) through this server, in `mode`. */
+  granted(mode: LockMode): void;
   backend(operation: BackendOperation, seconds: number, failed: boolean): void;
   /** A connection refused at the upgrade or ended by the server for `reason`. */
   connectionEnded(reason: ConnectionRejection): void;
@@ -112,6 +116,7 @@ function processMetrics(): PromRegistry {
 const NO_GAUGES: GaugeSources = {
   sessions: () => 0,
   heldLocks: () => 0,
+  sharedHeld: () => 0,
   waiters: () => 0,
   backendUp: () => 0,
 };
@@ -147,6 +152,18 @@ function registerGauges(registry: PromRegistry, sources: () => GaugeSources): vo
       },
     });
   }
+  new Gauge({
+    name: 'dlm_lock_holders',
+    help: 'Leases currently held through this server, by mode (exclusive; shared: readers and semaphore permits).',
+    labelNames: ['mode'],
+    registers: [registry],
+    collect() {
+      const { heldLocks, sharedHeld } = sources();
+      const shared = sharedHeld();
+      this.labels('shared').set(shared);
+      this.labels('exclusive').set(Math.max(0, heldLocks() - shared));
+    },
+  });
 }
 
 /** A prom-client counter with one label, in `registers`: the slow-path counters. */
@@ -243,6 +260,15 @@ export function createMetrics(options: { version: string; backend: string }): Se
     revoked: holdDuration.labels('revoked'),
   };
   const lostBy = { expired: lostCounter.labels('expired'), revoked: lostCounter.labels('revoked') };
+  const grants = labelledCounter(
+    registers,
+    'dlm_lock_grants_total',
+    'Leases granted (or re-acquired) through this server, by mode.',
+    'mode',
+  );
+  const grantsBy = { exclusive: grants.labels('exclusive'), shared: grants.labels('shared') };
+  grantsBy.exclusive.inc(0);
+  grantsBy.shared.inc(0);
   lostBy.expired.inc(0);
   lostBy.revoked.inc(0);
   const backendBy = new Map(
@@ -281,6 +307,9 @@ export function createMetrics(options: { version: string; backend: string }): Se
     },
     lost(reason) {
       lostBy[reason].inc();
+    },
+    granted(mode) {
+      grantsBy[mode].inc();
     },
     backend(operation, seconds, failed) {
       const bound = backendBy.get(operation)!;

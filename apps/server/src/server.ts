@@ -363,6 +363,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   locks.metrics.bindGauges({
     sessions: () => connections.size,
     heldLocks: () => locks.feed.localHeld,
+    sharedHeld: () => locks.feed.localShared,
     waiters: () => locks.totalWaiters(),
     backendUp: () => (health.readiness().ready ? 1 : 0),
   });

@@ -47,15 +47,22 @@ export interface HeldLease {
   token: bigint;
   owner: string;
   leaseKey: string;
+  /** A shared lease may have others of the same name beside it; an exclusive one may not. */
+  shared: boolean;
 }
 
+/** One name's leases: one (every exclusive lock, most shared ones), or several shared ones. */
+type Slot = HeldLease | HeldLease[];
+
 /**
- * The leases one session holds, by name. An entry counts while core still follows the lease as
- * held and no other session has taken it over; the others are dropped when looked at.
+ * The leases one session holds, by name (several of one name when shared: a semaphore's permits
+ * taken over one connection). An entry counts while core still follows the lease as held and no
+ * other session has taken it over; the others are dropped when looked at.
  */
 export class SessionLeases {
   /** Made by the first lease held (an empty Map is 180 bytes, for every session). */
-  private held: Map<string, HeldLease> | undefined;
+  private held: Map<string, Slot> | undefined;
+  private size = 0;
 
   constructor(
     private readonly session: string,
@@ -63,44 +70,84 @@ export class SessionLeases {
     private readonly holders: LeaseHolders,
   ) {}
 
-  /** The lease this session holds for `name`, if it still does. */
-  get(name: string): HeldLease | undefined {
-    const lease = this.held?.get(name);
-    if (!lease) return undefined;
-    if (this.live(name, lease)) return lease;
-    this.drop(name, lease);
+  /** The leases this session still holds for `name`, in the order they were granted. */
+  all(name: string): readonly HeldLease[] {
+    const slot = this.held?.get(name);
+    if (!slot) return [];
+    const leases = Array.isArray(slot) ? slot : [slot];
+    const live = leases.filter((lease) => this.live(name, lease));
+    if (live.length !== leases.length) {
+      for (const lease of leases)
+        if (!live.includes(lease)) this.holders.letGo(name, lease.token, this.session);
+      this.store(name, live);
+    }
+    return live;
+  }
+
+  /** The latest lease this session holds for `name` (of `owner`, when given), if any. */
+  get(name: string, owner?: string): HeldLease | undefined {
+    const leases = this.all(name);
+    for (let i = leases.length - 1; i >= 0; i -= 1) {
+      const lease = leases[i]!;
+      if (owner === undefined || lease.owner === owner) return lease;
+    }
     return undefined;
+  }
+
+  /** Whether this session holds a lease of `name` for `owner` with `leaseKey` (a re-acquire). */
+  holdsWith(name: string, owner: string, leaseKey: string): boolean {
+    return this.all(name).some((lease) => lease.owner === owner && lease.leaseKey === leaseKey);
   }
 
   /** The key this session may present for the lease (`name`, `token`): only if it holds it. */
   keyFor(name: string, token: bigint): string | null {
-    const lease = this.get(name);
-    return lease?.token === token ? lease.leaseKey : null;
+    const lease = this.all(name).find((held) => held.token === token);
+    return lease ? lease.leaseKey : null;
   }
 
   /** Counts `lease` as this session's, and no longer as any other session's. */
   hold(lease: Lease): void {
     this.held ??= new Map();
-    const previous = this.held.get(lease.name);
-    if (previous && previous.token !== lease.token) this.drop(lease.name, previous);
-    this.held.set(lease.name, { token: lease.token, owner: lease.owner, leaseKey: lease.leaseKey });
+    const shared = lease.mode === 'shared';
+    const entry: HeldLease = {
+      token: lease.token,
+      owner: lease.owner,
+      leaseKey: lease.leaseKey,
+      shared,
+    };
+    // An exclusive grant ends whatever this session held of the name; a shared one only the
+    // same lease (a re-acquire) and exclusive ones, which a shared grant means are over.
+    const kept: HeldLease[] = [];
+    for (const previous of this.all(lease.name)) {
+      if (shared && previous.shared && previous.token !== lease.token) kept.push(previous);
+      else if (previous.token !== lease.token)
+        this.holders.letGo(lease.name, previous.token, this.session);
+    }
+    kept.push(entry);
+    this.store(lease.name, kept);
     this.holders.claim(lease.name, lease.token, this.session);
   }
 
   /** The leases this session holds, after dropping those it no longer does. */
   count(): number {
-    for (const name of [...(this.held?.keys() ?? [])]) this.get(name);
-    return this.held?.size ?? 0;
+    for (const name of [...(this.held?.keys() ?? [])]) this.all(name);
+    return this.size;
   }
 
   /** How many entries there are, some perhaps stale: `count()` when it matters. */
   get upperBound(): number {
-    return this.held?.size ?? 0;
+    return this.size;
   }
 
   /** The session closed: its leases go on, held by nobody here. */
   clear(): void {
-    for (const [name, lease] of [...(this.held ?? [])]) this.drop(name, lease);
+    for (const [name, slot] of [...(this.held ?? [])]) {
+      for (const lease of Array.isArray(slot) ? slot : [slot]) {
+        this.holders.letGo(name, lease.token, this.session);
+      }
+    }
+    this.held?.clear();
+    this.size = 0;
   }
 
   private live(name: string, lease: HeldLease): boolean {
@@ -110,8 +157,13 @@ export class SessionLeases {
     );
   }
 
-  private drop(name: string, lease: HeldLease): void {
-    this.held?.delete(name);
-    this.holders.letGo(name, lease.token, this.session);
+  /** Sets `name`'s leases, keeping `size` the number of entries. */
+  private store(name: string, leases: HeldLease[]): void {
+    const held = this.held!;
+    const before = held.get(name);
+    this.size -= before === undefined ? 0 : Array.isArray(before) ? before.length : 1;
+    if (leases.length === 0) held.delete(name);
+    else held.set(name, leases.length === 1 ? leases[0]! : leases);
+    this.size += leases.length;
   }
 }

@@ -1,4 +1,4 @@
-import { DlmError, formatToken, type LockChange } from '@dlm/core';
+import { DlmError, formatToken, type LockChange, type LockMode } from '@dlm/core';
 import type { FeedEvent, FeedLock } from './lock-feed.js';
 import { permittedName } from './lock-handlers.js';
 import { allowsPrefix } from './permissions.js';
@@ -7,17 +7,32 @@ import type { Handlers, SessionScope } from './session-scope.js';
 
 type WatchMethod = 'lock.watch' | 'lock.watchPrefix' | 'lock.unwatch';
 
-/** What `lock.watch` tells of a change, or null for what it does not report. */
-function watchChange(watchId: string, name: string, change: LockChange) {
+/** Shared modes' fields of a change, as core's `LockChange` gives them (see `watchChange`). */
+type ModedChange = LockChange & { mode?: LockMode; holders?: number };
+
+/**
+ * What `lock.watch` tells of a change, or null for what it does not report: one notification
+ * per holder's grant and end. A grant names the new holder, its mode, and the holders after it;
+ * an end only `held` and the holders left (`holders` when core knows it).
+ */
+function watchChange(watchId: string, name: string, change: ModedChange) {
   // lock.watch reports grants, releases and expiries; a longer lease is none of them.
   if (change.type === 'extended') return null;
-  if (!change.held) return { watchId, name, held: false };
+  const mode = change.mode ?? 'exclusive';
+  const acquired = change.type === 'acquired';
+  // Free is none; an exclusive grant is the only holder.
+  const holders =
+    change.holders ?? (!change.held ? 0 : acquired && mode === 'exclusive' ? 1 : undefined);
+  const count = holders === undefined ? {} : { holders };
+  if (!acquired) return { watchId, name, held: change.held, ...count };
   return {
     watchId,
     name,
     held: true,
     ...(change.owner === undefined ? {} : { owner: change.owner }),
     ...(change.token === undefined ? {} : { token: formatToken(change.token) }),
+    mode,
+    ...count,
   };
 }
 
@@ -32,6 +47,9 @@ function prefixChange(watchId: string, event: FeedEvent) {
     event: event.type,
     ...(event.ttlRemainingMs === undefined ? {} : { ttlRemainingMs: event.ttlRemainingMs }),
     waiters: event.waiters,
+    ...(event.mode === undefined ? {} : { mode: event.mode }),
+    ...(event.limit === undefined ? {} : { limit: event.limit }),
+    holders: event.holders,
   };
 }
 
@@ -42,6 +60,13 @@ function wireLock(lock: FeedLock) {
     token: formatToken(lock.token),
     ttlRemainingMs: lock.ttlRemainingMs,
     waiters: lock.waiters,
+    mode: lock.mode,
+    ...(lock.limit === undefined ? {} : { limit: lock.limit }),
+    holders: lock.holders.map((holder) => ({
+      owner: holder.owner,
+      token: formatToken(holder.token),
+      ttlRemainingMs: holder.ttlRemainingMs,
+    })),
   };
 }
 

@@ -193,7 +193,14 @@ function applyChange(change) {
     case 'released':
     case 'expired':
     case 'revoked':
-      if (lock && (change.token === undefined || change.token === lock.token)) {
+      if (lock && change.held && change.holders > 0) {
+        // One of several shared holders ended; the others hold on.
+        lock.holders = change.holders;
+        fillRow(lock);
+      } else if (
+        lock &&
+        (change.token === undefined || change.token === lock.token || !change.held)
+      ) {
         lock.row.remove();
         locks.delete(change.name);
       }
@@ -221,8 +228,16 @@ function upsert(info) {
   }
   // A new lease (not an extend of the one shown) is held from now until the history says.
   if (info.token !== lock.token) lock.heldSince = performance.now();
-  lock.owner = info.owner;
-  lock.token = info.token;
+  // The highest token's holder is shown; a shared lock says how many hold it, of its limit.
+  if (lock.token === undefined || BigInt(info.token) >= BigInt(lock.token)) {
+    lock.owner = info.owner;
+    lock.token = info.token;
+  }
+  lock.mode = info.mode ?? 'exclusive';
+  if (info.limit !== undefined) lock.limit = info.limit;
+  if (Array.isArray(info.holders)) lock.holders = info.holders.length;
+  else if (typeof info.holders === 'number') lock.holders = info.holders;
+  else lock.holders = 1;
   lock.waiters = info.waiters ?? lock.waiters ?? 0;
   if (info.ttlRemainingMs !== undefined) lock.expiresAt = performance.now() + info.ttlRemainingMs;
   fillRow(lock);
@@ -270,8 +285,13 @@ function createRow(lock) {
 }
 
 function fillRow(lock) {
-  lock.cells.owner.textContent = lock.owner;
-  lock.cells.owner.title = lock.owner;
+  const shared = lock.mode === 'shared';
+  lock.cells.owner.textContent = shared
+    ? `${lock.owner} · shared, ${lock.holders}${lock.limit === undefined ? '' : ` of ${lock.limit}`}`
+    : lock.owner;
+  lock.cells.owner.title = shared
+    ? `${lock.holders} shared holder(s)${lock.limit === undefined ? '' : `, limit ${lock.limit}`}; newest: ${lock.owner}`
+    : lock.owner;
   lock.cells.token.textContent = lock.token;
   lock.cells.count.textContent = String(lock.waiters);
   lock.cells.waiters.classList.toggle('busy', lock.waiters > 0);

@@ -176,11 +176,12 @@ describe('lock.acquireAll', () => {
 });
 
 describe('lock.acquire mode', () => {
-  it('passes mode and limit to core: shared is refused (field mode), limit without shared (field limit)', async () => {
+  it('passes mode and limit to core: shared is granted (a read lock), limit without shared is refused (field limit)', async () => {
     const a = await session();
     const [name] = names('m');
     const shared = await a.call('lock.acquire', { name, ttlMs: 30_000, mode: 'shared' });
-    expect(shared.error.data).toMatchObject({ code: 'INVALID_PARAMS', field: 'mode' });
+    expect(shared.result).toMatchObject({ mode: 'shared', limit: 10_000 });
+    await a.call('lock.release', { name, token: shared.result.token });
     const limit = await a.call('lock.acquire', { name, ttlMs: 30_000, limit: 2 });
     expect(limit.error.data).toMatchObject({ code: 'INVALID_PARAMS', field: 'limit' });
     const granted = await a.call('lock.acquire', { name, ttlMs: 30_000, mode: 'exclusive' });

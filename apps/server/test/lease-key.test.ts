@@ -48,6 +48,8 @@ describe('only the holder', () => {
       owner: 'holder-1',
       token: granted.token,
       ttlRemainingMs: expect.any(Number),
+      mode: 'exclusive',
+      holders: [{ owner: 'holder-1', token: granted.token, ttlRemainingMs: expect.any(Number) }],
     });
     const release = await b.call('lock.release', { name: 'victim', token: seen.token });
     expect(release.error.data.code).toBe('NOT_HOLDER');

@@ -319,12 +319,15 @@ describe('locks over the wire', () => {
       held: true,
       owner: 'h',
       token: lease.token,
+      mode: 'exclusive',
+      holders: 1,
     });
     await holder.call('lock.release', { name, token: lease.token });
     expect((await watcher.nextNotification('lock.changed')).params).toEqual({
       watchId: watch.watchId,
       name,
       held: false,
+      holders: 0,
     });
     await holder.call('lock.acquire', { name, ttlMs: 150 });
     await watcher.nextNotification('lock.changed');

@@ -130,7 +130,7 @@ for (const [label, available, make] of cases) {
           `${label}: the expiry of a ${TTL_MS} ms lease was heard after ${heardAfterMs.toFixed(0)} ms`,
         );
         // The wire shape of an end: no owner or token.
-        expect(end.params).toEqual({ watchId: watch.watchId, name, held: false });
+        expect(end.params).toEqual({ watchId: watch.watchId, name, held: false, holders: 0 });
         expect(heardAfterMs).toBeGreaterThanOrEqual(TTL_MS - 50);
         expect(heardAfterMs).toBeLessThanOrEqual(TTL_MS + BOUND_MS);
       }

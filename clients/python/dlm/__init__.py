@@ -7,11 +7,11 @@
             write_report(fencing_token=lease.token)
 """
 
-from .client import Client, LockInfo
+from .client import Client, LockHolder, LockInfo, ReadWriteLock, Semaphore
 from .errors import ERROR_CODES, DlmError
 from .lease import Lease, LeaseGroup
 from .watch import LockChange, Watch
 
-__all__ = ["ERROR_CODES", "Client", "DlmError", "Lease", "LeaseGroup", "LockChange", "LockInfo",
-           "Watch"]
+__all__ = ["ERROR_CODES", "Client", "DlmError", "Lease", "LeaseGroup", "LockChange", "LockHolder",
+           "LockInfo", "ReadWriteLock", "Semaphore", "Watch"]
 __version__ = "0.1.0"

@@ -19,7 +19,7 @@ from .lease import Lease, LeaseGroup, drift_margin_ms
 from .watch import LockChange, Watch
 from .websocket import HandshakeError, WebSocket, WebSocketError
 
-__all__ = ["Client", "LockInfo"]
+__all__ = ["Client", "LockHolder", "LockInfo", "ReadWriteLock", "Semaphore"]
 
 _log = logging.getLogger("dlm")
 
@@ -35,10 +35,47 @@ class LockInfo:
 
     name: str
     held: bool
+    #: The owner, token and lease left of the holder with the highest token.
     owner: str | None = None
     token: int | None = None
     ttl_remaining_ms: int | None = None
+    #: ``"exclusive"`` or ``"shared"`` while held.
+    mode: str | None = None
+    #: Shared only: the limit the holders agreed on.
+    limit: int | None = None
+    #: Every holder, ordered by token (one when exclusive).
+    holders: tuple[LockHolder, ...] = ()
 
+
+@dataclass(frozen=True)
+class LockHolder:
+    """One holder of a lock, as ``get`` lists it."""
+
+    owner: str
+    token: int
+    ttl_remaining_ms: int
+
+
+_MODES = ("exclusive", "shared")
+
+
+def _mode_fields(mode: str | None, limit: int | None) -> dict[str, Any]:
+    """``mode`` and ``limit`` as sent, checked as the server checks them (``limit`` only with
+    ``"shared"``; its range against the server's ``maxHolders`` is the server's check)."""
+    if mode is not None and mode not in _MODES:
+        raise DlmError("INVALID_PARAMS", 'mode must be "exclusive" or "shared"', {"field": "mode"})
+    if limit is not None:
+        if mode != "shared":
+            raise DlmError("INVALID_PARAMS", 'limit is only for mode "shared"', {"field": "limit"})
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise DlmError("INVALID_PARAMS", "limit must be an integer number of holders >= 1",
+                           {"field": "limit"})
+    fields: dict[str, Any] = {}
+    if mode == "shared":
+        fields["mode"] = "shared"
+        if limit is not None:
+            fields["limit"] = limit
+    return fields
 
 def _normalize_url(url: str) -> str:
     parts = urlsplit(url)
@@ -257,8 +294,11 @@ class Client:
             lease._lose(str(params.get("reason", "expired")))
 
     def _on_changed(self, params: dict[str, Any]) -> None:
+        holders = params.get("holders")
         change = LockChange(name=params.get("name", ""), held=bool(params.get("held")),
-                            owner=params.get("owner"), token=_token(params.get("token")))
+                            owner=params.get("owner"), token=_token(params.get("token")),
+                            mode=params.get("mode"),
+                            holders=holders if isinstance(holders, int) else None)
         watch_id = params.get("watchId")
         watch = self._watches_by_id.get(watch_id)
         if watch is not None:
@@ -312,7 +352,8 @@ class Client:
         threading.Thread(target=clean, name="dlm-orphan", daemon=True).start()
 
     def acquire(self, name: str, ttl_ms: int, wait_ms: int = 0,
-                owner: str | None = None, lease_key: str | None = None) -> Lease:
+                owner: str | None = None, lease_key: str | None = None, *,
+                mode: str | None = None, limit: int | None = None) -> Lease:
         """Acquires ``name`` for ``ttl_ms``, waiting up to ``wait_ms`` (server-side, first come
         first served) while another owner holds it.
 
@@ -324,12 +365,18 @@ class Client:
         a fresh random key (128 bits), which the lease keeps privately; re-entering with an owner
         this client already holds the lock as reuses that lease's key.
 
+        ``mode="shared"`` takes one of up to ``limit`` shared holds (a read lock without
+        ``limit``, a semaphore's permit with it; see :meth:`semaphore` and
+        :meth:`read_write_lock`); every holder of a name must use the same ``limit``.
+
         Raises DlmError: LOCK_HELD (``data["ttlRemainingMs"]`` when known) when the lock stays
         held, UNAVAILABLE (``data["indeterminate"]`` when the request may have reached the
-        server) when there is no answer, INVALID_PARAMS for a bad argument.
+        server) when there is no answer, INVALID_PARAMS for a bad argument (``data["field"]``;
+        ``data["limit"]``: the holders' limit when ``limit`` differs from it).
         """
+        fields = {"name": name, **_mode_fields(mode, limit)}
         result, sent_at, key = self._send_grant_request(
-            "lock.acquire", [name], {"name": name}, ttl_ms, wait_ms, owner, lease_key)
+            "lock.acquire", [name], fields, ttl_ms, wait_ms, owner, lease_key)
         return self._lease_of(result, sent_at, wait_ms, ttl_ms, key)
 
     def _send_grant_request(self, method: str, names: list[str], fields: dict[str, Any],
@@ -383,11 +430,14 @@ class Client:
             raise DlmError("UNAVAILABLE",
                            f"the grant of {name!r} arrived after its lease had run out")
         lease = Lease(self, name, grant["owner"], token, granted_ttl_ms, ttl_ms, sent_at, key)
+        if grant.get("mode") == "shared":
+            lease.mode = "shared"
+            lease.limit = grant.get("limit")
         with self._state_lock:
             self._leases.setdefault((lease.name, token), set()).add(lease)
         return lease
 
-    def acquire_all(self, names: Iterable[str], ttl_ms: int, wait_ms: int = 0,
+    def acquire_all(self, names: Iterable[str | dict[str, Any]], ttl_ms: int, wait_ms: int = 0,
                     owner: str | None = None, lease_key: str | None = None) -> LeaseGroup:
         """Acquires every lock of ``names``, all or nothing, for ``ttl_ms`` each, waiting up to
         ``wait_ms`` in all while another owner holds one of them.
@@ -404,6 +454,9 @@ class Client:
         INVALID_PARAMS for a bad argument (``data["field"]``: ``locks`` for an empty or too long
         list, or a name given twice).
 
+        An entry may be a dict ``{"name": ..., "mode": "shared", "limit": 3}`` to take that name
+        shared (as :meth:`acquire` with ``mode`` and ``limit``).
+
         Example::
 
             with client.acquire_all(["accounts/a", "accounts/b"], ttl_ms=10_000) as group:
@@ -412,10 +465,16 @@ class Client:
         """
         if isinstance(names, str):
             raise TypeError("acquire_all takes a list of names, not one name: use acquire")
-        names = list(names)
+        locks: list[dict[str, Any]] = []
+        for entry in names:
+            if isinstance(entry, dict):
+                locks.append({"name": entry.get("name"),
+                              **_mode_fields(entry.get("mode"), entry.get("limit"))})
+            else:
+                locks.append({"name": entry})
+        names = [lock["name"] for lock in locks]
         result, sent_at, key = self._send_grant_request(
-            "lock.acquireAll", names, {"locks": [{"name": name} for name in names]}, ttl_ms,
-            wait_ms, owner, lease_key)
+            "lock.acquireAll", names, {"locks": locks}, ttl_ms, wait_ms, owner, lease_key)
         leases: list[Lease] = []
         grants = list(result["grants"])
         try:
@@ -439,10 +498,11 @@ class Client:
                     if held_name in names and lease.owner == owner and lease.held}
         return next(iter(keys)) if len(keys) == 1 else secrets.token_urlsafe(16)
 
-    def try_acquire(self, name: str, ttl_ms: int, owner: str | None = None) -> Lease | None:
-        """Acquires ``name`` if it is free now; None when another owner holds it."""
+    def try_acquire(self, name: str, ttl_ms: int, owner: str | None = None, *,
+                    mode: str | None = None, limit: int | None = None) -> Lease | None:
+        """Acquires ``name`` if it can be had now; None when it is held (or, shared, full)."""
         try:
-            return self.acquire(name, ttl_ms, 0, owner)
+            return self.acquire(name, ttl_ms, 0, owner, mode=mode, limit=limit)
         except DlmError as error:
             if error.code == "LOCK_HELD":
                 return None
@@ -457,16 +517,51 @@ class Client:
         lease.extend(ttl_ms)
 
     def get(self, name: str) -> LockInfo:
-        """The lock's current holder, as the server sees it."""
+        """The lock's current holders, as the server sees them."""
         result, _ = self._call("lock.get", {"name": name})
         if not result.get("held"):
             return LockInfo(name=result["name"], held=False)
+        listed = result.get("holders") or [result]
+        holders = tuple(LockHolder(owner=h.get("owner", ""), token=_token(h.get("token")) or 0,
+                                   ttl_remaining_ms=int(h.get("ttlRemainingMs", 0)))
+                        for h in listed)
         return LockInfo(name=result["name"], held=True, owner=result.get("owner"),
                         token=_token(result.get("token")),
-                        ttl_remaining_ms=result.get("ttlRemainingMs"))
+                        ttl_remaining_ms=result.get("ttlRemainingMs"),
+                        mode=result.get("mode", "exclusive"), limit=result.get("limit"),
+                        holders=holders)
+
+    def semaphore(self, name: str, limit: int) -> Semaphore:
+        """A semaphore of ``limit`` permits on ``name``: each permit is a shared lease, and at most
+        ``limit`` are held at once by every client of the server's backend. Everyone using the
+        name must use the same ``limit`` (another is INVALID_PARAMS, field ``limit``).
+
+        Example::
+
+            pool = client.semaphore("gpu-pool", 4)
+            with pool.permit(ttl_ms=30_000, wait_ms=60_000) as permit:
+                train(fencing_token=permit.token)
+            permit = pool.try_acquire(ttl_ms=30_000)  # None when all 4 are held
+        """
+        return Semaphore(self, name, limit)
+
+    def read_write_lock(self, name: str) -> ReadWriteLock:
+        """A read-write lock on ``name``: any number of readers at once, or one writer. One
+        first-come-first-served queue serves both, so a waiting writer is not starved.
+
+        Example::
+
+            config = client.read_write_lock("config")
+            with config.read(ttl_ms=5_000, wait_ms=5_000):
+                value = load_config()
+            with config.write(ttl_ms=5_000, wait_ms=10_000) as lease:
+                save_config(value, fencing_token=lease.token)
+        """
+        return ReadWriteLock(self, name)
 
     def lock(self, name: str | list[str], ttl_ms: int, wait_ms: int = 0,
-             owner: str | None = None) -> _LockContext:
+             owner: str | None = None, *, mode: str | None = None,
+             limit: int | None = None) -> _LockContext:
         """A context manager that acquires ``name``, keeps the lease extended in a background
         thread (every third of its TTL) while the block runs, and releases it on exit.
 
@@ -485,7 +580,7 @@ class Client:
                         raise RuntimeError("lost the ledger lock")
                     ledger.write(batch, fencing_token=lease.token)
         """
-        return _LockContext(self, name, ttl_ms, wait_ms, owner)
+        return _LockContext(self, name, ttl_ms, wait_ms, owner, mode, limit)
 
     # ------------------------------------------------------------------ watches
 
@@ -563,9 +658,10 @@ class Client:
 
 class _LockContext:
     def __init__(self, client: Client, name: str | list[str], ttl_ms: int, wait_ms: int,
-                 owner: str | None) -> None:
+                 owner: str | None, mode: str | None = None, limit: int | None = None) -> None:
         self._client = client
         self._args = (name, ttl_ms, wait_ms, owner)
+        self._mode = (mode, limit)
         self._held: Lease | LeaseGroup | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -573,7 +669,9 @@ class _LockContext:
     def __enter__(self) -> Any:
         name, ttl_ms, wait_ms, owner = self._args
         if isinstance(name, str):
-            self._held = self._client.acquire(name, ttl_ms, wait_ms, owner)
+            mode, limit = self._mode
+            self._held = self._client.acquire(name, ttl_ms, wait_ms, owner, mode=mode,
+                                              limit=limit)
             leases = [self._held]
         else:
             self._held = self._client.acquire_all(name, ttl_ms, wait_ms, owner)
@@ -612,3 +710,59 @@ class _LockContext:
 
     def __iter__(self) -> Iterator[Lease]:  # pragma: no cover - guards a common mistake
         raise TypeError("use `with client.lock(...) as lease:`")
+
+
+class Semaphore:
+    """``limit`` permits on one lock name (:meth:`Client.semaphore`). Each permit is a shared
+    :class:`Lease` with its own token: release it, extend it, watch ``lost`` as any lease."""
+
+    def __init__(self, client: Client, name: str, limit: int) -> None:
+        _mode_fields("shared", limit)
+        self._client = client
+        self.name = name
+        self.limit = limit
+
+    def __repr__(self) -> str:
+        return f"Semaphore(name={self.name!r}, limit={self.limit})"
+
+    def acquire(self, ttl_ms: int, wait_ms: int = 0, owner: str | None = None) -> Lease:
+        """Takes a permit, waiting up to ``wait_ms`` while all are held (LOCK_HELD after)."""
+        return self._client.acquire(self.name, ttl_ms, wait_ms, owner, mode="shared",
+                                    limit=self.limit)
+
+    def try_acquire(self, ttl_ms: int, owner: str | None = None) -> Lease | None:
+        """Takes a permit if one is free now (nobody waiting ahead); None otherwise."""
+        return self._client.try_acquire(self.name, ttl_ms, owner, mode="shared", limit=self.limit)
+
+    def permit(self, ttl_ms: int, wait_ms: int = 0, owner: str | None = None) -> _LockContext:
+        """A context manager holding one permit, extended in the background, released on exit."""
+        return _LockContext(self._client, self.name, ttl_ms, wait_ms, owner, "shared", self.limit)
+
+
+class ReadWriteLock:
+    """Readers (shared) or one writer (exclusive) on one lock name
+    (:meth:`Client.read_write_lock`). ``read()`` and ``write()`` are context managers that keep
+    the lease extended while the block runs and release it on exit."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self._client = client
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"ReadWriteLock(name={self.name!r})"
+
+    def read(self, ttl_ms: int, wait_ms: int = 0, owner: str | None = None) -> _LockContext:
+        """Holds a read lease (shared) for the block."""
+        return _LockContext(self._client, self.name, ttl_ms, wait_ms, owner, "shared")
+
+    def write(self, ttl_ms: int, wait_ms: int = 0, owner: str | None = None) -> _LockContext:
+        """Holds the write lease (exclusive) for the block."""
+        return _LockContext(self._client, self.name, ttl_ms, wait_ms, owner)
+
+    def acquire_read(self, ttl_ms: int, wait_ms: int = 0, owner: str | None = None) -> Lease:
+        """A read lease to release yourself."""
+        return self._client.acquire(self.name, ttl_ms, wait_ms, owner, mode="shared")
+
+    def acquire_write(self, ttl_ms: int, wait_ms: int = 0, owner: str | None = None) -> Lease:
+        """A write lease to release yourself."""
+        return self._client.acquire(self.name, ttl_ms, wait_ms, owner)

@@ -69,6 +69,10 @@ class Lease(_ReleasedOnExit):
         self.name = name
         self.owner = owner
         self.token = token
+        #: ``"exclusive"`` or ``"shared"`` (a reader, a semaphore's permit).
+        self.mode = "exclusive"
+        #: Shared only: the most holders the name admits at once.
+        self.limit: int | None = None
         self._lease_key = lease_key
         self.ttl_ms = ttl_ms
         self._requested_ttl_ms = requested_ttl_ms
@@ -86,7 +90,9 @@ class Lease(_ReleasedOnExit):
 
     def __repr__(self) -> str:
         state = "released" if self._released else f"lost:{self._lost_reason}" if self._ended else "held"
-        return f"Lease(name={self.name!r}, token={self.token}, ttl_ms={self.ttl_ms}, {state})"
+        shared = f", mode='shared', limit={self.limit}" if self.mode == "shared" else ""
+        return (f"Lease(name={self.name!r}, token={self.token}, ttl_ms={self.ttl_ms}{shared}, "
+                f"{state})")
 
     @property
     def lost(self) -> threading.Event:

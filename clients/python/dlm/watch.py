@@ -21,6 +21,10 @@ class LockChange:
     held: bool
     owner: str | None = None
     token: int | None = None
+    #: A grant's mode (``"exclusive"`` or ``"shared"``); None for an end.
+    mode: str | None = None
+    #: How many hold the lock after the change, when the server says.
+    holders: int | None = None
 
 
 _STOP = object()

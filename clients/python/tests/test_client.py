@@ -376,7 +376,7 @@ class ClientTest(unittest.TestCase):
             assert change is not None
             self.assertEqual((change.held, change.token), (True, lease.token))
             lease.release()
-            self.assertEqual(watch.get(3.0), LockChange(name=name, held=False))
+            self.assertEqual(watch.get(3.0), LockChange(name=name, held=False, holders=0))
 
     def test_many_threads_share_one_client(self) -> None:
         names = [unique() for _ in range(8)]

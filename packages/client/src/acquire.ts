@@ -11,6 +11,7 @@ import {
   type RetryOptions,
   type RetryPolicy,
   retry,
+  validateMode,
   validateName,
   validateOwner,
   validateTtl,
@@ -143,6 +144,7 @@ export function leaseGrant(
   request: GrantRequest,
   options: { autoExtend?: boolean },
 ): LeaseGrant {
+  const mode = result.mode ?? 'exclusive';
   return {
     name: result.name,
     owner: result.owner,
@@ -152,6 +154,8 @@ export function leaseGrant(
     requestedTtlMs: request.ttlMs,
     sentAt: anchored.sentAt,
     autoExtend: options.autoExtend === true,
+    mode,
+    ...(mode === 'shared' && result.limit !== undefined ? { limit: result.limit } : {}),
   };
 }
 
@@ -344,6 +348,7 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
     const ttlMs = validateTtl(options.ttlMs, limits);
     const waitMs = validateWait(options.waitMs, limits);
     if (options.owner !== undefined) validateOwner(options.owner, limits);
+    const modeSpec = validateMode(options.mode, options.limit, limits);
     // Re-entering as an owner that holds the lock here presents that lease's key.
     const key =
       options.leaseKey ??
@@ -355,10 +360,25 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
       'lock.acquire',
       triesSettings(context, options, { key, ttlMs, waitMs, traceparent }, ownerIsOurs),
     );
+    // Sent as asked: a shared request without a limit leaves the default to the server.
+    if (modeSpec.mode === 'shared') {
+      this.mode =
+        options.limit === undefined
+          ? { mode: 'shared' }
+          : { mode: 'shared', limit: modeSpec.limit };
+    }
   }
 
+  private readonly mode: Pick<ParamsOf<'lock.acquire'>, 'mode' | 'limit'> | undefined;
+
   protected params(): ParamsOf<'lock.acquire'> {
-    return { name: this.name, ttlMs: this.ttlMs, owner: this.owner, leaseKey: this.key };
+    const params: ParamsOf<'lock.acquire'> = {
+      name: this.name,
+      ttlMs: this.ttlMs,
+      owner: this.owner,
+      leaseKey: this.key,
+    };
+    return this.mode ? Object.assign(params, this.mode) : params;
   }
 
   protected grantsOf(result: Grant): readonly Grant[] {

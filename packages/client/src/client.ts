@@ -2,6 +2,7 @@ import {
   type Clock,
   DlmError,
   isDlmError,
+  type LockMode,
   parseToken,
   type RetryOptions,
   validateName,
@@ -22,6 +23,12 @@ import {
 import type { Lease, LostReason } from './lease.js';
 import type { LeaseGroup } from './lease-group.js';
 import type { LockSpec } from './lock-specs.js';
+import {
+  createReadWriteLock,
+  createSemaphore,
+  type ReadWriteLock,
+  type Semaphore,
+} from './semaphore.js';
 import type { TlsOptions, WebSocketConstructor } from './websocket.js';
 
 export interface ClientOptions {
@@ -98,6 +105,18 @@ export interface AcquireOptions {
   /** Extend the lease in the background (at a third of its TTL) until it is released. */
   autoExtend?: boolean;
   /**
+   * `exclusive` (the default): the only holder. `shared`: one of up to `limit` holders at once,
+   * none of them exclusive — a read lock without `limit`, a semaphore's permit with it (see
+   * `semaphore` and `readWriteLock`, which set these for you).
+   */
+  mode?: LockMode;
+  /**
+   * Only with `mode: 'shared'`: the most holders at once, 1 to the server's `maxHolders`
+   * (10,000; the default: a read lock). Every holder of a name must ask for the same limit:
+   * another is INVALID_PARAMS, field `limit`, with `error.details.limit` the holders' one.
+   */
+  limit?: number;
+  /**
    * Overrides the client's `retry` for this acquire. A retry re-sends the acquire with the same
    * owner, so a grant whose reply was lost comes back as the same lease (same token) instead
    * of leaving a second lock behind; a retry waits only for what is left of `waitMs`.
@@ -118,14 +137,40 @@ export interface RequestOptions {
 /** What `get` reports. */
 export type LockInfo =
   | { name: string; held: false }
-  | { name: string; held: true; owner: string; token: bigint; ttlRemainingMs: number };
+  | {
+      name: string;
+      held: true;
+      /** The owner, token and lease left of the holder with the highest token. */
+      owner: string;
+      token: bigint;
+      ttlRemainingMs: number;
+      /** How it is held (`exclusive` from servers that predate shared modes). */
+      mode: LockMode;
+      /** Shared only: the limit its holders agreed on. */
+      limit?: number;
+      /** Every holder, ordered by token (the one holder, when exclusive). */
+      holders: LockHolder[];
+    };
 
-/** A change `watch` reports: the lock's state after it, as the server saw it. */
+/** One holder of a lock, as `get` lists it. */
+export interface LockHolder {
+  owner: string;
+  token: bigint;
+  ttlRemainingMs: number;
+}
+
+/**
+ * A change `watch` reports: the lock's state after it, as the server saw it. One change per
+ * holder's grant and end: a grant names the holder (`owner`, `token`, `mode`); `holders` is how
+ * many hold it after the change, when the server says.
+ */
 export interface LockChange {
   name: string;
   held: boolean;
   owner?: string;
   token?: bigint;
+  mode?: LockMode;
+  holders?: number;
 }
 
 export interface LockWatch {
@@ -184,7 +229,8 @@ export interface DlmClient extends AsyncDisposable {
    * server takes them in one canonical order, so concurrent calls over overlapping sets cannot
    * deadlock, and when one cannot be had (LOCK_HELD at the end of `waitMs`, UNAVAILABLE,
    * CANCELLED; `error.details.name` names it) it releases the ones it took before answering.
-   * 1 to the server's `maxLocksPerRequest` (64) distinct names; exclusive locks only for now.
+   * 1 to the server's `maxLocksPerRequest` (64) distinct names; a spec `{ name, mode: 'shared',
+   * limit? }` takes that name shared (as `acquire` with those options).
    * Every lease has its own token and shares the call's owner, key, TTL and `autoExtend`.
    * Retried like `acquire`, with the same owner and key on every try.
    *
@@ -224,7 +270,34 @@ export interface DlmClient extends AsyncDisposable {
     options: WithLockOptions,
     fn: (signal: AbortSignal, group: LeaseGroup) => Promise<T>,
   ): Promise<T>;
-  /** The lock's current holder, as the server sees it. */
+  /**
+   * A semaphore of `limit` permits on `name`: each permit is a shared lease of the name, and at
+   * most `limit` are held at once, across every client of the server's backend. Every user of
+   * the name must agree on `limit` (another is INVALID_PARAMS, field `limit`). Checks `limit`
+   * here (an integer in [1, maxHolders]); talks to the server only when a permit is asked for.
+   *
+   * @example
+   * const pool = client.semaphore('gpu-pool', 4);
+   * await pool.withPermit({ ttlMs: 30_000, waitMs: 60_000 }, async (signal, permit) => {
+   *   await train({ signal, fencingToken: permit.token });
+   * });
+   * const permit = await pool.tryAcquire({ ttlMs: 30_000 }); // null when all 4 are held
+   */
+  semaphore(name: string, limit: number): Semaphore;
+  /**
+   * A read-write lock on `name`: any number of readers at once (shared leases), or one writer
+   * (an exclusive lease). Requests are served first come first served across both kinds, so a
+   * waiting writer is not starved by readers that keep arriving.
+   *
+   * @example
+   * const config = client.readWriteLock('config');
+   * const value = await config.withRead({ ttlMs: 5_000, waitMs: 5_000 }, () => load());
+   * await config.withWrite({ ttlMs: 5_000, waitMs: 10_000 }, async (signal, lease) => {
+   *   await save(next, { fencingToken: lease.token, signal });
+   * });
+   */
+  readWriteLock(name: string): ReadWriteLock;
+  /** The lock's current holders, as the server sees them. */
   get(name: string, options?: RequestOptions): Promise<LockInfo>;
   /**
    * Calls `onChange` with the lock's state now, then on every change, until `stop()`. After a
@@ -309,6 +382,8 @@ export function createClient(options: ClientOptions): DlmClient {
       lockOptions: WithLockOptions,
       fn: (signal: AbortSignal, held: never) => Promise<T>,
     ) => withLock(core, target, lockOptions, fn),
+    semaphore: (name, limit) => createSemaphore(client, core.limits(), name, limit),
+    readWriteLock: (name) => createReadWriteLock(client, core.limits(), name),
     get: (name, getOptions) => get(core, name, getOptions),
     watch: (name, onChange, watchOptions = {}) => core.watches.start(name, onChange, watchOptions),
     campaign: (name, campaignOptions) => campaignFor(core, client, name, campaignOptions),
@@ -375,12 +450,21 @@ async function get(
     core.policyFor(options.retry, options.signal),
   );
   if (!state.held) return { name: state.name, held: false };
+  const token = parseToken(state.token);
+  const holders = (state.holders ?? [state]).map((holder) => ({
+    owner: holder.owner,
+    token: holder === state ? token : parseToken(holder.token),
+    ttlRemainingMs: holder.ttlRemainingMs,
+  }));
   return {
     name: state.name,
     held: true,
     owner: state.owner,
-    token: parseToken(state.token),
+    token,
     ttlRemainingMs: state.ttlRemainingMs,
+    mode: state.mode ?? 'exclusive',
+    ...(state.limit === undefined ? {} : { limit: state.limit }),
+    holders,
   };
 }
 

@@ -6,6 +6,7 @@ export {
   createClient,
   type DlmClient,
   type LockChange,
+  type LockHolder,
   type LockInfo,
   type LockWatch,
   type RequestOptions,
@@ -16,4 +17,10 @@ export type { CampaignOptions, Leader, Leadership, ObserveOptions } from './lead
 export type { Lease, LeaseCallOptions, LostReason } from './lease.js';
 export type { LeaseGroup } from './lease-group.js';
 export type { LockSpec } from './lock-specs.js';
+export type {
+  PermitOptions,
+  ReadWriteLock,
+  Semaphore,
+  WithPermitOptions,
+} from './semaphore.js';
 export type { TlsOptions, WebSocketConstructor, WebSocketLike } from './websocket.js';

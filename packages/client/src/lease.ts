@@ -4,6 +4,7 @@ import {
   formatToken,
   isDlmError,
   type Limits,
+  type LockMode,
   type RetryAttempt,
   type RetryOptions,
   type RetryPolicy,
@@ -55,6 +56,10 @@ export interface Lease extends AsyncDisposable {
   readonly token: bigint;
   /** The lease length the server granted on the last acquire or extend (≥ the request). */
   readonly ttlMs: number;
+  /** `exclusive`, or `shared` (a reader, a semaphore's permit: one of up to `limit` holders). */
+  readonly mode: LockMode;
+  /** Shared only: the most holders the name admits at once. */
+  readonly limit: number | undefined;
   /**
    * Aborts when the lease ends: released, lost, or its local deadline passed. Read through the
    * lease (`lease.signal.aborted`), it answers from the clock at that moment, so a process
@@ -128,6 +133,10 @@ export interface LeaseGrant {
   /** When the request that granted `ttlMs` was sent, on the context's clock. */
   sentAt: number;
   autoExtend: boolean;
+  /** Absent: `exclusive`. */
+  mode?: LockMode;
+  /** Shared only. */
+  limit?: number;
 }
 
 /** The client's side of a lease. */
@@ -209,6 +218,15 @@ class LeaseState implements LeaseHandle {
     this.key = leaseKey(grant.name, grant.token);
     this.lease = new LeaseFacade(this);
     this.arm(grant.sentAt, grant.ttlMs);
+  }
+
+  /** The grant's mode and limit, read from it (no field of their own per lease). */
+  get grantMode(): LockMode {
+    return this.grant.mode ?? 'exclusive';
+  }
+
+  get grantLimit(): number | undefined {
+    return this.grant.limit;
   }
 
   arm(sentAt: number, grantedTtlMs: number): void {
@@ -418,6 +436,14 @@ class LeaseFacade implements Lease {
     this.name = state.name;
     this.owner = state.owner;
     this.token = state.token;
+  }
+
+  get mode(): LockMode {
+    return this.#state.grantMode;
+  }
+
+  get limit(): number | undefined {
+    return this.#state.grantLimit;
   }
 
   get ttlMs(): number {

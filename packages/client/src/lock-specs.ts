@@ -11,7 +11,9 @@ export function checkLockSpecs(specs: readonly (string | LockSpec)[], limits: Li
     ? specs.map((spec: string | LockSpec) => (typeof spec === 'string' ? { name: spec } : spec))
     : specs;
   validateLocks(locks, limits);
-  return (locks as LockSpec[]).map(({ name, mode }) =>
-    mode === undefined ? { name } : { name, mode },
-  );
+  return (locks as LockSpec[]).map(({ name, mode, limit }) => ({
+    name,
+    ...(mode === undefined ? {} : { mode }),
+    ...(limit === undefined ? {} : { limit }),
+  }));
 }

@@ -1,5 +1,6 @@
 import {
   type Limits,
+  type LockMode,
   parseToken,
   type RetryOptions,
   type RetryPolicy,
@@ -39,6 +40,8 @@ type ChangeOnTheWire = {
   held: boolean;
   owner?: string | undefined;
   token?: string | undefined;
+  mode?: LockMode | undefined;
+  holders?: number | undefined;
 };
 
 /**
@@ -78,10 +81,11 @@ export class Watches {
   }
 
   /** `lock.changed`. */
-  changed({ watchId, name, held, owner, token }: NotificationParams<'lock.changed'>): void {
-    const watch = this.byId.get(watchId);
+  changed(params: NotificationParams<'lock.changed'>): void {
+    const watch = this.byId.get(params.watchId);
     if (!watch || watch.stopped) return;
-    this.deliver(watch, { name, held, owner, token });
+    const { name, held, owner, token, mode, holders } = params;
+    this.deliver(watch, { name, held, owner, token, mode, holders });
   }
 
   /** A new session: set up again every watch the old one took with it. */
@@ -146,6 +150,8 @@ export class Watches {
         held: change.held,
         ...(change.owner === undefined ? {} : { owner: change.owner }),
         ...(token === undefined ? {} : { token }),
+        ...(change.mode === undefined ? {} : { mode: change.mode }),
+        ...(change.holders === undefined ? {} : { holders: change.holders }),
       });
     } catch (error) {
       this.context.reportError(error);

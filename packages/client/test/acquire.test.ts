@@ -15,12 +15,16 @@ describe('acquire and release', () => {
     expect(lease.name).toBe(name);
     expect(lease.ttlMs).toBeGreaterThanOrEqual(5_000);
     expect(lease.signal.aborted).toBe(false);
+    expect(lease.mode).toBe('exclusive');
+    expect(lease.limit).toBeUndefined();
     expect(await a.get(name)).toEqual({
       name,
       held: true,
       owner: lease.owner,
       token: lease.token,
       ttlRemainingMs: expect.any(Number),
+      mode: 'exclusive',
+      holders: [{ owner: lease.owner, token: lease.token, ttlRemainingMs: expect.any(Number) }],
     });
     expect(await lease.release()).toBe(true);
     expect(lease.signal.aborted).toBe(true);

@@ -36,21 +36,30 @@ const WaitMs = Type.Integer({
 });
 
 /**
- * Added to v1 without changing a message: `mode` and `limit` on acquires. Pinned now for every
- * client; this version grants `exclusive` only and refuses `shared` (INVALID_PARAMS, field
- * `mode`), which a later version will grant.
+ * Extension (shared modes, additive to v1): `mode` and `limit` on acquires. `shared` without a
+ * limit is a read lock (limit `limits.maxHolders`); with limit N, a semaphore of N permits.
  */
 const Mode = Type.Union([Type.Literal('exclusive'), Type.Literal('shared')], {
   description:
-    'How the lock is held: "exclusive" (the default: one holder) or "shared" (reserved: refused with INVALID_PARAMS, field mode, in this version).',
+    'How the lock is held: "exclusive" (the default: one holder) or "shared" (up to limit holders at once; refused with INVALID_PARAMS, field mode, by servers whose backend grants exclusive locks only).',
 });
 const Limit = Type.Integer({
   minimum: 1,
   description:
-    'The most shared holders the name admits at once: only with mode "shared" (with "exclusive" it is INVALID_PARAMS, field limit).',
+    'The most shared holders the name admits at once, in [1, limits.maxHolders], default maxHolders (a read lock): only with mode "shared" (with "exclusive" it is INVALID_PARAMS, field limit). Every shared holder of a name agrees on it: another limit is INVALID_PARAMS, field limit, with data.limit the holders\' one.',
 });
-const GrantedMode = Type.Literal('exclusive', {
-  description: 'The mode the lease is held in: always "exclusive" in this version.',
+const GrantedMode = Type.Union([Type.Literal('exclusive'), Type.Literal('shared')], {
+  description: 'The mode the lease is held in (the one asked for).',
+});
+const GrantedLimit = Type.Integer({
+  minimum: 1,
+  description: 'Shared grants only: the limit the holders agreed on.',
+});
+/** One holder of a name, as `lock.get` lists it. */
+const Holder = Type.Object({
+  owner: Type.String({ minLength: 1, maxLength: 128 }),
+  token: Type.String({ pattern: '^[1-9][0-9]{0,18}$' }),
+  ttlRemainingMs: Type.Integer({ minimum: 0 }),
 });
 
 export const RequestId = Type.Union([Type.Integer(), Type.String()]);
@@ -96,6 +105,13 @@ export const HelloResult = Type.Object({
           'The most locks one lock.acquireAll may list (64 by default). Absent only from servers without lock.acquireAll.',
       }),
     ),
+    maxHolders: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        description:
+          'The most shared holders one name admits (10,000 by default): the largest limit, and the default one. Absent only from servers that predate shared modes.',
+      }),
+    ),
   }),
 });
 
@@ -127,11 +143,12 @@ const GrantFields = {
 export const AcquireResult = Type.Object({
   ...GrantFields,
   mode: Type.Optional(
-    Type.Literal('exclusive', {
+    Type.Union([Type.Literal('exclusive'), Type.Literal('shared')], {
       description:
-        'The mode the lease is held in: always "exclusive" in this version. Absent only from servers that predate modes.',
+        'The mode the lease is held in (the one asked for). Absent only from servers that predate modes.',
     }),
   ),
+  limit: Type.Optional(GrantedLimit),
 });
 
 /** One lock of a `lock.acquireAll`. */
@@ -157,10 +174,13 @@ export const AcquireAllParams = params({
   ),
 });
 export const AcquireAllResult = Type.Object({
-  grants: Type.Array(Type.Object({ ...GrantFields, mode: GrantedMode }), {
-    minItems: 1,
-    description: 'One grant per lock, in request order; each has its own fencing token.',
-  }),
+  grants: Type.Array(
+    Type.Object({ ...GrantFields, mode: GrantedMode, limit: Type.Optional(GrantedLimit) }),
+    {
+      minItems: 1,
+      description: 'One grant per lock, in request order; each has its own fencing token.',
+    },
+  ),
 });
 
 const HolderKey = leaseKey(
@@ -187,9 +207,22 @@ export const GetResult = Type.Union([
   Type.Object({
     name: Name,
     held: Type.Literal(true),
-    owner: Owner,
+    owner: Type.String({ minLength: 1, maxLength: 128, description: 'The highest-token holder.' }),
     token: Token,
     ttlRemainingMs: Type.Integer({ minimum: 0 }),
+    mode: Type.Optional(
+      Type.Union([Type.Literal('exclusive'), Type.Literal('shared')], {
+        description: 'How it is held. Absent only from servers that predate shared modes.',
+      }),
+    ),
+    limit: Type.Optional(GrantedLimit),
+    holders: Type.Optional(
+      Type.Array(Holder, {
+        minItems: 1,
+        description:
+          'Every holder, ordered by token (one, when exclusive). Absent only from servers that predate shared modes.',
+      }),
+    ),
   }),
 ]);
 
@@ -213,6 +246,19 @@ export const HeldLock = Type.Object({
   token: Token,
   ttlRemainingMs: Type.Integer({ minimum: 0 }),
   waiters: Type.Integer({ minimum: 0, description: 'Waiters queued on this server.' }),
+  mode: Type.Optional(
+    Type.Union([Type.Literal('exclusive'), Type.Literal('shared')], {
+      description: 'How it is held. Absent only from servers that predate shared modes.',
+    }),
+  ),
+  limit: Type.Optional(GrantedLimit),
+  holders: Type.Optional(
+    Type.Array(Holder, {
+      minItems: 1,
+      description:
+        "Every holder this server knows of, ordered by token; owner, token and ttlRemainingMs above are the highest token's.",
+    }),
+  ),
 });
 /** Extension (added after v1's first release; servers without it answer METHOD_NOT_FOUND). */
 export const WatchPrefixParams = params({ prefix: Prefix });
@@ -244,6 +290,22 @@ export const LockChangedParams = Type.Object({
   ttlRemainingMs: Type.Optional(Type.Integer({ minimum: 0 })),
   /** `lock.watchPrefix` only: waiters queued on this server for the lock. */
   waiters: Type.Optional(Type.Integer({ minimum: 0 })),
+  /** Shared modes: the mode of the lease the change is about, when known. */
+  mode: Type.Optional(
+    Type.Union([Type.Literal('exclusive'), Type.Literal('shared')], {
+      description: 'The mode of the lease the change is about, when the server knows it.',
+    }),
+  ),
+  /** `lock.watchPrefix` only: the holders' limit, for a shared lease. */
+  limit: Type.Optional(GrantedLimit),
+  /** Shared modes: how many holders the name has after the change. */
+  holders: Type.Optional(
+    Type.Integer({
+      minimum: 0,
+      description:
+        'How many holders the name has after the change (held is holders > 0). Absent only from servers that predate shared modes.',
+    }),
+  ),
 });
 export const LockLostParams = Type.Object({
   name: Name,
@@ -262,6 +324,13 @@ export const ErrorData = Type.Object(
       Type.String({
         description:
           'lock.acquireAll (LOCK_HELD, UNAVAILABLE, CANCELLED): the lock that could not be had.',
+      }),
+    ),
+    limit: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        description:
+          'INVALID_PARAMS field limit: the limit the current shared holders agreed on (absent when the limit itself was out of range).',
       }),
     ),
   },

@@ -34,6 +34,19 @@ describe('error mapping', () => {
     expect(fromRpcError(wire).details).toEqual({ name: 'jobs/b', ttlRemainingMs: 7 });
   });
 
+  it("a limit conflict's data.limit (the holders' limit) goes on the wire and comes back", () => {
+    const wire = toRpcError(
+      new DlmError('INVALID_PARAMS', 'limit 3 differs', { field: 'limit', limit: 2 }),
+    );
+    expect(wire.data).toEqual({
+      code: 'INVALID_PARAMS',
+      retryable: false,
+      field: 'limit',
+      limit: 2,
+    });
+    expect(fromRpcError(wire).details).toEqual({ field: 'limit', limit: 2 });
+  });
+
   it('an unexpected exception becomes INTERNAL without leaking its message', () => {
     const wire = toRpcError(new TypeError('secret detail'));
     expect(wire).toEqual({
@@ -75,6 +88,25 @@ describe('schemas', () => {
     const grant = { ...unmoded, mode: 'exclusive' };
     expect(conforms({ result: 'lock.acquireAll' }, { grants: [grant] })).toBe(true);
     expect(conforms({ result: 'lock.acquireAll' }, { grants: [unmoded] })).toBe(false);
+    const shared = { ...unmoded, mode: 'shared', limit: 3 };
+    expect(conforms({ result: 'lock.acquire' }, shared)).toBe(true);
+    expect(conforms({ result: 'lock.acquire' }, { ...shared, limit: 0 })).toBe(false);
+    expect(conforms({ result: 'lock.acquireAll' }, { grants: [shared, grant] })).toBe(true);
+    expect(conforms({ params: 'lock.acquire' }, { name: 'j', ttlMs: 1, mode: 'shared' })).toBe(
+      true,
+    );
+    expect(
+      conforms({ params: 'lock.acquire' }, { name: 'j', ttlMs: 1, mode: 'shared', limit: 0 }),
+    ).toBe(false);
+    const holder = { owner: 'o', token: '3', ttlRemainingMs: 10 };
+    const held = { name: 'j', held: true, ...holder, mode: 'shared', limit: 2 };
+    expect(conforms({ result: 'lock.get' }, { ...held, holders: [holder] })).toBe(true);
+    expect(conforms({ result: 'lock.get' }, { ...held, holders: [] })).toBe(false);
+    expect(conforms({ result: 'lock.get' }, { ...held, holders: [{ owner: 'o' }] })).toBe(false);
+    expect(conforms({ result: 'lock.get' }, { ...held, mode: 'read' })).toBe(false);
+    const changed = { watchId: 'w1', name: 'j', held: true, mode: 'shared', holders: 2 };
+    expect(conforms({ notification: 'lock.changed' }, changed)).toBe(true);
+    expect(conforms({ notification: 'lock.changed' }, { ...changed, holders: -1 })).toBe(false);
     expect(conforms({ result: 'lock.get' }, { name: 'jobs', held: false })).toBe(true);
     expect(conforms({ result: 'lock.get' }, { name: 'jobs', held: true })).toBe(false);
     expect(

@@ -7,11 +7,13 @@ import { printError, printJson } from '../output.js';
 
 const USAGE = `Usage: dlm get NAME [--server URL] [--json]
 
-Prints who holds lock NAME, its fencing token and its remaining TTL, or that it is free.
+Prints who holds lock NAME, its fencing token and its remaining TTL, or that it is free. A
+lock held shared lists every holder (owner, token, TTL left), ordered by token.
 
 Options:
 ${CONNECTION_USAGE}
-  --json             one JSON object: {"name","held","owner","token","ttlRemainingMs"}
+  --json             one JSON object: {"name","held","owner","token","ttlRemainingMs",
+                     "mode","limit","holders"} (owner, token, TTL: the highest token's)
   -h, --help         print this help
 
 Exit status: 0 (held or free), 1 when the server could not answer, 2 on a usage error.
@@ -27,9 +29,18 @@ export const getCommand = nameCommand('get', USAGE, async ({ values, name }) => 
     const info = await client.get(name);
     if (values.json) printJson(info);
     else if (!info.held) process.stdout.write(`${name}: free\n`);
-    else {
+    else if (info.mode !== 'shared') {
       process.stdout.write(
         `${name}: held by ${info.owner}, token ${info.token}, ${formatDuration(info.ttlRemainingMs)} left\n`,
+      );
+    } else {
+      const count = info.holders.length;
+      const lines = info.holders.map(
+        (holder) =>
+          `  ${holder.owner}, token ${holder.token}, ${formatDuration(holder.ttlRemainingMs)} left\n`,
+      );
+      process.stdout.write(
+        `${name}: held shared by ${count} holder${count === 1 ? '' : 's'} (limit ${info.limit})\n${lines.join('')}`,
       );
     }
     return EXIT.OK;

@@ -29,6 +29,10 @@ Options:
                      0 = give up at once; at most the server's limit, 5m by default)
   --grace DURATION   after losing the lock: time between SIGTERM and SIGKILL (default 10s)
   --owner ID         the owner to hold it as (default HOSTNAME:PID:RANDOM)
+  --shared           hold it shared: any number of shared holders at once, never beside an
+                     exclusive one (a read lock; the default is exclusive)
+  --limit N          with --shared (implied): at most N shared holders at once (a semaphore
+                     of N permits, as consul lock -n N); every holder must use the same N
 ${CONNECTION_USAGE}
   -v, --verbose      say on stderr when the lock is acquired and released
   -h, --help         print this help
@@ -59,6 +63,8 @@ const LOCK_OPTIONS = {
   ...CONNECTION_FLAGS,
   ttl: { type: 'string' },
   wait: { type: 'string' },
+  shared: { type: 'boolean' },
+  limit: { type: 'string' },
   grace: { type: 'string' },
   owner: { type: 'string' },
   verbose: { type: 'boolean', short: 'v' },
@@ -73,6 +79,7 @@ const VALUE_FLAGS = new Set([
   '--wait',
   '--grace',
   '--owner',
+  '--limit',
 ]);
 
 /**
@@ -119,6 +126,7 @@ export const lockCommand: Command = {
     const graceMs = parseDuration(values.grace ?? '10s', '--grace');
     if (ttlMs <= 0) throw new UsageError('--ttl must be more than 0');
     const owner = values.owner ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+    const mode = modeOf(values.shared === true, values.limit);
     const verbose = values.verbose === true;
 
     const connection = connectionOptions(values);
@@ -128,14 +136,14 @@ export const lockCommand: Command = {
       requestTimeoutMs: REQUEST_TIMEOUT_MS,
     });
     const stopNotice = noticeWaiting(client, connection.url);
-    const held = await acquire(client, names, { ttlMs, waitMs, owner });
+    const held = await acquire(client, names, { ttlMs, waitMs, owner, ...mode });
     stopNotice();
     if (typeof held === 'number') return held;
     const label = names.join(', ');
     if (verbose) {
       for (const lease of held.leases) {
         process.stderr.write(
-          `dlm: acquired ${lease.name} (token ${lease.token}, ttl ${formatDuration(lease.ttlMs)})\n`,
+          `dlm: acquired ${lease.name} (token ${lease.token}, ttl ${formatDuration(lease.ttlMs)}${lease.mode === 'shared' ? `, shared, limit ${lease.limit}` : ''})\n`,
         );
       }
     }
@@ -213,11 +221,28 @@ function lockEnvironment(held: Held): NodeJS.ProcessEnv {
   return { ...owner, DLM_FENCING_TOKENS: pairs.join(',') };
 }
 
+/** `--shared` and `--limit N` (which implies `--shared`) as acquire options. */
+function modeOf(shared: boolean, limit: string | undefined): { mode?: 'shared'; limit?: number } {
+  if (limit === undefined) return shared ? { mode: 'shared' } : {};
+  if (!/^[1-9][0-9]{0,8}$/.test(limit)) {
+    throw new UsageError(`--limit must be a whole number of holders of 1 or more, got ${limit}`);
+  }
+  return { mode: 'shared', limit: Number(limit) };
+}
+
+interface LockOptions {
+  ttlMs: number;
+  waitMs: number;
+  owner: string;
+  mode?: 'shared';
+  limit?: number;
+}
+
 /** Acquires, or says why not and resolves with the exit code. SIGINT/SIGTERM end the wait. */
 async function acquire(
   client: ReturnType<typeof createClient>,
   names: string[],
-  options: { ttlMs: number; waitMs: number; owner: string },
+  options: LockOptions,
 ): Promise<Held | number> {
   const interrupt = new AbortController();
   let interruptedBy: NodeJS.Signals | undefined;
@@ -238,15 +263,24 @@ async function acquire(
   };
   try {
     if (names.length === 1) return asHeld(await client.acquire(names[0]!, acquireOptions));
-    return await client.acquireAll(names, acquireOptions);
+    const { mode, limit, ...setOptions } = acquireOptions;
+    const specs = names.map((name) => ({
+      name,
+      ...(mode ? { mode } : {}),
+      ...(limit === undefined ? {} : { limit }),
+    }));
+    return await client.acquireAll(specs, setOptions);
   } catch (error) {
     await client.close();
     if (interruptedBy) return signalStatus(interruptedBy);
     if (isDlmError(error, 'LOCK_HELD')) {
       const left = error.details.ttlRemainingMs;
       const name = error.details.name ?? names[0]!;
+      const by = options.mode
+        ? `has no room for another shared holder${options.limit === undefined ? '' : ` (limit ${options.limit})`}`
+        : 'is held by another owner';
       process.stderr.write(
-        `dlm: lock ${name} is held by another owner${options.waitMs ? ` (waited ${formatDuration(options.waitMs)})` : ''}${left === undefined ? '' : `; its lease has ${formatDuration(left)} left`}\n`,
+        `dlm: lock ${name} ${by}${options.waitMs ? ` (waited ${formatDuration(options.waitMs)})` : ''}${left === undefined ? '' : `; its lease has ${formatDuration(left)} left`}\n`,
       );
       return EXIT.WAIT_TIMEOUT;
     }
@@ -272,11 +306,16 @@ const FLAG_OF_FIELD: Record<string, { flag: string; key: 'ttlMs' | 'waitMs' }> =
  * A validation error in the terms the user typed: `--ttl must be between 100ms and 24h, got
  * 50ms`, not the wire's `ttlMs must be in [100, 86400000]`.
  */
-function inUserTerms(
-  error: Error & { details: { field?: string } },
-  options: { ttlMs: number; waitMs: number },
-): string {
+function inUserTerms(error: Error & { details: { field?: string } }, options: LockOptions): string {
   const field = error.details.field;
+  const theirs = (error.details as { limit?: unknown }).limit;
+  if (field === 'limit' && typeof theirs === 'number') {
+    const asked =
+      options.limit === undefined ? 'no --limit (a read lock)' : `--limit ${options.limit}`;
+    return `${asked}, but the lock's current shared holders use --limit ${theirs}: every holder must use the same limit`;
+  }
+  if (field === 'limit') return error.message.replace(/^limit/, '--limit');
+  if (field === 'mode') return error.message;
   const known = field === undefined ? undefined : FLAG_OF_FIELD[field];
   const range = /must be in \[(\d+), (\d+)\]/.exec(error.message);
   if (known && range) {

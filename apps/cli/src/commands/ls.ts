@@ -16,7 +16,9 @@ Options:
 ${CONNECTION_USAGE}
                      (the admin API is on the server's host and port; with tokens, it needs
                      one with admin)
-  --json             one JSON object: {"locks":[{"name","owner","token","ttlRemainingMs","waiters"}]}
+  --json             one JSON object: {"locks":[{"name","owner","token","ttlRemainingMs",
+                     "mode","limit","holders","waiters"}]}
+A lock held shared shows its newest holder and how many hold it of its limit: "w-2 (shared 2/3)".
   -h, --help         print this help
 
 Exit status: 0, 1 when the server could not answer, 2 on a usage error.
@@ -28,6 +30,17 @@ interface ListedLock {
   token: string;
   ttlRemainingMs: number;
   waiters: number;
+  /** From servers with shared modes. */
+  mode?: 'exclusive' | 'shared';
+  limit?: number;
+  holders?: unknown[];
+}
+
+/** The OWNER column: the (highest-token) holder, and for a shared lock how many of its limit. */
+function ownerCell(lock: ListedLock): string {
+  if (lock.mode !== 'shared') return lock.owner;
+  const count = lock.holders?.length ?? 1;
+  return `${lock.owner} (shared ${count}/${lock.limit ?? '?'})`;
 }
 
 export const lsCommand: Command = {
@@ -76,7 +89,7 @@ export const lsCommand: Command = {
         ['NAME', 'OWNER', 'TOKEN', 'TTL', 'WAITERS'],
         body.locks.map((lock) => [
           lock.name,
-          lock.owner,
+          ownerCell(lock),
           lock.token,
           formatDuration(lock.ttlRemainingMs),
           String(lock.waiters),

@@ -13,7 +13,8 @@ made while disconnected are not replayed, the state after reconnecting is printe
 
 Options:
 ${CONNECTION_USAGE}
-  --json             one JSON object per line: {"time","name","held","owner","token"}
+  --json             one JSON object per line: {"time","name","held","owner","token",
+                     "mode","holders"}
   -h, --help         print this help
 
 Exit status: 0 when interrupted, 1 when the watch could not start, 2 on a usage error.
@@ -25,11 +26,20 @@ function print(change: LockChange, json: boolean | undefined): void {
     printJson({ time, ...change });
     return;
   }
-  process.stdout.write(
-    change.held
-      ? `${time}  ${change.name}  held by ${change.owner ?? '?'}${change.token === undefined ? '' : ` (token ${change.token})`}\n`
-      : `${time}  ${change.name}  free\n`,
-  );
+  const count =
+    change.holders === undefined
+      ? ''
+      : `, ${change.holders} holder${change.holders === 1 ? '' : 's'}`;
+  let line: string;
+  if (!change.held) line = 'free';
+  else if (change.owner === undefined && change.holders !== undefined) {
+    // One of several shared holders ended; the others hold on.
+    line = `a holder left${count}`;
+  } else {
+    const shared = change.mode === 'shared' ? ' shared' : '';
+    line = `held${shared} by ${change.owner ?? '?'}${change.token === undefined ? '' : ` (token ${change.token})`}${shared ? count : ''}`;
+  }
+  process.stdout.write(`${time}  ${change.name}  ${line}\n`);
 }
 
 export const watchCommand = nameCommand('watch', USAGE, async ({ values, name }) => {

@@ -1,9 +1,9 @@
 import type * as core from '@dlm/core';
 import { DlmError, systemClock } from '@dlm/core';
 import { createDeadlineHeap } from './deadline-heap.js';
-import { type Journal, openJournal } from './journal.js';
+import { type Journal, openJournal, type RecoveredLease } from './journal.js';
 import type { JournalRecord } from './journal-format.js';
-import type { Lease } from './lease.js';
+import { type Held, type Lease, SharedHolders } from './lease.js';
 import { createWatchers, type Watchers } from './watchers.js';
 
 export interface EmbeddedBackendOptions {
@@ -74,6 +74,7 @@ export async function embeddedBackend(
     durableAcrossRestart: options.dataDir !== undefined,
     fairQueue: false,
     expiryEvents: true,
+    sharedModes: true,
   };
   return {
     kind: 'embedded',
@@ -91,7 +92,8 @@ export async function embeddedBackend(
 
 /** The locks of one embedded backend: a map, a deadline heap, watchers and (maybe) a journal. */
 class EmbeddedStore {
-  private readonly leases = new Map<string, Lease>();
+  /** Per held name: its one exclusive lease itself, or its shared holders. */
+  private readonly leases = new Map<string, Held>();
   private readonly heap = createDeadlineHeap();
   private readonly watchers: Watchers;
   private nextToken = 1n;
@@ -118,21 +120,39 @@ class EmbeddedStore {
     this.nextToken = highWater + 1n;
     const now = this.clock.now();
     const wallNow = Date.now();
-    for (const held of recovered.values()) {
-      // The monotonic clock restarted with the process, so the lease is counted in full from
-      // now: its holder may still believe in it for that long. Only a wall clock showing the
-      // whole TTL gone since the record drops it early.
-      if (wallNow - held.wallMs >= held.ttlMs) continue;
-      const lease: Lease = {
-        name: held.name,
-        owner: held.owner,
-        token: held.token,
-        keyHash: held.keyHash,
-        deadline: now + held.ttlMs,
-        heapIndex: -1,
-      };
-      this.leases.set(lease.name, lease);
-      this.heap.push(lease);
+    // The monotonic clock restarted with the process, so a lease is counted in full from now:
+    // its holder may still believe in it for that long. Only a wall clock showing the whole TTL
+    // gone since the record drops it early.
+    const revive = (held: RecoveredLease): Lease | undefined =>
+      wallNow - held.wallMs >= held.ttlMs
+        ? undefined
+        : {
+            name: held.name,
+            owner: held.owner,
+            token: held.token,
+            keyHash: held.keyHash,
+            deadline: now + held.ttlMs,
+            heapIndex: -1,
+          };
+    for (const [name, held] of recovered) {
+      if (!(held instanceof Map)) {
+        const lease = revive(held);
+        if (lease === undefined) continue;
+        this.leases.set(name, lease);
+        this.heap.push(lease);
+        continue;
+      }
+      const holders: Lease[] = [];
+      let limit = 1;
+      for (const one of held.values()) {
+        limit = one.limit ?? limit;
+        const lease = revive(one);
+        if (lease !== undefined) holders.push(lease);
+      }
+      if (holders.length === 0) continue;
+      holders.sort((a, b) => (a.token < b.token ? -1 : a.token > b.token ? 1 : 0));
+      this.leases.set(name, new SharedHolders(limit, holders));
+      for (const lease of holders) this.heap.push(lease);
     }
     // The journal's own copy is not read again, and it would stay as long as the journal: a
     // record and a map entry more for every recovered lease.
@@ -144,9 +164,9 @@ class EmbeddedStore {
     const now = this.clock.now();
     const wallMs = Date.now();
     const records: JournalRecord[] = [{ type: 'high-water', token: this.reservedEnd }];
-    for (const lease of this.leases.values()) {
+    const add = (lease: Lease, limit: number | undefined) => {
       const ttlMs = Math.ceil(lease.deadline - now);
-      if (ttlMs <= 0) continue;
+      if (ttlMs <= 0) return;
       records.push({
         type: 'grant',
         name: lease.name,
@@ -155,7 +175,12 @@ class EmbeddedStore {
         ttlMs,
         wallMs,
         keyHash: lease.keyHash,
+        limit,
       });
+    };
+    for (const held of this.leases.values()) {
+      if (held instanceof SharedHolders) for (const lease of held.holders) add(lease, held.limit);
+      else add(held, undefined);
     }
     return records;
   }
@@ -177,7 +202,17 @@ class EmbeddedStore {
     this.timer = undefined;
     this.timerAt = Number.POSITIVE_INFINITY;
     if (this.closed) return;
-    const now = this.clock.now();
+    this.expireDue(this.clock.now());
+    this.watchers.drain();
+    this.armTimer();
+  }
+
+  /**
+   * Ends every lease whose deadline has passed. The timer does this too, but it may not have
+   * fired yet (it is due in this very turn, or the clock was moved): a lease that is over says
+   * so before anything else happens to its name. One comparison when nothing is due.
+   */
+  private expireDue(now: number): void {
     for (
       let first = this.heap.peek();
       first !== undefined && first.deadline <= now;
@@ -185,13 +220,21 @@ class EmbeddedStore {
     ) {
       this.end(first, 'expired');
     }
-    this.watchers.drain();
-    this.armTimer();
   }
 
-  /** Frees the lock: state first, then the journal record and the event. */
+  /** Ends one holder: state first, then the journal record and the event. */
   private end(lease: Lease, type: core.LockEvent['type']): Promise<void> | undefined {
-    this.leases.delete(lease.name);
+    const held = this.leases.get(lease.name);
+    let mode: core.LockMode = 'exclusive';
+    let holders = 0;
+    if (held instanceof SharedHolders) {
+      mode = 'shared';
+      held.remove(lease.token);
+      holders = held.size;
+      if (holders === 0) this.leases.delete(lease.name);
+    } else if (held === lease) {
+      this.leases.delete(lease.name);
+    }
     this.heap.remove(lease);
     const durable = this.journal?.append({
       type: 'end',
@@ -199,19 +242,24 @@ class EmbeddedStore {
       token: lease.token,
     });
     if (this.watchers.has(lease.name)) {
-      this.watchers.enqueue({ name: lease.name, type, token: lease.token, owner: lease.owner });
+      this.watchers.enqueue({
+        name: lease.name,
+        type,
+        token: lease.token,
+        owner: lease.owner,
+        mode,
+        holders,
+      });
     }
     return durable;
   }
 
-  /** The current lease of `name`, ending it first when its deadline has passed. */
-  private current(name: string, now: number): Lease | undefined {
-    const lease = this.leases.get(name);
-    if (lease === undefined || lease.deadline > now) return lease;
-    // The timer has not fired yet (it is due in this very turn, or the clock was moved): the
-    // lease is over all the same, and says so before anything else happens to the name.
-    this.end(lease, 'expired');
-    return undefined;
+  /** The holder of `name` with `token`, if it holds. */
+  private holder(name: string, token: bigint): Lease | undefined {
+    const held = this.leases.get(name);
+    if (held === undefined) return undefined;
+    if (!(held instanceof SharedHolders)) return held.token === token ? held : undefined;
+    return held.get(token);
   }
 
   private takeToken(): bigint {
@@ -235,24 +283,66 @@ class EmbeddedStore {
     return durable === undefined ? Promise.resolve(value) : durable.then(() => value);
   }
 
-  tryAcquire({ name, owner, ttlMs, keyHash }: core.AcquireRequest): Promise<core.AcquireResult> {
+  /** Delivers what the operation caused (expiries), then answers without a write. */
+  private answer<T>(value: T): Promise<T> {
+    this.watchers.drain();
+    return Promise.resolve(value);
+  }
+
+  tryAcquire(request: core.AcquireRequest): Promise<core.AcquireResult> {
     const refused = this.refuse();
     if (refused !== undefined) return Promise.reject(refused);
-    const ttl = leaseMs(ttlMs);
+    const { name, owner, keyHash } = request;
+    const ttl = leaseMs(request.ttlMs);
     if (ttl === undefined) return Promise.reject(invalidTtl());
+    const mode = request.mode;
+    const shared = mode === 'shared';
+    if (!shared && mode !== undefined && mode !== 'exclusive') return Promise.reject(invalidMode());
+    const limit = shared ? request.limit : undefined;
+    if (shared && (!Number.isSafeInteger(limit) || limit! < 1)) {
+      return Promise.reject(invalidLimit());
+    }
     const now = this.clock.now();
-    let lease = this.current(name, now);
-    // The same owner without the lease's key is another requester (a copied owner label).
-    if (lease !== undefined && (lease.owner !== owner || lease.keyHash !== keyHash)) {
-      this.watchers.drain();
-      return Promise.resolve({ granted: false, ttlRemainingMs: remainingMs(lease, now) });
+    this.expireDue(now);
+    const held = this.leases.get(name);
+    // The holder this request refreshes (the same owner with the same key, mode and limit).
+    let lease: Lease | undefined;
+    if (held instanceof SharedHolders) {
+      lease = held.find(owner, keyHash);
+      if (lease !== undefined && !shared) return this.answer(modeConflict());
+      if (shared && limit !== held.limit) {
+        return this.answer({
+          granted: false,
+          conflict: { field: 'limit', limit: held.limit },
+        } as core.AcquireResult);
+      }
+      if (lease === undefined && (!shared || held.size >= held.limit)) {
+        return this.answer(notGranted(waitMs(held, shared, now)));
+      }
+    } else if (held !== undefined) {
+      // The same owner without the lease's key is another requester (a copied owner label).
+      if (held.owner !== owner || held.keyHash !== keyHash) {
+        return this.answer(notGranted(remainingMs(held, now)));
+      }
+      if (shared) return this.answer(modeConflict());
+      lease = held;
     }
     if (lease === undefined) {
       lease = { name, owner, token: this.takeToken(), keyHash, deadline: now + ttl, heapIndex: -1 };
-      this.leases.set(name, lease);
+      let holders = 1;
+      if (!shared) this.leases.set(name, lease);
+      else if (held instanceof SharedHolders) holders = held.add(lease);
+      else this.leases.set(name, new SharedHolders(limit!, [lease]));
       this.heap.push(lease);
       if (this.watchers.has(name)) {
-        this.watchers.enqueue({ name, type: 'acquired', token: lease.token, owner });
+        this.watchers.enqueue({
+          name,
+          type: 'acquired',
+          token: lease.token,
+          owner,
+          mode: shared ? 'shared' : 'exclusive',
+          holders,
+        });
       }
     } else {
       // The same owner again (a re-sent acquire): same token, lease refreshed.
@@ -268,6 +358,7 @@ class EmbeddedStore {
       ttlMs: ttl,
       wallMs: Date.now(),
       keyHash,
+      limit,
     });
     this.watchers.drain();
     const granted = lease;
@@ -277,21 +368,21 @@ class EmbeddedStore {
     };
     if (durable === undefined) return Promise.resolve(result);
     return durable.then(() => {
-      // Never report a grant that ran out (or changed hands) while its record was synced.
-      if (this.leases.get(name) === granted && granted.deadline > this.clock.now()) return result;
+      // Never report a grant that ran out (or ended) while its record was synced. A lease
+      // leaves the heap when it ends, and never returns to it.
+      const at = this.clock.now();
+      if (granted.heapIndex >= 0 && granted.deadline > at) return result;
       const holder = this.leases.get(name);
-      return { granted: false, ttlRemainingMs: holder ? remainingMs(holder, this.clock.now()) : 0 };
+      return notGranted(holder === undefined ? 0 : waitMs(holder, shared, at));
     });
   }
 
   release({ name, token, keyHash }: core.HolderProof): Promise<boolean> {
     const refused = this.refuse();
     if (refused !== undefined) return Promise.reject(refused);
-    const lease = this.current(name, this.clock.now());
-    if (lease === undefined || !holds(lease, token, keyHash)) {
-      this.watchers.drain();
-      return Promise.resolve(false);
-    }
+    this.expireDue(this.clock.now());
+    const lease = this.holder(name, token);
+    if (lease === undefined || !holds(lease, token, keyHash)) return this.answer(false);
     const durable = this.end(lease, 'released');
     this.watchers.drain();
     return this.reply(true, durable);
@@ -308,11 +399,9 @@ class EmbeddedStore {
     const ttl = leaseMs(ttlMs);
     if (ttl === undefined) return Promise.reject(invalidTtl());
     const now = this.clock.now();
-    const lease = this.current(name, now);
-    if (lease === undefined || !holds(lease, token, keyHash)) {
-      this.watchers.drain();
-      return Promise.resolve(null);
-    }
+    this.expireDue(now);
+    const lease = this.holder(name, token);
+    if (lease === undefined || !holds(lease, token, keyHash)) return this.answer(null);
     lease.deadline = now + ttl;
     this.heap.update(lease);
     this.armTimer();
@@ -323,10 +412,11 @@ class EmbeddedStore {
       ttlMs: ttl,
       wallMs: Date.now(),
     });
+    this.watchers.drain();
     const grant: core.Grant = { name, owner: lease.owner, token, ttlMs: ttl };
     if (durable === undefined) return Promise.resolve(grant);
     return durable.then(() =>
-      this.leases.get(name) === lease && lease.deadline > this.clock.now() ? grant : null,
+      lease.heapIndex >= 0 && lease.deadline > this.clock.now() ? grant : null,
     );
   }
 
@@ -334,10 +424,9 @@ class EmbeddedStore {
     const refused = this.refuse();
     if (refused !== undefined) return Promise.reject(refused);
     const now = this.clock.now();
-    const lease = this.current(name, now);
-    this.watchers.drain();
-    if (lease === undefined) return Promise.resolve(null);
-    return Promise.resolve(state(lease, now));
+    this.expireDue(now);
+    const held = this.leases.get(name);
+    return this.answer(held === undefined ? null : state(held, now));
   }
 
   watch(name: string, listener: (event: core.LockEvent) => void): core.Unsubscribe {
@@ -348,12 +437,16 @@ class EmbeddedStore {
   revoke(name: string): Promise<boolean> {
     const refused = this.refuse();
     if (refused !== undefined) return Promise.reject(refused);
-    const lease = this.current(name, this.clock.now());
-    if (lease === undefined) {
-      this.watchers.drain();
-      return Promise.resolve(false);
+    this.expireDue(this.clock.now());
+    const held = this.leases.get(name);
+    if (held === undefined) return this.answer(false);
+    let durable: Promise<void> | undefined;
+    if (held instanceof SharedHolders) {
+      // A copy: ending a holder takes it out of the array.
+      for (const lease of [...held.holders]) durable = this.end(lease, 'revoked');
+    } else {
+      durable = this.end(held, 'revoked');
     }
-    const durable = this.end(lease, 'revoked');
     this.watchers.drain();
     return this.reply(true, durable);
   }
@@ -362,14 +455,14 @@ class EmbeddedStore {
     const refused = this.refuse();
     if (refused !== undefined) return Promise.reject(refused);
     const now = this.clock.now();
+    // Expired leases end first, so the map is not changed under the iteration below.
+    this.expireDue(now);
     const found: core.LockState[] = [];
-    // Expired leases the timer has not reached yet are skipped, not ended: ending them here
-    // would mutate the map under iteration, and the timer is about to.
-    for (const lease of this.leases.values()) {
-      if (lease.deadline > now && lease.name.startsWith(prefix)) found.push(state(lease, now));
+    for (const [name, held] of this.leases) {
+      if (name.startsWith(prefix)) found.push(state(held, now));
     }
     found.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-    return Promise.resolve(found);
+    return this.answer(found);
   }
 
   async close(): Promise<void> {
@@ -382,17 +475,59 @@ class EmbeddedStore {
   }
 }
 
+/** The same owner and key hold the name in the other mode: no upgrade or downgrade in place. */
+function modeConflict(): core.AcquireResult {
+  return { granted: false, conflict: { field: 'mode' } };
+}
+
+function notGranted(ttlRemainingMs: number): core.AcquireResult {
+  return { granted: false, ttlRemainingMs };
+}
+
+/**
+ * How long until the holder whose end would let a request in ends: a shared request at the
+ * limit waits for the soonest, an exclusive one for the latest.
+ */
+function waitMs(held: Held, shared: boolean, now: number): number {
+  if (!(held instanceof SharedHolders)) return remainingMs(held, now);
+  let deadline = shared ? Number.POSITIVE_INFINITY : Number.NEGATIVE_INFINITY;
+  for (const lease of held.holders) {
+    deadline = shared ? Math.min(deadline, lease.deadline) : Math.max(deadline, lease.deadline);
+  }
+  return Math.ceil(deadline - now);
+}
+
 /** The token, and the key's hash when one is presented (absent: an operator's token-only call). */
 function holds(lease: Lease, token: bigint, keyHash: string | undefined): boolean {
   return lease.token === token && (keyHash === undefined || lease.keyHash === keyHash);
 }
 
-function state(lease: Lease, now: number): core.LockState {
+/** Who holds a name: the highest token's holder on top, and every holder by token. */
+function state(held: Held, now: number): core.LockState {
+  if (!(held instanceof SharedHolders)) {
+    const ttlRemainingMs = remainingMs(held, now);
+    return {
+      name: held.name,
+      owner: held.owner,
+      token: held.token,
+      ttlRemainingMs,
+      mode: 'exclusive',
+      holders: [{ owner: held.owner, token: held.token, ttlRemainingMs }],
+    };
+  }
+  const top = held.holders[held.holders.length - 1]!;
   return {
-    name: lease.name,
-    owner: lease.owner,
-    token: lease.token,
-    ttlRemainingMs: remainingMs(lease, now),
+    name: top.name,
+    owner: top.owner,
+    token: top.token,
+    ttlRemainingMs: remainingMs(top, now),
+    mode: 'shared',
+    limit: held.limit,
+    holders: held.holders.map((lease) => ({
+      owner: lease.owner,
+      token: lease.token,
+      ttlRemainingMs: remainingMs(lease, now),
+    })),
   };
 }
 
@@ -405,6 +540,16 @@ function remainingMs(lease: Lease, now: number): number {
 function leaseMs(ttlMs: number): number | undefined {
   if (typeof ttlMs !== 'number' || !Number.isFinite(ttlMs)) return undefined;
   return Math.max(1, Math.ceil(ttlMs));
+}
+
+function invalidMode(): DlmError {
+  return new DlmError('INVALID_PARAMS', 'mode must be "exclusive" or "shared"', { field: 'mode' });
+}
+
+function invalidLimit(): DlmError {
+  return new DlmError('INVALID_PARAMS', "a shared lock's limit must be a positive integer", {
+    field: 'limit',
+  });
 }
 
 function invalidTtl(): DlmError {

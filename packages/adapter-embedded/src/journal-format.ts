@@ -8,6 +8,10 @@ import { crc32 } from 'node:zlib';
  *
  * Lease times are written as the remaining TTL plus the wall-clock time of writing, because the
  * monotonic clock restarts with the process.
+ *
+ * An exclusive grant is `['g', name, owner, token, ttlMs, wallMs, keyHash?]` (the format of every
+ * version); a shared grant is `['s', name, owner, token, ttlMs, wallMs, limit, keyHash?]`, a
+ * type older versions do not know, so a journal written before shared modes reads unchanged.
  */
 
 export const JOURNAL_MAGIC = Buffer.from('DLMJRNL1', 'latin1');
@@ -25,6 +29,8 @@ export type JournalRecord =
       wallMs: number;
       /** The lease key's hash (never the key); absent in journals written before it existed. */
       keyHash?: string | undefined;
+      /** Present: a `shared` holder, with the limit its name's holders agreed on. */
+      limit?: number | undefined;
     }
   | { type: 'extend'; name: string; token: bigint; ttlMs: number; wallMs: number }
   /** The lease with `token` ended: released, revoked or expired. */
@@ -36,6 +42,18 @@ export type JournalRecord =
 export function encodeRecord(record: JournalRecord): string {
   switch (record.type) {
     case 'grant':
+      if (record.limit !== undefined) {
+        return JSON.stringify([
+          's',
+          record.name,
+          record.owner,
+          record.token.toString(),
+          record.ttlMs,
+          record.wallMs,
+          record.limit,
+          ...(record.keyHash === undefined ? [] : [record.keyHash]),
+        ]);
+      }
       return JSON.stringify([
         'g',
         record.name,
@@ -133,10 +151,12 @@ function decodePayload(text: string): JournalRecord | undefined {
     return undefined;
   }
   if (!Array.isArray(value)) return undefined;
-  const [type, a, b, c, d, e, f] = value as unknown[];
+  const [type, a, b, c, d, e, f, g] = value as unknown[];
   const isText = (x: unknown): x is string => typeof x === 'string' && x.length > 0;
   const isToken = (x: unknown): x is string => typeof x === 'string' && TOKEN.test(x);
   const isMs = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x) && x >= 0;
+  const isLimit = (x: unknown): x is number =>
+    typeof x === 'number' && Number.isSafeInteger(x) && x >= 1;
   switch (type) {
     case 'g':
       if (isText(a) && isText(b) && isToken(c) && isMs(d) && isMs(e)) {
@@ -149,6 +169,21 @@ function decodePayload(text: string): JournalRecord | undefined {
           ttlMs: d,
           wallMs: e,
           keyHash: f,
+        };
+      }
+      return undefined;
+    case 's':
+      if (isText(a) && isText(b) && isToken(c) && isMs(d) && isMs(e) && isLimit(f)) {
+        if (g !== undefined && !isText(g)) return undefined;
+        return {
+          type: 'grant',
+          name: a,
+          owner: b,
+          token: BigInt(c),
+          ttlMs: d,
+          wallMs: e,
+          keyHash: g,
+          limit: f,
         };
       }
       return undefined;

@@ -50,10 +50,15 @@ export interface RecoveredLease {
   ttlMs: number;
   /** …and the wall-clock time (`Date.now()`) of that record. */
   wallMs: number;
+  /** Present: a `shared` holder, and the limit of its name. */
+  limit?: number | undefined;
 }
 
+/** A name's holders as last journaled: its one exclusive lease, or its shared ones by token. */
+export type RecoveredHolders = RecoveredLease | Map<bigint, RecoveredLease>;
+
 export interface RecoveredState {
-  leases: Map<string, RecoveredLease>;
+  leases: Map<string, RecoveredHolders>;
   /** No token above this was ever handed out (0n for a new data dir). */
   highWater: bigint;
 }
@@ -119,24 +124,41 @@ export async function openJournal(options: JournalOptions): Promise<Journal> {
       throw error;
     });
     const parsed = parseJournal(data ?? Buffer.alloc(0));
-    const leases = new Map<string, RecoveredLease>();
+    const leases = new Map<string, RecoveredHolders>();
     for (const record of parsed.records) {
       switch (record.type) {
-        case 'grant':
-          leases.set(record.name, { ...record });
+        case 'grant': {
+          const held = leases.get(record.name);
+          if (record.limit === undefined) {
+            // Exclusive: the name was free (its earlier holders' ends came first), or this is
+            // the one holder's refresh.
+            leases.set(record.name, { ...record });
+          } else if (held instanceof Map && sharedLimit(held) === record.limit) {
+            held.set(record.token, { ...record });
+          } else {
+            leases.set(record.name, new Map([[record.token, { ...record }]]));
+          }
           if (record.token > highWater) highWater = record.token;
           break;
+        }
         case 'extend': {
-          const lease = leases.get(record.name);
+          const held = leases.get(record.name);
+          const lease = held instanceof Map ? held.get(record.token) : held;
           if (lease?.token === record.token) {
             lease.ttlMs = record.ttlMs;
             lease.wallMs = record.wallMs;
           }
           break;
         }
-        case 'end':
-          if (leases.get(record.name)?.token === record.token) leases.delete(record.name);
+        case 'end': {
+          const held = leases.get(record.name);
+          if (held instanceof Map) {
+            if (held.delete(record.token) && held.size === 0) leases.delete(record.name);
+          } else if (held?.token === record.token) {
+            leases.delete(record.name);
+          }
           break;
+        }
         case 'high-water':
           if (record.token > highWater) highWater = record.token;
           break;
@@ -425,6 +447,12 @@ class FileJournal implements Journal {
     this.schedule();
     return batch.promise;
   }
+}
+
+/** The limit of a name's recovered shared holders (they all agree on it). */
+function sharedLimit(holders: Map<bigint, RecoveredLease>): number | undefined {
+  for (const lease of holders.values()) return lease.limit;
+  return undefined;
 }
 
 async function writeAll(handle: FileHandle, buffer: Buffer, position: number): Promise<number> {

@@ -29,6 +29,7 @@ describe('embedded backend semantics (in memory, manual clock)', () => {
       durableAcrossRestart: false,
       fairQueue: false,
       expiryEvents: true,
+      sharedModes: true,
     });
   });
 
@@ -45,6 +46,8 @@ describe('embedded backend semantics (in memory, manual clock)', () => {
       owner: 'alice',
       token: 1n,
       ttlRemainingMs: 700,
+      mode: 'exclusive',
+      holders: [{ owner: 'alice', token: 1n, ttlRemainingMs: 700 }],
     });
     expect(await backend.inspect('b')).toBeNull();
   });
@@ -108,11 +111,20 @@ describe('embedded backend semantics (in memory, manual clock)', () => {
     const events: LockEvent[] = [];
     backend.watch('a', (event) => events.push(event));
     const { token } = await grant('a', 'alice', 1000);
-    expect(events).toEqual([{ name: 'a', type: 'acquired', token, owner: 'alice' }]);
+    expect(events).toEqual([
+      { name: 'a', type: 'acquired', token, owner: 'alice', mode: 'exclusive', holders: 1 },
+    ]);
     clock.advance(999);
     expect(events).toHaveLength(1);
     clock.advance(1);
-    expect(events[1]).toEqual({ name: 'a', type: 'expired', token, owner: 'alice' });
+    expect(events[1]).toEqual({
+      name: 'a',
+      type: 'expired',
+      token,
+      owner: 'alice',
+      mode: 'exclusive',
+      holders: 0,
+    });
     expect(await backend.inspect('a')).toBeNull();
   });
 
@@ -144,7 +156,14 @@ describe('embedded backend semantics (in memory, manual clock)', () => {
     backend.watch('a', (event) => events.push(event));
     const { token } = await grant('a', 'alice', 1000);
     expect(await backend.revoke!('a')).toBe(true);
-    expect(events.at(-1)).toEqual({ name: 'a', type: 'revoked', token, owner: 'alice' });
+    expect(events.at(-1)).toEqual({
+      name: 'a',
+      type: 'revoked',
+      token,
+      owner: 'alice',
+      mode: 'exclusive',
+      holders: 0,
+    });
     expect(await backend.revoke!('a')).toBe(false);
     expect(await backend.release({ name: 'a', token })).toBe(false);
     expect((await grant('a', 'bob', 1000)).token).toBeGreaterThan(token);

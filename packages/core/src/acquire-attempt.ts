@@ -1,9 +1,13 @@
 import type { AcquireResult } from './backend.js';
 import { track } from './lease-tracking.js';
-import { ranOutError } from './lock-errors.js';
+import { conflictError, ranOutError } from './lock-errors.js';
 import type { NameState, QueuedAcquire, ServiceContext } from './name-state.js';
 
-/** One tryAcquire, checked so that no grant is reported already expired (S5), then followed. */
+/**
+ * One tryAcquire, checked so that no grant is reported already expired (S5), then followed.
+ * A request that can never be granted as asked (`conflict`) rejects with INVALID_PARAMS: a
+ * wait for it would only run out.
+ */
 export async function attempt(
   ctx: ServiceContext,
   state: NameState,
@@ -21,11 +25,22 @@ export async function attempt(
     undefined,
     around,
   );
-  if (!result.granted) return result;
+  if (!result.granted) {
+    if (result.conflict) throw conflictError(request, result.conflict);
+    return result;
+  }
   if (ctx.clock.now() - startedAt >= result.grant.ttlMs) {
     ctx.calls.releaseQuietly(result.grant, request.keyHash);
     throw ranOutError();
   }
-  track(ctx, state, result.grant, { leaseKey, keyHash: request.keyHash }, startedAt, onLost);
+  track(
+    ctx,
+    state,
+    result.grant,
+    { leaseKey, keyHash: request.keyHash },
+    request,
+    startedAt,
+    onLost,
+  );
   return result;
 }

@@ -21,8 +21,8 @@ export function openName(ctx: ServiceContext, name: string): NameState {
   const state: NameState = {
     name,
     queue: undefined,
-    lease: undefined,
-    holder: undefined,
+    leases: undefined,
+    holders: undefined,
     lastEnded: undefined,
     told: undefined,
     checkTimer: undefined,
@@ -46,9 +46,9 @@ export function queueOf(ctx: ServiceContext, state: NameState): WaitQueue<Queued
     ctx.settings.unknownTtlRetryMs,
     {
       attempt: (queued) => attempt(ctx, state, queued),
-      granted: (queued, grant) => toLease(grant, queued.leaseKey),
+      granted: (queued, grant) => toLease(grant, queued.leaseKey, queued.request),
       abandoned: (queued, grant) => {
-        if (state.lease?.token === grant.token) untrack(ctx, state);
+        untrack(ctx, state, grant.token);
         ctx.calls.releaseQuietly(grant, queued.request.keyHash);
       },
       lengthChanged: () => waitersChanged(ctx, state),

@@ -1,7 +1,7 @@
 import type { AcquireResult, Grant } from './backend.js';
 import { isDlmError } from './errors.js';
 import { track } from './lease-tracking.js';
-import { cancelledError, lockHeld, tooManyWaiters } from './lock-errors.js';
+import { cancelledError, conflictError, lockHeld, tooManyWaiters } from './lock-errors.js';
 import type { AcquireOptions, Lease } from './lock-service.js';
 import {
   type NameState,
@@ -49,8 +49,9 @@ export async function waitInBackend(
       around,
     );
     const grant = grantOf(ctx, result, controller.signal, request);
-    track(ctx, state, grant, { leaseKey, keyHash: request.keyHash }, clock.now(), options.onLost);
-    return toLease(grant, leaseKey);
+    const proof = { leaseKey, keyHash: request.keyHash };
+    track(ctx, state, grant, proof, request, clock.now(), options.onLost);
+    return toLease(grant, leaseKey, request);
   } finally {
     deadline.cancel();
     options.signal?.removeEventListener('abort', onAbort);
@@ -60,8 +61,9 @@ export async function waitInBackend(
 }
 
 /**
- * The grant the backend's queue answered with, or why the wait failed: its deadline (LOCK_HELD,
- * with the holder's lease left when the backend said it), its signal, or the service's close.
+ * The grant the backend's queue answered with, or why the wait failed: a conflict (the request
+ * can never be granted as asked: INVALID_PARAMS), its deadline (LOCK_HELD, with the holder's
+ * lease left when the backend said it), its signal, or the service's close.
  */
 function grantOf(
   ctx: ServiceContext,
@@ -72,6 +74,7 @@ function grantOf(
   if (result.granted && !signal.aborted) return result.grant;
   // Granted just as the wait ended: nobody will use it.
   if (result.granted) ctx.calls.releaseQuietly(result.grant, request.keyHash);
+  else if (result.conflict) throw conflictError(request, result.conflict);
   const reason: unknown = signal.reason;
   if (isDlmError(reason) && reason.code === 'LOCK_HELD' && !result.granted) {
     throw lockHeld(request.name, result.ttlRemainingMs);

@@ -31,6 +31,8 @@ export interface ErrorDetails {
   indeterminate?: boolean;
   /** `acquireAll`'s failure: the lock of the set that could not be had. */
   name?: string;
+  /** INVALID_PARAMS with field `limit`: the limit the current shared holders agreed on. */
+  limit?: number;
 }
 
 export class DlmError extends Error {

@@ -1,15 +1,18 @@
-import type { LockEvent, LockState } from './backend.js';
+import type { HolderState, LockEvent, LockState } from './backend.js';
+import { leaseOf } from './lease-tracking.js';
 import type { LockChange } from './lock-service.js';
 import { followsEnd, isCurrent, type NameState, type ServiceContext } from './name-state.js';
+import type { LockMode } from './validation.js';
 
 /**
- * The lease this service believes holds a name, for the names whose end it must see for
+ * One lease this service believes holds a name, for the names whose end it must see for
  * itself: watched names, and leases granted here on a backend without expiry events. At its
  * deadline the backend is asked, and an end it did not report is reported from here.
  */
 export interface HolderView {
   token: bigint;
   owner: string | undefined;
+  mode: LockMode;
   /** On the service's clock; undefined until a grant or `inspect` told it. */
   expiresAt: number | undefined;
   /**
@@ -22,7 +25,13 @@ export interface HolderView {
 }
 
 /**
- * Why the backend is asked about a name's holder: an end it reported without saying whose, or
+ * The holders a name's state follows: none, one (kept bare: an exclusive lock, and a Map is
+ * about 200 bytes per held name), or several shared holders by token.
+ */
+export type HolderViews = HolderView | Map<bigint, HolderView> | undefined;
+
+/**
+ * Why the backend is asked about a name's holders: an end it reported without saying whose, or
  * `unknown` (a deadline passed, a watch started, a grant's lease left is not known yet).
  */
 export type EndType = 'expired' | 'released' | 'revoked' | 'unknown';
@@ -34,20 +43,96 @@ const EVENT_GRACE_MS = 250;
 /** How soon a check that could not tell (the backend failed, or answered stale) asks again. */
 const RECHECK_MS = 1_000;
 
-/** Records what is known of the current holder. Undefined when `token` is old news. */
+export function viewOf(state: NameState, token: bigint): HolderView | undefined {
+  const { holders } = state;
+  if (holders === undefined) return undefined;
+  if (holders instanceof Map) return holders.get(token);
+  return holders.token === token ? holders : undefined;
+}
+
+/** Every holder followed, by increasing token. */
+export function viewsOf(state: NameState): HolderView[] {
+  const { holders } = state;
+  if (holders === undefined) return [];
+  if (!(holders instanceof Map)) return [holders];
+  return [...holders.values()].sort((a, b) => (a.token < b.token ? -1 : 1));
+}
+
+/** How many holders this service follows for the name. */
+export function viewCount(state: NameState): number {
+  const { holders } = state;
+  if (holders === undefined) return 0;
+  return holders instanceof Map ? holders.size : 1;
+}
+
+function highestView(state: NameState): HolderView | undefined {
+  const { holders } = state;
+  if (holders === undefined || !(holders instanceof Map)) return holders;
+  let top: HolderView | undefined;
+  for (const view of holders.values()) if (!top || view.token > top.token) top = view;
+  return top;
+}
+
+function addView(state: NameState, view: HolderView): void {
+  const { holders } = state;
+  if (holders === undefined) state.holders = view;
+  else if (holders instanceof Map) holders.set(view.token, view);
+  else
+    state.holders = new Map([
+      [holders.token, holders],
+      [view.token, view],
+    ]);
+}
+
+function removeView(state: NameState, token: bigint): boolean {
+  const { holders } = state;
+  if (holders === undefined) return false;
+  if (!(holders instanceof Map)) {
+    if (holders.token !== token) return false;
+    state.holders = undefined;
+  } else {
+    if (!holders.delete(token)) return false;
+    if (holders.size === 1) state.holders = holders.values().next().value;
+    else if (holders.size === 0) state.holders = undefined;
+  }
+  if (state.checking) state.checkAgain = true;
+  return true;
+}
+
+/**
+ * Records what is known of a holder. Undefined when `token` is old news. A new grant ends the
+ * followed holders it could not be granted beside (every earlier one for an exclusive grant,
+ * the exclusive ones for a shared grant): they are dropped without a report of their end, the
+ * grant being the news. `schedule`: arm the next check (a caller adopting many holders arms it
+ * once, after them all).
+ */
 export function see(
   ctx: ServiceContext,
   state: NameState,
   token: bigint,
   owner: string | undefined,
   expiresAt: number | undefined,
+  mode: LockMode,
+  schedule = true,
 ): HolderView | undefined {
-  let view = state.holder;
-  if (view && token < view.token) return undefined;
-  if (!view && state.lastEnded !== undefined && token <= state.lastEnded) return undefined;
-  if (!view || view.token !== token) {
-    view = { token, owner, expiresAt: undefined, counted: false, announced: false };
-    state.holder = view;
+  let view = viewOf(state, token);
+  if (!view) {
+    if (token === state.lastEnded) return undefined;
+    const top = highestView(state);
+    // Below an exclusive grant followed, or exclusive below any holder: ended already.
+    if (top && token < top.token && (top.mode === 'exclusive' || mode === 'exclusive')) {
+      return undefined;
+    }
+    if (!top && mode === 'exclusive' && state.lastEnded !== undefined && token < state.lastEnded) {
+      return undefined;
+    }
+    for (const older of viewsOf(state)) {
+      if (older.token < token && (mode === 'exclusive' || older.mode === 'exclusive')) {
+        removeView(state, older.token);
+      }
+    }
+    view = { token, owner, mode, expiresAt: undefined, counted: false, announced: false };
+    addView(state, view);
     if (state.checking) state.checkAgain = true;
   }
   view.owner = owner ?? view.owner;
@@ -55,12 +140,12 @@ export function see(
     view.expiresAt = expiresAt;
     view.counted = false;
   }
-  scheduleCheck(ctx, state);
+  if (schedule) scheduleCheck(ctx, state);
   return view;
 }
 
-export function forgetHolder(state: NameState): void {
-  state.holder = undefined;
+export function forgetHolders(state: NameState): void {
+  state.holders = undefined;
   if (state.checking) state.checkAgain = true;
   cancelCheck(state);
 }
@@ -70,24 +155,38 @@ export function cancelCheck(state: NameState): void {
   state.checkTimer = undefined;
 }
 
-/** Asks the backend about the holder in `delayMs`. */
+/** Asks the backend about the holders in `delayMs`. */
 function checkLater(ctx: ServiceContext, state: NameState, endType: EndType, delayMs: number) {
+  cancelCheck(state);
   state.checkTimer = ctx.clock.setTimer(() => {
     state.checkTimer = undefined;
     void check(ctx, state, endType);
   }, delayMs);
 }
 
-/** Asks the backend at the holder's deadline (at once when the deadline is not known yet). */
+/**
+ * When the next check is due: the soonest deadline among the holders, plus the check's delay;
+ * 0 when a holder's deadline is not known yet; undefined without holders.
+ */
+function nextCheckInMs(ctx: ServiceContext, state: NameState): number | undefined {
+  const { holders } = state;
+  if (holders === undefined) return undefined;
+  let soonest = Number.POSITIVE_INFINITY;
+  for (const view of holders instanceof Map ? holders.values() : [holders]) {
+    if (view.expiresAt === undefined) return 0;
+    soonest = Math.min(soonest, view.expiresAt);
+  }
+  return soonest - ctx.clock.now() + ctx.settings.checkDelayMs;
+}
+
+/** Asks the backend at the soonest holder's deadline (at once when one is not known yet). */
 export function scheduleCheck(ctx: ServiceContext, state: NameState): void {
   cancelCheck(state);
-  const view = state.holder;
-  if (!view || ctx.closed || !followsEnd(ctx, state)) return;
-  if (view.expiresAt === undefined) {
-    void check(ctx, state, 'unknown');
-    return;
-  }
-  checkLater(ctx, state, 'unknown', view.expiresAt - ctx.clock.now() + ctx.settings.checkDelayMs);
+  if (ctx.closed || !followsEnd(ctx, state)) return;
+  const delayMs = nextCheckInMs(ctx, state);
+  if (delayMs === undefined) return;
+  if (delayMs === 0) void check(ctx, state, 'unknown');
+  else checkLater(ctx, state, 'unknown', delayMs);
 }
 
 /**
@@ -124,104 +223,142 @@ export async function check(ctx: ServiceContext, state: NameState, endType: EndT
   reconcile(ctx, state, current, endType);
 }
 
-/** Brings the holder view in line with what `inspect` said. */
+/** Every holder a state lists (an adapter without shared modes lists only the top-level one). */
+export function holdersOf(current: LockState): HolderState[] {
+  return (
+    current.holders ?? [
+      { owner: current.owner, token: current.token, ttlRemainingMs: current.ttlRemainingMs },
+    ]
+  );
+}
+
+/** A lookup of an answer's holders by token (a Map only for several). */
+function byToken(holders: HolderState[]): (token: bigint) => HolderState | undefined {
+  if (holders.length <= 1) return (token) => (holders[0]?.token === token ? holders[0] : undefined);
+  const map = new Map(holders.map((holder) => [holder.token, holder]));
+  return (token) => map.get(token);
+}
+
+/**
+ * Brings the holder views in line with what `inspect` said. A followed holder absent from an
+ * answer whose highest token is at least its own has ended; one above the answer's highest
+ * token makes the answer stale (older than what the events said): ask again, until that
+ * holder's own deadline has passed.
+ */
 function reconcile(
   ctx: ServiceContext,
   state: NameState,
   current: LockState | null,
   endType: EndType,
 ): void {
-  const view = state.holder;
-  if (view && current && current.token <= view.token) {
-    confirmHolder(ctx, state, view, current, endType);
-    return;
+  const answer = current ? holdersOf(current) : [];
+  const find = byToken(answer);
+  const now = ctx.clock.now();
+  const mode: LockMode = current?.mode ?? 'exclusive';
+  const hadViews = state.holders !== undefined;
+  let stale = false;
+  let graceEnds = false;
+  const gone: HolderView[] = [];
+  for (const view of viewsOf(state)) {
+    const held = find(view.token);
+    if (held) confirmHolder(ctx, state, view, held);
+    else if (
+      current &&
+      view.token > current.token &&
+      (view.expiresAt === undefined || now < view.expiresAt)
+    ) {
+      stale = true;
+    } else if (endType === 'unknown' && (view.expiresAt === undefined || now < view.expiresAt)) {
+      // Gone before its deadline: the backend's event about it (which says released or
+      // revoked) is given a moment.
+      view.expiresAt = now;
+      view.counted = false;
+      graceEnds = true;
+    } else gone.push(view);
   }
-  if (view) {
-    if (!holderGone(ctx, state, view, endType)) return;
-  } else if (!current && endType !== 'unknown' && state.told !== false) {
-    announce(state, { name: state.name, held: false, type: endType });
+  for (const view of gone) {
+    holderGone(ctx, state, view, endType);
+    if (!isCurrent(ctx, state)) return;
   }
-  if (current && !state.holder) adoptHolder(ctx, state, current);
+  // Adopting a newer holder now would drop an ended one unreported: after the grace, then.
+  if (!stale && !graceEnds) {
+    for (const holder of answer) {
+      if (!viewOf(state, holder.token)) adoptHolder(ctx, state, holder, mode);
+    }
+  }
+  if (!hadViews && !current && endType !== 'unknown' && state.told !== false) {
+    announce(state, { name: state.name, held: false, type: endType, holders: 0 });
+  }
+  if (stale || graceEnds) {
+    const dueMs = nextCheckInMs(ctx, state) ?? Number.POSITIVE_INFINITY;
+    const againMs = graceEnds ? EVENT_GRACE_MS : RECHECK_MS;
+    checkLater(ctx, state, graceEnds ? 'unknown' : endType, Math.min(Math.max(dueMs, 1), againMs));
+  } else scheduleCheck(ctx, state);
 }
 
-/** The backend still names the lease we follow (or an older one): learn its deadline. */
+/** The backend still names a lease we follow: learn its deadline. */
 function confirmHolder(
   ctx: ServiceContext,
   state: NameState,
   view: HolderView,
-  current: LockState,
-  endType: EndType,
+  held: HolderState,
 ): void {
-  if (current.token < view.token) {
-    // An answer older than what the events said: ask again a little later.
-    checkLater(ctx, state, endType, RECHECK_MS);
-    return;
-  }
-  const expiresAt = ctx.clock.now() + current.ttlRemainingMs;
+  const expiresAt = ctx.clock.now() + held.ttlRemainingMs;
   // Only a deadline the backend counted before can show an extension: its lease ends a
-  // little after a local grant's count, without anyone extending it.
+  // little after a local grant's count, without anyone extending it; and a first deadline
+  // (a grant heard of by its event) is news of no extension.
   const longer =
-    view.expiresAt === undefined || (view.counted && expiresAt - view.expiresAt > EXTENDED_BY_MS);
+    view.counted && view.expiresAt !== undefined && expiresAt - view.expiresAt > EXTENDED_BY_MS;
   view.expiresAt = expiresAt;
   view.counted = true;
-  view.owner ??= current.owner;
+  view.owner ??= held.owner;
+  // Watchers told the name was free hear of it; one followed since before the watch began is
+  // what a new watcher reads for itself.
   if (!view.announced && state.told === false) {
     view.announced = true;
     announce(state, heldChange(ctx, state, 'acquired', view));
   } else if (longer && view.announced) {
     announce(state, heldChange(ctx, state, 'extended', view));
   }
-  scheduleCheck(ctx, state);
 }
 
 /**
- * The lease we follow is gone. Before its deadline, the backend's event about it (which says
- * released or revoked) is given a moment; after it, or when the backend reported an end without
- * saying whose, the end is reported from here. False: nothing more to do for now.
+ * A lease we follow is gone after its deadline, or the backend reported an end without saying
+ * whose: the end is reported from here.
  */
-function holderGone(
-  ctx: ServiceContext,
-  state: NameState,
-  view: HolderView,
-  endType: EndType,
-): boolean {
-  const now = ctx.clock.now();
-  if (endType === 'unknown' && (view.expiresAt === undefined || now < view.expiresAt)) {
-    view.expiresAt = now;
-    view.counted = false;
-    checkLater(ctx, state, 'unknown', EVENT_GRACE_MS);
-    return false;
-  }
+function holderGone(ctx: ServiceContext, state: NameState, view: HolderView, endType: EndType) {
   // The lease ended and the backend did not say so (no expiry events, or a lost event), or
   // said so without saying whose. A lease held through here that was not released here is
   // reported lost: an end without a token may be anyone's (on Redlock, a failed attempt's
   // clean-up), and a holder must never miss its lock.lost.
   const type =
-    endType === 'unknown' || (endType === 'released' && state.lease?.token === view.token)
+    endType === 'unknown' || (endType === 'released' && leaseOf(state, view.token))
       ? 'expired'
       : endType;
   ctx.onEvent(state, {
     name: state.name,
     type,
     token: view.token,
+    mode: view.mode,
     ...(view.owner === undefined ? {} : { owner: view.owner }),
   });
-  return isCurrent(ctx, state);
 }
 
 /** A holder the service did not know of: follow it from now on. */
-function adoptHolder(ctx: ServiceContext, state: NameState, current: LockState): void {
-  const adopted = see(
-    ctx,
-    state,
-    current.token,
-    current.owner,
-    ctx.clock.now() + current.ttlRemainingMs,
-  );
-  if (adopted) adopted.counted = true;
-  // Watchers told it was free hear that it is held again. A new watcher reads the state
-  // itself, but the backend's event about this grant may still be on its way: let it pass.
-  if (adopted && state.told === false) {
+function adoptHolder(
+  ctx: ServiceContext,
+  state: NameState,
+  holder: HolderState,
+  mode: LockMode,
+): void {
+  const expiresAt = ctx.clock.now() + holder.ttlRemainingMs;
+  const adopted = see(ctx, state, holder.token, holder.owner, expiresAt, mode, false);
+  if (!adopted) return;
+  adopted.counted = true;
+  // Watchers told something before hear of this holder (a shared one beside those they know
+  // of, or any after the name was free). A new watcher reads the state itself, but the
+  // backend's event about this grant may still be on its way: let it pass.
+  if (state.told !== undefined) {
     adopted.announced = true;
     announce(state, heldChange(ctx, state, 'acquired', adopted));
   }
@@ -232,6 +369,7 @@ function heldChange(
   state: NameState,
   type: 'acquired' | 'extended',
   view: HolderView,
+  holders = viewCount(state),
 ): LockChange {
   return {
     name: state.name,
@@ -239,6 +377,8 @@ function heldChange(
     type,
     ...(view.owner === undefined ? {} : { owner: view.owner }),
     token: view.token,
+    mode: view.mode,
+    holders: Math.max(1, holders),
     ...(view.expiresAt === undefined
       ? {}
       : { ttlRemainingMs: Math.max(0, Math.ceil(view.expiresAt - ctx.clock.now())) }),
@@ -256,7 +396,7 @@ export function announce(state: NameState, change: LockChange): void {
   }
 }
 
-/** Brings the holder view in line with a backend event: the change to tell, if any. */
+/** Brings the holder views in line with a backend event: the change to tell, if any. */
 export function holderChange(
   ctx: ServiceContext,
   state: NameState,
@@ -264,22 +404,43 @@ export function holderChange(
 ): LockChange | undefined {
   if (event.type === 'acquired') return grantSeen(ctx, state, event);
   const { token } = event;
-  const view = state.holder;
   if (token === undefined) {
     // The backend cannot say which lease ended (a wake-up after a reconnect; on Redlock, a
-    // failed attempt's clean-up looks the same): where this service follows the holder, the
+    // failed attempt's clean-up looks the same): where this service follows the holders, the
     // backend is asked, and watchers hear what it says.
     if (followsEnd(ctx, state)) {
       void check(ctx, state, event.type);
       return undefined;
     }
-    return { name: state.name, held: false, type: event.type };
+    const holders = event.holders ?? 0;
+    return { name: state.name, held: holders > 0, type: event.type, holders };
   }
-  if (token === state.lastEnded || (view && token < view.token)) return undefined;
-  state.lastEnded = token;
-  if (view?.token === token) forgetHolder(state);
-  const owner = event.owner === undefined ? {} : { owner: event.owner };
-  return { name: state.name, held: false, type: event.type, token, ...owner };
+  const view = viewOf(state, token);
+  if (!view) {
+    const top = highestView(state);
+    // Old news: reported already (the highest end reported is at least its token), or below
+    // a holder followed now.
+    const { lastEnded } = state;
+    if ((lastEnded !== undefined && token <= lastEnded) || (top && token < top.token)) {
+      return undefined;
+    }
+  }
+  if (state.lastEnded === undefined || token > state.lastEnded) state.lastEnded = token;
+  if (view) {
+    removeView(state, token);
+    scheduleCheck(ctx, state);
+  }
+  const holders = event.holders ?? viewCount(state);
+  const mode = view?.mode ?? event.mode;
+  return {
+    name: state.name,
+    held: holders > 0,
+    type: event.type,
+    token,
+    ...(event.owner === undefined ? {} : { owner: event.owner }),
+    ...(mode === undefined ? {} : { mode }),
+    holders,
+  };
 }
 
 /** A grant the backend reported: the `acquired` change, unless watchers heard of it already. */
@@ -289,13 +450,15 @@ function grantSeen(
   event: LockEvent,
 ): LockChange | undefined {
   if (event.token === undefined) {
-    // Whose grant? Ask, when this service follows the name's holder.
+    // Whose grant? Ask, when this service follows the name's holders.
     if (followsEnd(ctx, state)) void check(ctx, state, 'unknown');
     const owner = event.owner === undefined ? {} : { owner: event.owner };
-    return { name: state.name, held: true, type: 'acquired', ...owner };
+    const mode = event.mode === undefined ? {} : { mode: event.mode };
+    const holders = event.holders ?? Math.max(1, viewCount(state));
+    return { name: state.name, held: true, type: 'acquired', ...owner, ...mode, holders };
   }
-  const view = see(ctx, state, event.token, event.owner, undefined);
+  const view = see(ctx, state, event.token, event.owner, undefined, event.mode ?? 'exclusive');
   if (!view || view.announced) return undefined;
   view.announced = true;
-  return heldChange(ctx, state, 'acquired', view);
+  return heldChange(ctx, state, 'acquired', view, event.holders);
 }

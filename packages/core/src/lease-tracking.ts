@@ -3,6 +3,7 @@ import { cancelCheck, see } from './holder-view.js';
 import type { LostEvent } from './lock-service.js';
 import { followsEnd, type NameState, type ServiceContext } from './name-state.js';
 import type { Proof } from './proofs.js';
+import type { LockMode } from './validation.js';
 
 /** A lease granted through this service, whose holder is told when it ends (`onLost`). */
 export interface TrackedLease {
@@ -11,7 +12,67 @@ export interface TrackedLease {
   /** Kept so that the service's own caller may release, extend or re-acquire without it. */
   leaseKey: string;
   keyHash: string;
+  mode: LockMode;
+  /** The holders' limit the lease was granted with (1 for `exclusive`). */
+  limit: number;
   onLost: ((event: LostEvent) => void) | undefined;
+}
+
+/**
+ * The leases a name's state follows: none, one (the exclusive case, and most shared ones), or
+ * several shared holders through this service, by token. One lease is kept bare: a Map costs
+ * about 200 bytes, and the scale benchmark counts the heap per held lock.
+ */
+export type TrackedLeases = TrackedLease | Map<bigint, TrackedLease> | undefined;
+
+/** The lease with `token` this service follows for the name, if any. */
+export function leaseOf(state: NameState, token: bigint): TrackedLease | undefined {
+  const { leases } = state;
+  if (leases === undefined) return undefined;
+  if (leases instanceof Map) return leases.get(token);
+  return leases.token === token ? leases : undefined;
+}
+
+/** Every lease this service follows for the name, by increasing token. */
+export function leasesOf(state: NameState): TrackedLease[] {
+  const { leases } = state;
+  if (leases === undefined) return [];
+  if (!(leases instanceof Map)) return [leases];
+  return [...leases.values()].sort((a, b) => (a.token < b.token ? -1 : 1));
+}
+
+function addLease(state: NameState, lease: TrackedLease): void {
+  const { leases } = state;
+  if (leases === undefined) state.leases = lease;
+  else if (leases instanceof Map) leases.set(lease.token, lease);
+  else
+    state.leases = new Map([
+      [leases.token, leases],
+      [lease.token, lease],
+    ]);
+}
+
+function removeLease(state: NameState, token: bigint): TrackedLease | undefined {
+  const { leases } = state;
+  if (leases === undefined) return undefined;
+  if (!(leases instanceof Map)) {
+    if (leases.token !== token) return undefined;
+    state.leases = undefined;
+    return leases;
+  }
+  const lease = leases.get(token);
+  if (!lease) return undefined;
+  leases.delete(token);
+  // Back to the bare slot once one lease is left.
+  if (leases.size === 1) state.leases = leases.values().next().value;
+  else if (leases.size === 0) state.leases = undefined;
+  return lease;
+}
+
+/** The mode and limit a lease was asked with. */
+export interface LeaseSpec {
+  mode: LockMode;
+  limit: number;
 }
 
 /**
@@ -23,40 +84,73 @@ export function track(
   state: NameState,
   grant: Grant,
   { leaseKey, keyHash }: Proof,
+  { mode, limit }: LeaseSpec,
   startedAt: number,
   onLost: ((event: LostEvent) => void) | undefined,
 ): void {
   // This lease's end overtook the reply (a release racing an idempotent re-acquire of the
   // same lease): it is over already, nothing to follow.
   if (grant.token === state.lastEnded) return;
-  const previous = state.lease;
-  if (previous && previous.token !== grant.token) lose(ctx, state, 'expired');
-  const lease: TrackedLease = state.lease ?? {
-    token: grant.token,
-    owner: grant.owner,
-    leaseKey,
-    keyHash,
-    onLost: undefined,
-  };
+  let lease = leaseOf(state, grant.token);
+  if (!lease) {
+    // A newer grant ends the leases it could not be granted beside: every earlier one for an
+    // exclusive grant, the exclusive ones for a shared grant.
+    endOlder(ctx, state, grant.token, mode);
+    lease = { token: grant.token, owner: grant.owner, leaseKey, keyHash, mode, limit, onLost };
+    addLease(state, lease);
+  }
   lease.onLost = onLost ?? lease.onLost;
-  state.lease = lease;
-  see(ctx, state, grant.token, grant.owner, startedAt + grant.ttlMs);
+  see(ctx, state, grant.token, grant.owner, startedAt + grant.ttlMs, mode);
 }
 
-/** Stops following the name's lease (released, lost, given back). */
-export function untrack(ctx: ServiceContext, state: NameState): TrackedLease | undefined {
-  const lease = state.lease;
+/** Leases below `token` that a grant in `mode` with `token` proves ended: they are lost. */
+function endOlder(ctx: ServiceContext, state: NameState, token: bigint, mode: LockMode): void {
+  for (const lease of leasesOf(state)) {
+    if (lease.token < token && (mode === 'exclusive' || lease.mode === 'exclusive')) {
+      lose(ctx, state, lease.token, 'expired');
+    }
+  }
+}
+
+/** Stops following the lease `token` (released, lost, given back). */
+export function untrack(
+  ctx: ServiceContext,
+  state: NameState,
+  token: bigint,
+): TrackedLease | undefined {
+  const lease = removeLease(state, token);
   if (!lease) return undefined;
-  state.lease = undefined;
   if (!followsEnd(ctx, state)) cancelCheck(state);
   return lease;
 }
 
-/** The lease ended other than by its holder's release: the observer and the holder hear it. */
-export function lose(ctx: ServiceContext, state: NameState, reason: LostEvent['reason']): void {
-  const lease = untrack(ctx, state);
-  if (!lease) return;
-  const event: LostEvent = { name: state.name, token: lease.token, reason };
+/** Stops following every lease of the name, telling nobody (the service closes). */
+export function untrackAll(ctx: ServiceContext, state: NameState): void {
+  for (const lease of leasesOf(state)) untrack(ctx, state, lease.token);
+}
+
+/**
+ * The lease `token` ended other than by its holder's release: the observer and the holder hear
+ * it.
+ */
+export function lose(
+  ctx: ServiceContext,
+  state: NameState,
+  token: bigint,
+  reason: LostEvent['reason'],
+): void {
+  const lease = untrack(ctx, state, token);
+  if (lease) tellLost(ctx, state.name, lease, reason);
+}
+
+/** The observer and the holder of `lease` (no longer followed) hear that it was lost. */
+export function tellLost(
+  ctx: ServiceContext,
+  name: string,
+  lease: TrackedLease,
+  reason: LostEvent['reason'],
+): void {
+  const event: LostEvent = { name, token: lease.token, reason };
   ctx.notify('lost', event);
   if (!lease.onLost) return;
   try {
@@ -66,16 +160,19 @@ export function lose(ctx: ServiceContext, state: NameState, reason: LostEvent['r
   }
 }
 
-/** What a backend event means for the lease this service follows for the name. */
+/** What a backend event means for the leases this service follows for the name. */
 export function leaseHears(ctx: ServiceContext, state: NameState, event: LockEvent): void {
-  const lease = state.lease;
-  if (!lease) return;
-  if (event.token === lease.token) {
-    if (event.type === 'expired' || event.type === 'revoked') lose(ctx, state, event.type);
-    else if (event.type === 'released') untrack(ctx, state);
-  } else if (event.type === 'acquired' && event.token !== undefined && event.token > lease.token) {
-    // Somebody else holds it now, so our lease ended without us seeing it end. An older
-    // grant's event may arrive late (events and replies travel apart): ignore those.
-    lose(ctx, state, 'expired');
+  if (state.leases === undefined) return;
+  const { token } = event;
+  if (token === undefined) return;
+  if (event.type === 'acquired') {
+    // Somebody else was granted it: the leases it could not be granted beside ended without
+    // us seeing them end. An older grant's event may arrive late (events and replies travel
+    // apart): `endOlder` only looks below its token.
+    endOlder(ctx, state, token, event.mode ?? 'exclusive');
+  } else if (event.type === 'expired' || event.type === 'revoked') {
+    lose(ctx, state, token, event.type);
+  } else if (event.type === 'released') {
+    untrack(ctx, state, token);
   }
 }

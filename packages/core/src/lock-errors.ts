@@ -1,4 +1,6 @@
+import type { LockConflict } from './backend.js';
 import { DlmError, isDlmError } from './errors.js';
+import type { LockMode } from './validation.js';
 
 /** The answer to an acquire that found the lock held (a try-lock, or a wait at its deadline). */
 export function lockHeld(name: string, ttlRemainingMs: number | undefined): DlmError {
@@ -41,4 +43,28 @@ export function asDlmError(error: unknown): DlmError {
   return new DlmError('INTERNAL', error instanceof Error ? error.message : String(error), {
     cause: error,
   });
+}
+
+/**
+ * A request the holders refuse as asked (`AcquireResult.conflict`), in the user's terms:
+ * INVALID_PARAMS with the field to change, and for a limit the holders' own (`details.limit`).
+ */
+export function conflictError(
+  request: { name: string; owner: string; mode: LockMode; limit: number },
+  conflict: LockConflict,
+): DlmError {
+  const name = JSON.stringify(request.name);
+  if (conflict.field === 'limit') {
+    return new DlmError(
+      'INVALID_PARAMS',
+      `limit ${request.limit} differs from the holders' limit ${conflict.limit} of lock ${name}`,
+      { field: 'limit', limit: conflict.limit },
+    );
+  }
+  const held = request.mode === 'shared' ? 'exclusive' : 'shared';
+  return new DlmError(
+    'INVALID_PARAMS',
+    `owner ${JSON.stringify(request.owner)} holds ${name} in mode ${held}: release it before acquiring it ${request.mode}`,
+    { field: 'mode' },
+  );
 }

@@ -5,8 +5,23 @@ import { onBackendEvent, openName, queueOf } from './backend-events.js';
 import { waitInBackend } from './backend-wait.js';
 import { type Clock, systemClock } from './clock.js';
 import { DlmError } from './errors.js';
-import { cancelCheck, check, forgetHolder, scheduleCheck } from './holder-view.js';
-import { lose, track, untrack } from './lease-tracking.js';
+import {
+  cancelCheck,
+  check,
+  forgetHolders,
+  holdersOf,
+  scheduleCheck,
+  viewOf,
+} from './holder-view.js';
+import {
+  type LeaseSpec,
+  leaseOf,
+  lose,
+  tellLost,
+  track,
+  untrack,
+  untrackAll,
+} from './lease-tracking.js';
 import {
   cancelledError,
   lockHeld,
@@ -44,8 +59,10 @@ export interface Lease {
   owner: string;
   token: bigint;
   ttlMs: number;
-  /** How it is held; always `exclusive` until shared modes are granted. */
+  /** How it is held: the request's mode. */
   mode: LockMode;
+  /** With `shared`: the most holders at once, which every holder of the name agreed on. */
+  limit?: number;
   /**
    * The secret that proves holding (see `AcquireOptions.leaseKey`). Only the acquire's caller
    * gets it; never show it in logs, `get`, `watch` or anything a non-holder sees.
@@ -72,6 +89,13 @@ export interface LockChange {
   /** The holder after a grant; the ended lease's, when known, after an end. */
   owner?: string;
   token?: bigint;
+  /** The mode of the lease the change is about, when known. */
+  mode?: LockMode;
+  /**
+   * How many holders the name has after the change: from the backend's event when it says,
+   * else from the holders this service follows (0 when free). `held` is `holders > 0`.
+   */
+  holders: number;
   /** While held, the lease left, when core knows it. */
   ttlRemainingMs?: number;
 }
@@ -218,7 +242,10 @@ export function createLockService(options: LockServiceOptions): LockService {
     get: (name) => get(ctx, name),
     revoke: (name) => revoke(ctx, name),
     watch: (name, listener) => watch(ctx, name, listener),
-    holds: (name, token) => ctx.names.get(name)?.lease?.token === token,
+    holds(name, token) {
+      const state = ctx.names.get(name);
+      return state !== undefined && leaseOf(state, token) !== undefined;
+    },
     waiters(name) {
       const state = ctx.names.get(name);
       return state ? waitersOf(state) : 0;
@@ -293,7 +320,8 @@ function reportGrant(
   event: 'granted' | 'extended',
   waitedMs: number,
 ): Lease {
-  if (ctx.names.get(lease.name)?.lease?.token !== lease.token) return lease;
+  const state = ctx.names.get(lease.name);
+  if (!state || !leaseOf(state, lease.token)) return lease;
   if (event === 'granted') ctx.notify('granted', lease, waitedMs);
   else ctx.notify('extended', lease);
   return lease;
@@ -311,7 +339,8 @@ async function acquire(ctx: ServiceContext, options: AcquireOptions): Promise<Le
   assertOpen(ctx);
   if (options.signal?.aborted) throw cancelledError();
   const state = openName(ctx, name);
-  const { leaseKey, keyHash, isHolder } = acquireProof(state, owner, givenKey);
+  const { leaseKey, keyHash, holder } = acquireProof(state, owner, givenKey, mode);
+  const isHolder = holder !== undefined;
   const queued: QueuedAcquire = {
     request: { name, owner, ttlMs, keyHash, mode, limit },
     leaseKey,
@@ -363,7 +392,7 @@ async function tryOnce(
     throw lockHeld(state.name, state.queue?.headTtlRemainingMs);
   }
   const result = await attempt(ctx, state, queued);
-  if (result.granted) return toLease(result.grant, queued.leaseKey);
+  if (result.granted) return toLease(result.grant, queued.leaseKey, queued.request);
   throw lockHeld(state.name, result.ttlRemainingMs);
 }
 
@@ -384,14 +413,15 @@ async function release(ctx: ServiceContext, request: ReleaseRequest): Promise<vo
     request.aroundBackendCall,
   );
   const state = ctx.names.get(name);
-  const tracked = state?.lease?.token === token ? state.lease : undefined;
-  if (released && state?.holder?.token === token) {
+  const tracked = state ? leaseOf(state, token) : undefined;
+  const view = state ? viewOf(state, token) : undefined;
+  if (released && state && view) {
     // Watchers hear it now; the backend's own event about it is then old news.
-    ctx.onEvent(state, { name, type: 'released', token });
+    ctx.onEvent(state, { name, type: 'released', token, mode: view.mode });
   } else if (state && tracked && (released || tracked.keyHash === keyHash)) {
     // Refused with the lease's own key: it has ended. Refused with another key: it is still
     // the holder's, who must go on hearing of it (lock.lost) and using it without a key.
-    untrack(ctx, state);
+    untrack(ctx, state, token);
     dropIfIdle(ctx, state);
   }
   if (!released) throw notHolderError(name, token);
@@ -420,39 +450,87 @@ async function extend(ctx: ServiceContext, options: ExtendOptions): Promise<Leas
     );
     if (!grant) throw notHolderError(name, token);
     if (ctx.clock.now() - startedAt >= grant.ttlMs) throw ranOutError();
-    track(ctx, state, grant, proof, startedAt, options.onLost);
-    return reportGrant(ctx, toLease(grant, leaseKey), 'extended', 0);
+    const spec = leaseOf(state, token) ?? (await specOf(ctx, name, token));
+    track(ctx, state, grant, proof, spec, startedAt, options.onLost);
+    return reportGrant(ctx, toLease(grant, leaseKey, spec), 'extended', 0);
   } finally {
     state.busy -= 1;
     dropIfIdle(ctx, state);
   }
 }
 
+/**
+ * The mode and limit of a lease extended here that this service does not follow (granted
+ * through another instance): the backend's holders say. Exclusive on a backend without shared
+ * modes, and when the backend no longer lists the lease.
+ */
+async function specOf(ctx: ServiceContext, name: string, token: bigint): Promise<LeaseSpec> {
+  const exclusive: LeaseSpec = { mode: 'exclusive', limit: 1 };
+  if (!ctx.backend.capabilities.sharedModes) return exclusive;
+  const current = normalState(
+    await ctx.calls.bounded('inspect', 'inspect', () => ctx.backend.inspect(name)),
+  );
+  if (current?.mode !== 'shared' || !current.holders?.some((holder) => holder.token === token)) {
+    return exclusive;
+  }
+  return { mode: 'shared', limit: current.limit ?? ctx.limits.maxHolders };
+}
+
+/** A backend's answer with `mode` and `holders` always filled (an adapter may leave them out). */
+function normalState(current: LockState | null): LockState | null {
+  if (!current || (current.mode !== undefined && current.holders !== undefined)) return current;
+  return { ...current, mode: current.mode ?? 'exclusive', holders: holdersOf(current) };
+}
+
 async function get(ctx: ServiceContext, name: string): Promise<LockState | null> {
   ctx.checkName(name);
   assertOpen(ctx);
-  return ctx.calls.bounded('inspect', 'inspect', () => ctx.backend.inspect(name));
+  return normalState(
+    await ctx.calls.bounded('inspect', 'inspect', () => ctx.backend.inspect(name)),
+  );
 }
 
+/**
+ * Ends every holder of `name`: the backend's revoke, else (an operator's action) a release of
+ * each holder `inspect` lists by its token alone. Each holder followed here hears it.
+ */
 async function revoke(ctx: ServiceContext, name: string): Promise<LockState | null> {
   ctx.checkName(name);
   assertOpen(ctx);
   const { backend, calls } = ctx;
-  const current = await calls.bounded('inspect', 'inspect', () => backend.inspect(name));
+  const current = normalState(
+    await calls.bounded('inspect', 'inspect', () => backend.inspect(name)),
+  );
   if (!current) return null;
-  // An operator's action: the token alone (no key) ends the lease on a backend without revoke.
-  const revoked = backend.revoke
-    ? await calls.bounded('revoke', 'revoke', () => backend.revoke!(name))
-    : await calls.bounded('release', 'release', () =>
-        backend.release({ name, token: current.token }),
-      );
-  if (!revoked) return null;
-  const state = ctx.names.get(name);
-  if (state?.holder?.token === current.token) {
-    ctx.onEvent(state, { name, type: 'revoked', token: current.token });
-  } else if (state?.lease?.token === current.token) {
-    lose(ctx, state, 'revoked');
-    dropIfIdle(ctx, state);
+  let ended = current.holders!;
+  // The backend's events about these ends may come before the answer, and a release's event
+  // untracks a lease without telling its holder: who held what here is taken before.
+  const before = ctx.names.get(name);
+  const ours = before ? ended.map(({ token }) => leaseOf(before, token)) : [];
+  if (backend.revoke) {
+    if (!(await calls.bounded('revoke', 'revoke', () => backend.revoke!(name)))) return null;
+  } else {
+    const released = await Promise.all(
+      ended.map(({ token }) =>
+        calls.bounded('release', 'release', () => backend.release({ name, token })),
+      ),
+    );
+    ended = ended.filter((_, index) => released[index]);
+    if (ended.length === 0) return null;
+  }
+  for (const [index, { token }] of current.holders!.entries()) {
+    if (!ended.some((holder) => holder.token === token)) continue;
+    const state = ctx.names.get(name);
+    if (state && viewOf(state, token)) {
+      ctx.onEvent(state, { name, type: 'revoked', token, mode: current.mode });
+    } else if (state && leaseOf(state, token)) {
+      lose(ctx, state, token, 'revoked');
+      dropIfIdle(ctx, state);
+    } else {
+      const lease = ours[index];
+      // Untracked by the release's own event, which does not say it was a revocation.
+      if (lease && !backend.revoke) tellLost(ctx, name, lease, 'revoked');
+    }
   }
   return current;
 }
@@ -470,7 +548,7 @@ function watch(
   state.watchers.add(listener);
   // From now on this service follows the holder: learn who it is and when its lease ends.
   if (first) {
-    if (state.holder) scheduleCheck(ctx, state);
+    if (state.holders !== undefined) scheduleCheck(ctx, state);
     else void check(ctx, state, 'unknown');
   }
   return () => {
@@ -486,8 +564,8 @@ async function close(ctx: ServiceContext): Promise<void> {
   for (const state of [...ctx.names.values()]) {
     state.queue?.close(cancelled);
     for (const controller of state.queuedInBackend ?? []) controller.abort(cancelled);
-    untrack(ctx, state);
-    forgetHolder(state);
+    untrackAll(ctx, state);
+    forgetHolders(state);
     state.watchers = undefined;
     ctx.names.delete(state.name);
     state.unsubscribe();

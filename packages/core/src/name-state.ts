@@ -1,8 +1,8 @@
 import type { LockBackend, LockEvent } from './backend.js';
 import type { BackendCalls } from './backend-calls.js';
 import type { Clock, Timer } from './clock.js';
-import type { HolderView } from './holder-view.js';
-import type { TrackedLease } from './lease-tracking.js';
+import type { HolderViews } from './holder-view.js';
+import type { TrackedLeases } from './lease-tracking.js';
 import type { Lease, LockChange, LostEvent } from './lock-service.js';
 import type { AroundBackendCall, Notify } from './observer.js';
 import type { Limits, LockMode } from './validation.js';
@@ -70,10 +70,14 @@ export interface NameState {
    * about half a kilobyte per held name.
    */
   queue: WaitQueue<QueuedAcquire, Lease> | undefined;
-  /** The lease this service granted and follows, if any. */
-  lease: TrackedLease | undefined;
-  holder: HolderView | undefined;
-  /** The last lease whose end watchers were told of: a second report of it is dropped. */
+  /** The leases this service granted and follows, by token (see `TrackedLeases`). */
+  leases: TrackedLeases;
+  /** The holders this service follows for the name (see `HolderViews`). */
+  holders: HolderViews;
+  /**
+   * The highest token whose end watchers were told of: a second report of it, or the end of an
+   * older lease not followed here, is dropped.
+   */
   lastEnded: bigint | undefined;
   /** What watchers were last told: held (true), free (false), or nothing yet. */
   told: boolean | undefined;
@@ -101,7 +105,9 @@ export function isCurrent(ctx: ServiceContext, state: NameState): boolean {
  * or a holder here waits to be told it lost a lease on a backend without expiry events.
  */
 export function followsEnd(ctx: ServiceContext, state: NameState): boolean {
-  return (state.watchers?.size ?? 0) > 0 || (ctx.settings.leaseTimers && state.lease !== undefined);
+  return (
+    (state.watchers?.size ?? 0) > 0 || (ctx.settings.leaseTimers && state.leases !== undefined)
+  );
 }
 
 /** Acquires queued in this service for the name, in either queue. */
@@ -115,7 +121,7 @@ export function waitersChanged(ctx: ServiceContext, state: NameState): void {
 
 /** Forgets the name once nothing needs it: no waits, no lease, no watchers, no calls. */
 export function dropIfIdle(ctx: ServiceContext, state: NameState): void {
-  if (state.queue?.busy || state.lease || state.watchers?.size || state.busy) return;
+  if (state.queue?.busy || state.leases !== undefined || state.watchers?.size || state.busy) return;
   if (!isCurrent(ctx, state)) return;
   ctx.names.delete(state.name);
   state.queue?.stop();

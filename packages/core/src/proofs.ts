@@ -2,9 +2,10 @@ import type { Grant } from './backend.js';
 import { DlmError } from './errors.js';
 import { MAX_TOKEN } from './fencing.js';
 import { createLeaseKey, hashLeaseKey } from './lease-key.js';
+import { type LeaseSpec, leaseOf, leasesOf, type TrackedLease } from './lease-tracking.js';
 import type { Lease } from './lock-service.js';
 import type { NameState, ServiceContext } from './name-state.js';
-import { validateLeaseKey } from './validation.js';
+import { type LockMode, validateLeaseKey } from './validation.js';
 
 /** A lease key and its hash, as a holder presents them. */
 export interface Proof {
@@ -13,15 +14,17 @@ export interface Proof {
 }
 
 /** The lease the caller gets: the grant with its key (which only the caller ever sees). */
-export function toLease(grant: Grant, leaseKey: string): Lease {
-  return {
+export function toLease(grant: Grant, leaseKey: string, { mode, limit }: LeaseSpec): Lease {
+  const lease: Lease = {
     name: grant.name,
     owner: grant.owner,
     token: grant.token,
     ttlMs: grant.ttlMs,
-    mode: 'exclusive',
+    mode,
     leaseKey,
   };
+  if (mode === 'shared') lease.limit = limit;
+  return lease;
 }
 
 export function checkToken(token: bigint): bigint {
@@ -34,20 +37,28 @@ export function checkToken(token: bigint): bigint {
 }
 
 /**
- * The key an acquire presents: the caller's, else that of the lease this service already holds
- * for `owner`, else a fresh one. `isHolder`: it is that lease's own key (an idempotent
- * re-acquire, which neither waits nor queues).
+ * The key an acquire presents: the caller's, else that of a lease this service already holds
+ * for `owner` (in `mode`, if it has one in it), else a fresh one. `holder`: the lease with that
+ * key, whose re-acquire neither waits nor queues (the same grant refreshed, or a conflict when
+ * asked in the other mode).
  */
 export function acquireProof(
   state: NameState,
   owner: string,
   givenKey: string | undefined,
-): Proof & { isHolder: boolean } {
-  const tracked = state.lease?.owner === owner ? state.lease : undefined;
+  mode: LockMode,
+): Proof & { holder: TrackedLease | undefined } {
+  let tracked: TrackedLease | undefined;
+  for (const lease of leasesOf(state)) {
+    if (lease.owner !== owner) continue;
+    if (givenKey !== undefined ? lease.leaseKey === givenKey : !tracked || lease.mode === mode) {
+      tracked = lease;
+    }
+  }
   const leaseKey = givenKey ?? tracked?.leaseKey ?? createLeaseKey();
   const keyHash =
     tracked && leaseKey === tracked.leaseKey ? tracked.keyHash : hashLeaseKey(leaseKey);
-  return { leaseKey, keyHash, isHolder: tracked?.keyHash === keyHash };
+  return { leaseKey, keyHash, holder: tracked?.keyHash === keyHash ? tracked : undefined };
 }
 
 /**
@@ -60,8 +71,8 @@ export function proofOf(
   token: bigint,
   leaseKey: unknown,
 ): Proof | null {
-  const tracked = ctx.names.get(name)?.lease;
-  const ours = tracked?.token === token ? tracked : undefined;
+  const state = ctx.names.get(name);
+  const ours = state ? leaseOf(state, token) : undefined;
   if (leaseKey === undefined) return ours ?? null;
   // The key of the lease this service tracks: its hash is known (no SHA-256 per release).
   if (ours && leaseKey === ours.leaseKey) return ours;

@@ -13,18 +13,15 @@ import { asDlmError, lockHeld } from './lock-errors.js';
  * wait that already ended is handed back (`abandoned`).
  *
  * What the engine does not know is the lock itself: `attempt` asks the backend for the head's
- * request, `granted` turns a grant into what the wait resolves with. Today every request is
- * exclusive, so the head alone is attempted and the rest wait behind it.
- *
- * The next modes are parameters of this engine, not copies of it (issue 18):
- * - a request's `mode` (`exclusive` | `shared`) and the name's holder `limit`;
- * - a grant predicate, "can the head be granted given the current holders": exclusive needs
- *   none, shared needs no exclusive holder and fewer than `limit` holders. The pump then grants
- *   consecutive heads while the predicate holds (a run of shared requests together), and stops
- *   at the first that it does not (an exclusive request behind shared holders waits, and so do
- *   the shared requests behind it: no writer starvation);
- * - several names at once: a request with a place in each name's queue, taken in one canonical
- *   order, granted name by name as it reaches each head, and given back in full if it fails.
+ * request, `granted` turns a grant into what the wait resolves with. Modes need nothing more:
+ * the backend's `tryAcquire` is the grant predicate (shared: no exclusive holder and fewer
+ * than `limit` holders; exclusive: no holder), and after a grant the next head asks at once,
+ * so a run of shared heads is granted back to back up to the limit. The first head refused
+ * stops the run: an exclusive head behind shared holders sleeps until a release or expiry
+ * wakes it, and every wait behind it (shared ones too) waits behind it, which keeps FIFO and
+ * starves no writer. An attempt that rejects (a request the holders can never grant as asked,
+ * `conflict`: INVALID_PARAMS) ends that head's wait alone, and the next head is served.
+ * A multi-lock is one wait per name, taken in one canonical order (`multi-acquire.ts`).
  */
 export interface WaitQueueHooks<R, T> {
   /** Asks the backend once for `request`; a rejection ends the head's wait with that error. */

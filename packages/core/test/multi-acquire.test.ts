@@ -154,12 +154,7 @@ describe('acquireAll', () => {
     ['a name twice', [{ name: 'v:a' }, { name: 'v:a' }], 'locks', /more than once/],
     ['an entry that is not an object', ['v:a'], 'locks', /\[0\] must be an object/],
     ['a bad name', [{ name: 'v:a' }, { name: '' }], 'name', /locks\[1\]\.name/],
-    [
-      'mode shared',
-      [{ name: 'v:a', mode: 'shared' }],
-      'mode',
-      /not supported by the embedded backend/,
-    ],
+    ['an unknown mode', [{ name: 'v:a', mode: 'read' }], 'mode', /locks\[0\]\.mode/],
     ['a limit', [{ name: 'v:a', limit: 2 }], 'limit', /only for mode "shared"/],
   ])('refuses %s (INVALID_PARAMS, field %s)', async (_, locks, field, message) => {
     const service = await openService();
@@ -173,8 +168,11 @@ describe('acquireAll', () => {
     expect(await service.get('v:a')).toBeNull();
   });
 
-  it('acquire takes mode exclusive, and refuses shared and a limit', async () => {
-    const service = await openService();
+  it('acquire takes mode exclusive, and refuses a limit, and shared where the backend has no shared modes', async () => {
+    const service = await openService({}, (real) => ({
+      ...real,
+      capabilities: { ...real.capabilities, sharedModes: false },
+    }));
     const lease = await service.acquire({
       name: 'e:a',
       owner: 'o',

@@ -323,10 +323,6 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
       server = await startDlmServer(topology);
       const run: BackendRun = { backend, topology, server, historyDir, options, log };
       await runFencedSegments(run, nemeses, control, segments);
-      if (sharedNemeses.length) {
-        const skipped = await runSharedSegments(run, sharedNemeses, segments);
-        if (skipped) sharedSkipped.push(skipped);
-      }
       if (lockNemeses.length) {
         // Two servers on one shared backend; two embedded servers would be two lock spaces.
         const servers = [server];
@@ -335,6 +331,11 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
           servers.push(second);
         }
         await runLockSegments(run, servers, lockNemeses, lockSegments);
+      }
+      // Last: a failure here (no shared grant at all) leaves the other segments' reports whole.
+      if (sharedNemeses.length) {
+        const skipped = await runSharedSegments(run, sharedNemeses, segments);
+        if (skipped) sharedSkipped.push(skipped);
       }
     } catch (error) {
       errors.push(`${backend}: ${(error as Error).stack ?? String(error)}`);

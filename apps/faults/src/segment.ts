@@ -369,6 +369,20 @@ export async function runSharedSegment(
       `${Math.round(rw.writeProbability * 100)}% writes, ${rw.processes * rw.clients} clients`,
     ],
   ];
+  const sharedGrants = run.events.filter(
+    (event) =>
+      event.kind === 'op' &&
+      event.f === 'acquire' &&
+      event.type === 'ok' &&
+      event.mode === 'shared',
+  ).length;
+  if (!sharedGrants) {
+    // A server that declares sharedModes and a client that drops `mode` would make every
+    // grant exclusive: S7 would hold vacuously.
+    throw new Error(
+      `${topology.variant} × ${options.nemesis.name}: no shared grant in the semaphore and read-write workloads (does the client pass mode?)`,
+    );
+  }
   return rows.map(([workload, name, detail]) => {
     const finalValues = name in run.finalValues ? { [name]: run.finalValues[name]! } : {};
     const check = checkHistory(onlyName(run.events, name), {

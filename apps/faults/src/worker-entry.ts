@@ -112,8 +112,9 @@ type ModeAsked = { mode: 'shared'; limit?: number } | undefined;
 async function acquire(name: string, via = client, asked?: ModeAsked): Promise<Lease | null> {
   const op = invoke('acquire', name, asked ? { mode: 'shared', ...limitOf(asked) } : {});
   try {
-    // `mode` and `limit` go through as the client passes them on (a client without shared
-    // modes would leave them out, and its grant would be exclusive: stricter, never a false S7).
+    // `mode` and `limit` go through as the client passes them on. A client without shared
+    // modes leaves them out and its lease says no mode: the grant was exclusive, and is recorded
+    // so (the shared segment then fails for want of shared grants, rather than pass vacuously).
     const options = {
       ttlMs: config.ttlMs,
       waitMs: config.waitMs,
@@ -123,7 +124,7 @@ async function acquire(name: string, via = client, asked?: ModeAsked): Promise<L
     const lease = await via.acquire(name, options);
     const token = lease.token.toString();
     const granted = lease as Lease & { mode?: 'exclusive' | 'shared'; limit?: number };
-    const mode = granted.mode ?? (asked ? 'shared' : 'exclusive');
+    const mode = granted.mode ?? 'exclusive';
     op.ok({
       token,
       ttlMs: lease.ttlMs,

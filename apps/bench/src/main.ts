@@ -89,15 +89,15 @@ async function runTarget(
     if (shared.length) {
       // A peer offers what its library has; a dlm target what its backend declares, found out
       // end to end (a backend without `sharedModes` refuses a shared acquire).
+      const refused =
+        target.kind === 'dlm' ? await probeSharedModes(running, `${prefix}:probe`) : null;
       const offered =
         target.kind === 'peer'
           ? shared.filter((workload) => target.sharedWorkloads?.includes(workload))
-          : (await probeSharedModes(running, `${prefix}:probe`))
+          : refused === null
             ? shared
             : [];
-      if (target.kind === 'dlm' && !offered.length) {
-        run.sharedSkipped = 'the backend does not declare sharedModes';
-      }
+      if (refused !== null) run.sharedSkipped = refused;
       for (const workload of offered) {
         const result = await runSharedModes(running, prefix, workload, {
           ...options.sharedModes,
@@ -281,7 +281,7 @@ function skippedShared(results: Results): string {
     .filter(([, target]) => target.runs.some((run) => run.sharedSkipped))
     .map(([id]) => `\`${id}\``);
   return skipped.length
-    ? `skipped (no \`sharedModes\`): ${skipped.join(', ')}`
+    ? `skipped (no shared grants; why: \`sharedSkipped\` in latest.json): ${skipped.join(', ')}`
     : 'no dlm target skipped them';
 }
 

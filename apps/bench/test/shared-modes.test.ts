@@ -63,10 +63,28 @@ describe('workloads 6 and 7: the holder counters', () => {
       },
       async stop() {},
     };
-    expect(await probeSharedModes(exclusiveOnly, 'p')).toBe(false);
+    expect(await probeSharedModes(exclusiveOnly, 'p')).toMatch(/second shared holder was refused/);
     expect(held).toBe(false);
-    expect(await probeSharedModes(grantsEverything, 'p')).toBe(true);
+    expect(await probeSharedModes(grantsEverything, 'p')).toBeNull();
   });
+});
+
+describe('workloads 6 and 7 on dlm: lib-embedded (core over the embedded adapter, in process)', () => {
+  it('passes the probe and runs both with no violation, the semaphore filling to its limit', async () => {
+    const [target] = createTargets(selectSpecs(['lib-embedded']), {}, { pollMs: 10, runId: 's' });
+    const running = await target!.start();
+    try {
+      expect(await probeSharedModes(running, 'probe')).toBeNull();
+      const sem = await runSharedModes(running, 'l6', 'semaphore', { ...window, ttlMs });
+      expect(sem).toMatchObject({ violations: 0, errors: 0, maxHolders: 4 });
+      const rw = await runSharedModes(running, 'l7', 'read-write', { ...window, ttlMs });
+      expect(rw).toMatchObject({ violations: 0, errors: 0 });
+      expect(rw.reads!.grants).toBeGreaterThan(0);
+      expect(rw.writes!.grants).toBeGreaterThan(0);
+    } finally {
+      await running.stop();
+    }
+  }, 60_000);
 });
 
 describe('the shared-mode peers on real services', () => {

@@ -48,19 +48,25 @@ const hold = (ms: number) =>
 /**
  * Whether a started dlm target grants shared modes end to end (its backend declares
  * `sharedModes`, and server and client carry `mode`): two clients each take a shared lease of
- * limit 2 on one name with no wait. Without shared modes the second is refused (a client that
- * drops `mode` asks for two exclusive leases) or the first already is (INVALID_PARAMS).
+ * limit 2 on one name with no wait. Null when both are granted, else why not: the first is
+ * refused (INVALID_PARAMS) where the backend has no shared modes; the second is refused where
+ * a client drops `mode` (it asked for two exclusive leases).
  */
-export async function probeSharedModes(target: RunningTarget, name: string): Promise<boolean> {
+export async function probeSharedModes(
+  target: RunningTarget,
+  name: string,
+): Promise<string | null> {
   const lockers = await Promise.all([target.connect(), target.connect()]);
   const held: Held[] = [];
   try {
     for (const locker of lockers) {
       held.push(await locker.acquire(name, { ttlMs: 5_000, waitMs: 0, mode: 'shared', limit: 2 }));
     }
-    return true;
-  } catch {
-    return false;
+    return null;
+  } catch (error) {
+    return held.length === 0
+      ? `a shared acquire was refused (the backend does not declare sharedModes): ${error instanceof Error ? error.message : String(error)}`
+      : 'a second shared holder was refused (does the client pass mode?)';
   } finally {
     await Promise.allSettled(held.map((h) => h.release()));
     await Promise.allSettled(lockers.map((locker) => locker.close()));

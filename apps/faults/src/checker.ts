@@ -775,9 +775,15 @@ function statsOf(history: Checked): CheckStats {
   };
 }
 
-/** Per fault, ms from its end to the next acknowledged write (null: none before the end). */
-function recoveryOf({ faults, ackedWrites }: Checked): (number | null)[] {
-  const writesByOk = ackedWrites.map((op) => op.done!.t).sort((a, b) => a - b);
+/**
+ * Per fault, ms from its end to the next acknowledged write (null: none before the end); in a
+ * history without writes (a semaphore's holders only hold), to the next grant.
+ */
+function recoveryOf({ faults, ackedWrites, grants }: Checked): (number | null)[] {
+  const progress = ackedWrites.length
+    ? ackedWrites.map((op) => op.done!.t)
+    : grants.map((grant) => grant.okT);
+  const writesByOk = progress.sort((a, b) => a - b);
   return faults
     .filter((fault) => fault.phase === 'end')
     .map((fault) => {

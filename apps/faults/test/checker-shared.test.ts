@@ -118,6 +118,15 @@ describe('S7 on hand-made histories (shared modes)', () => {
     expect(check(killed).counts.S7).toBe(1);
   });
 
+  it('recovery in a history without writes (a semaphore): from each fault to the next grant', () => {
+    const h = semaphoreHolders(2)
+      .fault(100, 1, 'server-kill', 'start', 'server')
+      .fault(200, 1, 'server-kill', 'end', 'server')
+      .acquire('p3', 's', 150, 260, 3, sem)
+      .release('p3', 's', 300, 301, 3);
+    expect(check(h).recoveryMs).toEqual([60]);
+  });
+
   it('exclusive-only histories stay S6 business: two exclusive holders are not S7', () => {
     const h = historyBuilder().acquire('p1', 'x', 0, 1, 1).acquire('p2', 'x', 5, 100, 2);
     expect(flagged(h)).toContain('S6');

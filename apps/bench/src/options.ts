@@ -63,7 +63,7 @@ results/RESULTS.md (--smoke: results/smoke/).
   --contenders N          workload 3: clients on the one lock (default 8)
   --shared-clients N      workloads 6 (semaphore of 4 permits) and 7 (read-write lock, 90%
                           reads): clients on the one name (default 16); measured for 2000 ms
-                          (smoke 500 ms) on dlm targets whose backend has sharedModes
+                          (smoke 300 ms) on dlm targets whose backend has sharedModes
   --duration-ms MS        workloads 2, 3 and the floors: measured window (default 2000)
   --warmup-ms MS          workloads 2, 3 and the floors: untimed run-in (default 500)
   --hold-ms MS            workload 3: hold time; 0 = one event-loop turn (default 0)
@@ -165,8 +165,8 @@ export function parseOptions(argv: string[]): BenchOptions | { help: true } | { 
     // Smoke: shorter than the others' second, to keep CI's smoke near its time.
     sharedModes: {
       clients: positive(flag('shared-clients'), 16, 'shared-clients', 2),
-      durationMs: flag('duration-ms') === undefined && smoke ? 500 : durationMs,
-      warmupMs: flag('warmup-ms') === undefined && smoke ? 100 : warmupMs,
+      durationMs: flag('duration-ms') === undefined && smoke ? 300 : durationMs,
+      warmupMs: flag('warmup-ms') === undefined && smoke ? 50 : warmupMs,
       holdMs: positive(flag('hold-ms'), 0, 'hold-ms', 0),
       waitMs: positive(flag('wait-ms'), 5_000, 'wait-ms'),
     },

@@ -15,7 +15,7 @@ import { checkIssue21, renderFloors } from './issue-21.js';
 import type { Target } from './lockers/locker.js';
 import { machineInfo, packageVersions, serviceVersions } from './machine.js';
 import { combine, type Metrics, metricsOf, type TargetRun } from './metrics.js';
-import { type BenchOptions, parseOptions, USAGE, UsageError } from './options.js';
+import { type BenchOptions, parseOptions, USAGE, UsageError, type Workload } from './options.js';
 import {
   CPU_COLUMNS,
   checkTargets,
@@ -24,6 +24,7 @@ import {
   renderMarkdown,
   renderScale,
   renderText,
+  sharedTableRows,
   type TargetFigures,
   tableRows,
 } from './report.js';
@@ -38,6 +39,12 @@ import {
 } from './targets.js';
 import { runContention } from './workloads/contention.js';
 import { runScale, type ScaleResult } from './workloads/scale.js';
+import {
+  probeSharedModes,
+  READ_FRACTION,
+  runSharedModes,
+  SEMAPHORE_LIMIT,
+} from './workloads/shared-modes.js';
 import { runThroughput } from './workloads/throughput.js';
 import { runUncontended } from './workloads/uncontended.js';
 
@@ -51,12 +58,15 @@ async function runTarget(
 ): Promise<TargetRun> {
   const run: TargetRun = {};
   const running = await target.start();
+  const wants = (workload: Workload) =>
+    options.workloads.includes(workload) &&
+    (target.onlyWorkloads === undefined || target.onlyWorkloads.includes(workload));
   try {
     const ttlMs = options.ttlMs;
-    if (options.workloads.includes('uncontended')) {
+    if (wants('uncontended')) {
       run.uncontended = await runUncontended(running, prefix, { ...options.uncontended, ttlMs });
     }
-    if (options.workloads.includes('throughput')) {
+    if (wants('throughput')) {
       run.throughput = await runThroughput(
         running,
         prefix,
@@ -64,7 +74,7 @@ async function runTarget(
         { server: running.serverPid, backend: target.backendPids?.() ?? [] },
       );
     }
-    if (options.workloads.includes('shared')) {
+    if (wants('shared')) {
       run.shared = await runThroughput(
         running,
         `${prefix}:shared`,
@@ -72,8 +82,30 @@ async function runTarget(
         { server: running.serverPid, backend: target.backendPids?.() ?? [] },
       );
     }
-    if (options.workloads.includes('contention')) {
+    if (wants('contention')) {
       run.contention = await runContention(running, prefix, { ...options.contention, ttlMs });
+    }
+    const shared = (['semaphore', 'read-write'] as const).filter(wants);
+    if (shared.length) {
+      // A peer offers what its library has; a dlm target what its backend declares, found out
+      // end to end (a backend without `sharedModes` refuses a shared acquire).
+      const refused =
+        target.kind === 'dlm' ? await probeSharedModes(running, `${prefix}:probe`) : null;
+      const offered =
+        target.kind === 'peer'
+          ? shared.filter((workload) => target.sharedWorkloads?.includes(workload))
+          : refused === null
+            ? shared
+            : [];
+      if (refused !== null) run.sharedSkipped = refused;
+      for (const workload of offered) {
+        const result = await runSharedModes(running, prefix, workload, {
+          ...options.sharedModes,
+          ttlMs,
+        });
+        if (workload === 'semaphore') run.semaphore = result;
+        else run.readWrite = result;
+      }
     }
   } catch (error) {
     run.error = error instanceof Error ? error.message : String(error);
@@ -102,6 +134,17 @@ function describeRun(run: TargetRun): string {
       `${Math.round(run.contention.handoffsPerSecond)} handoffs/s, fairness ${run.contention.fairness.toFixed(2)}, violations ${run.contention.violations}`,
     );
   }
+  if (run.semaphore) {
+    parts.push(
+      `semaphore(4): ${Math.round(run.semaphore.grantsPerSecond)} grants/s, max ${run.semaphore.maxHolders} holders, violations ${run.semaphore.violations}`,
+    );
+  }
+  if (run.readWrite) {
+    parts.push(
+      `read-write: ${Math.round(run.readWrite.grantsPerSecond)} grants/s (${run.readWrite.writes?.grants ?? 0} writes), violations ${run.readWrite.violations}`,
+    );
+  }
+  if (run.sharedSkipped) parts.push(`semaphore and read-write skipped: ${run.sharedSkipped}`);
   if (run.error) parts.push(`ERROR ${run.error}`);
   return parts.join('; ');
 }
@@ -151,6 +194,7 @@ function markdown(
   results: Results,
   rows: string[][],
   cpuRows: string[][],
+  sharedRows: string[][],
   floorsTable: string,
 ): string {
   const m = results.machine;
@@ -199,6 +243,12 @@ CPU time per acquire+release pair in the measured window, from /proc (10 ms tick
 
 ${renderMarkdown(cpuRows)}
 
+## Workloads 6 and 7: shared modes
+
+${s.sharedModes.clients} clients on one name, wait ≤ ${s.sharedModes.waitMs} ms, hold ${s.sharedModes.holdMs === 0 ? 'one event-loop turn' : `${s.sharedModes.holdMs} ms`}, ${s.sharedModes.durationMs} ms measured after ${s.sharedModes.warmupMs} ms. **6** semaphore: every acquire a permit of ${SEMAPHORE_LIMIT} (\`mode: 'shared', limit: ${SEMAPHORE_LIMIT}\`), against redis-semaphore's \`Semaphore\`. **7** read-write lock: ${Math.round(READ_FRACTION * 100)}% reads (shared), the rest writes (exclusive), against a ZooKeeper read-write lock on node-zookeeper-client by Curator's algorithm (\`read-\`/\`write-\` sequence nodes; a reader waits on the last writer ahead of it, a writer on its predecessor). Acquire latency: from the call to the grant. Violations: a grant beyond the limit, a writer beside anyone, or a reader beside a writer. Run on every dlm target whose backend has \`sharedModes\` (a probe: two shared holders at once); ${skippedShared(results)}. Ratios dlm ÷ the column's peer.
+
+${sharedRows.length > 1 ? renderMarkdown(sharedRows) : 'Not run.'}
+
 ## Workload 4: scale (embedded server, in memory; recovery on a data dir)
 
 ${
@@ -223,6 +273,16 @@ ${renderChecks(results.checks, true)}
 
 ${renderChecks(results.checksIssue21, true)}
 `;
+}
+
+/** Which dlm targets skipped workloads 6 and 7, for the report. */
+function skippedShared(results: Results): string {
+  const skipped = Object.entries(results.targets)
+    .filter(([, target]) => target.runs.some((run) => run.sharedSkipped))
+    .map(([id]) => `\`${id}\``);
+  return skipped.length
+    ? `skipped (no shared grants; why: \`sharedSkipped\` in latest.json): ${skipped.join(', ')}`
+    : 'no dlm target skipped them';
 }
 
 /** The options, or the exit code of --help, --list or a usage error. */
@@ -354,19 +414,25 @@ function failures(
   figures: Map<string, TargetFigures>,
 ): string[] {
   const failed = [...runs.values()].flat().some((run) => run.error !== undefined);
-  const violations = [...figures.values()].some((f) => f.metrics.contentionViolations > 0);
+  const violations = [...figures.values()].some(
+    (f) => f.metrics.contentionViolations > 0 || f.metrics.sharedModeViolations > 0,
+  );
   const scaleFailed = scale !== undefined && ('error' in scale || scale.errors > 0);
   const floorFailed = [...floors.values()].flat().some((f) => f.errors > 0 || f.writes === 0);
   // Zero grants under contention is a broken wait for dlm; for a polling peer on a slow
   // machine a short window can legitimately end without one.
   const empty = targets.some((target) => {
     const m = figures.get(target.id)!.metrics;
+    const ran = (workload: Workload) =>
+      options.workloads.includes(workload) &&
+      (target.onlyWorkloads === undefined || target.onlyWorkloads.includes(workload));
     return (
-      (options.workloads.includes('throughput') && !(m.throughputPairsPerSecond > 0)) ||
-      (options.workloads.includes('shared') && !(m.sharedPairsPerSecond > 0)) ||
-      (target.kind === 'dlm' &&
-        options.workloads.includes('contention') &&
-        !(m.contentionGrantsPerSecond > 0))
+      (ran('throughput') && !(m.throughputPairsPerSecond > 0)) ||
+      (ran('shared') && !(m.sharedPairsPerSecond > 0)) ||
+      (target.kind === 'dlm' && ran('contention') && !(m.contentionGrantsPerSecond > 0)) ||
+      // A workload that ran (not skipped for want of sharedModes) and granted nothing.
+      m.semaphoreGrantsPerSecond === 0 ||
+      m.readWriteGrantsPerSecond === 0
     );
   });
   return [
@@ -428,6 +494,7 @@ async function main(): Promise<number> {
   const issue21 = issue21Report(measured, figures, scaleResult, options.throughput.clients);
   const rows = tableRows(figures);
   const cpuRows = tableRows(figures, CPU_COLUMNS);
+  const sharedRows = sharedTableRows(figures);
   const results: Results = {
     mode: options.smoke ? 'smoke' : 'full',
     command: shownCommand(process.argv.slice(2)),
@@ -459,6 +526,11 @@ async function main(): Promise<number> {
       'Latencies in ms; ratios dlm ÷ peer (↓ lower is better, ↑ higher is better).\n',
     );
     process.stdout.write(`\nCPU per pair in workload 2 (µs):\n${renderText(cpuRows)}\n`);
+    if (sharedRows.length > 1) {
+      process.stdout.write(
+        `\nShared modes (6: semaphore of 4, 7: read-write 90% reads), ratios dlm ÷ the column's peer:\n${renderText(sharedRows)}\n`,
+      );
+    }
   }
   if (scaleResult) process.stdout.write(`\nScale: ${renderScale(scaleResult).join('\n       ')}\n`);
   if (issue21.floors.size) process.stdout.write(`\nBackend floors:\n${issue21.table}\n`);
@@ -470,7 +542,10 @@ async function main(): Promise<number> {
   mkdirSync(outDir, { recursive: true });
   // bigint-free by construction; NaN (not measured) becomes null in JSON.
   writeFileSync(join(outDir, 'latest.json'), `${JSON.stringify(results, null, 2)}\n`);
-  writeFileSync(join(outDir, 'RESULTS.md'), markdown(results, rows, cpuRows, issue21.table));
+  writeFileSync(
+    join(outDir, 'RESULTS.md'),
+    markdown(results, rows, cpuRows, sharedRows, issue21.table),
+  );
   log(
     `\nbench: wrote ${join(outDir, 'latest.json')} and RESULTS.md (${seconds(performance.now() - started)})`,
   );

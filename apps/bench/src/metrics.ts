@@ -1,5 +1,6 @@
 import { median } from './stats.js';
 import type { ContentionResult } from './workloads/contention.js';
+import type { SharedModesResult } from './workloads/shared-modes.js';
 import type { ThroughputResult } from './workloads/throughput.js';
 import type { UncontendedResult } from './workloads/uncontended.js';
 
@@ -10,6 +11,12 @@ export interface TargetRun {
   /** Workload 5: workload 2's callers over one shared client. */
   shared?: ThroughputResult;
   contention?: ContentionResult;
+  /** Workload 6: one semaphore. */
+  semaphore?: SharedModesResult;
+  /** Workload 7: one read-write lock. */
+  readWrite?: SharedModesResult;
+  /** Why a dlm target ran neither (its backend has no `sharedModes`). */
+  sharedSkipped?: string;
   error?: string;
 }
 
@@ -38,6 +45,15 @@ export interface Metrics {
   contentionFairness: number;
   /** Summed over runs, not a median: one violation anywhere is one too many. */
   contentionViolations: number;
+  semaphoreGrantsPerSecond: number;
+  semaphoreAcquireP50: number;
+  semaphoreAcquireP99: number;
+  readWriteGrantsPerSecond: number;
+  readWriteReadP50: number;
+  readWriteReadP99: number;
+  readWriteWriteP99: number;
+  /** Workloads 6 and 7, summed: more holders than the modes allow. */
+  sharedModeViolations: number;
   /** Summed over runs and workloads. */
   errors: number;
   /** Contention waits that ran out, summed. */
@@ -48,6 +64,7 @@ const NaN_ = Number.NaN;
 
 export function metricsOf(run: TargetRun): Metrics {
   const { uncontended: u, throughput: t, shared: sh, contention: c } = run;
+  const { semaphore: sem, readWrite: rw } = run;
   return {
     uncontendedAcquireP50: u?.acquire.p50 ?? NaN_,
     uncontendedAcquireP99: u?.acquire.p99 ?? NaN_,
@@ -70,17 +87,32 @@ export function metricsOf(run: TargetRun): Metrics {
     contentionHandoffP99: c?.handoff.p99 ?? NaN_,
     contentionFairness: c?.fairness ?? NaN_,
     contentionViolations: c?.violations ?? 0,
+    semaphoreGrantsPerSecond: sem?.grantsPerSecond ?? NaN_,
+    semaphoreAcquireP50: sem?.acquire.p50 ?? NaN_,
+    semaphoreAcquireP99: sem?.acquire.p99 ?? NaN_,
+    readWriteGrantsPerSecond: rw?.grantsPerSecond ?? NaN_,
+    readWriteReadP50: rw?.reads?.acquire.p50 ?? NaN_,
+    readWriteReadP99: rw?.reads?.acquire.p99 ?? NaN_,
+    readWriteWriteP99: rw?.writes?.acquire.p99 ?? NaN_,
+    sharedModeViolations: (sem?.violations ?? 0) + (rw?.violations ?? 0),
     errors:
       (u?.errors ?? 0) +
       (t?.errors ?? 0) +
       (sh?.errors ?? 0) +
       (c?.errors ?? 0) +
+      (sem?.errors ?? 0) +
+      (rw?.errors ?? 0) +
       (run.error ? 1 : 0),
     timeouts: c?.timeouts ?? 0,
   };
 }
 
-const SUMMED: ReadonlySet<keyof Metrics> = new Set(['contentionViolations', 'errors', 'timeouts']);
+const SUMMED: ReadonlySet<keyof Metrics> = new Set([
+  'contentionViolations',
+  'sharedModeViolations',
+  'errors',
+  'timeouts',
+]);
 
 /** Medians over runs (sums for violations, errors and timeouts). */
 export function combine(runs: Metrics[]): Metrics {

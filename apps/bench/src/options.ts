@@ -1,12 +1,15 @@
 import { type FlagOptions, integerFlag, parseFlags, UsageError } from '@dlm/flags';
 import type { ContentionOptions } from './workloads/contention.js';
 import type { ScaleOptions } from './workloads/scale.js';
+import type { SharedModesOptions } from './workloads/shared-modes.js';
 
 export const WORKLOADS = [
   'uncontended',
   'throughput',
   'shared',
   'contention',
+  'semaphore',
+  'read-write',
   'floor',
   'scale',
 ] as const;
@@ -23,6 +26,8 @@ export interface BenchOptions {
   throughput: { clients: number; durationMs: number; warmupMs: number };
   /** The run's `ttlMs` completes them. */
   contention: Omit<ContentionOptions, 'ttlMs'>;
+  /** Workloads 6 (semaphore) and 7 (read-write); the run's `ttlMs` completes them. */
+  sharedModes: Omit<SharedModesOptions, 'ttlMs'>;
   ttlMs: number;
   /** The retry interval of every polling peer (raw Redis, redlock, redis-semaphore, etcd3). */
   pollMs: number;
@@ -47,7 +52,8 @@ results/RESULTS.md (--smoke: results/smoke/).
   --repeat N              rounds of workloads 1-3, 5 and the floors, interleaved (every target
                           once per round); medians reported (default 3, smoke 1)
   --only ID,ID            targets to run (ids: see --list); default all
-  --workloads W,W         uncontended,throughput,shared,contention,floor,scale (default all);
+  --workloads W,W         uncontended,throughput,shared,contention,semaphore,read-write,floor,
+                          scale (default all);
                           floor: the plain write of etcd, ZooKeeper and the disk that the
                           selected targets' acquire p99 is held to (issue 21)
   --count N               workload 1: timed pairs (default 1000; at most 10 s)
@@ -55,6 +61,9 @@ results/RESULTS.md (--smoke: results/smoke/).
   --clients N             workloads 2 and 5: concurrent callers (default 32); in 2 each has
                           its own client, in 5 they share one
   --contenders N          workload 3: clients on the one lock (default 8)
+  --shared-clients N      workloads 6 (semaphore of 4 permits) and 7 (read-write lock, 90%
+                          reads): clients on the one name (default 16); measured for 2000 ms
+                          (smoke 300 ms) on dlm targets whose backend has sharedModes
   --duration-ms MS        workloads 2, 3 and the floors: measured window (default 2000)
   --warmup-ms MS          workloads 2, 3 and the floors: untimed run-in (default 500)
   --hold-ms MS            workload 3: hold time; 0 = one event-loop turn (default 0)
@@ -85,6 +94,7 @@ const OPTIONS = {
   warmup: { type: 'string' },
   clients: { type: 'string' },
   contenders: { type: 'string' },
+  'shared-clients': { type: 'string' },
   'duration-ms': { type: 'string' },
   'warmup-ms': { type: 'string' },
   'hold-ms': { type: 'string' },
@@ -149,6 +159,14 @@ export function parseOptions(argv: string[]): BenchOptions | { help: true } | { 
       clients: positive(flag('contenders'), 8, 'contenders', 2),
       durationMs,
       warmupMs,
+      holdMs: positive(flag('hold-ms'), 0, 'hold-ms', 0),
+      waitMs: positive(flag('wait-ms'), 5_000, 'wait-ms'),
+    },
+    // Smoke: shorter than the others' second, to keep CI's smoke near its time.
+    sharedModes: {
+      clients: positive(flag('shared-clients'), 16, 'shared-clients', 2),
+      durationMs: flag('duration-ms') === undefined && smoke ? 300 : durationMs,
+      warmupMs: flag('warmup-ms') === undefined && smoke ? 50 : warmupMs,
       holdMs: positive(flag('hold-ms'), 0, 'hold-ms', 0),
       waitMs: positive(flag('wait-ms'), 5_000, 'wait-ms'),
     },

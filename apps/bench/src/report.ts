@@ -56,6 +56,107 @@ export const CPU_COLUMNS: Column[] = [
   { key: 'throughputBackendCpuUs', title: 'services µs/pair', better: 'lower', format: rate },
 ];
 
+/**
+ * Workloads 6 and 7, each column with the peer its ratio is taken against: redis-semaphore's
+ * `Semaphore` for the semaphore, the ZooKeeper read-write recipe for the read-write lock.
+ */
+export const SHARED_COLUMNS: (Column & { peer: string })[] = [
+  {
+    key: 'semaphoreGrantsPerSecond',
+    title: '6 grants/s ↑',
+    better: 'higher',
+    format: rate,
+    peer: 'peer-redis-semaphore',
+  },
+  {
+    key: 'semaphoreAcquireP50',
+    title: '6 acq p50 ↓',
+    better: 'lower',
+    format: formatMs,
+    peer: 'peer-redis-semaphore',
+  },
+  {
+    key: 'semaphoreAcquireP99',
+    title: '6 acq p99 ↓',
+    better: 'lower',
+    format: formatMs,
+    peer: 'peer-redis-semaphore',
+  },
+  {
+    key: 'readWriteGrantsPerSecond',
+    title: '7 grants/s ↑',
+    better: 'higher',
+    format: rate,
+    peer: 'peer-zk-rwlock',
+  },
+  {
+    key: 'readWriteReadP50',
+    title: '7 read acq p50 ↓',
+    better: 'lower',
+    format: formatMs,
+    peer: 'peer-zk-rwlock',
+  },
+  {
+    key: 'readWriteReadP99',
+    title: '7 read acq p99 ↓',
+    better: 'lower',
+    format: formatMs,
+    peer: 'peer-zk-rwlock',
+  },
+  {
+    key: 'readWriteWriteP99',
+    title: '7 write acq p99 ↓',
+    better: 'lower',
+    format: formatMs,
+    peer: 'peer-zk-rwlock',
+  },
+  {
+    key: 'sharedModeViolations',
+    title: '6+7 violations',
+    better: 'none',
+    format: count,
+    peer: '',
+  },
+];
+
+const SHARED_PEERS = ['peer-redis-semaphore', 'peer-zk-rwlock'];
+
+/**
+ * Rows of workloads 6 and 7: the two peers first, then every dlm target that ran either, with
+ * a ratio row under it (each column against its own peer).
+ */
+export function sharedTableRows(figures: Map<string, TargetFigures>): string[][] {
+  const columns = SHARED_COLUMNS;
+  const rows: string[][] = [['target', ...columns.map((column) => column.title)]];
+  const ran = (f: TargetFigures) =>
+    Number.isFinite(f.metrics.semaphoreGrantsPerSecond) ||
+    Number.isFinite(f.metrics.readWriteGrantsPerSecond);
+  const cells = (f: TargetFigures) =>
+    columns.map((column) =>
+      column.better === 'none' || Number.isFinite(f.metrics[column.key])
+        ? column.format(f.metrics[column.key])
+        : '–',
+    );
+  for (const id of SHARED_PEERS) {
+    const peer = figures.get(id);
+    if (peer && ran(peer)) rows.push([peer.label, ...cells(peer)]);
+  }
+  for (const f of figures.values()) {
+    if (SHARED_PEERS.includes(f.id) || !ran(f) || !f.id.match(/^(dlm|lib)-/)) continue;
+    rows.push([f.label, ...cells(f)]);
+    rows.push([
+      '  dlm ÷ peer',
+      ...columns.map((column) => {
+        const peer = figures.get(column.peer);
+        return column.better === 'none' || !peer
+          ? ''
+          : ratio(f.metrics[column.key], peer.metrics[column.key]);
+      }),
+    ]);
+  }
+  return rows;
+}
+
 export interface TargetFigures {
   id: string;
   label: string;
@@ -93,8 +194,12 @@ export function tableRows(
       ]);
     }
   }
-  // Peers whose dlm counterpart was not run (with --only) still get their row.
-  for (const f of figures.values()) if (!shown.has(f.id)) rows.push([f.label, ...cells(f)]);
+  // Peers whose dlm counterpart was not run (with --only) still get their row, unless they ran
+  // none of these columns' workloads (the read-write recipe runs only workload 7).
+  for (const f of figures.values()) {
+    const any = columns.some((c) => c.better !== 'none' && Number.isFinite(f.metrics[c.key]));
+    if (!shown.has(f.id) && any) rows.push([f.label, ...cells(f)]);
+  }
   return rows;
 }
 

@@ -29,6 +29,7 @@ import { rawRedisTarget } from './lockers/redis-raw.js';
 import { redisSemaphoreTarget } from './lockers/redis-semaphore.js';
 import { redlockTarget } from './lockers/redlock.js';
 import { zookeeperRecipeTarget } from './lockers/zookeeper-recipe.js';
+import { zookeeperReadWriteTarget } from './lockers/zookeeper-rwlock.js';
 
 /** The real servers every target runs against, started once for the whole run. */
 export interface Services {
@@ -208,6 +209,12 @@ const SPECS: TargetSpec[] = [
     needs: ['zookeeper'],
     create: (s, settings) =>
       zookeeperRecipeTarget(s.zookeeper.connectString, `/bench-peer-${settings.runId}`),
+  },
+  {
+    id: 'peer-zk-rwlock',
+    needs: ['zookeeper'],
+    create: (s, settings) =>
+      zookeeperReadWriteTarget(s.zookeeper.connectString, `/bench-peer-rw-${settings.runId}`),
   },
   {
     id: 'peer-pg-advisory',

@@ -14,6 +14,19 @@ describe('pnpm bench flags', () => {
     expect(parseOptions(['--list'])).toEqual({ list: true });
   });
 
+  it('runs workloads 6 and 7 with 16 clients, briefly in smoke, as asked otherwise', () => {
+    const smoke = parseOptions(['--smoke']);
+    const full = parseOptions(['--shared-clients', '8', '--duration-ms', '1500']);
+    if ('help' in smoke || 'list' in smoke || 'help' in full || 'list' in full) {
+      throw new Error('expected options');
+    }
+    expect(smoke.workloads).toContain('semaphore');
+    expect(smoke.workloads).toContain('read-write');
+    expect(smoke.sharedModes).toMatchObject({ clients: 16, durationMs: 300, warmupMs: 50 });
+    expect(full.sharedModes).toMatchObject({ clients: 8, durationMs: 1_500, warmupMs: 500 });
+    expect(() => parseOptions(['--shared-clients', '1'])).toThrow(UsageError);
+  });
+
   it('takes plain milliseconds in -ms flags and says so when given a unit', () => {
     expect(() => parseOptions(['--duration-ms', '2s'])).toThrow(
       '--duration-ms must be a positive integer of milliseconds, got 2s',

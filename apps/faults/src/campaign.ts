@@ -6,7 +6,12 @@ import { type DlmServer, startDlmServer } from './dlm-server.js';
 import { expectedLinearizabilityReason, expectedReason } from './expectations.js';
 import { type LockSegmentResult, runLockSegment } from './lock-segment.js';
 import { NEMESES, type Nemesis, nemesisNamed } from './nemeses.js';
-import { runSegment, type SegmentResult, type WorkloadOptions } from './segment.js';
+import {
+  runSegment,
+  runSharedSegment,
+  type SegmentResult,
+  type WorkloadOptions,
+} from './segment.js';
 import { type BackendVariant, startTopology, type Topology } from './topology.js';
 
 export interface CampaignOptions extends WorkloadOptions {
@@ -31,6 +36,14 @@ export interface CampaignOptions extends WorkloadOptions {
   lockNemeses?: (backend: BackendVariant) => string[];
   /** Faults per linearizability segment. Default 6 s. */
   lockDurationMs?: number;
+  /**
+   * Nemesis names per backend for shared-mode segments (a semaphore and a read-write lock side
+   * by side, checked for S7); none when absent. Only on backends whose server declares
+   * `sharedModes` and strict fencing: the others are skipped with a line saying so.
+   */
+  sharedNemeses?: (backend: BackendVariant) => string[];
+  /** Faults per shared-mode segment. Default 6 s. */
+  sharedDurationMs?: number;
   historyDir?: string;
   log?: (line: string) => void;
 }
@@ -56,15 +69,18 @@ export interface SegmentReport extends SegmentResult {
 export interface CampaignResult {
   startedAt: string;
   finishedAt: string;
-  options: Omit<CampaignOptions, 'nemeses' | 'lockNemeses' | 'log'> & {
+  options: Omit<CampaignOptions, 'nemeses' | 'lockNemeses' | 'sharedNemeses' | 'log'> & {
     plan: Record<string, string[]>;
     lockPlan: Record<string, string[]>;
+    sharedPlan?: Record<string, string[]>;
   };
   segments: SegmentReport[];
   /** Linearizability segments. */
   lockSegments: LockSegmentReport[];
   /** Startup failures and the like, per backend. */
   errors: string[];
+  /** Backends whose shared-mode segments were planned but not run, and why (capability gate). */
+  sharedSkipped?: string[];
   negativeControl: { run: boolean; detected: boolean; lostUpdates: number } | undefined;
   /** No unexpected violation anywhere, and the negative control (if run) detected. */
   passed: boolean;
@@ -207,6 +223,53 @@ async function runLockSegments(
   }
 }
 
+/**
+ * The shared-mode segments (semaphore and read-write side by side), gated on what the server
+ * declares: a backend without `sharedModes` cannot grant them, and one with best-effort fencing
+ * promises no holder count (its S7 violations would all be expected). Returns why it skipped.
+ */
+async function runSharedSegments(
+  run: BackendRun,
+  nemeses: Nemesis[],
+  reports: SegmentReport[],
+): Promise<string | undefined> {
+  const { backend, topology, server, options, log } = run;
+  const { capabilities } = server;
+  const why = !capabilities.sharedModes
+    ? 'the backend does not declare sharedModes'
+    : capabilities.fencing !== 'strict'
+      ? 'best-effort fencing (no holder count is promised)'
+      : undefined;
+  if (why) {
+    log(`${backend}: semaphore and read-write workloads skipped: ${why}`);
+    return `${backend}: ${why}`;
+  }
+  for (const nemesis of nemeses) {
+    const label = `${backend} × ${nemesis.name} (semaphore + read-write)`;
+    const durationMs = options.sharedDurationMs ?? 6_000;
+    log(`${label}: ${Math.round(durationMs / 1000)} s`);
+    const results = await runSharedSegment(topology, server, {
+      ...options,
+      durationMs,
+      nemesis,
+      fencing: options.fencing,
+      dir: join(run.historyDir, backend, `shared-${nemesis.name}`),
+      log,
+    });
+    for (const result of results) {
+      const report = annotate(result, server, false);
+      reports.push(report);
+      const shown = PROPERTIES.filter((p) => report.check.counts[p])
+        .map((p) => `${p}=${report.check.counts[p]}${report.expected[p] ? ' (expected)' : ''}`)
+        .join(' ');
+      log(
+        `${label}: ${result.workload}: ${report.check.stats.ops} ops, ${report.check.stats.grants} grants, ${report.check.stats.faults} faults; ${shown || 'no violations'}`,
+      );
+    }
+  }
+  return undefined;
+}
+
 function nemesesNamed(names: string[]): Nemesis[] {
   return names.map((name) => {
     const nemesis = nemesisNamed(name);
@@ -229,7 +292,12 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
   const errors: string[] = [];
   const plan: Record<string, string[]> = {};
   const lockPlan: Record<string, string[]> = {};
+  const sharedPlan: Record<string, string[]> = {};
+  const sharedSkipped: string[] = [];
   for (const backend of options.backends) {
+    sharedPlan[backend] = (options.sharedNemeses?.(backend) ?? []).filter((name) =>
+      nemesisNamed(name)?.appliesTo(backend),
+    );
     plan[backend] = planFor(backend, options)
       .filter((nemesis) => nemesis.appliesTo(backend))
       .map((nemesis) => nemesis.name);
@@ -244,7 +312,8 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
     });
     const control = options.negativeControl && index === 0;
     const lockNemeses = nemesesNamed(lockPlan[backend] ?? []);
-    if (!nemeses.length && !control && !lockNemeses.length) continue;
+    const sharedNemeses = nemesesNamed(sharedPlan[backend] ?? []);
+    if (!nemeses.length && !control && !lockNemeses.length && !sharedNemeses.length) continue;
     log(`${backend}: starting`);
     let topology: Topology | undefined;
     let server: DlmServer | undefined;
@@ -262,6 +331,11 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
           servers.push(second);
         }
         await runLockSegments(run, servers, lockNemeses, lockSegments);
+      }
+      // Last: a failure here (no shared grant at all) leaves the other segments' reports whole.
+      if (sharedNemeses.length) {
+        const skipped = await runSharedSegments(run, sharedNemeses, segments);
+        if (skipped) sharedSkipped.push(skipped);
       }
     } catch (error) {
       errors.push(`${backend}: ${(error as Error).stack ?? String(error)}`);
@@ -281,14 +355,21 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
         lostUpdates: controlSegment?.check.counts.S3 ?? 0,
       }
     : undefined;
-  const { nemeses: _nemeses, lockNemeses: _lockNemeses, log: _log, ...rest } = options;
+  const {
+    nemeses: _nemeses,
+    lockNemeses: _lockNemeses,
+    sharedNemeses: _sharedNemeses,
+    log: _log,
+    ...rest
+  } = options;
   return {
     startedAt,
     finishedAt: new Date().toISOString(),
-    options: { ...rest, historyDir, plan, lockPlan },
+    options: { ...rest, historyDir, plan, lockPlan, sharedPlan },
     segments,
     lockSegments,
     errors,
+    sharedSkipped,
     negativeControl,
     passed:
       errors.length === 0 &&

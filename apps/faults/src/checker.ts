@@ -17,14 +17,19 @@ import type {
  * - S4: a stale holder's release or extend never succeeds once a newer holder was granted, and
  *   a release or extend by a process never granted that token (a meddler) never succeeds.
  * - S5: no grant is reported already over.
- * - S6: no client believes it holds a lease while a newer holder has been granted the lock
- *   (the client's local deadline ends before the backend's expiry).
+ * - S6: no client believes it holds an exclusive lease while a newer exclusive holder has been
+ *   granted the lock (the client's local deadline ends before the backend's expiry).
+ * - S7: never more than `limit` shared holders of a name at once, never an exclusive holder
+ *   beside a shared one, and shared holders agree on `limit` (exclusive beside exclusive is S6).
+ *   A holder holds from its grant's reply to its release's request, its reported loss or its
+ *   local deadline, whichever comes first: the part of the lease it certainly held, so that a
+ *   violation is never one of timing.
  * - L1: after a holder dies (killed or paused), the lock is free again within its lease
  *   plus `l1BoundMs`.
  * - L4: a client reports a lease lost within its local deadline (or, if it was paused then,
  *   its resumption) plus `l4BoundMs`.
  */
-export const PROPERTIES = ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'L1', 'L4'] as const;
+export const PROPERTIES = ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'L1', 'L4'] as const;
 export type Property = (typeof PROPERTIES)[number];
 
 export interface Violation {
@@ -106,6 +111,9 @@ interface Grant {
   proc: string;
   name: string;
   token: bigint;
+  /** The mode granted, and the holders' limit for `shared`. */
+  mode: 'exclusive' | 'shared';
+  limit: number | undefined;
   invokeT: number;
   okT: number;
   ttlMs: number;
@@ -116,6 +124,9 @@ interface Grant {
 }
 
 const INF = Number.POSITIVE_INFINITY;
+
+/** Two leases that cannot both hold a name at once: either is exclusive. */
+const conflicting = (a: Grant, b: Grant) => a.mode === 'exclusive' || b.mode === 'exclusive';
 const token = (text: string | undefined) => (text === undefined ? undefined : BigInt(text));
 
 /** Pairs each invoke with its completion. */
@@ -296,6 +307,8 @@ function collectGrants(ops: Op[], lostEvents: LostEvent[]) {
       proc: op.proc,
       name: op.name,
       token: op.token,
+      mode: op.done.mode ?? op.invoke.mode ?? 'exclusive',
+      limit: op.done.limit ?? op.invoke.limit,
       invokeT: op.invoke.t,
       okT: op.done.t,
       ttlMs: op.done.ttlMs ?? 0,
@@ -486,8 +499,9 @@ function checkS4({ ops, grantAt, grantsByName }: Checked, flag: Flag): void {
       });
       continue;
     }
+    // A newer shared grant does not end a shared lease: only a conflicting one does.
     const newer = (grantsByName.get(op.name) ?? []).find(
-      (g) => g !== own && g.okT > (own?.okT ?? -INF) && g.okT < op.invoke.t,
+      (g) => g !== own && conflicting(g, own) && g.okT > own.okT && g.okT < op.invoke.t,
     );
     if (newer) {
       flag({
@@ -512,7 +526,8 @@ function checkS5({ pauses, linkFaults }: Checked, grant: Grant, list: Grant[], f
   // A newer grant that completed while this one was on its way (one that completed
   // before this one was even asked for is S2's business).
   const newer = list.find(
-    (g) => g.token > grant.token && g.okT > grant.invokeT && g.okT < grant.okT,
+    (g) =>
+      g.token > grant.token && conflicting(g, grant) && g.okT > grant.invokeT && g.okT < grant.okT,
   );
   if (over || newer) {
     flag({
@@ -526,8 +541,12 @@ function checkS5({ pauses, linkFaults }: Checked, grant: Grant, list: Grant[], f
   }
 }
 
-/** S6: no overlap as the clients see it (a newer grant before this holder's own deadline). */
+/**
+ * S6: no overlap as the clients see it (a newer grant before this holder's own deadline), among
+ * exclusive leases; overlaps with a shared lease are S7's.
+ */
 function checkS6({ killed }: Checked, grant: Grant, list: Grant[], flag: Flag): void {
+  if (grant.mode !== 'exclusive') return;
   const believedUntil = Math.min(
     Math.max(...grant.renewals.map((r) => r.deadline)),
     grant.releaseInvokeT ?? INF,
@@ -535,7 +554,11 @@ function checkS6({ killed }: Checked, grant: Grant, list: Grant[], flag: Flag): 
     killed.get(grant.proc) ?? INF,
   );
   const overlapping = list.find(
-    (g) => g.token > grant.token && g.okT >= grant.okT && g.okT < believedUntil,
+    (g) =>
+      g.mode === 'exclusive' &&
+      g.token > grant.token &&
+      g.okT >= grant.okT &&
+      g.okT < believedUntil,
   );
   if (overlapping) {
     flag({
@@ -553,6 +576,64 @@ function checkS5S6(history: Checked, flag: Flag): void {
     for (const grant of list) {
       checkS5(history, grant, list, flag);
       checkS6(history, grant, list, flag);
+    }
+  }
+}
+
+/**
+ * Until when a holder certainly held its lease: its release's request, its reported loss or its
+ * local deadline (which ends before the backend's expiry), whichever is first. A killed holder's
+ * lease runs on at the backend, so a kill does not end it.
+ */
+const heldUntil = (grant: Grant) =>
+  Math.min(
+    Math.max(...grant.renewals.map((r) => r.deadline)),
+    grant.releaseInvokeT ?? INF,
+    grant.lostT ?? INF,
+  );
+
+/**
+ * S7: the holders of a name at once, checked as each grant's reply arrives (the number of
+ * holders only grows then): at most the limit of shared ones, all on one limit, and an
+ * exclusive one never beside a shared one. A name that only ever had exclusive grants is S6's.
+ */
+function checkS7({ grantsByName }: Checked, flag: Flag): void {
+  for (const [name, list] of grantsByName) {
+    if (!list.some((g) => g.mode === 'shared')) continue;
+    const sorted = [...list].sort((a, b) => a.okT - b.okT);
+    for (const [i, grant] of sorted.entries()) {
+      const holders = sorted.slice(0, i + 1).filter((g) => g === grant || heldUntil(g) > grant.okT);
+      if (heldUntil(grant) <= grant.okT || holders.length < 2) continue;
+      const shared = holders.filter((g) => g.mode === 'shared');
+      if (!shared.length) continue;
+      const others = holders.filter((g) => g !== grant);
+      const named = (gs: Grant[]) => gs.map((g) => `${g.proc} ${g.mode} ${g.token}`).join(', ');
+      if (shared.length < holders.length) {
+        flag({
+          property: 'S7',
+          name,
+          t: grant.okT,
+          message: `${grant.proc} was granted ${grant.mode} token ${grant.token} while ${named(others)} still held it: an exclusive holder beside another`,
+        });
+        continue;
+      }
+      const limits = [...new Set(shared.map((g) => g.limit ?? INF))];
+      const limit = Math.min(...limits);
+      if (limits.length > 1) {
+        flag({
+          property: 'S7',
+          name,
+          t: grant.okT,
+          message: `${grant.proc} was granted shared token ${grant.token} with limit ${grant.limit} while ${named(others)} held it with limits ${limits.join(', ')}`,
+        });
+      } else if (shared.length > limit) {
+        flag({
+          property: 'S7',
+          name,
+          t: grant.okT,
+          message: `${grant.proc} was granted shared token ${grant.token} as holder ${shared.length} of limit ${limit} (with ${named(others)})`,
+        });
+      }
     }
   }
 }
@@ -694,9 +775,15 @@ function statsOf(history: Checked): CheckStats {
   };
 }
 
-/** Per fault, ms from its end to the next acknowledged write (null: none before the end). */
-function recoveryOf({ faults, ackedWrites }: Checked): (number | null)[] {
-  const writesByOk = ackedWrites.map((op) => op.done!.t).sort((a, b) => a - b);
+/**
+ * Per fault, ms from its end to the next acknowledged write (null: none before the end); in a
+ * history without writes (a semaphore's holders only hold), to the next grant.
+ */
+function recoveryOf({ faults, ackedWrites, grants }: Checked): (number | null)[] {
+  const progress = ackedWrites.length
+    ? ackedWrites.map((op) => op.done!.t)
+    : grants.map((grant) => grant.okT);
+  const writesByOk = progress.sort((a, b) => a - b);
   return faults
     .filter((fault) => fault.phase === 'end')
     .map((fault) => {
@@ -723,7 +810,9 @@ function doubleGrantsOf({ ops, grantsByName }: Checked): number {
     const sorted = [...grants].sort((a, b) => a.okT - b.okT);
     for (let i = 1; i < sorted.length; i++) {
       const next = sorted[i]!;
-      const earlier = sorted.slice(0, i).filter((g) => g.token !== next.token);
+      const earlier = sorted
+        .slice(0, i)
+        .filter((g) => g.token !== next.token && conflicting(g, next));
       const stillHeld = earlier.some(
         (g) =>
           next.okT < g.invokeT + g.ttlMs &&
@@ -737,7 +826,7 @@ function doubleGrantsOf({ ops, grantsByName }: Checked): number {
   return count;
 }
 
-/** Checks a merged history (see `readHistoryDir`) against S1–S6, L1 and L4. */
+/** Checks a merged history (see `readHistoryDir`) against S1–S7, L1 and L4. */
 export function checkHistory(events: HistoryEvent[], options: CheckOptions): CheckResult {
   const violations: Violation[] = [];
   const flag: Flag = (violation) => violations.push(violation);
@@ -747,6 +836,7 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
   checkS3(history, options, flag);
   checkS4(history, flag);
   checkS5S6(history, flag);
+  checkS7(history, flag);
   const takeoverMs = checkL1(history, options, flag);
   checkL4(history, options, flag);
   const counts = Object.fromEntries(PROPERTIES.map((p) => [p, 0])) as Record<Property, number>;

@@ -1,7 +1,7 @@
 import type { BackendCapabilities } from '@dlm/core';
 import type { Property } from './checker.js';
 
-const SAFETY: Property[] = ['S1', 'S2', 'S3', 'S4', 'S5', 'S6'];
+const SAFETY: Property[] = ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7'];
 
 /**
  * Why a violation of `property` is what the backend promises rather than a failure, or
@@ -9,12 +9,13 @@ const SAFETY: Property[] = ['S1', 'S2', 'S3', 'S4', 'S5', 'S6'];
  * never from their names:
  *
  * - `fencing: 'best-effort'` (Redlock): tokens are not promised to be unique or increasing, so
- *   nothing built on them (S1–S6) is promised either.
+ *   nothing built on them (S1–S7) is promised either.
  * - `durableAcrossRestart: false` and a nemesis that restarts the backend (Redis without AOF,
  *   a Redlock node): the restarted backend forgot its locks and its token counters.
  * - A clock nemesis where the backend keeps time with the dlm server's clock (the embedded
  *   backend, which has `expiryEvents` on the server's own timers): leases end early by the
- *   server's clock, so a client's deadline (on its own clock) can outlast them (S6).
+ *   server's clock, so a client's deadline (on its own clock) can outlast them (S6, and S7
+ *   whose holders hold until their deadlines).
  * - The negative control (fencing off at the resource): S1 and S3 must show.
  */
 export function expectedReason(
@@ -40,7 +41,11 @@ export function expectedReason(
   ) {
     return 'the backend forgets locks and tokens on restart (declared: not durable)';
   }
-  if (context.kind === 'embedded' && nemesis.startsWith('clock-') && property === 'S6') {
+  if (
+    context.kind === 'embedded' &&
+    nemesis.startsWith('clock-') &&
+    (property === 'S6' || property === 'S7')
+  ) {
     return "the skewed clock is the backend's own clock (embedded)";
   }
   return undefined;

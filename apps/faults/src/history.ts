@@ -60,6 +60,10 @@ export interface OpEvent {
   value?: number;
   /** write: the value the write is based on (written = read + 1). */
   read?: number;
+  /** acquire: the mode asked for (invoke) and granted (ok). Absent: `exclusive`. */
+  mode?: 'exclusive' | 'shared';
+  /** acquire in `shared` mode: the most holders at once that the grant agreed to. */
+  limit?: number;
   /** release ok: whether the server freed the lock (false: the lease had already ended). */
   released?: boolean;
   /** fail/info: the error code and message. */

@@ -7,7 +7,7 @@ import { BACKENDS, type BackendVariant, isBackendVariant } from './topology.js';
 export const USAGE = `Usage: dlm-faults [options]   (from the repo: pnpm --filter @dlm/faults faults -- [options])
 
 Runs a fenced read-modify-write workload in separate processes against a dlm server, injects
-faults, checks the history (S1-S6, L1, L4) and writes a report (Markdown + JSON).
+faults, checks the history (S1-S7, L1, L4) and writes a report (Markdown + JSON).
 
   --backend LIST        ${BACKENDS.join(', ')} or all (default all)
   --nemesis LIST        nemeses to run, one segment each, or all (default: all that apply):
@@ -27,8 +27,15 @@ faults, checks the history (S1-S6, L1, L4) and writes a report (Markdown + JSON)
                         servers per shared backend), one segment each (default: none;
                         with --short: server-kill); without --nemesis, only these run
   --lin-duration D      faults per linearizability segment (default 6s)
+  --shared LIST         nemeses for shared-mode segments (a semaphore of limit 3 and a
+                        read-write lock side by side, checked for S7), one segment each, on
+                        backends that declare sharedModes and strict fencing (default: none;
+                        with --short: the backend's first short nemesis); without --nemesis,
+                        only these run
+  --shared-duration D   faults per shared-mode segment (default 6s)
   --short               the CI campaign: one or two nemeses per backend, 15 s each, negative
-                        control, and a linearizability segment per backend
+                        control, a linearizability segment per backend, and a shared-mode
+                        segment per strict backend
   --out DIR             where the report goes (default apps/faults/results)
   --label NAME          report file name (default campaign-<time>)
   --history-dir DIR     keep the histories there (default: a temp dir, removed at exit)
@@ -66,6 +73,20 @@ const SHORT_PLAN: Record<BackendVariant, string[]> = {
   'redis-sentinel-wait': ['master-kill'],
 };
 
+/**
+ * The short campaign's shared-mode segments: the first nemesis of the backend's short plan,
+ * 6 s, on the backends with strict fencing (Redlock's would be skipped by the capability gate
+ * anyway). Redis without AOF is left out: its restart forgets holders (violations expected by
+ * its declaration), and the ~15 s it would add are better spent elsewhere in the CI budget.
+ */
+const SHORT_SHARED_PLAN: Record<BackendVariant, string[]> = {
+  ...(Object.fromEntries(
+    Object.entries(SHORT_PLAN).map(([backend, plan]) => [backend, plan.slice(0, 1)]),
+  ) as Record<BackendVariant, string[]>),
+  'redis-noaof': [],
+  redlock: [],
+};
+
 const OPTIONS = {
   backend: { type: 'string' },
   nemesis: { type: 'string' },
@@ -81,6 +102,8 @@ const OPTIONS = {
   short: { type: 'boolean' },
   lin: { type: 'string' },
   'lin-duration': { type: 'string' },
+  shared: { type: 'string' },
+  'shared-duration': { type: 'string' },
   out: { type: 'string' },
   label: { type: 'string' },
   'history-dir': { type: 'string' },
@@ -127,16 +150,19 @@ function campaignOptions(values: Values, short: boolean): Omit<CampaignOptions, 
   );
   const nemeses = nemesisList(values.nemesis);
   const lockList = linList(values.lin, short);
+  const sharedList = values.shared === undefined ? undefined : nemesisNames(values.shared);
+  // `--lin` or `--shared` alone runs only those segments.
+  const only = (values.lin !== undefined || values.shared !== undefined) && !values.nemesis;
   const durations = durationList(values.duration, short ? '15s' : '30s');
   return {
     backends,
-    // `--lin` alone runs only linearizability segments.
-    nemeses: (backend) =>
-      short && !values.nemesis ? SHORT_PLAN[backend] : values.lin && !values.nemesis ? [] : nemeses,
+    nemeses: (backend) => (short && !values.nemesis ? SHORT_PLAN[backend] : only ? [] : nemeses),
     durationMs: durations.durationMs,
     durationsMs: durations.durationsMs,
     lockNemeses: () => lockList,
     lockDurationMs: parseDuration(values['lin-duration'] ?? '6s', '--lin-duration'),
+    sharedNemeses: (backend) => sharedList ?? (short ? SHORT_SHARED_PLAN[backend] : []),
+    sharedDurationMs: parseDuration(values['shared-duration'] ?? '6s', '--shared-duration'),
     ttlMs: integerFlag(values['ttl-ms'], 2_000, '--ttl-ms'),
     workers: integerFlag(values.workers, 3, '--workers'),
     meddlers: integerFlag(values.meddlers, 1, '--meddlers', { min: 0 }),
@@ -160,7 +186,11 @@ function backendList(text: string | undefined): BackendVariant[] {
 
 function nemesisList(text: string | undefined): string[] | 'all' {
   if (!text || text === 'all') return 'all';
-  const list = text.split(',');
+  return nemesisNames(text);
+}
+
+function nemesisNames(text: string): string[] {
+  const list = text.split(',').filter(Boolean);
   for (const name of list) {
     if (!NEMESES.some((n) => n.name === name))
       throw new UsageError(`unknown nemesis ${JSON.stringify(name)}`);

@@ -48,8 +48,8 @@ export function renderMarkdown(result: CampaignResult): string {
     '',
   );
   lines.push(
-    '| backend | nemesis | s | ops | unknown | grants | writes | refused | faults | meddling refused | S1 | S2 | S3 | S4 | S5 | S6 | L1 | L4 | recovery p50 / max ms | L1 takeover max ms |',
-    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    `| backend | nemesis | s | ops | unknown | grants | writes | refused | faults | meddling refused | ${PROPERTIES.join(' | ')} | recovery p50 / max ms | L1 takeover max ms |`,
+    `|---|---|--:|--:|--:|--:|--:|--:|--:|--:|${PROPERTIES.map(() => '--:|').join('')}--:|--:|`,
   );
   for (const segment of result.segments) {
     const { stats } = segment.check;
@@ -59,7 +59,7 @@ export function renderMarkdown(result: CampaignResult): string {
         ? '–'
         : `${ms(recovery.p50)} / ${ms(recovery.max)}${recovery.notRecovered ? ` (${recovery.notRecovered} not)` : ''}`;
     lines.push(
-      `| ${segment.backend} | ${segment.nemesis}${segment.negativeControl ? ' **(fencing off)**' : ''} | ${Math.round(segment.durationMs / 1000)} | ${stats.ops} | ${stats.unknown} | ${stats.grants} | ${stats.writes} | ${stats.staleRefused} | ${stats.faults} | ${stats.meddling ? `${stats.meddling.refused}/${stats.meddling.answered}` : '–'} | ${PROPERTIES.map((p) => cell(segment, p)).join(' | ')} | ${recoveryCell} | ${ms(recovery.takeoverMax)} |`,
+      `| ${segment.backend} | ${segment.nemesis}${segment.negativeControl ? ' **(fencing off)**' : ''}${segment.workload ? ` · ${segment.workload} (${segment.workloadDetail ?? ''})` : ''} | ${Math.round(segment.durationMs / 1000)} | ${stats.ops} | ${stats.unknown} | ${stats.grants} | ${stats.writes} | ${stats.staleRefused} | ${stats.faults} | ${stats.meddling ? `${stats.meddling.refused}/${stats.meddling.answered}` : '–'} | ${PROPERTIES.map((p) => cell(segment, p)).join(' | ')} | ${recoveryCell} | ${ms(recovery.takeoverMax)} |`,
     );
   }
   lines.push('');
@@ -67,6 +67,16 @@ export function renderMarkdown(result: CampaignResult): string {
     "`(exp.)`: expected from what the backend declares (see Notes); **✗**: a failure. Recovery: from the end of each fault to the next acknowledged write. L1 takeover: from a dead or paused holder's lease end to the next grant of its lock.",
     '',
   );
+  if (result.segments.some((segment) => segment.workload)) {
+    lines.push(
+      "`· semaphore` and `· read-write` rows: one run per nemesis with both side by side, each on a lock name of its own: a semaphore (every acquire shared with the limit) and a read-write lock (writes exclusive, doing the fenced read-modify-write; reads shared at the server's maximum, holding only), checked for S7 above all.",
+      '',
+    );
+  }
+  for (const line of result.sharedSkipped ?? []) {
+    lines.push(`- semaphore and read-write workloads skipped on ${line}`);
+  }
+  if (result.sharedSkipped?.length) lines.push('');
 
   const notes = new Map<string, string[]>();
   for (const segment of result.segments) {
@@ -124,7 +134,8 @@ export function renderMarkdown(result: CampaignResult): string {
     '- S3: no lost update: every accepted write adds one to the counter, no two acknowledged writes read the same value, and the final counter is not below the writes.',
     '- S4: a release or extend with a token succeeds only if no newer grant had completed before it was sent, and never for a process that was not granted that token (the meddlers: "meddling refused" counts their answered releases and extends, and how many got NOT_HOLDER).',
     '- S5: no grant arrives after a newer grant of the lock completed, or with no time left (judged where the client was not paused and its link was clean while the reply was on its way).',
-    '- S6: no grant completes while an older holder still holds the lock by its own local deadline (and has not released it).',
+    '- S6: no exclusive grant completes while an older exclusive holder still holds the lock by its own local deadline (and has not released it).',
+    "- S7 (the semaphore and read-write workloads): never more than `limit` shared holders of a name at once, all on one limit, and never an exclusive holder beside a shared one; a holder holds from its grant's reply to its release's request, its reported loss or its local deadline.",
     `- L1: after a holder is killed or paused, the next waiter gets the lock within ${options.l1BoundMs} ms of the holder's lease end (counted from the last renewal's reply).`,
     `- L4: a client reports a lease lost within ${options.l4BoundMs} ms of its local deadline, or of its resumption when it was paused then.`,
     '',
@@ -147,7 +158,7 @@ export function renderMarkdown(result: CampaignResult): string {
     for (const error of result.errors) lines.push(`- error: ${error.split('\n')[0]}`);
     for (const segment of withViolations) {
       lines.push(
-        `### ${segment.backend} × ${segment.nemesis}${segment.negativeControl ? ' (fencing off)' : ''}`,
+        `### ${segment.backend} × ${segment.nemesis}${segment.negativeControl ? ' (fencing off)' : ''}${segment.workload ? ` · ${segment.workload}` : ''}`,
         '',
       );
       for (const error of segment.errors) lines.push(`- injection error: ${error}`);
@@ -213,10 +224,12 @@ export function mergeReports(jsons: string[]): CampaignResult {
       ...first.options,
       plan: Object.assign({}, ...parts.map((part) => part.options.plan)),
       lockPlan: Object.assign({}, ...parts.map((part) => part.options.lockPlan ?? {})),
+      sharedPlan: Object.assign({}, ...parts.map((part) => part.options.sharedPlan ?? {})),
     },
     segments: parts.flatMap((part) => part.segments),
     lockSegments: parts.flatMap((part) => part.lockSegments ?? []),
     errors: parts.flatMap((part) => part.errors),
+    sharedSkipped: parts.flatMap((part) => part.sharedSkipped ?? []),
     negativeControl: controls.length
       ? {
           run: controls.some((c) => c.run),

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { freePort, type ManagedProcess, startProcess } from '@dlm/test-services';
 import { type CheckResult, checkHistory } from './checker.js';
 import { type DlmServer, healAll } from './dlm-server.js';
-import { createHistoryWriter, readHistoryDir } from './history.js';
+import { createHistoryWriter, type HistoryEvent, readHistoryDir } from './history.js';
 import type { Nemesis, NemesisContext, WorkerHandle } from './nemeses.js';
 import { entryPoint } from './paths.js';
 import { createTcpProxy } from './tcp-proxy.js';
@@ -36,6 +36,13 @@ export interface SegmentOptions extends WorkloadOptions {
 export interface SegmentResult {
   backend: string;
   nemesis: string;
+  /**
+   * Absent: the fenced read-modify-write on exclusive locks. `semaphore` / `read-write`: a
+   * shared-mode workload (see `runSharedSegment`), checked for S7 above all.
+   */
+  workload?: 'semaphore' | 'read-write';
+  /** What the workload was, for the report (`limit 3`, `20% writes`). */
+  workloadDetail?: string;
   fencing: boolean;
   durationMs: number;
   check: CheckResult;
@@ -85,7 +92,12 @@ interface WorkerSetup {
   ttlMs: number;
   resourcePort: number;
   nemesisLog: HistoryWriter;
+  /** Per worker (by its first proc id): what its config differs in; a replacement keeps it. */
+  variants: Map<string, WorkerVariant>;
 }
+
+/** A worker's own names and shared-mode workload, where they are not the segment's. */
+type WorkerVariant = Partial<Pick<WorkerConfig, 'names' | 'shared' | 'clients'>>;
 
 /** Starts one workload process (`worker-entry.ts`) behind `proxy`, and logs its start. */
 async function startWorker(
@@ -95,6 +107,7 @@ async function startWorker(
   role: WorkerConfig['role'] = 'holder',
 ): Promise<WorkerHandle> {
   const { dir, ttlMs } = setup;
+  const variant = setup.variants.get(proc.split('.')[0]!) ?? {};
   const statusPath = join(dir, `${proc}.status.json`);
   const config: WorkerConfig = {
     proc,
@@ -110,6 +123,7 @@ async function startWorker(
     extendProbability: 0.25,
     requestTimeoutMs: 5_000,
     role,
+    ...variant,
   };
   const managed: ManagedProcess = await startProcess({
     name: `worker ${proc}`,
@@ -140,10 +154,12 @@ async function startWorkers(
   count: number,
   prefix: string,
   role: WorkerConfig['role'],
+  variant?: WorkerVariant,
 ): Promise<WorkerHandle[]> {
   const started: WorkerHandle[] = [];
   for (let i = 1; i <= count; i++) {
     const proxy = await createTcpProxy({ targetPort: server.port });
+    if (variant) setup.variants.set(`${prefix}${i}`, variant);
     started.push(await startWorker(setup, `${prefix}${i}`, proxy, role));
   }
   return started;
@@ -212,30 +228,40 @@ async function injectFaults(
   if (options.nemesis.name === 'none') await sleep(options.durationMs);
 }
 
+/** What a segment's workload run leaves to check: the merged history and the counters. */
+interface WorkloadRun {
+  events: HistoryEvent[];
+  finalValues: Record<string, number>;
+  errors: string[];
+}
+
 /**
- * One row of the report: a fresh resource and fresh workers on fresh lock names, the nemesis
+ * A fresh resource and the workers `startAll` starts (on fresh lock names), the nemesis
  * injecting one bounded fault after another for `durationMs`, then everything healed, a
  * settling period (TTL + 3 s) in which the system must recover, the workers stopped, and the
- * merged history checked.
+ * histories merged.
  */
-export async function runSegment(
+async function runWorkload(
   topology: Topology,
   server: DlmServer,
   options: SegmentOptions,
-): Promise<SegmentResult> {
+  startAll: (setup: WorkerSetup) => Promise<{ workers: WorkerHandle[]; others: WorkerHandle[] }>,
+): Promise<WorkloadRun> {
   const { dir, ttlMs } = options;
   mkdirSync(dir, { recursive: true });
-  const tag = `${options.nemesis.name}-${Math.random().toString(36).slice(2, 7)}`;
-  const names = Array.from({ length: options.keys }, (_, i) => `${tag}/k${i + 1}`);
   const errors: string[] = [];
 
   const resource = await startResource(dir, options.fencing);
   const nemesisLog = createHistoryWriter(join(dir, 'nemesis.jsonl'), 'nemesis');
-  const setup: WorkerSetup = { dir, names, ttlMs, resourcePort: resource.port, nemesisLog };
-  const workers = await startWorkers(setup, server, options.workers, 'w', 'holder');
-  // Meddlers hold nothing, so the nemeses (which pick holders) leave them alone; server and
-  // backend faults reach them all the same.
-  const meddlers = await startWorkers(setup, server, options.meddlers ?? 0, 'm', 'meddler');
+  const setup: WorkerSetup = {
+    dir,
+    names: [],
+    ttlMs,
+    resourcePort: resource.port,
+    nemesisLog,
+    variants: new Map(),
+  };
+  const { workers, others } = await startAll(setup);
 
   await injectFaults(options, nemesisContext(topology, server, setup, workers), errors);
 
@@ -245,9 +271,10 @@ export async function runSegment(
   if (healError) errors.push(healError);
   await sleep(ttlMs + 3_000);
 
-  for (const worker of [...workers, ...meddlers])
+  const all = [...workers, ...others];
+  for (const worker of all)
     nemesisLog.record({ kind: 'process', target: worker.proc, what: 'stop' });
-  await Promise.all([...workers, ...meddlers].map((worker) => worker.process.stop(8_000)));
+  await Promise.all(all.map((worker) => worker.process.stop(8_000)));
   let finalValues: Record<string, number> = {};
   try {
     finalValues = await resourceState(resource.port);
@@ -256,12 +283,36 @@ export async function runSegment(
   }
   await resource.process.stop();
   nemesisLog.close();
-  await Promise.all([...workers, ...meddlers].map((worker) => worker.proxy.close()));
+  await Promise.all(all.map((worker) => worker.proxy.close()));
+  return { events: readHistoryDir(dir), finalValues, errors };
+}
 
-  const check = checkHistory(readHistoryDir(dir), {
+const segmentTag = (options: SegmentOptions) =>
+  `${options.nemesis.name}-${Math.random().toString(36).slice(2, 7)}`;
+
+/**
+ * One row of the report: the fenced read-modify-write on `keys` exclusive locks by `workers`
+ * processes (and `meddlers`), under the nemesis, checked against S1–S6, L1 and L4.
+ */
+export async function runSegment(
+  topology: Topology,
+  server: DlmServer,
+  options: SegmentOptions,
+): Promise<SegmentResult> {
+  const tag = segmentTag(options);
+  const names = Array.from({ length: options.keys }, (_, i) => `${tag}/k${i + 1}`);
+  const run = await runWorkload(topology, server, options, async (setup) => {
+    setup.names = names;
+    const workers = await startWorkers(setup, server, options.workers, 'w', 'holder');
+    // Meddlers hold nothing, so the nemeses (which pick holders) leave them alone; server and
+    // backend faults reach them all the same.
+    const others = await startWorkers(setup, server, options.meddlers ?? 0, 'm', 'meddler');
+    return { workers, others };
+  });
+  const check = checkHistory(run.events, {
     l1BoundMs: options.l1BoundMs,
     l4BoundMs: options.l4BoundMs,
-    finalValues,
+    finalValues: run.finalValues,
   });
   return {
     backend: topology.variant,
@@ -269,7 +320,91 @@ export async function runSegment(
     fencing: options.fencing,
     durationMs: options.durationMs,
     check,
-    finalValues,
-    errors,
+    finalValues: run.finalValues,
+    errors: run.errors,
   };
+}
+
+/** The shared-mode workloads of `runSharedSegment`: processes × clients per name. */
+export const SHARED_WORKLOADS = {
+  /** 6 clients after 3 permits. */
+  semaphore: { processes: 2, clients: 3, limit: 3 },
+  /** 6 clients, a fifth of the acquires writes (exclusive), the rest reads (shared). */
+  readWrite: { processes: 2, clients: 3, writeProbability: 0.2 },
+} as const;
+
+/**
+ * Two rows of the report from one run: a semaphore (limit 3) and a read-write lock, each on a
+ * name of its own, side by side under the nemesis (one run for both keeps the CI campaign
+ * short). Each name's history is checked on its own, S7 above all; the writers' fenced
+ * read-modify-write is checked for S1 and S3 as in `runSegment`.
+ */
+export async function runSharedSegment(
+  topology: Topology,
+  server: DlmServer,
+  options: SegmentOptions,
+): Promise<SegmentResult[]> {
+  const tag = segmentTag(options);
+  const semaphore = `${tag}/semaphore`;
+  const readWrite = `${tag}/read-write`;
+  const { semaphore: sem, readWrite: rw } = SHARED_WORKLOADS;
+  const run = await runWorkload(topology, server, options, async (setup) => {
+    const permits = await startWorkers(setup, server, sem.processes, 's', 'holder', {
+      names: [semaphore],
+      shared: { kind: 'semaphore', limit: sem.limit },
+      clients: sem.clients,
+    });
+    const readers = await startWorkers(setup, server, rw.processes, 'r', 'holder', {
+      names: [readWrite],
+      shared: { kind: 'read-write', writeProbability: rw.writeProbability },
+      clients: rw.clients,
+    });
+    return { workers: [...permits, ...readers], others: [] };
+  });
+  const rows: [SegmentResult['workload'] & string, string, string][] = [
+    ['semaphore', semaphore, `limit ${sem.limit}, ${sem.processes * sem.clients} clients`],
+    [
+      'read-write',
+      readWrite,
+      `${Math.round(rw.writeProbability * 100)}% writes, ${rw.processes * rw.clients} clients`,
+    ],
+  ];
+  const sharedGrants = run.events.filter(
+    (event) =>
+      event.kind === 'op' &&
+      event.f === 'acquire' &&
+      event.type === 'ok' &&
+      event.mode === 'shared',
+  ).length;
+  if (!sharedGrants) {
+    // A server that declares sharedModes and a client that drops `mode` would make every
+    // grant exclusive: S7 would hold vacuously.
+    throw new Error(
+      `${topology.variant} × ${options.nemesis.name}: no shared grant in the semaphore and read-write workloads (does the client pass mode?)`,
+    );
+  }
+  return rows.map(([workload, name, detail]) => {
+    const finalValues = name in run.finalValues ? { [name]: run.finalValues[name]! } : {};
+    const check = checkHistory(onlyName(run.events, name), {
+      l1BoundMs: options.l1BoundMs,
+      l4BoundMs: options.l4BoundMs,
+      finalValues,
+    });
+    return {
+      backend: topology.variant,
+      nemesis: options.nemesis.name,
+      workload,
+      workloadDetail: detail,
+      fencing: options.fencing,
+      durationMs: options.durationMs,
+      check,
+      finalValues,
+      errors: run.errors,
+    };
+  });
+}
+
+/** The events about lock `name`, and those about no lock (faults, processes). */
+function onlyName(events: HistoryEvent[], name: string): HistoryEvent[] {
+  return events.filter((event) => !('name' in event) || event.name === name);
 }

@@ -27,6 +27,15 @@ export interface WorkerConfig {
    * `lock.get` shows (no key), and to acquire them by their owners (see meddler.ts).
    */
   role?: 'holder' | 'meddler';
+  /**
+   * A shared-mode workload instead of the fenced read-modify-write on exclusive locks: a
+   * `semaphore` (every acquire shared with `limit`) or a `read-write` lock (an acquire is a
+   * write, exclusive, with `writeProbability`, else a read: shared at the server's maximum).
+   * Writers do the fenced read-modify-write; readers and permit holders only hold.
+   */
+  shared?: { kind: 'semaphore'; limit: number } | { kind: 'read-write'; writeProbability: number };
+  /** Clients in this process, each with its own session, looping side by side. Default 1. */
+  clients?: number;
 }
 
 /** What a worker holds right now, as written to its status file. */

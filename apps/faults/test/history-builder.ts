@@ -37,22 +37,23 @@ export function historyBuilder() {
       invokeT: number,
       okT: number,
       token: number,
-      options: { ttlMs?: number; deadline?: number } = {},
+      options: {
+        ttlMs?: number;
+        deadline?: number;
+        mode?: 'exclusive' | 'shared';
+        limit?: number;
+      } = {},
     ) {
       const ttlMs = options.ttlMs ?? 1_000;
-      op(
-        proc,
-        'acquire',
-        name,
-        invokeT,
-        { t: okT },
-        {},
-        {
-          token: String(token),
-          ttlMs,
-          deadline: options.deadline ?? okT + ttlMs - 10,
-        },
-      );
+      const mode = {
+        ...(options.mode ? { mode: options.mode } : {}),
+        ...(options.limit === undefined ? {} : { limit: options.limit }),
+      };
+      op(proc, 'acquire', name, invokeT, { t: okT }, mode, {
+        token: String(token),
+        ttlMs,
+        deadline: options.deadline ?? okT + ttlMs - 10,
+      });
       return builder;
     },
     read(proc: string, name: string, invokeT: number, okT: number, token: number, value: number) {

@@ -46,6 +46,21 @@ describe('dlm-faults flags', () => {
     expect(campaign(['--meddlers', '0']).campaign.meddlers).toBe(0);
   });
 
+  it('plans shared-mode segments: none by default, the first short nemesis with --short', () => {
+    expect(campaign([]).campaign.sharedNemeses?.('etcd')).toEqual([]);
+    const short = campaign(['--short']).campaign;
+    expect(short.sharedNemeses?.('etcd')).toEqual(['leader-kill']);
+    expect(short.sharedNemeses?.('embedded')).toEqual(['client-pause']);
+    expect(short.sharedNemeses?.('redlock')).toEqual([]);
+    expect(short.sharedDurationMs).toBe(6_000);
+    // `--shared` alone runs only shared-mode segments.
+    const only = campaign(['--shared', 'client-kill,server-kill', '--shared-duration', '3s']);
+    expect(only.campaign.sharedNemeses?.('redis')).toEqual(['client-kill', 'server-kill']);
+    expect(only.campaign.nemeses('redis')).toEqual([]);
+    expect(only.campaign.sharedDurationMs).toBe(3_000);
+    expect(() => parseFaultsArgs(['--shared', 'nope'])).toThrow(UsageError);
+  });
+
   it('refuses a bare number as a duration, naming the units (it used to mean seconds)', () => {
     expect(() => parseFaultsArgs(['--duration', '30'])).toThrow(
       '--duration must be a duration with a unit (ms, s, m or h), like 30s or 30ms, got "30"',

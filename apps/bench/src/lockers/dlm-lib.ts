@@ -17,9 +17,17 @@ function serviceLocker(backend: LockBackend, closeBackend: boolean): Locker {
   const ownerPrefix = `bench-lib-${++lockers}-`;
   let acquires = 0;
   return {
-    async acquire(name, { ttlMs, waitMs }) {
+    async acquire(name, { ttlMs, waitMs, mode, limit }) {
       const owner = `${ownerPrefix}${++acquires}`;
-      const lease = await service.acquire({ name, owner, ttlMs, waitMs }).catch((error) => {
+      const request = {
+        name,
+        owner,
+        ttlMs,
+        waitMs,
+        ...(mode === undefined ? {} : { mode }),
+        ...(limit === undefined ? {} : { limit }),
+      };
+      const lease = await service.acquire(request).catch((error) => {
         throw isDlmError(error, 'LOCK_HELD') ? new WaitTimeout(name) : error;
       });
       return {

@@ -1,4 +1,4 @@
-import { createClient, type DlmClient, isDlmError } from '@dlm/client';
+import { type AcquireOptions, createClient, type DlmClient, isDlmError } from '@dlm/client';
 import { startServerProcess } from '../server-process.js';
 import { type Locker, type RunningTarget, type Target, WaitTimeout } from './locker.js';
 
@@ -11,8 +11,16 @@ export async function dlmLocker(url: string, pingIntervalMs?: number): Promise<L
   });
   await client.connect();
   return {
-    async acquire(name, { ttlMs, waitMs }) {
-      const lease = await client.acquire(name, { ttlMs, waitMs }).catch((error: unknown) => {
+    async acquire(name, { ttlMs, waitMs, mode, limit }) {
+      // `mode` and `limit` as the client passes them on (a client before shared modes would
+      // drop them: the probe in shared-modes.ts then finds two shared holders impossible).
+      const options = {
+        ttlMs,
+        waitMs,
+        ...(mode === undefined ? {} : { mode }),
+        ...(limit === undefined ? {} : { limit }),
+      } as AcquireOptions;
+      const lease = await client.acquire(name, options).catch((error: unknown) => {
         throw isDlmError(error, 'LOCK_HELD') ? new WaitTimeout(name) : error;
       });
       return {

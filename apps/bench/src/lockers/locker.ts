@@ -8,7 +8,16 @@ export interface AcquireOptions {
   ttlMs: number;
   /** 0: one attempt. Otherwise keep trying (server-side wait or the peer's retry loop) this long. */
   waitMs: number;
+  /**
+   * Absent: `exclusive` (for a read-write lock, a write). `shared`: one of up to `limit`
+   * holders (a semaphore's permit), or without `limit` a read.
+   */
+  mode?: 'exclusive' | 'shared';
+  limit?: number;
 }
+
+/** The shared-mode workloads (6: a semaphore, 7: a read-write lock). */
+export type SharedWorkload = 'semaphore' | 'read-write';
 
 export interface Held {
   release(): Promise<void>;
@@ -28,6 +37,13 @@ export interface Target {
   readonly kind: 'dlm' | 'peer';
   /** The pids of the services behind it (redis-server, etcd, ZooKeeper), for CPU accounting. */
   backendPids?: () => number[];
+  /**
+   * A peer's shared-mode workloads (what its library offers); the others run none. A dlm target
+   * leaves it out: whether its backend has `sharedModes` is found out by a probe once started.
+   */
+  sharedWorkloads?: readonly SharedWorkload[];
+  /** Only these workloads (a peer that is a read-write lock and nothing else); default all. */
+  onlyWorkloads?: readonly string[];
   /** Starts whatever this target needs besides the shared services (a dlm server process). */
   start(): Promise<RunningTarget>;
 }
@@ -56,11 +72,17 @@ export class WaitTimeout extends Error {
 }
 
 /** A peer that has nothing of its own to start or stop: only clients to connect. */
-export function peerTarget(id: string, label: string, connect: () => Promise<Locker>): Target {
+export function peerTarget(
+  id: string,
+  label: string,
+  connect: () => Promise<Locker>,
+  extra: Pick<Target, 'sharedWorkloads' | 'onlyWorkloads'> = {},
+): Target {
   return {
     id,
     label,
     kind: 'peer',
+    ...extra,
     async start() {
       return { connect, async stop() {} };
     },

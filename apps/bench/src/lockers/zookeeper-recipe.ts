@@ -14,10 +14,15 @@ import { call, connectZooKeeper } from './zookeeper-connection.js';
 const isCode = (error: unknown, code: number) =>
   error instanceof zookeeper.Exception && error.getCode() === code;
 
-async function createContender(client: zookeeper.Client, parent: string): Promise<string> {
+/** Creates `parent/PREFIXnnnnnnnnnn` (ephemeral, sequential), the parent on first use. */
+export async function createContender(
+  client: zookeeper.Client,
+  parent: string,
+  prefix = 'lock-',
+): Promise<string> {
   const create = () =>
     call<string>((cb) =>
-      client.create(`${parent}/lock-`, zookeeper.CreateMode.EPHEMERAL_SEQUENTIAL, cb),
+      client.create(`${parent}/${prefix}`, zookeeper.CreateMode.EPHEMERAL_SEQUENTIAL, cb),
     );
   try {
     return await create();
@@ -29,7 +34,7 @@ async function createContender(client: zookeeper.Client, parent: string): Promis
 }
 
 /** Resolves true once `path` is gone (now or later), false when `deadline` passes first. */
-function waitForDeletion(
+export function waitForDeletion(
   client: zookeeper.Client,
   path: string,
   deadline: number,

@@ -429,6 +429,7 @@ async function trySharedAcquire(
     p.events.noteLease(name, { token, owner, mode: 'shared' }, ttlMs);
     return { granted: true, grant: { name, owner, token, ttlMs } };
   }
+  p.events.learn(name);
   return sharedRefusal(row);
 }
 

@@ -189,5 +189,35 @@ export function sharedSchema(parts: SqlParts): string[] {
         END IF;
       END
       $fn$`,
+    // Ends every lease of the name under its row lock (so no shared grant slips in between):
+    // an exclusive holder's, or every shared holder's, each announced. Returns one row per live
+    // lease ended.
+    `CREATE OR REPLACE FUNCTION ${fn('revoke')}(p_name text)
+      RETURNS TABLE (live boolean)
+      LANGUAGE plpgsql VOLATILE AS $fn$
+      #variable_conflict use_column
+      DECLARE
+        r record;
+        h record;
+      BEGIN
+        SELECT * INTO r FROM ${table} l WHERE l.name = p_name FOR UPDATE;
+        FOR h IN DELETE FROM ${holders} x WHERE x.name = p_name
+            RETURNING x.token, x.owner, x.expires_at > clock_timestamp() AS alive LOOP
+          IF h.alive AND r.mode = 'shared' THEN
+            PERFORM pg_notify('${channel}', json_build_object('t', 'revoked', 'n', p_name,
+              'k', h.token::text, 'o', h.owner, 'ms', 0)::text);
+            live := true;
+            RETURN NEXT;
+          END IF;
+        END LOOP;
+        DELETE FROM ${table} l WHERE l.name = p_name;
+        IF r.name IS NOT NULL AND r.mode IS NULL AND r.expires_at > clock_timestamp() THEN
+          PERFORM pg_notify('${channel}', json_build_object('t', 'revoked', 'n', p_name,
+            'k', r.token::text, 'o', r.owner, 'ms', 0)::text);
+          live := true;
+          RETURN NEXT;
+        END IF;
+      END
+      $fn$`,
   ];
 }

@@ -239,19 +239,9 @@ export function statements(schema: string, prefix: string): Statements {
     inspect: `SELECT l.owner, l.token::text AS token, ${remaining('l')} AS remaining_ms, l.mode,
         l.holder_limit, ${holdersOf('l')} AS holders
       FROM ${table} l WHERE l.name = $1 AND l.expires_at > clock_timestamp()`,
-    // Ends every lease of the name: an exclusive holder's row, or every shared holder's (each
-    // announced) and their group row.
-    revoke: `WITH gone AS (
-        DELETE FROM ${table} WHERE name = $1
-        RETURNING name, owner, token, expires_at > clock_timestamp() AS live, mode
-      ), shared AS (
-        DELETE FROM ${parts.holders} WHERE name = $1
-        RETURNING name, owner, token, expires_at > clock_timestamp() AS live
-      )
-      SELECT live, CASE WHEN live THEN ${notify('revoked', 'gone', '0')} END AS told
-        FROM gone WHERE mode IS NULL
-      UNION ALL
-      SELECT live, CASE WHEN live THEN ${notify('revoked', 'shared', '0')} END FROM shared`,
+    // Ends every lease of the name (shared-sql.ts): an exclusive holder's row, or every shared
+    // holder's (each announced) and their group row, under the name's row lock.
+    revoke: `SELECT live FROM ${parts.fn('revoke')}($1)`,
     list: `SELECT l.name, l.owner, l.token::text AS token, ${remaining('l')} AS remaining_ms, l.mode,
         l.holder_limit, ${holdersOf('l')} AS holders
       FROM ${table} l

@@ -61,9 +61,14 @@ export function sharedSchema(parts: SqlParts): string[] {
         ends timestamptz;
       BEGIN
         granted := false;
-        INSERT INTO ${table} (name, owner, token, expires_at) VALUES (p_name, '', 0, '-infinity')
-          ON CONFLICT (name) DO NOTHING;
-        SELECT * INTO r FROM ${table} WHERE name = p_name FOR UPDATE;
+        -- The name's row, locked; an ended placeholder first when it has none (again if a
+        -- release or the sweep deleted it in between).
+        LOOP
+          SELECT * INTO r FROM ${table} WHERE name = p_name FOR UPDATE;
+          EXIT WHEN FOUND;
+          INSERT INTO ${table} (name, owner, token, expires_at) VALUES (p_name, '', 0, 'epoch')
+            ON CONFLICT (name) DO NOTHING;
+        END LOOP;
         IF r.expires_at > clock_timestamp() AND r.mode IS NULL THEN
           -- An exclusive holder.
           IF r.owner = p_owner AND (p_key IS NULL OR r.key_hash IS NOT DISTINCT FROM p_key)

@@ -126,7 +126,10 @@ export function sharedSchema(parts: SqlParts): string[] {
         ends := clock_timestamp() + p_ttl * interval '1 millisecond';
         IF mine.token IS NOT NULL THEN
           UPDATE ${holders} h SET expires_at = ends WHERE h.name = p_name AND h.token = mine.token;
-          UPDATE ${table} l SET expires_at = greatest(l.expires_at, ends) WHERE l.name = p_name;
+          -- The group's end is its latest holder's (a refresh may shorten this one's).
+          UPDATE ${table} l SET expires_at = (SELECT max(h.expires_at) FROM ${holders} h
+              WHERE h.name = p_name)
+            WHERE l.name = p_name;
           tok := mine.token;
           token := tok;
           granted := true;

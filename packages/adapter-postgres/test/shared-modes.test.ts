@@ -237,6 +237,30 @@ describe.skipIf(!run)('postgres shared modes', () => {
     expect(Date.now() - started).toBeLessThan(2_500);
   });
 
+  it("grants a queued writer at the last reader's expiry, and a shorter refresh moves that end", async () => {
+    const one = await open();
+    const two = await open();
+    const name = lockName('writer-at-expiry');
+    const a = token(await shared(one, name, 'a', 4, 30_000));
+    // a refreshes to a short lease: the group's end is now its new end, not the old one.
+    expect(token(await shared(one, name, 'a', 4, 600))).toBe(a);
+    const b = token(await shared(one, name, 'b', 4, 900));
+    const started = Date.now();
+    const writer = await two.acquireQueued!({
+      name,
+      owner: 'w',
+      ttlMs: 5_000,
+      keyHash: 'k-w',
+      signal: new AbortController().signal,
+    });
+    const waited = Date.now() - started;
+    expect(token(writer)).toBeGreaterThan(b);
+    // Not before the last reader's end, and well before the first lease of a (30 s) would end.
+    expect(waited).toBeGreaterThanOrEqual(700);
+    expect(waited).toBeLessThan(5_000);
+    expect(await one.inspect(name)).toMatchObject({ owner: 'w', token: token(writer) });
+  });
+
   it('answers conflicts from acquireQueued and leaves the queue', async () => {
     const backend = await open();
     const name = lockName('queued-conflict');

@@ -306,7 +306,16 @@ function lockState(name: string, row: LeaseRow): LockState | null {
     ttlRemainingMs: Number(ms),
   }));
   const top = holders.at(-1);
-  if (!top) return null;
+  // A live row marked shared without a live holder (written by an adapter from before shared
+  // modes): its lease, as an exclusive one.
+  if (!top) {
+    return {
+      name,
+      owner: row.owner,
+      token: BigInt(row.token),
+      ttlRemainingMs: Number(row.remaining_ms),
+    };
+  }
   return {
     name,
     owner: top.owner,

@@ -105,6 +105,12 @@ export function sharedSchema(parts: SqlParts): string[] {
         DELETE FROM ${holders} h WHERE h.name = p_name AND h.expires_at <= clock_timestamp();
         SELECT count(*)::int INTO n FROM ${holders} h WHERE h.name = p_name;
         holders := n;
+        IF n = 0 THEN
+          -- A live group row without a live holder was not written by these functions (an
+          -- adapter from before shared modes took an ended group row over): held, exclusively.
+          remaining_ms := ${ms('r.expires_at')};
+          RETURN;
+        END IF;
         SELECT * INTO mine FROM ${holders} h
           WHERE h.name = p_name AND h.owner = p_owner
             AND (p_key IS NULL OR h.key_hash IS NOT DISTINCT FROM p_key)

@@ -261,6 +261,17 @@ describe.skipIf(!run)('postgres shared modes', () => {
     expect(await one.inspect(name)).toMatchObject({ owner: 'w', token: token(writer) });
   });
 
+  it('never grants a reader beside a live row marked shared that has no live holder', async () => {
+    const backend = await open();
+    const name = lockName('foreign-row');
+    // What an older adapter leaves: its exclusive grant over an ended group row keeps `mode`.
+    const x = token(await exclusive(backend, name, 'old', 30_000));
+    await sql("UPDATE shared_leases SET mode = 'shared', holder_limit = 3 WHERE name = $1", [name]);
+    const refused = await shared(backend, name, 'r', 3);
+    expect(refused.granted).toBe(false);
+    expect(await backend.inspect(name)).toMatchObject({ owner: 'old', token: x });
+  });
+
   it('answers conflicts from acquireQueued and leaves the queue', async () => {
     const backend = await open();
     const name = lockName('queued-conflict');
@@ -286,18 +297,18 @@ describe.skipIf(!run)('postgres shared modes', () => {
     expect(await waiters(name)).toBe(0);
   });
 
-  async function waiters(name: string): Promise<number> {
+  async function sql(text: string, values: unknown[]): Promise<Array<Record<string, unknown>>> {
     const pg = (await import('pg')).default;
     const client = new pg.Client({ connectionString: postgres.url });
     await client.connect();
     try {
-      const result = await client.query(
-        'SELECT count(*)::int AS n FROM shared_waiters WHERE name = $1',
-        [name],
-      );
-      return (result.rows[0] as { n: number }).n;
+      return (await client.query(text, values)).rows;
     } finally {
       await client.end();
     }
+  }
+  async function waiters(name: string): Promise<number> {
+    const rows = await sql('SELECT count(*)::int AS n FROM shared_waiters WHERE name = $1', [name]);
+    return rows[0]?.n as number;
   }
 });

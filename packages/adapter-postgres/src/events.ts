@@ -24,11 +24,21 @@ import { query } from './calls.js';
 export interface Known {
   token: bigint;
   owner: string;
+  /** Absent: exclusive. */
+  mode?: 'shared' | undefined;
+}
+
+/** A shared holder this server heard of, with the timer at its end. */
+interface SharedHeld {
+  owner: string;
+  timer: Timer | undefined;
 }
 
 interface Entry extends ListenerEntry {
-  /** The lease this server last heard of for the name. */
+  /** The exclusive lease this server last heard of for the name. */
   known: Known | undefined;
+  /** The shared holders this server heard of, by token. */
+  shared: Map<bigint, SharedHeld>;
   timer: Timer | undefined;
   /** Bumped on every change of `known`, so a late check of an older lease changes nothing. */
   version: number;
@@ -81,6 +91,10 @@ interface Message {
   k: string;
   o: string;
   ms: number;
+  /** `shared` on a shared holder's change. */
+  m?: string;
+  /** The number of holders after a shared change. */
+  h?: number;
 }
 
 export interface QueueDeparture {
@@ -89,7 +103,8 @@ export interface QueueDeparture {
 }
 
 /** What `happened` takes: a change as its NOTIFY would carry it. */
-export type Change = Pick<Message, 't' | 'n' | 'k'> & Partial<Pick<Message, 'o' | 'ms'>>;
+export type Change = Pick<Message, 't' | 'n' | 'k'> &
+  Partial<Pick<Message, 'o' | 'ms' | 'm' | 'h'>>;
 
 const DIGITS = /^[0-9]+$/;
 
@@ -134,11 +149,14 @@ class PostgresLockEvents implements LockEvents {
       name,
       listeners: new Set(),
       known: undefined,
+      shared: new Map(),
       timer: undefined,
       version: 0,
     }),
     dropped: (entry) => {
       entry.timer?.cancel();
+      for (const held of entry.shared.values()) held.timer?.cancel();
+      entry.shared.clear();
       if (!this.queues.has(entry.name)) this.delivered.delete(entry.name);
     },
   });
@@ -199,17 +217,27 @@ class PostgresLockEvents implements LockEvents {
   noteLease(name: string, lease: Known, ttlMs: number): void {
     const entry = this.entries.get(name);
     if (!entry) return;
+    if (lease.mode === 'shared') {
+      this.noteShared(entry, lease.token, lease.owner, ttlMs);
+      return;
+    }
     if (entry.known && lease.token < entry.known.token) return;
     this.setKnown(entry, lease, ttlMs);
   }
 
   learn(name: string): void {
     const entry = this.entries.get(name);
-    if (!entry || entry.known) return;
+    if (!entry || entry.known || entry.shared.size > 0) return;
     const version = entry.version;
     this.options.inspect(name).then(
       (state) => {
         if (!state || entry.version !== version || !this.entries.isCurrent(entry)) return;
+        if (state.mode === 'shared') {
+          for (const held of state.holders ?? []) {
+            this.noteShared(entry, held.token, held.owner, held.ttlRemainingMs);
+          }
+          return;
+        }
         this.setKnown(entry, { token: state.token, owner: state.owner }, state.ttlRemainingMs);
       },
       () => {},
@@ -220,7 +248,10 @@ class PostgresLockEvents implements LockEvents {
     this.closed = true;
     this.reconnectTimer?.cancel();
     this.heartbeat?.cancel();
-    for (const entry of this.entries.entries()) entry.timer?.cancel();
+    for (const entry of this.entries.entries()) {
+      entry.timer?.cancel();
+      for (const held of entry.shared.values()) held.timer?.cancel();
+    }
     this.entries.clear();
     this.queues.clear();
     this.delivered.clear();
@@ -273,11 +304,80 @@ class PostgresLockEvents implements LockEvents {
     state: LockState | null,
     wakeWhenFree: boolean,
   ): void {
-    const now = state ? { token: state.token, owner: state.owner } : undefined;
-    this.setKnown(entry, now, state?.ttlRemainingMs ?? 0);
-    for (const event of holderChangeEvents(entry.name, before, now, wakeWhenFree)) {
-      deliverEvent(entry.listeners, event);
+    const shared = state?.mode === 'shared' ? (state.holders ?? []) : [];
+    const now =
+      state && state.mode !== 'shared' ? { token: state.token, owner: state.owner } : undefined;
+    this.setKnown(entry, now, now ? (state?.ttlRemainingMs ?? 0) : 0);
+    const ended: LockEvent[] = [];
+    const live = new Set(shared.map((held) => held.token));
+    for (const [token, held] of [...entry.shared]) {
+      if (live.has(token)) continue;
+      held.timer?.cancel();
+      entry.shared.delete(token);
+      ended.push({ name: entry.name, type: 'expired', token, owner: held.owner });
     }
+    const changes = holderChangeEvents(
+      entry.name,
+      before,
+      now,
+      wakeWhenFree && shared.length === 0 && ended.length === 0,
+    );
+    const events = [...changes.filter((event) => event.type !== 'acquired'), ...ended];
+    events.push(...changes.filter((event) => event.type === 'acquired'));
+    for (const held of shared) {
+      if (entry.shared.has(held.token)) continue;
+      this.noteShared(entry, held.token, held.owner, held.ttlRemainingMs);
+      events.push({
+        name: entry.name,
+        type: 'acquired',
+        token: held.token,
+        owner: held.owner,
+        mode: 'shared',
+        holders: shared.length,
+      });
+    }
+    for (const event of events) deliverEvent(entry.listeners, event);
+  }
+
+  /** A shared holder heard of: watched for its end (a timer, then the database's word). */
+  private noteShared(entry: Entry, token: bigint, owner: string, ttlMs: number): void {
+    const held = entry.shared.get(token) ?? { owner, timer: undefined };
+    held.timer?.cancel();
+    entry.shared.set(token, held);
+    held.timer = this.options.clock.setTimer(
+      () => void this.checkShared(entry, token, held),
+      ttlMs + 1,
+    );
+  }
+
+  /** At a shared holder's end: still held (extended) or gone (expired: say so)? */
+  private async checkShared(entry: Entry, token: bigint, held: SharedHeld): Promise<void> {
+    let state: LockState | null;
+    try {
+      state = await this.options.inspect(entry.name);
+    } catch {
+      if (entry.shared.get(token) === held && !this.closed) {
+        held.timer = this.options.clock.setTimer(
+          () => void this.checkShared(entry, token, held),
+          RECHECK_MS,
+        );
+      }
+      return;
+    }
+    if (entry.shared.get(token) !== held || !this.entries.isCurrent(entry)) return;
+    const still =
+      state?.mode === 'shared' ? state.holders?.find((h) => h.token === token) : undefined;
+    if (still) {
+      this.noteShared(entry, token, held.owner, still.ttlRemainingMs);
+      return;
+    }
+    entry.shared.delete(token);
+    deliverEvent(entry.listeners, {
+      name: entry.name,
+      type: 'expired',
+      token,
+      owner: held.owner,
+    });
   }
 
   /** At a known lease's end: is it over on the database clock? Then say so. */
@@ -359,14 +459,30 @@ class PostgresLockEvents implements LockEvents {
     if (!entry) return;
     const token = BigInt(message.k);
     const known = entry.known;
-    if (message.t === 'acquired') {
+    const shared = message.m === 'shared';
+    if (message.t === 'acquired' && shared) {
+      this.noteShared(entry, token, message.o, Number(message.ms) || 0);
+      // A shared grant after an exclusive lease: that lease is over.
+      if (known && known.token < token) this.setKnown(entry, undefined, 0);
+    } else if (message.t === 'acquired') {
       // Messages arrive in commit order, but a reply may have told us of a newer grant first.
       if (known && token < known.token) return;
       this.setKnown(entry, { token, owner: message.o }, Number(message.ms) || 0);
-    } else if (known && known.token === token) {
-      this.setKnown(entry, undefined, 0);
+      for (const held of entry.shared.values()) held.timer?.cancel();
+      entry.shared.clear();
+    } else {
+      const held = entry.shared.get(token);
+      if (held) {
+        held.timer?.cancel();
+        entry.shared.delete(token);
+      } else if (known && known.token === token) {
+        this.setKnown(entry, undefined, 0);
+      }
     }
-    deliverEvent(entry.listeners, { name: message.n, type: message.t, token, owner: message.o });
+    const event: LockEvent = { name: message.n, type: message.t, token, owner: message.o };
+    if (shared && message.t === 'acquired') event.mode = 'shared';
+    if (typeof message.h === 'number') event.holders = message.h;
+    deliverEvent(entry.listeners, event);
   }
 
   // ---- the listening connection --------------------------------------------------------------

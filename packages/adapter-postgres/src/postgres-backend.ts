@@ -182,6 +182,8 @@ function capabilities(): BackendCapabilities {
     // A waiters table ordered by a sequence (queue-sql.ts): FIFO across dlm servers.
     fairQueue: true,
     expiryEvents: true,
+    // Shared holders as rows under the name's row lock (shared-sql.ts).
+    sharedModes: true,
   };
 }
 
@@ -274,13 +276,54 @@ async function readHolder(
   const result = await p.call('inspect', false, (client) =>
     query(client, p.sql.inspect, [name], p.timeoutMs),
   );
-  const row = result.rows[0] as { owner: string; token: string; remaining_ms: string } | undefined;
-  if (!row) return null;
+  const row = result.rows[0] as LeaseRow | undefined;
+  return row ? lockState(name, row) : null;
+}
+
+/** A lease row as inspect and list read it (holders: [owner, token, ms] by token, shared). */
+interface LeaseRow {
+  owner: string;
+  token: string;
+  remaining_ms: string;
+  mode: string | null;
+  holder_limit: number | null;
+  holders: Array<[string, string, string | number]> | null;
+}
+
+/** An exclusive lease, or shared holders (top-level fields: the highest token's); null: none. */
+function lockState(name: string, row: LeaseRow): LockState | null {
+  if (row.mode !== 'shared') {
+    return {
+      name,
+      owner: row.owner,
+      token: BigInt(row.token),
+      ttlRemainingMs: Number(row.remaining_ms),
+    };
+  }
+  const holders = (row.holders ?? []).map(([owner, token, ms]) => ({
+    owner,
+    token: BigInt(token),
+    ttlRemainingMs: Number(ms),
+  }));
+  const top = holders.at(-1);
+  // A live row marked shared without a live holder (written by an adapter from before shared
+  // modes): its lease, as an exclusive one.
+  if (!top) {
+    return {
+      name,
+      owner: row.owner,
+      token: BigInt(row.token),
+      ttlRemainingMs: Number(row.remaining_ms),
+    };
+  }
   return {
     name,
-    owner: row.owner,
-    token: BigInt(row.token),
-    ttlRemainingMs: Number(row.remaining_ms),
+    owner: top.owner,
+    token: top.token,
+    ttlRemainingMs: top.ttlRemainingMs,
+    mode: 'shared',
+    limit: row.holder_limit ?? holders.length,
+    holders,
   };
 }
 
@@ -289,7 +332,12 @@ async function sweepNow(p: Pg): Promise<number> {
   const result = await p.call('sweep', true, (client) =>
     query(client, p.sql.sweep, [p.sweep.limit, p.sweep.marginMs], p.timeoutMs),
   );
-  const leases = result.rowCount ?? 0;
+  let leases = result.rowCount ?? 0;
+  if (leases >= p.sweep.limit) return leases;
+  const holders = await p.call('sweep', true, (client) =>
+    query(client, p.sql.sharedSweep, [p.sweep.limit - leases, p.sweep.marginMs], p.timeoutMs),
+  );
+  leases += holders.rowCount ?? 0;
   if (leases >= p.sweep.limit) return leases;
   const entries = await p.call('sweep', true, (client) =>
     query(client, p.sql.queueSweep, [p.sweep.limit - leases], p.timeoutMs),
@@ -326,18 +374,17 @@ async function listeningWithin(p: Pg, startedAt: number): Promise<void> {
   }
 }
 
-async function tryAcquire(
-  p: Pg,
-  { name, owner, ttlMs, keyHash }: AcquireRequest,
-): Promise<AcquireResult> {
+async function tryAcquire(p: Pg, request: AcquireRequest): Promise<AcquireResult> {
   assertOpen(p);
+  if (request.mode === 'shared') return trySharedAcquire(p, request);
+  const { name, owner, ttlMs, keyHash } = request;
   const startedAt = p.clock.now();
   await listeningWithin(p, startedAt);
   const result = await p.call('acquire', true, (client) =>
     query(client, p.sql.acquire, [name, owner, ttlMs, keyHash ?? null], p.timeoutMs),
   );
   const row = result.rows[0] as
-    | { granted: boolean; token: string | null; remaining_ms: string | null }
+    | { granted: boolean; token: string | null; remaining_ms: string | null; mine_shared: boolean }
     | undefined;
   if (row?.granted && row.token !== null) {
     const token = BigInt(row.token);
@@ -345,6 +392,7 @@ async function tryAcquire(
     return { granted: true, grant: { name, owner, token, ttlMs } };
   }
   p.events.learn(name);
+  if (row?.mine_shared) return { granted: false, conflict: { field: 'mode' } };
   if (row?.remaining_ms != null)
     return { granted: false, ttlRemainingMs: Number(row.remaining_ms) };
   // Refused by a holder that committed while this statement waited on its row: under READ
@@ -352,6 +400,46 @@ async function tryAcquire(
   // read it again (a refusal by a queue entry alone has no holder to read).
   const holder = await readHolder(p, name).catch(() => null);
   return holder ? { granted: false, ttlRemainingMs: holder.ttlRemainingMs } : { granted: false };
+}
+
+/** What shared_acquire answers (shared-sql.ts). */
+export interface SharedRow {
+  granted: boolean;
+  token: string | null;
+  remaining_ms: string | null;
+  conflict: 'mode' | 'limit' | null;
+  conflict_limit: number | null;
+  holders: number | null;
+}
+
+/** A refusal as the contract words it, from a shared_acquire row. */
+export function sharedRefusal(row: SharedRow): AcquireResult {
+  if (row.conflict === 'mode') return { granted: false, conflict: { field: 'mode' } };
+  if (row.conflict === 'limit') {
+    return { granted: false, conflict: { field: 'limit', limit: Number(row.conflict_limit) } };
+  }
+  return row.remaining_ms != null
+    ? { granted: false, ttlRemainingMs: Number(row.remaining_ms) }
+    : { granted: false };
+}
+
+async function trySharedAcquire(
+  p: Pg,
+  { name, owner, ttlMs, keyHash, limit }: AcquireRequest,
+): Promise<AcquireResult> {
+  const startedAt = p.clock.now();
+  await listeningWithin(p, startedAt);
+  const result = await p.call('acquire', true, (client) =>
+    query(client, p.sql.sharedAcquire, [name, owner, ttlMs, keyHash ?? null, limit], p.timeoutMs),
+  );
+  const row = result.rows[0] as SharedRow;
+  if (row.granted && row.token !== null) {
+    const token = BigInt(row.token);
+    p.events.noteLease(name, { token, owner, mode: 'shared' }, ttlMs);
+    return { granted: true, grant: { name, owner, token, ttlMs } };
+  }
+  p.events.learn(name);
+  return sharedRefusal(row);
 }
 
 async function release(p: Pg, { name, token, keyHash }: HolderProof): Promise<boolean> {
@@ -374,9 +462,13 @@ async function extend(
   const result = await p.call('extend', true, (client) =>
     query(client, p.sql.extend, [name, token.toString(), ttlMs, keyHash ?? null], p.timeoutMs),
   );
-  const row = result.rows[0] as { owner: string } | undefined;
+  const row = result.rows[0] as { owner: string; shared: boolean } | undefined;
   if (!row) return null;
-  p.events.noteLease(name, { token, owner: row.owner }, ttlMs);
+  p.events.noteLease(
+    name,
+    row.shared ? { token, owner: row.owner, mode: 'shared' } : { token, owner: row.owner },
+    ttlMs,
+  );
   return { name, owner: row.owner, token, ttlMs };
 }
 
@@ -393,12 +485,10 @@ async function list(p: Pg, namePrefix: string): Promise<LockState[]> {
   const result = await p.call('list', false, (client) =>
     query(client, p.sql.list, [namePrefix], p.timeoutMs),
   );
-  return (
-    result.rows as Array<{ name: string; owner: string; token: string; remaining_ms: string }>
-  ).map((row) => ({
-    name: row.name,
-    owner: row.owner,
-    token: BigInt(row.token),
-    ttlRemainingMs: Number(row.remaining_ms),
-  }));
+  const states: LockState[] = [];
+  for (const row of result.rows as Array<LeaseRow & { name: string }>) {
+    const state = lockState(row.name, row);
+    if (state) states.push(state);
+  }
+  return states;
 }

@@ -46,6 +46,11 @@ export function queueSchema({ schema, prefix, waiters }: SqlParts): string[] {
 const HOLDER = (parts: SqlParts) =>
   `(SELECT ${parts.remaining('h')} FROM ${parts.table} h WHERE h.name = $1 AND h.expires_at > clock_timestamp())`;
 
+/** Whether the caller (`$2`, `$4`) is a live shared holder of `$1` (an exclusive request's conflict). */
+const MINE_SHARED = (parts: SqlParts) => `EXISTS (SELECT 1 FROM ${parts.holders} x WHERE x.name = $1
+    AND x.owner = $2 AND ($4::text IS NULL OR x.key_hash IS NOT DISTINCT FROM $4::text)
+    AND x.expires_at > clock_timestamp())`;
+
 /** Deletes entries, for a `left` NOTIFY whose `o` says why (`granted`, or '' for gone). */
 const LEFT = (parts: SqlParts, from: string, why: '' | 'granted') =>
   `DELETE FROM ${parts.waiters} WHERE ${from} RETURNING name, id AS token, '${why}' AS owner`;
@@ -78,6 +83,7 @@ export function queueStatements(parts: SqlParts): QueueStatements {
              (SELECT id::text FROM last) AS ahead,
              (SELECT ${remaining('last')} FROM last) AS ahead_ms,
              ${HOLDER(parts)} AS holder_ms,
+             ${MINE_SHARED(parts)} AS mine_shared,
              (SELECT count(*) FROM told) AS told`,
     // Entries ahead that are no longer live are deleted on the way (SKIP LOCKED: never waits),
     // each announced, so that a waiter asleep behind one wakes. Our own entry counts while its
@@ -104,7 +110,57 @@ export function queueStatements(parts: SqlParts): QueueStatements {
              (SELECT id::text FROM ahead) AS ahead,
              (SELECT ${remaining('ahead')} FROM ahead) AS ahead_ms,
              ${HOLDER(parts)} AS holder_ms,
+             ${MINE_SHARED(parts)} AS mine_shared,
              (SELECT count(*) FROM told) AS changed`,
+    // A shared request (`$7` its limit) joins: granted at once when the name has room and
+    // nobody is queued (shared_acquire decides under the name's row lock), else queued with its
+    // mode; the first look follows at once.
+    sharedJoin: `WITH try AS (
+        SELECT * FROM ${parts.fn('shared_acquire')}($1, $2, $3::bigint, $4::text, true, $7::int, true, 0)
+      ), queued AS (
+        INSERT INTO ${waiters} (id, name, owner, key_hash, expires_at, pid, mode, holder_limit)
+        SELECT nextval('${schema}.${prefix}waiter_ids'), $1, $2, $4::text, ${entryEnds('$5')}, $6::int,
+               'shared', $7::int
+        FROM try WHERE NOT try.granted AND try.conflict IS NULL
+        RETURNING id
+      )
+      SELECT try.granted, try.token::text AS token, try.conflict, try.conflict_limit,
+             (SELECT id::text FROM queued) AS waiter
+        FROM try`,
+    // A shared entry may be granted when no live exclusive entry is ahead of it, the name has
+    // no exclusive holder, and its holders plus the live shared entries ahead are fewer than
+    // the limit (`$6`). Otherwise it sleeps on the last exclusive entry ahead, else on the
+    // nearest shared entry ahead when that one will take the room left, else on the holders.
+    sharedLook: `WITH me AS (
+        SELECT id FROM ${waiters} WHERE id = $5 AND name = $1 AND expires_at > clock_timestamp()
+      ), stale AS (
+        ${LEFT(parts, `id IN (SELECT id FROM ${waiters} w WHERE name = $1 AND id < $5 AND NOT ${liveEntry('w')} FOR UPDATE SKIP LOCKED)`, '')}
+      ), exclusive AS (
+        SELECT id, expires_at FROM ${waiters} w
+        WHERE name = $1 AND id < $5 AND ${liveEntry('w')} AND w.mode IS DISTINCT FROM 'shared'
+        ORDER BY id DESC LIMIT 1
+      ), readers AS (
+        SELECT count(*)::int AS n, max(id) AS nearest FROM ${waiters} w
+        WHERE name = $1 AND id < $5 AND ${liveEntry('w')} AND w.mode = 'shared'
+      ), try AS (
+        SELECT * FROM ${parts.fn('shared_acquire')}($1, $2, $3::bigint, $4::text, true, $6::int, false,
+          CASE WHEN EXISTS (SELECT 1 FROM me) AND NOT EXISTS (SELECT 1 FROM exclusive)
+               THEN (SELECT n FROM readers) ELSE 2147483647 END)
+      ), gone AS (
+        ${LEFT(parts, 'id = $5 AND EXISTS (SELECT 1 FROM try WHERE try.granted)', 'granted')}
+      ), told AS (
+        SELECT ${notify('left', 'gone', '$3::bigint')} FROM gone
+        UNION ALL SELECT ${notify('left', 'stale', '0')} FROM stale
+      )
+      SELECT EXISTS (SELECT 1 FROM me) AS mine,
+             try.granted, try.token::text AS token, try.conflict, try.conflict_limit,
+             try.remaining_ms, try.holders,
+             (SELECT id::text FROM exclusive) AS exclusive,
+             (SELECT ${remaining('exclusive')} FROM exclusive) AS exclusive_ms,
+             (SELECT nearest::text FROM readers WHERE n > 0) AS reader,
+             (SELECT ${remaining('w')} FROM ${waiters} w, readers r WHERE w.id = r.nearest) AS reader_ms,
+             (SELECT count(*) FROM told) AS changed
+        FROM try`,
     queueLeave: `WITH gone AS (${LEFT(parts, 'id = $1', '')})
       SELECT ${notify('left', 'gone', '0')} AS told FROM gone`,
     queueRenew: `UPDATE ${waiters} SET expires_at = ${entryEnds('$2')}, pid = coalesce($3::int, pid)

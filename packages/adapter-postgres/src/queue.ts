@@ -169,11 +169,41 @@ interface AheadRow {
 interface JoinRow extends AheadRow {
   token: string | null;
   waiter: string | null;
+  mine_shared: boolean;
 }
 
 interface LookRow extends AheadRow {
   mine: boolean;
   token: string | null;
+  mine_shared: boolean;
+}
+
+/** What a shared join answers (queue-sql.ts `sharedJoin`). */
+interface SharedJoinRow {
+  granted: boolean;
+  token: string | null;
+  conflict: 'mode' | 'limit' | null;
+  conflict_limit: number | null;
+  waiter: string | null;
+}
+
+/** What a shared look answers (queue-sql.ts `sharedLook`). */
+interface SharedLookRow extends SharedJoinRow {
+  mine: boolean;
+  remaining_ms: string | null;
+  holders: number | null;
+  exclusive: string | null;
+  exclusive_ms: string | null;
+  reader: string | null;
+  reader_ms: string | null;
+}
+
+function conflictOf(row: SharedJoinRow): core.QueueStep | undefined {
+  if (row.conflict === 'mode') return { kind: 'conflict', conflict: { field: 'mode' } };
+  if (row.conflict === 'limit') {
+    return { kind: 'conflict', conflict: { field: 'limit', limit: Number(row.conflict_limit) } };
+  }
+  return undefined;
 }
 
 /** One queued acquire: its entry's id while queued, and what it sleeps on. */
@@ -206,7 +236,10 @@ class PostgresWaiter implements core.FairQueueDriver {
       }),
       events.watchQueue(request.name, ({ id, grantedMs }) => {
         const woken = watcher.changed((step) => step.kind === 'predecessor' && step.key === id);
-        if (woken && grantedMs !== undefined) this.promoted = { ttlMs: grantedMs };
+        // A shared waiter may be granted beside the entry that left with the lock: it looks.
+        if (woken && grantedMs !== undefined && request.mode !== 'shared') {
+          this.promoted = { ttlMs: grantedMs };
+        }
       }),
     ];
   }
@@ -244,6 +277,28 @@ class PostgresWaiter implements core.FairQueueDriver {
     const { call, sql, clock, timeoutMs, waiterTtlMs } = this.context;
     const startedAt = clock.now();
     await this.context.listening(startedAt);
+    if (this.request.mode === 'shared') {
+      const result = await call('acquire', true, (client) =>
+        query(
+          client,
+          sql.sharedJoin,
+          [
+            ...this.params(),
+            waiterTtlMs,
+            this.context.events.sessionPid ?? null,
+            this.request.limit,
+          ],
+          timeoutMs,
+        ),
+      );
+      const row = result.rows[0] as SharedJoinRow;
+      if (row.granted && row.token !== null) return this.granted(BigInt(row.token), startedAt);
+      const conflict = conflictOf(row);
+      if (conflict) return conflict;
+      if (row.waiter !== null) this.setId(row.waiter);
+      // The first look follows at once: it finds what to sleep on.
+      return { kind: 'again' };
+    }
     const result = await call('acquire', true, (client) =>
       query(
         client,
@@ -254,6 +309,10 @@ class PostgresWaiter implements core.FairQueueDriver {
     );
     const row = result.rows[0] as JoinRow;
     if (row.token !== null) return this.granted(BigInt(row.token), startedAt);
+    if (row.mine_shared) {
+      await this.leaveIfQueued(row.waiter);
+      return { kind: 'conflict', conflict: { field: 'mode' } };
+    }
     if (row.waiter === null) return { kind: 'again' };
     this.setId(row.waiter);
     return this.sleepOn(row);
@@ -264,12 +323,16 @@ class PostgresWaiter implements core.FairQueueDriver {
     this.promoted = undefined;
     // The grant's own statement checks everything again when the holder goes.
     if (promoted) return { kind: 'holder', ttlRemainingMs: promoted.ttlMs };
+    if (this.request.mode === 'shared') return this.lookShared();
     const { call, sql, clock, timeoutMs } = this.context;
     const startedAt = clock.now();
     const result = await call('acquire', true, (client) =>
       query(client, sql.queueLook, [...this.params(), this.id], timeoutMs),
     );
     const row = result.rows[0] as LookRow;
+    if (row.token === null && row.mine_shared) {
+      return { kind: 'conflict', conflict: { field: 'mode' } };
+    }
     if (row.token !== null) {
       // The statement deleted our entry with the grant.
       this.left(this.id, this.request.ttlMs);
@@ -283,6 +346,49 @@ class PostgresWaiter implements core.FairQueueDriver {
       return { kind: 'again' };
     }
     return this.sleepOn(row);
+  }
+
+  /** fair-queue.ts's shared predicate, in one statement (queue-sql.ts `sharedLook`). */
+  private async lookShared(): Promise<core.QueueStep> {
+    const { call, sql, clock, timeoutMs } = this.context;
+    const startedAt = clock.now();
+    if (this.id === undefined) return { kind: 'again' };
+    const result = await call('acquire', true, (client) =>
+      query(client, sql.sharedLook, [...this.params(), this.id, this.request.limit], timeoutMs),
+    );
+    const row = result.rows[0] as SharedLookRow;
+    if (row.granted && row.token !== null) {
+      this.left(this.id, this.request.ttlMs);
+      this.setId(undefined);
+      return this.granted(BigInt(row.token), startedAt);
+    }
+    const conflict = conflictOf(row);
+    if (conflict) return conflict;
+    if (!row.mine) {
+      await this.leave();
+      return { kind: 'again' };
+    }
+    if (row.exclusive !== null) {
+      return this.sleepOn({ ahead: row.exclusive, ahead_ms: row.exclusive_ms, holder_ms: null });
+    }
+    const limit = this.request.limit ?? 1;
+    // Room now, taken by the shared entries ahead: the nearest of them goes first.
+    if (row.reader !== null && (row.holders ?? 0) < limit) {
+      return this.sleepOn({ ahead: row.reader, ahead_ms: row.reader_ms, holder_ms: null });
+    }
+    if (row.remaining_ms !== null)
+      return this.sleepOn({ ahead: null, ahead_ms: null, holder_ms: row.remaining_ms });
+    if (row.reader !== null) {
+      return this.sleepOn({ ahead: row.reader, ahead_ms: row.reader_ms, holder_ms: null });
+    }
+    return { kind: 'again' };
+  }
+
+  /** A conflicting join that queued an entry takes it out again. */
+  private async leaveIfQueued(waiter: string | null): Promise<void> {
+    if (waiter === null) return;
+    this.setId(waiter);
+    await this.leave();
   }
 
   private params(): unknown[] {

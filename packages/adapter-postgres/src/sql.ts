@@ -1,5 +1,6 @@
 import { DlmError } from '@dlm/core';
 import { ownLeaseOrNobodyQueued, queueSchema, queueStatements } from './queue-sql.js';
+import { sharedSchema } from './shared-sql.js';
 
 /**
  * The adapter's SQL. Every primitive is ONE statement (autocommit), so it is atomic on its own,
@@ -41,6 +42,10 @@ export interface Statements extends QueueStatements {
   revoke: string;
   list: string;
   sweep: string;
+  /** A shared acquire (shared-sql.ts): `$5` limit. */
+  sharedAcquire: string;
+  /** Shared holders' rows that ended more than `$2` ms ago, at most `$1`. */
+  sharedSweep: string;
 }
 
 /** The statements of the cross-server fair queue (queue-sql.ts builds them). */
@@ -50,6 +55,10 @@ export interface QueueStatements {
   /** At the head: take the lock; else say what is ahead (or that the entry is gone). */
   queueLook: string;
   queueLeave: string;
+  /** A shared request: take the name when it has room and nobody is queued, else queue. */
+  sharedJoin: string;
+  /** A shared entry's look (fair-queue.ts's predicate for shared requests). */
+  sharedLook: string;
   /** Keeps the entries of a live server queued. */
   queueRenew: string;
   /** Bounded: removes entries whose server stopped renewing them. */
@@ -61,8 +70,12 @@ export interface SqlParts {
   schema: string;
   prefix: string;
   table: string;
+  /** Shared holders, one row each (shared-sql.ts). */
+  holders: string;
   waiters: string;
   channel: string;
+  /** The adapter's function `name`, qualified and quoted. */
+  fn(name: string): string;
   /** `nextval` of the token sequence. */
   nextToken: string;
   /** The lease remaining on `row`, in whole ms (at least 1). */
@@ -88,6 +101,7 @@ export interface SqlParts {
 export function sqlParts(schema: string, prefix: string): SqlParts {
   const table = `"${schema}"."${prefix}leases"`;
   const waiters = `"${schema}"."${prefix}waiters"`;
+  const holders = `"${schema}"."${prefix}holders"`;
   const channel = `${prefix}events`;
   const sameHolder =
     '(l.owner = EXCLUDED.owner AND ($4::text IS NULL OR l.key_hash IS NOT DISTINCT FROM $4::text))';
@@ -98,8 +112,10 @@ export function sqlParts(schema: string, prefix: string): SqlParts {
     schema,
     prefix,
     table,
+    holders,
     waiters,
     channel,
+    fn: (name) => `"${schema}"."${prefix}${name}"`,
     nextToken,
     remaining: (row) =>
       `greatest(1, ceil(extract(epoch from (${row}.expires_at - clock_timestamp())) * 1000))::bigint`,
@@ -127,7 +143,9 @@ export function sqlParts(schema: string, prefix: string): SqlParts {
                        THEN l.token ELSE EXCLUDED.token END,
           key_hash = CASE WHEN ${sameHolder} AND l.expires_at > clock_timestamp()
                           THEN l.key_hash ELSE EXCLUDED.key_hash END,
-          expires_at = EXCLUDED.expires_at
+          expires_at = EXCLUDED.expires_at,
+          mode = NULL,
+          holder_limit = NULL
         WHERE (l.expires_at <= clock_timestamp() OR ${sameHolder})
           AND (${conflictGate} OR (${sameHolder} AND l.expires_at > clock_timestamp()))
         RETURNING l.name, l.owner, l.token`,
@@ -143,6 +161,14 @@ export function statements(schema: string, prefix: string): Statements {
   const { table, channel, remaining, notify, waiting } = parts;
   // A request's key hash parameter matches the row's, or the request has none (token only).
   const keyMatches = (param: string) => `(${param}::text IS NULL OR key_hash = ${param}::text)`;
+  // Whether the caller ($2, $4) is one of the name's live shared holders.
+  const mineShared = `EXISTS (SELECT 1 FROM ${parts.holders} x WHERE x.name = $1 AND x.owner = $2
+      AND ($4::text IS NULL OR x.key_hash IS NOT DISTINCT FROM $4::text)
+      AND x.expires_at > clock_timestamp())`;
+  // A shared group row's live holders, ordered by token (NULL for an exclusive lease).
+  const holdersOf = (row: string) => `CASE WHEN ${row}.mode = 'shared' THEN (
+      SELECT json_agg(json_build_array(x.owner, x.token::text, ${remaining('x')}) ORDER BY x.token)
+      FROM ${parts.holders} x WHERE x.name = ${row}.name AND x.expires_at > clock_timestamp()) END`;
   return {
     channel,
     schema: [
@@ -164,42 +190,63 @@ export function statements(schema: string, prefix: string): Statements {
       // The sweep looks rows up by their end.
       `CREATE INDEX IF NOT EXISTS "${prefix}leases_expires_at" ON ${table} (expires_at)`,
       ...queueSchema(parts),
+      ...sharedSchema(parts),
     ],
     // A fresh grant (a free or ended lease) only while nobody is queued for the name, so a
     // try-lock on any server never jumps the cross-server queue; the holder's own re-acquire
     // refreshes its lease whatever waits. `nextval` runs on every attempt that may grant
-    // (refusals leave gaps, which fencing allows).
+    // (refusals leave gaps, which fencing allows). A refusal by shared holders also says
+    // whether the caller is one of them (`mine_shared`: a mode conflict), in the same statement.
     acquire: `WITH granted AS (
         ${parts.grant(ownLeaseOrNobodyQueued(parts), `NOT ${waiting()}`)}
       ), told AS (
         SELECT ${notify('acquired', 'granted', '$3::bigint')} FROM granted
       )
       SELECT true AS granted, g.token::text AS token, NULL::bigint AS remaining_ms,
-             (SELECT count(*) FROM told) AS told
+             (SELECT count(*) FROM told) AS told, false AS mine_shared
         FROM granted g
       UNION ALL
-      SELECT false, NULL, (SELECT ${remaining('h')} FROM ${table} h WHERE h.name = $1), 0
+      SELECT false, NULL, (SELECT ${remaining('h')} FROM ${table} h WHERE h.name = $1), 0,
+             ${mineShared}
         WHERE NOT EXISTS (SELECT 1 FROM granted)`,
     // Deletes the row whatever its state when the token matches (an ended lease's row is
-    // residue), and reports and announces a release only when the lease still ran.
+    // residue), and reports and announces a release only when the lease still ran. A shared
+    // holder's release (the name's row is their group row, never deleted here) is
+    // shared_change's, called in the same statement only then.
     release: `WITH gone AS (
-        DELETE FROM ${table} WHERE name = $1 AND token = $2 AND ${keyMatches('$3')}
+        DELETE FROM ${table} WHERE name = $1 AND token = $2 AND ${keyMatches('$3')} AND mode IS NULL
         RETURNING name, owner, token, expires_at > clock_timestamp() AS live
+      ), shared AS (
+        SELECT s.owner FROM "${schema}"."${prefix}shared_change"($1, $2::bigint, $3::text, NULL) s
+        WHERE NOT EXISTS (SELECT 1 FROM gone)
+          AND EXISTS (SELECT 1 FROM ${table} l WHERE l.name = $1 AND l.mode = 'shared')
       )
-      SELECT live, owner, CASE WHEN live THEN ${notify('released', 'gone', '0')} END AS told FROM gone`,
-    extend: `UPDATE ${table} SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
-      WHERE name = $1 AND token = $2 AND ${keyMatches('$4')} AND expires_at > clock_timestamp()
-      RETURNING owner`,
-    inspect: `SELECT owner, token::text AS token, ${remaining(table)} AS remaining_ms
-      FROM ${table} WHERE name = $1 AND expires_at > clock_timestamp()`,
-    revoke: `WITH gone AS (
-        DELETE FROM ${table} WHERE name = $1 RETURNING name, owner, token, expires_at > clock_timestamp() AS live
+      SELECT live, owner, CASE WHEN live THEN ${notify('released', 'gone', '0')} END AS told FROM gone
+      UNION ALL
+      SELECT true, owner, NULL FROM shared WHERE owner IS NOT NULL`,
+    extend: `WITH done AS (
+        UPDATE ${table} SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
+        WHERE name = $1 AND token = $2 AND ${keyMatches('$4')} AND expires_at > clock_timestamp()
+          AND mode IS NULL
+        RETURNING owner
+      ), shared AS (
+        SELECT s.owner FROM "${schema}"."${prefix}shared_change"($1, $2::bigint, $4::text, $3::bigint) s
+        WHERE NOT EXISTS (SELECT 1 FROM done)
+          AND EXISTS (SELECT 1 FROM ${table} l WHERE l.name = $1 AND l.mode = 'shared')
       )
-      SELECT live, CASE WHEN live THEN ${notify('revoked', 'gone', '0')} END AS told FROM gone`,
-    list: `SELECT name, owner, token::text AS token, ${remaining(table)} AS remaining_ms
-      FROM ${table}
-      WHERE starts_with(name, $1) AND expires_at > clock_timestamp()
-      ORDER BY name`,
+      SELECT owner, false AS shared FROM done
+      UNION ALL SELECT owner, true FROM shared WHERE owner IS NOT NULL`,
+    inspect: `SELECT l.owner, l.token::text AS token, ${remaining('l')} AS remaining_ms, l.mode,
+        l.holder_limit, ${holdersOf('l')} AS holders
+      FROM ${table} l WHERE l.name = $1 AND l.expires_at > clock_timestamp()`,
+    // Ends every lease of the name (shared-sql.ts): an exclusive holder's row, or every shared
+    // holder's (each announced) and their group row, under the name's row lock.
+    revoke: `SELECT live FROM ${parts.fn('revoke')}($1)`,
+    list: `SELECT l.name, l.owner, l.token::text AS token, ${remaining('l')} AS remaining_ms, l.mode,
+        l.holder_limit, ${holdersOf('l')} AS holders
+      FROM ${table} l
+      WHERE starts_with(l.name, $1) AND l.expires_at > clock_timestamp()
+      ORDER BY l.name`,
     // Bounded: at most $1 rows per run, only rows that ended more than $2 ms ago (a grant may be
     // taking the row over right now; the margin keeps the sweep out of its way, and SKIP LOCKED
     // out of any transaction's). Names locked again never get here: acquire overwrites them.
@@ -208,6 +255,13 @@ export function statements(schema: string, prefix: string): Statements {
         WHERE expires_at < clock_timestamp() - $2::bigint * interval '1 millisecond'
         LIMIT $1::int FOR UPDATE SKIP LOCKED
       )`,
+    sharedSweep: `DELETE FROM ${parts.holders} WHERE ctid IN (
+        SELECT ctid FROM ${parts.holders}
+        WHERE expires_at < clock_timestamp() - $2::bigint * interval '1 millisecond'
+        LIMIT $1::int FOR UPDATE SKIP LOCKED
+      )`,
+    sharedAcquire: `SELECT granted, token::text AS token, remaining_ms, conflict, conflict_limit, holders
+      FROM "${schema}"."${prefix}shared_acquire"($1, $2, $3::bigint, $4::text, true, $5::int, true, 0)`,
     ...queueStatements(parts),
   };
 }

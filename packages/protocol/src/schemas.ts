@@ -39,18 +39,19 @@ const WaitMs = Type.Integer({
  * Extension (shared modes, additive to v1): `mode` and `limit` on acquires. `shared` without a
  * limit is a read lock (limit `limits.maxHolders`); with limit N, a semaphore of N permits.
  */
-const Mode = Type.Union([Type.Literal('exclusive'), Type.Literal('shared')], {
-  description:
-    'How the lock is held: "exclusive" (the default: one holder) or "shared" (up to limit holders at once; refused with INVALID_PARAMS, field mode, by servers whose backend grants exclusive locks only).',
-});
+/** The two modes, with a description of what the field says where it appears. */
+function modeSchema(description: string) {
+  return Type.Union([Type.Literal('exclusive'), Type.Literal('shared')], { description });
+}
+const Mode = modeSchema(
+  'How the lock is held: "exclusive" (the default: one holder) or "shared" (up to limit holders at once; refused with INVALID_PARAMS, field mode, by servers whose backend grants exclusive locks only).',
+);
 const Limit = Type.Integer({
   minimum: 1,
   description:
     'The most shared holders the name admits at once, in [1, limits.maxHolders], default maxHolders (a read lock): only with mode "shared" (with "exclusive" it is INVALID_PARAMS, field limit). Every shared holder of a name agrees on it: another limit is INVALID_PARAMS, field limit, with data.limit the holders\' one.',
 });
-const GrantedMode = Type.Union([Type.Literal('exclusive'), Type.Literal('shared')], {
-  description: 'The mode the lease is held in (the one asked for).',
-});
+const GrantedMode = modeSchema('The mode the lease is held in (the one asked for).');
 const GrantedLimit = Type.Integer({
   minimum: 1,
   description: 'Shared grants only: the limit the holders agreed on.',
@@ -143,10 +144,9 @@ const GrantFields = {
 export const AcquireResult = Type.Object({
   ...GrantFields,
   mode: Type.Optional(
-    Type.Union([Type.Literal('exclusive'), Type.Literal('shared')], {
-      description:
-        'The mode the lease is held in (the one asked for). Absent only from servers that predate modes.',
-    }),
+    modeSchema(
+      'The mode the lease is held in (the one asked for). Absent only from servers that predate modes.',
+    ),
   ),
   limit: Type.Optional(GrantedLimit),
 });
@@ -211,9 +211,7 @@ export const GetResult = Type.Union([
     token: Token,
     ttlRemainingMs: Type.Integer({ minimum: 0 }),
     mode: Type.Optional(
-      Type.Union([Type.Literal('exclusive'), Type.Literal('shared')], {
-        description: 'How it is held. Absent only from servers that predate shared modes.',
-      }),
+      modeSchema('How it is held. Absent only from servers that predate shared modes.'),
     ),
     limit: Type.Optional(GrantedLimit),
     holders: Type.Optional(
@@ -247,9 +245,7 @@ export const HeldLock = Type.Object({
   ttlRemainingMs: Type.Integer({ minimum: 0 }),
   waiters: Type.Integer({ minimum: 0, description: 'Waiters queued on this server.' }),
   mode: Type.Optional(
-    Type.Union([Type.Literal('exclusive'), Type.Literal('shared')], {
-      description: 'How it is held. Absent only from servers that predate shared modes.',
-    }),
+    modeSchema('How it is held. Absent only from servers that predate shared modes.'),
   ),
   limit: Type.Optional(GrantedLimit),
   holders: Type.Optional(
@@ -292,9 +288,7 @@ export const LockChangedParams = Type.Object({
   waiters: Type.Optional(Type.Integer({ minimum: 0 })),
   /** Shared modes: the mode of the lease the change is about, when known. */
   mode: Type.Optional(
-    Type.Union([Type.Literal('exclusive'), Type.Literal('shared')], {
-      description: 'The mode of the lease the change is about, when the server knows it.',
-    }),
+    modeSchema('The mode of the lease the change is about, when the server knows it.'),
   ),
   /** `lock.watchPrefix` only: the holders' limit, for a shared lease. */
   limit: Type.Optional(GrantedLimit),

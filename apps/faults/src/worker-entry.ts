@@ -162,6 +162,19 @@ async function iteration(): Promise<void> {
 }
 
 /** The fenced read → (extend) → write → release, on a lease just granted. */
+/** Extends the lease with `config.extendProbability`, recording it; whether it tried. */
+async function maybeExtend(name: string, lease: Lease, token: string): Promise<boolean> {
+  if (Math.random() >= config.extendProbability) return false;
+  const extend = invoke('extend', name, { token });
+  try {
+    await lease.extend();
+    extend.ok({ ttlMs: lease.ttlMs, deadline: monoNow() + lease.remainingMs() });
+  } catch (error) {
+    extend.failed(error);
+  }
+  return true;
+}
+
 async function readModifyWrite(name: string, lease: Lease): Promise<void> {
   const token = lease.token.toString();
   setStatus({ name, token, phase: 'acquired' });
@@ -181,15 +194,7 @@ async function readModifyWrite(name: string, lease: Lease): Promise<void> {
   if (readValue !== undefined) {
     setStatus({ name, token, phase: 'read' });
     await sleep(between(config.holdMs));
-    if (Math.random() < config.extendProbability) {
-      const extend = invoke('extend', name, { token });
-      try {
-        await lease.extend();
-        extend.ok({ ttlMs: lease.ttlMs, deadline: monoNow() + lease.remainingMs() });
-      } catch (error) {
-        extend.failed(error);
-      }
-    }
+    await maybeExtend(name, lease, token);
     const value = readValue + 1;
     const write = invoke('write', name, { token, value, read: readValue });
     try {
@@ -235,16 +240,7 @@ async function sharedIteration(via: DlmClient, shared: NonNullable<WorkerConfig[
   // `read`: the phase the client nemeses pick a holder in.
   setStatus({ name, token, phase: 'read' });
   await sleep(between(config.holdMs));
-  if (Math.random() < config.extendProbability) {
-    const extend = invoke('extend', name, { token });
-    try {
-      await lease.extend();
-      extend.ok({ ttlMs: lease.ttlMs, deadline: monoNow() + lease.remainingMs() });
-    } catch (error) {
-      extend.failed(error);
-    }
-    await sleep(between(config.holdMs));
-  }
+  if (await maybeExtend(name, lease, token)) await sleep(between(config.holdMs));
   const release = invoke('release', name, { token });
   try {
     release.ok({ released: await lease.release() });

@@ -338,6 +338,8 @@ describe.skipIf(!run)('zookeeper shared modes (read locks, semaphores)', () => {
     const p1 = await take(a, name, 'p1', shared(2), 10_000);
     const p2 = await take(b, name, 'p2', shared(2), 1_500);
     const next = queued(b, name, 'next', shared(2));
+    // Queued in this order: two acquires sent at once may queue either way round.
+    await untilQueued(name, 1);
     const after = queued(a, name, 'after', shared(2));
     await untilQueued(name, 2);
     expect(await pendingAfter(next.result, 200)).toBe(true);

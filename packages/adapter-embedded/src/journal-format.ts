@@ -42,25 +42,15 @@ export type JournalRecord =
 export function encodeRecord(record: JournalRecord): string {
   switch (record.type) {
     case 'grant':
-      if (record.limit !== undefined) {
-        return JSON.stringify([
-          's',
-          record.name,
-          record.owner,
-          record.token.toString(),
-          record.ttlMs,
-          record.wallMs,
-          record.limit,
-          ...(record.keyHash === undefined ? [] : [record.keyHash]),
-        ]);
-      }
+      // A limit makes it a shared grant ('s'), its limit written before the optional key hash.
       return JSON.stringify([
-        'g',
+        record.limit === undefined ? 'g' : 's',
         record.name,
         record.owner,
         record.token.toString(),
         record.ttlMs,
         record.wallMs,
+        ...(record.limit === undefined ? [] : [record.limit]),
         ...(record.keyHash === undefined ? [] : [record.keyHash]),
       ]);
     case 'extend':
@@ -143,6 +133,12 @@ export function parseJournal(data: Buffer): ParsedJournal {
 
 const TOKEN = /^[1-9][0-9]{0,18}$/;
 
+const isText = (x: unknown): x is string => typeof x === 'string' && x.length > 0;
+const isToken = (x: unknown): x is string => typeof x === 'string' && TOKEN.test(x);
+const isMs = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x) && x >= 0;
+const isLimit = (x: unknown): x is number =>
+  typeof x === 'number' && Number.isSafeInteger(x) && x >= 1;
+
 function decodePayload(text: string): JournalRecord | undefined {
   let value: unknown;
   try {
@@ -151,42 +147,13 @@ function decodePayload(text: string): JournalRecord | undefined {
     return undefined;
   }
   if (!Array.isArray(value)) return undefined;
-  const [type, a, b, c, d, e, f, g] = value as unknown[];
-  const isText = (x: unknown): x is string => typeof x === 'string' && x.length > 0;
-  const isToken = (x: unknown): x is string => typeof x === 'string' && TOKEN.test(x);
-  const isMs = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x) && x >= 0;
-  const isLimit = (x: unknown): x is number =>
-    typeof x === 'number' && Number.isSafeInteger(x) && x >= 1;
+  const [type, ...fields] = value as unknown[];
+  const [a, b, c, d] = fields;
   switch (type) {
     case 'g':
-      if (isText(a) && isText(b) && isToken(c) && isMs(d) && isMs(e)) {
-        if (f !== undefined && !isText(f)) return undefined;
-        return {
-          type: 'grant',
-          name: a,
-          owner: b,
-          token: BigInt(c),
-          ttlMs: d,
-          wallMs: e,
-          keyHash: f,
-        };
-      }
-      return undefined;
+      return decodeGrant(fields, false);
     case 's':
-      if (isText(a) && isText(b) && isToken(c) && isMs(d) && isMs(e) && isLimit(f)) {
-        if (g !== undefined && !isText(g)) return undefined;
-        return {
-          type: 'grant',
-          name: a,
-          owner: b,
-          token: BigInt(c),
-          ttlMs: d,
-          wallMs: e,
-          keyHash: g,
-          limit: f,
-        };
-      }
-      return undefined;
+      return decodeGrant(fields, true);
     case 'x':
       if (isText(a) && isToken(b) && isMs(c) && isMs(d)) {
         return { type: 'extend', name: a, token: BigInt(b), ttlMs: c, wallMs: d };
@@ -201,4 +168,29 @@ function decodePayload(text: string): JournalRecord | undefined {
     default:
       return undefined;
   }
+}
+
+/**
+ * A grant's fields after its type: `name, owner, token, ttlMs, wallMs`, then, for a `shared`
+ * grant ('s'), its `limit`, then the optional `keyHash`. An exclusive grant has no `limit` key.
+ */
+function decodeGrant(fields: readonly unknown[], shared: boolean): JournalRecord | undefined {
+  const [name, owner, token, ttlMs, wallMs] = fields;
+  const limit = shared ? fields[5] : undefined;
+  const keyHash = fields[shared ? 6 : 5];
+  if (!isText(name) || !isText(owner) || !isToken(token) || !isMs(ttlMs) || !isMs(wallMs)) {
+    return undefined;
+  }
+  if (keyHash !== undefined && !isText(keyHash)) return undefined;
+  const grant = {
+    type: 'grant' as const,
+    name,
+    owner,
+    token: BigInt(token),
+    ttlMs,
+    wallMs,
+    keyHash,
+  };
+  if (!shared) return grant;
+  return isLimit(limit) ? { ...grant, limit } : undefined;
 }

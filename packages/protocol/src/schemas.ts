@@ -201,6 +201,20 @@ export const ExtendParams = params({
 });
 export const ExtendResult = Type.Object({ name: Name, token: Token, ttlMs: TtlMs });
 
+/**
+ * What shared modes add to a held lock's report (`lock.get`, `lock.watchPrefix`): its mode, the
+ * limit its holders agreed on and every holder, with `holdersDescription` saying which holders.
+ */
+function sharedHolding(holdersDescription: string) {
+  return {
+    mode: Type.Optional(
+      modeSchema('How it is held. Absent only from servers that predate shared modes.'),
+    ),
+    limit: Type.Optional(GrantedLimit),
+    holders: Type.Optional(Type.Array(Holder, { minItems: 1, description: holdersDescription })),
+  };
+}
+
 export const GetParams = params({ name: Name });
 export const GetResult = Type.Union([
   Type.Object({ name: Name, held: Type.Literal(false) }),
@@ -210,16 +224,8 @@ export const GetResult = Type.Union([
     owner: Type.String({ minLength: 1, maxLength: 128, description: 'The highest-token holder.' }),
     token: Token,
     ttlRemainingMs: Type.Integer({ minimum: 0 }),
-    mode: Type.Optional(
-      modeSchema('How it is held. Absent only from servers that predate shared modes.'),
-    ),
-    limit: Type.Optional(GrantedLimit),
-    holders: Type.Optional(
-      Type.Array(Holder, {
-        minItems: 1,
-        description:
-          'Every holder, ordered by token (one, when exclusive). Absent only from servers that predate shared modes.',
-      }),
+    ...sharedHolding(
+      'Every holder, ordered by token (one, when exclusive). Absent only from servers that predate shared modes.',
     ),
   }),
 ]);
@@ -244,16 +250,8 @@ export const HeldLock = Type.Object({
   token: Token,
   ttlRemainingMs: Type.Integer({ minimum: 0 }),
   waiters: Type.Integer({ minimum: 0, description: 'Waiters queued on this server.' }),
-  mode: Type.Optional(
-    modeSchema('How it is held. Absent only from servers that predate shared modes.'),
-  ),
-  limit: Type.Optional(GrantedLimit),
-  holders: Type.Optional(
-    Type.Array(Holder, {
-      minItems: 1,
-      description:
-        "Every holder this server knows of, ordered by token; owner, token and ttlRemainingMs above are the highest token's.",
-    }),
+  ...sharedHolding(
+    "Every holder this server knows of, ordered by token; owner, token and ttlRemainingMs above are the highest token's.",
   ),
 });
 /** Extension (added after v1's first release; servers without it answer METHOD_NOT_FOUND). */

@@ -100,21 +100,33 @@ async function pauseFor(context: NemesisContext, process: ManagedProcess, factor
   process.resume();
 }
 
+type FaultStart = Parameters<NemesisContext['fault']>[0];
+
 /**
- * Records a `factor` × TTL pause fault on `target` and pauses `process` for it. Returns the
- * fault's end, so the caller may wait for the backend to settle before recording it.
+ * Records `start` as a fault that lasts while `action` injects and heals it, and returns what
+ * `action` returns. A fault whose action throws is left without an end: it did not heal.
  */
-async function pauseFault(
+async function withFault<T>(
   context: NemesisContext,
-  nemesis: string,
-  target: string,
-  process: ManagedProcess,
-  factor: number,
-): Promise<() => void> {
-  const end = context.fault({ nemesis, target, detail: `${factor}×TTL` });
-  await pauseFor(context, process, factor);
-  return end;
+  start: FaultStart,
+  action: () => Promise<T>,
+): Promise<T> {
+  const end = context.fault(start);
+  const result = await action();
+  end();
+  return result;
 }
+
+/** A fault on a holder picked by `pickHolder`: its target, and the lock it held if it held one. */
+function holderFault(
+  nemesis: string,
+  { worker, holding }: Awaited<ReturnType<typeof pickHolder>>,
+): FaultStart {
+  return { nemesis, target: worker.proc, ...(holding ? { holding } : {}) };
+}
+
+/** The detail of a pause fault that lasts `factor` × TTL. */
+const pauseDetail = (factor: number) => `${factor}×TTL`;
 
 function clientPause(): Nemesis {
   return {
@@ -124,17 +136,14 @@ function clientPause(): Nemesis {
     appliesTo: ALL,
     async inject(context, n) {
       const factor = cycle([2, 0.5, 1, 10], n);
-      const { worker, holding } = await pickHolder(context);
-      const end = context.fault({
-        nemesis: 'client-pause',
-        target: worker.proc,
-        ...(holding ? { holding } : {}),
-        detail: `${factor}×TTL`,
+      const picked = await pickHolder(context);
+      const { worker } = picked;
+      const start = { ...holderFault('client-pause', picked), detail: pauseDetail(factor) };
+      await withFault(context, start, async () => {
+        context.processEvent(worker.proc, 'pause');
+        await pauseFor(context, worker.process, factor);
+        context.processEvent(worker.proc, 'resume');
       });
-      context.processEvent(worker.proc, 'pause');
-      await pauseFor(context, worker.process, factor);
-      context.processEvent(worker.proc, 'resume');
-      end();
     },
   };
 }
@@ -145,17 +154,14 @@ function clientKill(): Nemesis {
     description: 'kill -9 a lock holder; a new worker process takes its place',
     appliesTo: ALL,
     async inject(context, _n) {
-      const { worker, holding } = await pickHolder(context);
-      const end = context.fault({
-        nemesis: 'client-kill',
-        target: worker.proc,
-        ...(holding ? { holding } : {}),
+      const picked = await pickHolder(context);
+      const { worker } = picked;
+      await withFault(context, holderFault('client-kill', picked), async () => {
+        context.processEvent(worker.proc, 'kill');
+        await worker.process.kill();
+        await sleep(300);
+        await context.replaceWorker(worker);
       });
-      context.processEvent(worker.proc, 'kill');
-      await worker.process.kill();
-      await sleep(300);
-      await context.replaceWorker(worker);
-      end();
     },
   };
 }
@@ -166,11 +172,11 @@ function serverKill(): Nemesis {
     description: 'kill -9 the dlm server, restart it after 1 s (embedded: same data dir)',
     appliesTo: ALL,
     async inject(context) {
-      const end = context.fault({ nemesis: 'server-kill', target: 'server' });
-      await context.server.kill();
-      await sleep(1_000);
-      await context.server.start();
-      end();
+      await withFault(context, { nemesis: 'server-kill', target: 'server' }, async () => {
+        await context.server.kill();
+        await sleep(1_000);
+        await context.server.start();
+      });
     },
   };
 }
@@ -182,8 +188,8 @@ function serverPause(): Nemesis {
     appliesTo: ALL,
     async inject(context, n) {
       const factor = cycle([0.5, 1.5], n);
-      const end = await pauseFault(context, 'server-pause', 'server', context.server, factor);
-      end();
+      const start = { nemesis: 'server-pause', target: 'server', detail: pauseDetail(factor) };
+      await withFault(context, start, () => pauseFor(context, context.server, factor));
     },
   };
 }
@@ -195,9 +201,9 @@ function backendKill(): Nemesis {
     appliesTo: SINGLE_OR_REDLOCK,
     async inject(context) {
       const member = random(context.topology.members)!;
-      const end = context.fault({ nemesis: 'backend-kill', target: member.id });
-      await restartMember(context, member, 1_000);
-      end();
+      await withFault(context, { nemesis: 'backend-kill', target: member.id }, () =>
+        restartMember(context, member, 1_000),
+      );
     },
   };
 }
@@ -211,8 +217,8 @@ function backendPause(): Nemesis {
     async inject(context, n) {
       const factor = cycle([0.5, 1.5, 3], n);
       const member = random(context.topology.members)!;
-      const end = await pauseFault(context, 'backend-pause', member.id, member.process, factor);
-      end();
+      const start = { nemesis: 'backend-pause', target: member.id, detail: pauseDetail(factor) };
+      await withFault(context, start, () => pauseFor(context, member.process, factor));
     },
   };
 }
@@ -229,14 +235,12 @@ function majorityKill(): Nemesis {
     appliesTo: (variant) => variant === 'redlock',
     async inject(context) {
       const members = [...context.topology.members].sort(() => Math.random() - 0.5).slice(0, 2);
-      const end = context.fault({
-        nemesis: 'majority-kill',
-        target: members.map((member) => member.id).join('+'),
+      const target = members.map((member) => member.id).join('+');
+      await withFault(context, { nemesis: 'majority-kill', target }, async () => {
+        await Promise.all(members.map((member) => member.process.kill()));
+        await sleep(1_000);
+        await Promise.all(members.map((member) => member.process.start()));
       });
-      await Promise.all(members.map((member) => member.process.kill()));
-      await sleep(1_000);
-      await Promise.all(members.map((member) => member.process.start()));
-      end();
     },
   };
 }
@@ -265,14 +269,15 @@ function masterKill(): Nemesis {
         await sleep(300);
       }
       // The fault starts with the kill: the time to the next grant is the failover's.
-      const end = context.fault({
+      const start = {
         nemesis: 'master-kill',
         target: master.id,
         detail: lagging ? 'lagging replicas' : 'replicas in sync',
+      };
+      const failedOver = await withFault(context, start, async () => {
+        await master.process.kill();
+        return promoted(() => topology.masterOf!(name), master, PROMOTION_MS);
       });
-      await master.process.kill();
-      const failedOver = await promoted(() => topology.masterOf!(name), master, PROMOTION_MS);
-      end();
       await master.process.start();
       await topology.settled();
       if (!failedOver) {
@@ -313,9 +318,9 @@ function memberKill(role: 'leader' | 'follower'): Nemesis {
     appliesTo: CLUSTER,
     async inject(context) {
       const member = await pickMember(context, role);
-      const end = context.fault({ nemesis: `${role}-kill`, target: member.id });
-      await restartMember(context, member, 1_000);
-      end();
+      await withFault(context, { nemesis: `${role}-kill`, target: member.id }, () =>
+        restartMember(context, member, 1_000),
+      );
     },
   };
 }
@@ -328,9 +333,11 @@ function memberPause(role: 'leader' | 'follower'): Nemesis {
     async inject(context, n) {
       const factor = cycle([1, 3], n);
       const member = await pickMember(context, role);
-      const end = await pauseFault(context, `${role}-pause`, member.id, member.process, factor);
-      await context.topology.settled();
-      end();
+      const start = { nemesis: `${role}-pause`, target: member.id, detail: pauseDetail(factor) };
+      await withFault(context, start, async () => {
+        await pauseFor(context, member.process, factor);
+        await context.topology.settled();
+      });
     },
   };
 }
@@ -366,17 +373,14 @@ function clientNet(fault: NetFault): Nemesis {
     description: `one client ↔ server link (a holder's): ${NET_DESCRIPTION[fault]}`,
     appliesTo: ALL,
     async inject(context) {
-      const { worker, holding } = await pickHolder(context, 1_000);
+      const picked = await pickHolder(context, 1_000);
+      const { proxy } = picked.worker;
       const { mode, windowMs } = netMode(fault, context.ttlMs);
-      const end = context.fault({
-        nemesis: `client-net-${fault}`,
-        target: worker.proc,
-        ...(holding ? { holding } : {}),
+      await withFault(context, holderFault(`client-net-${fault}`, picked), async () => {
+        proxy.setMode(mode);
+        await sleep(windowMs);
+        proxy.heal();
       });
-      worker.proxy.setMode(mode);
-      await sleep(windowMs);
-      worker.proxy.heal();
-      end();
     },
   };
 }
@@ -388,11 +392,12 @@ function backendNet(fault: NetFault): Nemesis {
     appliesTo: EXTERNAL,
     async inject(context) {
       const { mode, windowMs } = netMode(fault, context.ttlMs);
-      const end = context.fault({ nemesis: `backend-net-${fault}`, target: 'backend-links' });
-      for (const proxy of context.topology.proxies) proxy.setMode(mode);
-      await sleep(windowMs);
-      for (const proxy of context.topology.proxies) proxy.heal();
-      end();
+      const start = { nemesis: `backend-net-${fault}`, target: 'backend-links' };
+      await withFault(context, start, async () => {
+        for (const proxy of context.topology.proxies) proxy.setMode(mode);
+        await sleep(windowMs);
+        for (const proxy of context.topology.proxies) proxy.heal();
+      });
     },
   };
 }
@@ -404,16 +409,16 @@ function clockJump(): Nemesis {
     appliesTo: ALL,
     async inject(context, n) {
       if (n % 2 === 0) {
-        const end = context.fault({ nemesis: 'clock-jump', target: 'server', detail: '+2×TTL' });
-        await context.clock({ jumpMs: 2 * context.ttlMs });
-        end();
+        const start = { nemesis: 'clock-jump', target: 'server', detail: '+2×TTL' };
+        await withFault(context, start, () => context.clock({ jumpMs: 2 * context.ttlMs }));
         return;
       }
-      const end = context.fault({ nemesis: 'clock-jump', target: 'server', detail: 'stop 1×TTL' });
-      await context.clock({ rate: 0 });
-      await sleep(context.ttlMs);
-      await context.clock({ rate: 1 });
-      end();
+      const start = { nemesis: 'clock-jump', target: 'server', detail: 'stop 1×TTL' };
+      await withFault(context, start, async () => {
+        await context.clock({ rate: 0 });
+        await sleep(context.ttlMs);
+        await context.clock({ rate: 1 });
+      });
     },
   };
 }
@@ -433,14 +438,15 @@ function backendClockBack(): Nemesis {
       if (!wallClock) throw new Error('no C compiler on PATH: the Redis clock cannot be moved');
       const offsetMs = -1_000 * (n + 1);
       if (offsetMs < -30_000) return; // half the retention: enough steps
-      const end = context.fault({
+      const start = {
         nemesis: 'backend-clock-back',
         target: 'redis',
         detail: `${offsetMs / 1_000} s`,
+      };
+      await withFault(context, start, async () => {
+        wallClock.set(offsetMs);
+        await sleep(context.ttlMs);
       });
-      wallClock.set(offsetMs);
-      await sleep(context.ttlMs);
-      end();
     },
   };
 }
@@ -452,15 +458,12 @@ function clockSkew(): Nemesis {
     appliesTo: ALL,
     async inject(context, n) {
       const rate = cycle([2, 0.5], n);
-      const end = context.fault({
-        nemesis: 'clock-skew',
-        target: 'server',
-        detail: `rate ${rate}`,
+      const start = { nemesis: 'clock-skew', target: 'server', detail: `rate ${rate}` };
+      await withFault(context, start, async () => {
+        await context.clock({ rate });
+        await sleep(3 * context.ttlMs);
+        await context.clock({ rate: 1 });
       });
-      await context.clock({ rate });
-      await sleep(3 * context.ttlMs);
-      await context.clock({ rate: 1 });
-      end();
     },
   };
 }

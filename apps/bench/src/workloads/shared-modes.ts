@@ -1,22 +1,8 @@
-import {
-  type AcquireOptions,
-  type Held,
-  type Locker,
-  type RunningTarget,
-  type SharedWorkload,
-  WaitTimeout,
-} from '../lockers/locker.js';
+import type { AcquireOptions, Held, RunningTarget, SharedWorkload } from '../lockers/locker.js';
 import { createSamples, type LatencySummary } from '../stats.js';
+import { loopOnOneLock, type OneLockOptions } from './one-lock.js';
 
-export interface SharedModesOptions {
-  clients: number;
-  durationMs: number;
-  warmupMs: number;
-  /** How long a holder keeps the lock; 0 = until the next event-loop turn (setImmediate). */
-  holdMs: number;
-  waitMs: number;
-  ttlMs: number;
-}
+export type SharedModesOptions = OneLockOptions;
 
 export interface SharedModesResult {
   workload: SharedWorkload;
@@ -41,9 +27,6 @@ export interface SharedModesResult {
 /** Workload 6's semaphore and workload 7's read mix. */
 export const SEMAPHORE_LIMIT = 4;
 export const READ_FRACTION = 0.9;
-
-const hold = (ms: number) =>
-  new Promise<void>((resolve) => (ms > 0 ? setTimeout(resolve, ms) : setImmediate(resolve)));
 
 /**
  * Whether a started dlm target grants shared modes end to end (its backend declares
@@ -88,9 +71,6 @@ export async function runSharedModes(
   options: SharedModesOptions,
 ): Promise<SharedModesResult> {
   const name = `${prefix}:${workload === 'semaphore' ? 'sem' : 'rw'}`;
-  const lockers: Locker[] = await Promise.all(
-    Array.from({ length: options.clients }, () => target.connect()),
-  );
   const all = createSamples();
   const readSamples = createSamples();
   const writeSamples = createSamples();
@@ -98,60 +78,34 @@ export async function runSharedModes(
   let writers = 0;
   let maxHolders = 0;
   let violations = 0;
-  let timeouts = 0;
-  let errors = 0;
-  let firstError: string | undefined;
-  const windowStart = performance.now() + options.warmupMs;
-  const windowEnd = windowStart + options.durationMs;
   const base = { ttlMs: options.ttlMs, waitMs: options.waitMs };
+  const limit = workload === 'semaphore' ? SEMAPHORE_LIMIT : Number.POSITIVE_INFINITY;
 
-  const loop = async (locker: Locker) => {
-    while (performance.now() < windowEnd) {
-      const write = workload === 'read-write' && Math.random() >= READ_FRACTION;
-      const request: AcquireOptions = write
-        ? base
-        : workload === 'semaphore'
-          ? { ...base, mode: 'shared', limit: SEMAPHORE_LIMIT }
-          : { ...base, mode: 'shared' };
-      const asked = performance.now();
-      let held: Held;
-      try {
-        held = await locker.acquire(name, request);
-      } catch (error) {
-        if (error instanceof WaitTimeout) timeouts += 1;
-        else {
-          errors += 1;
-          firstError ??= error instanceof Error ? error.message : String(error);
-          await hold(1);
+  const counts = await loopOnOneLock(target, name, options, () => {
+    const write = workload === 'read-write' && Math.random() >= READ_FRACTION;
+    const request: AcquireOptions = write
+      ? base
+      : workload === 'semaphore'
+        ? { ...base, mode: 'shared', limit: SEMAPHORE_LIMIT }
+        : { ...base, mode: 'shared' };
+    return {
+      request,
+      granted({ waitedMs, inWindow }) {
+        if (write) writers += 1;
+        else readers += 1;
+        maxHolders = Math.max(maxHolders, readers + writers);
+        if (writers > 1 || (writers > 0 && readers > 0) || readers > limit) violations += 1;
+        if (inWindow) {
+          all.push(waitedMs);
+          (write ? writeSamples : readSamples).push(waitedMs);
         }
-        continue;
-      }
-      const grantAt = performance.now();
-      if (write) writers += 1;
-      else readers += 1;
-      maxHolders = Math.max(maxHolders, readers + writers);
-      const limit = workload === 'semaphore' ? SEMAPHORE_LIMIT : Number.POSITIVE_INFINITY;
-      if (writers > 1 || (writers > 0 && readers > 0) || readers > limit) violations += 1;
-      if (grantAt >= windowStart && grantAt <= windowEnd) {
-        all.push(grantAt - asked);
-        (write ? writeSamples : readSamples).push(grantAt - asked);
-      }
-      await hold(options.holdMs);
-      if (write) writers -= 1;
-      else readers -= 1;
-      try {
-        await held.release();
-      } catch (error) {
-        errors += 1;
-        firstError ??= error instanceof Error ? error.message : String(error);
-      }
-    }
-  };
-  try {
-    await Promise.all(lockers.map(loop));
-  } finally {
-    await Promise.all(lockers.map((locker) => locker.close().catch(() => {})));
-  }
+      },
+      releasing() {
+        if (write) writers -= 1;
+        else readers -= 1;
+      },
+    };
+  });
   const seconds = options.durationMs / 1_000;
   return {
     workload,
@@ -166,9 +120,9 @@ export async function runSharedModes(
       : {}),
     maxHolders,
     violations,
-    timeouts,
-    errors,
-    ...(firstError === undefined ? {} : { firstError }),
+    timeouts: counts.timeouts,
+    errors: counts.errors,
+    ...(counts.firstError === undefined ? {} : { firstError: counts.firstError }),
     durationMs: options.durationMs,
   };
 }

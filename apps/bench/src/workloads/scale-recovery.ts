@@ -8,6 +8,7 @@ import type { HeldSample } from './scale-protocol.js';
 import {
   acquireOnWorkers,
   connectWorkers,
+  embeddedServerArgs,
   killWorkers,
   MiB,
   residentBytes,
@@ -58,19 +59,7 @@ async function dirBytes(dir: string): Promise<number> {
 }
 
 function dataDirServer(dataDir: string, sessions: number) {
-  const connectionLimit = String(sessions + 64);
-  return startServerProcess({
-    backendArgs: [
-      '--backend',
-      'embedded',
-      '--data-dir',
-      dataDir,
-      '--max-connections-per-address',
-      connectionLimit,
-      '--max-connections',
-      connectionLimit,
-    ],
-  });
+  return startServerProcess({ backendArgs: embeddedServerArgs(['--data-dir', dataDir], sessions) });
 }
 
 /**

@@ -19,6 +19,25 @@ export function residentBytes(pid: number): number {
   return Number(match[1]) * 1024;
 }
 
+/**
+ * The backend flags of an embedded server (`storage`: `--memory`, or `--data-dir` and a dir)
+ * for `sessions` scale sessions. The server's per-address connection limit (1,000 by default)
+ * guards against one client host taking every connection; here each client process has one
+ * source address on purpose.
+ */
+export function embeddedServerArgs(storage: string[], sessions: number): string[] {
+  const connectionLimit = String(sessions + 64);
+  return [
+    '--backend',
+    'embedded',
+    ...storage,
+    '--max-connections-per-address',
+    connectionLimit,
+    '--max-connections',
+    connectionLimit,
+  ];
+}
+
 export interface ScaleWorker {
   child: ChildProcess;
   sessions: number;

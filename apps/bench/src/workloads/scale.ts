@@ -7,6 +7,7 @@ import { type RecoveryResult, runRecovery } from './scale-recovery.js';
 import {
   acquireOnWorkers,
   connectWorkers,
+  embeddedServerArgs,
   killWorkers,
   MiB,
   residentBytes,
@@ -100,19 +101,8 @@ async function startScaleServer(
   openFiles: number | undefined,
   options: ScaleOptions,
 ) {
-  // The server's per-address connection limit (1,000 by default) guards against one client
-  // host taking every connection; here each client process has one source address on purpose.
-  const connectionLimit = String(sessions + 64);
   return startServerProcess({
-    backendArgs: [
-      '--backend',
-      'embedded',
-      '--memory',
-      '--max-connections-per-address',
-      connectionLimit,
-      '--max-connections',
-      connectionLimit,
-    ],
+    backendArgs: embeddedServerArgs(['--memory'], sessions),
     openFiles,
     profileDir: options.profileDir,
     profileName: 'dlm-embedded-scale',

@@ -27,6 +27,7 @@ import type { WaiterSession } from './etcd-session.js';
 import {
   decideShared,
   noSharedHolder,
+  oldestSharedHolder,
   type SharedRequest,
   sharedGrantCompares,
   sharedReads,
@@ -381,16 +382,7 @@ class EtcdWaiter implements FairQueueDriver {
         ? [{ request_range: { key: queueStart, range_end: queueEnd, count_only: true } }]
         : [
             { request_range: { key: myKey, keys_only: true } },
-            {
-              request_range: {
-                key: queueStart,
-                range_end: queueEnd,
-                max_create_revision: (revision - 1n).toString(),
-                sort_order: 'Ascend',
-                sort_target: 'Create',
-                keys_only: true,
-              },
-            },
+            this.entriesAhead(revision, 'Ascend'),
           ];
     const read = await withRetries(limit, 'idempotent', false, (deadline) =>
       context.client.kv.txn(
@@ -565,7 +557,6 @@ class EtcdWaiter implements FairQueueDriver {
    */
   private joinTxn(lease: string, sessionLease: string): Parameters<Etcd3['kv']['txn']>[0] {
     const { lockKey, value, queueStart, queueEnd } = this;
-    const sharedStart = this.context.keys.shared(this.request.name);
     return {
       compare: [
         free(lockKey),
@@ -594,15 +585,7 @@ class EtcdWaiter implements FairQueueDriver {
               // Our own shared holder key: held in the other mode, a conflict.
               { request_range: { key: this.holderKey, keys_only: true } },
               // The oldest shared holder: its lease is the fallback timer when readers hold it.
-              {
-                request_range: {
-                  key: sharedStart,
-                  range_end: prefixEnd(sharedStart),
-                  sort_order: 'Ascend',
-                  sort_target: 'Create',
-                  limit: 1,
-                },
-              },
+              oldestSharedHolder(this.context.keys, this.request.name),
             ],
           },
         },
@@ -706,9 +689,26 @@ class EtcdWaiter implements FairQueueDriver {
     return { kind: 'holder', ttlRemainingMs: await context.remainingOf(limit, holder) };
   }
 
+  /**
+   * Reads the queue's entries created before `revision` (ahead of our entry, created at it),
+   * keys only, in `order` of creation; the first `limit` of them when given.
+   */
+  private entriesAhead(revision: bigint, order: 'Ascend' | 'Descend', limit?: number): IRequestOp {
+    return {
+      request_range: {
+        key: this.queueStart,
+        range_end: this.queueEnd,
+        max_create_revision: (revision - 1n).toString(),
+        sort_order: order,
+        sort_target: 'Create',
+        ...(limit === undefined ? {} : { limit }),
+        keys_only: true,
+      },
+    };
+  }
+
   private headTxn(lease: string, revision: bigint): Parameters<Etcd3['kv']['txn']>[0] {
     const { lockKey, value, queueStart, queueEnd, myKey } = this;
-    const sharedStart = this.context.keys.shared(this.request.name);
     return {
       compare: [
         // Still queued: the wait's lease did not end while we slept (etcd-io/etcd#11456).
@@ -730,28 +730,10 @@ class EtcdWaiter implements FairQueueDriver {
       ],
       failure: [
         { request_range: { key: myKey, keys_only: true } },
-        {
-          request_range: {
-            key: queueStart,
-            range_end: queueEnd,
-            max_create_revision: (revision - 1n).toString(),
-            sort_order: 'Descend',
-            sort_target: 'Create',
-            limit: 1,
-            keys_only: true,
-          },
-        },
+        this.entriesAhead(revision, 'Descend', 1),
         { request_range: { key: lockKey } },
         // The shared holder with the lowest token, when shared holders hold the name.
-        {
-          request_range: {
-            key: sharedStart,
-            range_end: prefixEnd(sharedStart),
-            sort_order: 'Ascend',
-            sort_target: 'Create',
-            limit: 1,
-          },
-        },
+        oldestSharedHolder(this.context.keys, this.request.name),
       ],
     };
   }

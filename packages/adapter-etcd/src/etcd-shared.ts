@@ -50,21 +50,26 @@ export interface SharedRequest {
 
 /** The reads of a {@link SharedView}, as operations of one read-only transaction. */
 export function sharedReads(keys: EtcdKeys, request: SharedRequest): IRequestOp[] {
-  const start = keys.shared(request.name);
   return [
     { request_range: { key: keys.lock(request.name) } },
     { request_range: { key: keys.sharedHolder(request.name, request.owner, request.keyHash) } },
     // `count` is the whole range's, whatever the limit.
-    {
-      request_range: {
-        key: start,
-        range_end: prefixEnd(start),
-        sort_order: 'Ascend',
-        sort_target: 'Create',
-        limit: 1,
-      },
-    },
+    oldestSharedHolder(keys, request.name),
   ];
+}
+
+/** Reads the shared holder of `name` with the lowest token (the oldest), when there is one. */
+export function oldestSharedHolder(keys: EtcdKeys, name: string): IRequestOp {
+  const start = keys.shared(name);
+  return {
+    request_range: {
+      key: start,
+      range_end: prefixEnd(start),
+      sort_order: 'Ascend',
+      sort_target: 'Create',
+      limit: 1,
+    },
+  };
 }
 
 /** The view from the responses of {@link sharedReads}, starting at `offset`. */

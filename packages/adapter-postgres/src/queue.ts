@@ -1,16 +1,17 @@
 import type * as core from '@dlm/core';
-import { createFairQueue, DlmError } from '@dlm/core';
+import { createRenewedFairQueue, DlmError } from '@dlm/core';
 import { type Caller, query } from './calls.js';
 import type { LockEvents } from './events.js';
 import type { Statements } from './sql.js';
 
 /**
- * The cross-server fair queue on PostgreSQL: core's wait loop (`createFairQueue`) over a driver
- * whose queue is the waiters table (queue-sql.ts). A waiter sleeps on the entry just ahead of
- * its own (a `left` notification wakes only the waiter behind it) or, at the head, on the holder
- * (its release, revocation or expiry event, with the holder's remaining lease as the fallback
- * timer). An entry ahead whose dlm server stopped renewing it stops counting at its end on the
- * database's clock: a timer at that end makes the waiter look again (the look deletes it).
+ * The cross-server fair queue on PostgreSQL: core's wait loop over entries this server renews
+ * (`createRenewedFairQueue`) with a driver whose queue is the waiters table (queue-sql.ts). A
+ * waiter sleeps on the entry just ahead of its own (a `left` notification wakes only the waiter
+ * behind it) or, at the head, on the holder (its release, revocation or expiry event, with the
+ * holder's remaining lease as the fallback timer). An entry ahead whose dlm server stopped
+ * renewing it stops counting at its end on the database's clock: a timer at that end makes the
+ * waiter look again (the look deletes it).
  */
 
 /** What the queue needs from the backend it belongs to. */
@@ -29,135 +30,35 @@ export interface QueueContext {
   release(grant: core.Grant, keyHash: string | undefined): Promise<unknown>;
 }
 
-export interface PostgresQueue {
-  acquireQueued(
-    request: core.AcquireRequest & { signal: AbortSignal },
-  ): Promise<core.AcquireResult>;
-  /**
-   * The LISTEN connection came back: the entries get its pid, and every sleeping waiter looks
-   * again (departures may have gone unheard).
-   */
-  resync(): void;
-  /** Wakes every waiter to find the backend closed, and waits until they have left. */
-  close(): Promise<void>;
-}
-
-/** After an entry ahead should have ended, look this much later (its end is the database's). */
-const AHEAD_SLACK_MS = 100;
-
-/** While closing, how often waiters still running are woken again. */
-const CLOSE_RECHECK_MS = 20;
+/**
+ * The queue of a PostgreSQL backend. Its `resync` is for a LISTEN connection that came back: the
+ * entries get its pid, and every sleeping waiter looks again (departures may have gone unheard).
+ */
+export type PostgresQueue = core.RenewedFairQueue;
 
 export function postgresQueue(context: QueueContext): PostgresQueue {
-  const entries = renewedEntries(context);
-  const queue = createFairQueue({
+  const { call, sql, timeoutMs, waiterTtlMs } = context;
+  return createRenewedFairQueue({
     clock: context.clock,
     backend: 'PostgreSQL',
     isClosed: context.isClosed,
     // Releases and expiries arrive as events; the timer only covers a missed one.
     expirySlackMs: 250,
-    driver: (request, watcher) => new PostgresWaiter(context, entries, request, watcher),
-  });
-  const running = new Set<Promise<unknown>>();
-  return {
-    acquireQueued(request) {
-      const run = queue.acquireQueued(request);
-      const done = () => running.delete(run);
-      running.add(run);
-      run.then(done, done);
-      return run;
-    },
-    resync() {
-      entries.renewNow();
-      queue.wakeAll();
-    },
-    async close() {
-      // A waiter that was looking when woken goes to sleep after: wake again until all are out.
-      while (running.size > 0) {
-        queue.wakeAll();
-        await new Promise<void>((resolve) => {
-          const timer = context.clock.setTimer(resolve, CLOSE_RECHECK_MS);
-          void Promise.allSettled([...running]).then(() => {
-            timer.cancel();
-            resolve();
-          });
-        });
-      }
-      entries.stop();
-    },
-  };
-}
-
-interface Entries {
-  add(id: string, name: string): void;
-  /** Whether `id` is the oldest of this server's entries for `name`. */
-  first(name: string, id: string): boolean;
-  /** The LISTEN connection is new: give the entries its pid now. */
-  renewNow(): void;
-  delete(id: string, name: string): void;
-  stop(): void;
-}
-
-/**
- * This server's queue entries, renewed every third of `waiterTtlMs` in one statement while
- * there are any. An entry no longer renewed (its waiter left, or this server died) ends within
- * `waiterTtlMs`; a renewal never brings back one that already ended (others may have passed it).
- */
-function renewedEntries(context: QueueContext): Entries {
-  const { clock, call, sql, timeoutMs, waiterTtlMs } = context;
-  const ids = new Set<string>();
-  const byName = new Map<string, Set<string>>();
-  let timer: core.Timer | undefined;
-  let stopped = false;
-  const renew = () =>
-    call('renew', true, (client) =>
-      query(
-        client,
-        sql.queueRenew,
-        [[...ids], waiterTtlMs, context.events.sessionPid ?? null],
-        timeoutMs,
+    // After an entry ahead should have ended, look this much later (its end is the database's).
+    aheadSlackMs: 100,
+    waiterTtlMs,
+    // One statement for all of this server's entries; the LISTEN connection's pid goes with it.
+    renew: (byName) =>
+      call('renew', true, (client) =>
+        query(
+          client,
+          sql.queueRenew,
+          [[...byName.values()].flat(), waiterTtlMs, context.events.sessionPid ?? null],
+          timeoutMs,
+        ),
       ),
-    ).catch(() => undefined);
-  const schedule = () => {
-    if (timer || stopped || ids.size === 0) return;
-    timer = clock.setTimer(
-      () => {
-        void renew().finally(() => {
-          timer = undefined;
-          schedule();
-        });
-      },
-      Math.max(1, Math.floor(waiterTtlMs / 3)),
-    );
-  };
-  return {
-    add(id, name) {
-      ids.add(id);
-      const mine = byName.get(name) ?? new Set<string>();
-      byName.set(name, mine.add(id));
-      schedule();
-    },
-    first(name, id) {
-      let oldest: bigint | undefined;
-      for (const other of byName.get(name) ?? []) {
-        if (oldest === undefined || BigInt(other) < oldest) oldest = BigInt(other);
-      }
-      return oldest === BigInt(id);
-    },
-    renewNow() {
-      if (ids.size > 0 && !stopped) void renew();
-    },
-    delete(id, name) {
-      ids.delete(id);
-      const mine = byName.get(name);
-      mine?.delete(id);
-      if (mine?.size === 0) byName.delete(name);
-    },
-    stop() {
-      stopped = true;
-      timer?.cancel();
-    },
-  };
+    driver: (request, watcher, entry) => new PostgresWaiter(context, entry, request, watcher),
+  });
 }
 
 interface AheadRow {
@@ -207,9 +108,7 @@ function conflictOf(row: SharedJoinRow): core.QueueStep | undefined {
 }
 
 /** One queued acquire: its entry's id while queued, and what it sleeps on. */
-class PostgresWaiter implements core.FairQueueDriver {
-  private id: string | undefined;
-  private aheadTimer: core.Timer | undefined;
+class PostgresWaiter implements core.RenewedQueueDriver {
   /**
    * The entry we slept on left with the lock, and nothing was heard of the lock since: we are
    * at the head behind a holder whose lease is this long, known without asking the database.
@@ -219,9 +118,9 @@ class PostgresWaiter implements core.FairQueueDriver {
 
   constructor(
     private readonly context: QueueContext,
-    private readonly entries: Entries,
+    private readonly entry: core.QueueEntry,
     private readonly request: core.AcquireRequest,
-    private readonly watcher: core.QueueWatcher,
+    watcher: core.QueueWatcher,
   ) {
     const { events } = context;
     this.unsubscribe = [
@@ -230,8 +129,9 @@ class PostgresWaiter implements core.FairQueueDriver {
         this.promoted = undefined;
         // This server's oldest waiter also looks when it sleeps on an entry ahead: if that
         // entry's server died (its connection is gone), nobody else would tell it before the
-        // entry's end. One look per server per release at most.
-        const first = this.id !== undefined && entries.first(request.name, this.id);
+        // entry's end. One look per server per release at most. (The first entry added is the
+        // oldest: joins of one name take turns here, and ids come from a sequence.)
+        const first = entry.first();
         watcher.changed((step) => step.kind === 'holder' || first);
       }),
       events.watchQueue(request.name, ({ id, grantedMs }) => {
@@ -244,19 +144,13 @@ class PostgresWaiter implements core.FairQueueDriver {
     ];
   }
 
-  queued(): boolean {
-    return this.id !== undefined;
-  }
-
   stop(): void {
     for (const stop of this.unsubscribe) stop();
-    this.aheadTimer?.cancel();
   }
 
   /** If this fails, the entry is no longer renewed: it ends within `waiterTtlMs`. */
   async leave(): Promise<void> {
-    const id = this.id;
-    this.setId(undefined);
+    const id = this.entry.take();
     const { call, sql, timeoutMs } = this.context;
     await call('dequeue', true, (client) => query(client, sql.queueLeave, [id], timeoutMs));
     this.left(id);
@@ -295,7 +189,7 @@ class PostgresWaiter implements core.FairQueueDriver {
       if (row.granted && row.token !== null) return this.granted(BigInt(row.token), startedAt);
       const conflict = conflictOf(row);
       if (conflict) return conflict;
-      if (row.waiter !== null) this.setId(row.waiter);
+      if (row.waiter !== null) this.entry.set(row.waiter);
       // The first look follows at once: it finds what to sleep on.
       return { kind: 'again' };
     }
@@ -314,7 +208,7 @@ class PostgresWaiter implements core.FairQueueDriver {
       return { kind: 'conflict', conflict: { field: 'mode' } };
     }
     if (row.waiter === null) return { kind: 'again' };
-    this.setId(row.waiter);
+    this.entry.set(row.waiter);
     return this.sleepOn(row);
   }
 
@@ -327,7 +221,7 @@ class PostgresWaiter implements core.FairQueueDriver {
     const { call, sql, clock, timeoutMs } = this.context;
     const startedAt = clock.now();
     const result = await call('acquire', true, (client) =>
-      query(client, sql.queueLook, [...this.params(), this.id], timeoutMs),
+      query(client, sql.queueLook, [...this.params(), this.entry.id], timeoutMs),
     );
     const row = result.rows[0] as LookRow;
     if (row.token === null && row.mine_shared) {
@@ -335,8 +229,8 @@ class PostgresWaiter implements core.FairQueueDriver {
     }
     if (row.token !== null) {
       // The statement deleted our entry with the grant.
-      this.left(this.id, this.request.ttlMs);
-      this.setId(undefined);
+      this.left(this.entry.id, this.request.ttlMs);
+      this.entry.set(undefined);
       return this.granted(BigInt(row.token), startedAt);
     }
     if (!row.mine) {
@@ -352,14 +246,19 @@ class PostgresWaiter implements core.FairQueueDriver {
   private async lookShared(): Promise<core.QueueStep> {
     const { call, sql, clock, timeoutMs } = this.context;
     const startedAt = clock.now();
-    if (this.id === undefined) return { kind: 'again' };
+    if (this.entry.id === undefined) return { kind: 'again' };
     const result = await call('acquire', true, (client) =>
-      query(client, sql.sharedLook, [...this.params(), this.id, this.request.limit], timeoutMs),
+      query(
+        client,
+        sql.sharedLook,
+        [...this.params(), this.entry.id, this.request.limit],
+        timeoutMs,
+      ),
     );
     const row = result.rows[0] as SharedLookRow;
     if (row.granted && row.token !== null) {
-      this.left(this.id, this.request.ttlMs);
-      this.setId(undefined);
+      this.left(this.entry.id, this.request.ttlMs);
+      this.entry.set(undefined);
       return this.granted(BigInt(row.token), startedAt);
     }
     const conflict = conflictOf(row);
@@ -387,7 +286,7 @@ class PostgresWaiter implements core.FairQueueDriver {
   /** A conflicting join that queued an entry takes it out again. */
   private async leaveIfQueued(waiter: string | null): Promise<void> {
     if (waiter === null) return;
-    this.setId(waiter);
+    this.entry.set(waiter);
     await this.leave();
   }
 
@@ -396,29 +295,13 @@ class PostgresWaiter implements core.FairQueueDriver {
     return [name, owner, ttlMs, keyHash ?? null];
   }
 
-  private setId(id: string | undefined): void {
-    const { name } = this.request;
-    if (this.id !== undefined) this.entries.delete(this.id, name);
-    this.id = id;
-    if (id !== undefined) this.entries.add(id, name);
-  }
-
   /** What the statement found ahead of our entry: an entry, the holder, or nothing (again). */
   private sleepOn(row: AheadRow): core.QueueStep {
     this.promoted = undefined;
-    this.aheadTimer?.cancel();
-    this.aheadTimer = undefined;
-    if (row.ahead !== null) {
-      const key = row.ahead;
-      // Renewed by a live server before then: the look finds it live and we sleep on.
-      this.aheadTimer = this.context.clock.setTimer(
-        () => this.watcher.changed((step) => step.kind === 'predecessor' && step.key === key),
-        Number(row.ahead_ms) + AHEAD_SLACK_MS,
-      );
-      return { kind: 'predecessor', key };
-    }
-    if (row.holder_ms !== null) return { kind: 'holder', ttlRemainingMs: Number(row.holder_ms) };
-    return { kind: 'again' };
+    return this.entry.sleepOn({
+      ahead: row.ahead === null ? undefined : { id: row.ahead, endsInMs: Number(row.ahead_ms) },
+      holderMs: row.holder_ms === null ? undefined : Number(row.holder_ms),
+    });
   }
 
   /** No grant is reported whose lease may already have run out. */

@@ -1,18 +1,18 @@
 import { randomBytes } from 'node:crypto';
 import type * as core from '@dlm/core';
-import { createFairQueue, DlmError } from '@dlm/core';
+import { createRenewedFairQueue, DlmError } from '@dlm/core';
 import type { LockEvents } from './lock-events.js';
 import { type QueueReply, type QueueRequest, type RedisNode, sharedLimit } from './redis-node.js';
 
 /**
- * The cross-server fair queue on Redis: core's wait loop (`createFairQueue`) over a driver whose
- * queue is two sorted sets in the name's hash slot (QUEUE_JOIN in redis-scripts.ts), as
- * Redisson's `RedissonFairLock` keeps a list of waiters and a timeout set. A waiter sleeps on the
- * entry just ahead of its own (its `left` message wakes only the waiter behind it) or, at the
- * head, on the holder (its release, revocation or expiry event, with the holder's remaining
- * lease as the fallback timer). An entry whose dlm server stopped renewing it stops counting at
- * its end on the Redis server's clock: a timer at that end makes the waiter behind look again
- * (the look removes it).
+ * The cross-server fair queue on Redis: core's wait loop over entries this server renews
+ * (`createRenewedFairQueue`) with a driver whose queue is two sorted sets in the name's hash slot
+ * (QUEUE_JOIN in redis-scripts.ts), as Redisson's `RedissonFairLock` keeps a list of waiters and a
+ * timeout set. A waiter sleeps on the entry just ahead of its own (its `left` message wakes only
+ * the waiter behind it) or, at the head, on the holder (its release, revocation or expiry event,
+ * with the holder's remaining lease as the fallback timer). An entry whose dlm server stopped
+ * renewing it stops counting at its end on the Redis server's clock: a timer at that end makes the
+ * waiter behind look again (the look removes it).
  *
  * Modes: both share the one queue; an entry's id carries its mode, and the look's predicate is
  * fair-queue.ts's (LOOK_AT in redis-scripts.ts). A shared waiter may sleep on the last exclusive
@@ -40,33 +40,41 @@ export interface QueueContext {
   tryAcquire(request: core.AcquireRequest): Promise<core.AcquireResult>;
 }
 
-export interface RedisQueue {
-  acquireQueued(
-    request: core.AcquireRequest & { signal: AbortSignal },
-  ): Promise<core.AcquireResult>;
-  /** The event stream came back: renew now, and every sleeping waiter looks again. */
-  resync(): void;
-  /** Wakes every waiter to find the backend closed, and waits until they have left. */
-  close(): Promise<void>;
-}
-
-/** After an entry ahead should have ended, look this much later (its end is the server's). */
-const AHEAD_SLACK_MS = 50;
-
-/** While closing, how often waiters still running are woken again. */
-const CLOSE_RECHECK_MS = 20;
+/** The queue of a Redis backend. Its `resync` is for an event stream that came back. */
+export type RedisQueue = core.RenewedFairQueue;
 
 export function redisQueue(context: QueueContext): RedisQueue {
-  const entries = renewedEntries(context);
-  const queue = createFairQueue({
+  const { node, waiterTtlMs } = context;
+  const ids = entryIds();
+  return createRenewedFairQueue({
     clock: context.clock,
     backend: 'Redis',
     isClosed: context.isClosed,
     // Releases and expiries arrive as events; the timer only covers a missed one.
     expirySlackMs: 250,
-    driver: (request, watcher) => new RedisWaiter(context, entries, request, watcher),
+    // After an entry ahead should have ended, look this much later (its end is the server's).
+    aheadSlackMs: 50,
+    waiterTtlMs,
+    // One script per name (a name's entries live in its hash slot).
+    renew: (byName) =>
+      Promise.all(
+        [...byName].map(([name, mine]) =>
+          node.queueRenew(name, mine, waiterTtlMs).catch(() => undefined),
+        ),
+      ),
+    driver: (request, watcher, entry) => new RedisWaiter(context, entry, ids, request, watcher),
+    acquire: tryLockFirst(context),
   });
-  const running = new Set<Promise<unknown>>();
+}
+
+/**
+ * A wait on a name that none of this server's waits is on starts with a plain try-lock: free
+ * and nobody queued anywhere, that is the whole wait (one script, none of the queue's
+ * machinery). Otherwise, or when refused, it queues. A wait of this server that comes while
+ * that try-lock runs queues after it has settled, behind the first (which takes its turn to
+ * join before them: it was the first to wait on that try-lock's outcome).
+ */
+function tryLockFirst(context: QueueContext): NonNullable<core.RenewedFairQueueOptions['acquire']> {
   /** Per name, how many waits of this server are running. */
   const waits = new Map<string, number>();
   const counted = async <T>(name: string, run: () => Promise<T>): Promise<T> => {
@@ -79,16 +87,9 @@ export function redisQueue(context: QueueContext): RedisQueue {
       else waits.set(name, left);
     }
   };
-  /** Per name, the try-lock a first wait is making (see `acquireQueued`). */
+  /** Per name, the try-lock a first wait is making. */
   const trying = new Map<string, Promise<unknown>>();
-  /**
-   * A wait on a name that none of this server's waits is on starts with a plain try-lock: free
-   * and nobody queued anywhere, that is the whole wait (one script, none of the queue's
-   * machinery). Otherwise, or when refused, it queues. A wait of this server that comes while
-   * that try-lock runs queues after it has settled, behind the first (which takes its turn to
-   * join before them: it was the first to wait on that try-lock's outcome).
-   */
-  const acquireQueued = (request: core.AcquireRequest & { signal: AbortSignal }) =>
+  return (request, queued) =>
     counted(request.name, async () => {
       const { name, signal, keyHash } = request;
       const pending = trying.get(name);
@@ -112,123 +113,35 @@ export function redisQueue(context: QueueContext): RedisQueue {
           if (trying.get(name) === settled) trying.delete(name);
         }
       }
-      return queue.acquireQueued(request);
+      return queued(request);
     });
-  return {
-    acquireQueued(request) {
-      const run = acquireQueued(request);
-      const done = () => running.delete(run);
-      running.add(run);
-      run.then(done, done);
-      return run;
-    },
-    resync() {
-      entries.renewNow();
-      queue.wakeAll();
-    },
-    async close() {
-      // A waiter that was looking when woken goes to sleep after: wake again until all are out.
-      while (running.size > 0) {
-        queue.wakeAll();
-        await new Promise<void>((resolve) => {
-          const timer = context.clock.setTimer(resolve, CLOSE_RECHECK_MS);
-          void Promise.allSettled([...running]).then(() => {
-            timer.cancel();
-            resolve();
-          });
-        });
-      }
-      entries.stop();
-    },
-  };
-}
-
-interface Entries {
-  /**
-   * A fresh entry id, unique across servers and waits, ending in the request's mode (`.s`
-   * shared, `.x` exclusive): the queue scripts read the mode of the entries ahead from it.
-   */
-  nextId(shared: boolean): string;
-  add(id: string, name: string): void;
-  /** Whether `id` is the oldest of this server's entries for `name`. */
-  first(name: string, id: string): boolean;
-  renewNow(): void;
-  delete(id: string, name: string): void;
-  stop(): void;
 }
 
 /**
- * This server's queue entries, renewed every third of `waiterTtlMs` (one script per name) while
- * there are any. An entry no longer renewed (its waiter left, or this server died) stops
- * counting within `waiterTtlMs`; a renewal never brings back one that already ended.
+ * Fresh entry ids, unique across servers and waits, ending in the request's mode (`.s` shared,
+ * `.x` exclusive): the queue scripts read the mode of the entries ahead from it.
  */
-function renewedEntries(context: QueueContext): Entries {
-  const { clock, node, waiterTtlMs } = context;
+function entryIds(): (shared: boolean) => string {
   const server = randomBytes(9).toString('base64url');
   let counter = 0;
-  const byName = new Map<string, string[]>();
-  let timer: core.Timer | undefined;
-  let stopped = false;
-  const renew = () =>
-    Promise.all(
-      [...byName].map(([name, ids]) =>
-        node.queueRenew(name, ids, waiterTtlMs).catch(() => undefined),
-      ),
-    );
-  const schedule = () => {
-    if (timer || stopped || byName.size === 0) return;
-    timer = clock.setTimer(
-      () => {
-        void renew().finally(() => {
-          timer = undefined;
-          schedule();
-        });
-      },
-      Math.max(1, Math.floor(waiterTtlMs / 3)),
-    );
-  };
-  return {
-    nextId(shared) {
-      counter += 1;
-      return `${server}.${counter}.${shared ? 's' : 'x'}`;
-    },
-    add(id, name) {
-      const mine = byName.get(name) ?? [];
-      mine.push(id);
-      byName.set(name, mine);
-      schedule();
-    },
-    // Ids are added in the order their waiters joined.
-    first: (name, id) => byName.get(name)?.[0] === id,
-    renewNow() {
-      if (byName.size > 0 && !stopped) void renew();
-    },
-    delete(id, name) {
-      const mine = byName.get(name);
-      const at = mine?.indexOf(id) ?? -1;
-      if (mine && at >= 0) mine.splice(at, 1);
-      if (mine?.length === 0) byName.delete(name);
-    },
-    stop() {
-      stopped = true;
-      timer?.cancel();
-    },
+  return (shared) => {
+    counter += 1;
+    return `${server}.${counter}.${shared ? 's' : 'x'}`;
   };
 }
 
 /** One queued acquire: its entry's id while queued, and what it sleeps on. */
-class RedisWaiter implements core.FairQueueDriver {
-  private id: string | undefined;
-  private aheadTimer: core.Timer | undefined;
+class RedisWaiter implements core.RenewedQueueDriver {
   private readonly unsubscribe: core.Unsubscribe[];
   /** Shared: the limit; undefined: exclusive. */
   private readonly limit: number | undefined;
 
   constructor(
     private readonly context: QueueContext,
-    private readonly entries: Entries,
+    private readonly entry: core.QueueEntry,
+    private readonly nextId: (shared: boolean) => string,
     private readonly request: core.AcquireRequest,
-    private readonly watcher: core.QueueWatcher,
+    watcher: core.QueueWatcher,
   ) {
     const { events } = context;
     this.limit = sharedLimit(request.mode, request.limit);
@@ -239,7 +152,7 @@ class RedisWaiter implements core.FairQueueDriver {
         // This server's oldest waiter also looks when it sleeps on an entry ahead: if that
         // entry's server died, nobody else would tell it before the entry's end. One look per
         // server per release at most.
-        const first = this.id !== undefined && entries.first(request.name, this.id);
+        const first = entry.first();
         watcher.changed((step) => step.kind === 'holder' || first);
       }),
       events.watchQueue(request.name, (id) => {
@@ -253,43 +166,37 @@ class RedisWaiter implements core.FairQueueDriver {
     ];
   }
 
-  queued(): boolean {
-    return this.id !== undefined;
-  }
-
   stop(): void {
     for (const stop of this.unsubscribe) stop();
-    this.aheadTimer?.cancel();
   }
 
   /** If this fails, the entry is no longer renewed: it stops counting within `waiterTtlMs`. */
   async leave(): Promise<void> {
-    const id = this.id;
-    this.setId(undefined);
+    const id = this.entry.take();
     if (id !== undefined) await this.context.node.queueLeave(this.request.name, id);
   }
 
   async join(): Promise<core.QueueStep> {
     const startedAt = this.context.clock.now();
     await this.context.subscribed(startedAt);
-    const id = this.entries.nextId(this.limit !== undefined);
+    const id = this.nextId(this.limit !== undefined);
     const reply = await this.context.node.queueJoin(this.queueRequest(id), startedAt);
     // A conflict found by the look after queuing leaves the entry there: it is ours to remove.
-    if (reply.kind === 'queued' || reply.kind === 'conflict') this.setId(id);
+    if (reply.kind === 'queued' || reply.kind === 'conflict') this.entry.set(id);
     return this.step(reply, startedAt);
   }
 
   async look(): Promise<core.QueueStep> {
-    const id = this.id;
+    const id = this.entry.id;
     if (id === undefined) return { kind: 'again' };
     const startedAt = this.context.clock.now();
     const reply = await this.context.node.queueLook(this.queueRequest(id), startedAt);
     // Granted: the script removed our entry with the grant.
-    if (reply.kind === 'granted') this.setId(undefined);
+    if (reply.kind === 'granted') this.entry.set(undefined);
     if (reply.kind === 'gone') {
       // Our entry stopped counting (this server could not renew it in time): others passed it,
       // so join again at the back.
-      this.setId(undefined);
+      this.entry.set(undefined);
       return { kind: 'again' };
     }
     return this.step(reply, startedAt);
@@ -308,32 +215,15 @@ class RedisWaiter implements core.FairQueueDriver {
     };
   }
 
-  private setId(id: string | undefined): void {
-    const { name } = this.request;
-    if (this.id !== undefined) this.entries.delete(this.id, name);
-    this.id = id;
-    if (id !== undefined) this.entries.add(id, name);
-  }
-
   /** A grant, or what the script found ahead of our entry: an entry, the holder, or nothing. */
   private step(reply: QueueReply, startedAt: number): Promise<core.QueueStep> | core.QueueStep {
-    this.aheadTimer?.cancel();
-    this.aheadTimer = undefined;
+    // Whatever the reply, the timer of the step before is cancelled. `gone`, or queued with
+    // nothing ahead and no holder (first, and the lock was free, yet no grant: the look was
+    // refused; it cannot be now), is `again`.
+    const sleep = this.entry.sleepOn(reply.kind === 'queued' ? reply : {});
     if (reply.kind === 'granted') return this.granted(reply.token, startedAt);
     if (reply.kind === 'conflict') return { kind: 'conflict', conflict: reply.conflict };
-    if (reply.kind !== 'queued') return { kind: 'again' };
-    if (reply.ahead) {
-      const key = reply.ahead.id;
-      // Renewed by a live server before then: the look finds it live and we sleep on.
-      this.aheadTimer = this.context.clock.setTimer(
-        () => this.watcher.changed((step) => step.kind === 'predecessor' && step.key === key),
-        reply.ahead.endsInMs + AHEAD_SLACK_MS,
-      );
-      return { kind: 'predecessor', key };
-    }
-    if (reply.holderMs !== undefined) return { kind: 'holder', ttlRemainingMs: reply.holderMs };
-    // First, and the lock was free, yet no grant: the look was refused (it cannot be now).
-    return { kind: 'again' };
+    return sleep;
   }
 
   private async granted(token: bigint, startedAt: number): Promise<core.QueueStep> {

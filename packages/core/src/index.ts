@@ -72,6 +72,14 @@ export { getOrCreate } from './maps.js';
 export { type AcquireAllOptions, type LockSpec, validateLocks } from './multi-acquire.js';
 export type { AroundBackendCall, BackendOperation, LockObserver } from './observer.js';
 export {
+  createRenewedFairQueue,
+  type FoundAhead,
+  type QueueEntry,
+  type RenewedFairQueue,
+  type RenewedFairQueueOptions,
+  type RenewedQueueDriver,
+} from './renewed-queue.js';
+export {
   type Backoff,
   type BackoffOptions,
   backoffDelayMs,

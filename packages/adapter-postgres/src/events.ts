@@ -1,6 +1,7 @@
 import {
   type Clock,
   deliverEvent,
+  getOrCreate,
   type HeardHolder,
   holderChangeEvents,
   type ListenerEntry,
@@ -11,7 +12,8 @@ import {
   type Unsubscribe,
 } from '@dlm/core';
 import type pg from 'pg';
-import { query } from './calls.js';
+import { ListenConnection } from './listen-connection.js';
+import { type Message, parseMessage } from './notify-message.js';
 
 /**
  * Lock events for every watched name over ONE dedicated `LISTEN` connection: the statements
@@ -84,19 +86,6 @@ export interface LockEvents {
   close(): Promise<void>;
 }
 
-interface Message {
-  /** `left`: a fair-queue entry (id `k`) left the queue (granted or gone). */
-  t: 'acquired' | 'released' | 'revoked' | 'left';
-  n: string;
-  k: string;
-  o: string;
-  ms: number;
-  /** `shared` on a shared holder's change. */
-  m?: string;
-  /** The number of holders after a shared change. */
-  h?: number;
-}
-
 export interface QueueDeparture {
   id: string;
   grantedMs: number | undefined;
@@ -106,35 +95,8 @@ export interface QueueDeparture {
 export type Change = Pick<Message, 't' | 'n' | 'k'> &
   Partial<Pick<Message, 'o' | 'ms' | 'm' | 'h'>>;
 
-const DIGITS = /^[0-9]+$/;
-
 /** At most this many changes per name wait for their NOTIFY to be recognised and skipped. */
 const MAX_HAPPENED = 32;
-
-function parse(payload: string | undefined): Message | undefined {
-  if (!payload) return undefined;
-  try {
-    const message = JSON.parse(payload) as Partial<Message>;
-    if (
-      (message.t === 'acquired' ||
-        message.t === 'released' ||
-        message.t === 'revoked' ||
-        message.t === 'left') &&
-      typeof message.n === 'string' &&
-      typeof message.k === 'string' &&
-      DIGITS.test(message.k) &&
-      typeof message.o === 'string'
-    ) {
-      return message as Message;
-    }
-  } catch {}
-  return undefined;
-}
-
-/** Reconnect delays: 100 ms doubling to 2 s, jittered so that many servers do not stampede. */
-function reconnectDelayMs(attempt: number): number {
-  return (0.5 + Math.random() / 2) * Math.min(2_000, 100 * 2 ** attempt);
-}
 
 /** After a lease-end check that could not reach the database, ask again this much later. */
 const RECHECK_MS = 1_000;
@@ -154,9 +116,7 @@ class PostgresLockEvents implements LockEvents {
       version: 0,
     }),
     dropped: (entry) => {
-      entry.timer?.cancel();
-      for (const held of entry.shared.values()) held.timer?.cancel();
-      entry.shared.clear();
+      cancelTimers(entry);
       if (!this.queues.has(entry.name)) this.delivered.delete(entry.name);
     },
   });
@@ -165,31 +125,38 @@ class PostgresLockEvents implements LockEvents {
   /** Per name, the changes delivered by `happened` whose NOTIFY has not arrived yet. */
   private readonly delivered = new Map<string, Set<string>>();
   private closed = false;
-  private client: pg.PoolClient | undefined;
-  private listeningNow = false;
-  private pid: number | undefined;
-  private connectCount = 0;
-  private heartbeat: Timer | undefined;
-  private reconnectTimer: Timer | undefined;
+  private readonly connection: ListenConnection;
   private resolveListening: () => void = () => {};
   readonly listening = new Promise<void>((resolve) => {
     this.resolveListening = resolve;
   });
 
   constructor(private readonly options: LockEventsOptions) {
-    this.scheduleConnect(0);
+    const { pool, channel, clock, timeoutMs, heartbeatMs } = options;
+    this.connection = new ListenConnection({
+      pool,
+      channel,
+      clock,
+      timeoutMs,
+      heartbeatMs,
+      onNotification: (payload) => {
+        const message = parseMessage(payload);
+        if (message) this.onNotification(message);
+      },
+      onListening: (connects) => this.onListening(connects),
+    });
   }
 
   get isListening(): boolean {
-    return this.listeningNow;
+    return this.connection.isListening;
   }
 
   get connects(): number {
-    return this.connectCount;
+    return this.connection.connects;
   }
 
   get sessionPid(): number | undefined {
-    return this.listeningNow ? this.pid : undefined;
+    return this.connection.sessionPid;
   }
 
   watch(name: string, listener: (event: LockEvent) => void): Unsubscribe {
@@ -197,13 +164,7 @@ class PostgresLockEvents implements LockEvents {
   }
 
   watchQueue(name: string, listener: (left: QueueDeparture) => void): Unsubscribe {
-    let listeners = this.queues.get(name);
-    if (!listeners) {
-      listeners = new Set();
-      this.queues.set(name, listeners);
-    }
-    const set = listeners;
-    set.add(listener);
+    const set = getOrCreate(this.queues, name, () => new Set()).add(listener);
     return () => {
       set.delete(listener);
       if (set.size === 0 && this.queues.get(name) === set) {
@@ -246,18 +207,11 @@ class PostgresLockEvents implements LockEvents {
 
   async close(): Promise<void> {
     this.closed = true;
-    this.reconnectTimer?.cancel();
-    this.heartbeat?.cancel();
-    for (const entry of this.entries.entries()) {
-      entry.timer?.cancel();
-      for (const held of entry.shared.values()) held.timer?.cancel();
-    }
+    this.connection.close();
+    for (const entry of this.entries.entries()) cancelTimers(entry);
     this.entries.clear();
     this.queues.clear();
     this.delivered.clear();
-    const held = this.client;
-    this.client = undefined;
-    held?.release(true);
   }
 
   // ---- what watchers hear ------------------------------------------------------------------
@@ -312,8 +266,7 @@ class PostgresLockEvents implements LockEvents {
     const live = new Set(shared.map((held) => held.token));
     for (const [token, held] of [...entry.shared]) {
       if (live.has(token)) continue;
-      held.timer?.cancel();
-      entry.shared.delete(token);
+      forgetShared(entry, token, held);
       ended.push({ name: entry.name, type: 'expired', token, owner: held.owner });
     }
     const changes = holderChangeEvents(
@@ -423,11 +376,7 @@ class PostgresLockEvents implements LockEvents {
   happened(change: Change): void {
     const { n: name } = change;
     if (!this.entries.get(name) && !this.queues.get(name)) return;
-    let seen = this.delivered.get(name);
-    if (!seen) {
-      seen = new Set();
-      this.delivered.set(name, seen);
-    }
+    const seen = getOrCreate(this.delivered, name, () => new Set<string>());
     const key = `${change.t} ${change.k}`;
     if (seen.has(key)) return;
     seen.add(key);
@@ -448,101 +397,56 @@ class PostgresLockEvents implements LockEvents {
 
   private onMessage(message: Message): void {
     if (message.t === 'left') {
-      const left: QueueDeparture = {
-        id: message.k,
-        grantedMs: message.o === 'granted' ? Number(message.ms) || 0 : undefined,
-      };
-      for (const listener of [...(this.queues.get(message.n) ?? [])]) listener(left);
+      this.onDeparture(message);
       return;
     }
     const entry = this.entries.get(message.n);
     if (!entry) return;
     const token = BigInt(message.k);
-    const known = entry.known;
+    if (!this.track(entry, message, token)) return;
     const shared = message.m === 'shared';
-    if (message.t === 'acquired' && shared) {
-      this.noteShared(entry, token, message.o, Number(message.ms) || 0);
-      // A shared grant after an exclusive lease: that lease is over.
-      if (known && known.token < token) this.setKnown(entry, undefined, 0);
-    } else if (message.t === 'acquired') {
-      // Messages arrive in commit order, but a reply may have told us of a newer grant first.
-      if (known && token < known.token) return;
-      this.setKnown(entry, { token, owner: message.o }, Number(message.ms) || 0);
-      for (const held of entry.shared.values()) held.timer?.cancel();
-      entry.shared.clear();
-    } else {
-      const held = entry.shared.get(token);
-      if (held) {
-        held.timer?.cancel();
-        entry.shared.delete(token);
-      } else if (known && known.token === token) {
-        this.setKnown(entry, undefined, 0);
-      }
-    }
     const event: LockEvent = { name: message.n, type: message.t, token, owner: message.o };
     if (shared && message.t === 'acquired') event.mode = 'shared';
     if (typeof message.h === 'number') event.holders = message.h;
     deliverEvent(entry.listeners, event);
   }
 
+  /** A fair-queue entry left: its listeners hear its id, and its lease when it left with it. */
+  private onDeparture(message: Message): void {
+    const left: QueueDeparture = {
+      id: message.k,
+      grantedMs: message.o === 'granted' ? Number(message.ms) || 0 : undefined,
+    };
+    for (const listener of [...(this.queues.get(message.n) ?? [])]) listener(left);
+  }
+
+  /**
+   * Updates what `entry` knows (and the timers at its leases' ends) from a change of holder;
+   * false when the change is older than what is known (stale news: not delivered).
+   */
+  private track(entry: Entry, message: Message, token: bigint): boolean {
+    const known = entry.known;
+    if (message.t === 'acquired' && message.m === 'shared') {
+      this.noteShared(entry, token, message.o, Number(message.ms) || 0);
+      // A shared grant after an exclusive lease: that lease is over.
+      if (known && known.token < token) this.setKnown(entry, undefined, 0);
+    } else if (message.t === 'acquired') {
+      // Messages arrive in commit order, but a reply may have told us of a newer grant first.
+      if (known && token < known.token) return false;
+      this.setKnown(entry, { token, owner: message.o }, Number(message.ms) || 0);
+      forgetAllShared(entry);
+    } else {
+      const held = entry.shared.get(token);
+      if (held) forgetShared(entry, token, held);
+      else if (known && known.token === token) this.setKnown(entry, undefined, 0);
+    }
+    return true;
+  }
+
   // ---- the listening connection --------------------------------------------------------------
 
-  private dropped(from: pg.PoolClient): void {
-    if (this.client !== from) return;
-    this.client = undefined;
-    this.listeningNow = false;
-    this.heartbeat?.cancel();
-    this.heartbeat = undefined;
-    from.release(true);
-    if (!this.closed) this.scheduleConnect(0);
-  }
-
-  private scheduleConnect(attempt: number): void {
-    this.reconnectTimer = this.options.clock.setTimer(
-      () => void this.connect(attempt),
-      attempt === 0 ? 0 : reconnectDelayMs(attempt),
-    );
-  }
-
-  /** A pooled connection that LISTENs on the channel, or undefined (a retry is scheduled). */
-  private async openListener(attempt: number): Promise<pg.PoolClient | undefined> {
-    const { pool, channel, timeoutMs } = this.options;
-    let next: pg.PoolClient | undefined;
-    try {
-      next = await pool.connect();
-      const opened = next;
-      opened.on('error', () => this.dropped(opened));
-      opened.on('end', () => this.dropped(opened));
-      opened.on('notification', (notification) => {
-        if (notification.channel !== channel) return;
-        const message = parse(notification.payload);
-        if (message) this.onNotification(message);
-      });
-      await query(opened, `LISTEN "${channel}"`, [], timeoutMs);
-      const session = await query(opened, 'SELECT pg_backend_pid() AS pid', [], timeoutMs);
-      this.pid = (session.rows[0] as { pid: number }).pid;
-      return opened;
-    } catch {
-      // Not `client` yet, so `dropped` left it alone: released here, once.
-      next?.release(true);
-      if (!this.closed) this.scheduleConnect(attempt + 1);
-      return undefined;
-    }
-  }
-
-  private async connect(attempt: number): Promise<void> {
-    if (this.closed) return;
-    const next = await this.openListener(attempt);
-    if (!next) return;
-    if (this.closed) {
-      next.release(true);
-      return;
-    }
-    this.client = next;
-    this.listeningNow = true;
-    this.connectCount += 1;
-    this.beat(next);
-    if (this.connectCount === 1) this.resolveListening();
+  private onListening(connects: number): void {
+    if (connects === 1) this.resolveListening();
     else {
       // What was delivered early and not heard of since is not going to be heard of.
       this.delivered.clear();
@@ -550,16 +454,22 @@ class PostgresLockEvents implements LockEvents {
       this.options.onResync?.();
     }
   }
+}
 
-  private beat(on: pg.PoolClient): void {
-    this.heartbeat = this.options.clock.setTimer(() => {
-      if (this.client !== on) return;
-      query(on, 'SELECT 1', [], this.options.timeoutMs).then(
-        () => {
-          if (this.client === on) this.beat(on);
-        },
-        () => this.dropped(on),
-      );
-    }, this.options.heartbeatMs);
-  }
+/** Stops watching for the end of a shared holder's lease and forgets it. */
+function forgetShared(entry: Entry, token: bigint, held: SharedHeld): void {
+  held.timer?.cancel();
+  entry.shared.delete(token);
+}
+
+/** Forgets every shared holder of `entry` (an exclusive lease was granted, or nobody watches). */
+function forgetAllShared(entry: Entry): void {
+  for (const held of entry.shared.values()) held.timer?.cancel();
+  entry.shared.clear();
+}
+
+/** Cancels every timer at the end of a lease `entry` knows of (forgetting its shared holders). */
+function cancelTimers(entry: Entry): void {
+  entry.timer?.cancel();
+  forgetAllShared(entry);
 }

@@ -1,6 +1,7 @@
 import {
   type Clock,
   deliverEvent,
+  getOrCreate,
   type ListenerEntry,
   type LockEvent,
   LockListeners,
@@ -157,8 +158,7 @@ function queueWatchers() {
   return {
     watch(name: string, listener: (id: string) => void): Unsubscribe {
       const hex = encodeName(name);
-      const listeners = byHex.get(hex) ?? new Set();
-      byHex.set(hex, listeners.add(listener));
+      const listeners = getOrCreate(byHex, hex, () => new Set()).add(listener);
       return () => {
         listeners.delete(listener);
         if (listeners.size === 0 && byHex.get(hex) === listeners) byHex.delete(hex);
@@ -213,10 +213,71 @@ export async function subscribedWithin(
  * watched name (see `LockEventsOptions.mode` for how several nodes' reports are merged).
  */
 export function createLockEvents(options: LockEventsOptions): LockEvents {
-  const { prefix, mode, clock } = options;
-  const channel = eventChannel(prefix);
   const byHex = new Map<string, WatchEntry>();
-  const entries = new LockListeners<WatchEntry>({
+  let resolveSubscribed: () => void = () => {};
+  const subscribed = new Promise<void>((resolve) => {
+    resolveSubscribed = resolve;
+  });
+  const hub: EventHub = {
+    options,
+    channel: eventChannel(options.prefix),
+    byHex,
+    entries: watchEntries(byHex),
+    departures: queueWatchers(),
+    expiryOn: options.sources.map(() => false),
+    subscribedOnce: options.sources.map(() => false),
+    closed: false,
+    isSubscribed: false,
+    resolveSubscribed,
+  };
+  const { entries } = hub;
+  for (const [index, source] of options.sources.entries()) attach(hub, source, index);
+
+  return {
+    watch: (name, listener) => entries.watch(name, listener),
+    watchQueue: hub.departures.watch,
+    deliver: (event) => entries.deliver(event.name, event),
+    watchedNames: () => entries.names(),
+    lastToken: (name) => entries.get(name)?.lastToken,
+    setLastToken(name, token) {
+      const entry = entries.get(name);
+      if (!entry) return;
+      entry.lastToken = token;
+      if (token !== undefined) raiseHighest(entry, token);
+    },
+    noteGrant(name, token) {
+      const entry = entries.get(name);
+      if (entry) raiseHighest(entry, token);
+    },
+    subscribed,
+    get isSubscribed() {
+      return hub.isSubscribed;
+    },
+    expiryEventsOn: () => options.keyspace && hub.expiryOn.every(Boolean),
+    close: () => close(hub),
+  };
+}
+
+/** What the parts of one event hub share. */
+interface EventHub {
+  readonly options: LockEventsOptions;
+  readonly channel: string;
+  /** The watched names' entries by the name as event messages carry it. */
+  readonly byHex: Map<string, WatchEntry>;
+  readonly entries: LockListeners<WatchEntry>;
+  readonly departures: ReturnType<typeof queueWatchers>;
+  /** Per source: whether keyspace expiry notifications were on when it first subscribed. */
+  readonly expiryOn: boolean[];
+  /** Per source: whether it has subscribed at least once. */
+  readonly subscribedOnce: boolean[];
+  closed: boolean;
+  isSubscribed: boolean;
+  readonly resolveSubscribed: () => void;
+}
+
+/** Per-name entries, each also found by its hex name while it is watched. */
+function watchEntries(byHex: Map<string, WatchEntry>): LockListeners<WatchEntry> {
+  return new LockListeners<WatchEntry>({
     create(name) {
       const entry: WatchEntry = {
         name,
@@ -231,166 +292,161 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
     },
     dropped: (entry) => byHex.delete(entry.hex),
   });
-  const departures = queueWatchers();
-  const expiryOn = options.sources.map(() => false);
-  const subscribedOnce = options.sources.map(() => false);
-  let closed = false;
-  let isSubscribed = false;
-  let resolveSubscribed: () => void = () => {};
-  const subscribed = new Promise<void>((resolve) => {
-    resolveSubscribed = resolve;
+}
+
+function deliverTo(entry: WatchEntry, event: LockEvent): void {
+  deliverEvent(entry.listeners, event);
+}
+
+/** `token` becomes the highest seen for `entry` unless a higher one was. */
+function raiseHighest(entry: WatchEntry, token: bigint): void {
+  if (entry.highest === undefined || token > entry.highest) entry.highest = token;
+}
+
+/** Delivers a grant unless a higher token was seen already (stale news). */
+function deliverGrant(entry: WatchEntry, parsed: Parsed): void {
+  if (entry.highest !== undefined && parsed.token < entry.highest) return;
+  entry.highest = parsed.token;
+  deliverTo(entry, grantEvent(entry.name, parsed));
+}
+
+/** 'quorum' mode: whether `key` was delivered for `entry` within the dedupe window. */
+function isDuplicate(clock: Clock, entry: WatchEntry, key: string): boolean {
+  const now = clock.now();
+  entry.recent ??= new Map();
+  for (const [seen, at] of entry.recent) {
+    if (now - at > DEDUPE_WINDOW_MS) entry.recent.delete(seen);
+  }
+  if (entry.recent.has(key)) return true;
+  entry.recent.set(key, now);
+  return false;
+}
+
+function onLockMessage(hub: EventHub, parsed: Parsed): void {
+  if (!hub.entries.isCurrent(parsed.entry)) return;
+  if (hub.options.mode === 'quorum') onQuorumMessage(hub.options.clock, parsed);
+  else onSingleMessage(parsed);
+}
+
+function onQuorumMessage(clock: Clock, parsed: Parsed): void {
+  const { type, entry, token, owner } = parsed;
+  const name = entry.name;
+  if (isDuplicate(clock, entry, `${type}:${token}`)) return;
+  if (type === 'acquired') {
+    deliverGrant(entry, parsed);
+    return;
+  }
+  // A release may come from a failed attempt's clean-up, labelled with one node's own
+  // counter: pass it on as a wake-up only.
+  deliverTo(entry, type === 'released' ? { name, type } : { name, type, token, owner });
+}
+
+function onSingleMessage(parsed: Parsed): void {
+  const { type, entry, token, owner } = parsed;
+  if (type === 'acquired') {
+    // Only an exclusive lease's end is reported by Redis without its token (see onExpired).
+    if (!parsed.shared) entry.lastToken = token;
+    deliverGrant(entry, parsed);
+    return;
+  }
+  if (entry.lastToken === token) entry.lastToken = undefined;
+  deliverTo(entry, { name: entry.name, type, token, owner });
+}
+
+/** Redis expired an exclusive lock key (`token` undefined) or a shared holder's marker. */
+function onExpired(hub: EventHub, name: string, holder?: bigint): void {
+  const entry = hub.entries.get(name);
+  if (!entry) return;
+  const { mode, clock } = hub.options;
+  if (mode === 'quorum') {
+    if (isDuplicate(clock, entry, `expired@${Math.floor(clock.now() / 1_000)}`)) return;
+    deliverTo(entry, { name, type: 'expired' });
+    return;
+  }
+  if (holder !== undefined) {
+    deliverTo(entry, { name, type: 'expired', token: holder });
+    return;
+  }
+  const token = entry.lastToken;
+  entry.lastToken = undefined;
+  deliverTo(
+    entry,
+    token === undefined ? { name, type: 'expired' } : { name, type: 'expired', token },
+  );
+}
+
+/** A keyspace notification on `from`: an expiry of a lock key or a shared holder's marker. */
+function onKeyspaceMessage(hub: EventHub, keyspacePrefix: string, from: string, message: string) {
+  if (message !== 'expired' || !from.startsWith(keyspacePrefix)) return;
+  const { prefix } = hub.options;
+  const key = from.slice(keyspacePrefix.length);
+  const name = nameOfLockKey(prefix, key);
+  if (name !== undefined) {
+    onExpired(hub, name);
+    return;
+  }
+  const holder = holderOfMarkKey(prefix, key);
+  if (holder !== undefined) onExpired(hub, holder.name, holder.token);
+}
+
+/** Listens to `source`'s messages and connects it; each 'ready' subscribes again. */
+function attach(hub: EventHub, source: EventSource, index: number): void {
+  const { subscriber, db } = source;
+  const keyspacePrefix = keyspaceChannelPrefix(db);
+  subscriber.on('message', (from: string, message: string) => {
+    if (from !== hub.channel || hub.departures.deliver(message)) return;
+    const parsed = parseMessage(message, hub.byHex);
+    if (parsed) onLockMessage(hub, parsed);
   });
+  subscriber.on('pmessage', (_pattern: string, from: string, message: string) =>
+    onKeyspaceMessage(hub, keyspacePrefix, from, message),
+  );
+  subscriber.on('ready', () => {
+    subscribe(hub, source, index).catch(() => {
+      // The connection dropped mid-way; the next 'ready' tries again.
+    });
+  });
+  subscriber.connect().catch(() => {
+    // ioredis keeps reconnecting on its own; 'ready' subscribes when it gets there.
+  });
+}
 
-  const deliverTo = (entry: WatchEntry, event: LockEvent) => deliverEvent(entry.listeners, event);
-
-  function isDuplicate(entry: WatchEntry, key: string): boolean {
-    const now = clock.now();
-    entry.recent ??= new Map();
-    for (const [seen, at] of entry.recent) {
-      if (now - at > DEDUPE_WINDOW_MS) entry.recent.delete(seen);
-    }
-    if (entry.recent.has(key)) return true;
-    entry.recent.set(key, now);
-    return false;
+/** On a (re)connected source: the channel, the keyspace patterns, then who must hear of it. */
+async function subscribe(hub: EventHub, source: EventSource, index: number): Promise<void> {
+  const { options, subscribedOnce } = hub;
+  const { subscriber, db } = source;
+  if (options.keyspace) {
+    const on = await enableKeyspaceExpiry(subscriber);
+    // Confirmed once is what `capabilities` reports; a later refusal (a failover to a
+    // server that forbids CONFIG) is covered by the resynchronisation after reconnects.
+    if (!subscribedOnce[index]) hub.expiryOn[index] = on;
   }
-
-  function onLockMessage(parsed: Parsed): void {
-    const { type, entry, token, owner } = parsed;
-    if (!entries.isCurrent(entry)) return;
-    const name = entry.name;
-    if (mode === 'quorum') {
-      if (isDuplicate(entry, `${type}:${token}`)) return;
-      if (type === 'acquired') {
-        if (entry.highest !== undefined && token < entry.highest) return;
-        entry.highest = token;
-        deliverTo(entry, grantEvent(name, parsed));
-        return;
-      }
-      // A release may come from a failed attempt's clean-up, labelled with one node's own
-      // counter: pass it on as a wake-up only.
-      deliverTo(entry, type === 'released' ? { name, type } : { name, type, token, owner });
-      return;
-    }
-    if (type === 'acquired') {
-      // Only an exclusive lease's end is reported by Redis without its token (see onExpired).
-      if (!parsed.shared) entry.lastToken = token;
-      if (entry.highest !== undefined && token < entry.highest) return;
-      entry.highest = token;
-      deliverTo(entry, grantEvent(name, parsed));
-      return;
-    }
-    if (entry.lastToken === token) entry.lastToken = undefined;
-    deliverTo(entry, { name, type, token, owner });
-  }
-
-  /** Redis expired an exclusive lock key (`token` undefined) or a shared holder's marker. */
-  function onExpired(name: string, holder?: bigint): void {
-    const entry = entries.get(name);
-    if (!entry) return;
-    if (mode === 'quorum') {
-      if (isDuplicate(entry, `expired@${Math.floor(clock.now() / 1_000)}`)) return;
-      deliverTo(entry, { name, type: 'expired' });
-      return;
-    }
-    if (holder !== undefined) {
-      deliverTo(entry, { name, type: 'expired', token: holder });
-      return;
-    }
-    const token = entry.lastToken;
-    entry.lastToken = undefined;
-    deliverTo(
-      entry,
-      token === undefined ? { name, type: 'expired' } : { name, type: 'expired', token },
+  await subscriber.subscribe(hub.channel);
+  if (options.keyspace) {
+    await subscriber.psubscribe(
+      keyspacePattern(options.prefix, db),
+      holderKeyspacePattern(options.prefix, db),
     );
   }
-
-  function attach(source: EventSource, index: number): void {
-    const { subscriber, db } = source;
-    const keyspacePrefix = keyspaceChannelPrefix(db);
-    subscriber.on('message', (from: string, message: string) => {
-      if (from !== channel || departures.deliver(message)) return;
-      const parsed = parseMessage(message, byHex);
-      if (parsed) onLockMessage(parsed);
-    });
-    subscriber.on('pmessage', (_pattern: string, from: string, message: string) => {
-      if (message !== 'expired' || !from.startsWith(keyspacePrefix)) return;
-      const key = from.slice(keyspacePrefix.length);
-      const name = nameOfLockKey(prefix, key);
-      if (name !== undefined) {
-        onExpired(name);
-        return;
-      }
-      const holder = holderOfMarkKey(prefix, key);
-      if (holder !== undefined) onExpired(holder.name, holder.token);
-    });
-    subscriber.on('ready', () => {
-      void (async () => {
-        if (options.keyspace) {
-          const on = await enableKeyspaceExpiry(subscriber);
-          // Confirmed once is what `capabilities` reports; a later refusal (a failover to a
-          // server that forbids CONFIG) is covered by the resynchronisation after reconnects.
-          if (!subscribedOnce[index]) expiryOn[index] = on;
-        }
-        await subscriber.subscribe(channel);
-        if (options.keyspace) {
-          await subscriber.psubscribe(
-            keyspacePattern(prefix, db),
-            holderKeyspacePattern(prefix, db),
-          );
-        }
-        if (closed) return;
-        if (subscribedOnce[index]) {
-          // Events may have been missed while the stream was down.
-          options.onResubscribed?.(index);
-          return;
-        }
-        subscribedOnce[index] = true;
-        const needed = options.sourcesNeeded ?? options.sources.length;
-        if (!isSubscribed && subscribedOnce.filter(Boolean).length >= needed) {
-          isSubscribed = true;
-          resolveSubscribed();
-        }
-      })().catch(() => {
-        // The connection dropped mid-way; the next 'ready' tries again.
-      });
-    });
-    subscriber.connect().catch(() => {
-      // ioredis keeps reconnecting on its own; 'ready' subscribes when it gets there.
-    });
+  if (hub.closed) return;
+  if (subscribedOnce[index]) {
+    // Events may have been missed while the stream was down.
+    options.onResubscribed?.(index);
+    return;
   }
+  subscribedOnce[index] = true;
+  const needed = options.sourcesNeeded ?? options.sources.length;
+  if (!hub.isSubscribed && subscribedOnce.filter(Boolean).length >= needed) {
+    hub.isSubscribed = true;
+    hub.resolveSubscribed();
+  }
+}
 
-  options.sources.forEach(attach);
-
-  return {
-    watch: (name, listener) => entries.watch(name, listener),
-    watchQueue: departures.watch,
-    deliver: (event) => entries.deliver(event.name, event),
-    watchedNames: () => entries.names(),
-    lastToken: (name) => entries.get(name)?.lastToken,
-    setLastToken(name, token) {
-      const entry = entries.get(name);
-      if (!entry) return;
-      entry.lastToken = token;
-      if (token !== undefined && (entry.highest === undefined || token > entry.highest)) {
-        entry.highest = token;
-      }
-    },
-    noteGrant(name, token) {
-      const entry = entries.get(name);
-      if (entry && (entry.highest === undefined || token > entry.highest)) entry.highest = token;
-    },
-    subscribed,
-    get isSubscribed() {
-      return isSubscribed;
-    },
-    expiryEventsOn: () => options.keyspace && expiryOn.every(Boolean),
-    async close() {
-      closed = true;
-      entries.clear();
-      byHex.clear();
-      departures.clear();
-      // disconnect, not QUIT: a stalled server would never answer QUIT.
-      for (const { subscriber } of options.sources) subscriber.disconnect();
-    },
-  };
+async function close(hub: EventHub): Promise<void> {
+  hub.closed = true;
+  hub.entries.clear();
+  hub.byHex.clear();
+  hub.departures.clear();
+  // disconnect, not QUIT: a stalled server would never answer QUIT.
+  for (const { subscriber } of hub.options.sources) subscriber.disconnect();
 }

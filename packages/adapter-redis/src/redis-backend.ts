@@ -4,8 +4,11 @@ import {
   type BackendCapabilities,
   type Clock,
   DlmError,
+  type Grant,
+  type HolderProof,
   holderChangeEvents,
   type LockBackend,
+  type LockState,
   systemClock,
   toUnavailable,
 } from '@dlm/core';
@@ -13,10 +16,10 @@ import type { Cluster, Redis } from 'ioredis';
 import { within } from './command-bounds.js';
 import { createCommandConnection, createSubscriberConnection, databaseOf } from './connections.js';
 import { nameKeys } from './key-encoding.js';
-import { createLockEvents, subscribedWithin } from './lock-events.js';
-import { createRedisNode, sharedLimit } from './redis-node.js';
-import { redisQueue } from './redis-queue.js';
-import { type ReplicaOptions, replicaWait } from './replicas.js';
+import { createLockEvents, type LockEvents, subscribedWithin } from './lock-events.js';
+import { createRedisNode, type RedisNode, sharedLimit } from './redis-node.js';
+import { type RedisQueue, redisQueue } from './redis-queue.js';
+import { type ReplicaOptions, type ReplicaWait, replicaWait } from './replicas.js';
 import { createSentinelConnection, parseSentinels, type SentinelAddress } from './sentinel.js';
 
 export interface RedisBackendOptions extends ReplicaOptions {
@@ -191,11 +194,9 @@ export function createRedisBackend(
   const waiterTtlMs = checkWaiterTtl(options.waiterTtlMs);
   const clock = options.clock ?? systemClock;
   const topology = topologyOf?.(commandTimeoutMs) ?? singleServer(options, commandTimeoutMs);
-  const { client, ownsClient } = topology;
-  const replicas = replicaWait(client, clock, commandTimeoutMs, options);
-  const lockKey = (name: string) => nameKeys(prefix, name).lock;
+  const replicas = replicaWait(topology.client, clock, commandTimeoutMs, options);
   const node = createRedisNode({
-    client,
+    client: topology.client,
     prefix,
     commandTimeoutMs,
     clock,
@@ -213,170 +214,207 @@ export function createRedisBackend(
     clock,
     onResubscribed: () => {
       queue.resync();
-      void resynchronise();
+      void resynchronise(events, node);
     },
   });
-
-  /**
-   * After the event stream was down, compare what each watched name's watchers last heard with
-   * what Redis holds now, and tell them the difference (a missed release or expiry would
-   * otherwise leave a waiter asleep until the holder's old lease end, and a holder unaware).
-   */
-  async function resynchronise(): Promise<void> {
-    await Promise.all(
-      events.watchedNames().map(async (name) => {
-        const before = events.lastToken(name);
-        let state: Awaited<ReturnType<typeof node.inspect>>;
-        try {
-          state = await node.inspect(name);
-        } catch {
-          // Cannot tell: wake the waiters, who will ask for themselves.
-          events.deliver({ name, type: 'released' });
-          return;
-        }
-        if (events.lastToken(name) !== before) return; // the live stream knows better
-        if (state?.mode === 'shared') {
-          // Which shared holders came and went is not kept here: a wake-up makes core ask.
-          events.setLastToken(name, undefined);
-          events.deliver({ name, type: 'released' });
-          return;
-        }
-        if (state && state.token === before) return;
-        events.setLastToken(name, state?.token);
-        const heard = before === undefined ? undefined : { token: before };
-        for (const event of holderChangeEvents(name, heard, state ?? undefined, true)) {
-          events.deliver(event);
-        }
-      }),
-    );
-  }
-
-  let closed = false;
-  function assertOpen(): void {
-    if (closed) throw new DlmError('UNAVAILABLE', 'the Redis backend is closed');
-  }
-
-  const queue = redisQueue({
+  const r: BackendState = {
     node,
     events,
     clock,
-    waiterTtlMs,
-    isClosed: () => closed,
-    subscribed: (startedAt) => subscribedWithin(clock, events, commandTimeoutMs, startedAt),
-    async confirmGrant(name, token) {
-      await replicas?.confirm('acquire', lockKey(name));
-      events.noteGrant(name, token);
-    },
-    release: ({ name, token }, keyHash) => node.release(name, token, keyHash),
-    tryAcquire: (request) => tryAcquire(request),
-  });
-
-  async function tryAcquire({
-    name,
-    owner,
-    ttlMs,
-    keyHash,
-    mode,
-    limit,
-  }: AcquireRequest): Promise<AcquireResult> {
-    assertOpen();
-    const startedAt = clock.now();
-    if (!events.isSubscribed) await subscribedWithin(clock, events, commandTimeoutMs, startedAt);
-    const result = await node.acquire(
-      name,
-      owner,
-      keyHash,
-      ttlMs,
-      startedAt,
-      undefined,
-      sharedLimit(mode, limit),
-    );
-    if (!result.granted) {
-      if (result.conflict) return { granted: false, conflict: result.conflict };
-      // Free, but others wait in its queue: they come first, and there is no lease to tell.
-      if (result.queued) return { granted: false };
-      return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
-    }
-    await replicas?.confirm('acquire', lockKey(name));
-    events.noteGrant(name, result.token);
-    return { granted: true, grant: { name, owner, token: result.token, ttlMs } };
-  }
+    prefix,
+    commandTimeoutMs,
+    replicas,
+    closed: false,
+  };
+  const queue = fairQueueOf(r, waiterTtlMs);
 
   return {
     kind: 'redis',
 
     get capabilities(): BackendCapabilities {
-      return {
-        fencing: topology.fencing,
-        minTtlMs: 1,
-        ttlGranularityMs: 1,
-        durableAcrossRestart: durable,
-        fairQueue: true,
-        expiryEvents: events.expiryEventsOn(),
-        sharedModes: true,
-      };
+      return capabilities(topology, durable, events);
     },
-
-    async ready() {
-      assertOpen();
-      await node.whenConnected();
-      if (!(await within(clock, events.subscribed, commandTimeoutMs))) {
-        throw toUnavailable(
-          new Error(`no subscription within ${commandTimeoutMs} ms`),
-          'redis backend',
-        );
-      }
-    },
-
-    tryAcquire,
-
+    ready: () => ready(r),
+    tryAcquire: (request) => tryAcquire(r, request),
     // The queue itself answers UNAVAILABLE once the backend is closed.
     acquireQueued: (request) => queue.acquireQueued(request),
-
-    async release({ name, token, keyHash }) {
-      assertOpen();
-      const released = await node.release(name, token, keyHash);
-      if (released) await replicas?.confirm('release', lockKey(name));
-      return released;
-    },
-
-    async extend({ name, token, ttlMs, keyHash }) {
-      assertOpen();
-      const owner = await node.extend(name, token, keyHash, ttlMs);
-      if (owner !== null) await replicas?.confirm('extend', lockKey(name));
-      return owner === null ? null : { name, owner, token, ttlMs };
-    },
-
+    release: (proof) => release(r, proof),
+    extend: (request) => extend(r, request),
     async inspect(name) {
-      assertOpen();
+      assertOpen(r);
       return node.inspect(name);
     },
-
-    async revoke(name) {
-      assertOpen();
-      const revoked = (await node.revoke(name)) !== null;
-      if (revoked) await replicas?.confirm('revoke', lockKey(name));
-      return revoked;
-    },
-
+    revoke: (name) => revoke(r, name),
     async list(namePrefix) {
-      assertOpen();
+      assertOpen(r);
       return node.list(namePrefix);
     },
-
-    watch(name, listener) {
-      return events.watch(name, listener);
-    },
-
-    async close() {
-      if (closed) return;
-      closed = true;
-      // Waiters leave the queue while the connection is still there.
-      await queue.close();
-      await events.close();
-      node.detach();
-      // disconnect, not QUIT: a stalled server would never answer QUIT.
-      if (ownsClient) client.disconnect();
-    },
+    watch: (name, listener) => events.watch(name, listener),
+    close: () => close(r, queue, topology),
   };
+}
+
+/** What the calls of one backend on one server (or one Cluster) share. */
+interface BackendState {
+  readonly node: RedisNode;
+  readonly events: LockEvents;
+  readonly clock: Clock;
+  readonly prefix: string;
+  readonly commandTimeoutMs: number;
+  readonly replicas: ReplicaWait | undefined;
+  closed: boolean;
+}
+
+/** Read on every call: `expiryEvents` is known only once the subscription is in place. */
+function capabilities(
+  topology: RedisTopology,
+  durable: boolean,
+  events: LockEvents,
+): BackendCapabilities {
+  return {
+    fencing: topology.fencing,
+    minTtlMs: 1,
+    ttlGranularityMs: 1,
+    durableAcrossRestart: durable,
+    fairQueue: true,
+    expiryEvents: events.expiryEventsOn(),
+    sharedModes: true,
+  };
+}
+
+function assertOpen(r: BackendState): void {
+  if (r.closed) throw new DlmError('UNAVAILABLE', 'the Redis backend is closed');
+}
+
+/** `minReplicas`: waits until enough replicas have the write `what` made to `name`'s lock. */
+function confirmWrite(r: BackendState, what: string, name: string): Promise<void> | undefined {
+  return r.replicas?.confirm(what, nameKeys(r.prefix, name).lock);
+}
+
+/** The fair queue of `acquireQueued`, granting through `tryAcquire`'s node. */
+function fairQueueOf(r: BackendState, waiterTtlMs: number): RedisQueue {
+  const { node, events, clock, commandTimeoutMs } = r;
+  return redisQueue({
+    node,
+    events,
+    clock,
+    waiterTtlMs,
+    isClosed: () => r.closed,
+    subscribed: (startedAt) => subscribedWithin(clock, events, commandTimeoutMs, startedAt),
+    async confirmGrant(name, token) {
+      await confirmWrite(r, 'acquire', name);
+      events.noteGrant(name, token);
+    },
+    release: ({ name, token }, keyHash) => node.release(name, token, keyHash),
+    tryAcquire: (request) => tryAcquire(r, request),
+  });
+}
+
+/**
+ * After the event stream was down, compare what each watched name's watchers last heard with
+ * what Redis holds now, and tell them the difference (a missed release or expiry would
+ * otherwise leave a waiter asleep until the holder's old lease end, and a holder unaware).
+ */
+async function resynchronise(events: LockEvents, node: RedisNode): Promise<void> {
+  await Promise.all(events.watchedNames().map((name) => resynchroniseName(events, node, name)));
+}
+
+async function resynchroniseName(events: LockEvents, node: RedisNode, name: string): Promise<void> {
+  const before = events.lastToken(name);
+  let state: LockState | null;
+  try {
+    state = await node.inspect(name);
+  } catch {
+    // Cannot tell: wake the waiters, who will ask for themselves.
+    events.deliver({ name, type: 'released' });
+    return;
+  }
+  if (events.lastToken(name) !== before) return; // the live stream knows better
+  if (state?.mode === 'shared') {
+    // Which shared holders came and went is not kept here: a wake-up makes core ask.
+    events.setLastToken(name, undefined);
+    events.deliver({ name, type: 'released' });
+    return;
+  }
+  if (state && state.token === before) return;
+  events.setLastToken(name, state?.token);
+  const heard = before === undefined ? undefined : { token: before };
+  for (const event of holderChangeEvents(name, heard, state ?? undefined, true)) {
+    events.deliver(event);
+  }
+}
+
+async function ready(r: BackendState): Promise<void> {
+  assertOpen(r);
+  await r.node.whenConnected();
+  if (!(await within(r.clock, r.events.subscribed, r.commandTimeoutMs))) {
+    throw toUnavailable(
+      new Error(`no subscription within ${r.commandTimeoutMs} ms`),
+      'redis backend',
+    );
+  }
+}
+
+async function tryAcquire(
+  r: BackendState,
+  { name, owner, ttlMs, keyHash, mode, limit }: AcquireRequest,
+): Promise<AcquireResult> {
+  assertOpen(r);
+  const { clock, events } = r;
+  const startedAt = clock.now();
+  if (!events.isSubscribed) await subscribedWithin(clock, events, r.commandTimeoutMs, startedAt);
+  const result = await r.node.acquire(
+    name,
+    owner,
+    keyHash,
+    ttlMs,
+    startedAt,
+    undefined,
+    sharedLimit(mode, limit),
+  );
+  if (!result.granted) {
+    if (result.conflict) return { granted: false, conflict: result.conflict };
+    // Free, but others wait in its queue: they come first, and there is no lease to tell.
+    if (result.queued) return { granted: false };
+    return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
+  }
+  await confirmWrite(r, 'acquire', name);
+  events.noteGrant(name, result.token);
+  return { granted: true, grant: { name, owner, token: result.token, ttlMs } };
+}
+
+async function release(r: BackendState, { name, token, keyHash }: HolderProof): Promise<boolean> {
+  assertOpen(r);
+  const released = await r.node.release(name, token, keyHash);
+  if (released) await confirmWrite(r, 'release', name);
+  return released;
+}
+
+async function extend(
+  r: BackendState,
+  request: HolderProof & { ttlMs: number },
+): Promise<Grant | null> {
+  assertOpen(r);
+  const { name, token, ttlMs, keyHash } = request;
+  const owner = await r.node.extend(name, token, keyHash, ttlMs);
+  if (owner !== null) await confirmWrite(r, 'extend', name);
+  return owner === null ? null : { name, owner, token, ttlMs };
+}
+
+async function revoke(r: BackendState, name: string): Promise<boolean> {
+  assertOpen(r);
+  const revoked = (await r.node.revoke(name)) !== null;
+  if (revoked) await confirmWrite(r, 'revoke', name);
+  return revoked;
+}
+
+async function close(r: BackendState, queue: RedisQueue, topology: RedisTopology): Promise<void> {
+  if (r.closed) return;
+  r.closed = true;
+  // Waiters leave the queue while the connection is still there.
+  await queue.close();
+  await r.events.close();
+  r.node.detach();
+  // disconnect, not QUIT: a stalled server would never answer QUIT.
+  if (topology.ownsClient) topology.client.disconnect();
 }

@@ -36,6 +36,22 @@ export interface BackendHealth {
 const PROBE_NAME = 'dlm/readiness-probe';
 
 /**
+ * One probe: `ping()` when the adapter has it, else `inspect` of a fixed name. Rejects with
+ * UNAVAILABLE when there is no answer within `timeoutMs`.
+ */
+function probeWithin(backend: LockBackend, timeoutMs: number): Promise<void> {
+  const call = backend.ping ? backend.ping() : backend.inspect(PROBE_NAME).then(() => {});
+  let expire: NodeJS.Timeout | undefined;
+  const bounded = new Promise<void>((_, reject) => {
+    expire = setTimeout(
+      () => reject(new DlmError('UNAVAILABLE', `no answer within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
+  });
+  return Promise.race([call, bounded]).finally(() => clearTimeout(expire));
+}
+
+/**
  * Keeps track of whether the backend answers: a probe (`ping()` when the adapter has it, else
  * `inspect` of a fixed name) every `intervalMs`, bounded by `timeoutMs`, plus what real calls
  * observe. Ready means the last answer, from either, came within `intervalMs + timeoutMs` and
@@ -81,20 +97,16 @@ export function createBackendHealth(
     }
   }
 
-  function probeOnce(): Promise<void> {
-    const call = backend.ping ? backend.ping() : backend.inspect(PROBE_NAME).then(() => {});
-    let expire: NodeJS.Timeout | undefined;
-    const bounded = new Promise<void>((_, reject) => {
-      expire = setTimeout(
-        () => reject(new DlmError('UNAVAILABLE', `no answer within ${timeoutMs} ms`)),
-        timeoutMs,
-      );
-    });
-    return Promise.race([call, bounded])
+  /** Starts a probe; `probing` holds it until it settles. */
+  function startProbe(): Promise<void> {
+    probing = probeWithin(backend, timeoutMs)
       .then(succeeded, (error: unknown) =>
         failed(error instanceof Error ? error.message : String(error)),
       )
-      .finally(() => clearTimeout(expire));
+      .finally(() => {
+        probing = undefined;
+      });
+    return probing;
   }
 
   function schedule(): void {
@@ -102,9 +114,7 @@ export function createBackendHealth(
     timer = setTimeout(() => {
       // A probe settles by its time-out; only with a time-out longer than the interval can one
       // still be out here, and then one at a time is enough.
-      probing ??= probeOnce().finally(() => {
-        probing = undefined;
-      });
+      if (!probing) startProbe();
       schedule();
     }, intervalMs);
     timer.unref();
@@ -128,10 +138,7 @@ export function createBackendHealth(
       else if (error.code === 'UNAVAILABLE') failed(error.message);
     },
     async start() {
-      probing = probeOnce().finally(() => {
-        probing = undefined;
-      });
-      await probing;
+      await startProbe();
       schedule();
     },
     stop() {

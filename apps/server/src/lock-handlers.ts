@@ -6,6 +6,7 @@ import {
   formatToken,
   type Lease,
   type LockMode,
+  type LockService,
   type LockSpec,
   type LostEvent,
   notHolderError,
@@ -16,8 +17,8 @@ import {
 } from '@dlm/core';
 import { heldState } from './held-state.js';
 import { type Action, allows, type Principal } from './permissions.js';
-import { createRequestTracer, type RequestTrace } from './request-tracing.js';
-import type { Handlers, SessionScope } from './session-scope.js';
+import { createRequestTracer, type RequestTrace, type RequestTracer } from './request-tracing.js';
+import type { Handler, Handlers, SessionScope } from './session-scope.js';
 
 type LockMethod = 'lock.acquire' | 'lock.acquireAll' | 'lock.release' | 'lock.extend' | 'lock.get';
 
@@ -97,247 +98,309 @@ function grantOf(lease: Lease, limit: number | undefined) {
   };
 }
 
-/** `lock.acquire`, `lock.acquireAll`, `lock.release`, `lock.extend` and `lock.get` for one session. */
-export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
+/**
+ * What the lock methods of one session share: its scope, its service, the tracer of its
+ * requests' spans, and its leases' `onLost`.
+ */
+interface LockSession {
+  readonly scope: SessionScope;
+  readonly service: LockService;
+  readonly tracer: RequestTracer;
+  /** Tells this session `lock.lost` for a lease granted or extended here. */
+  readonly onLost: (event: LostEvent) => void;
+}
+
+/** One request to a lock method: what was sent, what cancels it, and what its span records. */
+interface LockRequest {
+  readonly params: Record<string, unknown>;
+  readonly signal: AbortSignal | undefined;
+  readonly span: RequestTrace;
+}
+
+function lockSession(scope: SessionScope): LockSession {
   const { service } = scope.context;
-  const tracer = createRequestTracer(scope.context.serverVersion, service.backend.kind);
-
-  const onLost = (event: LostEvent) => {
-    scope.notify('lock.lost', {
-      name: event.name,
-      token: formatToken(event.token),
-      reason: event.reason,
-    });
+  return {
+    scope,
+    service,
+    tracer: createRequestTracer(scope.context.serverVersion, service.backend.kind),
+    onLost: (event) => {
+      scope.notify('lock.lost', {
+        name: event.name,
+        token: formatToken(event.token),
+        reason: event.reason,
+      });
+    },
   };
+}
 
-  /** Counts a lease as this session's, unless the connection closed meanwhile. */
-  function hold(lease: Lease): void {
-    if (scope.open) scope.leases.hold(lease);
+/** Counts a lease as this session's, unless the connection closed meanwhile. */
+function hold(scope: SessionScope, lease: Lease): void {
+  if (scope.open) scope.leases.hold(lease);
+}
+
+/**
+ * The key a release or extend presents: the one sent, else this session's own for that lease
+ * (it was granted here). Null: no proof, NOT_HOLDER, as for a wrong key. The service is never
+ * called without a key: it would take the server's own tracking of the lease as the proof.
+ */
+function proofFor(
+  scope: SessionScope,
+  name: string,
+  token: bigint,
+  params: Record<string, unknown>,
+): string | null {
+  if (params.leaseKey !== undefined) return validateLeaseKey(params.leaseKey);
+  return scope.leases.keyFor(name, token);
+}
+
+/** The lease a release or extend is about, told to its span, and the proof it presents. */
+function presented(scope: SessionScope, params: Record<string, unknown>, span: RequestTrace) {
+  const name = permittedName(scope, params, 'lock');
+  const token = parseToken(params.token);
+  if (span.recording) {
+    span.set({ 'dlm.lock.name': name, 'dlm.lock.token': formatToken(token) });
   }
+  return { name, token, leaseKey: proofFor(scope, name, token, params) };
+}
 
-  /**
-   * The key a release or extend presents: the one sent, else this session's own for that lease
-   * (it was granted here). Null: no proof, NOT_HOLDER, as for a wrong key. The service is never
-   * called without a key: it would take the server's own tracking of the lease as the proof.
-   */
-  function proofFor(name: string, token: bigint, params: Record<string, unknown>): string | null {
-    if (params.leaseKey !== undefined) return validateLeaseKey(params.leaseKey);
-    return scope.leases.keyFor(name, token);
+/**
+ * Without a key: the key of this session's own leases of `names` for that owner (an
+ * idempotent re-acquire on the same connection; a set has one key, so they must share it),
+ * else a fresh one. Never the service's default, which would hand any session naming the
+ * owner the lease some other session holds.
+ */
+function acquireKey(
+  scope: SessionScope,
+  names: readonly string[],
+  owner: string,
+  params: Record<string, unknown>,
+): string {
+  if (params.leaseKey !== undefined) return validateLeaseKey(params.leaseKey);
+  let key: string | undefined;
+  for (const name of names) {
+    // Of several shared leases of the name for this owner, the latest.
+    const own = scope.leases.get(name, owner);
+    if (!own) continue;
+    if (key !== undefined && own.leaseKey !== key) return createLeaseKey();
+    key = own.leaseKey;
   }
+  return key ?? createLeaseKey();
+}
 
-  /** The lease a release or extend is about, told to its span, and the proof it presents. */
-  function presented(params: Record<string, unknown>, request: RequestTrace) {
-    const name = permittedName(scope, params, 'lock');
-    const token = parseToken(params.token);
-    if (request.recording) {
-      request.set({ 'dlm.lock.name': name, 'dlm.lock.token': formatToken(token) });
-    }
-    return { name, token, leaseKey: proofFor(name, token, params) };
+/** Whom an acquire of `names` is for: the owner it names (else the session's id), and its key. */
+function claimOf(scope: SessionScope, params: Record<string, unknown>, names: readonly string[]) {
+  const owner = params.owner === undefined ? scope.id : (params.owner as string);
+  return { owner, leaseKey: acquireKey(scope, names, owner, params) };
+}
+
+/** Makes room for the acquire of `names` (each one counts), or says why there is none. */
+function reserveLocks(
+  scope: SessionScope,
+  names: readonly string[],
+  owner: string,
+  leaseKey: string,
+): void {
+  const { maxLocksPerSession } = scope.context.limits;
+  const { leases } = scope;
+  // A lease this session holds already (same owner and key) is re-acquired, not added; another
+  // owner or key of a name held shared is one more lease.
+  let adding = 0;
+  for (const name of names) if (!leases.holdsWith(name, owner, leaseKey)) adding += 1;
+  // Stale entries are only swept when the count is near the bound.
+  if (adding === 0 || leases.upperBound + scope.acquiring + adding <= maxLocksPerSession) return;
+  if (leases.count() + scope.acquiring + adding <= maxLocksPerSession) return;
+  throw new DlmError(
+    'LIMIT_EXCEEDED',
+    `a session may hold at most ${maxLocksPerSession} locks (acquires in flight included)`,
+  );
+}
+
+/**
+ * FORBIDDEN unless the principal may lock every name of the set; a malformed set is
+ * INVALID_PARAMS before it is FORBIDDEN, as one name is (core's own check of a set).
+ */
+function permitSet(session: LockSession, locks: unknown): void {
+  const { scope, service } = session;
+  const names = validateLocks(locks, service.limits, service.checkName);
+  const denied = names.find((name) => !allows(scope.principal, 'lock', name));
+  if (denied !== undefined) throw forbidden(scope.principal, ['lock'], denied);
+}
+
+/** The ttl and wait an acquire asks for, as its span records them. */
+function askedAttributes(params: Record<string, unknown>) {
+  return {
+    'dlm.lock.ttl_ms': params.ttlMs as number,
+    'dlm.lock.wait_ms': (params.waitMs as number | undefined) ?? 0,
+  };
+}
+
+/**
+ * Counts `count` acquires as in flight (against the session's bound) and starts timing their
+ * wait; the function returned, called once the service has answered, ends both.
+ */
+function startAcquiring(scope: SessionScope, count: number, span: RequestTrace): () => void {
+  const arrivedAt = span.recording ? performance.now() : 0;
+  scope.acquiring += count;
+  return () => {
+    scope.acquiring -= count;
+    if (span.recording) span.set({ 'dlm.lock.waited_ms': performance.now() - arrivedAt });
+  };
+}
+
+/** What an acquire or acquireAll hands the service besides the locks: its key, cancel and hooks. */
+function grantOptions(
+  session: LockSession,
+  leaseKey: string,
+  signal: AbortSignal | undefined,
+  span: RequestTrace,
+) {
+  return {
+    leaseKey,
+    ...(signal ? { signal } : {}),
+    onLost: session.onLost,
+    aroundBackendCall: span.aroundBackendCall,
+  };
+}
+
+/** One acquire, its wait told to its span: the queue it joined, how long it took. */
+async function acquire(session: LockSession, { params, signal, span }: LockRequest) {
+  const { scope, service } = session;
+  const name = permittedName(scope, params, 'lock');
+  const names = [name];
+  const { owner, leaseKey } = claimOf(scope, params, names);
+  reserveLocks(scope, names, owner, leaseKey);
+  // Read before the service queues this acquire: the waiters ahead of it on this server.
+  if (span.recording) {
+    span.set({
+      'dlm.lock.name': name,
+      ...askedAttributes(params),
+      'dlm.lock.queue_position': service.waiters(name),
+    });
   }
-
-  /**
-   * Without a key: the key of this session's own leases of `names` for that owner (an
-   * idempotent re-acquire on the same connection; a set has one key, so they must share it),
-   * else a fresh one. Never the service's default, which would hand any session naming the
-   * owner the lease some other session holds.
-   */
-  function acquireKey(
-    names: readonly string[],
-    owner: string,
-    params: Record<string, unknown>,
-  ): string {
-    if (params.leaseKey !== undefined) return validateLeaseKey(params.leaseKey);
-    let key: string | undefined;
-    for (const name of names) {
-      // Of several shared leases of the name for this owner, the latest.
-      const own = scope.leases.get(name, owner);
-      if (!own) continue;
-      if (key !== undefined && own.leaseKey !== key) return createLeaseKey();
-      key = own.leaseKey;
-    }
-    return key ?? createLeaseKey();
-  }
-
-  /** Makes room for the acquire of `names` (each one counts), or says why there is none. */
-  function reserveLocks(names: readonly string[], owner: string, leaseKey: string): void {
-    const { maxLocksPerSession } = scope.context.limits;
-    const { leases } = scope;
-    // A lease this session holds already (same owner and key) is re-acquired, not added; another
-    // owner or key of a name held shared is one more lease.
-    let adding = 0;
-    for (const name of names) if (!leases.holdsWith(name, owner, leaseKey)) adding += 1;
-    // Stale entries are only swept when the count is near the bound.
-    if (adding === 0 || leases.upperBound + scope.acquiring + adding <= maxLocksPerSession) return;
-    if (leases.count() + scope.acquiring + adding <= maxLocksPerSession) return;
-    throw new DlmError(
-      'LIMIT_EXCEEDED',
-      `a session may hold at most ${maxLocksPerSession} locks (acquires in flight included)`,
-    );
-  }
-
-  /** One acquire, its wait told to its span: the queue it joined, how long it took. */
-  async function acquire(
-    params: Record<string, unknown>,
-    signal: AbortSignal | undefined,
-    request: RequestTrace,
-  ) {
-    const name = permittedName(scope, params, 'lock');
-    const owner = params.owner === undefined ? scope.id : (params.owner as string);
-    const names = [name];
-    const leaseKey = acquireKey(names, owner, params);
-    reserveLocks(names, owner, leaseKey);
-    // Read before the service queues this acquire: the waiters ahead of it on this server.
-    if (request.recording) {
-      request.set({
-        'dlm.lock.name': name,
-        'dlm.lock.ttl_ms': params.ttlMs as number,
-        'dlm.lock.wait_ms': (params.waitMs as number | undefined) ?? 0,
-        'dlm.lock.queue_position': service.waiters(name),
-      });
-    }
-    const arrivedAt = request.recording ? performance.now() : 0;
-    scope.acquiring += 1;
-    let lease: Lease;
-    try {
-      lease = await service.acquire({
-        name,
-        ttlMs: params.ttlMs as number,
-        waitMs: params.waitMs as number,
-        owner,
-        leaseKey,
-        ...modeOf(params),
-        ...(signal ? { signal } : {}),
-        onLost,
-        aroundBackendCall: request.aroundBackendCall,
-      });
-    } finally {
-      scope.acquiring -= 1;
-      if (request.recording) request.set({ 'dlm.lock.waited_ms': performance.now() - arrivedAt });
-    }
-    if (request.recording) {
-      request.set({ 'dlm.lock.token': formatToken(lease.token), 'dlm.lock.ttl_ms': lease.ttlMs });
-    }
-    hold(lease);
-    return grantOf(lease, limitOf(lease, params.limit, service.limits.maxHolders));
-  }
-
-  /**
-   * One acquireAll: every name permitted and counted against the session's bound before any is
-   * taken; the service takes them all or none, and each granted lease is this session's.
-   */
-  async function acquireAll(
-    params: Record<string, unknown>,
-    signal: AbortSignal | undefined,
-    request: RequestTrace,
-  ) {
-    const names = namesOf(params.locks);
-    const owner = params.owner === undefined ? scope.id : (params.owner as string);
-    const options = {
-      locks: params.locks as LockSpec[],
+  const settled = startAcquiring(scope, 1, span);
+  let lease: Lease;
+  try {
+    lease = await service.acquire({
+      name,
       ttlMs: params.ttlMs as number,
       waitMs: params.waitMs as number,
       owner,
-    };
-    const leaseKey = acquireKey(names, owner, params);
-    permitSet(params.locks);
-    reserveLocks(names, owner, leaseKey);
-    if (request.recording) {
-      request.set({
-        'dlm.lock.names': names,
-        'dlm.lock.count': names.length,
-        'dlm.lock.ttl_ms': params.ttlMs as number,
-        'dlm.lock.wait_ms': (params.waitMs as number | undefined) ?? 0,
-      });
-    }
-    const arrivedAt = request.recording ? performance.now() : 0;
-    scope.acquiring += names.length;
-    let leases: Lease[];
-    try {
-      leases = await service.acquireAll({
-        ...options,
-        leaseKey,
-        ...(signal ? { signal } : {}),
-        onLost,
-        aroundBackendCall: request.aroundBackendCall,
-      });
-    } finally {
-      scope.acquiring -= names.length;
-      if (request.recording) request.set({ 'dlm.lock.waited_ms': performance.now() - arrivedAt });
-    }
-    if (request.recording) {
-      request.set({ 'dlm.lock.tokens': leases.map((lease) => formatToken(lease.token)) });
-    }
-    for (const lease of leases) hold(lease);
-    const specs = params.locks as LockSpec[];
-    return {
-      grants: leases.map((lease) => {
-        const asked = specs.find((spec) => spec.name === lease.name)?.limit;
-        return grantOf(lease, limitOf(lease, asked, service.limits.maxHolders));
-      }),
-    };
+      ...modeOf(params),
+      ...grantOptions(session, leaseKey, signal, span),
+    });
+  } finally {
+    settled();
   }
-
-  /**
-   * FORBIDDEN unless the principal may lock every name of the set; a malformed set is
-   * INVALID_PARAMS before it is FORBIDDEN, as one name is (core's own check of a set).
-   */
-  function permitSet(locks: unknown): void {
-    const names = validateLocks(locks, service.limits, service.checkName);
-    const denied = names.find((name) => !allows(scope.principal, 'lock', name));
-    if (denied !== undefined) throw forbidden(scope.principal, ['lock'], denied);
+  if (span.recording) {
+    span.set({ 'dlm.lock.token': formatToken(lease.token), 'dlm.lock.ttl_ms': lease.ttlMs });
   }
+  hold(scope, lease);
+  return grantOf(lease, limitOf(lease, params.limit, service.limits.maxHolders));
+}
 
+/**
+ * One acquireAll: every name permitted and counted against the session's bound before any is
+ * taken; the service takes them all or none, and each granted lease is this session's.
+ */
+async function acquireAll(session: LockSession, { params, signal, span }: LockRequest) {
+  const { scope, service } = session;
+  const names = namesOf(params.locks);
+  const { owner, leaseKey } = claimOf(scope, params, names);
+  permitSet(session, params.locks);
+  reserveLocks(scope, names, owner, leaseKey);
+  if (span.recording) {
+    span.set({
+      'dlm.lock.names': names,
+      'dlm.lock.count': names.length,
+      ...askedAttributes(params),
+    });
+  }
+  const specs = params.locks as LockSpec[];
+  const settled = startAcquiring(scope, names.length, span);
+  let leases: Lease[];
+  try {
+    leases = await service.acquireAll({
+      locks: specs,
+      ttlMs: params.ttlMs as number,
+      waitMs: params.waitMs as number,
+      owner,
+      ...grantOptions(session, leaseKey, signal, span),
+    });
+  } finally {
+    settled();
+  }
+  if (span.recording) {
+    span.set({ 'dlm.lock.tokens': leases.map((lease) => formatToken(lease.token)) });
+  }
+  for (const lease of leases) hold(scope, lease);
   return {
-    'lock.acquire': (params, signal) =>
-      tracer.trace('lock.acquire', params, 'granted', (request) =>
-        acquire(params, signal, request),
-      ),
+    grants: leases.map((lease) => {
+      const asked = specs.find((spec) => spec.name === lease.name)?.limit;
+      return grantOf(lease, limitOf(lease, asked, service.limits.maxHolders));
+    }),
+  };
+}
 
-    'lock.acquireAll': (params, signal) =>
-      tracer.trace('lock.acquireAll', params, 'granted', (request) =>
-        acquireAll(params, signal, request),
-      ),
+async function release(session: LockSession, { params, span }: LockRequest) {
+  const { name, token, leaseKey } = presented(session.scope, params, span);
+  if (leaseKey === null) throw notHolderError(name, token);
+  // The lease's end reaches this session's count through core (holds) and the observer.
+  await session.service.release({
+    name,
+    token,
+    leaseKey,
+    aroundBackendCall: span.aroundBackendCall,
+  });
+  return { released: true };
+}
 
-    'lock.release': (params) =>
-      tracer.trace('lock.release', params, 'released', async (request) => {
-        const { name, token, leaseKey } = presented(params, request);
-        if (leaseKey === null) throw notHolderError(name, token);
-        // The lease's end reaches this session's count through core (holds) and the observer.
-        await service.release({
-          name,
-          token,
-          leaseKey,
-          aroundBackendCall: request.aroundBackendCall,
-        });
-        return { released: true };
-      }),
+async function extend(session: LockSession, { params, span }: LockRequest) {
+  const { scope, service } = session;
+  const { name, token, leaseKey } = presented(scope, params, span);
+  // Bad input is told as such before NOT_HOLDER, as the service would.
+  validateTtl(params.ttlMs, service.limits);
+  if (leaseKey === null) throw notHolderError(name, token);
+  const lease = await service.extend({
+    name,
+    token,
+    ttlMs: params.ttlMs as number,
+    leaseKey,
+    onLost: session.onLost,
+    aroundBackendCall: span.aroundBackendCall,
+  });
+  if (span.recording) span.set({ 'dlm.lock.ttl_ms': lease.ttlMs });
+  // Extending with the key adopts the lease: its lock.lost now comes here, and it counts
+  // as held here (a holder that reconnected to this server).
+  hold(scope, lease);
+  return { name: lease.name, token: formatToken(lease.token), ttlMs: lease.ttlMs };
+}
 
-    'lock.extend': (params) =>
-      tracer.trace('lock.extend', params, 'extended', async (request) => {
-        const { name, token, leaseKey } = presented(params, request);
-        // Bad input is told as such before NOT_HOLDER, as the service would.
-        validateTtl(params.ttlMs, service.limits);
-        if (leaseKey === null) throw notHolderError(name, token);
-        const lease = await service.extend({
-          name,
-          token,
-          ttlMs: params.ttlMs as number,
-          leaseKey,
-          onLost,
-          aroundBackendCall: request.aroundBackendCall,
-        });
-        if (request.recording) request.set({ 'dlm.lock.ttl_ms': lease.ttlMs });
-        // Extending with the key adopts the lease: its lock.lost now comes here, and it counts
-        // as held here (a holder that reconnected to this server).
-        hold(lease);
-        return { name: lease.name, token: formatToken(lease.token), ttlMs: lease.ttlMs };
-      }),
+async function getLock(session: LockSession, params: Record<string, unknown>) {
+  const name = permittedName(session.scope, params, 'lock', 'watch');
+  const state = await session.service.get(name);
+  if (!state) return { name, held: false };
+  return { ...heldState(state), name };
+}
 
-    'lock.get': async (params) => {
-      const name = permittedName(scope, params, 'lock', 'watch');
-      const state = await service.get(name);
-      if (!state) return { name, held: false };
-      return { ...heldState(state), name };
-    },
+/** The handler of `method`: `run` inside the request's span, whose outcome is `outcome` on success. */
+function traced(
+  session: LockSession,
+  method: LockMethod,
+  outcome: string,
+  run: (session: LockSession, request: LockRequest) => Promise<unknown>,
+): Handler {
+  return (params, signal) =>
+    session.tracer.trace(method, params, outcome, (span) => run(session, { params, signal, span }));
+}
+
+/** `lock.acquire`, `lock.acquireAll`, `lock.release`, `lock.extend` and `lock.get` for one session. */
+export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
+  const session = lockSession(scope);
+  return {
+    'lock.acquire': traced(session, 'lock.acquire', 'granted', acquire),
+    'lock.acquireAll': traced(session, 'lock.acquireAll', 'granted', acquireAll),
+    'lock.release': traced(session, 'lock.release', 'released', release),
+    'lock.extend': traced(session, 'lock.extend', 'extended', extend),
+    'lock.get': (params) => getLock(session, params),
   };
 }

@@ -6,7 +6,12 @@ import {
   type Registry as PromRegistry,
   Registry,
 } from 'prom-client';
-import { type CounterSeries, fastCounter, fastHistogram } from './fast-metric.js';
+import {
+  type CounterSeries,
+  fastCounter,
+  fastHistogram,
+  type HistogramSeries,
+} from './fast-metric.js';
 
 /** A backend primitive with a `dlm_backend_*` series (see `lock-observer.ts`). */
 export type BackendOperation = 'tryAcquire' | 'release' | 'extend' | 'inspect' | 'revoke' | 'list';
@@ -95,6 +100,12 @@ export interface ServerMetrics {
 
 export type TimedMethod = 'lock.acquire' | 'lock.release' | 'lock.extend';
 
+const TIMED_METHODS: readonly TimedMethod[] = ['lock.acquire', 'lock.release', 'lock.extend'];
+const WAIT_OUTCOMES: readonly WaitOutcome[] = ['granted', 'timeout', 'cancelled', 'error'];
+const HOLD_ENDS: readonly HoldEnd[] = ['released', 'expired', 'revoked'];
+const LOST_REASONS: readonly ('expired' | 'revoked')[] = ['expired', 'revoked'];
+const LOCK_MODES: readonly LockMode[] = ['exclusive', 'shared'];
+
 const LATENCY_BUCKETS = [
   0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 ];
@@ -166,126 +177,134 @@ function registerGauges(registry: PromRegistry, sources: () => GaugeSources): vo
   });
 }
 
-/** A prom-client counter with one label, in `registers`: the slow-path counters. */
-function labelledCounter<Label extends string>(
-  registers: PromRegistry[],
-  name: string,
-  help: string,
-  label: Label,
-): Counter<Label> {
-  return new Counter({ name, help, labelNames: [label], registers });
+/** A series for each value of a closed label set, bound up front. */
+function seriesBy<Value extends string, Series>(
+  values: readonly Value[],
+  bind: (value: Value) => Series,
+): Record<Value, Series> {
+  return Object.fromEntries(values.map((value) => [value, bind(value)])) as Record<Value, Series>;
 }
 
-export function createMetrics(options: { version: string; backend: string }): ServerMetrics {
-  const registry = new Registry();
-  const registers = [registry];
-  let gauges = NO_GAUGES;
+/**
+ * A prom-client counter with one label (the slow-path counters), with a series bound for each
+ * of `values` and set to 0: it exists from the first scrape.
+ */
+function zeroedCounter<Value extends string>(
+  registry: PromRegistry,
+  values: readonly Value[],
+  options: { name: string; help: string; labelName: string },
+): Record<Value, CounterSeries> {
+  const { name, help, labelName } = options;
+  const counter = new Counter({ name, help, labelNames: [labelName], registers: [registry] });
+  return seriesBy(values, (value) => {
+    const child = counter.labels(value);
+    child.inc(0);
+    return child;
+  });
+}
 
+/** A {@link fastHistogram} with a series bound for each of `values` (shown once observed). */
+function histogramBy<Value extends string>(
+  registry: PromRegistry,
+  values: readonly Value[],
+  options: { name: string; help: string; labelName: string; buckets: readonly number[] },
+): Record<Value, HistogramSeries> {
+  const histogram = fastHistogram(registry, options);
+  return seriesBy(values, (value) => histogram.labels(value));
+}
+
+function registerBuildInfo(registry: PromRegistry, version: string, backend: string): void {
   new Gauge({
     name: 'dlm_build_info',
     help: 'Always 1; the labels say which version serves which backend.',
     labelNames: ['version', 'backend'] as const,
-    registers,
+    registers: [registry],
   })
-    .labels(options.version, options.backend)
+    .labels(version, backend)
     .set(1);
+}
 
-  // On every request: series bound once, no label hashing per call.
-  const requests = fastCounter(registry, {
-    name: 'dlm_requests_total',
-    help: 'Protocol requests answered, by method and result code (OK or the error code).',
-    labelNames: ['method', 'code'],
+/** The series of requests: each one answered, and the time to answer the timed ones. */
+function requestSeries(registry: PromRegistry) {
+  return {
+    // On every request: series bound once, no label hashing per call.
+    requests: fastCounter(registry, {
+      name: 'dlm_requests_total',
+      help: 'Protocol requests answered, by method and result code (OK or the error code).',
+      labelNames: ['method', 'code'],
+    }),
+    latencyBy: histogramBy(registry, TIMED_METHODS, {
+      name: 'dlm_request_duration_seconds',
+      help: 'Time to answer lock.acquire (try-locks, waitMs 0), lock.release and lock.extend.',
+      labelName: 'method',
+      buckets: LATENCY_BUCKETS,
+    }),
+  };
+}
+
+/** The series of leases granted through this server: how long each waited, was held, was lost. */
+function leaseSeries(registry: PromRegistry) {
+  return {
+    waitBy: histogramBy(registry, WAIT_OUTCOMES, {
+      name: 'dlm_lock_wait_seconds',
+      help: 'Time an acquire with waitMs > 0 waited, by outcome (granted, timeout, cancelled, error).',
+      labelName: 'outcome',
+      buckets: WAIT_BUCKETS,
+    }),
+    holdBy: histogramBy(registry, HOLD_ENDS, {
+      name: 'dlm_lock_hold_seconds',
+      help: 'Time a lease granted through this server was held, by how it ended.',
+      labelName: 'end',
+      buckets: HOLD_BUCKETS,
+    }),
+    lostBy: zeroedCounter(registry, LOST_REASONS, {
+      name: 'dlm_locks_lost_total',
+      help: 'lock.lost notifications sent to holders, by reason (expired, revoked).',
+      labelName: 'reason',
+    }),
+  };
+}
+
+/** The series of backend calls, by operation: their latency and failures. */
+function backendSeries(registry: PromRegistry) {
+  return {
+    durationBy: histogramBy(registry, BACKEND_OPERATIONS, {
+      name: 'dlm_backend_duration_seconds',
+      help: 'Backend call latency, by operation.',
+      labelName: 'operation',
+      buckets: LATENCY_BUCKETS,
+    }),
+    errorsBy: zeroedCounter(registry, BACKEND_OPERATIONS, {
+      name: 'dlm_backend_errors_total',
+      help: 'Backend calls that failed, by operation.',
+      labelName: 'operation',
+    }),
+  };
+}
+
+export function createMetrics(options: { version: string; backend: string }): ServerMetrics {
+  const registry = new Registry();
+  let gauges = NO_GAUGES;
+
+  // Registered in exposition order. The label values are closed sets, so all are bound up front
+  // and the counters' series exist (at 0) from the first scrape; request counters bind per
+  // (method, code) pair on first use, since most pairs never occur.
+  registerBuildInfo(registry, options.version, options.backend);
+  const { requests, latencyBy } = requestSeries(registry);
+  const { waitBy, holdBy, lostBy } = leaseSeries(registry);
+  const backendBy = backendSeries(registry);
+  const rejectionBy = zeroedCounter(registry, REJECTIONS, {
+    name: 'dlm_connections_rejected_total',
+    help: 'WebSocket connections refused at the upgrade or ended by the server, by reason.',
+    labelName: 'reason',
   });
-  const requestDuration = fastHistogram(registry, {
-    name: 'dlm_request_duration_seconds',
-    help: 'Time to answer lock.acquire (try-locks, waitMs 0), lock.release and lock.extend.',
-    labelName: 'method',
-    buckets: LATENCY_BUCKETS,
-  });
-  const waitDuration = fastHistogram(registry, {
-    name: 'dlm_lock_wait_seconds',
-    help: 'Time an acquire with waitMs > 0 waited, by outcome (granted, timeout, cancelled, error).',
-    labelName: 'outcome',
-    buckets: WAIT_BUCKETS,
-  });
-  const holdDuration = fastHistogram(registry, {
-    name: 'dlm_lock_hold_seconds',
-    help: 'Time a lease granted through this server was held, by how it ended.',
-    labelName: 'end',
-    buckets: HOLD_BUCKETS,
-  });
-  const lostCounter = labelledCounter(
-    registers,
-    'dlm_locks_lost_total',
-    'lock.lost notifications sent to holders, by reason (expired, revoked).',
-    'reason',
-  );
-  const backendDuration = fastHistogram(registry, {
-    name: 'dlm_backend_duration_seconds',
-    help: 'Backend call latency, by operation.',
-    labelName: 'operation',
-    buckets: LATENCY_BUCKETS,
-  });
-  const backendErrors = labelledCounter(
-    registers,
-    'dlm_backend_errors_total',
-    'Backend calls that failed, by operation.',
-    'operation',
-  );
-  const rejections = labelledCounter(
-    registers,
-    'dlm_connections_rejected_total',
-    'WebSocket connections refused at the upgrade or ended by the server, by reason.',
-    'reason',
-  );
   registerGauges(registry, () => gauges);
-
-  // Bound children. The label values are closed sets, so all are bound up front and the
-  // series exist (at 0) from the first scrape; request counters bind per (method, code) pair
-  // on first use, since most pairs never occur.
-  const latencyBy = {
-    'lock.acquire': requestDuration.labels('lock.acquire'),
-    'lock.release': requestDuration.labels('lock.release'),
-    'lock.extend': requestDuration.labels('lock.extend'),
-  };
-  const waitBy = {
-    granted: waitDuration.labels('granted'),
-    timeout: waitDuration.labels('timeout'),
-    cancelled: waitDuration.labels('cancelled'),
-    error: waitDuration.labels('error'),
-  };
-  const holdBy = {
-    released: holdDuration.labels('released'),
-    expired: holdDuration.labels('expired'),
-    revoked: holdDuration.labels('revoked'),
-  };
-  const lostBy = { expired: lostCounter.labels('expired'), revoked: lostCounter.labels('revoked') };
-  const grants = labelledCounter(
-    registers,
-    'dlm_lock_grants_total',
-    'Leases granted (or re-acquired) through this server, by mode.',
-    'mode',
-  );
-  const grantsBy = { exclusive: grants.labels('exclusive'), shared: grants.labels('shared') };
-  grantsBy.exclusive.inc(0);
-  grantsBy.shared.inc(0);
-  lostBy.expired.inc(0);
-  lostBy.revoked.inc(0);
-  const backendBy = new Map(
-    BACKEND_OPERATIONS.map((op) => {
-      const errors = backendErrors.labels(op);
-      errors.inc(0);
-      return [op, { duration: backendDuration.labels(op), errors }] as const;
-    }),
-  );
+  const grantsBy = zeroedCounter(registry, LOCK_MODES, {
+    name: 'dlm_lock_grants_total',
+    help: 'Leases granted (or re-acquired) through this server, by mode.',
+    labelName: 'mode',
+  });
   const requestBy = new Map<string, Map<string, CounterSeries>>();
-  const rejectionBy = new Map(
-    REJECTIONS.map((reason) => {
-      const child = rejections.labels(reason);
-      child.inc(0);
-      return [reason, child] as const;
-    }),
-  );
 
   return {
     contentType: registry.contentType,
@@ -312,12 +331,11 @@ export function createMetrics(options: { version: string; backend: string }): Se
       grantsBy[mode].inc();
     },
     backend(operation, seconds, failed) {
-      const bound = backendBy.get(operation)!;
-      bound.duration.observe(seconds);
-      if (failed) bound.errors.inc();
+      backendBy.durationBy[operation].observe(seconds);
+      if (failed) backendBy.errorsBy[operation].inc();
     },
     connectionEnded(reason) {
-      rejectionBy.get(reason)!.inc();
+      rejectionBy[reason].inc();
     },
     bindGauges(sources) {
       gauges = sources;

@@ -40,6 +40,32 @@ interface Refusal {
 
 const RETRY = 'Retry-After: 1\r\n';
 
+function protocolRefusal(request: IncomingMessage): Refusal | null {
+  const path = (request.url ?? '/').split('?')[0];
+  if (path !== WS_PATH) {
+    return { status: '404 Not Found', text: `the WebSocket endpoint is ${WS_PATH}` };
+  }
+  const offered = request.headers['sec-websocket-protocol'];
+  if (offered !== undefined && !offered.split(',').some((p) => p.trim() === SUBPROTOCOL)) {
+    return { status: '400 Bad Request', text: `unsupported subprotocol: offer ${SUBPROTOCOL}` };
+  }
+  return null;
+}
+
+/**
+ * A bearer token in the upgrade request authenticates the session at once; without one the
+ * client may still send it in session.hello. A server without tokens ignores credentials, as
+ * it ignores hello's auth. `false`: a token that is not valid.
+ */
+function principalOf(
+  authenticator: Authenticator,
+  request: IncomingMessage,
+): Principal | null | false {
+  const token = authenticator.required ? bearerToken(request.headers.authorization) : undefined;
+  if (token === undefined) return null;
+  return (token === null ? null : authenticator.verify(token)) ?? false;
+}
+
 /**
  * The checks a WebSocket upgrade passes before it becomes a session: the path and subprotocol,
  * the browser origin, a bearer token if it carries one, and the connection limits (in all and
@@ -49,29 +75,6 @@ export function createUpgradeGate(options: UpgradeGateOptions) {
   const { limits, authenticator, origins, metrics, logger } = options;
   let connections = 0;
   const perAddress = new Map<string, number>();
-
-  function protocolRefusal(request: IncomingMessage): Refusal | null {
-    const path = (request.url ?? '/').split('?')[0];
-    if (path !== WS_PATH) {
-      return { status: '404 Not Found', text: `the WebSocket endpoint is ${WS_PATH}` };
-    }
-    const offered = request.headers['sec-websocket-protocol'];
-    if (offered !== undefined && !offered.split(',').some((p) => p.trim() === SUBPROTOCOL)) {
-      return { status: '400 Bad Request', text: `unsupported subprotocol: offer ${SUBPROTOCOL}` };
-    }
-    return null;
-  }
-
-  /**
-   * A bearer token in the upgrade request authenticates the session at once; without one the
-   * client may still send it in session.hello. A server without tokens ignores credentials, as
-   * it ignores hello's auth. `false`: a token that is not valid.
-   */
-  function principalOf(request: IncomingMessage): Principal | null | false {
-    const token = authenticator.required ? bearerToken(request.headers.authorization) : undefined;
-    if (token === undefined) return null;
-    return (token === null ? null : authenticator.verify(token)) ?? false;
-  }
 
   function limitRefusal(address: string): Refusal | null {
     if (connections >= limits.maxConnections) {
@@ -121,7 +124,7 @@ export function createUpgradeGate(options: UpgradeGateOptions) {
       });
       return { reason: 'origin', status: '403 Forbidden', text: 'this origin is not allowed' };
     }
-    const principal = principalOf(request);
+    const principal = principalOf(authenticator, request);
     if (principal === false) {
       logger.warn('authentication failed', { remoteAddress: address });
       return {

@@ -1,32 +1,12 @@
-import { embeddedBackend } from '@dlm/adapter-embedded';
-import type { LockBackend } from '@dlm/core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { hashToken, newToken, type RunningServer, startServer } from '../src/index.js';
-import { connect, openSession, type Peer } from './ws-peer.js';
+import { describe, expect, it } from 'vitest';
+import { hashToken, newToken, startServer } from '../src/index.js';
+import { embeddedServerFixture } from './support.js';
+import { connect } from './ws-peer.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-let backend: LockBackend;
-let server: RunningServer;
-const peers: Peer[] = [];
-const servers: RunningServer[] = [];
-
-beforeAll(async () => {
-  backend = await embeddedBackend();
-  server = await startServer({ port: 0, backend });
-});
-afterAll(async () => {
-  for (const peer of peers) peer.close();
-  await Promise.all(servers.map((s) => s.close()));
-  await server.close();
-  await backend.close();
-});
-
-async function session(on: RunningServer = server): Promise<Peer> {
-  const peer = await openSession(on.url);
-  peers.push(peer);
-  return peer;
-}
+const fixture = embeddedServerFixture();
+const { peers, servers, session } = fixture;
 
 let counter = 0;
 /** Fresh names for one test, listed in an order that is not the sorted one. */
@@ -59,9 +39,9 @@ describe('lock.acquireAll', () => {
     });
     expect(reply.error.data).toMatchObject({ code: 'LOCK_HELD', name: y });
     // x sorts before y: it was taken during the wait, and given back before the error was sent.
-    expect(await backend.inspect(x!)).toBeNull();
-    expect(await backend.inspect(z!)).toBeNull();
-    expect(await backend.inspect(y!)).toMatchObject({ token: BigInt(held.token) });
+    expect(await fixture.backend.inspect(x!)).toBeNull();
+    expect(await fixture.backend.inspect(z!)).toBeNull();
+    expect(await fixture.backend.inspect(y!)).toMatchObject({ token: BigInt(held.token) });
     // The failed set left nothing behind in the session's count either.
     expect(a.notifications).toEqual([]);
   });
@@ -80,14 +60,14 @@ describe('lock.acquireAll', () => {
       }),
     );
     // x is taken first and held while the set waits for y.
-    await until(async () => (await backend.inspect(x!))?.owner === 'waiter');
+    await until(async () => (await fixture.backend.inspect(x!))?.owner === 'waiter');
     waiter.close();
-    await until(async () => (await backend.inspect(x!)) === null);
+    await until(async () => (await fixture.backend.inspect(x!)) === null);
     // And y, released now, is not granted to the wait that ended.
     const holder = (await b.call('lock.get', { name: y })).result;
     await b.call('lock.release', { name: y, token: holder.token });
     await sleep(200);
-    expect(await backend.inspect(y!)).toBeNull();
+    expect(await fixture.backend.inspect(y!)).toBeNull();
   });
 
   it('the same owner and key sent again, on another connection, get the same leases back', async () => {
@@ -189,7 +169,7 @@ describe('lock.acquire mode', () => {
   });
 
   it('hello reports maxLocksPerRequest', async () => {
-    const peer = await connect(server.url);
+    const peer = await connect(fixture.server.url);
     peers.push(peer);
     const hello = await peer.hello();
     expect(hello.limits.maxLocksPerRequest).toBe(64);

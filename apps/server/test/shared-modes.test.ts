@@ -1,31 +1,12 @@
 import { embeddedBackend } from '@dlm/adapter-embedded';
 import type { LockBackend } from '@dlm/core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningServer, startServer } from '../src/index.js';
-import { connect, openSession, type Peer } from './ws-peer.js';
+import { describe, expect, it } from 'vitest';
+import { startServer } from '../src/index.js';
+import { embeddedServerFixture } from './support.js';
+import { connect } from './ws-peer.js';
 
-let backend: LockBackend;
-let server: RunningServer;
-const peers: Peer[] = [];
-const servers: RunningServer[] = [];
-const backends: LockBackend[] = [];
-
-beforeAll(async () => {
-  backend = await embeddedBackend();
-  server = await startServer({ port: 0, backend });
-});
-afterAll(async () => {
-  for (const peer of peers) peer.close();
-  await Promise.all(servers.map((s) => s.close()));
-  await server.close();
-  await Promise.all([backend, ...backends].map((b) => b.close()));
-});
-
-async function session(on: RunningServer = server): Promise<Peer> {
-  const peer = await openSession(on.url);
-  peers.push(peer);
-  return peer;
-}
+const fixture = embeddedServerFixture();
+const { peers, servers, backends, session } = fixture;
 
 let seq = 0;
 function unique(label: string): string {
@@ -35,7 +16,7 @@ function unique(label: string): string {
 
 describe('shared modes over the wire', () => {
   it('hello reports maxHolders', async () => {
-    const peer = await connect(server.url);
+    const peer = await connect(fixture.server.url);
     peers.push(peer);
     expect((await peer.hello()).limits.maxHolders).toBe(10_000);
   });
@@ -217,7 +198,7 @@ describe('shared modes over the wire', () => {
       }),
     ]);
     const listed = (await (
-      await fetch(`${server.httpUrl}/v1/locks?prefix=${encodeURIComponent(base)}`)
+      await fetch(`${fixture.server.httpUrl}/v1/locks?prefix=${encodeURIComponent(base)}`)
     ).json()) as {
       locks: Record<string, unknown>[];
     };

@@ -15,6 +15,23 @@ export function requireSharedModes(ctx: ConformanceContext, test: Skippable): vo
   if (!ctx.caps.sharedModes) test.skip('the backend does not declare capabilities.sharedModes');
 }
 
+/** A test body of a shared-mode group: this test's context, and its skip for further gates. */
+export type SharedModesBody = (ctx: ConformanceContext, test: Skippable) => Promise<void>;
+
+/**
+ * The test function for `it` that runs `body` behind the `requireSharedModes` gate, so that a
+ * group reads as a list of `it(name, sharedModesTest(ctx, body))` lines.
+ */
+export function sharedModesTest(
+  ctx: ConformanceContext,
+  body: SharedModesBody,
+): (test: Skippable) => Promise<void> {
+  return async (test) => {
+    requireSharedModes(ctx, test);
+    await body(ctx, test);
+  };
+}
+
 /**
  * This test's service and `count - 1` more servers of the deployment where the backend orders
  * waiters itself (`fairQueue`); else this test's service alone. Without a backend queue, FIFO

@@ -1,11 +1,7 @@
 import type { LockService } from '@dlm/core';
 import type { ConformanceContext } from './context.js';
+import { type Skippable, type TestBody, withContext } from './support.js';
 import { sleep, until } from './wait.js';
-
-/** What a test context offers to skip itself (vitest's `context.skip`). */
-export interface Skippable {
-  skip(note?: string): never;
-}
 
 /**
  * Capability gate of the shared-mode groups: without `capabilities.sharedModes` core refuses
@@ -15,21 +11,15 @@ export function requireSharedModes(ctx: ConformanceContext, test: Skippable): vo
   if (!ctx.caps.sharedModes) test.skip('the backend does not declare capabilities.sharedModes');
 }
 
-/** A test body of a shared-mode group: this test's context, and its skip for further gates. */
-export type SharedModesBody = (ctx: ConformanceContext, test: Skippable) => Promise<void>;
-
-/**
- * The test function for `it` that runs `body` behind the `requireSharedModes` gate, so that a
- * group reads as a list of `it(name, sharedModesTest(ctx, body))` lines.
- */
+/** `withContext` behind the `requireSharedModes` gate: `it(name, sharedModesTest(ctx, body))`. */
 export function sharedModesTest(
   ctx: ConformanceContext,
-  body: SharedModesBody,
+  body: TestBody,
 ): (test: Skippable) => Promise<void> {
-  return async (test) => {
+  return withContext(ctx, async (ctx, test) => {
     requireSharedModes(ctx, test);
     await body(ctx, test);
-  };
+  });
 }
 
 /**

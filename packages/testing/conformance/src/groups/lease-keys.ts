@@ -1,7 +1,7 @@
 import { createLeaseKey, hashLeaseKey, type LockChange, type LostEvent } from '@dlm/core';
 import { describe, expect, it } from 'vitest';
 import type { ConformanceContext } from '../context.js';
-import { expirySlack, failure, lockName, shortTtl } from '../support.js';
+import { expirySlack, failure, lockName, shortTtl, withContext } from '../support.js';
 import { sleep } from '../wait.js';
 
 /**
@@ -9,32 +9,30 @@ import { sleep } from '../wait.js';
  * and it never shows in get, watch or list.
  */
 export function leaseKeysGroup(ctx: ConformanceContext): void {
-  /** The test function for `it` that runs `body` with this group's context. */
-  const withContext = (body: (ctx: ConformanceContext) => Promise<void>) => () => body(ctx);
   describe('only the holder (lease key)', () => {
     it(
       'release and extend with the token but without the key, from another server, are NOT_HOLDER',
-      withContext(tokenAloneIsNotHolder),
+      withContext(ctx, tokenAloneIsNotHolder),
     );
     it(
       "a wrong key on the granting server leaves the holder's lease as it was, lock.lost included",
-      withContext(wrongKeyHereChangesNothing),
+      withContext(ctx, wrongKeyHereChangesNothing),
     );
     it(
       'release and extend with the key work from another server (a holder that reconnected)',
-      withContext(keyWorksFromAnotherServer),
+      withContext(ctx, keyWorksFromAnotherServer),
     );
     it(
       'a wrong key gets the same NOT_HOLDER message as a token that no longer holds',
-      withContext(wrongKeySaysNoMore),
+      withContext(ctx, wrongKeySaysNoMore),
     );
     it(
       're-acquire by owner from another server: LOCK_HELD without the key, the same lease with it',
-      withContext(reacquireNeedsTheKey),
+      withContext(ctx, reacquireNeedsTheKey),
     );
     it(
       'a client-chosen key is kept, a fresh one is made otherwise, and neither shows in get or watch',
-      withContext(keyNeverShows),
+      withContext(ctx, keyNeverShows),
     );
   });
 }

@@ -1,8 +1,8 @@
 import type { Lease, LockService, LostEvent } from '@dlm/core';
 import { describe, expect, it } from 'vitest';
 import type { ConformanceContext } from '../context.js';
-import { type Skippable, servicesFor, sharedModesTest, untilQueued } from '../shared-support.js';
-import { expirySlack, lockName, shortTtl } from '../support.js';
+import { servicesFor, sharedModesTest, untilQueued } from '../shared-support.js';
+import { expirySlack, lockName, type Skippable, shortTtl } from '../support.js';
 import { pendingAfter, until } from '../wait.js';
 
 /** How long a waiter must stay unanswered to count as waiting (it would be granted sooner). */

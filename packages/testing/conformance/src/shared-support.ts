@@ -1,11 +1,7 @@
 import type { LockService } from '@dlm/core';
 import type { ConformanceContext } from './context.js';
+import { type Skippable, type TestBody, withContext } from './support.js';
 import { sleep, until } from './wait.js';
-
-/** What a test context offers to skip itself (vitest's `context.skip`). */
-export interface Skippable {
-  skip(note?: string): never;
-}
 
 /**
  * Capability gate of the shared-mode groups: without `capabilities.sharedModes` core refuses
@@ -13,6 +9,17 @@ export interface Skippable {
  */
 export function requireSharedModes(ctx: ConformanceContext, test: Skippable): void {
   if (!ctx.caps.sharedModes) test.skip('the backend does not declare capabilities.sharedModes');
+}
+
+/** `withContext` behind the `requireSharedModes` gate: `it(name, sharedModesTest(ctx, body))`. */
+export function sharedModesTest(
+  ctx: ConformanceContext,
+  body: TestBody,
+): (test: Skippable) => Promise<void> {
+  return withContext(ctx, async (ctx, test) => {
+    requireSharedModes(ctx, test);
+    await body(ctx, test);
+  });
 }
 
 /**

@@ -1,4 +1,24 @@
 import { type BackendCapabilities, type DlmError, isDlmError } from '@dlm/core';
+import type { ConformanceContext } from './context.js';
+
+/** What a test context offers to skip itself (vitest's `context.skip`). */
+export interface Skippable {
+  skip(note?: string): never;
+}
+
+/** A group's test body: this test's context, and its skip for capability gates. */
+export type TestBody = (ctx: ConformanceContext, test: Skippable) => Promise<void>;
+
+/**
+ * The test function for `it` that runs `body` with the group's context, so that a group reads
+ * as a list of `it(name, withContext(ctx, body))` lines.
+ */
+export function withContext(
+  ctx: ConformanceContext,
+  body: TestBody,
+): (test: Skippable) => Promise<void> {
+  return (test) => body(ctx, test);
+}
 
 let unique = 0;
 /** Each test uses its own names, so suites never need to flush the backend. */

@@ -8,7 +8,7 @@ import {
 import { describe, expect, it } from 'vitest';
 import type { ConformanceContext } from '../context.js';
 import { type HolderCheck, holderCheck } from '../holder-check.js';
-import { requireSharedModes, servicesFor } from '../shared-support.js';
+import { servicesFor, sharedModesTest } from '../shared-support.js';
 import { lockName } from '../support.js';
 import { sleep } from '../wait.js';
 
@@ -21,6 +21,10 @@ const RUN_MS = 4_000;
 const HOLD_MS = 8;
 /** Leases far longer than any hold, so that no lease runs out while its caller counts it. */
 const LEASE_MS = 30_000;
+/** L6: how long each reader holds its read lock. */
+const READ_HOLD_MS = 150;
+/** L6: how long readers keep arriving once the writer has. */
+const READERS_RUN_MS = 3_000;
 
 interface Run {
   check: HolderCheck;
@@ -126,100 +130,131 @@ export function sharedLoadGroup(ctx: ConformanceContext): void {
   describe('shared modes under load', () => {
     it(
       `S7: ${CONTENDERS} contenders, shared (limit ${LIMIT}) and exclusive on one name: never more than ${LIMIT} shared holders, never an exclusive one beside another (over 4 servers with a fair queue)`,
-      async (test) => {
-        requireSharedModes(ctx, test);
-        const name = lockName('s7-load');
-        const services = await servicesFor(ctx, 4);
-        const { check, failures } = await contend(services, name, RUN_MS, SHARED_SHARE);
-        expect(check.violations).toEqual([]);
-        // Every wait is far shorter than its 20 s bound: none may have failed.
-        expect(failures).toEqual([]);
-        // The run did exercise both modes, and shared holders did hold together.
-        expect(check.grants.shared).toBeGreaterThan(CONTENDERS);
-        expect(check.grants.exclusive).toBeGreaterThan(CONTENDERS / 8);
-        expect(check.maxShared).toBeGreaterThan(1);
-        expect(await ctx.service.get(name)).toBeNull();
-      },
+      sharedModesTest(ctx, s7UnderLoad),
       RUN_MS + 40_000,
     );
-
-    it('the S7 check catches a backend that grants shared holders past the limit (negative control)', async (test) => {
-      requireSharedModes(ctx, test);
-      const name = lockName('s7-planted');
-      const broken = createLockService({ backend: overGranting(ctx.backend) });
-      try {
-        const { check } = await contend([broken], name, 2_000, 0.9);
-        expect(check.violations.length).toBeGreaterThan(0);
-        expect(check.violations.join('\n')).toMatch(/shared holders/);
-      } finally {
-        await broken.close();
-      }
-    }, 40_000);
-
-    it('L6: a waiting writer is granted within a bound while readers keep arriving (over 3 servers with a fair queue)', async (test) => {
-      requireSharedModes(ctx, test);
-      const name = lockName('l6-writer');
-      const services = await servicesFor(ctx, 3);
-      const holdMs = 150;
-      const readersRunMs = 3_000;
-      const readLimit = ctx.service.limits.maxHolders;
-      const check = holderCheck(readLimit);
-      const failures: string[] = [];
-      let readsAfterWriter = 0;
-      let writerDone = false;
-      let stopAt = Number.POSITIVE_INFINITY;
-      // Six readers, staggered so that the name is never free of readers: each takes a read
-      // lock (shared, the default limit), holds it, releases it and comes straight back.
-      const reader = async (service: LockService, i: number) => {
-        await sleep(i * 30);
-        while (Date.now() < stopAt) {
-          try {
-            const lease = await service.acquire({
-              name,
-              owner: `reader-${i}`,
-              ttlMs: LEASE_MS,
-              waitMs: 20_000,
-              mode: 'shared',
-            });
-            check.enter('shared', readLimit);
-            if (writerDone) readsAfterWriter += 1;
-            await sleep(holdMs);
-            check.leave('shared');
-            await service.release({ name, token: lease.token });
-          } catch (error) {
-            failures.push(`reader-${i}: ${(error as Error).message}`);
-          }
-        }
-      };
-      const readers = Array.from({ length: 6 }, (_, i) =>
-        reader(services[(i + 1) % services.length]!, i),
-      );
-      await sleep(600);
-      // Readers hold the name when the writer arrives, and more keep arriving behind it.
-      expect(check.holding.shared).toBeGreaterThan(0);
-      stopAt = Date.now() + readersRunMs;
-      const arrived = performance.now();
-      const writer = await services[0]!.acquire({
-        name,
-        owner: 'writer',
-        ttlMs: LEASE_MS,
-        waitMs: 15_000,
-      });
-      const waitedMs = performance.now() - arrived;
-      check.enter('exclusive');
-      await sleep(100);
-      check.leave('exclusive');
-      await services[0]!.release({ name, token: writer.token });
-      writerDone = true;
-      await Promise.all(readers);
-      // The writer waits only for the readers that held the name when it arrived (one hold,
-      // plus the hand-over); readers arriving after it wait behind it. A backend that let
-      // them in would keep the writer out until the readers stop, `readersRunMs` later.
-      expect(waitedMs).toBeLessThan(holdMs + 1_500);
-      expect(check.violations).toEqual([]);
-      expect(failures).toEqual([]);
-      // And the readers went on once the writer was done.
-      expect(readsAfterWriter).toBeGreaterThan(0);
-    }, 40_000);
+    it(
+      'the S7 check catches a backend that grants shared holders past the limit (negative control)',
+      sharedModesTest(ctx, s7CatchesOverGranting),
+      40_000,
+    );
+    it(
+      'L6: a waiting writer is granted within a bound while readers keep arriving (over 3 servers with a fair queue)',
+      sharedModesTest(ctx, writerAmongReaders),
+      40_000,
+    );
   });
+}
+
+async function s7UnderLoad(ctx: ConformanceContext): Promise<void> {
+  const name = lockName('s7-load');
+  const services = await servicesFor(ctx, 4);
+  const { check, failures } = await contend(services, name, RUN_MS, SHARED_SHARE);
+  expect(check.violations).toEqual([]);
+  // Every wait is far shorter than its 20 s bound: none may have failed.
+  expect(failures).toEqual([]);
+  // The run did exercise both modes, and shared holders did hold together.
+  expect(check.grants.shared).toBeGreaterThan(CONTENDERS);
+  expect(check.grants.exclusive).toBeGreaterThan(CONTENDERS / 8);
+  expect(check.maxShared).toBeGreaterThan(1);
+  expect(await ctx.service.get(name)).toBeNull();
+}
+
+async function s7CatchesOverGranting(ctx: ConformanceContext): Promise<void> {
+  const name = lockName('s7-planted');
+  const broken = createLockService({ backend: overGranting(ctx.backend) });
+  try {
+    const { check } = await contend([broken], name, 2_000, 0.9);
+    expect(check.violations.length).toBeGreaterThan(0);
+    expect(check.violations.join('\n')).toMatch(/shared holders/);
+  } finally {
+    await broken.close();
+  }
+}
+
+/** What the L6 readers share: the counter, what failed, and whether the writer is done. */
+interface ReadersRun {
+  readonly check: HolderCheck;
+  readonly readLimit: number;
+  readonly failures: string[];
+  /** When the readers stop coming back (none until the writer has arrived). */
+  stopAt: number;
+  writerDone: boolean;
+  readsAfterWriter: number;
+}
+
+/**
+ * L6 reader `i`: after a stagger of `i * 30` ms, until `run.stopAt`, takes a read lock (shared,
+ * the default limit), holds it, releases it and comes straight back.
+ */
+async function reader(
+  service: LockService,
+  name: string,
+  i: number,
+  run: ReadersRun,
+): Promise<void> {
+  await sleep(i * 30);
+  while (Date.now() < run.stopAt) {
+    try {
+      const lease = await service.acquire({
+        name,
+        owner: `reader-${i}`,
+        ttlMs: LEASE_MS,
+        waitMs: 20_000,
+        mode: 'shared',
+      });
+      run.check.enter('shared', run.readLimit);
+      if (run.writerDone) run.readsAfterWriter += 1;
+      await sleep(READ_HOLD_MS);
+      run.check.leave('shared');
+      await service.release({ name, token: lease.token });
+    } catch (error) {
+      run.failures.push(`reader-${i}: ${(error as Error).message}`);
+    }
+  }
+}
+
+/** The L6 writer: takes `name`, holds it for a moment while counted, releases it; how long it waited. */
+async function writeOnce(service: LockService, name: string, check: HolderCheck): Promise<number> {
+  const arrived = performance.now();
+  const writer = await service.acquire({ name, owner: 'writer', ttlMs: LEASE_MS, waitMs: 15_000 });
+  const waitedMs = performance.now() - arrived;
+  check.enter('exclusive');
+  await sleep(100);
+  check.leave('exclusive');
+  await service.release({ name, token: writer.token });
+  return waitedMs;
+}
+
+async function writerAmongReaders(ctx: ConformanceContext): Promise<void> {
+  const name = lockName('l6-writer');
+  const services = await servicesFor(ctx, 3);
+  const readLimit = ctx.service.limits.maxHolders;
+  const run: ReadersRun = {
+    check: holderCheck(readLimit),
+    readLimit,
+    failures: [],
+    stopAt: Number.POSITIVE_INFINITY,
+    writerDone: false,
+    readsAfterWriter: 0,
+  };
+  // Six readers, staggered so that the name is never free of readers.
+  const readers = Array.from({ length: 6 }, (_, i) =>
+    reader(services[(i + 1) % services.length]!, name, i, run),
+  );
+  await sleep(600);
+  // Readers hold the name when the writer arrives, and more keep arriving behind it.
+  expect(run.check.holding.shared).toBeGreaterThan(0);
+  run.stopAt = Date.now() + READERS_RUN_MS;
+  const waitedMs = await writeOnce(services[0]!, name, run.check);
+  run.writerDone = true;
+  await Promise.all(readers);
+  // The writer waits only for the readers that held the name when it arrived (one hold,
+  // plus the hand-over); readers arriving after it wait behind it. A backend that let
+  // them in would keep the writer out until the readers stop, `READERS_RUN_MS` later.
+  expect(waitedMs).toBeLessThan(READ_HOLD_MS + 1_500);
+  expect(run.check.violations).toEqual([]);
+  expect(run.failures).toEqual([]);
+  // And the readers went on once the writer was done.
+  expect(run.readsAfterWriter).toBeGreaterThan(0);
 }

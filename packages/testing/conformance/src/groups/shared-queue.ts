@@ -1,8 +1,8 @@
 import type { Lease, LockService, LostEvent } from '@dlm/core';
 import { describe, expect, it } from 'vitest';
 import type { ConformanceContext } from '../context.js';
-import { requireSharedModes, servicesFor, untilQueued } from '../shared-support.js';
-import { expirySlack, lockName, shortTtl } from '../support.js';
+import { servicesFor, sharedModesTest, untilQueued } from '../shared-support.js';
+import { expirySlack, lockName, type Skippable, shortTtl } from '../support.js';
 import { pendingAfter, until } from '../wait.js';
 
 /** How long a waiter must stay unanswered to count as waiting (it would be granted sooner). */
@@ -13,117 +13,125 @@ const STILL_WAITING_MS = 300;
  * in on a release or an expiry: for backends with `capabilities.sharedModes`.
  */
 export function sharedQueueGroup(ctx: ConformanceContext): void {
-  /**
-   * S, S, X, S queued in that order behind an exclusive holder, over `services` (each request on
-   * the next one): both S granted together, X once both released, the last S only after X.
-   */
-  const fifoAcrossModes = async (services: readonly LockService[]) => {
-    const name = lockName('fifo-modes');
-    const on = (i: number) => services[i % services.length]!;
-    const first = await on(0).acquire({ name, owner: 'first', ttlMs: 30_000 });
-    const asks: Array<['shared' | 'exclusive', string]> = [
-      ['shared', 'r1'],
-      ['shared', 'r2'],
-      ['exclusive', 'w'],
-      ['shared', 'r3'],
-    ];
-    const waits: Promise<Lease>[] = [];
-    for (const [i, [mode, owner]] of asks.entries()) {
-      waits.push(on(i + 1).acquire({ name, owner, ttlMs: 30_000, waitMs: 20_000, mode }));
-      await untilQueued(ctx, services, name, i + 1);
-    }
-    const [r1, r2, w, r3] = waits as [
-      Promise<Lease>,
-      Promise<Lease>,
-      Promise<Lease>,
-      Promise<Lease>,
-    ];
-    await on(0).release({ name, token: first.token });
-    const [read1, read2] = await Promise.all([r1, r2]);
-    // Both readers hold at once; the writer is next, so the last reader waits though it fits.
-    expect((await ctx.service.get(name))?.holders?.map((h) => h.owner).sort()).toEqual([
-      'r1',
-      'r2',
-    ]);
-    expect(await pendingAfter(w, STILL_WAITING_MS)).toBe(true);
-    expect(await pendingAfter(r3, 0)).toBe(true);
-    await on(1).release({ name, token: read1.token });
-    expect(await pendingAfter(w, STILL_WAITING_MS)).toBe(true);
-    await on(2).release({ name, token: read2.token });
-    const write = await w;
-    expect(await pendingAfter(r3, STILL_WAITING_MS)).toBe(true);
-    await on(3).release({ name, token: write.token });
-    const read3 = await r3;
-    expect(write.token).toBeGreaterThan(read1.token);
-    expect(write.token).toBeGreaterThan(read2.token);
-    expect(read3.token).toBeGreaterThan(write.token);
-    await on(4).release({ name, token: read3.token });
-  };
-
   describe('shared modes: one queue for both modes', () => {
-    it('S, S, X, S queued on one server: both S together, X after both release, the last S after X', async (test) => {
-      requireSharedModes(ctx, test);
-      await fifoAcrossModes([ctx.service]);
-    });
-
-    it('with a fair queue, S, S, X, S queued across servers are served in that order', async (test) => {
-      requireSharedModes(ctx, test);
-      // Capability gate: arrival order across servers needs the backend's own queue.
-      if (!ctx.caps.fairQueue) test.skip('the backend has no fair queue (capabilities.fairQueue)');
-      await fifoAcrossModes(await servicesFor(ctx, 3));
-    });
-
-    it('a semaphore at its limit admits the next waiter promptly when a holder releases (waiter on another server)', async (test) => {
-      requireSharedModes(ctx, test);
-      const name = lockName('sem-release');
-      const permit = { mode: 'shared', limit: 2 } as const;
-      const a = await ctx.service.acquire({ name, owner: 'a', ttlMs: 30_000, ...permit });
-      await ctx.service.acquire({ name, owner: 'b', ttlMs: 30_000, ...permit });
-      const other = await ctx.otherService();
-      const c = other.acquire({ name, owner: 'c', ttlMs: 30_000, waitMs: 20_000, ...permit });
-      expect(await pendingAfter(c, STILL_WAITING_MS)).toBe(true);
-      const releasedAt = performance.now();
-      await ctx.service.release({ name, token: a.token });
-      const lease = await c;
-      expect(performance.now() - releasedAt).toBeLessThan(1_500);
-      expect(lease.token).toBeGreaterThan(a.token);
-      expect([lease.mode, lease.limit]).toEqual(['shared', 2]);
-      const state = await ctx.service.get(name);
-      expect(state?.holders?.map((h) => h.owner)).toEqual(['b', 'c']);
-      expect(state?.limit).toBe(2);
-    });
-
-    it("a semaphore at its limit admits the next waiter at a holder's expiry, within its lease plus a small bound", async (test) => {
-      requireSharedModes(ctx, test);
-      const name = lockName('sem-expiry');
-      const ttl = shortTtl(ctx.caps);
-      const permit = { mode: 'shared', limit: 2 } as const;
-      const lost: LostEvent[] = [];
-      await ctx.service.acquire({ name, owner: 'a', ttlMs: 30_000, ...permit });
-      const grantedAt = performance.now();
-      const b = await ctx.service.acquire({
-        name,
-        owner: 'b',
-        ttlMs: ttl,
-        onLost: (event) => lost.push(event),
-        ...permit,
-      });
-      // No polling here: the wait itself must be woken by the expiry (event or lease timer).
-      const c = await ctx.service.acquire({
-        name,
-        owner: 'c',
-        ttlMs: 30_000,
-        waitMs: ttl + 10_000,
-        ...permit,
-      });
-      const waitedMs = performance.now() - grantedAt;
-      expect(waitedMs).toBeGreaterThanOrEqual(ttl - 50);
-      expect(waitedMs).toBeLessThan(ttl + expirySlack(ctx.caps) + 1_000);
-      expect(c.token).toBeGreaterThan(b.token);
-      expect((await ctx.service.get(name))?.holders?.map((h) => h.owner)).toEqual(['a', 'c']);
-      // Its holder is told, whether by the backend's expiry event or core's own check.
-      await until(() => lost.length > 0, { what: "b's lock.lost" });
-      expect(lost).toEqual([{ name, token: b.token, reason: 'expired' }]);
-    });
+    it(
+      'S, S, X, S queued on one server: both S together, X after both release, the last S after X',
+      sharedModesTest(ctx, fifoOnOneServer),
+    );
+    it(
+      'with a fair queue, S, S, X, S queued across servers are served in that order',
+      sharedModesTest(ctx, fifoAcrossServers),
+    );
+    it(
+      'a semaphore at its limit admits the next waiter promptly when a holder releases (waiter on another server)',
+      sharedModesTest(ctx, semaphoreAdmitsOnRelease),
+    );
+    it(
+      "a semaphore at its limit admits the next waiter at a holder's expiry, within its lease plus a small bound",
+      sharedModesTest(ctx, semaphoreAdmitsOnExpiry),
+    );
   });
+}
+
+/**
+ * S, S, X, S queued in that order behind an exclusive holder, over `services` (each request on
+ * the next one): both S granted together, X once both released, the last S only after X.
+ */
+async function fifoAcrossModes(
+  ctx: ConformanceContext,
+  services: readonly LockService[],
+): Promise<void> {
+  const name = lockName('fifo-modes');
+  const on = (i: number) => services[i % services.length]!;
+  const first = await on(0).acquire({ name, owner: 'first', ttlMs: 30_000 });
+  const asks: Array<['shared' | 'exclusive', string]> = [
+    ['shared', 'r1'],
+    ['shared', 'r2'],
+    ['exclusive', 'w'],
+    ['shared', 'r3'],
+  ];
+  const waits: Promise<Lease>[] = [];
+  for (const [i, [mode, owner]] of asks.entries()) {
+    waits.push(on(i + 1).acquire({ name, owner, ttlMs: 30_000, waitMs: 20_000, mode }));
+    await untilQueued(ctx, services, name, i + 1);
+  }
+  const [r1, r2, w, r3] = waits as [Promise<Lease>, Promise<Lease>, Promise<Lease>, Promise<Lease>];
+  await on(0).release({ name, token: first.token });
+  const [read1, read2] = await Promise.all([r1, r2]);
+  // Both readers hold at once; the writer is next, so the last reader waits though it fits.
+  expect((await ctx.service.get(name))?.holders?.map((h) => h.owner).sort()).toEqual(['r1', 'r2']);
+  expect(await pendingAfter(w, STILL_WAITING_MS)).toBe(true);
+  expect(await pendingAfter(r3, 0)).toBe(true);
+  await on(1).release({ name, token: read1.token });
+  expect(await pendingAfter(w, STILL_WAITING_MS)).toBe(true);
+  await on(2).release({ name, token: read2.token });
+  const write = await w;
+  expect(await pendingAfter(r3, STILL_WAITING_MS)).toBe(true);
+  await on(3).release({ name, token: write.token });
+  const read3 = await r3;
+  expect(write.token).toBeGreaterThan(read1.token);
+  expect(write.token).toBeGreaterThan(read2.token);
+  expect(read3.token).toBeGreaterThan(write.token);
+  await on(4).release({ name, token: read3.token });
+}
+
+async function fifoOnOneServer(ctx: ConformanceContext): Promise<void> {
+  await fifoAcrossModes(ctx, [ctx.service]);
+}
+
+async function fifoAcrossServers(ctx: ConformanceContext, test: Skippable): Promise<void> {
+  // Capability gate: arrival order across servers needs the backend's own queue.
+  if (!ctx.caps.fairQueue) test.skip('the backend has no fair queue (capabilities.fairQueue)');
+  await fifoAcrossModes(ctx, await servicesFor(ctx, 3));
+}
+
+async function semaphoreAdmitsOnRelease(ctx: ConformanceContext): Promise<void> {
+  const name = lockName('sem-release');
+  const permit = { mode: 'shared', limit: 2 } as const;
+  const a = await ctx.service.acquire({ name, owner: 'a', ttlMs: 30_000, ...permit });
+  await ctx.service.acquire({ name, owner: 'b', ttlMs: 30_000, ...permit });
+  const other = await ctx.otherService();
+  const c = other.acquire({ name, owner: 'c', ttlMs: 30_000, waitMs: 20_000, ...permit });
+  expect(await pendingAfter(c, STILL_WAITING_MS)).toBe(true);
+  const releasedAt = performance.now();
+  await ctx.service.release({ name, token: a.token });
+  const lease = await c;
+  expect(performance.now() - releasedAt).toBeLessThan(1_500);
+  expect(lease.token).toBeGreaterThan(a.token);
+  expect([lease.mode, lease.limit]).toEqual(['shared', 2]);
+  const state = await ctx.service.get(name);
+  expect(state?.holders?.map((h) => h.owner)).toEqual(['b', 'c']);
+  expect(state?.limit).toBe(2);
+}
+
+async function semaphoreAdmitsOnExpiry(ctx: ConformanceContext): Promise<void> {
+  const name = lockName('sem-expiry');
+  const ttl = shortTtl(ctx.caps);
+  const permit = { mode: 'shared', limit: 2 } as const;
+  const lost: LostEvent[] = [];
+  await ctx.service.acquire({ name, owner: 'a', ttlMs: 30_000, ...permit });
+  const grantedAt = performance.now();
+  const b = await ctx.service.acquire({
+    name,
+    owner: 'b',
+    ttlMs: ttl,
+    onLost: (event) => lost.push(event),
+    ...permit,
+  });
+  // No polling here: the wait itself must be woken by the expiry (event or lease timer).
+  const c = await ctx.service.acquire({
+    name,
+    owner: 'c',
+    ttlMs: 30_000,
+    waitMs: ttl + 10_000,
+    ...permit,
+  });
+  const waitedMs = performance.now() - grantedAt;
+  expect(waitedMs).toBeGreaterThanOrEqual(ttl - 50);
+  expect(waitedMs).toBeLessThan(ttl + expirySlack(ctx.caps) + 1_000);
+  expect(c.token).toBeGreaterThan(b.token);
+  expect((await ctx.service.get(name))?.holders?.map((h) => h.owner)).toEqual(['a', 'c']);
+  // Its holder is told, whether by the backend's expiry event or core's own check.
+  await until(() => lost.length > 0, { what: "b's lock.lost" });
+  expect(lost).toEqual([{ name, token: b.token, reason: 'expired' }]);
 }

@@ -13,6 +13,16 @@ export async function settle(): Promise<void> {
   for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
 }
 
+/** A look at whether `promise` has settled (fulfilled or rejected) yet, without awaiting it. */
+export function settledFlag(promise: Promise<unknown>): () => boolean {
+  let done = false;
+  const mark = () => {
+    done = true;
+  };
+  promise.then(mark, mark);
+  return () => done;
+}
+
 /** Opens a service on a fresh embedded backend (on the service's clock), seen through `wrap`. */
 export type OpenService = (
   options?: Omit<LockServiceOptions, 'backend'>,

@@ -10,7 +10,7 @@ import {
   type LockService,
   type LostEvent,
 } from '../src/lock-service.js';
-import { serviceScope, settle } from './service-scope.js';
+import { serviceScope, settle, settledFlag } from './service-scope.js';
 
 /** The error `promise` rejects with (the test fails if it fulfils). */
 async function failure(promise: Promise<unknown>): Promise<DlmError> {
@@ -24,17 +24,9 @@ async function failure(promise: Promise<unknown>): Promise<DlmError> {
 
 /** Whether `promise` has settled, after letting the service and the backend run. */
 async function settled(promise: Promise<unknown>): Promise<boolean> {
-  let done = false;
-  promise.then(
-    () => {
-      done = true;
-    },
-    () => {
-      done = true;
-    },
-  );
+  const done = settledFlag(promise);
   await settle();
-  return done;
+  return done();
 }
 
 /** The embedded backend as one without expiry events sees it: core checks each lease itself. */

@@ -10,7 +10,7 @@ import type { Client } from 'node-zookeeper-client';
 import { afterAll, beforeAll, describe } from 'vitest';
 import { zookeeperBackend } from '../src/index.js';
 import { lockPaths } from '../src/zk-paths.js';
-import { connectRaw } from './support.js';
+import { connectRaw, waiterNodes } from './support.js';
 
 const run = zookeeperAvailable();
 /** zookeeperBackend's default root: the fair-queue probe lists its waiter nodes. */
@@ -32,17 +32,7 @@ describe.skipIf(!run)('zookeeper adapter', () => {
     backend: () => zookeeperBackend({ connect: zk.connectString, sessionTimeoutMs: 4_000 }),
     fairQueue: {
       // The waiter nodes of `name`'s queue, in queue order (none once the lock node is gone).
-      entries: async (name) => {
-        const children = await new Promise<string[]>((resolve, reject) =>
-          raw.getChildren(paths.parent(name), (error, list) =>
-            error ? reject(error) : resolve(list),
-          ),
-        ).catch(() => [] as string[]);
-        const sequence = (child: string) => Number(/-wait-(\d+)$/.exec(child)?.[1]);
-        return children
-          .filter((child) => /-wait-\d+$/.test(child))
-          .sort((x, y) => sequence(x) - sequence(y));
-      },
+      entries: (name) => waiterNodes(raw, paths.parent(name)),
     },
     ...(zookeeperManaged()
       ? {

@@ -1,4 +1,8 @@
+import type { LockBackend } from '@dlm/core';
+import { startZooKeeper, type ZooKeeperService } from '@dlm/test-services';
 import { type Client, createClient } from 'node-zookeeper-client';
+import { afterAll, beforeAll } from 'vitest';
+import { zookeeperBackend } from '../src/index.js';
 
 /**
  * A raw ZooKeeper client of the test's own, connected, to look at the nodes the adapter
@@ -11,4 +15,82 @@ export async function connectRaw(connectString: string): Promise<Client> {
     raw.connect();
   });
   return raw;
+}
+
+/** A call of the raw client's callback API, as a promise of what the callback is handed. */
+export function rawCall<T>(fn: (done: (error: unknown, value?: T) => void) => void): Promise<T> {
+  return new Promise<T>((resolve, reject) =>
+    fn((error, value) => (error ? reject(error) : resolve(value as T))),
+  );
+}
+
+/** The waiter nodes under a lock's name node `parent`, in queue order (none once it is gone). */
+export async function waiterNodes(raw: Client, parent: string): Promise<string[]> {
+  const children = await rawCall<string[]>((done) =>
+    raw.getChildren(parent, (error, list) => done(error, list)),
+  ).catch(() => [] as string[]);
+  const sequence = (child: string) => Number(/-wait-(\d+)$/.exec(child)?.[1]);
+  return children
+    .filter((child) => /-wait-\d+$/.test(child))
+    .sort((x, y) => sequence(x) - sequence(y));
+}
+
+/** ZooKeeper's last zxid: the mzxid of a write of the test's own, under `prefix`. */
+export async function lastZxid(raw: Client, prefix: string): Promise<bigint> {
+  const scratch = `${prefix}/scratch`;
+  await rawCall((done) => raw.mkdirp(scratch, (error) => done(error)));
+  const stat = await rawCall<{ mzxid: Buffer }>((done) =>
+    raw.setData(scratch, Buffer.alloc(0), -1, (error, written) => done(error, written)),
+  );
+  return stat.mzxid.readBigInt64BE(0);
+}
+
+let unique = 0;
+/** Lock names of a test file's own under `area`: unique per test, so no test clears ZooKeeper. */
+export function lockNames(area: string): (label: string) => string {
+  return (label) => `${area}/${label}/${process.pid}-${Date.now()}-${++unique}`;
+}
+
+/** A ZooKeeper server, a raw client of it, and the backends a scope opens under one prefix. */
+export interface ZooKeeperScope {
+  zk(): ZooKeeperService;
+  raw(): Client;
+  /** A backend under the scope's prefix with 2 s sessions, closed after the scope's tests. */
+  open(): LockBackend;
+}
+
+/**
+ * Starts ZooKeeper and connects a raw client before the enclosing scope's tests (file or
+ * `describe`); after them closes the backends `open` made, then the raw client, then ZooKeeper.
+ */
+export function useZooKeeper(prefix: string): ZooKeeperScope {
+  let zk: ZooKeeperService | undefined;
+  let raw: Client | undefined;
+  const opened: LockBackend[] = [];
+  beforeAll(async () => {
+    zk = await startZooKeeper();
+    raw = await connectRaw(zk.connectString);
+  });
+  afterAll(async () => {
+    await Promise.all(opened.map((backend) => backend.close()));
+    raw?.close();
+    await zk?.stop();
+  });
+  const started = <T>(value: T | undefined): T => {
+    if (value === undefined) throw new Error('ZooKeeper starts in beforeAll');
+    return value;
+  };
+  return {
+    zk: () => started(zk),
+    raw: () => started(raw),
+    open: () => {
+      const backend = zookeeperBackend({
+        connect: started(zk).connectString,
+        prefix,
+        sessionTimeoutMs: 2_000,
+      });
+      opened.push(backend);
+      return backend;
+    },
+  };
 }

@@ -8,10 +8,10 @@ import {
 } from '@dlm/test-services';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { zookeeperBackend } from '../src/index.js';
+import { lockNames } from './support.js';
 
 const run = zookeeperAvailable();
-let unique = 0;
-const lockName = (label: string) => `zk-test/${label}/${process.pid}-${Date.now()}-${++unique}`;
+const lockName = lockNames('zk-test');
 
 describe.skipIf(!run)('zookeeper backend primitives', () => {
   let zk: ZooKeeperService;

@@ -45,9 +45,9 @@ export async function lastZxid(raw: Client, prefix: string): Promise<bigint> {
   return stat.mzxid.readBigInt64BE(0);
 }
 
-let unique = 0;
-/** Lock names of a test file's own under `area`: unique per test, so no test clears ZooKeeper. */
+/** Makes lock names under `area`, unique per call, so tests never see each other's locks. */
 export function lockNames(area: string): (label: string) => string {
+  let unique = 0;
   return (label) => `${area}/${label}/${process.pid}-${Date.now()}-${++unique}`;
 }
 

@@ -1,16 +1,15 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { sleep, until } from '@dlm/conformance';
+import { lockName, sleep, until } from '@dlm/conformance';
 import type { AcquireResult, LockBackend } from '@dlm/core';
 import { postgresAvailable } from '@dlm/test-services';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresBackend } from '../src/index.js';
-import { lockNames, usePostgres } from './support.js';
+import { usePostgres } from './support.js';
 
 const run = postgresAvailable();
 const packageDir = join(import.meta.dirname, '..');
 const repoDir = join(packageDir, '..', '..');
-const lockName = lockNames('pg-queue');
 
 /**
  * The child runs plain Node (no TypeScript loader), so it imports this package's dist/, built

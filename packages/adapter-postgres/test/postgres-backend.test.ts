@@ -1,12 +1,11 @@
-import { granted, sleep, until } from '@dlm/conformance';
+import { granted, lockName, sleep, until } from '@dlm/conformance';
 import { isDlmError, type LockEvent } from '@dlm/core';
 import { postgresAvailable, postgresManaged } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
 import { type PostgresBackend, postgresBackend } from '../src/index.js';
-import { lockNames, usePostgres } from './support.js';
+import { usePostgres } from './support.js';
 
 const run = postgresAvailable();
-const lockName = lockNames('pg-test');
 
 async function failure(promise: Promise<unknown>): Promise<unknown> {
   return promise.then(

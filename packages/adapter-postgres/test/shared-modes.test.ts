@@ -1,11 +1,10 @@
-import { until } from '@dlm/conformance';
+import { lockName, until } from '@dlm/conformance';
 import type { AcquireResult, LockBackend, LockEvent } from '@dlm/core';
 import { postgresAvailable } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
-import { lockNames, usePostgres } from './support.js';
+import { usePostgres } from './support.js';
 
 const run = postgresAvailable();
-const lockName = lockNames('pg-shared');
 
 function token(result: AcquireResult): bigint {
   if (!result.granted) throw new Error(`expected a grant, got ${JSON.stringify(result)}`);

@@ -7,12 +7,6 @@ import {
   postgresBackend,
 } from '../src/index.js';
 
-/** Makes lock names under `area`, unique per call, so tests never see each other's locks. */
-export function lockNames(area: string): (label: string) => string {
-  let unique = 0;
-  return (label) => `${area}/${label}/${process.pid}-${Date.now()}-${++unique}`;
-}
-
 /** PostgreSQL, an admin client of the test's own, and the backends a scope opens. */
 export interface PostgresScope {
   postgres(): PostgresService;

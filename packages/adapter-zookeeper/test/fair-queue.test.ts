@@ -1,13 +1,12 @@
-import { granted, pendingAfter, until } from '@dlm/conformance';
+import { granted, lockName, pendingAfter, until } from '@dlm/conformance';
 import type { LockBackend } from '@dlm/core';
 import { zookeeperAvailable } from '@dlm/test-services';
 import { CreateMode } from 'node-zookeeper-client';
 import { describe, expect, it } from 'vitest';
 import { lockPaths } from '../src/zk-paths.js';
-import { lastZxid, lockNames, rawCall, useZooKeeper, waiterNodes } from './support.js';
+import { lastZxid, rawCall, useZooKeeper, waiterNodes } from './support.js';
 
 const run = zookeeperAvailable();
-const lockName = lockNames('zk-queue');
 const prefix = '/dlm-queue-test';
 const paths = lockPaths(prefix);
 

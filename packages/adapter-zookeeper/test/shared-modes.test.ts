@@ -1,13 +1,12 @@
-import { pendingAfter, sleep, until } from '@dlm/conformance';
+import { lockName, pendingAfter, sleep, until } from '@dlm/conformance';
 import type { AcquireRequest, AcquireResult, Grant, LockBackend, LockEvent } from '@dlm/core';
 import { zookeeperAvailable } from '@dlm/test-services';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { zookeeperBackend } from '../src/index.js';
 import { lockPaths } from '../src/zk-paths.js';
-import { lastZxid, lockNames, useZooKeeper, waiterNodes } from './support.js';
+import { lastZxid, useZooKeeper, waiterNodes } from './support.js';
 
 const run = zookeeperAvailable();
-const lockName = lockNames('zk-shared');
 const prefix = '/dlm-shared-test';
 const paths = lockPaths(prefix);
 

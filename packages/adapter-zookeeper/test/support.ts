@@ -8,7 +8,7 @@ import { zookeeperBackend } from '../src/index.js';
  * A raw ZooKeeper client of the test's own, connected, to look at the nodes the adapter
  * writes (its session is separate from every backend's under test).
  */
-export async function connectRaw(connectString: string): Promise<Client> {
+async function connectRaw(connectString: string): Promise<Client> {
   const raw = createClient(connectString, { sessionTimeout: 4_000 });
   await new Promise<void>((resolve) => {
     raw.once('connected', () => resolve());
@@ -45,12 +45,6 @@ export async function lastZxid(raw: Client, prefix: string): Promise<bigint> {
   return stat.mzxid.readBigInt64BE(0);
 }
 
-/** Makes lock names under `area`, unique per call, so tests never see each other's locks. */
-export function lockNames(area: string): (label: string) => string {
-  let unique = 0;
-  return (label) => `${area}/${label}/${process.pid}-${Date.now()}-${++unique}`;
-}
-
 /** A ZooKeeper server, a raw client of it, and the backends a scope opens under one prefix. */
 export interface ZooKeeperScope {
   zk(): ZooKeeperService;
@@ -62,8 +56,10 @@ export interface ZooKeeperScope {
 /**
  * Starts ZooKeeper and connects a raw client before the enclosing scope's tests (file or
  * `describe`); after them closes the backends `open` made, then the raw client, then ZooKeeper.
+ * `prefix` is the backends' root (zookeeperBackend's default, `/dlm`, unless a file keeps its
+ * nodes apart).
  */
-export function useZooKeeper(prefix: string): ZooKeeperScope {
+export function useZooKeeper(prefix = '/dlm'): ZooKeeperScope {
   let zk: ZooKeeperService | undefined;
   let raw: Client | undefined;
   const opened: LockBackend[] = [];

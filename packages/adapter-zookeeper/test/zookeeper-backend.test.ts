@@ -1,4 +1,4 @@
-import { failure, granted, sleep, until } from '@dlm/conformance';
+import { failure, granted, lockName, sleep, until } from '@dlm/conformance';
 import { isDlmError, type LockBackend, type LockEvent } from '@dlm/core';
 import {
   startZooKeeper,
@@ -8,10 +8,8 @@ import {
 } from '@dlm/test-services';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { zookeeperBackend } from '../src/index.js';
-import { lockNames } from './support.js';
 
 const run = zookeeperAvailable();
-const lockName = lockNames('zk-test');
 
 describe.skipIf(!run)('zookeeper backend primitives', () => {
   let zk: ZooKeeperService;

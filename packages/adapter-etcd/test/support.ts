@@ -2,7 +2,7 @@ import { useService } from '@dlm/conformance';
 import type { LockBackend } from '@dlm/core';
 import { type EtcdService, startEtcd } from '@dlm/test-services';
 import { Etcd3 } from 'etcd3';
-import { afterAll, beforeAll } from 'vitest';
+import { afterAll } from 'vitest';
 import { etcdBackend } from '../src/index.js';
 
 /** etcd with fast elections, so a test that kills the leader does not wait out the defaults. */
@@ -54,28 +54,20 @@ export interface EtcdScope {
  * after them closes the backends `open` made, then the raw client, then etcd.
  */
 export function useEtcd(prefix: string): EtcdScope {
-  let etcd: EtcdService | undefined;
-  let raw: Etcd3 | undefined;
+  const etcd = useService(startFastEtcd);
+  const raw = useService(
+    async () => new Etcd3({ hosts: etcd().endpoints }),
+    async (client) => client.close(),
+  );
+  // Registered last, so it runs first of the three after-hooks (they run in reverse order).
   const opened: LockBackend[] = [];
-  beforeAll(async () => {
-    etcd = await startFastEtcd();
-    raw = new Etcd3({ hosts: etcd.endpoints });
-  });
-  afterAll(async () => {
-    await Promise.all(opened.map((backend) => backend.close()));
-    raw?.close();
-    await etcd?.stop();
-  });
-  const started = <T>(value: T | undefined): T => {
-    if (value === undefined) throw new Error('etcd starts in beforeAll');
-    return value;
-  };
+  afterAll(() => Promise.all(opened.map((backend) => backend.close())));
   return {
-    etcd: () => started(etcd),
-    raw: () => started(raw),
+    etcd,
+    raw,
     open: (options = {}) => {
       const backend = etcdBackend({
-        endpoints: started(etcd).endpoints,
+        endpoints: etcd().endpoints,
         minTtlMs: 1_000,
         prefix,
         ...options,

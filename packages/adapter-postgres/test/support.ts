@@ -1,3 +1,4 @@
+import { useService } from '@dlm/conformance';
 import { type PostgresService, startPostgres } from '@dlm/test-services';
 import pg from 'pg';
 import { afterAll, beforeAll } from 'vitest';
@@ -23,32 +24,28 @@ export interface PostgresScope {
  * `describe`); after them closes the backends `open` made, then the admin client, then the server.
  */
 export function usePostgres(tablePrefix: string): PostgresScope {
-  let postgres: PostgresService | undefined;
+  const postgres = useService(() => startPostgres());
   let admin: pg.Client | undefined;
-  const opened: PostgresBackend[] = [];
-  const started = <T>(value: T | undefined): T => {
-    if (value === undefined) throw new Error('PostgreSQL starts in beforeAll');
-    return value;
-  };
   const reconnectAdmin = async () => {
-    admin = new pg.Client({ connectionString: started(postgres).url });
+    admin = new pg.Client({ connectionString: postgres().url });
     await admin.connect();
   };
-  beforeAll(async () => {
-    postgres = await startPostgres();
-    await reconnectAdmin();
-  });
+  beforeAll(reconnectAdmin);
+  const opened: PostgresBackend[] = [];
+  // Registered after the server's, so it runs before it (after-hooks run in reverse order).
   afterAll(async () => {
     for (const backend of opened) await backend.close().catch(() => {});
     await admin?.end().catch(() => {});
-    await postgres?.stop();
   });
   return {
-    postgres: () => started(postgres),
-    admin: () => started(admin),
+    postgres,
+    admin: () => {
+      if (!admin) throw new Error('the admin client connects in beforeAll');
+      return admin;
+    },
     reconnectAdmin,
     open: async (options = {}) => {
-      const backend = postgresBackend({ url: started(postgres).url, tablePrefix, ...options });
+      const backend = postgresBackend({ url: postgres().url, tablePrefix, ...options });
       opened.push(backend);
       await backend.ready();
       return backend;

@@ -1,7 +1,8 @@
+import { useService } from '@dlm/conformance';
 import type { LockBackend } from '@dlm/core';
 import { startZooKeeper, type ZooKeeperService } from '@dlm/test-services';
 import { type Client, createClient } from 'node-zookeeper-client';
-import { afterAll, beforeAll } from 'vitest';
+import { afterAll } from 'vitest';
 import { zookeeperBackend } from '../src/index.js';
 
 /**
@@ -60,28 +61,20 @@ export interface ZooKeeperScope {
  * nodes apart).
  */
 export function useZooKeeper(prefix = '/dlm'): ZooKeeperScope {
-  let zk: ZooKeeperService | undefined;
-  let raw: Client | undefined;
+  const zk = useService(() => startZooKeeper());
+  const raw = useService(
+    () => connectRaw(zk().connectString),
+    async (client) => client.close(),
+  );
+  // Registered last, so it runs first of the three after-hooks (they run in reverse order).
   const opened: LockBackend[] = [];
-  beforeAll(async () => {
-    zk = await startZooKeeper();
-    raw = await connectRaw(zk.connectString);
-  });
-  afterAll(async () => {
-    await Promise.all(opened.map((backend) => backend.close()));
-    raw?.close();
-    await zk?.stop();
-  });
-  const started = <T>(value: T | undefined): T => {
-    if (value === undefined) throw new Error('ZooKeeper starts in beforeAll');
-    return value;
-  };
+  afterAll(() => Promise.all(opened.map((backend) => backend.close())));
   return {
-    zk: () => started(zk),
-    raw: () => started(raw),
+    zk,
+    raw,
     open: () => {
       const backend = zookeeperBackend({
-        connect: started(zk).connectString,
+        connect: zk().connectString,
         prefix,
         sessionTimeoutMs: 2_000,
       });

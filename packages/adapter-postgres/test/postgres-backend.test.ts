@@ -1,4 +1,4 @@
-import { granted, lockName, sleep, until } from '@dlm/conformance';
+import { failure, granted, lockName, sleep, until } from '@dlm/conformance';
 import { isDlmError, type LockEvent } from '@dlm/core';
 import { postgresAvailable, postgresManaged } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
@@ -6,15 +6,6 @@ import { type PostgresBackend, postgresBackend } from '../src/index.js';
 import { usePostgres } from './support.js';
 
 const run = postgresAvailable();
-
-async function failure(promise: Promise<unknown>): Promise<unknown> {
-  return promise.then(
-    () => {
-      throw new Error('expected the call to fail');
-    },
-    (error: unknown) => error,
-  );
-}
 
 describe.skipIf(!run)('postgres backend', () => {
   const { postgres, admin, reconnectAdmin, open } = usePostgres('unit_');

@@ -1,32 +1,14 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { embeddedBackend } from '@dlm/adapter-embedded';
 import { hashLeaseKey, type LockBackend } from '@dlm/core';
 import { startServer } from '@dlm/server';
 import { tempDir } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
-import { runDlm, startDlm, useCliServer } from './run-dlm.js';
-
-const COMMAND = fileURLToPath(new URL('./fixtures/command.mjs', import.meta.url));
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+import { fixtureCommand, runDlm, sleep, startDlm, useCliServer, waitForFile } from './run-dlm.js';
 
 const cli = useCliServer();
 const { env } = cli;
-
-/** The command's arguments, as `dlm lock` takes them after `--`. */
-function command(dir: string, mode: string, arg?: string | number): string[] {
-  return [process.execPath, COMMAND, dir, mode, ...(arg === undefined ? [] : [String(arg)])];
-}
-
-async function waitForFile(path: string, timeoutMs = 10_000): Promise<string> {
-  const deadline = Date.now() + timeoutMs;
-  while (!existsSync(path)) {
-    if (Date.now() > deadline) throw new Error(`${path} did not appear`);
-    await sleep(20);
-  }
-  return readFileSync(path, 'utf8');
-}
 
 /**
  * Starts `dlm lock NAME FLAGS -- <the fixture command in MODE>` in a fresh directory, and resolves
@@ -39,7 +21,10 @@ async function lockedCommand(
   environment: NodeJS.ProcessEnv = env,
 ) {
   const dir = tempDir(`cli-${name.split('/').pop()}`);
-  const run = startDlm(['lock', name, ...flags, '--', ...command(dir, mode, arg)], environment);
+  const run = startDlm(
+    ['lock', name, ...flags, '--', ...fixtureCommand(dir, mode, arg)],
+    environment,
+  );
   const seen = JSON.parse(await waitForFile(join(dir, 'env.json')));
   return { dir, run, seen };
 }
@@ -149,7 +134,7 @@ describe('dlm lock NAME -- CMD', () => {
   it('a CMD that ignores SIGTERM is killed after the grace period', async () => {
     const dir = tempDir('cli-grace');
     const run = startDlm(
-      ['lock', 'cli/grace', '--grace', '300ms', '--', ...command(dir, 'ignore-term')],
+      ['lock', 'cli/grace', '--grace', '300ms', '--', ...fixtureCommand(dir, 'ignore-term')],
       env,
     );
     await waitForFile(join(dir, 'env.json'));
@@ -167,7 +152,7 @@ describe('dlm lock NAME -- CMD', () => {
     const holder = await cli.client.acquire('cli/queue', { ttlMs: 10_000 });
     const dir = tempDir('cli-queue');
     const run = startDlm(
-      ['lock', 'cli/queue', '--wait', '5s', '--', ...command(dir, 'sleep', 0)],
+      ['lock', 'cli/queue', '--wait', '5s', '--', ...fixtureCommand(dir, 'sleep', 0)],
       env,
     );
     await sleep(300);
@@ -184,7 +169,7 @@ describe('dlm lock NAME -- CMD', () => {
     const dir = tempDir('cli-busy');
     const startedAt = Date.now();
     const done = await runDlm(
-      ['lock', 'cli/busy', '--wait', '300ms', '--', ...command(dir, 'sleep', 0)],
+      ['lock', 'cli/busy', '--wait', '300ms', '--', ...fixtureCommand(dir, 'sleep', 0)],
       env,
     );
     expect(done.code).toBe(124);
@@ -326,7 +311,7 @@ describe('dlm lock NAME1 NAME2 ... -- CMD', () => {
         '--wait',
         '300ms',
         '--',
-        ...command(dir, 'sleep', 0),
+        ...fixtureCommand(dir, 'sleep', 0),
       ],
       env,
     );

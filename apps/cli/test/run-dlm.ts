@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createClient, type DlmClient } from '@dlm/client';
 import { type RunningServer, startServer } from '@dlm/server';
@@ -82,6 +82,27 @@ export function startDlm(args: string[], env: NodeJS.ProcessEnv = {}): Running {
 /** Runs `dlm ARGS` to the end. */
 export function runDlm(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Finished> {
   return startDlm(args, env).finished;
+}
+
+/** A pause of the test's own (a scene being set, a lease running on), not of the CLI. */
+export const sleep = (ms: number): Promise<void> =>
+  new Promise((resolve) => setTimeout(resolve, ms));
+
+const COMMAND = fileURLToPath(new URL('./fixtures/command.mjs', import.meta.url));
+
+/** The fixture command's arguments in DIR and MODE, as `dlm lock` takes them after `--`. */
+export function fixtureCommand(dir: string, mode: string, arg?: string | number): string[] {
+  return [process.execPath, COMMAND, dir, mode, ...(arg === undefined ? [] : [String(arg)])];
+}
+
+/** The text of the file at `path` once it exists (the fixture command writes it when it runs). */
+export async function waitForFile(path: string, timeoutMs = 10_000): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  while (!existsSync(path)) {
+    if (Date.now() > deadline) throw new Error(`${path} did not appear`);
+    await sleep(20);
+  }
+  return readFileSync(path, 'utf8');
 }
 
 /** The server a test file's `dlm` runs talk to, and a client of it to set the scene with. */

@@ -1,32 +1,16 @@
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { tempDir } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
-import { runDlm, startDlm, useCliServer } from './run-dlm.js';
-
-const COMMAND = fileURLToPath(new URL('./fixtures/command.mjs', import.meta.url));
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+import { fixtureCommand, runDlm, sleep, startDlm, useCliServer, waitForFile } from './run-dlm.js';
 
 const cli = useCliServer();
 const { env } = cli;
 
-async function waitForFile(path: string, timeoutMs = 10_000): Promise<string> {
-  const deadline = Date.now() + timeoutMs;
-  while (!existsSync(path)) {
-    if (Date.now() > deadline) throw new Error(`${path} did not appear`);
-    await sleep(20);
-  }
-  return readFileSync(path, 'utf8');
-}
-
 /** `dlm lock NAME FLAGS -- <fixture> DIR wait-file`: holds until DIR/go exists. */
 function holder(name: string, flags: string[]) {
   const dir = tempDir('cli-shared');
-  const run = startDlm(
-    ['lock', name, ...flags, '--', process.execPath, COMMAND, dir, 'wait-file', '0'],
-    env,
-  );
+  const run = startDlm(['lock', name, ...flags, '--', ...fixtureCommand(dir, 'wait-file', 0)], env);
   return {
     dir,
     run,

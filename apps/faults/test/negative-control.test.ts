@@ -1,22 +1,14 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { runCampaign } from '../src/campaign.js';
 import { ensureBuilt } from './build.js';
+import { runEmbeddedCampaign } from './embedded-campaign.js';
 
 beforeAll(() => ensureBuilt(), 120_000);
 
 describe('a campaign on the embedded backend (a process per worker, per resource, per server)', () => {
   it('client pauses: no violation with fencing; lost updates found with fencing off', async () => {
-    const result = await runCampaign({
-      backends: ['embedded'],
+    const result = await runEmbeddedCampaign({
       nemeses: () => ['client-pause'],
       durationMs: 10_000,
-      ttlMs: 2_000,
-      workers: 3,
-      keys: 2,
-      // Generous: this file shares the machine with the rest of the test suite.
-      l1BoundMs: 3_000,
-      l4BoundMs: 2_000,
-      fencing: true,
       negativeControl: true,
     });
     expect(result.errors).toEqual([]);

@@ -1,7 +1,7 @@
 import { createClient } from '@dlm/client';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { runCampaign } from '../src/campaign.js';
 import { ensureBuilt } from './build.js';
+import { runEmbeddedCampaign } from './embedded-campaign.js';
 
 beforeAll(() => ensureBuilt(), 120_000);
 
@@ -18,19 +18,11 @@ async function clientHasSharedModes(): Promise<boolean> {
 
 describe('a shared-mode segment on the embedded backend (sharedModes: true)', () => {
   it('runs a semaphore and a read-write lock under client pauses with no violation', async () => {
-    const result = await runCampaign({
-      backends: ['embedded'],
+    const result = await runEmbeddedCampaign({
       nemeses: () => [],
       sharedNemeses: () => ['client-pause'],
       sharedDurationMs: 4_000,
       durationMs: 4_000,
-      ttlMs: 2_000,
-      workers: 3,
-      keys: 2,
-      // Generous: this file shares the machine with the rest of the test suite.
-      l1BoundMs: 3_000,
-      l4BoundMs: 2_000,
-      fencing: true,
       negativeControl: false,
     });
     expect(result.sharedSkipped).toEqual([]);

@@ -8,20 +8,14 @@ import time
 import unittest
 
 import support  # noqa: F401 - puts the package on sys.path
-from support import DLM_URL, requires_server, unique
+from support import DLM_URL, TwoClientsTestCase, requires_server, unique
 
 from dlm import Client, DlmError, LockChange
 
 
 @requires_server
-class ClientTest(unittest.TestCase):
-    def setUp(self) -> None:
-        self.client = Client(DLM_URL, name="dlm-python-tests")
-        self.other = Client(DLM_URL, name="dlm-python-tests-2")
-
-    def tearDown(self) -> None:
-        self.client.close()
-        self.other.close()
+class ClientTest(TwoClientsTestCase):
+    client_name = "dlm-python-tests"
 
     def test_connect_reports_the_session(self) -> None:
         session = self.client.connect()

@@ -7,20 +7,14 @@ import time
 import unittest
 
 import support  # noqa: F401 - puts the package on sys.path
-from support import DLM_URL, requires_server, unique
+from support import TwoClientsTestCase, requires_server, unique
 
-from dlm import Client, DlmError, LockChange
+from dlm import DlmError, LockChange
 
 
 @requires_server
-class SharedModesTest(unittest.TestCase):
-    def setUp(self) -> None:
-        self.client = Client(DLM_URL, name="dlm-python-shared")
-        self.other = Client(DLM_URL, name="dlm-python-shared-2")
-
-    def tearDown(self) -> None:
-        self.client.close()
-        self.other.close()
+class SharedModesTest(TwoClientsTestCase):
+    client_name = "dlm-python-shared"
 
     def test_a_semaphore_admits_limit_holders_and_a_waiter_gets_a_released_permit(self) -> None:
         name = unique()

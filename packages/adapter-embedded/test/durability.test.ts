@@ -1,31 +1,16 @@
 import { appendFileSync, readFileSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { LockBackend } from '@dlm/core';
+import { granted } from '@dlm/conformance';
 // @dlm/test-services is not among this package's dependencies; its process helpers are
 // imported by path so temp dirs are still made (and removed) in the one shared place.
 import { tempDir } from '@dlm/test-services';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { embeddedBackend } from '../src/index.js';
 import { parseJournal } from '../src/journal-format.js';
+import { journalOf, useBackends } from './support.js';
 
-const open: LockBackend[] = [];
-const opened = async (options: Parameters<typeof embeddedBackend>[0]) => {
-  const backend = await embeddedBackend(options);
-  open.push(backend);
-  return backend;
-};
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((backend) => backend.close()));
-});
-
-const grant = async (backend: LockBackend, name: string, owner: string, ttlMs: number) => {
-  const result = await backend.tryAcquire({ name, owner, ttlMs });
-  if (!result.granted) throw new Error(`${name} was not granted to ${owner}`);
-  return result.grant;
-};
-
-const journalOf = (dir: string) => join(dir, 'journal.log');
+const opened = useBackends();
 
 /**
  * A fresh data dir whose backend granted `count` locks (`n0`, `n1`, …) and was closed; `last` is
@@ -35,7 +20,7 @@ async function grantedThenClosed(tokenBlockSize: number, count: number) {
   const dataDir = tempDir('embedded');
   const first = await opened({ dataDir, tokenBlockSize });
   let last = 0n;
-  for (let i = 0; i < count; i++) last = (await grant(first, `n${i}`, 'o', 60_000)).token;
+  for (let i = 0; i < count; i++) last = (await granted(first, `n${i}`, 'o', 60_000)).token;
   await first.close();
   return { dataDir, last };
 }
@@ -45,10 +30,10 @@ describe('embedded backend durability (dataDir)', () => {
     const dataDir = tempDir('embedded');
     const first = await opened({ dataDir, tokenBlockSize: 3 });
     expect(first.capabilities.durableAcrossRestart).toBe(true);
-    const a = await grant(first, 'a', 'alice', 60_000);
-    const b = await grant(first, 'b', 'bob', 60_000);
-    const c = await grant(first, 'c', 'carol', 60_000);
-    const d = await grant(first, 'd', 'dave', 60_000);
+    const a = await granted(first, 'a', 'alice', 60_000);
+    const b = await granted(first, 'b', 'bob', 60_000);
+    const c = await granted(first, 'c', 'carol', 60_000);
+    const d = await granted(first, 'd', 'dave', 60_000);
     await first.release({ name: 'b', token: b.token });
     await first.extend({ name: 'c', token: c.token, ttlMs: 120_000 });
     await first.revoke!('d');
@@ -65,7 +50,7 @@ describe('embedded backend durability (dataDir)', () => {
     });
     // The holder can still use its token after the restart.
     expect(await second.extend({ name: 'a', token: a.token, ttlMs: 1000 })).not.toBeNull();
-    const next = await grant(second, 'b', 'bob', 1000);
+    const next = await granted(second, 'b', 'bob', 1000);
     expect(next.token).toBeGreaterThan(d.token);
     expect(await second.release({ name: 'a', token: a.token })).toBe(true);
   });
@@ -73,8 +58,8 @@ describe('embedded backend durability (dataDir)', () => {
   it('drops on reopen a lease whose whole TTL has passed on the wall clock', async () => {
     const dataDir = tempDir('embedded');
     const first = await opened({ dataDir });
-    await grant(first, 'short', 'alice', 50);
-    await grant(first, 'long', 'alice', 60_000);
+    await granted(first, 'short', 'alice', 50);
+    await granted(first, 'long', 'alice', 60_000);
     await first.close();
     await sleep(120);
     const second = await opened({ dataDir });
@@ -85,7 +70,7 @@ describe('embedded backend durability (dataDir)', () => {
   it('counts a recovered lease in full from recovery, not from the original grant', async () => {
     const dataDir = tempDir('embedded');
     const first = await opened({ dataDir });
-    await grant(first, 'a', 'alice', 2_000);
+    await granted(first, 'a', 'alice', 2_000);
     await sleep(300);
     await first.close();
     const second = await opened({ dataDir });
@@ -97,18 +82,18 @@ describe('embedded backend durability (dataDir)', () => {
   it('reports a grant only once its record is in the journal file', async () => {
     const dataDir = tempDir('embedded');
     const backend = await opened({ dataDir });
-    const granted = await grant(backend, 'a', 'alice', 60_000);
+    const lease = await granted(backend, 'a', 'alice', 60_000);
     // Read synchronously right after the promise resolved: nothing else ran in between.
     const { records } = parseJournal(readFileSync(journalOf(dataDir)));
     expect(records).toContainEqual(
-      expect.objectContaining({ type: 'grant', name: 'a', owner: 'alice', token: granted.token }),
+      expect.objectContaining({ type: 'grant', name: 'a', owner: 'alice', token: lease.token }),
     );
-    const released = await backend.release({ name: 'a', token: granted.token });
+    const released = await backend.release({ name: 'a', token: lease.token });
     expect(released).toBe(true);
     expect(parseJournal(readFileSync(journalOf(dataDir))).records.at(-1)).toEqual({
       type: 'end',
       name: 'a',
-      token: granted.token,
+      token: lease.token,
     });
   });
 
@@ -133,10 +118,10 @@ describe('embedded backend durability (dataDir)', () => {
   it('compacts the journal into a snapshot and recovers from it', async () => {
     const dataDir = tempDir('embedded');
     const first = await opened({ dataDir, compactAfterBytes: 4_096 });
-    const held = await grant(first, 'held', 'alice', 60_000);
+    const held = await granted(first, 'held', 'alice', 60_000);
     let last = held.token;
     for (let i = 0; i < 500; i++) {
-      const { token } = await grant(first, 'churn', `owner-${i}`, 60_000);
+      const { token } = await granted(first, 'churn', `owner-${i}`, 60_000);
       last = token;
       await first.release({ name: 'churn', token });
     }
@@ -146,14 +131,14 @@ describe('embedded backend durability (dataDir)', () => {
     const second = await opened({ dataDir, compactAfterBytes: 4_096 });
     expect(await second.inspect('held')).toMatchObject({ owner: 'alice', token: held.token });
     expect(await second.inspect('churn')).toBeNull();
-    expect((await grant(second, 'churn', 'x', 1000)).token).toBeGreaterThan(last);
+    expect((await granted(second, 'churn', 'x', 1000)).token).toBeGreaterThan(last);
   });
 
   it('keeps the valid prefix of a journal with a torn, garbage tail and logs one line', async () => {
     const dataDir = tempDir('embedded');
     const first = await opened({ dataDir });
-    const kept = await grant(first, 'kept', 'alice', 60_000);
-    const torn = await grant(first, 'torn', 'bob', 60_000);
+    const kept = await granted(first, 'kept', 'alice', 60_000);
+    const torn = await granted(first, 'torn', 'bob', 60_000);
     await first.close();
 
     const path = journalOf(dataDir);
@@ -174,7 +159,7 @@ describe('embedded backend durability (dataDir)', () => {
     expect(await second.inspect('kept')).toMatchObject({ owner: 'alice', token: kept.token });
     // The torn grant is lost, but its token is never handed out again.
     expect(await second.inspect('torn')).toBeNull();
-    expect((await grant(second, 'torn', 'carol', 1000)).token).toBeGreaterThan(torn.token);
+    expect((await granted(second, 'torn', 'carol', 1000)).token).toBeGreaterThan(torn.token);
     await second.close();
     // What was written after the repair is read back cleanly.
     const logAgain: string[] = [];
@@ -186,8 +171,8 @@ describe('embedded backend durability (dataDir)', () => {
   it('detects a complete record whose bytes changed by its checksum', async () => {
     const dataDir = tempDir('embedded');
     const first = await opened({ dataDir });
-    await grant(first, 'kept', 'alice', 60_000);
-    const flipped = await grant(first, 'flipped', 'bob', 60_000);
+    await granted(first, 'kept', 'alice', 60_000);
+    const flipped = await granted(first, 'flipped', 'bob', 60_000);
     await first.close();
     const path = journalOf(dataDir);
     const bytes = readFileSync(path);
@@ -202,7 +187,7 @@ describe('embedded backend durability (dataDir)', () => {
     expect(logged[0]).toMatch(/checksum/);
     expect(await second.inspect('kept')).toMatchObject({ owner: 'alice' });
     expect(await second.inspect('flipped')).toBeNull();
-    expect((await grant(second, 'flipped', 'carol', 1000)).token).toBeGreaterThan(flipped.token);
+    expect((await granted(second, 'flipped', 'carol', 1000)).token).toBeGreaterThan(flipped.token);
   });
 
   it('starts from nothing when the journal is garbage, without lowering the token high-water', async () => {
@@ -214,7 +199,7 @@ describe('embedded backend durability (dataDir)', () => {
     expect(logged).toHaveLength(1);
     expect(logged[0]).toMatch(/does not start with the journal magic/);
     expect(await second.inspect('n0')).toBeNull();
-    expect((await grant(second, 'n0', 'p', 1000)).token).toBeGreaterThan(last);
+    expect((await granted(second, 'n0', 'p', 1000)).token).toBeGreaterThan(last);
   });
 
   it('keeps tokens rising when the high-water file is corrupt but the journal is not', async () => {
@@ -223,7 +208,7 @@ describe('embedded backend durability (dataDir)', () => {
     const logged: string[] = [];
     const second = await opened({ dataDir, tokenBlockSize: 4, logger: (l) => logged.push(l) });
     expect(logged.join('\n')).toMatch(/high-water file/);
-    expect((await grant(second, 'fresh', 'p', 1000)).token).toBeGreaterThan(last);
+    expect((await granted(second, 'fresh', 'p', 1000)).token).toBeGreaterThan(last);
   });
 
   it('refuses a data dir that another live backend has open', async () => {

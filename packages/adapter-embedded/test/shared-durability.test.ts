@@ -1,21 +1,12 @@
 import { readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { createManualClock, type LockBackend } from '@dlm/core';
 import { tempDir } from '@dlm/test-services';
-import { afterEach, describe, expect, it } from 'vitest';
-import { embeddedBackend } from '../src/index.js';
+import { describe, expect, it } from 'vitest';
 import { parseJournal } from '../src/journal-format.js';
+import { journalOf, useBackends } from './support.js';
 
-const open: LockBackend[] = [];
-const opened = async (options: Parameters<typeof embeddedBackend>[0]) => {
-  const backend = await embeddedBackend(options);
-  open.push(backend);
-  return backend;
-};
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((backend) => backend.close()));
-});
+const opened = useBackends();
 
 const grantShared = async (
   backend: LockBackend,
@@ -29,8 +20,6 @@ const grantShared = async (
   if (!result.granted) throw new Error(`${name} was not granted to ${owner}`);
   return result.grant;
 };
-
-const journalOf = (dir: string) => join(dir, 'journal.log');
 
 /**
  * A journal as the version before shared modes wrote it, built byte by byte from its format

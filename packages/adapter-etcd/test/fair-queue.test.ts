@@ -1,50 +1,23 @@
 import { granted, pendingAfter, sleep, until } from '@dlm/conformance';
 import type { LockBackend } from '@dlm/core';
-import { type EtcdService, etcdAvailable } from '@dlm/test-services';
-import { Etcd3 } from 'etcd3';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { etcdBackend } from '../src/index.js';
-import { lockNames, startFastEtcd } from './support.js';
+import { etcdAvailable } from '@dlm/test-services';
+import { describe, expect, it } from 'vitest';
+import { lockNames, useEtcd, waiterKeys } from './support.js';
 
 const run = etcdAvailable();
 const lockName = lockNames('etcd-queue');
 const prefix = 'queue-test/';
 
 describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
-  let etcd: EtcdService;
-  let raw: Etcd3;
-  const opened: LockBackend[] = [];
-  const open = (options: { client?: Etcd3; waiterLeaseTtlMs?: number } = {}) => {
-    const backend = etcdBackend({
-      endpoints: etcd.endpoints,
-      minTtlMs: 1_000,
-      prefix,
-      ...options,
-    });
-    opened.push(backend);
-    return backend;
-  };
+  const { raw, open } = useEtcd(prefix);
   /** The waiter keys of `name`'s queue, oldest first. */
-  const queueKeys = async (name: string) =>
-    (await raw.getAll().prefix(`${prefix}queue/${name}\0`).sort('Create', 'Ascend').keys()).map(
-      (key) => key.toString(),
-    );
+  const queueKeys = (name: string) => waiterKeys(raw(), prefix, name);
   const queued = (backend: LockBackend, name: string, owner: string, signal: AbortSignal) =>
     backend.acquireQueued!({ name, owner, ttlMs: 5_000, signal });
   const untilQueued = (name: string, count: number) =>
     until(async () => (await queueKeys(name)).length >= count, {
       what: `${count} waiters in ${name}`,
     });
-
-  beforeAll(async () => {
-    etcd = await startFastEtcd();
-    raw = new Etcd3({ hosts: etcd.endpoints });
-  });
-  afterAll(async () => {
-    await Promise.all(opened.map((backend) => backend.close()));
-    raw?.close();
-    await etcd?.stop();
-  });
 
   it('declares a fair queue', () => {
     expect(open().capabilities.fairQueue).toBe(true);
@@ -64,11 +37,11 @@ describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
     // A waiter at the head of the queue that has not taken the free lock yet (it is between the
     // release it was woken by and its own transaction).
     const waiterKey = `${prefix}queue/${name}\0head`;
-    await raw.put(waiterKey).value('waiter');
+    await raw().put(waiterKey).value('waiter');
     const barger = await backend.tryAcquire({ name, owner: 'barger', ttlMs: 5_000 });
     expect(barger.granted).toBe(false);
     expect(await backend.inspect(name)).toBeNull();
-    await raw.delete().key(waiterKey);
+    await raw().delete().key(waiterKey);
     expect((await granted(backend, name, 'barger')).owner).toBe('barger');
   });
 
@@ -84,18 +57,18 @@ describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
     // it waits and the lock is free, yet it is no longer queued, so it must queue again behind
     // the later waiter rather than take the lock.
     const laterKey = `${prefix}queue/${name}\0later`;
-    await raw
+    await raw()
       .if(sleeperKey!, 'Create', '>', 0)
       .then(
-        raw.delete().key(sleeperKey!),
-        raw.delete().key(`${prefix}lock/${name}`),
-        raw.put(laterKey).value('later'),
+        raw().delete().key(sleeperKey!),
+        raw().delete().key(`${prefix}lock/${name}`),
+        raw().put(laterKey).value('later'),
       )
       .commit();
     expect(await pendingAfter(waiting, 500)).toBe(true);
     expect(await backend.inspect(name)).toBeNull();
     expect((await queueKeys(name))[0]).toBe(laterKey);
-    await raw.delete().key(laterKey);
+    await raw().delete().key(laterKey);
     const result = await waiting;
     expect(result.granted && result.grant.owner).toBe('sleeper');
   });
@@ -118,8 +91,8 @@ describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
     await untilQueued(name, 2);
     // What etcd does when b's keepalives stop for the lease's TTL: the lease and its keys go.
     const [stalledKey] = await queueKeys(name);
-    const lease = (await raw.get(stalledKey!).exec()).kvs[0]!.lease;
-    await raw.leaseClient.leaseRevoke({ ID: lease });
+    const lease = (await raw().get(stalledKey!).exec()).kvs[0]!.lease;
+    await raw().leaseClient.leaseRevoke({ ID: lease });
     await a.release({ name, token: holder.token });
     // b's waiter noticed its entry was gone and queued again (on a new lease), behind `next`.
     await Promise.all([stalled, next]);

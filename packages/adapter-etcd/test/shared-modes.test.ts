@@ -7,11 +7,9 @@ import {
   type LockBackend,
   type LockEvent,
 } from '@dlm/core';
-import { type EtcdService, etcdAvailable } from '@dlm/test-services';
-import { Etcd3 } from 'etcd3';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { etcdBackend } from '../src/index.js';
-import { lockNames, startFastEtcd } from './support.js';
+import { etcdAvailable } from '@dlm/test-services';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { lockNames, useEtcd, waiterKeys } from './support.js';
 
 const run = etcdAvailable();
 const lockName = lockNames('etcd-shared');
@@ -21,16 +19,9 @@ const prefix = 'shared-test/';
 const hashOf = (label: string) => label.padEnd(64, '0').slice(0, 64);
 
 describe.skipIf(!run)('etcd shared modes (read locks, semaphores)', () => {
-  let etcd: EtcdService;
-  let raw: Etcd3;
+  const { raw, open } = useEtcd(prefix);
   let a: LockBackend;
   let b: LockBackend;
-  const opened: LockBackend[] = [];
-  const open = () => {
-    const backend = etcdBackend({ endpoints: etcd.endpoints, minTtlMs: 1_000, prefix });
-    opened.push(backend);
-    return backend;
-  };
   const shared = (name: string, owner: string, limit: number, ttlMs = 10_000): AcquireRequest => ({
     name,
     owner,
@@ -49,10 +40,7 @@ describe.skipIf(!run)('etcd shared modes (read locks, semaphores)', () => {
     if (!result.granted) throw new Error(`expected a grant, got ${JSON.stringify(result)}`);
     return result.grant;
   };
-  const queueKeys = async (name: string) =>
-    (await raw.getAll().prefix(`${prefix}queue/${name}\0`).sort('Create', 'Ascend').keys()).map(
-      (key) => key.toString(),
-    );
+  const queueKeys = (name: string) => waiterKeys(raw(), prefix, name);
   const untilQueued = (name: string, count: number) =>
     until(async () => (await queueKeys(name)).length >= count, {
       what: `${count} waiters in ${name}`,
@@ -60,16 +48,9 @@ describe.skipIf(!run)('etcd shared modes (read locks, semaphores)', () => {
   const queued = (backend: LockBackend, request: AcquireRequest, signal?: AbortSignal) =>
     backend.acquireQueued!({ ...request, signal: signal ?? new AbortController().signal });
 
-  beforeAll(async () => {
-    etcd = await startFastEtcd();
-    raw = new Etcd3({ hosts: etcd.endpoints });
+  beforeAll(() => {
     a = open();
     b = open();
-  });
-  afterAll(async () => {
-    await Promise.all(opened.map((backend) => backend.close()));
-    raw?.close();
-    await etcd?.stop();
   });
 
   it('declares shared modes', () => {
@@ -287,21 +268,21 @@ describe.skipIf(!run)('etcd shared modes (read locks, semaphores)', () => {
     const sharedEntry = `${prefix}queue/${name}\0s3.fake`;
     const otherLimitEntry = `${prefix}queue/${name}\0s4.fake`;
     const exclusiveEntry = `${prefix}queue/${name}\0abcd`;
-    await raw.put(sharedEntry).value('waiter');
+    await raw().put(sharedEntry).value('waiter');
     grantOf(await a.tryAcquire(shared(name, 'r1', 3)));
     // One holder and one shared waiter ahead: room for one more (limit 3).
     grantOf(await a.tryAcquire(shared(name, 'r2', 3)));
     // Now the waiter ahead takes the last permit: no room.
     expect((await a.tryAcquire(shared(name, 'r3', 3))).granted).toBe(false);
-    await raw.delete().key(sharedEntry);
+    await raw().delete().key(sharedEntry);
     // A shared waiter with another limit goes first (it will be refused or granted alone).
-    await raw.put(otherLimitEntry).value('waiter');
+    await raw().put(otherLimitEntry).value('waiter');
     expect((await a.tryAcquire(shared(name, 'r3', 3))).granted).toBe(false);
-    await raw.delete().key(otherLimitEntry);
-    await raw.put(exclusiveEntry).value('writer');
+    await raw().delete().key(otherLimitEntry);
+    await raw().put(exclusiveEntry).value('writer');
     // Room, but an exclusive waiter is queued: refused.
     expect((await a.tryAcquire(shared(name, 'r3', 3))).granted).toBe(false);
-    await raw.delete().key(exclusiveEntry);
+    await raw().delete().key(exclusiveEntry);
     grantOf(await a.tryAcquire(shared(name, 'r3', 3)));
   });
 

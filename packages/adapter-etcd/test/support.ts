@@ -1,6 +1,8 @@
 import { useService } from '@dlm/conformance';
 import type { LockBackend } from '@dlm/core';
 import { type EtcdService, startEtcd } from '@dlm/test-services';
+import { Etcd3 } from 'etcd3';
+import { afterAll } from 'vitest';
 import { etcdBackend } from '../src/index.js';
 
 /** etcd with fast elections, so a test that kills the leader does not wait out the defaults. */
@@ -36,4 +38,52 @@ export function useEtcdBackend(prefix: string): EtcdFixture {
       return backend();
     },
   };
+}
+
+/** etcd, a raw client of it, and the backends a scope opens under one prefix. */
+export interface EtcdScope {
+  etcd(): EtcdService;
+  /** A client of the test's own, to look at (and meddle with) the keys the adapter writes. */
+  raw(): Etcd3;
+  /** A backend under the scope's prefix (1 s leases at the least), closed after the scope's tests. */
+  open(options?: { client?: Etcd3; waiterLeaseTtlMs?: number }): LockBackend;
+}
+
+/**
+ * Starts etcd and a raw client of it before the enclosing scope's tests (file or `describe`);
+ * after them closes the backends `open` made, then the raw client, then etcd.
+ */
+export function useEtcd(prefix: string): EtcdScope {
+  const etcd = useService(startFastEtcd);
+  const raw = useService(
+    async () => new Etcd3({ hosts: etcd().endpoints }),
+    async (client) => client.close(),
+  );
+  // Registered last, so it runs first of the three after-hooks (they run in reverse order).
+  const opened: LockBackend[] = [];
+  afterAll(() => Promise.all(opened.map((backend) => backend.close())));
+  return {
+    etcd,
+    raw,
+    open: (options = {}) => {
+      const backend = etcdBackend({
+        endpoints: etcd().endpoints,
+        minTtlMs: 1_000,
+        prefix,
+        ...options,
+      });
+      opened.push(backend);
+      return backend;
+    },
+  };
+}
+
+/** The waiter keys of `name`'s queue under `prefix`, oldest first. */
+export async function waiterKeys(raw: Etcd3, prefix: string, name: string): Promise<string[]> {
+  const keys = await raw
+    .getAll()
+    .prefix(`${prefix}queue/${name}\0`)
+    .sort('Create', 'Ascend')
+    .keys();
+  return keys.map((key) => key.toString());
 }

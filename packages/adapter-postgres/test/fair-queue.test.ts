@@ -1,17 +1,15 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { sleep, until } from '@dlm/conformance';
+import { lockName, sleep, until } from '@dlm/conformance';
 import type { AcquireResult, LockBackend } from '@dlm/core';
-import { type PostgresService, postgresAvailable, startPostgres } from '@dlm/test-services';
-import pg from 'pg';
+import { postgresAvailable } from '@dlm/test-services';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type PostgresBackendOptions, postgresBackend } from '../src/index.js';
+import { postgresBackend } from '../src/index.js';
+import { usePostgres } from './support.js';
 
 const run = postgresAvailable();
 const packageDir = join(import.meta.dirname, '..');
 const repoDir = join(packageDir, '..', '..');
-let unique = 0;
-const lockName = (label: string) => `pg-queue/${label}/${process.pid}-${Date.now()}-${++unique}`;
 
 /**
  * The child runs plain Node (no TypeScript loader), so it imports this package's dist/, built
@@ -25,19 +23,11 @@ function buildForChild(): void {
 }
 
 describe.skipIf(!run)('postgres fair queue (acquireQueued)', () => {
-  let postgres: PostgresService;
-  let admin: pg.Client;
+  const { postgres, admin, open } = usePostgres('queue_');
   let child: ChildProcess | undefined;
-  const opened: LockBackend[] = [];
-  async function open(options: PostgresBackendOptions = {}): Promise<LockBackend> {
-    const backend = postgresBackend({ url: postgres.url, tablePrefix: 'queue_', ...options });
-    opened.push(backend);
-    await backend.ready();
-    return backend;
-  }
   /** `name`'s entries in the waiters table, oldest first, with whether each is still live. */
   async function entries(name: string): Promise<{ owner: string; live: boolean }[]> {
-    const result = await admin.query(
+    const result = await admin().query(
       `SELECT owner, expires_at > clock_timestamp() AS live FROM queue_waiters
         WHERE name = $1 ORDER BY id`,
       [name],
@@ -70,17 +60,12 @@ describe.skipIf(!run)('postgres fair queue (acquireQueued)', () => {
   }
 
   beforeAll(async () => {
-    postgres = await startPostgres();
-    admin = new pg.Client({ connectionString: postgres.url });
-    await admin.connect();
     // The schema, before the admin reads the table.
     await open();
   });
-  afterAll(async () => {
+  // Before the scope's own after-hook closes the backends (after-hooks run in reverse order).
+  afterAll(() => {
     child?.kill('SIGKILL');
-    for (const backend of opened) await backend.close().catch(() => {});
-    await admin?.end().catch(() => {});
-    await postgres?.stop();
   });
 
   it('waiters on three servers are granted in the order they queued; the table is empty after', async () => {
@@ -107,7 +92,7 @@ describe.skipIf(!run)('postgres fair queue (acquireQueued)', () => {
     const backend = await open();
     const name = lockName('no-jump');
     // An entry as another server's waiter leaves it (no pid: its end alone counts).
-    await admin.query(
+    await admin().query(
       `INSERT INTO queue_waiters (id, name, owner, expires_at)
         VALUES (nextval('queue_waiter_ids'), $1, 'elsewhere', clock_timestamp() + interval '1 minute')`,
       [name],
@@ -115,11 +100,11 @@ describe.skipIf(!run)('postgres fair queue (acquireQueued)', () => {
     expect(await backend.inspect(name)).toBeNull();
     expect((await backend.tryAcquire({ name, owner: 'jumper', ttlMs: 1_000 })).granted).toBe(false);
     // Ended: it no longer counts, and the lock is taken.
-    await admin.query(`UPDATE queue_waiters SET expires_at = clock_timestamp() WHERE name = $1`, [
+    await admin().query(`UPDATE queue_waiters SET expires_at = clock_timestamp() WHERE name = $1`, [
       name,
     ]);
     expect((await backend.tryAcquire({ name, owner: 'jumper', ttlMs: 1_000 })).granted).toBe(true);
-    await admin.query('DELETE FROM queue_waiters WHERE name = $1', [name]);
+    await admin().query('DELETE FROM queue_waiters WHERE name = $1', [name]);
   });
 
   it('entries stay live and in order while their servers renew them, past many waiterTtlMs', async () => {
@@ -159,7 +144,7 @@ describe.skipIf(!run)('postgres fair queue (acquireQueued)', () => {
         process.execPath,
         [
           join(packageDir, 'test', 'fixtures', 'queue-waiter.mjs'),
-          postgres.url,
+          postgres().url,
           name,
           `${waiterTtlMs}`,
         ],
@@ -235,7 +220,7 @@ describe.skipIf(!run)('postgres fair queue (acquireQueued)', () => {
 
   it('rejects a waiterTtlMs that is not a positive whole number with INVALID_PARAMS', () => {
     for (const waiterTtlMs of [0, -1, 1.5]) {
-      expect(() => postgresBackend({ url: postgres.url, waiterTtlMs })).toThrow(
+      expect(() => postgresBackend({ url: postgres().url, waiterTtlMs })).toThrow(
         expect.objectContaining({ code: 'INVALID_PARAMS', details: { field: 'waiterTtlMs' } }),
       );
     }

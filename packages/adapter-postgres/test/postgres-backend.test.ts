@@ -1,60 +1,21 @@
-import { granted, sleep, until } from '@dlm/conformance';
+import { failure, granted, lockName, sleep, until } from '@dlm/conformance';
 import { isDlmError, type LockEvent } from '@dlm/core';
-import {
-  type PostgresService,
-  postgresAvailable,
-  postgresManaged,
-  startPostgres,
-} from '@dlm/test-services';
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  type PostgresBackend,
-  type PostgresBackendOptions,
-  postgresBackend,
-} from '../src/index.js';
+import { postgresAvailable, postgresManaged } from '@dlm/test-services';
+import { describe, expect, it } from 'vitest';
+import { type PostgresBackend, postgresBackend } from '../src/index.js';
+import { usePostgres } from './support.js';
 
 const run = postgresAvailable();
-let unique = 0;
-const lockName = (label: string) => `pg-test/${label}/${process.pid}-${Date.now()}-${++unique}`;
-
-async function failure(promise: Promise<unknown>): Promise<unknown> {
-  return promise.then(
-    () => {
-      throw new Error('expected the call to fail');
-    },
-    (error: unknown) => error,
-  );
-}
 
 describe.skipIf(!run)('postgres backend', () => {
-  let postgres: PostgresService;
-  let admin: pg.Client;
-  const opened: PostgresBackend[] = [];
-  async function open(options: PostgresBackendOptions = {}): Promise<PostgresBackend> {
-    const backend = postgresBackend({ url: postgres.url, tablePrefix: 'unit_', ...options });
-    opened.push(backend);
-    await backend.ready();
-    return backend;
-  }
+  const { postgres, admin, reconnectAdmin, open } = usePostgres('unit_');
   async function rows(name: string, prefix = 'unit_'): Promise<number> {
-    const result = await admin.query(
+    const result = await admin().query(
       `SELECT count(*)::int AS n FROM ${prefix}leases WHERE name = $1`,
       [name],
     );
     return (result.rows[0] as { n: number }).n;
   }
-
-  beforeAll(async () => {
-    postgres = await startPostgres();
-    admin = new pg.Client({ connectionString: postgres.url });
-    await admin.connect();
-  });
-  afterAll(async () => {
-    for (const backend of opened) await backend.close().catch(() => {});
-    await admin?.end().catch(() => {});
-    await postgres?.stop();
-  });
 
   it('rejects a schema or prefix it cannot quote, and bad timeouts, with INVALID_PARAMS', () => {
     for (const [options, field] of [
@@ -76,12 +37,10 @@ describe.skipIf(!run)('postgres backend', () => {
 
   it('servers opening at once create the schema once, without racing', async () => {
     const prefix = `race_${process.pid}_`;
-    const backends = Array.from({ length: 5 }, () =>
-      postgresBackend({ url: postgres.url, schema: 'dlm_race', tablePrefix: prefix }),
+    await Promise.all(
+      Array.from({ length: 5 }, () => open({ schema: 'dlm_race', tablePrefix: prefix })),
     );
-    opened.push(...backends);
-    await Promise.all(backends.map((backend) => backend.ready()));
-    const tables = await admin.query(
+    const tables = await admin().query(
       `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'dlm_race' AND tablename = $1`,
       [`${prefix}leases`],
     );
@@ -197,7 +156,7 @@ describe.skipIf(!run)('postgres backend', () => {
     const grant = await granted(a, name, 'a', 30_000);
     await until(() => events.length >= 1, 2_000);
     // Cut every LISTEN connection on the server (B's among them), then release at once.
-    await admin.query(
+    await admin().query(
       `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()`,
     );
     await a.release({ name, token: grant.token });
@@ -238,7 +197,7 @@ describe.skipIf(!run)('postgres backend', () => {
     });
     for (let round = 0; round < 30; round += 1) {
       await sleep(20);
-      await admin.query(
+      await admin().query(
         `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'dlm' AND pid <> pg_backend_pid()`,
       );
     }
@@ -256,7 +215,7 @@ describe.skipIf(!run)('postgres backend', () => {
     it('a paused database: UNAVAILABLE within the bound (writes indeterminate); locking resumes after', async () => {
       const backend = await open({ commandTimeoutMs });
       const name = lockName('paused');
-      await postgres.pause();
+      await postgres().pause();
       try {
         const started = performance.now();
         const acquire = await failure(backend.tryAcquire({ name, owner: 'a', ttlMs: 5_000 }));
@@ -273,7 +232,7 @@ describe.skipIf(!run)('postgres backend', () => {
         expect(acquireMs).toBeLessThan(commandTimeoutMs + 500);
         console.log(`[postgres] paused: UNAVAILABLE after ${Math.round(acquireMs)} ms`);
       } finally {
-        await postgres.resume();
+        await postgres().resume();
       }
       // The abandoned acquire may have committed after the resume (it was indeterminate): the
       // name is then held by 'a' with a bounded lease; a new name works at once.
@@ -290,17 +249,16 @@ describe.skipIf(!run)('postgres backend', () => {
       const name = lockName('killed');
       const grant = await a.tryAcquire({ name, owner: 'a', ttlMs: 60_000 });
       if (!grant.granted) throw new Error('expected a grant');
-      await admin.end();
-      await postgres.kill();
+      await admin().end();
+      await postgres().kill();
       const started = performance.now();
       const down = await failure(
         a.tryAcquire({ name: lockName('down'), owner: 'a', ttlMs: 5_000 }),
       );
       expect(isDlmError(down, 'UNAVAILABLE')).toBe(true);
       expect(performance.now() - started).toBeLessThan(commandTimeoutMs + 500);
-      await postgres.start();
-      admin = new pg.Client({ connectionString: postgres.url });
-      await admin.connect();
+      await postgres().start();
+      await reconnectAdmin();
 
       const events: LockEvent[] = [];
       const stop = b.watch(name, (event) => events.push(event));

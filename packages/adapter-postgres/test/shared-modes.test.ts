@@ -1,12 +1,10 @@
-import { until } from '@dlm/conformance';
+import { lockName, until } from '@dlm/conformance';
 import type { AcquireResult, LockBackend, LockEvent } from '@dlm/core';
-import { type PostgresService, postgresAvailable, startPostgres } from '@dlm/test-services';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type PostgresBackend, postgresBackend } from '../src/index.js';
+import { postgresAvailable } from '@dlm/test-services';
+import { describe, expect, it } from 'vitest';
+import { usePostgres } from './support.js';
 
 const run = postgresAvailable();
-let unique = 0;
-const lockName = (label: string) => `pg-shared/${label}/${process.pid}-${Date.now()}-${++unique}`;
 
 function token(result: AcquireResult): bigint {
   if (!result.granted) throw new Error(`expected a grant, got ${JSON.stringify(result)}`);
@@ -14,14 +12,7 @@ function token(result: AcquireResult): bigint {
 }
 
 describe.skipIf(!run)('postgres shared modes', () => {
-  let postgres: PostgresService;
-  const opened: PostgresBackend[] = [];
-  async function open(): Promise<PostgresBackend> {
-    const backend = postgresBackend({ url: postgres.url, tablePrefix: 'shared_' });
-    opened.push(backend);
-    await backend.ready();
-    return backend;
-  }
+  const { admin, open } = usePostgres('shared_');
   const shared = (
     backend: LockBackend,
     name: string,
@@ -32,14 +23,6 @@ describe.skipIf(!run)('postgres shared modes', () => {
   ) => backend.tryAcquire({ name, owner, ttlMs, keyHash, mode: 'shared', limit });
   const exclusive = (backend: LockBackend, name: string, owner: string, ttlMs = 10_000) =>
     backend.tryAcquire({ name, owner, ttlMs, keyHash: `k-${owner}` });
-
-  beforeAll(async () => {
-    postgres = await startPostgres();
-  });
-  afterAll(async () => {
-    for (const backend of opened) await backend.close().catch(() => {});
-    await postgres?.stop();
-  });
 
   it('says sharedModes', async () => {
     const backend = await open();
@@ -298,14 +281,7 @@ describe.skipIf(!run)('postgres shared modes', () => {
   });
 
   async function sql(text: string, values: unknown[]): Promise<Array<Record<string, unknown>>> {
-    const pg = (await import('pg')).default;
-    const client = new pg.Client({ connectionString: postgres.url });
-    await client.connect();
-    try {
-      return (await client.query(text, values)).rows;
-    } finally {
-      await client.end();
-    }
+    return (await admin().query(text, values)).rows;
   }
   async function waiters(name: string): Promise<number> {
     const rows = await sql('SELECT count(*)::int AS n FROM shared_waiters WHERE name = $1', [name]);

@@ -1,16 +1,14 @@
-import { killAndStart, runConformance, useService } from '@dlm/conformance';
-import { redisAvailable, redisManaged, startRedis } from '@dlm/test-services';
+import { killAndStart, runConformance } from '@dlm/conformance';
+import { redisAvailable, redisManaged } from '@dlm/test-services';
 import { describe } from 'vitest';
 import { redisBackend } from '../src/index.js';
 import { queueProbe } from './queue-probe.js';
+import { useRedis } from './support.js';
 
 const enabled = redisAvailable();
 
 describe.skipIf(!enabled)('redis adapter', () => {
-  const redis = useService(
-    () => startRedis(),
-    (service) => service.stop(1_000),
-  );
+  const redis = useRedis();
 
   runConformance('redis', {
     backend: async () => {
@@ -25,10 +23,7 @@ describe.skipIf(!enabled)('redis adapter', () => {
 // With AOF `appendfsync always` the adapter may declare durableAcrossRestart, and the suite's
 // restart test (kill -9, start again with the same data) holds it to that.
 describe.skipIf(!enabled || !redisManaged())('redis adapter, durable (AOF always)', () => {
-  const redis = useService(
-    () => startRedis({ aof: true }),
-    (service) => service.stop(1_000),
-  );
+  const redis = useRedis({ aof: true });
 
   runConformance('redis (durable)', {
     backend: async () => {

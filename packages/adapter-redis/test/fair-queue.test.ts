@@ -1,10 +1,11 @@
-import { lockName, until, useService } from '@dlm/conformance';
+import { lockName, until } from '@dlm/conformance';
 import type { AcquireResult } from '@dlm/core';
-import { redisAvailable, startRedis } from '@dlm/test-services';
+import { redisAvailable } from '@dlm/test-services';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type RedisBackend, type RedisBackendOptions, redisBackend } from '../src/index.js';
 import { queueProbe } from './queue-probe.js';
+import { useRedis } from './support.js';
 
 const enabled = redisAvailable();
 
@@ -12,10 +13,7 @@ const enabled = redisAvailable();
 const WAITER_TTL_MS = 900;
 
 describe.skipIf(!enabled)('redis fair queue across servers', () => {
-  const redis = useService(
-    () => startRedis(),
-    (service) => service.stop(1_000),
-  );
+  const redis = useRedis();
   const opened: RedisBackend[] = [];
   const clients: Redis[] = [];
   afterEach(async () => {

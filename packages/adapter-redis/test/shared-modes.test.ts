@@ -1,19 +1,17 @@
-import { lockName, until, useService } from '@dlm/conformance';
+import { lockName, until } from '@dlm/conformance';
 import type { AcquireRequest, AcquireResult, Grant, LockEvent } from '@dlm/core';
-import { redisAvailable, startRedis } from '@dlm/test-services';
+import { redisAvailable } from '@dlm/test-services';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { nameKeys, type RedisBackend, redisBackend } from '../src/index.js';
 import { queueProbe } from './queue-probe.js';
+import { useRedis } from './support.js';
 
 const enabled = redisAvailable();
 
 /** Shared holders, semaphores and their queue on one real Redis, through two backends. */
 describe.skipIf(!enabled)('redis shared modes', () => {
-  const redis = useService(
-    () => startRedis(),
-    (service) => service.stop(1_000),
-  );
+  const redis = useRedis();
   const opened: RedisBackend[] = [];
   afterEach(async () => {
     await Promise.all(opened.splice(0).map((backend) => backend.close()));

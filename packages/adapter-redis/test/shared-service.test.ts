@@ -1,18 +1,16 @@
-import { lockName, until, useService } from '@dlm/conformance';
+import { lockName, until } from '@dlm/conformance';
 import { createLockService, type LockService, type LostEvent } from '@dlm/core';
-import { redisAvailable, startRedis } from '@dlm/test-services';
+import { redisAvailable } from '@dlm/test-services';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type RedisBackend, redisBackend } from '../src/index.js';
 import { queueProbe } from './queue-probe.js';
+import { useRedis } from './support.js';
 
 const enabled = redisAvailable();
 
 /** Read locks and semaphores through core's lock service, on a real Redis, two services. */
 describe.skipIf(!enabled)('redis shared modes through the lock service', () => {
-  const redis = useService(
-    () => startRedis(),
-    (service) => service.stop(1_000),
-  );
+  const redis = useRedis();
   const opened: Array<{ service: LockService; backend: RedisBackend }> = [];
   afterEach(async () => {
     for (const { service, backend } of opened.splice(0)) {

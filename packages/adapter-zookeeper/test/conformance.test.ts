@@ -1,52 +1,26 @@
 import { killAndStart, runConformance } from '@dlm/conformance';
-import {
-  startZooKeeper,
-  startZooKeeperEnsemble,
-  type ZooKeeperService,
-  zookeeperAvailable,
-  zookeeperManaged,
-} from '@dlm/test-services';
-import type { Client } from 'node-zookeeper-client';
-import { afterAll, beforeAll, describe } from 'vitest';
+import { startZooKeeperEnsemble, zookeeperAvailable, zookeeperManaged } from '@dlm/test-services';
+import { describe } from 'vitest';
 import { zookeeperBackend } from '../src/index.js';
 import { lockPaths } from '../src/zk-paths.js';
-import { connectRaw } from './support.js';
+import { useZooKeeper, waiterNodes } from './support.js';
 
 const run = zookeeperAvailable();
 /** zookeeperBackend's default root: the fair-queue probe lists its waiter nodes. */
 const paths = lockPaths('/dlm');
 
 describe.skipIf(!run)('zookeeper adapter', () => {
-  let zk: ZooKeeperService;
-  let raw: Client;
-  beforeAll(async () => {
-    zk = await startZooKeeper();
-    raw = await connectRaw(zk.connectString);
-  });
-  afterAll(async () => {
-    raw?.close();
-    await zk?.stop();
-  });
+  const { zk, raw } = useZooKeeper();
 
   runConformance('zookeeper', {
-    backend: () => zookeeperBackend({ connect: zk.connectString, sessionTimeoutMs: 4_000 }),
+    backend: () => zookeeperBackend({ connect: zk().connectString, sessionTimeoutMs: 4_000 }),
     fairQueue: {
       // The waiter nodes of `name`'s queue, in queue order (none once the lock node is gone).
-      entries: async (name) => {
-        const children = await new Promise<string[]>((resolve, reject) =>
-          raw.getChildren(paths.parent(name), (error, list) =>
-            error ? reject(error) : resolve(list),
-          ),
-        ).catch(() => [] as string[]);
-        const sequence = (child: string) => Number(/-wait-(\d+)$/.exec(child)?.[1]);
-        return children
-          .filter((child) => /-wait-\d+$/.test(child))
-          .sort((x, y) => sequence(x) - sequence(y));
-      },
+      entries: (name) => waiterNodes(raw(), paths.parent(name)),
     },
     ...(zookeeperManaged()
       ? {
-          restart: () => killAndStart(zk.members[0]!.process),
+          restart: () => killAndStart(zk().members[0]!.process),
           cluster: async () => {
             const commandTimeoutMs = 2_000;
             const ensemble = await startZooKeeperEnsemble(3);

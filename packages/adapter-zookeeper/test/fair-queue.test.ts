@@ -1,61 +1,25 @@
-import { granted, pendingAfter, until } from '@dlm/conformance';
+import { granted, lockName, pendingAfter, until } from '@dlm/conformance';
 import type { LockBackend } from '@dlm/core';
-import { startZooKeeper, type ZooKeeperService, zookeeperAvailable } from '@dlm/test-services';
-import { type Client, CreateMode } from 'node-zookeeper-client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { zookeeperBackend } from '../src/index.js';
+import { zookeeperAvailable } from '@dlm/test-services';
+import { CreateMode } from 'node-zookeeper-client';
+import { describe, expect, it } from 'vitest';
 import { lockPaths } from '../src/zk-paths.js';
-import { connectRaw } from './support.js';
+import { lastZxid, rawCall, useZooKeeper, waiterNodes } from './support.js';
 
 const run = zookeeperAvailable();
-let unique = 0;
-const lockName = (label: string) => `zk-queue/${label}/${process.pid}-${Date.now()}-${++unique}`;
 const prefix = '/dlm-queue-test';
 const paths = lockPaths(prefix);
 
 describe.skipIf(!run)('zookeeper fair queue (acquireQueued)', () => {
-  let zk: ZooKeeperService;
-  let raw: Client;
-  const opened: LockBackend[] = [];
-  const open = () => {
-    const backend = zookeeperBackend({
-      connect: zk.connectString,
-      prefix,
-      sessionTimeoutMs: 2_000,
-    });
-    opened.push(backend);
-    return backend;
-  };
-  const rawCall = <T>(fn: (done: (error: unknown, value?: T) => void) => void) =>
-    new Promise<T>((resolve, reject) =>
-      fn((error, value) => (error ? reject(error) : resolve(value as T))),
-    );
+  const { raw, open } = useZooKeeper(prefix);
   /** The waiter nodes of `name`'s queue, in queue order. */
-  const waiterNodes = async (name: string) => {
-    const children = await rawCall<string[]>((done) =>
-      raw.getChildren(paths.parent(name), (error, list) => done(error, list)),
-    ).catch(() => [] as string[]);
-    const sequence = (child: string) => Number(/-wait-(\d+)$/.exec(child)?.[1]);
-    return children
-      .filter((child) => /-wait-\d+$/.test(child))
-      .sort((x, y) => sequence(x) - sequence(y));
-  };
+  const waiters = (name: string) => waiterNodes(raw(), paths.parent(name));
   const untilQueued = (name: string, count: number) =>
-    until(async () => (await waiterNodes(name)).length >= count, {
+    until(async () => (await waiters(name)).length >= count, {
       what: `${count} waiters in ${name}`,
     });
   const queued = (backend: LockBackend, name: string, owner: string, signal: AbortSignal) =>
     backend.acquireQueued!({ name, owner, ttlMs: 5_000, signal });
-
-  beforeAll(async () => {
-    zk = await startZooKeeper();
-    raw = await connectRaw(zk.connectString);
-  });
-  afterAll(async () => {
-    await Promise.all(opened.map((backend) => backend.close()));
-    raw?.close();
-    await zk?.stop();
-  });
 
   it('a try-lock does not take a free lock while a waiter is queued for it', async () => {
     const backend = open();
@@ -64,7 +28,7 @@ describe.skipIf(!run)('zookeeper fair queue (acquireQueued)', () => {
     await backend.release({ name, token: holder.token });
     // A waiter at the head of the queue that has not taken the free lock yet.
     const waiter = await rawCall<string>((done) =>
-      raw.create(
+      raw().create(
         `${paths.parent(name)}/raw-wait-`,
         Buffer.from('waiter'),
         CreateMode.EPHEMERAL_SEQUENTIAL,
@@ -72,19 +36,9 @@ describe.skipIf(!run)('zookeeper fair queue (acquireQueued)', () => {
       ),
     );
     expect((await backend.tryAcquire({ name, owner: 'barger', ttlMs: 5_000 })).granted).toBe(false);
-    await rawCall((done) => raw.remove(waiter, -1, (error) => done(error)));
+    await rawCall((done) => raw().remove(waiter, -1, (error) => done(error)));
     expect((await granted(backend, name, 'barger')).owner).toBe('barger');
   });
-
-  /** ZooKeeper's last zxid: the mzxid of a write of the test's own. */
-  const lastZxid = async () => {
-    const scratch = `${prefix}/scratch`;
-    await rawCall((done) => raw.mkdirp(scratch, (error) => done(error)));
-    const stat = await rawCall<{ mzxid: Buffer }>((done) =>
-      raw.setData(scratch, Buffer.alloc(0), -1, (error, written) => done(error, written)),
-    );
-    return stat.mzxid.readBigInt64BE(0);
-  };
 
   it("a release hands the lock to its own backend's head waiter in one write", async () => {
     const backend = open();
@@ -96,14 +50,14 @@ describe.skipIf(!run)('zookeeper fair queue (acquireQueued)', () => {
     await untilQueued(name, 1);
     // Asleep at the head: its look has answered.
     expect(await pendingAfter(waiting, 200)).toBe(true);
-    const before = await lastZxid();
+    const before = await lastZxid(raw(), prefix);
     expect(await backend.release({ name, token: holder.token })).toBe(true);
     const result = await waiting;
     if (!result.granted) throw new Error('the head waiter was not granted');
     // The release and the grant are one transaction: a release and the waiter's own grant
     // would be two, and the token one higher.
     expect(result.grant.token).toBe(before + 1n);
-    expect(await waiterNodes(name)).toEqual([]);
+    expect(await waiters(name)).toEqual([]);
     expect((await backend.inspect(name))?.owner).toBe('next');
     await until(() => events.length >= 2, { what: 'the release and the grant events' });
     expect(events).toEqual([`released:${holder.token}`, `acquired:${result.grant.token}`]);
@@ -175,16 +129,16 @@ describe.skipIf(!run)('zookeeper fair queue (acquireQueued)', () => {
     const holder = await granted(backend, name, 'holder');
     const waiting = queued(backend, name, 'sleeper', new AbortController().signal);
     await untilQueued(name, 1);
-    const [sleeperNode] = await waiterNodes(name);
+    const [sleeperNode] = await waiters(name);
     const children = await rawCall<string[]>((done) =>
-      raw.getChildren(paths.parent(name), (error, list) => done(error, list)),
+      raw().getChildren(paths.parent(name), (error, list) => done(error, list)),
     );
     const holderNode = children.find((child) => child.includes('-lock-'))!;
     // In one multi-op: the sleeper's node goes (as with an expired session), the lock is
     // released, and a later waiter queues. The sleeper is no longer queued, so it must queue
     // again behind the later waiter rather than take the free lock.
     const later = await rawCall<Array<{ path?: string }>>((done) =>
-      raw
+      raw()
         .transaction()
         .remove(`${paths.parent(name)}/${sleeperNode}`, -1)
         .setData(paths.parent(name), Buffer.from(`released:${holder.token}`), -1)
@@ -198,7 +152,7 @@ describe.skipIf(!run)('zookeeper fair queue (acquireQueued)', () => {
     );
     expect(await pendingAfter(waiting, 500)).toBe(true);
     expect(await backend.inspect(name)).toBeNull();
-    await rawCall((done) => raw.remove(later[3]!.path!, -1, (error) => done(error)));
+    await rawCall((done) => raw().remove(later[3]!.path!, -1, (error) => done(error)));
     const result = await waiting;
     expect(result.granted && result.grant.owner).toBe('sleeper');
   });

@@ -1,15 +1,12 @@
-import { pendingAfter, sleep, until } from '@dlm/conformance';
+import { lockName, pendingAfter, sleep, until } from '@dlm/conformance';
 import type { AcquireRequest, AcquireResult, Grant, LockBackend, LockEvent } from '@dlm/core';
-import { startZooKeeper, type ZooKeeperService, zookeeperAvailable } from '@dlm/test-services';
-import type { Client } from 'node-zookeeper-client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { zookeeperAvailable } from '@dlm/test-services';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { zookeeperBackend } from '../src/index.js';
 import { lockPaths } from '../src/zk-paths.js';
-import { connectRaw } from './support.js';
+import { lastZxid, useZooKeeper, waiterNodes } from './support.js';
 
 const run = zookeeperAvailable();
-let unique = 0;
-const lockName = (label: string) => `zk-shared/${label}/${process.pid}-${Date.now()}-${++unique}`;
 const prefix = '/dlm-shared-test';
 const paths = lockPaths(prefix);
 
@@ -18,20 +15,9 @@ const shared = (limit: number): Mode => ({ mode: 'shared', limit });
 const exclusive: Mode = {};
 
 describe.skipIf(!run)('zookeeper shared modes (read locks, semaphores)', () => {
-  let zk: ZooKeeperService;
-  let raw: Client;
+  const { zk, raw, open } = useZooKeeper(prefix);
   let a: LockBackend;
   let b: LockBackend;
-  const opened: LockBackend[] = [];
-  const open = () => {
-    const backend = zookeeperBackend({
-      connect: zk.connectString,
-      prefix,
-      sessionTimeoutMs: 2_000,
-    });
-    opened.push(backend);
-    return backend;
-  };
   const attempt = (
     backend: LockBackend,
     name: string,
@@ -68,28 +54,23 @@ describe.skipIf(!run)('zookeeper shared modes (read locks, semaphores)', () => {
     return result.grant;
   };
   /** The waiter nodes of `name`'s queue (a look of the test's own at what the adapter wrote). */
-  const waiterCount = async (name: string) => {
-    const children = await new Promise<string[]>((resolve, reject) =>
-      raw.getChildren(paths.parent(name), (error, list) => (error ? reject(error) : resolve(list))),
-    ).catch(() => [] as string[]);
-    return children.filter((child) => /-wait-\d{10}$/.test(child)).length;
-  };
+  const waiterCount = async (name: string) => (await waiterNodes(raw(), paths.parent(name))).length;
   const untilQueued = (name: string, count: number) =>
     until(async () => (await waiterCount(name)) >= count, {
       timeoutMs: 10_000,
       what: `${count} waiters queued on ${name}`,
     });
+  /** Every event `b`'s watch of `name` sees, from once the watch is set. */
+  const watchOnB = async (name: string) => {
+    const events: LockEvent[] = [];
+    const stop = b.watch(name, (event) => events.push(event));
+    await sleep(100);
+    return { events, stop };
+  };
 
-  beforeAll(async () => {
-    zk = await startZooKeeper();
-    raw = await connectRaw(zk.connectString);
+  beforeAll(() => {
     a = open();
     b = open();
-  });
-  afterAll(async () => {
-    await Promise.all(opened.map((backend) => backend.close()));
-    raw?.close();
-    await zk?.stop();
   });
 
   it('declares shared modes', () => {
@@ -227,9 +208,7 @@ describe.skipIf(!run)('zookeeper shared modes (read locks, semaphores)', () => {
 
   it('revoke ends every holder in one step, with one revoked event for each', async () => {
     const name = lockName('revoke');
-    const events: LockEvent[] = [];
-    const stop = b.watch(name, (event) => events.push(event));
-    await sleep(100);
+    const { events, stop } = await watchOnB(name);
     const r1 = await take(a, name, 'r1', shared(3));
     const r2 = await take(a, name, 'r2', shared(3));
     await until(() => events.filter((event) => event.type === 'acquired').length >= 2, 5_000);
@@ -281,9 +260,7 @@ describe.skipIf(!run)('zookeeper shared modes (read locks, semaphores)', () => {
 
   it("watch: 'acquired' carries the mode, and each holder's end is its own event", async () => {
     const name = lockName('events');
-    const events: LockEvent[] = [];
-    const stop = b.watch(name, (event) => events.push(event));
-    await sleep(100);
+    const { events, stop } = await watchOnB(name);
     const r1 = await take(a, name, 'r1', shared(2));
     const r2 = await take(a, name, 'r2', shared(2));
     await until(() => events.length >= 2, 5_000);
@@ -377,14 +354,12 @@ describe.skipIf(!run)('zookeeper shared modes (read locks, semaphores)', () => {
   it("with ephemeral: true, the shared holders of a closed backend end, each seen 'expired'", async () => {
     const name = lockName('ephemeral');
     const ephemeral = zookeeperBackend({
-      connect: zk.connectString,
+      connect: zk().connectString,
       prefix,
       sessionTimeoutMs: 2_000,
       ephemeral: true,
     });
-    const events: LockEvent[] = [];
-    const stop = b.watch(name, (event) => events.push(event));
-    await sleep(100);
+    const { events, stop } = await watchOnB(name);
     const r1 = await take(ephemeral, name, 'r1', shared(3));
     const r2 = await take(ephemeral, name, 'r2', shared(3));
     const r3 = await take(b, name, 'r3', shared(3));
@@ -399,20 +374,6 @@ describe.skipIf(!run)('zookeeper shared modes (read locks, semaphores)', () => {
     expect((await a.inspect(name))?.holders?.map((each) => each.token)).toEqual([r3.token]);
   });
 
-  /** ZooKeeper's last zxid: the mzxid of a write of the test's own. */
-  const lastZxid = async () => {
-    const scratch = `${prefix}/scratch`;
-    await new Promise<void>((resolve, reject) =>
-      raw.mkdirp(scratch, (error) => (error ? reject(error) : resolve())),
-    );
-    const stat = await new Promise<{ mzxid: Buffer }>((resolve, reject) =>
-      raw.setData(scratch, Buffer.alloc(0), -1, (error, written) =>
-        error ? reject(error) : resolve(written),
-      ),
-    );
-    return stat.mzxid.readBigInt64BE(0);
-  };
-
   it("the release of a permit hands its room to this backend's shared head waiter in one write", async () => {
     const name = lockName('permit-hand-over');
     const p1 = await take(a, name, 'p1', shared(2));
@@ -421,7 +382,7 @@ describe.skipIf(!run)('zookeeper shared modes (read locks, semaphores)', () => {
     await untilQueued(name, 1);
     // Asleep behind the holders: its look has answered.
     expect(await pendingAfter(next.result, 200)).toBe(true);
-    const before = await lastZxid();
+    const before = await lastZxid(raw(), prefix);
     expect(await a.release({ name, token: p1.token })).toBe(true);
     const granted = await grantOf(next.result);
     // The release and the grant are one transaction (a release and the waiter's own grant

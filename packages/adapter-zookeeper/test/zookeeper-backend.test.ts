@@ -1,4 +1,4 @@
-import { failure, granted, sleep, until } from '@dlm/conformance';
+import { failure, granted, lockName, sleep, until } from '@dlm/conformance';
 import { isDlmError, type LockBackend, type LockEvent } from '@dlm/core';
 import {
   startZooKeeper,
@@ -10,8 +10,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { zookeeperBackend } from '../src/index.js';
 
 const run = zookeeperAvailable();
-let unique = 0;
-const lockName = (label: string) => `zk-test/${label}/${process.pid}-${Date.now()}-${++unique}`;
 
 describe.skipIf(!run)('zookeeper backend primitives', () => {
   let zk: ZooKeeperService;

@@ -1,20 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import type { DlmClient, Lease } from '../src/index.js';
-import {
-  type ClientOptions,
-  eventually,
-  failOnUnhandledRejections,
-  lockName,
-  sleep,
-  useProxiedServer,
-} from './support.js';
+import type { Lease } from '../src/index.js';
+import { eventually, lockName, sleep, useProxiedServer } from './support.js';
 
-failOnUnhandledRejections();
-
-const env = useProxiedServer();
-const { client } = env;
-const viaProxy = (options: ClientOptions = {}): DlmClient =>
-  env.viaProxy({ requestTimeoutMs: 2_000, ...options });
+const env = useProxiedServer({ requestTimeoutMs: 2_000 });
+const { client, viaProxy } = env;
 
 /** Three fresh names, in an order that is not the sorted one. */
 function threeNames(label: string): [string, string, string] {

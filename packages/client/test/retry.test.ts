@@ -1,13 +1,11 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import { startServer } from '@dlm/server';
 import { describe, expect, it } from 'vitest';
-import { type DlmClient, isDlmError } from '../src/index.js';
-import { type ClientOptions, eventually, lockName, sleep, useProxiedServer } from './support.js';
+import { isDlmError } from '../src/index.js';
+import { eventually, lockName, sleep, useProxiedServer } from './support.js';
 
-const env = useProxiedServer();
-const { client } = env;
-const viaProxy = (options: ClientOptions = {}): DlmClient =>
-  env.viaProxy({ requestTimeoutMs: 2_000, ...options });
+const env = useProxiedServer({ requestTimeoutMs: 2_000 });
+const { client, viaProxy } = env;
 
 describe('idempotent retries', () => {
   it('an acquire whose reply was lost is re-sent with the same owner and returns that same lease', async () => {

@@ -1,33 +1,10 @@
 import { isDlmError } from '@dlm/core';
 import { describe, expect, it } from 'vitest';
 import type { Lease, LockChange } from '../src/index.js';
-import {
-  eventually,
-  failOnUnhandledRejections,
-  lockName,
-  sleep,
-  useProxiedServer,
-} from './support.js';
-
-failOnUnhandledRejections();
+import { eventually, lockName, pendingAfter, sleep, useProxiedServer } from './support.js';
 
 const env = useProxiedServer();
 const { client } = env;
-
-/** Whether `promise` is still pending after `ms`. */
-async function pendingAfter(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let settled = false;
-  promise.then(
-    () => {
-      settled = true;
-    },
-    () => {
-      settled = true;
-    },
-  );
-  await sleep(ms);
-  return !settled;
-}
 
 describe('semaphore', () => {
   it('admits limit permits at once, refuses the next, and hands a released permit to a waiter', async () => {

@@ -1,12 +1,12 @@
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { embeddedBackend } from '@dlm/adapter-embedded';
-import { sleep, until } from '@dlm/conformance';
+import { pendingAfter, sleep, until } from '@dlm/conformance';
 import type { LockBackend } from '@dlm/core';
 import { type RunningServer, type ServerOptions, startServer } from '@dlm/server';
 import { afterAll, beforeAll, expect } from 'vitest';
 import { createClient, type DlmClient } from '../src/index.js';
 
-export { sleep };
+export { pendingAfter, sleep };
 
 /** Polls `check` (a test-side observation, not client behaviour) until it holds or time runs out. */
 export function eventually(
@@ -160,7 +160,7 @@ export interface ProxiedServer {
   readonly proxy: TcpProxy;
   /** A client of the server (direct unless `options.url` says otherwise), closed with the scope. */
   client(options?: ClientOptions): DlmClient;
-  /** A client through the proxy that reconnects fast. */
+  /** A client through the proxy that reconnects fast, on the scope's proxy client options. */
   viaProxy(options?: ClientOptions): DlmClient;
   /** A client of a port nothing listens on, with a 300 ms request timeout. */
   clientOfNoServer(): Promise<DlmClient>;
@@ -170,9 +170,11 @@ export interface ProxiedServer {
 class ProxiedScope extends ServedScope implements ProxiedServer {
   #proxy: TcpProxy | undefined;
   readonly #clients: DlmClient[] = [];
+  readonly #proxyOptions: ClientOptions;
 
-  constructor() {
+  constructor(proxyOptions: ClientOptions) {
     super({});
+    this.#proxyOptions = proxyOptions;
     beforeAll(async () => {
       this.#proxy = await startProxy(this.server.port);
     });
@@ -194,7 +196,12 @@ class ProxiedScope extends ServedScope implements ProxiedServer {
   };
 
   readonly viaProxy = (options: ClientOptions = {}): DlmClient =>
-    this.client({ url: `ws://127.0.0.1:${this.proxy.port}`, reconnect: fastReconnect, ...options });
+    this.client({
+      url: `ws://127.0.0.1:${this.proxy.port}`,
+      reconnect: fastReconnect,
+      ...this.#proxyOptions,
+      ...options,
+    });
 
   readonly clientOfNoServer = async (): Promise<DlmClient> => {
     const port = await unusedPort();
@@ -209,9 +216,10 @@ class ProxiedScope extends ServedScope implements ProxiedServer {
 /**
  * Starts a {@link ProxiedServer} before the enclosing scope's tests (file or `describe`) and
  * closes its clients, proxy, server and backend, in that order, after them. The scope fails if a
- * promise rejects unhandled meanwhile ({@link failOnUnhandledRejections}).
+ * promise rejects unhandled meanwhile ({@link failOnUnhandledRejections}). `proxyOptions` are
+ * the defaults of every `viaProxy` client (a test's own options win).
  */
-export function useProxiedServer(): ProxiedServer {
+export function useProxiedServer(proxyOptions: ClientOptions = {}): ProxiedServer {
   failOnUnhandledRejections();
-  return new ProxiedScope();
+  return new ProxiedScope(proxyOptions);
 }

@@ -1,15 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { isDlmError } from '../src/errors.js';
 import type { Lease, LockService } from '../src/lock-service.js';
-import { serviceScope } from './service-scope.js';
-
-/** The error `promise` rejects with (the test fails if it fulfils). */
-async function failure(promise: Promise<unknown>): Promise<unknown> {
-  return promise.then(
-    () => expect.fail('expected a rejection'),
-    (error: unknown) => error,
-  );
-}
+import { failure, serviceScope } from './service-scope.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 

@@ -9,23 +9,16 @@ import {
   retry,
   retryPolicy,
 } from '../src/retry.js';
+import { settledFlag } from './service-scope.js';
 
 const flush = () => new Promise((resolve) => setImmediate(resolve));
 
 /** Settles `promise` by moving the manual clock forward in steps while it is pending. */
 async function drive<T>(clock: ManualClock, promise: Promise<T>, stepMs = 10): Promise<T> {
-  let done = false;
-  promise.then(
-    () => {
-      done = true;
-    },
-    () => {
-      done = true;
-    },
-  );
-  for (let i = 0; i < 100_000 && !done; i++) {
+  const done = settledFlag(promise);
+  for (let i = 0; i < 100_000 && !done(); i++) {
     await flush();
-    if (!done) clock.advance(stepMs);
+    if (!done()) clock.advance(stepMs);
   }
   return promise;
 }

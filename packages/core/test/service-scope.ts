@@ -1,7 +1,8 @@
-import { afterEach } from 'vitest';
+import { afterEach, expect } from 'vitest';
 // A relative import, not a dependency (see observer.test.ts): the real embedded backend.
 import { embeddedBackend } from '../../adapter-embedded/src/index.js';
 import type { LockBackend } from '../src/backend.js';
+import { type DlmError, isDlmError } from '../src/errors.js';
 import {
   createLockService,
   type LockService,
@@ -11,6 +12,26 @@ import {
 /** Lets the backend's and the service's promise chains run (a manual clock does not move). */
 export async function settle(): Promise<void> {
   for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
+}
+
+/** The DlmError `promise` rejects with; anything else, or a fulfilment, fails the test. */
+export async function failure(promise: Promise<unknown>): Promise<DlmError> {
+  const error = await promise.then(
+    () => expect.fail('expected a rejection'),
+    (error: unknown) => error,
+  );
+  if (!isDlmError(error)) throw error;
+  return error;
+}
+
+/** A look at whether `promise` has settled (fulfilled or rejected) yet, without awaiting it. */
+export function settledFlag(promise: Promise<unknown>): () => boolean {
+  let done = false;
+  const mark = () => {
+    done = true;
+  };
+  promise.then(mark, mark);
+  return () => done;
 }
 
 /** Opens a service on a fresh embedded backend (on the service's clock), seen through `wrap`. */

@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { LockBackend, LockEvent } from '../src/backend.js';
 import { createManualClock, type ManualClock } from '../src/clock.js';
-import { type DlmError, isDlmError } from '../src/errors.js';
 import { createLeaseKey } from '../src/lease-key.js';
 import {
   createLockService,
@@ -10,31 +9,13 @@ import {
   type LockService,
   type LostEvent,
 } from '../src/lock-service.js';
-import { serviceScope, settle } from './service-scope.js';
-
-/** The error `promise` rejects with (the test fails if it fulfils). */
-async function failure(promise: Promise<unknown>): Promise<DlmError> {
-  const error = await promise.then(
-    () => expect.fail('expected a rejection'),
-    (error: unknown) => error,
-  );
-  if (!isDlmError(error)) throw error;
-  return error;
-}
+import { failure, serviceScope, settle, settledFlag } from './service-scope.js';
 
 /** Whether `promise` has settled, after letting the service and the backend run. */
 async function settled(promise: Promise<unknown>): Promise<boolean> {
-  let done = false;
-  promise.then(
-    () => {
-      done = true;
-    },
-    () => {
-      done = true;
-    },
-  );
+  const done = settledFlag(promise);
   await settle();
-  return done;
+  return done();
 }
 
 /** The embedded backend as one without expiry events sees it: core checks each lease itself. */

@@ -1,0 +1,54 @@
+import { useService } from '@dlm/conformance';
+import { type PostgresService, startPostgres } from '@dlm/test-services';
+import pg from 'pg';
+import { afterAll, beforeAll } from 'vitest';
+import {
+  type PostgresBackend,
+  type PostgresBackendOptions,
+  postgresBackend,
+} from '../src/index.js';
+
+/** PostgreSQL, an admin client of the test's own, and the backends a scope opens. */
+export interface PostgresScope {
+  postgres(): PostgresService;
+  /** A client to look at (and meddle with) the tables, apart from every backend under test. */
+  admin(): pg.Client;
+  /** A new admin client, for a test that stopped the server under the last one. */
+  reconnectAdmin(): Promise<void>;
+  /** A ready backend on the scope's table prefix (`options` win), closed after the scope's tests. */
+  open(options?: PostgresBackendOptions): Promise<PostgresBackend>;
+}
+
+/**
+ * Starts PostgreSQL and connects an admin client before the enclosing scope's tests (file or
+ * `describe`); after them closes the backends `open` made, then the admin client, then the server.
+ */
+export function usePostgres(tablePrefix: string): PostgresScope {
+  const postgres = useService(() => startPostgres());
+  let admin: pg.Client | undefined;
+  const reconnectAdmin = async () => {
+    admin = new pg.Client({ connectionString: postgres().url });
+    await admin.connect();
+  };
+  beforeAll(reconnectAdmin);
+  const opened: PostgresBackend[] = [];
+  // Registered after the server's, so it runs before it (after-hooks run in reverse order).
+  afterAll(async () => {
+    for (const backend of opened) await backend.close().catch(() => {});
+    await admin?.end().catch(() => {});
+  });
+  return {
+    postgres,
+    admin: () => {
+      if (!admin) throw new Error('the admin client connects in beforeAll');
+      return admin;
+    },
+    reconnectAdmin,
+    open: async (options = {}) => {
+      const backend = postgresBackend({ url: postgres().url, tablePrefix, ...options });
+      opened.push(backend);
+      await backend.ready();
+      return backend;
+    },
+  };
+}

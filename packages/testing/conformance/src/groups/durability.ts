@@ -12,7 +12,8 @@ export function durabilityGroup(ctx: ConformanceContext): void {
     it('tokens keep increasing and held locks stay held across a backend restart', async (test) => {
       // Capability gate: a backend that does not declare durability (or a target that cannot
       // restart it) cannot keep locks across a restart; nothing the service promises is skipped.
-      if (!ctx.caps.durableAcrossRestart || !ctx.target.restart) test.skip();
+      if (!ctx.caps.durableAcrossRestart || !ctx.target.restart)
+        test.skip('no capabilities.durableAcrossRestart, or a target that cannot restart');
       const released = lockName('durable-released');
       const held = lockName('durable-held');
       const first = await ctx.service.acquire({ name: released, owner: 'a', ttlMs: 5_000 });

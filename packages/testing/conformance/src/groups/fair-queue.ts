@@ -53,7 +53,8 @@ async function expectQueueEmpty(ctx: ConformanceContext, name: string): Promise<
 function fairQueueBackend(ctx: ConformanceContext, test: Skippable): LockBackend {
   // Capability gate: the cross-server queue lives in the backend; without one, each server's
   // core queues its own waiters (covered by the waiting group on every backend).
-  if (!ctx.caps.fairQueue || !ctx.backend.acquireQueued) test.skip();
+  if (!ctx.caps.fairQueue || !ctx.backend.acquireQueued)
+    test.skip('the backend has no fair queue (capabilities.fairQueue, acquireQueued)');
   return ctx.backend;
 }
 
@@ -64,7 +65,7 @@ async function twoServers(ctx: ConformanceContext, test: Skippable) {
 
 async function arrivalOrderAcrossServices(ctx: ConformanceContext, test: Skippable): Promise<void> {
   // Capability gate: arrival order across servers needs the backend's own queue.
-  if (!ctx.caps.fairQueue) test.skip();
+  if (!ctx.caps.fairQueue) test.skip('the backend has no fair queue (capabilities.fairQueue)');
   const name = lockName('fair-across');
   const services = [ctx.service];
   for (let i = 0; i < 2; i += 1) {

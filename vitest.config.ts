@@ -2,6 +2,8 @@ import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
   test: {
+    // The default report, then the run's unhandled errors again where a log's tail keeps them.
+    reporters: ['default', './tooling/vitest/unhandled-errors-last.ts'],
     projects: [
       'packages/*/vitest.config.ts',
       'apps/*/vitest.config.ts',

@@ -1,6 +1,6 @@
 import { type PostgresService, postgresAvailable, startPostgres } from '@dlm/test-services';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { FENCED_TABLE_SQL, fencedWrite } from '../src/index.js';
 import { lockName, staleHolderAndNewHolder, startLockServer } from './stale-holder.js';
 
@@ -10,11 +10,19 @@ describe.skipIf(!enabled)('PostgreSQL: a conditional UPDATE on a fence_token col
   let postgres: PostgresService;
   let db: pg.Pool;
   let locks: Awaited<ReturnType<typeof startLockServer>>;
+  // A pooled connection that breaks while idle emits 'error' on the pool, and an 'error' with
+  // no listener ends the process (pg's README: always listen). Kept, so the test it happened in
+  // fails with the server's message instead of the run failing on an anonymous error.
+  const poolErrors: string[] = [];
 
   beforeAll(async () => {
     [postgres, locks] = await Promise.all([startPostgres(), startLockServer()]);
     db = new pg.Pool({ connectionString: postgres.url, max: 5 });
+    db.on('error', (error) => poolErrors.push(error.message));
     await db.query(FENCED_TABLE_SQL);
+  });
+  afterEach(() => {
+    expect(poolErrors.splice(0)).toEqual([]);
   });
   afterAll(async () => {
     await db?.end();

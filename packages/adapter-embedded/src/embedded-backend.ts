@@ -1,5 +1,5 @@
 import type * as core from '@dlm/core';
-import { DlmError, systemClock } from '@dlm/core';
+import { DlmError, MAX_TIMER_MS, systemClock } from '@dlm/core';
 import { createDeadlineHeap } from './deadline-heap.js';
 import { type Journal, openJournal, type RecoveredLease } from './journal.js';
 import type { JournalRecord } from './journal-format.js';
@@ -31,9 +31,6 @@ export interface EmbeddedBackendOptions {
   /** The journal is rewritten as a snapshot once it grows past this (default 64 MiB). */
   compactAfterBytes?: number;
 }
-
-/** setTimeout's ceiling; a longer wait is re-armed when it fires. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
  * The in-process backend: every lock lives in this process's memory, each primitive is a few

@@ -1,4 +1,4 @@
-import type { Clock, Timer } from '@dlm/core';
+import { backoffDelayMs, type Clock, type Timer } from '@dlm/core';
 import type pg from 'pg';
 import { query } from './calls.js';
 
@@ -20,10 +20,8 @@ export interface ListenConnectionOptions {
   onListening: (connects: number) => void;
 }
 
-/** Reconnect delays: 100 ms doubling to 2 s, jittered so that many servers do not stampede. */
-function reconnectDelayMs(attempt: number): number {
-  return (0.5 + Math.random() / 2) * Math.min(2_000, 100 * 2 ** attempt);
-}
+/** Reconnect delays: core's jittered backoff, up to 100 ms doubling to 2 s (no stampede). */
+const RECONNECT_BACKOFF = { initialDelayMs: 100, maxDelayMs: 2_000 };
 
 export class ListenConnection {
   private closed = false;
@@ -75,7 +73,7 @@ export class ListenConnection {
   private scheduleConnect(attempt: number): void {
     this.reconnectTimer = this.options.clock.setTimer(
       () => void this.connect(attempt),
-      attempt === 0 ? 0 : reconnectDelayMs(attempt),
+      attempt === 0 ? 0 : backoffDelayMs(RECONNECT_BACKOFF, attempt),
     );
   }
 

@@ -13,7 +13,7 @@ import {
   within,
 } from '@dlm/adapter-redis';
 import type * as core from '@dlm/core';
-import { DlmError, sleep, systemClock, toUnavailable } from '@dlm/core';
+import { backoffDelayMs, DlmError, sleep, systemClock, toUnavailable } from '@dlm/core';
 import type { Redis } from 'ioredis';
 import {
   answers,
@@ -268,6 +268,8 @@ type NodeAttempt = Gathered<NodeAcquireResult>;
 
 /** Past `acquireAttemptMs`: by then a split's copies have run out on the nodes' clocks. */
 const SPLIT_MARGIN_MS = 50;
+/** The pause between rounds of a split vote: up to 2 ms, doubling to 32 ms, jittered. */
+const SPLIT_BACKOFF = { initialDelayMs: 2, maxDelayMs: 32 };
 
 /**
  * Redlock's try-lock, answered only from what a quorum says. An acquire takes the nodes one by
@@ -288,7 +290,7 @@ async function tryAcquire(r: Redlock, request: core.AcquireRequest): Promise<cor
     if (settled !== 'free' || r.clock.now() > settleBy) return result;
     // Contenders that split the vote all see it settle at once: a random pause, growing with
     // each round, lets one of them take a quorum next time (Redlock's own retry advice).
-    await sleep(r.clock, Math.random() * Math.min(2 ** round, 32));
+    await sleep(r.clock, backoffDelayMs(SPLIT_BACKOFF, round));
   }
 }
 

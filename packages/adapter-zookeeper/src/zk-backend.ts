@@ -1,5 +1,5 @@
 import type * as core from '@dlm/core';
-import { DlmError, systemClock, toUnavailable } from '@dlm/core';
+import { DlmError, MAX_TIMER_MS, systemClock, toUnavailable } from '@dlm/core';
 import { Exception } from 'node-zookeeper-client';
 import { type Contend, contender } from './zk-contend.js';
 import { type Current, type LockStore, lockStore, proves } from './zk-locks.js';
@@ -56,9 +56,8 @@ export interface ZooKeeperBackend extends core.LockBackend {
   sweep(): Promise<number>;
 }
 
-/** The longest delay a timer takes; a lease without a readable TTL reports this. */
-const FOREVER_MS = 2 ** 31 - 1;
-const capped = (ms: number) => Math.min(ms, FOREVER_MS);
+/** A lease without a readable TTL reports the longest delay a timer takes. */
+const capped = (ms: number) => Math.min(ms, MAX_TIMER_MS);
 
 /**
  * Primitives reject only with DlmError. ZooKeeper's own answers (NO_NODE, BAD_VERSION…) are

@@ -1,11 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import type { AcquireRequest, LockConflict } from '@dlm/core';
+import { type AcquireRequest, type LockConflict, MAX_TIMER_MS } from '@dlm/core';
 import type { LockStore } from './zk-locks.js';
 import { judge, type LiveHolder, specOfRequest } from './zk-modes.js';
 import type { Budget } from './zk-session.js';
-
-/** The longest delay a timer takes; a lease without a readable TTL reports this. */
-const FOREVER_MS = 2 ** 31 - 1;
 
 export type Contention =
   | { kind: 'granted'; token: bigint; path: string }
@@ -68,7 +65,7 @@ export function contender(store: LockStore): Contend {
           if (verdict.kind === 'blocked') {
             return {
               kind: 'held',
-              ttlRemainingMs: Math.min(Math.max(1, verdict.ttlRemainingMs), FOREVER_MS),
+              ttlRemainingMs: Math.min(Math.max(1, verdict.ttlRemainingMs), MAX_TIMER_MS),
             };
           }
           // Room beside shared holders: granted at the name node's version read first, which

@@ -5,6 +5,7 @@ import {
   createFairQueue,
   DlmError,
   type FairQueueDriver,
+  MAX_TIMER_MS,
   type QueueStep,
   type QueueWatcher,
   systemClock,
@@ -579,7 +580,7 @@ class ZkWaiter implements FairQueueDriver {
     if (only && holders.length === 1 && holder.persistent && freedByItsEnd) {
       this.sleptOn = { path: only, version: children.version, gone: false };
     }
-    return { kind: 'holder', ttlRemainingMs: Math.min(verdict.ttlRemainingMs, 2 ** 31 - 1) };
+    return { kind: 'holder', ttlRemainingMs: Math.min(verdict.ttlRemainingMs, MAX_TIMER_MS) };
   }
 
   /**

@@ -1,6 +1,7 @@
 import type { AcquireRequest, AcquireResult, Grant, LockBackend, LockConflict } from './backend.js';
 import type { Clock, Timer } from './clock.js';
 import { DlmError, toUnavailable } from './errors.js';
+import { MAX_TIMER_MS } from './time.js';
 
 /**
  * The cross-server fair queue, written once: the wait loop of every backend that orders
@@ -88,9 +89,6 @@ export interface FairQueue {
   wakeAll(): void;
 }
 
-/** The longest delay a timer takes. */
-const FOREVER_MS = 2 ** 31 - 1;
-
 /**
  * The fair-queue loop over a backend's driver.
  *
@@ -148,7 +146,7 @@ export function createFairQueue(options: FairQueueOptions): FairQueue {
       if (step.kind === 'again' || sleeper.missed(step) || signal.aborted) continue;
       const wakeAfterMs =
         step.kind === 'holder' && step.ttlRemainingMs !== undefined
-          ? Math.min(step.ttlRemainingMs + options.expirySlackMs, FOREVER_MS)
+          ? Math.min(step.ttlRemainingMs + options.expirySlackMs, MAX_TIMER_MS)
           : undefined;
       await sleeper.sleep(step, wakeAfterMs);
       if (options.isClosed()) throw closed();

@@ -2,8 +2,7 @@ import { appendFileSync, readFileSync, statSync, truncateSync, writeFileSync } f
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { granted } from '@dlm/conformance';
-// @dlm/test-services is not among this package's dependencies; its process helpers are
-// imported by path so temp dirs are still made (and removed) in the one shared place.
+// Temp dirs come from the one shared place that makes (and removes) them.
 import { tempDir } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
 import { embeddedBackend } from '../src/index.js';

@@ -108,23 +108,54 @@ export interface Link {
 /** The relative links (`[text](target)`) of one Markdown text, outside its code blocks. */
 export function relativeLinks(file: string, markdown: string): Link[] {
   const links: Link[] = [];
-  let fence: string | undefined;
-  markdown.split('\n').forEach((text, index) => {
-    const open = /^\s*(`{3,}|~{3,})/.exec(text);
-    if (open) {
-      if (fence === undefined) fence = open[1];
-      else if (text.trim().replace(/[`~]/g, '') === '' && text.trim().startsWith(fence))
-        fence = undefined;
-      return;
-    }
-    if (fence !== undefined) return;
+  for (const { text, line } of proseLines(markdown)) {
     // Inline code spans are not links.
     const prose = text.replace(/`[^`]*`/g, '');
     for (const match of prose.matchAll(/\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g)) {
       const target = match[1] ?? '';
       if (/^([a-z][a-z0-9+.-]*:|#)/i.test(target)) continue;
-      links.push({ file, line: index + 1, target });
+      links.push({ file, line, target });
     }
-  });
+  }
   return links;
+}
+
+/**
+ * The anchors GitHub gives a Markdown file's headings: the text in lower case, without
+ * punctuation (inline code and link targets dropped, their text kept), spaces as hyphens; a
+ * repeated one gets `-1`, `-2`, ….
+ *
+ * @example headingAnchors('## Semaphores and read-write locks') // Set { 'semaphores-and-read-write-locks' }
+ */
+export function headingAnchors(markdown: string): Set<string> {
+  const anchors = new Set<string>();
+  const seen = new Map<string, number>();
+  for (const { text } of proseLines(markdown)) {
+    const heading = /^#{1,6}\s+(.*?)\s*#*\s*$/.exec(text)?.[1];
+    if (heading === undefined) continue;
+    const base = heading
+      .replace(/\[([^\]]*)\]\([^)]*\)/g, '$1')
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+      .replace(/\s/g, '-');
+    const repeats = seen.get(base) ?? 0;
+    seen.set(base, repeats + 1);
+    anchors.add(repeats === 0 ? base : `${base}-${repeats}`);
+  }
+  return anchors;
+}
+
+/** The lines of `markdown` outside fenced code blocks, numbered from 1. */
+function* proseLines(markdown: string): Generator<{ text: string; line: number }> {
+  let fence: string | undefined;
+  for (const [index, text] of markdown.split('\n').entries()) {
+    const open = /^\s*(`{3,}|~{3,})/.exec(text);
+    if (open) {
+      if (fence === undefined) fence = open[1];
+      else if (text.trim().replace(/[`~]/g, '') === '' && text.trim().startsWith(fence))
+        fence = undefined;
+      continue;
+    }
+    if (fence === undefined) yield { text, line: index + 1 };
+  }
 }

@@ -9,14 +9,14 @@ export default class UnhandledErrorsLast implements Reporter {
   onTestRunEnd(_modules: unknown, errors: ReadonlyArray<SerializedError>): void {
     if (errors.length === 0) return;
     const lines = [`\n${errors.length} unhandled error(s) in this run, repeated from above:`];
-    for (const error of errors) lines.push(...describe(error));
+    for (const error of errors) lines.push(...summaryOf(error));
     console.error(lines.join('\n'));
   }
 }
 
 const STACK_LINES = 8;
 
-function describe(error: SerializedError): string[] {
+function summaryOf(error: SerializedError): string[] {
   const extra = error as SerializedError & { VITEST_TEST_PATH?: string; VITEST_TEST_NAME?: string };
   const where = [extra.VITEST_TEST_PATH, extra.VITEST_TEST_NAME].filter(Boolean).join(' > ');
   const stack = (error.stack ?? '')

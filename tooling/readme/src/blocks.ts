@@ -122,7 +122,7 @@ export function relativeLinks(file: string, markdown: string): Link[] {
 
 /**
  * The anchors GitHub gives a Markdown file's headings: the text in lower case, without
- * punctuation (inline code and link targets dropped, their text kept), spaces as hyphens; a
+ * punctuation (backticks and link targets dropped, the text inside kept), spaces as hyphens; a
  * repeated one gets `-1`, `-2`, ….
  *
  * @example headingAnchors('## Semaphores and read-write locks') // Set { 'semaphores-and-read-write-locks' }

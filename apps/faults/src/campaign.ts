@@ -4,7 +4,7 @@ import { tempDir } from '@dlm/test-services';
 import { PROPERTIES, type Property } from './checker.js';
 import { type DlmServer, startDlmServer } from './dlm-server.js';
 import { expectedLinearizabilityReason, expectedReason } from './expectations.js';
-import { type LockSegmentResult, runLockSegment } from './lock-segment.js';
+import { type LockSegmentOptions, type LockSegmentResult, runLockSegment } from './lock-segment.js';
 import { NEMESES, type Nemesis, nemesisNamed } from './nemeses.js';
 import {
   runSegment,
@@ -42,6 +42,8 @@ export interface CampaignOptions extends WorkloadOptions {
   lockConnections?: number;
   /** Lock names they share. Default 3. */
   lockNames?: number;
+  /** A linearizability client's pause between operations, random up to this, ms. Default 10. */
+  lockThinkMs?: number;
   /**
    * Add the linearizability segments' negative control where the backend is PostgreSQL: the
    * same workload on two servers whose try-lock takes its token before the name's row lock
@@ -254,15 +256,18 @@ function lockDurationOf({ backend, options }: BackendRun): number {
   return options.lockDurationsMs?.[backend] ?? options.lockDurationMs ?? 6_000;
 }
 
-function lockContention(options: CampaignOptions): { connections?: number; names?: number } {
+function lockContention(
+  options: CampaignOptions,
+): Pick<LockSegmentOptions, 'connections' | 'names' | 'thinkMs'> {
   return {
     ...(options.lockConnections ? { connections: options.lockConnections } : {}),
     ...(options.lockNames ? { names: options.lockNames } : {}),
+    ...(options.lockThinkMs === undefined ? {} : { thinkMs: options.lockThinkMs }),
   };
 }
 
 /** The planted grant's pause between its token and its write (planted-early-token.ts). */
-const PLANTED_PAUSE_MS = 5;
+const PLANTED_PAUSE_MS = 50;
 
 /**
  * The linearizability negative control on a PostgreSQL topology: two servers with the planted

@@ -1,6 +1,7 @@
 import { createServer, type ServerOptions as HttpOptions, type RequestListener } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
+import { performance } from 'node:perf_hooks';
 import {
   createLockService,
   type LockBackend,
@@ -11,12 +12,14 @@ import {
 import { readPackageVersion } from '@dlm/flags';
 import { MAX_PAYLOAD_BYTES, SUBPROTOCOL, WS_PATH } from '@dlm/protocol';
 import { WebSocketServer } from 'ws';
+import { createAddressLimits } from './address-limits.js';
 import { type Authenticator, createAuthenticator, type TokenGrant } from './auth.js';
 import { type BackendHealth, createBackendHealth, type HealthOptions } from './backend-health.js';
 import type { BackendConfig } from './config.js';
 import { createBackend, describeBackend } from './create-backend.js';
 import { loadDashboard } from './dashboard.js';
 import { createHttpHandler } from './http-handler.js';
+import { createRpcDoor, type DoorContext } from './http-rpc.js';
 import { DEFAULT_SERVER_LIMITS, type ServerLimits } from './limits.js';
 import { createLockFeed, type LockFeed } from './lock-feed.js';
 import { createServerObserver, type ListLocks, listLocksOf } from './lock-observer.js';
@@ -291,7 +294,22 @@ function sessionsOf(parts: Omit<Parts, 'connections'>): Connections {
   });
 }
 
-function httpHandlerOf(parts: Parts): RequestListener {
+/** What the HTTP doors (`POST /v1/rpc`, Dapr's lock API) serve with: the WebSocket's parts. */
+function doorContextOf(parts: Parts): DoorContext {
+  const { limits, locks } = parts;
+  return {
+    service: locks.service,
+    limits: { ...limits, maxPayloadBytes: MAX_PAYLOAD_BYTES },
+    serverVersion: VERSION,
+    metrics: locks.metrics,
+    authenticator: parts.authenticator,
+    origins: parts.origins,
+    logger: parts.logger,
+    addresses: createAddressLimits(limits, () => performance.now()),
+  };
+}
+
+function httpHandlerOf(parts: Parts, doors: DoorContext): RequestListener {
   const { locks, health, connections, opened } = parts;
   return createHttpHandler({
     service: locks.service,
@@ -307,6 +325,7 @@ function httpHandlerOf(parts: Parts): RequestListener {
       backend: opened.backend.kind,
       sessions: connections.size,
     }),
+    doors: [createRpcDoor(doors)],
   });
 }
 
@@ -368,7 +387,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     backendUp: () => (health.readiness().ready ? 1 : 0),
   });
 
-  const http = createHttpServer(options, limits, httpHandlerOf(parts), logger);
+  const doors = doorContextOf(parts);
+  const http = createHttpServer(options, limits, httpHandlerOf(parts, doors), logger);
   serveWebSocket(
     http,
     { limits, authenticator, origins, metrics: locks.metrics, logger },

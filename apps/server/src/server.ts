@@ -17,9 +17,13 @@ import { type Authenticator, createAuthenticator, type TokenGrant } from './auth
 import { type BackendHealth, createBackendHealth, type HealthOptions } from './backend-health.js';
 import type { BackendConfig } from './config.js';
 import { createBackend, describeBackend } from './create-backend.js';
+import { type DaprGrpcDoor, startDaprGrpc } from './dapr-grpc.js';
+import { createDaprHttpDoor } from './dapr-http.js';
+import { createDaprLocks, type DaprLocks, type DaprOptions } from './dapr-locks.js';
 import { loadDashboard } from './dashboard.js';
+import type { DoorContext } from './door.js';
 import { createHttpHandler } from './http-handler.js';
-import { createRpcDoor, type DoorContext } from './http-rpc.js';
+import { createRpcDoor } from './http-rpc.js';
 import { DEFAULT_SERVER_LIMITS, type ServerLimits } from './limits.js';
 import { createLockFeed, type LockFeed } from './lock-feed.js';
 import { createServerObserver, type ListLocks, listLocksOf } from './lock-observer.js';
@@ -63,6 +67,11 @@ export interface ServerOptions {
   health?: HealthOptions;
   /** Passed to the lock service (limits, clock, timeouts); `limits.maxWaitersPerLock` wins. */
   service?: Omit<LockServiceOptions, 'backend'>;
+  /**
+   * Dapr's lock API: the stores (store name → lock-name prefix) served over HTTP at
+   * `/v1.0-alpha1/lock/{store}`, and over gRPC on `grpcPort` when given.
+   */
+  dapr?: DaprOptions;
 }
 
 export interface RunningServer {
@@ -74,6 +83,8 @@ export interface RunningServer {
   readonly httpUrl: string;
   /** The limits in force. */
   readonly limits: Readonly<ServerLimits>;
+  /** The port of Dapr's gRPC API, when `dapr.grpcPort` was given. */
+  readonly daprGrpcPort?: number;
   readonly backend: LockBackend;
   /**
    * Graceful shutdown: stop accepting, end pending waits with CANCELLED, close connections,
@@ -294,6 +305,12 @@ function sessionsOf(parts: Omit<Parts, 'connections'>): Connections {
   });
 }
 
+/** Dapr's lock API: its stores, and the calls both of its doors make. */
+interface Dapr {
+  options: DaprOptions;
+  locks: DaprLocks;
+}
+
 /** What the HTTP doors (`POST /v1/rpc`, Dapr's lock API) serve with: the WebSocket's parts. */
 function doorContextOf(parts: Parts): DoorContext {
   const { limits, locks } = parts;
@@ -309,7 +326,7 @@ function doorContextOf(parts: Parts): DoorContext {
   };
 }
 
-function httpHandlerOf(parts: Parts, doors: DoorContext): RequestListener {
+function httpHandlerOf(parts: Parts, doors: DoorContext, dapr: Dapr): RequestListener {
   const { locks, health, connections, opened } = parts;
   return createHttpHandler({
     service: locks.service,
@@ -325,7 +342,10 @@ function httpHandlerOf(parts: Parts, doors: DoorContext): RequestListener {
       backend: opened.backend.kind,
       sessions: connections.size,
     }),
-    doors: [createRpcDoor(doors)],
+    doors: [
+      createRpcDoor(doors),
+      createDaprHttpDoor(doors, dapr.options, dapr.locks, () => health.readiness().ready),
+    ],
   });
 }
 
@@ -333,13 +353,14 @@ function httpHandlerOf(parts: Parts, doors: DoorContext): RequestListener {
  * Graceful shutdown: stop accepting, end pending waits with CANCELLED, close connections, and
  * close the backend if the server opened it.
  */
-async function shutDown(parts: Parts, http: HttpServer): Promise<void> {
+async function shutDown(parts: Parts, http: HttpServer, grpc?: DaprGrpcDoor): Promise<void> {
   const { connections, health, locks, opened, logger } = parts;
   connections.stopHeartbeat();
   health.stop();
   http.close();
   // Pending waits answer CANCELLED before their connections close.
   await locks.service.close();
+  await grpc?.close();
   locks.feed.close();
   await new Promise((resolve) => setImmediate(resolve));
   await connections.closeAll();
@@ -388,7 +409,11 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   });
 
   const doors = doorContextOf(parts);
-  const http = createHttpServer(options, limits, httpHandlerOf(parts, doors), logger);
+  const dapr = {
+    options: options.dapr ?? { stores: {} },
+    locks: createDaprLocks(doors, options.dapr ?? { stores: {} }),
+  };
+  const http = createHttpServer(options, limits, httpHandlerOf(parts, doors, dapr), logger);
   serveWebSocket(
     http,
     { limits, authenticator, origins, metrics: locks.metrics, logger },
@@ -399,7 +424,20 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const urlHost = host.includes(':') ? `[${host}]` : host;
   const [wsScheme, httpScheme] = options.tls ? ['wss', 'https'] : ['ws', 'http'];
   const url = `${wsScheme}://${urlHost}:${port}${WS_PATH}`;
+  const grpc =
+    options.dapr?.grpcPort === undefined
+      ? undefined
+      : await startDaprGrpc(doors, dapr.options, dapr.locks, {
+          host,
+          port: options.dapr.grpcPort,
+          ...(options.tls ? { tls: options.tls } : {}),
+        }).catch(async (error: unknown) => {
+          http.close();
+          await shutDown(parts, http);
+          throw error;
+        });
   logListening(logger, opened, options, host, url, authenticator.required);
+  if (grpc) logger.info('Dapr gRPC API listening', { port: grpc.port });
 
   let closing: Promise<void> | undefined;
   return {
@@ -409,8 +447,9 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     httpUrl: `${httpScheme}://${urlHost}:${port}`,
     backend: opened.backend,
     limits,
+    ...(grpc ? { daprGrpcPort: grpc.port } : {}),
     close() {
-      closing ??= shutDown(parts, http);
+      closing ??= shutDown(parts, http, grpc);
       return closing;
     },
   };

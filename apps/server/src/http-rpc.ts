@@ -18,7 +18,6 @@ import { isJson, readBody } from './http-body.js';
 import { callerOf, isRefusal } from './http-caller.js';
 import { sendJson } from './http-json.js';
 import { lockHandlers } from './lock-handlers.js';
-import type { ServerMetrics } from './metrics.js';
 import type { Principal } from './permissions.js';
 import { recordRequest } from './request-metrics.js';
 import { parseRequest, type RpcRequest } from './rpc.js';

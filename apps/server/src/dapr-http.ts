@@ -216,6 +216,7 @@ export function createDaprHttpDoor(
       );
       return true;
     }
+    context.answering.track(response);
     void serveLock(locks, caller, request, response, { unlock: match[1] === 'unlock', storeName })
       .catch((error: unknown) => {
         context.logger.error('Dapr request failed', { error: String(error) });

@@ -15,6 +15,8 @@ export interface DoorContext extends HttpGate {
   metrics: ServerMetrics;
   /** Requests in flight and the request rate, per client address, for every HTTP door. */
   addresses: AddressLimits;
+  /** The responses being answered, which shutdown lets finish. */
+  answering: Answering;
 }
 
 /**
@@ -50,8 +52,84 @@ export function requestScope(context: DoorContext, principal: Principal): LockSc
  */
 export function abandonSignal(response: ServerResponse): AbortSignal {
   const controller = new AbortController();
-  response.once('close', () => {
-    if (!response.writableFinished) controller.abort();
-  });
+  // The client may have gone while its body was read, before this listener: 'close' is past.
+  if (gone(response)) controller.abort();
+  else {
+    response.once('close', () => {
+      if (!response.writableFinished) controller.abort();
+    });
+  }
   return controller.signal;
+}
+
+/** Whether the client of `response` is gone (its connection closed) before it was answered. */
+function gone(response: ServerResponse): boolean {
+  return response.destroyed || response.socket?.destroyed !== false;
+}
+
+/** What an acquire or acquireAll answered: one grant, or a set of them. */
+type Granted = { name: string; token: string; leaseKey: string } | { grants: Granted[] };
+
+function grantsOf(result: Granted): Array<{ name: string; token: string; leaseKey: string }> {
+  return 'grants' in result ? result.grants.flatMap(grantsOf) : [result];
+}
+
+/**
+ * Sends a grant (`send`) to a caller that may be gone. One gone before the answer was written,
+ * or whose connection closed before the answer was out, never learns its token or key: its
+ * leases are given back (released with their key) at once rather than left held by nobody
+ * until they expire.
+ */
+export function deliverGrant(
+  response: ServerResponse,
+  result: unknown,
+  send: () => void,
+  release: (lease: { name: string; token: string; leaseKey: string }) => Promise<unknown>,
+): void {
+  const giveBack = () => {
+    for (const lease of grantsOf(result as Granted)) release(lease).catch(() => {});
+  };
+  if (gone(response)) {
+    giveBack();
+    return;
+  }
+  send();
+  response.once('close', () => {
+    if (!response.writableFinished) giveBack();
+  });
+}
+
+/**
+ * The responses of the HTTP doors still being answered: at shutdown the server lets them finish
+ * (the waits answered CANCELLED reach their callers) before it closes the connections.
+ */
+export interface Answering {
+  /** Counts `response` until it is sent or its client is gone. */
+  track(response: ServerResponse): void;
+  /** Resolves once every tracked response is done, or after `boundMs`. */
+  settled(boundMs: number): Promise<void>;
+}
+
+export function createAnswering(): Answering {
+  const open = new Set<ServerResponse>();
+  let idle: (() => void) | undefined;
+  return {
+    track(response) {
+      open.add(response);
+      response.once('close', () => {
+        open.delete(response);
+        if (open.size === 0) idle?.();
+      });
+    },
+    settled(boundMs) {
+      if (open.size === 0) return Promise.resolve();
+      return new Promise((resolve) => {
+        const timer = setTimeout(resolve, boundMs);
+        idle = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    },
+  };
 }

@@ -13,7 +13,7 @@ import {
   WS_PATH,
 } from '@dlm/protocol';
 import { bearerToken } from './auth.js';
-import { abandonSignal, type DoorContext, requestScope } from './door.js';
+import { abandonSignal, type DoorContext, deliverGrant, requestScope } from './door.js';
 import { isJson, readBody } from './http-body.js';
 import { callerOf, isRefusal } from './http-caller.js';
 import { sendJson } from './http-json.js';
@@ -99,16 +99,17 @@ async function serve(
   const startedAt = performance.now();
   const handlers = lockHandlers(requestScope(context, principal));
   const method = request.method as keyof typeof handlers;
-  const waits =
-    (method === 'lock.acquire' || method === 'lock.acquireAll') &&
-    typeof request.params.waitMs === 'number' &&
-    request.params.waitMs > 0;
+  const acquires = method === 'lock.acquire' || method === 'lock.acquireAll';
+  const waits = acquires && typeof request.params.waitMs === 'number' && request.params.waitMs > 0;
   try {
     const result = await handlers[method](
       request.params,
       waits ? abandonSignal(response) : undefined,
     );
-    reply(response, 200, request.id, { result });
+    const send = () => reply(response, 200, request.id, { result });
+    if (acquires) {
+      deliverGrant(response, result, send, (lease) => handlers['lock.release'](lease, undefined));
+    } else send();
     recordRequest(context.metrics, request, 'OK', startedAt);
   } catch (error) {
     if (!isDlmError(error)) {
@@ -192,6 +193,7 @@ export function createRpcDoor(context: DoorContext) {
       refuse(response, 429, admitted, { 'retry-after': '1' });
       return true;
     }
+    context.answering.track(response);
     handleRpc(context, principal, request, response)
       .catch((error: unknown) => {
         context.logger.error('HTTP request failed', { door: RPC_PATH, error: String(error) });

@@ -21,7 +21,7 @@ import { type DaprGrpcDoor, startDaprGrpc } from './dapr-grpc.js';
 import { createDaprHttpDoor } from './dapr-http.js';
 import { createDaprLocks, type DaprLocks, type DaprOptions } from './dapr-locks.js';
 import { loadDashboard } from './dashboard.js';
-import type { DoorContext } from './door.js';
+import { type Answering, createAnswering, type DoorContext } from './door.js';
 import { createHttpHandler } from './http-handler.js';
 import { createRpcDoor } from './http-rpc.js';
 import { DEFAULT_SERVER_LIMITS, type ServerLimits } from './limits.js';
@@ -323,6 +323,7 @@ function doorContextOf(parts: Parts): DoorContext {
     origins: parts.origins,
     logger: parts.logger,
     addresses: createAddressLimits(limits, () => performance.now()),
+    answering: createAnswering(),
   };
 }
 
@@ -353,7 +354,12 @@ function httpHandlerOf(parts: Parts, doors: DoorContext, dapr: Dapr): RequestLis
  * Graceful shutdown: stop accepting, end pending waits with CANCELLED, close connections, and
  * close the backend if the server opened it.
  */
-async function shutDown(parts: Parts, http: HttpServer, grpc?: DaprGrpcDoor): Promise<void> {
+async function shutDown(
+  parts: Parts,
+  http: HttpServer,
+  answering: Answering,
+  grpc?: DaprGrpcDoor,
+): Promise<void> {
   const { connections, health, locks, opened, logger } = parts;
   connections.stopHeartbeat();
   health.stop();
@@ -361,6 +367,8 @@ async function shutDown(parts: Parts, http: HttpServer, grpc?: DaprGrpcDoor): Pr
   // Pending waits answer CANCELLED before their connections close.
   await locks.service.close();
   await grpc?.close();
+  // The HTTP doors' answers (CANCELLED among them) go out before their connections close.
+  await answering.settled(1_000);
   locks.feed.close();
   await new Promise((resolve) => setImmediate(resolve));
   await connections.closeAll();
@@ -433,7 +441,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
           ...(options.tls ? { tls: options.tls } : {}),
         }).catch(async (error: unknown) => {
           http.close();
-          await shutDown(parts, http);
+          await shutDown(parts, http, doors.answering);
           throw error;
         });
   logListening(logger, opened, options, host, url, authenticator.required);
@@ -449,7 +457,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     limits,
     ...(grpc ? { daprGrpcPort: grpc.port } : {}),
     close() {
-      closing ??= shutDown(parts, http, grpc);
+      closing ??= shutDown(parts, http, doors.answering, grpc);
       return closing;
     },
   };

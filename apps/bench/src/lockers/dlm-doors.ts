@@ -15,8 +15,14 @@ export type Door = 'rpc' | 'dapr-http' | 'dapr-grpc';
 /** The Dapr store the doors' server maps to the whole name space. */
 const STORE = 'bench';
 
+/** A JSON-RPC reply, as far as the benchmark reads it. */
+interface RpcReply {
+  result?: { token: string; leaseKey: string };
+  error?: { message: string; data?: { code?: string } };
+}
+
 /** One POST of JSON on a kept-alive connection; the reply parsed. */
-function postJson(agent: Agent, url: URL, body: unknown): Promise<Record<string, any>> {
+function postJson(agent: Agent, url: URL, body: unknown): Promise<RpcReply> {
   const text = JSON.stringify(body);
   return new Promise((resolve, reject) => {
     const call = request(
@@ -57,7 +63,7 @@ export function rpcLocker(httpUrl: string): Locker {
       if (reply.error.data?.code === 'LOCK_HELD') throw new WaitTimeout(String(params));
       throw new Error(`${method}: ${reply.error.message}`);
     }
-    return reply.result as Record<string, any>;
+    return reply.result as NonNullable<RpcReply['result']>;
   };
   return {
     async acquire(name, { ttlMs, waitMs, mode, limit }) {

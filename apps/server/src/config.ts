@@ -70,7 +70,8 @@ function limitLines(): string {
 export function usage(command = 'dlm-server'): string {
   return `Usage: ${command} [options]
 
-Serves the dlm protocol at ws://HOST:PORT/v1/ws, and on the same port: the dashboard (/),
+Serves the dlm protocol at ws://HOST:PORT/v1/ws, and on the same port: its lock methods over
+plain HTTP (POST /v1/rpc, OpenAPI at /v1/openapi.json), Dapr's lock API, the dashboard (/),
 Prometheus metrics (/metrics), the admin API (/v1/locks), /livez (the process serves) and
 /readyz (the backend answers; /healthz is the same): route clients by /readyz.
 

@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import type { Authenticator } from './auth.js';
+import { type Authenticator, bearerToken } from './auth.js';
 import type { Logger } from './logger.js';
 import type { OriginPolicy } from './origin-policy.js';
 import { ANONYMOUS, type Principal } from './permissions.js';
@@ -46,4 +46,28 @@ export function callerOf(
 
 export function isRefusal(caller: Principal | CallerRefusal): caller is CallerRefusal {
   return 'status' in caller;
+}
+
+/** A refusal worded for a route that takes `Authorization: Bearer`. */
+export interface BearerRefusal extends CallerRefusal {
+  message: string;
+  headers: Record<string, string>;
+}
+
+/**
+ * `callerOf` for the routes that take `Authorization: Bearer` (the admin API, metrics, the feed,
+ * `POST /v1/rpc`): the principal, or the refusal with its message and headers.
+ */
+export function bearerCaller(gate: HttpGate, request: IncomingMessage): Principal | BearerRefusal {
+  const caller = callerOf(gate, request, bearerToken(request.headers.authorization));
+  if (!isRefusal(caller)) return caller;
+  if (caller.status === 403)
+    return { ...caller, message: 'this origin is not allowed', headers: {} };
+  return {
+    ...caller,
+    message: caller.presented
+      ? 'the bearer token is not valid'
+      : 'this server requires a token: send Authorization: Bearer <token>',
+    headers: { 'www-authenticate': 'Bearer realm="dlm"' },
+  };
 }

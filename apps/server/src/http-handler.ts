@@ -1,9 +1,9 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type AdminContext, handleAdmin, LOCKS_PATH } from './admin-api.js';
-import { type Authenticator, bearerToken } from './auth.js';
+import type { Authenticator } from './auth.js';
 import type { Readiness } from './backend-health.js';
 import { type Dashboard, FEED_PATH, serveDashboard, serveFeed } from './dashboard.js';
-import { callerOf, isRefusal } from './http-caller.js';
+import { bearerCaller, isRefusal } from './http-caller.js';
 import { sendError, sendJson, sendThrown } from './http-json.js';
 import type { LockFeed } from './lock-feed.js';
 import type { ServerMetrics } from './metrics.js';
@@ -39,22 +39,9 @@ function authenticate(
   request: IncomingMessage,
   response: ServerResponse,
 ): Principal | null {
-  const caller = callerOf(context, request, bearerToken(request.headers.authorization));
+  const caller = bearerCaller(context, request);
   if (!isRefusal(caller)) return caller;
-  if (caller.status === 403) {
-    sendError(response, 403, 'FORBIDDEN', 'this origin is not allowed');
-  } else {
-    sendError(
-      response,
-      401,
-      'UNAUTHENTICATED',
-      caller.presented
-        ? 'the bearer token is not valid'
-        : 'this server requires a token: send Authorization: Bearer <token>',
-      {},
-      { 'www-authenticate': 'Bearer realm="dlm"' },
-    );
-  }
+  sendError(response, caller.status, caller.code, caller.message, {}, caller.headers);
   return null;
 }
 

@@ -12,10 +12,9 @@ import {
   toRpcError,
   WS_PATH,
 } from '@dlm/protocol';
-import { bearerToken } from './auth.js';
 import { abandonSignal, type DoorContext, deliverGrant, requestScope } from './door.js';
 import { isJson, readBody } from './http-body.js';
-import { callerOf, isRefusal } from './http-caller.js';
+import { bearerCaller, isRefusal } from './http-caller.js';
 import { sendJson } from './http-json.js';
 import { lockHandlers } from './lock-handlers.js';
 import type { Principal } from './permissions.js';
@@ -58,18 +57,9 @@ function principalOf(
   request: IncomingMessage,
   response: ServerResponse,
 ): Principal | null {
-  const caller = callerOf(context, request, bearerToken(request.headers.authorization));
+  const caller = bearerCaller(context, request);
   if (!isRefusal(caller)) return caller;
-  if (caller.status === 403) {
-    refuse(response, 403, new DlmError('FORBIDDEN', 'this origin is not allowed'));
-  } else {
-    const message = caller.presented
-      ? 'the bearer token is not valid'
-      : 'this server requires a token: send Authorization: Bearer <token>';
-    refuse(response, 401, new DlmError('UNAUTHENTICATED', message), {
-      'www-authenticate': 'Bearer realm="dlm"',
-    });
-  }
+  refuse(response, caller.status, new DlmError(caller.code, caller.message), caller.headers);
   return null;
 }
 

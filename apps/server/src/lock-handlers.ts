@@ -393,7 +393,10 @@ function traced(
     session.tracer.trace(method, params, outcome, (span) => run(session, { params, signal, span }));
 }
 
-/** `lock.acquire`, `lock.acquireAll`, `lock.release`, `lock.extend` and `lock.get` for one session. */
+/**
+ * `lock.acquire`, `lock.acquireAll`, `lock.release`, `lock.extend` and `lock.get` for one
+ * caller: a WebSocket session, or one request of an HTTP door (`door.ts`), alike.
+ */
 export function lockHandlers(scope: LockScope): Handlers<LockMethod> {
   const session = lockSession(scope);
   return {

@@ -383,7 +383,8 @@ async function shutDown(
 /**
  * Starts a dlm server speaking protocol v1 over WebSocket at `/v1/ws`, with `GET /livez`,
  * `GET /readyz` (and `/healthz`, the same),
- * Prometheus metrics at `GET /metrics`, the admin API under `/v1/locks` and the dashboard at `/`.
+ * Prometheus metrics at `GET /metrics`, the admin API under `/v1/locks`, the dashboard at `/`, the
+ * lock methods over plain HTTP at `POST /v1/rpc`, and Dapr's lock API (`options.dapr`).
  *
  * @example
  * const server = await startServer({ port: 0 });

@@ -203,10 +203,15 @@ export function createDaprLocks(context: DoorContext, options: DaprOptions): Dap
     const handlers = lockHandlers(scope);
     const owner = daprOwner(request.lockOwner);
     const leaseKey = daprLeaseKey(name, request.lockOwner);
-    // A lease that ends between the look and the release is looked at again.
+    // A lease that ends between the look and the release is looked at again. The same lease
+    // still there after NOT_HOLDER has this owner's name but another key: a dlm client that
+    // named the owner, someone else's lease.
+    let refused: string | undefined;
     for (let attempt = 0; attempt < 3; attempt += 1) {
       const held = await holding(handlers, name, owner);
       if (held === 1 || held === 2) return held;
+      if (held === refused) return 2;
+      refused = held;
       try {
         await handlers['lock.release']({ name, token: held, leaseKey }, undefined);
         return 0;

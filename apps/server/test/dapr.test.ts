@@ -234,6 +234,34 @@ describe('Dapr over HTTP, on the wire', () => {
     expect(await lenient.json()).toEqual({ success: true });
   });
 
+  it("a dlm client that names a Dapr app's owner, with its own key, is another owner to Dapr", async () => {
+    const peer = await session();
+    const owner = (
+      await (
+        await post('/v1.0-alpha1/lock/lockstore', {
+          resourceId: 'impostor',
+          lockOwner: 'real',
+          expiryInSeconds: 1,
+        })
+      ).json()
+    ).success
+      ? (await dlmLock('dapr/impostor')).owner
+      : undefined;
+    expect(owner).toMatch(/^dapr:/);
+    await sleep(1_300);
+    // The lease ran out; a WebSocket client takes the name under the Dapr owner's (public) name.
+    expect(
+      (await peer.call('lock.acquire', { name: 'dapr/impostor', ttlMs: 10_000, owner })).result
+        .owner,
+    ).toBe(owner);
+    const unlocked = await post('/v1.0-alpha1/unlock/lockstore', {
+      resourceId: 'impostor',
+      lockOwner: 'real',
+    });
+    expect(await unlocked.json()).toEqual({ status: 2 });
+    expect((await dlmLock('dapr/impostor')).held).toBe(true);
+  });
+
   it('GET /v1.0/metadata lists the stores as lock components', async () => {
     const metadata = (await (await fetch(`${server.httpUrl}/v1.0/metadata`)).json()) as any;
     expect(metadata.components).toEqual([

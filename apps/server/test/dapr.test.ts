@@ -108,7 +108,14 @@ describe.each(['http', 'grpc'] as const)('the Dapr SDK in %s mode', (mode) => {
   it('a WebSocket client waiting for the lock is granted on the Dapr unlock', async () => {
     const dapr = daprClient(mode);
     const id = resource('handoff');
+    const watcher = await session();
+    await watcher.call('lock.watch', { name: `dapr/${id}` });
     expect(await dapr.lock.lock('lockstore', id, 'app', 30)).toEqual({ success: true });
+    // An ordinary dlm lock: watches hear of it.
+    expect((await watcher.nextNotification('lock.changed')).params).toMatchObject({
+      held: true,
+      owner: expect.stringMatching(/^dapr:/),
+    });
     const held = await dlmLock(`dapr/${id}`);
     const waiter = await session();
     const waiting = waiter.call('lock.acquire', {

@@ -243,17 +243,13 @@ describe('Dapr over HTTP, on the wire', () => {
 
   it("a dlm client that names a Dapr app's owner, with its own key, is another owner to Dapr", async () => {
     const peer = await session();
-    const owner = (
-      await (
-        await post('/v1.0-alpha1/lock/lockstore', {
-          resourceId: 'impostor',
-          lockOwner: 'real',
-          expiryInSeconds: 1,
-        })
-      ).json()
-    ).success
-      ? (await dlmLock('dapr/impostor')).owner
-      : undefined;
+    const locked = await post('/v1.0-alpha1/lock/lockstore', {
+      resourceId: 'impostor',
+      lockOwner: 'real',
+      expiryInSeconds: 1,
+    });
+    expect(await locked.json()).toEqual({ success: true });
+    const { owner } = await dlmLock('dapr/impostor');
     expect(owner).toMatch(/^dapr:/);
     await sleep(1_300);
     // The lease ran out; a WebSocket client takes the name under the Dapr owner's (public) name.

@@ -34,7 +34,7 @@ describe('OpenAPI document of POST /v1/rpc', () => {
   it('the validator does catch a broken document (negative control)', async () => {
     const broken = protocolOpenApi() as unknown as Document;
     broken.paths[RPC_PATH]!.post!.responses = { 200: { content: {} } };
-    const result = await new Validator().validate(broken);
+    const result = await new Validator().validate(broken as unknown as Record<string, unknown>);
     expect(result.valid).toBe(false);
   });
 

@@ -18,7 +18,7 @@ import { createBackend, describeBackend } from './create-backend.js';
 import { loadDashboard } from './dashboard.js';
 import { createHttpHandler } from './http-handler.js';
 import { DEFAULT_SERVER_LIMITS, type ServerLimits } from './limits.js';
-import { createLockFeed, type LockFeed } from './lock-feed.js';
+import { createLockFeed, feedingAcquires, type LockFeed } from './lock-feed.js';
 import { createServerObserver, type ListLocks, listLocksOf } from './lock-observer.js';
 import { createLogger, type Logger } from './logger.js';
 import { isLoopbackHost } from './loopback.js';
@@ -142,7 +142,7 @@ function wireLocks(
   const metrics = createMetrics({ version: VERSION, backend: backend.kind });
   const observer = createServerObserver({ metrics, logger, health, backendKind: backend.kind });
   if (options.service?.observer) observer.add(options.service.observer);
-  const service = createLockService({
+  const core = createLockService({
     ...options.service,
     backend,
     maxWaitersPerName: limits.maxWaitersPerLock,
@@ -150,7 +150,7 @@ function wireLocks(
   });
   const list = listLocksOf(backend, clock, backendTimeoutMs, observer);
   const feed = createLockFeed({
-    service,
+    service: core,
     clock,
     list,
     onHoldEnded: (end, seconds) => metrics.hold(end, seconds),
@@ -159,6 +159,7 @@ function wireLocks(
   // The feed and the lease holders need the service, so they join the observer after it.
   observer.add(holders);
   observer.add(feed);
+  const service = feedingAcquires(core, feed);
   return { metrics, service, feed, holders, list, totalWaiters: () => observer.totalWaiters() };
 }
 

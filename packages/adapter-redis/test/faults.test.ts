@@ -94,6 +94,40 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
     await service.start();
   });
 
+  it('Redis down when the backend starts: calls fail at once, as after an outage, and locking starts once it is up', async () => {
+    const service = await redis();
+    await service.kill();
+    const lock = scope.user(redisBackend({ url: service.url, commandTimeoutMs: 2_000 }), (l) =>
+      l.close(),
+    );
+    // The server awaits ready() at start and goes on without it: it fails on the refusal.
+    expect((await failure(lock.ready())).code).toBe('UNAVAILABLE');
+    const started = performance.now();
+    const errors = await Promise.all(
+      [1, 2, 3].map((n) =>
+        failure(lock.tryAcquire({ name: lockName('cold'), owner: `o${n}`, ttlMs: 5_000 })),
+      ),
+    );
+    // Once refused, not the whole commandTimeoutMs each ("did not take earlier commands").
+    expect(performance.now() - started).toBeLessThan(500);
+    for (const error of errors) {
+      expect(error.code).toBe('UNAVAILABLE');
+      expect(error.message).toMatch(
+        /^acquire: not connected to Redis \(connect ECONNREFUSED .*; reconnecting\)$/,
+      );
+      expect(error.details.indeterminate).toBeUndefined();
+    }
+    await service.start();
+    await until(async () => {
+      try {
+        return (await lock.tryAcquire({ name: lockName('warm'), owner: 'w', ttlMs: 5_000 }))
+          .granted;
+      } catch {
+        return false;
+      }
+    }, 8_000);
+  });
+
   it('a stalled Redis gives indeterminate UNAVAILABLE within commandTimeoutMs, and no late grant after it resumes', async () => {
     const { service, lock } = await backendOnNewRedis({ commandTimeoutMs: 800 });
     const observer = raw(service);

@@ -1,4 +1,4 @@
-import { UsageError } from '@dlm/flags';
+import { UsageError, usageFailure } from '@dlm/flags';
 import { hashToken, newToken } from './auth.js';
 import { baseServerOptions, parseConfig, usage } from './config.js';
 import { createLogger } from './logger.js';
@@ -6,7 +6,7 @@ import { startServer } from './server.js';
 
 /**
  * Runs the server as a program: flags and environment from `argv`, logs on stderr, graceful
- * shutdown on SIGTERM/SIGINT. Exits 2 on a bad flag (with the usage), 1 when it cannot start.
+ * shutdown on SIGTERM/SIGINT. Exits 2 on a bad flag (the reason, and where the help is), 1 when it cannot start.
  * Used by `dlm-server` and by the CLI's `dlm serve`.
  */
 export async function runServer(argv: string[], command = 'dlm-server'): Promise<void> {
@@ -23,7 +23,7 @@ export async function runServer(argv: string[], command = 'dlm-server'): Promise
     config = parseConfig(argv);
   } catch (error) {
     if (!(error instanceof UsageError)) throw error;
-    process.stderr.write(`${command}: ${error.message}\n\n${usage(command)}`);
+    process.stderr.write(usageFailure(command, error));
     process.exit(2);
   }
   if (config === null) {

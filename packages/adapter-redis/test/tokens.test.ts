@@ -12,7 +12,7 @@ const architecture = readFileSync(
 
 /** The Redis server's clock in microseconds since 1970, as `TIME` says. */
 async function timeMicros(client: Redis): Promise<bigint> {
-  const [seconds, micros] = await client.time();
+  const [seconds = 0, micros = 0] = await client.time();
   return BigInt(seconds) * 1_000_000n + BigInt(micros);
 }
 

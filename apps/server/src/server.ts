@@ -376,7 +376,15 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     connections,
   );
   connections.startHeartbeat();
-  const port = await listen(http, options.port ?? 7070, host);
+  let port: number;
+  try {
+    port = await listen(http, options.port ?? 7070, host);
+  } catch (error) {
+    // The port is taken (or not ours to bind): give back what was opened, the data dir's LOCK
+    // first among them, so that nothing of this attempt is left behind.
+    await shutDown(parts, http).catch(() => {});
+    throw error;
+  }
   const urlHost = host.includes(':') ? `[${host}]` : host;
   const [wsScheme, httpScheme] = options.tls ? ['wss', 'https'] : ['ws', 'http'];
   const url = `${wsScheme}://${urlHost}:${port}${WS_PATH}`;

@@ -81,6 +81,17 @@ describe('the server process on the embedded backend with a data directory', () 
     peer.close();
   });
 
+  it('a start that fails (its port taken) exits 1 and leaves its data dir as it found it, unlocked', async () => {
+    const taken = await serve(['--memory']);
+    const dataDir = tempDir('server-port-taken');
+    const { spawnSync } = await import('node:child_process');
+    const args = [MAIN, '--port', String(taken.port), '--data-dir', dataDir];
+    const failed = spawnSync(process.execPath, args, { encoding: 'utf8' });
+    expect(failed.status).toBe(1);
+    expect(failed.stderr).toMatch(/EADDRINUSE/);
+    expect(existsSync(join(dataDir, 'LOCK'))).toBe(false);
+  });
+
   it('SIGTERM ends pending waits with CANCELLED, exits 0, and keeps held locks for the next start', async () => {
     const dataDir = tempDir('server-sigterm');
     const server = await serve(['--data-dir', dataDir]);

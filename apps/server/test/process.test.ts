@@ -1,7 +1,13 @@
 import { existsSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { freePort, type ManagedProcess, startProcess, tempDir } from '@dlm/test-services';
+import {
+  findBinary,
+  freePort,
+  type ManagedProcess,
+  startProcess,
+  tempDir,
+} from '@dlm/test-services';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { connect, openSession } from './ws-peer.js';
 
@@ -112,6 +118,40 @@ describe('the server process on the embedded backend with a data directory', () 
     });
     after.close();
   });
+
+  it.skipIf(findBinary('script') === null)(
+    'at a terminal it also says, in one plain line, where it listens and where the data is',
+    async () => {
+      const dataDir = tempDir('server-tty');
+      const port = await freePort();
+      const plain = `dlm listening on ws://127.0.0.1:${port}/v1/ws, embedded backend, data in ${dataDir}; dashboard at http://127.0.0.1:${port}/`;
+      // util-linux `script` gives the server a pseudo-terminal and copies what it prints.
+      const { spawn } = await import('node:child_process');
+      const command = `exec ${process.execPath} ${MAIN} --port ${port} --data-dir ${dataDir}`;
+      const atTerminal = spawn('script', ['-qfec', command, '/dev/null'], { detached: true });
+      let printed = '';
+      try {
+        await new Promise<void>((resolve, reject) => {
+          const timer = setTimeout(() => reject(new Error(`no plain line:\n${printed}`)), 10_000);
+          atTerminal.stdout.on('data', (chunk: Buffer) => {
+            printed += chunk.toString();
+            if (!printed.includes(plain)) return;
+            clearTimeout(timer);
+            resolve();
+          });
+        });
+      } finally {
+        const exited = new Promise((resolve) => atTerminal.once('exit', resolve));
+        process.kill(-atTerminal.pid!, 'SIGTERM');
+        await exited;
+      }
+      // The JSON lines stay, for the log collector; without a terminal there is no plain line.
+      expect(printed).toMatch(/"msg":"listening"/);
+      const piped = await serve(['--memory']);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(piped.proc.output()).not.toMatch(/dlm listening on/);
+    },
+  );
 
   it('keeps its data under $XDG_STATE_HOME/dlm by default, and nothing with --memory', async () => {
     const state = tempDir('server-state');

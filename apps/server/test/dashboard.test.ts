@@ -28,7 +28,7 @@ async function session(): Promise<Peer> {
 async function openDashboard(
   options: { width: number; height: number },
   query = '',
-  before?: (page: Page) => Promise<void>,
+  before?: (page: Page) => Promise<unknown>,
 ) {
   const page = await browser.newPage({ viewport: options });
   await before?.(page);

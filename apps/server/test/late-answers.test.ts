@@ -39,16 +39,6 @@ function changesOf(peer: Peer, watchId: string) {
     .map((n) => n.params);
 }
 
-async function until<T>(read: () => T | undefined, timeoutMs = 5_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = read();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error('not in time');
-    await sleep(10);
-  }
-}
-
 describe('a grant the backend answers long after its event', () => {
   // The journaled embedded backend answers after the grant's fsync, well after its event: the
   // feed once gave the answer one turn, and told the second shared holder's grant without its
@@ -63,7 +53,7 @@ describe('a grant the backend answers long after its event', () => {
     const second = (
       await holder.call('lock.acquire', { name: 'late/pool', owner: 'p-2', ...shared })
     ).result;
-    const told = await until(() =>
+    const told = await watcher.arrived(() =>
       changesOf(watcher, watchId).find((change) => change.token === second.token),
     );
     expect(told).toMatchObject({ event: 'acquired', owner: 'p-2', holders: 2 });
@@ -92,10 +82,12 @@ describe('a grant the backend answers long after its event', () => {
     const startedAt = Date.now();
     const elsewhere = await backend.tryAcquire({ name: 'mixed/pool', owner: 'there', ...shared });
     if (!elsewhere.granted) throw new Error('setup: not granted');
-    await until(() => changesOf(watcher, watchId).find((change) => change.owner === 'there'));
+    await watcher.arrived(() =>
+      changesOf(watcher, watchId).find((change) => change.owner === 'there'),
+    );
     expect(Date.now() - startedAt).toBeLessThan(500);
     const mine = (await ours).result;
-    const told = await until(() =>
+    const told = await watcher.arrived(() =>
       changesOf(watcher, watchId).find((change) => change.token === mine.token),
     );
     expect(told.ttlRemainingMs).toBeGreaterThan(8_000);
@@ -114,10 +106,10 @@ describe('a grant whose event arrives after a lock.watch read the state', () => 
     expect(changesOf(watcher, watch.watchId)).toEqual([]);
     // What comes after the answer is still told, once.
     await holder.call('lock.release', { name: 'seen', token: lease.token });
-    const ended = await until(() => changesOf(watcher, watch.watchId)[0]);
+    const ended = await watcher.arrived(() => changesOf(watcher, watch.watchId)[0]);
     expect(ended).toMatchObject({ held: false, holders: 0 });
     const next = (await holder.call('lock.acquire', { name: 'seen', ttlMs: 10_000 })).result;
-    const granted = await until(() => changesOf(watcher, watch.watchId)[1]);
+    const granted = await watcher.arrived(() => changesOf(watcher, watch.watchId)[1]);
     expect(granted).toMatchObject({ held: true, token: next.token });
     await sleep(300);
     expect(changesOf(watcher, watch.watchId)).toHaveLength(2);

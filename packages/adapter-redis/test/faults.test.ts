@@ -40,6 +40,18 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
     return { service, lock: await backend({ url: service.url, ...options }) };
   }
 
+  /** Until a try-lock on a fresh name is granted again (Redis is back and the client with it). */
+  function lockingResumes(lock: RedisBackend): Promise<void> {
+    return until(async () => {
+      try {
+        return (await lock.tryAcquire({ name: lockName('back'), owner: 'c', ttlMs: 5_000 }))
+          .granted;
+      } catch {
+        return false;
+      }
+    }, 8_000);
+  }
+
   /** A fresh connection of the test's own, to look at what the server really holds. */
   function raw(service: RedisService): Redis {
     return own(service, { maxRetriesPerRequest: 1 });
@@ -68,14 +80,7 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
     // Refused before sending: nothing can have happened, so it is not indeterminate.
     expect(error.details.indeterminate).toBeUndefined();
     await service.start();
-    await until(async () => {
-      try {
-        return (await lock.tryAcquire({ name: lockName('back'), owner: 'c', ttlMs: 5_000 }))
-          .granted;
-      } catch {
-        return false;
-      }
-    }, 8_000);
+    await lockingResumes(lock);
   });
 
   it("while Redis is down, UNAVAILABLE says so in the user's words (not ioredis internals)", async () => {
@@ -118,14 +123,7 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
       expect(error.details.indeterminate).toBeUndefined();
     }
     await service.start();
-    await until(async () => {
-      try {
-        return (await lock.tryAcquire({ name: lockName('warm'), owner: 'w', ttlMs: 5_000 }))
-          .granted;
-      } catch {
-        return false;
-      }
-    }, 8_000);
+    await lockingResumes(lock);
   });
 
   it('a stalled Redis gives indeterminate UNAVAILABLE within commandTimeoutMs, and no late grant after it resumes', async () => {

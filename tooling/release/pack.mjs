@@ -39,6 +39,14 @@ for (const { dir, manifest } of published) {
   }
 }
 
+/** pnpm's output is kept, and shown (on stderr) only if it fails: a file list per package. */
+const QUIET = {
+  cwd: root,
+  stdio: ['ignore', 'pipe', 'pipe'],
+  encoding: 'utf8',
+  maxBuffer: 2 ** 26,
+};
+
 /** pnpm itself when a pnpm script runs this, else the version the repo pins, through npx. */
 function pnpm(args) {
   const execPath = process.env.npm_execpath;
@@ -46,20 +54,23 @@ function pnpm(args) {
     // pnpm 12 is a native executable; older ones are a script for node.
     const script = /\.[cm]?js$/.test(execPath);
     return spawnSync(script ? process.execPath : execPath, script ? [execPath, ...args] : args, {
-      cwd: root,
-      stdio: ['ignore', 2, 2],
+      ...QUIET,
     });
   }
   const pinned = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).packageManager;
-  return spawnSync('npx', ['-y', pinned, ...args], { cwd: root, stdio: ['ignore', 2, 2] });
+  return spawnSync('npx', ['-y', pinned, ...args], QUIET);
 }
 
 mkdirSync(out, { recursive: true });
 for (const file of readdirSync(out)) if (file.endsWith('.tgz')) rmSync(join(out, file));
 const filters = published.flatMap(({ manifest }) => ['--filter', manifest.name]);
-// pnpm's own output goes to stderr: this script's stdout is the list of tarballs.
+// This script's stdout is the list of tarballs; pnpm's own words only when it fails.
 const packed = pnpm([...filters, 'pack', '--pack-destination', out]);
-if (packed.status !== 0) process.exit(packed.status ?? 1);
+if (packed.status !== 0) {
+  process.stderr.write(`${packed.stdout ?? ''}${packed.stderr ?? ''}`);
+  if (packed.error) console.error(`could not run pnpm: ${packed.error.message}`);
+  process.exit(packed.status || 1);
+}
 const tarballs = readdirSync(out).filter((file) => file.endsWith('.tgz'));
 if (tarballs.length !== published.length) {
   console.error(`expected ${published.length} tarballs in ${out}, found ${tarballs.length}`);

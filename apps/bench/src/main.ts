@@ -4,6 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { usageFailure } from '@dlm/flags';
 import {
   combineFloors,
   type FloorBackend,
@@ -292,7 +293,7 @@ function optionsOrExit(argv: string[]): BenchOptions | number {
     parsed = parseOptions(argv);
   } catch (error) {
     if (!(error instanceof UsageError)) throw error;
-    process.stderr.write(`bench: ${error.message}\n\n${USAGE}`);
+    process.stderr.write(usageFailure('bench', error));
     return 2;
   }
   if ('help' in parsed) {

@@ -25,13 +25,17 @@ export const COMMON_OPTIONS = {
  * Parses the arguments of a command that takes exactly one lock NAME and the common flags.
  * On `--help` it prints `usage` and returns undefined: the command then exits with OK.
  */
-export function parseNameArgs(command: string, usage: string, argv: string[]) {
+export function parseNameArgs(usage: string, argv: string[]) {
   const { values, positionals } = parseFlags(argv, COMMON_OPTIONS, { allowPositionals: true });
   if (values.help) {
     process.stdout.write(usage);
     return undefined;
   }
-  if (positionals.length !== 1) throw new UsageError(`dlm ${command} takes exactly one lock NAME`);
+  if (positionals.length === 0) throw new UsageError('a lock NAME is missing');
+  if (positionals.length > 1) {
+    const names = positionals.map((name) => JSON.stringify(name)).join(' ');
+    throw new UsageError(`one lock NAME at a time (got ${names})`);
+  }
   return { values, name: positionals[0]! };
 }
 
@@ -48,7 +52,7 @@ export function nameCommand(
     name,
     usage,
     async run(argv) {
-      const args = parseNameArgs(name, usage, argv);
+      const args = parseNameArgs(usage, argv);
       return args ? run(args) : EXIT.OK;
     },
   };

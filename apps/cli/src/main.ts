@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { readPackageVersion, UsageError, withoutLeadingSeparator } from '@dlm/flags';
+import { readPackageVersion, UsageError, usageFailure, withoutLeadingSeparator } from '@dlm/flags';
 import type { Command } from './command.js';
 import { EXIT } from './exit-codes.js';
 
@@ -71,7 +71,8 @@ async function main(argv: string[]): Promise<number | undefined> {
   }
   const entry = COMMANDS.find((candidate) => candidate.name === name);
   if (!entry) {
-    process.stderr.write(`dlm: unknown command ${JSON.stringify(name)}\n\n${HELP}`);
+    const unknown = new UsageError(`unknown command ${JSON.stringify(name)}`);
+    process.stderr.write(usageFailure('dlm', unknown));
     return EXIT.USAGE;
   }
   const command = await entry.load();
@@ -79,7 +80,7 @@ async function main(argv: string[]): Promise<number | undefined> {
     return await command.run(rest);
   } catch (error) {
     if (!(error instanceof UsageError)) throw error;
-    process.stderr.write(`dlm ${command.name}: ${error.message}\n\n${command.usage}`);
+    process.stderr.write(usageFailure(`dlm ${command.name}`, error));
     return EXIT.USAGE;
   }
 }

@@ -203,8 +203,20 @@ describe('dlm lock NAME -- CMD', () => {
     ]) {
       const done = await runDlm(args, env);
       expect(done.code, args.join(' ')).toBe(2);
-      expect(done.stderr).toContain('Usage: dlm lock');
+      // The reason and where the help is, not the whole help after it.
+      expect(done.stderr, args.join(' ')).toMatch(
+        /^dlm lock: .+\nRun 'dlm lock --help' for its usage\.\n$/,
+      );
     }
+    // Each reason once, in a few words (not "dlm lock: dlm lock takes…", nor parseArgs' advice).
+    const said = async (...args: string[]) => (await runDlm(args, env)).stderr.split('\n')[0];
+    expect(await said('lock')).toBe('dlm lock: a lock NAME is missing');
+    expect(await said('lock', 'cli/x', '--bogus', '--', 'true')).toBe(
+      'dlm lock: unknown option --bogus',
+    );
+    expect(await said('lock', 'cli/x', '--ttl')).toBe('dlm lock: --ttl needs a value');
+    expect(await said('get')).toBe('dlm get: a lock NAME is missing');
+    expect(await said('get', 'a', 'b')).toBe('dlm get: one lock NAME at a time (got "a" "b")');
     // A bare number has no unit to guess: the error names the units.
     const bare = await runDlm(['lock', 'cli/x', '--wait', '30', '--', 'true'], env);
     expect(bare.code).toBe(2);

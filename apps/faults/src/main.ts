@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { UsageError } from '@dlm/flags';
+import { UsageError, usageFailure } from '@dlm/flags';
 import { runCampaign } from './campaign.js';
 import { type FaultsCommand, parseFaultsArgs, USAGE } from './options.js';
 import { mergeReports, renderMarkdown, writeReport } from './report.js';
@@ -11,7 +11,7 @@ try {
   command = parseFaultsArgs(process.argv.slice(2));
 } catch (error) {
   if (!(error instanceof UsageError)) throw error;
-  process.stderr.write(`dlm-faults: ${error.message}\n\n${USAGE}\n`);
+  process.stderr.write(usageFailure('dlm-faults', error));
   process.exit(2);
 }
 if (command.kind === 'help') {

@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { SUBPROTOCOL, WS_PATH } from '@dlm/protocol';
 import { type AdminContext, handleAdmin, LOCKS_PATH } from './admin-api.js';
 import type { Authenticator } from './auth.js';
 import type { Readiness } from './backend-health.js';
@@ -44,6 +45,11 @@ function authenticate(
   sendError(response, caller.status, caller.code, caller.message, {}, caller.headers);
   return null;
 }
+
+const NOT_WEBSOCKET =
+  `${WS_PATH} is the dlm protocol's WebSocket endpoint: connect with a WebSocket client ` +
+  `(subprotocol ${SUBPROTOCOL}), such as the dlm CLI or @dlm/client. Over plain HTTP this port ` +
+  'serves the dashboard (/), /metrics, /readyz and the admin API (/v1/locks).';
 
 /**
  * Everything on the server's port that is not the WebSocket: `/livez`, `/readyz`, `/healthz` and
@@ -101,6 +107,11 @@ export function createHttpHandler(context: HttpContext) {
     }
     for (const door of context.doors ?? []) if (door(request, response, path)) return;
     if (serveDashboard(context.dashboard, request.method, path, response)) return;
+    if (path === WS_PATH) {
+      // `curl …/v1/ws` (or a proxy that dropped the upgrade): say what the path is for.
+      sendError(response, 426, 'UPGRADE_REQUIRED', NOT_WEBSOCKET, {}, { upgrade: 'websocket' });
+      return;
+    }
     sendError(response, 404, 'NOT_FOUND', `no route for ${request.method} ${path}`);
   };
 }

@@ -16,8 +16,11 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   LOCK_HELD: 409,
 };
 
-/** The HTTP-only code for a lock or route that is not there (the protocol has no such code). */
-export type HttpErrorCode = ErrorCode | 'NOT_FOUND';
+/**
+ * The HTTP-only codes (the protocol has no such codes): a lock or route that is not there, and
+ * plain HTTP on the WebSocket endpoint.
+ */
+export type HttpErrorCode = ErrorCode | 'NOT_FOUND' | 'UPGRADE_REQUIRED';
 
 export function sendJson(
   response: ServerResponse,

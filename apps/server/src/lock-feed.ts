@@ -11,8 +11,10 @@ import type {
 } from '@dlm/core';
 import { createFeedHistory, type FeedHistory } from './feed-history.js';
 import { createFeedSubscribers, createWaitersBatch } from './feed-subscribers.js';
+import { namesOf } from './lock-handlers.js';
 import type { ListLocks } from './lock-observer.js';
 import type { HoldEnd } from './metrics.js';
+import { createPendingGrants } from './pending-grants.js';
 
 export type FeedEventType =
   | 'acquired'
@@ -97,6 +99,12 @@ export interface LockFeed extends LockObserver {
   lost(event: LostEvent): void;
   /** The number of acquires queued here for `name` is now `count`. */
   waiting(name: string, count: number): void;
+  /**
+   * An acquire of `names` for `owner` through this server started: a grant core's watch reports
+   * for them meanwhile waits for this server's own report of it, with its lease and its wait
+   * (see `pending-grants.ts`). Call the returned function once the acquire settled.
+   */
+  acquiring(names: readonly string[], owner: string): () => void;
   /** Adds the backend's held locks under `prefix` that the feed does not know yet. */
   seed(prefix: string): Promise<void>;
   /** Held locks under `prefix`, by name. */
@@ -172,11 +180,40 @@ function staleBeside(limit: number, token: bigint, entry: Entry): boolean {
   return entry.token > token && (limit === 0 || entry.limit === 0);
 }
 
+/** A grant core's watch reported, as the feed opens it. `limit` 0: exclusive. */
+interface SeenGrant {
+  name: string;
+  change: LockChange;
+  token: bigint;
+  limit: number;
+}
+
 /** A change of a lease's deadline by more than this is reported as `extended`. */
 const EXTENDED_BY_MS = 250;
 
 export function createLockFeed(options: LockFeedOptions): LockFeed {
   return new Feed(options);
+}
+
+/**
+ * `service`, with every acquire through it told to `feed` while in flight, so that the feed
+ * tells each grant made here once, from the acquire's own report (see `LockFeed.acquiring`).
+ */
+export function feedingAcquires(service: LockService, feed: LockFeed): LockService {
+  async function told<T>(names: readonly string[], owner: string, run: () => Promise<T>) {
+    const settled = feed.acquiring(names, owner);
+    try {
+      return await run();
+    } finally {
+      settled();
+    }
+  }
+  return {
+    ...service,
+    acquire: (options) => told([options.name], options.owner, () => service.acquire(options)),
+    acquireAll: (options) =>
+      told(namesOf(options.locks), options.owner, () => service.acquireAll(options)),
+  };
 }
 
 function byName(a: FeedLock, b: FeedLock): number {
@@ -192,8 +229,8 @@ class Feed implements LockFeed {
   private readonly waiters;
   readonly history: FeedHistory;
   private held = 0;
-  /** Grants core reported whose opening waits a turn (see `changed`), by token and name. */
-  private readonly seenPending = new Set<string>();
+  /** Grants core reported that an acquire in flight here may have made (see `changed`). */
+  private readonly pending = createPendingGrants<SeenGrant>();
   private heldShared = 0;
   private closed = false;
 
@@ -220,6 +257,7 @@ class Feed implements LockFeed {
 
   granted(lease: Lease, waitedMs = 0): void {
     if (this.closed) return;
+    this.pending.drop(lease.name, lease.token);
     const entry = this.find(lease.name, lease.token);
     if (entry) {
       // The same lease again: an idempotent re-acquire, or this server's own report of a grant
@@ -252,13 +290,13 @@ class Feed implements LockFeed {
   }
 
   released(name: string, token: bigint): void {
-    this.seenPending.delete(`${token}\u0000${name}`);
+    this.pending.drop(name, token);
     const entry = this.find(name, token);
     if (entry) this.end(entry, 'released');
   }
 
   lost(event: LostEvent): void {
-    this.seenPending.delete(`${event.token}\u0000${event.name}`);
+    this.pending.drop(event.name, event.token);
     const entry = this.find(event.name, event.token);
     if (entry) this.end(entry, event.reason);
   }
@@ -267,6 +305,17 @@ class Feed implements LockFeed {
     if (this.closed) return;
     this.history.queued(name, count);
     this.waiters.touch(name);
+  }
+
+  acquiring(names: readonly string[], owner: string): () => void {
+    const acquire = this.pending.start(names, owner);
+    return () => {
+      // Core reported this acquire's grant (granted, before the acquire settled) if it made
+      // one that is still held: what is left was made elsewhere, or has ended unreported.
+      for (const seen of acquire.settled()) {
+        if (!this.closed && !this.find(seen.name, seen.token)) this.openSeen(seen);
+      }
+    };
   }
 
   // ---- what watchers ask ----
@@ -337,7 +386,7 @@ class Feed implements LockFeed {
 
   close(): void {
     this.closed = true;
-    this.seenPending.clear();
+    this.pending.clear();
     this.waiters.close();
     for (const slot of this.entries.values())
       for (const entry of entriesOf(slot)) this.unwatch(entry);
@@ -542,8 +591,7 @@ class Feed implements LockFeed {
     const { token } = change;
     if (!change.held) {
       // Core reports an end without a token only once it found the lock free.
-      if (token === undefined) this.dropPending(name);
-      else this.seenPending.delete(`${token}\u0000${name}`);
+      this.pending.drop(name, token);
       for (const entry of [...entriesOf(slot)]) {
         if (token === undefined || token === entry.token) this.end(entry, endOf(change));
       }
@@ -553,7 +601,7 @@ class Feed implements LockFeed {
     const entry = this.find(name, token);
     if (change.type === 'released' || change.type === 'expired' || change.type === 'revoked') {
       // One of several holders ended; the others hold on.
-      this.seenPending.delete(`${token}\u0000${name}`);
+      this.pending.drop(name, token);
       if (entry) this.end(entry, change.type);
       return;
     }
@@ -562,30 +610,20 @@ class Feed implements LockFeed {
       return;
     }
     const limit = change.mode === 'shared' ? topOf(slot)!.limit || 1 : 0;
-    if (change.ttlRemainingMs !== undefined) {
-      this.openSeen(name, change, token, limit);
+    const seen: SeenGrant = { name, change, token, limit };
+    // A grant core heard of from the backend before its lease is known: perhaps one an acquire
+    // in flight here made (a second shared holder, while the first keeps the name watched). Its
+    // own report, with the lease and the wait, comes when that acquire returns, however long
+    // the backend takes to answer it (a journal's fsync): the grant is told then, once.
+    if (change.ttlRemainingMs === undefined && this.pending.covers(name, change.owner)) {
+      this.pending.hold(name, token, change.owner, seen);
       return;
     }
-    // A grant core heard of from the backend before its lease is known: perhaps one made through
-    // this server (a second shared holder, while the first keeps the name watched), whose own
-    // report, with its lease, follows within the turn. Give it that turn, so that the grant is
-    // told once, with its TTL; a grant made elsewhere is opened then.
-    const id = `${token}\u0000${name}`;
-    this.seenPending.add(id);
-    setImmediate(() => {
-      if (!this.seenPending.delete(id) || this.closed || this.find(name, token)) return;
-      this.openSeen(name, change, token, limit);
-    });
+    this.openSeen(seen);
   }
 
-  /** Forgets the grants of `name` waiting to be opened: the name is free. */
-  private dropPending(name: string): void {
-    for (const id of this.seenPending)
-      if (id.endsWith(`\u0000${name}`)) this.seenPending.delete(id);
-  }
-
-  /** Opens the entry of a grant core reported (made elsewhere, or not reported here yet). */
-  private openSeen(name: string, change: LockChange, token: bigint, limit: number): void {
+  /** Opens the entry of a grant core reported (made elsewhere, or not reported here). */
+  private openSeen({ name, change, token, limit }: SeenGrant): void {
     const slot = this.entries.get(name);
     if (entriesOf(slot).some((other) => staleBeside(limit, token, other))) return;
     this.endReplaced(name, limit, token);

@@ -51,7 +51,7 @@ function forbidden(principal: Principal, actions: Action[], name: string): DlmEr
  * The names of an acquireAll's set, as far as they can be read: for the permission and the
  * session's bound. Core checks the set itself (shape, count, names, modes, duplicates).
  */
-function namesOf(locks: unknown): string[] {
+export function namesOf(locks: unknown): string[] {
   if (!Array.isArray(locks)) return [];
   const names: string[] = [];
   for (const entry of locks) {

@@ -1,12 +1,20 @@
-import { UsageError } from '@dlm/flags';
+import { UsageError, usageFailure } from '@dlm/flags';
 import { hashToken, newToken } from './auth.js';
-import { baseServerOptions, parseConfig, usage } from './config.js';
+import { type BackendConfig, baseServerOptions, parseConfig, usage } from './config.js';
 import { createLogger } from './logger.js';
 import { startServer } from './server.js';
 
+/** Where the backend keeps the locks, for people: `embedded backend, data in /var/lib/dlm`. */
+function backendInWords(backend: BackendConfig): string {
+  if (backend.kind !== 'embedded') return `${backend.kind} backend`;
+  return backend.dataDir === null
+    ? 'embedded backend, in memory (nothing kept on disk)'
+    : `embedded backend, data in ${backend.dataDir}`;
+}
+
 /**
  * Runs the server as a program: flags and environment from `argv`, logs on stderr, graceful
- * shutdown on SIGTERM/SIGINT. Exits 2 on a bad flag (with the usage), 1 when it cannot start.
+ * shutdown on SIGTERM/SIGINT. Exits 2 on a bad flag (the reason, and where the help is), 1 when it cannot start.
  * Used by `dlm-server` and by the CLI's `dlm serve`.
  */
 export async function runServer(argv: string[], command = 'dlm-server'): Promise<void> {
@@ -23,7 +31,7 @@ export async function runServer(argv: string[], command = 'dlm-server'): Promise
     config = parseConfig(argv);
   } catch (error) {
     if (!(error instanceof UsageError)) throw error;
-    process.stderr.write(`${command}: ${error.message}\n\n${usage(command)}`);
+    process.stderr.write(usageFailure(command, error));
     process.exit(2);
   }
   if (config === null) {
@@ -46,6 +54,12 @@ export async function runServer(argv: string[], command = 'dlm-server'): Promise
     });
     process.exit(1);
   });
+  // The log is JSON lines, for machines; a person at a terminal also gets one line to read.
+  if (process.stderr.isTTY && config.logLevel !== 'silent') {
+    process.stderr.write(
+      `dlm listening on ${server.url}, ${backendInWords(config.backend)}; dashboard at ${server.httpUrl}/\n`,
+    );
+  }
 
   let stopping = false;
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {

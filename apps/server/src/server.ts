@@ -25,7 +25,7 @@ import { type Answering, createAnswering, type DoorContext } from './door.js';
 import { createHttpHandler } from './http-handler.js';
 import { createRpcDoor } from './http-rpc.js';
 import { DEFAULT_SERVER_LIMITS, type ServerLimits } from './limits.js';
-import { createLockFeed, type LockFeed } from './lock-feed.js';
+import { createLockFeed, feedingAcquires, type LockFeed } from './lock-feed.js';
 import { createServerObserver, type ListLocks, listLocksOf } from './lock-observer.js';
 import { createLogger, type Logger } from './logger.js';
 import { isLoopbackHost } from './loopback.js';
@@ -156,7 +156,7 @@ function wireLocks(
   const metrics = createMetrics({ version: VERSION, backend: backend.kind });
   const observer = createServerObserver({ metrics, logger, health, backendKind: backend.kind });
   if (options.service?.observer) observer.add(options.service.observer);
-  const service = createLockService({
+  const core = createLockService({
     ...options.service,
     backend,
     maxWaitersPerName: limits.maxWaitersPerLock,
@@ -164,7 +164,7 @@ function wireLocks(
   });
   const list = listLocksOf(backend, clock, backendTimeoutMs, observer);
   const feed = createLockFeed({
-    service,
+    service: core,
     clock,
     list,
     onHoldEnded: (end, seconds) => metrics.hold(end, seconds),
@@ -173,6 +173,7 @@ function wireLocks(
   // The feed and the lease holders need the service, so they join the observer after it.
   observer.add(holders);
   observer.add(feed);
+  const service = feedingAcquires(core, feed);
   return { metrics, service, feed, holders, list, totalWaiters: () => observer.totalWaiters() };
 }
 
@@ -429,7 +430,15 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     connections,
   );
   connections.startHeartbeat();
-  const port = await listen(http, options.port ?? 7070, host);
+  let port: number;
+  try {
+    port = await listen(http, options.port ?? 7070, host);
+  } catch (error) {
+    // The port is taken (or not ours to bind): give back what was opened, the data dir's LOCK
+    // first among them, so that nothing of this attempt is left behind.
+    await shutDown(parts, http).catch(() => {});
+    throw error;
+  }
   const urlHost = host.includes(':') ? `[${host}]` : host;
   const [wsScheme, httpScheme] = options.tls ? ['wss', 'https'] : ['ws', 'http'];
   const url = `${wsScheme}://${urlHost}:${port}${WS_PATH}`;

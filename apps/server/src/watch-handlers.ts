@@ -36,6 +36,42 @@ function watchChange(watchId: string, name: string, change: ModedChange) {
   };
 }
 
+/**
+ * The changes of one `lock.watch`, told after its answer and without what the answer showed.
+ * A backend tells core of a grant when its event arrives, which on PostgreSQL or ZooKeeper can
+ * be after the watch read the state that already holds that grant; and a change that arrives
+ * while the state is read would otherwise reach the client before the answer.
+ */
+function answeredWatch(tell: (change: ModedChange) => void) {
+  let held: ModedChange[] | undefined = [];
+  /** The token the answer reported: grants up to it are in the answer. */
+  let shown: bigint | undefined;
+  let stopped = false;
+  const pass = (change: ModedChange) => {
+    const old = change.type === 'acquired' && change.token !== undefined && shown !== undefined;
+    if (!stopped && !(old && change.token! <= shown!)) tell(change);
+  };
+  return {
+    changed(change: ModedChange) {
+      if (held) held.push(change);
+      else pass(change);
+    },
+    /** The state read says `token` holds (undefined: free); the answer goes out this turn. */
+    answered(token: bigint | undefined) {
+      shown = token;
+      const waiting = held ?? [];
+      // After the answer, which the session sends once the handler's promise settles.
+      setImmediate(() => {
+        held = undefined;
+        for (const change of waiting) pass(change);
+      });
+    },
+    stop() {
+      stopped = true;
+    },
+  };
+}
+
 /** What `lock.watchPrefix` tells of a feed event. */
 function prefixChange(watchId: string, event: FeedEvent) {
   return {
@@ -108,20 +144,26 @@ export function watchHandlers(scope: SessionScope): Handlers<WatchMethod> {
       const name = permittedName(scope, params, 'watch');
       reserveWatch();
       const watchId = nextWatchId();
-      // Subscribe before reading the state, so no change between the two is missed.
-      const stop = service.watch(name, (change) => {
+      const watch = answeredWatch((change) => {
         const told = watchChange(watchId, name, change);
         if (told) scope.notify('lock.changed', told);
       });
-      watches.set(watchId, stop);
+      // Subscribe before reading the state, so no change between the two is missed.
+      const stop = service.watch(name, watch.changed);
+      const end = () => {
+        watch.stop();
+        stop();
+      };
+      watches.set(watchId, end);
       try {
         const state = await service.get(name);
+        watch.answered(state?.token);
         return state
           ? { watchId, held: true, token: formatToken(state.token) }
           : { watchId, held: false };
       } catch (error) {
         watches.delete(watchId);
-        stop();
+        end();
         throw error;
       }
     },

@@ -56,6 +56,11 @@ let watchId;
 let prefix = new URLSearchParams(location.search).get('prefix') ?? '';
 let reconnectDelayMs = 500;
 let serverInfo = '';
+/**
+ * The server's most shared holders of one name (session.hello): a shared lock asked for without
+ * a limit (a read lock) gets it as its limit, which no one set and is not worth showing.
+ */
+let maxHolders;
 
 /**
  * What GET /v1/feed told, for the prefix `recent.prefix`: its events (oldest first, `at` on
@@ -113,6 +118,7 @@ function connect() {
       });
       reconnectDelayMs = 500;
       serverInfo = `${hello.backend} backend · dlm ${hello.server.version}`;
+      maxHolders = hello.limits?.maxHolders;
       await watch(prefix);
     } catch (error) {
       if (error.code === 'UNAUTHENTICATED') {
@@ -175,7 +181,8 @@ async function watch(newPrefix) {
   watchId = result.watchId;
   for (const lock of locks.values()) lock.row.remove();
   locks.clear();
-  for (const lock of result.locks) upsert(lock);
+  // Held before this page looked: since when, the history says (until then, a dash).
+  for (const lock of result.locks) upsert(lock, false);
   render();
   setStatus('live', `Live · ${serverInfo}`);
   startHistory();
@@ -187,8 +194,10 @@ function applyChange(change) {
   const lock = locks.get(change.name);
   switch (change.event) {
     case 'acquired':
+      upsert(change, true);
+      break;
     case 'extended':
-      upsert(change);
+      upsert(change, false);
       break;
     case 'released':
     case 'expired':
@@ -219,15 +228,17 @@ function applyChange(change) {
   render();
 }
 
-function upsert(info) {
+/** Shows `info` (a held lock, or a change); `granted`: its lease was granted just now. */
+function upsert(info, granted) {
   let lock = locks.get(info.name);
   if (!lock) {
     lock = { name: info.name };
     locks.set(info.name, lock);
     createRow(lock);
   }
-  // A new lease (not an extend of the one shown) is held from now until the history says.
-  if (info.token !== lock.token) lock.heldSince = performance.now();
+  // A lease granted now is held from now until the history says; one held before the page
+  // saw it, since an unknown time (a dash, not "0 ms").
+  if (info.token !== lock.token) lock.heldSince = granted ? performance.now() : undefined;
   // The highest token's holder is shown; a shared lock says how many hold it, of its limit.
   if (lock.token === undefined || BigInt(info.token) >= BigInt(lock.token)) {
     lock.owner = info.owner;
@@ -257,6 +268,12 @@ function createRow(lock) {
   row.dataset.name = lock.name;
   const name = cell('Name', 'name');
   const owner = cell('Holder', 'owner');
+  // The holder's name may be cut short; how the lock is shared, on its own line, never is.
+  const who = document.createElement('span');
+  who.className = 'who';
+  const sharing = document.createElement('span');
+  sharing.className = 'sharing';
+  owner.append(who, sharing);
   const token = cell('Token', 'num token');
   const held = cell('Held for', 'num held');
   const ttl = cell('TTL left', 'num ttl');
@@ -276,7 +293,7 @@ function createRow(lock) {
   waiters.append(count, waitTimes);
   row.append(name, owner, token, held, ttl, waiters, actions);
   lock.row = row;
-  lock.cells = { name, owner, token, held, ttl, waiters, count, waitTimes };
+  lock.cells = { name, owner, who, sharing, token, held, ttl, waiters, count, waitTimes };
   name.textContent = lock.name;
   // Keep the rows sorted by name.
   const after = [...locks.keys()].filter((other) => other > lock.name).sort()[0];
@@ -284,14 +301,19 @@ function createRow(lock) {
   rows.insertBefore(row, before ?? null);
 }
 
+/** How a shared lock is held: `read lock, 2 holders` or `semaphore, 1 of 3`. */
+function sharingOf(lock) {
+  const holders = `${lock.holders} holder${lock.holders === 1 ? '' : 's'}`;
+  if (lock.limit === undefined || lock.limit === maxHolders) return `read lock, ${holders}`;
+  return `semaphore, ${lock.holders} of ${lock.limit}`;
+}
+
 function fillRow(lock) {
   const shared = lock.mode === 'shared';
-  lock.cells.owner.textContent = shared
-    ? `${lock.owner} · shared, ${lock.holders}${lock.limit === undefined ? '' : ` of ${lock.limit}`}`
-    : lock.owner;
-  lock.cells.owner.title = shared
-    ? `${lock.holders} shared holder(s)${lock.limit === undefined ? '' : `, limit ${lock.limit}`}; newest: ${lock.owner}`
-    : lock.owner;
+  lock.cells.who.textContent = lock.owner;
+  lock.cells.sharing.textContent = shared ? sharingOf(lock) : '';
+  lock.cells.sharing.hidden = !shared;
+  lock.cells.owner.title = shared ? `${sharingOf(lock)}; newest: ${lock.owner}` : lock.owner;
   lock.cells.token.textContent = lock.token;
   lock.cells.count.textContent = String(lock.waiters);
   lock.cells.waiters.classList.toggle('busy', lock.waiters > 0);

@@ -115,6 +115,16 @@ describe('GET /v1/locks/{name}', () => {
     expect(missing.status).toBe(404);
     expect((await json(missing)).error.code).toBe('NOT_FOUND');
   });
+
+  it('plain HTTP on /v1/ws says it is the WebSocket endpoint (426), not "no route"', async () => {
+    const plain = await fetch(`${server.httpUrl}/v1/ws`);
+    expect(plain.status).toBe(426);
+    expect(plain.headers.get('upgrade')).toBe('websocket');
+    const { error } = await json(plain);
+    expect(error.code).toBe('UPGRADE_REQUIRED');
+    expect(error.message).toMatch(/^\/v1\/ws is the dlm protocol's WebSocket endpoint/);
+    expect(error.message).toContain('dlm.v1.json');
+  });
 });
 
 describe('DELETE /v1/locks/{name}', () => {

@@ -25,8 +25,13 @@ async function session(): Promise<Peer> {
   return peer;
 }
 
-async function openDashboard(options: { width: number; height: number }, query = '') {
+async function openDashboard(
+  options: { width: number; height: number },
+  query = '',
+  before?: (page: Page) => Promise<unknown>,
+) {
   const page = await browser.newPage({ viewport: options });
+  await before?.(page);
   const problems: string[] = [];
   page.on('pageerror', (error) => problems.push(`pageerror: ${error.message}`));
   page.on('console', (message) => {
@@ -149,6 +154,66 @@ describe.runIf(available)('the dashboard in headless Chromium', () => {
     // The page runs under its own strict CSP, WebSocket included, without a single error.
     expect(problems).toEqual([]);
     await page.close();
+  });
+
+  it('a lock held before the page opened, shared locks, and the charts’ row read right', async () => {
+    const client = await session();
+    await client.call('lock.acquire', { name: 'ui/long-held', ttlMs: 60_000, owner: 'janitor' });
+    const owner = 'reader-with-a-rather-long-owner-name-42';
+    await client.call('lock.acquire', { name: 'ui/config', ttlMs: 60_000, owner, mode: 'shared' });
+    await client.call('lock.acquire', {
+      name: 'ui/gpus',
+      ttlMs: 60_000,
+      owner: `${owner}-gpu`,
+      mode: 'shared',
+      limit: 3,
+    });
+    await new Promise((resolve) => setTimeout(resolve, 1_200));
+    // The history (how long each lock has been held) comes late: until then the page does not
+    // know, and says so, rather than "0 ms".
+    let release: () => void = () => {};
+    const historyHeld = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const { page, problems } = await openDashboard({ width: 1600, height: 900 }, '', (p) =>
+      p.route('**/v1/feed?*', async (route) => {
+        await historyHeld;
+        await route.continue();
+      }),
+    );
+    const held = row(page, 'ui/long-held').locator('.held');
+    await held.waitFor();
+    expect(await held.textContent()).toBe('—');
+    release();
+    await expect.poll(async () => held.textContent(), { timeout: 5_000 }).toMatch(/^\d+\.\d s$/);
+    expect(Number.parseFloat((await held.textContent())!)).toBeGreaterThanOrEqual(1.2);
+
+    // A read lock's limit is the server's maximum, which nobody set: not "1 of 10000". How a
+    // lock is shared has its own line, never cut short by a long owner.
+    const sharing = (name: string) => row(page, name).locator('.owner .sharing');
+    expect(await sharing('ui/config').textContent()).toBe('read lock, 1 holder');
+    expect(await sharing('ui/gpus').textContent()).toBe('semaphore, 1 of 3');
+    for (const name of ['ui/config', 'ui/gpus']) {
+      const cut = await sharing(name).evaluate((el) => el.scrollWidth - el.clientWidth);
+      expect(cut, name).toBeLessThanOrEqual(0);
+    }
+    expect(await sharing('ui/long-held').isVisible()).toBe(false);
+
+    // The three bar charts fill the row under the wide one: no empty fourth slot.
+    const wide = (await page.locator('.chart.wide').boundingBox())!;
+    const bars = await Promise.all(
+      ['#wait-times', '#hold-times', '#contended'].map(
+        async (id) => (await page.locator(`.chart:has(${id})`).boundingBox())!,
+      ),
+    );
+    expect(new Set(bars.map((box) => Math.round(box.y))).size).toBe(1);
+    expect(Math.abs(bars[2]!.x + bars[2]!.width - (wide.x + wide.width))).toBeLessThanOrEqual(2);
+    await page.screenshot({ path: `${SHOTS}/dlm-dashboard-shared.png`, fullPage: true });
+    expect(problems).toEqual([]);
+    await page.close();
+    for (const name of ['ui/long-held', 'ui/config', 'ui/gpus']) {
+      await fetch(`${server.httpUrl}/v1/locks/${encodeURIComponent(name)}`, { method: 'DELETE' });
+    }
   });
 
   it('a revoke from the page, by keyboard, reaches the holder as lock.lost and hands the lock on', async () => {

@@ -1,7 +1,13 @@
 import { existsSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { freePort, type ManagedProcess, startProcess, tempDir } from '@dlm/test-services';
+import {
+  findBinary,
+  freePort,
+  type ManagedProcess,
+  startProcess,
+  tempDir,
+} from '@dlm/test-services';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { connect, openSession } from './ws-peer.js';
 
@@ -81,6 +87,17 @@ describe('the server process on the embedded backend with a data directory', () 
     peer.close();
   });
 
+  it('a start that fails (its port taken) exits 1 and leaves its data dir as it found it, unlocked', async () => {
+    const taken = await serve(['--memory']);
+    const dataDir = tempDir('server-port-taken');
+    const { spawnSync } = await import('node:child_process');
+    const args = [MAIN, '--port', String(taken.port), '--data-dir', dataDir];
+    const failed = spawnSync(process.execPath, args, { encoding: 'utf8' });
+    expect(failed.status).toBe(1);
+    expect(failed.stderr).toMatch(/EADDRINUSE/);
+    expect(existsSync(join(dataDir, 'LOCK'))).toBe(false);
+  });
+
   it('SIGTERM ends pending waits with CANCELLED, exits 0, and keeps held locks for the next start', async () => {
     const dataDir = tempDir('server-sigterm');
     const server = await serve(['--data-dir', dataDir]);
@@ -101,6 +118,40 @@ describe('the server process on the embedded backend with a data directory', () 
     });
     after.close();
   });
+
+  it.skipIf(findBinary('script') === null)(
+    'at a terminal it also says, in one plain line, where it listens and where the data is',
+    async () => {
+      const dataDir = tempDir('server-tty');
+      const port = await freePort();
+      const plain = `dlm listening on ws://127.0.0.1:${port}/v1/ws, embedded backend, data in ${dataDir}; dashboard at http://127.0.0.1:${port}/`;
+      // util-linux `script` gives the server a pseudo-terminal and copies what it prints.
+      const { spawn } = await import('node:child_process');
+      const command = `exec ${process.execPath} ${MAIN} --port ${port} --data-dir ${dataDir}`;
+      const atTerminal = spawn('script', ['-qfec', command, '/dev/null'], { detached: true });
+      let printed = '';
+      try {
+        await new Promise<void>((resolve, reject) => {
+          const timer = setTimeout(() => reject(new Error(`no plain line:\n${printed}`)), 10_000);
+          atTerminal.stdout.on('data', (chunk: Buffer) => {
+            printed += chunk.toString();
+            if (!printed.includes(plain)) return;
+            clearTimeout(timer);
+            resolve();
+          });
+        });
+      } finally {
+        const exited = new Promise((resolve) => atTerminal.once('exit', resolve));
+        process.kill(-atTerminal.pid!, 'SIGTERM');
+        await exited;
+      }
+      // The JSON lines stay, for the log collector; without a terminal there is no plain line.
+      expect(printed).toMatch(/"msg":"listening"/);
+      const piped = await serve(['--memory']);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(piped.proc.output()).not.toMatch(/dlm listening on/);
+    },
+  );
 
   it('keeps its data under $XDG_STATE_HOME/dlm by default, and nothing with --memory', async () => {
     const state = tempDir('server-state');
@@ -171,12 +222,13 @@ describe('the server process on the embedded backend with a data directory', () 
     }
   });
 
-  it('a bad flag exits 2 with the usage', async () => {
+  it('a bad flag exits 2 with the reason and where the help is (not the whole help)', async () => {
     const { spawnSync } = await import('node:child_process');
     const result = spawnSync(process.execPath, [MAIN, '--backend', 'mongo'], { encoding: 'utf8' });
     expect(result.status).toBe(2);
-    expect(result.stderr).toContain('--backend must be');
-    expect(result.stderr).toContain('Usage: dlm-server');
+    expect(result.stderr).toMatch(
+      /^dlm-server: --backend must be .*\nRun 'dlm-server --help' for its usage\.\n$/,
+    );
   });
 });
 

@@ -64,3 +64,34 @@ export function embeddedServerFixture(): EmbeddedServerFixture {
     },
   };
 }
+
+/**
+ * `backend` with its answers to grants (`answerMs`) or its events (`eventMs`) delivered that much
+ * later: what a journaled backend (a grant answers after its fsync) or a networked one (events
+ * and answers on two connections) does to the order in which the server hears of a grant.
+ */
+export function lateBackend(
+  backend: LockBackend,
+  delays: { answerMs?: number; eventMs?: number },
+): LockBackend {
+  const later = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+  return new Proxy(backend, {
+    get(target, property, receiver) {
+      if (property === 'tryAcquire' && delays.answerMs) {
+        return async (request: Parameters<LockBackend['tryAcquire']>[0]) => {
+          const result = await target.tryAcquire(request);
+          await later(delays.answerMs!);
+          return result;
+        };
+      }
+      if (property === 'watch' && delays.eventMs) {
+        return (name: string, listener: Parameters<LockBackend['watch']>[1]) =>
+          target.watch(name, (event) => {
+            setTimeout(() => listener(event), delays.eventMs);
+          });
+      }
+      const value = Reflect.get(target, property, receiver);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}

@@ -7,7 +7,8 @@ import {
 } from '@dlm/transcripts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocketServer } from 'ws';
-import { type RunningServer, startServer } from '../src/index.js';
+import { type BackendConfig, type RunningServer, startServer } from '../src/index.js';
+import { serverConfigurations } from './server-configurations.js';
 
 const transcripts = loadTranscripts();
 const byName = new Map(transcripts.map((t) => [t.name, t]));
@@ -49,24 +50,34 @@ const HELLO = [
   { expect: { jsonrpc: '2.0', id: 0, result: { $any: 'object' } } },
 ];
 
-// Every golden transcript in @dlm/protocol, replayed against a fresh in-process server (so no
-// name, token or session state carries over from one transcript to the next).
-describe('golden transcripts', () => {
-  it('there are transcripts to replay', () => {
-    expect(transcripts.length).toBeGreaterThanOrEqual(25);
-  });
-
-  for (const transcript of transcripts) {
-    it(`${transcript.name}: ${transcript.description}`, { timeout: 30_000 }, async () => {
-      const server = await startServer({ port: 0 });
-      try {
-        await runTranscript(server.url, transcript);
-      } finally {
-        await server.close();
-      }
-    });
-  }
+it('there are transcripts to replay', () => {
+  expect(transcripts.length).toBeGreaterThanOrEqual(25);
 });
+
+// Every golden transcript in @dlm/protocol, replayed against a fresh in-process server (so no
+// name, token or session state carries over from one transcript to the next), in each way the
+// README runs the server: the journaled default first (its grants reach the disk before their
+// answer does, which once left `lock.watchPrefix` without a second holder's TTL).
+for (const configuration of serverConfigurations()) {
+  describe.skipIf(!configuration.available)(`golden transcripts: ${configuration.name}`, () => {
+    let backendConfig: () => BackendConfig;
+    beforeAll(async () => {
+      backendConfig = await configuration.start();
+    }, 60_000);
+    afterAll(() => configuration.stop());
+
+    for (const transcript of transcripts) {
+      it(`${transcript.name}: ${transcript.description}`, { timeout: 30_000 }, async () => {
+        const server = await startServer({ port: 0, backendConfig: backendConfig() });
+        try {
+          await runTranscript(server.url, transcript);
+        } finally {
+          await server.close();
+        }
+      });
+    }
+  });
+}
 
 // The runner must fail when the server does not do what a transcript says; otherwise the
 // replays above would prove nothing.

@@ -185,3 +185,28 @@ describe('lock.watchPrefix', () => {
     peer.close();
   });
 });
+
+describe('an acquire that may wait but finds the lock free', () => {
+  // The CLI waits 10 s by default: each uncontended `dlm lock` once showed as contention.
+  it('is no waiter: no waiters event, no queued event, nothing under contention', async () => {
+    const holder = await session();
+    const watcher = await session();
+    const watch = (await watcher.call('lock.watchPrefix', { prefix: 'free/' })).result;
+    const lease = (
+      await holder.call('lock.acquire', { name: 'free/job', ttlMs: 5_000, waitMs: 10_000 })
+    ).result;
+    expect(await nextChange(watcher, watch.watchId)).toMatchObject({ event: 'acquired' });
+    await sleep(50);
+    expect(watcher.notifications.filter((n) => n.params?.watchId === watch.watchId)).toEqual([]);
+    const response = await fetch(`${server.httpUrl}/v1/feed?prefix=free/`);
+    const feed = (await response.json()) as {
+      events: { type: string }[];
+      rates: { waits: number[] };
+    };
+    expect(feed.events.map((event) => event.type)).toEqual(['acquired']);
+    expect(feed.rates.waits.reduce((a, b) => a + b, 0)).toBe(0);
+    await holder.call('lock.release', { name: 'free/job', token: lease.token });
+    holder.close();
+    watcher.close();
+  });
+});

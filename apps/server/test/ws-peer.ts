@@ -13,6 +13,8 @@ export interface Peer {
   hello(auth?: string): Promise<Record<string, any>>;
   notifications: Array<Record<string, any>>;
   nextNotification(method: string, timeoutMs?: number): Promise<Record<string, any>>;
+  /** What `pick` finds, asked again as frames arrive (it reads `notifications` as it likes). */
+  arrived<T>(pick: () => T | undefined, timeoutMs?: number): Promise<T>;
   closed: Promise<{ code: number; reason: string }>;
   close(): void;
 }
@@ -99,6 +101,7 @@ export async function connect(
         return index < 0 ? undefined : notifications.splice(index, 1)[0];
       }, timeoutMs);
     },
+    arrived: waitFor,
     close: () => ws.close(),
   };
   return peer;

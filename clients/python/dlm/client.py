@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import random
+import re
 import secrets
 import threading
 import time
@@ -77,8 +78,20 @@ def _mode_fields(mode: str | None, limit: int | None) -> dict[str, Any]:
             fields["limit"] = limit
     return fields
 
+_SCHEMES = ("ws", "wss", "http", "https")
+
+
 def _normalize_url(url: str) -> str:
-    parts = urlsplit(url)
+    """The WebSocket URL of the server at ``url``; ``DlmError`` ``INVALID_PARAMS`` (field
+    ``url``) for anything but a ws://, wss://, http:// or https:// URL with a host."""
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in _SCHEMES or not parts.hostname:
+        # "localhost:7070" splits as scheme "localhost": say what was probably meant.
+        meant = isinstance(url, str) and re.match(r"^[\w.-]+:\d+", url)
+        hint = f" (no scheme: did you mean ws://{url}?)" if meant else ""
+        raise DlmError("INVALID_PARAMS",
+                       f"url must be a ws://, wss://, http:// or https:// URL, got {url!r}{hint}",
+                       {"field": "url"})
     scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
     path = parts.path if parts.path not in ("", "/") else WS_PATH
     return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
@@ -131,7 +144,11 @@ class Client:
 
     @property
     def session(self) -> dict[str, Any] | None:
-        """The ``session.hello`` result of the current connection, while connected."""
+        """The ``session.hello`` result of the current connection, while connected.
+
+        ``None`` before the first request (the client connects lazily: :meth:`connect` connects
+        now and returns it) and after a connection dropped, until the next request.
+        """
         conn = self._conn
         return self._session if conn is not None and conn.alive else None
 

@@ -13,9 +13,33 @@ from support import DLM_URL, TwoClientsTestCase, requires_server, unique
 from dlm import Client, DlmError, LockChange
 
 
+class ClientUrlTest(unittest.TestCase):
+    """No server needed: a bad URL is refused when the client is made."""
+
+    def test_a_url_without_a_scheme_is_a_dlm_error_naming_the_field(self) -> None:
+        for url, said in (
+            ("localhost:7070", "did you mean ws://localhost:7070?"),
+            ("127.0.0.1:7070/v1/ws", "did you mean ws://127.0.0.1:7070/v1/ws?"),
+            ("ftp://host/x", "got 'ftp://host/x'"),
+            ("ws://", "got 'ws://'"),
+        ):
+            with self.assertRaises(DlmError) as caught:
+                Client(url)
+            self.assertEqual(caught.exception.code, "INVALID_PARAMS", url)
+            self.assertEqual(caught.exception.data, {"field": "url"})
+            self.assertIn(said, caught.exception.message)
+
+
 @requires_server
 class ClientTest(TwoClientsTestCase):
     client_name = "dlm-python-tests"
+
+    def test_session_is_none_until_connected_then_the_hello_result(self) -> None:
+        with Client(DLM_URL) as client:
+            self.assertIsNone(client.session, "the client connects lazily")
+            client.get(unique())
+            self.assertEqual(client.session["protocol"], "dlm.v1")
+            self.assertIs(client.connect(), client.session)
 
     def test_connect_reports_the_session(self) -> None:
         session = self.client.connect()

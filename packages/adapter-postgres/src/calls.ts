@@ -79,7 +79,8 @@ export function createCaller(options: {
           giveBack(!isServerError(error));
           if (settled) return;
           settled = true;
-          reject(toUnavailable(error, what, write && sent && !isServerError(error)));
+          const indeterminate = write && sent && !isServerError(error);
+          reject(toUnavailable(error, what, indeterminate, 'PostgreSQL'));
         },
       );
     });

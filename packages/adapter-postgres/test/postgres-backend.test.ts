@@ -256,6 +256,8 @@ describe.skipIf(!run)('postgres backend', () => {
         a.tryAcquire({ name: lockName('down'), owner: 'a', ttlMs: 5_000 }),
       );
       expect(isDlmError(down, 'UNAVAILABLE')).toBe(true);
+      // The backend is named: a client library's words alone read like an outage of dlm.
+      expect(down.message).toMatch(/^acquire: PostgreSQL/);
       expect(performance.now() - started).toBeLessThan(commandTimeoutMs + 500);
       await postgres().start();
       await reconnectAdmin();

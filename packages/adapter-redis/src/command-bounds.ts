@@ -59,7 +59,8 @@ export function bounded<T>(
     ...(bounds.deadlines ? { deadlines: bounds.deadlines } : {}),
     timeoutReason: `Redis did not answer within ${bounds.timeoutMs} ms`,
     indeterminate: write,
-    mapError: (error) => toUnavailable(inUserTerms(error), what, write && !nothingRan(error)),
+    mapError: (error) =>
+      toUnavailable(inUserTerms(error), what, write && !nothingRan(error), 'Redis'),
   });
 }
 

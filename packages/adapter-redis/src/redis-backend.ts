@@ -293,14 +293,14 @@ function confirmWrite(r: BackendState, what: string, name: string): Promise<void
 
 /** The fair queue of `acquireQueued`, granting through `tryAcquire`'s node. */
 function fairQueueOf(r: BackendState, waiterTtlMs: number): RedisQueue {
-  const { node, events, clock, commandTimeoutMs } = r;
+  const { node, events, clock } = r;
   return redisQueue({
     node,
     events,
     clock,
     waiterTtlMs,
     isClosed: () => r.closed,
-    subscribed: (startedAt) => subscribedWithin(clock, events, commandTimeoutMs, startedAt),
+    subscribed: (startedAt) => subscribedOrRefused(r, 'acquire', startedAt),
     async confirmGrant(name, token) {
       await confirmWrite(r, 'acquire', name);
       events.noteGrant(name, token);
@@ -355,6 +355,15 @@ async function ready(r: BackendState): Promise<void> {
   }
 }
 
+/**
+ * Waits for the event subscription (a grant must not go unheard), unless Redis has refused
+ * every connection so far: then UNAVAILABLE at once, as a call after an outage fails.
+ */
+function subscribedOrRefused(r: BackendState, what: string, startedAt: number): Promise<void> {
+  r.node.assertReachable(what);
+  return subscribedWithin(r.clock, r.events, r.commandTimeoutMs, startedAt);
+}
+
 async function tryAcquire(
   r: BackendState,
   { name, owner, ttlMs, keyHash, mode, limit }: AcquireRequest,
@@ -362,7 +371,7 @@ async function tryAcquire(
   assertOpen(r);
   const { clock, events } = r;
   const startedAt = clock.now();
-  if (!events.isSubscribed) await subscribedWithin(clock, events, r.commandTimeoutMs, startedAt);
+  if (!events.isSubscribed) await subscribedOrRefused(r, 'acquire', startedAt);
   const result = await r.node.acquire(
     name,
     owner,

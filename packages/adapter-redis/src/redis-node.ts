@@ -153,6 +153,12 @@ export interface RedisNode {
   queueRenew(name: string, ids: readonly string[], waiterTtlMs: number): Promise<string[]>;
   /** Resolves once the client has connected for the first time (UNAVAILABLE after the time-out). */
   whenConnected(): Promise<void>;
+  /**
+   * Throws UNAVAILABLE (`not connected to Redis (<why>; reconnecting)`) while the client has
+   * never connected and its last attempt failed: a call need not wait for a connection that
+   * was refused.
+   */
+  assertReachable(what: string): void;
   /** Stops listening to the client's events (does not close it). */
   detach(): void;
 }
@@ -234,6 +240,13 @@ class ScriptedRedisNode implements RedisNode {
   private everReady: boolean;
   private readonly onReady: () => void;
   /**
+   * Why the client's attempts to connect have failed, until its first connection is up: from
+   * then on a call fails at once with it (as one does with the offline queue off after an
+   * outage), not after waiting `commandTimeoutMs` for a connection that was refused.
+   */
+  private connectFailure: Error | undefined;
+  private readonly onError: (error: Error) => void;
+  /**
    * Commands must reach Redis in the order they were called: Redlock relabels a grant right
    * after it, and a caller may release right after that. A command that has to wait before it
    * can be sent (for the first connection, or to measure the server's clock) therefore holds
@@ -258,8 +271,13 @@ class ScriptedRedisNode implements RedisNode {
       loadScripts(client);
       // A new connection may reach another server (failover) whose clock we have not measured.
       this.serverClock.reset();
+      this.connectFailure = undefined;
+    };
+    this.onError = (error) => {
+      if (!this.everReady) this.connectFailure = error;
     };
     client.on('ready', this.onReady);
+    client.on('error', this.onError);
   }
 
   private keysOf(name: string): NameKeys {
@@ -305,6 +323,15 @@ class ScriptedRedisNode implements RedisNode {
       this.client.once('ready', onConnected);
       this.client.once('error', onError);
     });
+  }
+
+  assertReachable(what: string): void {
+    const failure = this.connectFailure;
+    if (failure === undefined || this.connectedOnce()) return;
+    const down = new Error(`not connected to Redis (${failure.message}; reconnecting)`, {
+      cause: failure,
+    });
+    throw toUnavailable(down, what, false, 'Redis');
   }
 
   /**
@@ -372,6 +399,7 @@ class ScriptedRedisNode implements RedisNode {
         if (previous && !(await within(this.clock, previous, this.remaining(startedAt)))) {
           throw new DlmError('UNAVAILABLE', `${what}: Redis did not take earlier commands in time`);
         }
+        this.assertReachable(what);
         await this.firstConnection(what, startedAt);
         if (!needsDeadline) return dispatch(0);
         if (this.serverClock.deadline(budget) === undefined) await this.calibrate(what, startedAt);
@@ -692,6 +720,7 @@ class ScriptedRedisNode implements RedisNode {
 
   detach(): void {
     this.client.off('ready', this.onReady);
+    this.client.off('error', this.onError);
   }
 }
 

@@ -40,6 +40,18 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
     return { service, lock: await backend({ url: service.url, ...options }) };
   }
 
+  /** Until a try-lock on a fresh name is granted again (Redis is back and the client with it). */
+  function lockingResumes(lock: RedisBackend): Promise<void> {
+    return until(async () => {
+      try {
+        return (await lock.tryAcquire({ name: lockName('back'), owner: 'c', ttlMs: 5_000 }))
+          .granted;
+      } catch {
+        return false;
+      }
+    }, 8_000);
+  }
+
   /** A fresh connection of the test's own, to look at what the server really holds. */
   function raw(service: RedisService): Redis {
     return own(service, { maxRetriesPerRequest: 1 });
@@ -68,14 +80,7 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
     // Refused before sending: nothing can have happened, so it is not indeterminate.
     expect(error.details.indeterminate).toBeUndefined();
     await service.start();
-    await until(async () => {
-      try {
-        return (await lock.tryAcquire({ name: lockName('back'), owner: 'c', ttlMs: 5_000 }))
-          .granted;
-      } catch {
-        return false;
-      }
-    }, 8_000);
+    await lockingResumes(lock);
   });
 
   it("while Redis is down, UNAVAILABLE says so in the user's words (not ioredis internals)", async () => {
@@ -92,6 +97,33 @@ describe.skipIf(!enabled)('redis adapter under faults', () => {
     expect(error.message).toMatch(/not connected to Redis/);
     expect(error.message).not.toMatch(/Stream isn't writeable|enableOfflineQueue/);
     await service.start();
+  });
+
+  it('Redis down when the backend starts: calls fail at once, as after an outage, and locking starts once it is up', async () => {
+    const service = await redis();
+    await service.kill();
+    const lock = scope.user(redisBackend({ url: service.url, commandTimeoutMs: 2_000 }), (l) =>
+      l.close(),
+    );
+    // The server awaits ready() at start and goes on without it: it fails on the refusal.
+    expect((await failure(lock.ready())).code).toBe('UNAVAILABLE');
+    const started = performance.now();
+    const errors = await Promise.all(
+      [1, 2, 3].map((n) =>
+        failure(lock.tryAcquire({ name: lockName('cold'), owner: `o${n}`, ttlMs: 5_000 })),
+      ),
+    );
+    // Once refused, not the whole commandTimeoutMs each ("did not take earlier commands").
+    expect(performance.now() - started).toBeLessThan(500);
+    for (const error of errors) {
+      expect(error.code).toBe('UNAVAILABLE');
+      expect(error.message).toMatch(
+        /^acquire: not connected to Redis \(connect ECONNREFUSED .*; reconnecting\)$/,
+      );
+      expect(error.details.indeterminate).toBeUndefined();
+    }
+    await service.start();
+    await lockingResumes(lock);
   });
 
   it('a stalled Redis gives indeterminate UNAVAILABLE within commandTimeoutMs, and no late grant after it resumes', async () => {

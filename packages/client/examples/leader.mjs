@@ -7,6 +7,7 @@
 //
 // It runs against the built package (dist), as a user's program would.
 import { hostname } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { createClient } from '@dlm/client';
 
 const [url = 'ws://127.0.0.1:7070', name = 'examples/leader', ttlArg = '2000'] =
@@ -33,13 +34,8 @@ async function lead(leadership) {
     // Pass leadership.term to whatever the leader writes: it is a fencing token, so the
     // resource can refuse a deposed leader's late writes (see the README's fencing recipes).
     log(`work term=${leadership.term} tick=${tick++}`);
-    await new Promise((resolve) => {
-      const timer = setTimeout(resolve, 250);
-      leadership.signal.addEventListener('abort', () => {
-        clearTimeout(timer);
-        resolve();
-      });
-    });
+    // Ends early when leadership is lost; the signal keeps no listener once the sleep is over.
+    await sleep(250, undefined, { signal: leadership.signal }).catch(() => {});
   }
 }
 

@@ -304,7 +304,7 @@ class ClientConnection {
     const error = unavailable(
       (this.reconnect.enabled
         ? `gave up reconnecting to ${options.url} after ${this.reconnect.retries} attempts`
-        : `not connected to ${options.url} (reconnect is off)`) +
+        : `no connection to the dlm server at ${options.url}`) +
         (lastFailure ? `: ${lastFailure.reason}` : ''),
       lastFailure?.cause,
     );

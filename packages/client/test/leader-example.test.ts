@@ -43,6 +43,8 @@ function ensureBuilt(dir: string): void {
 interface Candidate {
   proc: ChildProcess;
   lines: { at: number; text: string }[];
+  /** What it printed on stderr so far. */
+  stderr(): string;
   /** Resolves with the first line (and when it arrived) that matches. */
   waitFor(pattern: RegExp, timeoutMs?: number): Promise<{ at: number; match: RegExpMatchArray }>;
 }
@@ -70,6 +72,7 @@ function startCandidate(url: string, name: string): Candidate {
   return {
     proc,
     lines,
+    stderr: () => stderr,
     waitFor(pattern, timeoutMs = 10_000) {
       return new Promise((resolve, reject) => {
         const check = () => {
@@ -176,6 +179,10 @@ describe('examples/leader.mjs: two processes, the leader killed with kill -9', (
     // third of the TTL, so at least ~2/3 of it were left when it died.
     expect(failoverMs).toBeGreaterThan(TTL_MS / 3);
     await second.waitFor(/work term=\d+ tick=0/);
+    // Leading for a while (a tick every 250 ms) leaves nothing behind: the example once added
+    // an abort listener per tick, and Node warned (MaxListenersExceededWarning) after ~2.5 s.
+    await second.waitFor(/work term=\d+ tick=14/);
+    expect(second.stderr()).toBe('');
 
     // A graceful stop hands over at once: SIGTERM makes the example close its client, which
     // releases the lock.

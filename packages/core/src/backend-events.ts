@@ -32,6 +32,7 @@ export function openName(ctx: ServiceContext, name: string): NameState {
     unsubscribe: () => {},
     busy: 0,
     queuedInBackend: undefined,
+    waitingInBackend: 0,
   };
   ctx.names.set(name, state);
   state.unsubscribe = ctx.backend.watch(name, (event) => ctx.onEvent(state, event));
@@ -51,7 +52,7 @@ export function queueOf(ctx: ServiceContext, state: NameState): WaitQueue<Queued
         untrack(ctx, state, grant.token);
         ctx.calls.releaseQuietly(grant, queued.request.keyHash);
       },
-      lengthChanged: () => waitersChanged(ctx, state),
+      waitingChanged: () => waitersChanged(ctx, state),
       idle: () => dropIfIdle(ctx, state),
       closed: () => ctx.closed,
     },

@@ -35,13 +35,19 @@ export async function waitInBackend(
   options.signal?.addEventListener('abort', onAbort, { once: true });
   state.queuedInBackend ??= new Set();
   state.queuedInBackend.add(controller);
-  waitersChanged(ctx, state);
+  let waiting = false;
+  const onWaiting = () => {
+    if (waiting || !state.queuedInBackend?.has(controller)) return;
+    waiting = true;
+    state.waitingInBackend += 1;
+    waitersChanged(ctx, state);
+  };
   try {
     // The backend call may run as long as the wait; the backstop counts from the deadline.
     const result = await calls.bounded(
       'acquire',
       'acquireQueued',
-      () => backend.acquireQueued!({ ...request, signal: controller.signal }),
+      () => backend.acquireQueued!({ ...request, signal: controller.signal, onWaiting }),
       (late) => {
         if (late.granted) calls.releaseQuietly(late.grant, request.keyHash);
       },
@@ -56,7 +62,10 @@ export async function waitInBackend(
     deadline.cancel();
     options.signal?.removeEventListener('abort', onAbort);
     state.queuedInBackend?.delete(controller);
-    waitersChanged(ctx, state);
+    if (waiting) {
+      state.waitingInBackend -= 1;
+      waitersChanged(ctx, state);
+    }
   }
 }
 

@@ -80,6 +80,18 @@ export interface BackendCapabilities {
   sharedModes?: boolean;
 }
 
+/** What `acquireQueued` is given: the request, the wait's signal, and whom to tell it waits. */
+export interface QueuedAcquireRequest extends AcquireRequest {
+  signal: AbortSignal;
+  /**
+   * Called once when the request has to wait (it is in the queue and was not granted at once):
+   * core counts it among the name's waiters from then, so that a wait that found the lock free
+   * is never reported as one. `createFairQueue`'s loop calls it before its first sleep; a
+   * backend with a wait loop of its own must call it too, or its waits are never counted.
+   */
+  onWaiting?: () => void;
+}
+
 export interface AcquireRequest {
   name: string;
   owner: string;
@@ -199,7 +211,7 @@ export interface LockBackend {
    * its caller's cancellation); the adapter removes its queue entry either way. Before resolving
    * a grant it re-checks that the lease still runs (etcd-io/etcd#11456).
    */
-  acquireQueued?(request: AcquireRequest & { signal: AbortSignal }): Promise<AcquireResult>;
+  acquireQueued?(request: QueuedAcquireRequest): Promise<AcquireResult>;
   /** Forcibly ends every current lease of the name, whoever holds it (admin use). False when free. */
   revoke?(name: string): Promise<boolean>;
   /** Lists held locks whose names start with `prefix` (admin use). */

@@ -66,12 +66,20 @@ export function isErrorCode(value: unknown): value is ErrorCode {
 
 /**
  * Wraps whatever a backend client threw into UNAVAILABLE, keeping the original as `cause`.
- * A DlmError passes through unchanged, so adapters can call this on every catch.
+ * A DlmError passes through unchanged, so adapters can call this on every catch. `backend`
+ * names the store in the message unless the client's own words already do: a client library's
+ * `connect ECONNREFUSED 127.0.0.1:5432` alone reads like an outage of dlm itself.
  */
-export function toUnavailable(error: unknown, what: string, indeterminate = false): DlmError {
+export function toUnavailable(
+  error: unknown,
+  what: string,
+  indeterminate = false,
+  backend?: string,
+): DlmError {
   if (isDlmError(error)) return error;
   const reason = error instanceof Error ? error.message : String(error);
-  return new DlmError('UNAVAILABLE', `${what}: ${reason}`, {
+  const named = backend === undefined || reason.includes(backend) ? '' : `${backend}: `;
+  return new DlmError('UNAVAILABLE', `${what}: ${named}${reason}`, {
     cause: error,
     ...(indeterminate ? { indeterminate: true } : {}),
   });

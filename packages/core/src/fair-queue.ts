@@ -1,4 +1,11 @@
-import type { AcquireRequest, AcquireResult, Grant, LockBackend, LockConflict } from './backend.js';
+import type {
+  AcquireRequest,
+  AcquireResult,
+  Grant,
+  LockBackend,
+  LockConflict,
+  QueuedAcquireRequest,
+} from './backend.js';
 import type { Clock, Timer } from './clock.js';
 import { DlmError, toUnavailable } from './errors.js';
 import { MAX_TIMER_MS } from './time.js';
@@ -103,9 +110,7 @@ export function createFairQueue(options: FairQueueOptions): FairQueue {
   const closed = () =>
     new DlmError('UNAVAILABLE', `acquire: the ${options.backend} backend is closed`);
 
-  async function acquireQueued(
-    request: AcquireRequest & { signal: AbortSignal },
-  ): Promise<AcquireResult> {
+  async function acquireQueued(request: QueuedAcquireRequest): Promise<AcquireResult> {
     const { signal } = request;
     if (signal.aborted) return { granted: false };
     if (options.isClosed()) throw closed();
@@ -114,7 +119,7 @@ export function createFairQueue(options: FairQueueOptions): FairQueue {
     let driver: FairQueueDriver | undefined;
     try {
       driver = options.driver(request, sleeper);
-      return await waitLoop(driver, turn, sleeper, signal);
+      return await waitLoop(driver, turn, sleeper, request);
     } catch (error) {
       throw toUnavailable(error, 'acquire');
     } finally {
@@ -132,9 +137,10 @@ export function createFairQueue(options: FairQueueOptions): FairQueue {
     driver: FairQueueDriver,
     turn: JoinTurn,
     sleeper: Sleeper,
-    signal: AbortSignal,
+    { signal, onWaiting }: QueuedAcquireRequest,
   ): Promise<AcquireResult> {
     let ttlRemainingMs: number | undefined;
+    let waiting = false;
     while (!signal.aborted) {
       const step = await sleeper.looking(() =>
         driver.queued() ? driver.look() : join(driver, turn),
@@ -148,6 +154,11 @@ export function createFairQueue(options: FairQueueOptions): FairQueue {
         step.kind === 'holder' && step.ttlRemainingMs !== undefined
           ? Math.min(step.ttlRemainingMs + options.expirySlackMs, MAX_TIMER_MS)
           : undefined;
+      // Only now does the request wait: a look that grants at once was no wait.
+      if (!waiting) {
+        waiting = true;
+        onWaiting?.();
+      }
       await sleeper.sleep(step, wakeAfterMs);
       if (options.isClosed()) throw closed();
     }

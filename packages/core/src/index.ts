@@ -9,6 +9,7 @@ export type {
   LockConflict,
   LockEvent,
   LockState,
+  QueuedAcquireRequest,
   Unsubscribe,
 } from './backend.js';
 export {

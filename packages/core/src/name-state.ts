@@ -93,6 +93,8 @@ export interface NameState {
   busy: number;
   /** Waits this service has parked in the backend's own queue (`acquireQueued`); made by the first. */
   queuedInBackend: Set<AbortController> | undefined;
+  /** Of those, the ones the backend said have to wait (`onWaiting`): the lock was not free. */
+  waitingInBackend: number;
 }
 
 /** Whether `state` is still the one the service keeps for its name (not dropped, not closed). */
@@ -110,9 +112,12 @@ export function followsEnd(ctx: ServiceContext, state: NameState): boolean {
   );
 }
 
-/** Acquires queued in this service for the name, in either queue. */
+/**
+ * Acquires waiting in this service for the name, in either queue: only those that had to (an
+ * acquire that may wait but finds the lock free is no waiter, and no contention).
+ */
 export function waitersOf(state: NameState): number {
-  return (state.queue?.length ?? 0) + (state.queuedInBackend?.size ?? 0);
+  return (state.queue?.waiting ?? 0) + state.waitingInBackend;
 }
 
 export function waitersChanged(ctx: ServiceContext, state: NameState): void {

@@ -1,4 +1,4 @@
-import type { AcquireRequest, AcquireResult } from './backend.js';
+import type { AcquireRequest, AcquireResult, QueuedAcquireRequest } from './backend.js';
 import type { Clock, Timer } from './clock.js';
 import {
   createFairQueue,
@@ -70,13 +70,13 @@ export interface RenewedFairQueueOptions extends Omit<FairQueueOptions, 'driver'
    * something cheaper first (Redis: a plain try-lock when no wait of this server is on the name).
    */
   acquire?(
-    request: AcquireRequest & { signal: AbortSignal },
-    queued: (request: AcquireRequest & { signal: AbortSignal }) => Promise<AcquireResult>,
+    request: QueuedAcquireRequest,
+    queued: (request: QueuedAcquireRequest) => Promise<AcquireResult>,
   ): Promise<AcquireResult>;
 }
 
 export interface RenewedFairQueue {
-  acquireQueued(request: AcquireRequest & { signal: AbortSignal }): Promise<AcquireResult>;
+  acquireQueued(request: QueuedAcquireRequest): Promise<AcquireResult>;
   /** The backend's event stream came back: renew now, and every sleeping waiter looks again. */
   resync(): void;
   /** Wakes every waiter to find the backend closed, waits until they have left, stops renewing. */

@@ -30,8 +30,11 @@ export interface WaitQueueHooks<R, T> {
   granted(request: R, grant: Grant): T;
   /** A grant for a wait that ended while the attempt was in flight: nobody will use it. */
   abandoned(request: R, grant: Grant): void;
-  /** The number of waits in the queue changed. */
-  lengthChanged(length: number): void;
+  /**
+   * The number of waits that had to wait changed (see `waiting`): one that found the lock free
+   * is never counted.
+   */
+  waitingChanged(waiting: number): void;
   /** The queue stopped serving (empty, or the head is asleep): its owner may drop it. */
   idle(): void;
   /** True once the service closes: the queue serves no more heads. */
@@ -56,6 +59,8 @@ interface Waiter<R, T> {
   detachSignal: () => void;
   /** The holder's remaining lease, last time this waiter asked. */
   ttlRemainingMs: number | undefined;
+  /** Counted in `waiting`: the lock was held (by someone else) while this waiter was queued. */
+  waiting: boolean;
 }
 
 export class WaitQueue<R, T> {
@@ -64,6 +69,9 @@ export class WaitQueue<R, T> {
   /** News arrived while the head's attempt was in flight: ask again. */
   #again = false;
   #retryTimer: Timer | undefined;
+  #waiting = 0;
+  /** The head's last attempt was refused, and none has been granted since: the queue waits. */
+  #blocked = false;
 
   constructor(
     private readonly name: string,
@@ -73,8 +81,17 @@ export class WaitQueue<R, T> {
     private readonly hooks: WaitQueueHooks<R, T>,
   ) {}
 
+  /** Every wait queued, whether or not it has had to wait yet (for bounds and barging). */
   get length(): number {
     return this.#waiters.length;
+  }
+
+  /**
+   * The waits that have had to wait: queued while the lock was held. A wait whose first attempt
+   * is granted (the lock was free) never counts, though it joined the queue to make it.
+   */
+  get waiting(): number {
+    return this.#waiting;
   }
 
   /** Whether the queue holds waits or is serving one: its name's state must stay. */
@@ -98,6 +115,7 @@ export class WaitQueue<R, T> {
         deadlineTimer: undefined,
         detachSignal: () => {},
         ttlRemainingMs: undefined,
+        waiting: false,
       };
       waiter.deadlineTimer = this.clock.setTimer(
         () => this.#deadlinePassed(waiter),
@@ -110,7 +128,8 @@ export class WaitQueue<R, T> {
         waiter.detachSignal = () => signal.removeEventListener('abort', onAbort);
       }
       this.#waiters.push(waiter);
-      this.hooks.lengthChanged(this.#waiters.length);
+      // Behind a head that was refused: this one waits too. Else the head's attempt decides.
+      if (this.#blocked) this.#countWaiting([waiter]);
       // Only a new head asks the backend: one behind it changes nothing the head's last answer
       // said (asking again on every arrival cost a backend call each under contention).
       if (this.#waiters.length === 1) void this.#pump();
@@ -149,11 +168,25 @@ export class WaitQueue<R, T> {
     waiter.deadlineTimer?.cancel();
     waiter.detachSignal();
     const index = this.#waiters.indexOf(waiter);
-    if (index >= 0) {
-      this.#waiters.splice(index, 1);
-      this.hooks.lengthChanged(this.#waiters.length);
+    if (index >= 0) this.#waiters.splice(index, 1);
+    if (waiter.waiting) {
+      this.#waiting -= 1;
+      this.hooks.waitingChanged(this.#waiting);
     }
     return true;
+  }
+
+  /** Counts `waiters` as waiting (those not counted yet). */
+  #countWaiting(waiters: readonly Waiter<R, T>[]): void {
+    let counted = 0;
+    for (const waiter of waiters) {
+      if (waiter.waiting) continue;
+      waiter.waiting = true;
+      counted += 1;
+    }
+    if (counted === 0) return;
+    this.#waiting += counted;
+    this.hooks.waitingChanged(this.#waiting);
   }
 
   #fail(waiter: Waiter<R, T>, error: DlmError): void {
@@ -203,10 +236,15 @@ export class WaitQueue<R, T> {
       return true;
     }
     if (result.granted) {
+      // The next head asks at once: whether it waits is its own attempt's answer.
+      this.#blocked = false;
       this.#grant(head, result.grant);
       return true;
     }
     head.ttlRemainingMs = result.ttlRemainingMs;
+    // Refused: the head, and every wait behind it, waits for the holder.
+    this.#blocked = true;
+    this.#countWaiting(this.#waiters);
     if (this.#again) return true;
     this.#sleepHead(result.ttlRemainingMs);
     return false;

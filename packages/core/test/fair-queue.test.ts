@@ -154,6 +154,35 @@ describe('createFairQueue', () => {
     expect(driver.log).toEqual(['open x', 'join', 'look', 'stop']);
   });
 
+  it('tells the request it waits (onWaiting) once, at its first sleep; never when granted at once', async () => {
+    let told = 0;
+    const onWaiting = () => {
+      told += 1;
+    };
+    const free = scriptedDriver([
+      async () => ({ kind: 'again' }),
+      async () => ({ kind: 'granted', grant: grant() }),
+    ]);
+    const signal = new AbortController().signal;
+    await queueWith(free).acquireQueued({ ...request(signal), onWaiting });
+    expect(told).toBe(0);
+
+    const watcher = () => held.watcher();
+    const held = scriptedDriver([
+      async () => ({ kind: 'predecessor' }),
+      async () => ({ kind: 'holder' }),
+      async () => ({ kind: 'granted', grant: grant() }),
+    ]);
+    const waiting = queueWith(held).acquireQueued({ ...request(signal), onWaiting });
+    await flush();
+    expect(told).toBe(1);
+    watcher().changed();
+    await flush();
+    watcher().changed();
+    await waiting;
+    expect(told).toBe(1);
+  });
+
   it("sleeps at the head until the holder's lease plus the slack, on the clock", async () => {
     const { clock, advance, pending } = countingClock();
     const driver = scriptedDriver([

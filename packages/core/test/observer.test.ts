@@ -82,6 +82,27 @@ describe('LockObserver', () => {
     ]);
   });
 
+  it('an acquire that may wait but finds the lock free is no waiter: no queue is reported', async () => {
+    const { observer, events } = recorder();
+    await open(observer);
+    const lease = await service.acquire({ name: 'free', owner: 'o', ttlMs: 1_000, waitMs: 5_000 });
+    expect(named(events, 'granted')).toEqual([['granted', 'free', lease.token, 0]]);
+    expect(named(events, 'waiting')).toEqual([]);
+    // One that did wait is counted from the refusal, and those behind it at once.
+    const { waiting } = await heldAndWaiting('busy', 10_000);
+    const behind = service.acquire({ name: 'busy', owner: 'three', ttlMs: 1_000, waitMs: 500 });
+    await settle();
+    expect(service.waiters('busy')).toBe(2);
+    expect(named(events, 'waiting')).toEqual([
+      ['waiting', 'busy', 1],
+      ['waiting', 'busy', 2],
+    ]);
+    clock.advance(500);
+    await expect(behind).rejects.toSatisfy((error) => isDlmError(error, 'LOCK_HELD'));
+    expect(service.waiters('busy')).toBe(1);
+    void waiting.catch(() => undefined);
+  });
+
   it('a wait that joins behind a sleeping head asks the backend nothing; a release serves them in order', async () => {
     const { observer, events } = recorder();
     await open(observer);
@@ -167,6 +188,8 @@ describe('LockObserver', () => {
       close: real.close.bind(real),
       acquireQueued: (request) =>
         new Promise<AcquireResult>((resolve, reject) => {
+          // It always waits (the test queues it behind a holder): core counts it from here.
+          request.onWaiting?.();
           const unsubscribe = real.watch(request.name, (event) => {
             if (event.type === 'acquired') return;
             unsubscribe();

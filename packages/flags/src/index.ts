@@ -7,4 +7,4 @@ export {
   parseFlags,
   withoutLeadingSeparator,
 } from './parse-flags.js';
-export { UsageError } from './usage-error.js';
+export { UsageError, usageFailure } from './usage-error.js';

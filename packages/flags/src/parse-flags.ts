@@ -40,6 +40,28 @@ export function parseFlags<O extends FlagOptions, P extends boolean = false>(
       allowPositionals: (allowPositionals ?? false) as P,
     });
   } catch (error) {
-    throw new UsageError((error as Error).message, { cause: error });
+    throw new UsageError(inShort(error as Error & { code?: string }), { cause: error });
+  }
+}
+
+/**
+ * parseArgs's errors in a few words: its own are long and name its internals ("To specify a
+ * positional argument starting with a '-', place it at the end of the command after '--'").
+ */
+function inShort(error: Error & { code?: string }): string {
+  const quoted = /'([^']*)'/.exec(error.message)?.[1];
+  if (quoted === undefined) return error.message;
+  switch (error.code) {
+    case 'ERR_PARSE_ARGS_UNKNOWN_OPTION':
+      return `unknown option ${quoted}`;
+    case 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL':
+      return `unexpected argument ${quoted}`;
+    case 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE':
+      // "Option '--ttl <value>' argument missing" and "Option '--memory' does not take an argument"
+      return / argument missing$/.test(error.message)
+        ? `${quoted.replace(/ <value>$/, '')} needs a value`
+        : `${quoted.split(' ')[0]} takes no value`;
+    default:
+      return error.message;
   }
 }

@@ -7,6 +7,7 @@ import {
   parseFlags,
   parseInteger,
   UsageError,
+  usageFailure,
   withoutLeadingSeparator,
 } from '../src/index.js';
 
@@ -101,9 +102,17 @@ describe('parseFlags', () => {
     expect(positionals).toEqual(['--port']);
   });
 
-  it('turns parseArgs errors into usage errors', () => {
+  it('turns parseArgs errors into usage errors, in a few words', () => {
     expect(() => parseFlags(['--nope'], options)).toThrow(UsageError);
-    expect(() => parseFlags(['name'], options)).toThrow(UsageError);
-    expect(() => parseFlags(['--port'], options)).toThrow(/--port/);
+    expect(() => parseFlags(['--nope'], options)).toThrow(/^unknown option --nope$/);
+    expect(() => parseFlags(['name'], options)).toThrow(/^unexpected argument name$/);
+    expect(() => parseFlags(['--port'], options)).toThrow(/^--port needs a value$/);
+    expect(() => parseFlags(['--memory=yes'], options)).toThrow(/^--memory takes no value$/);
+  });
+
+  it('usageFailure says the reason and where the help is, on two lines', () => {
+    expect(usageFailure('dlm get', new UsageError('a lock NAME is missing'))).toBe(
+      "dlm get: a lock NAME is missing\nRun 'dlm get --help' for its usage.\n",
+    );
   });
 });

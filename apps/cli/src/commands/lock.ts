@@ -116,7 +116,7 @@ export const lockCommand: Command = {
       process.stdout.write(USAGE);
       return EXIT.OK;
     }
-    if (positionals.length === 0) throw new UsageError('dlm lock takes a lock NAME');
+    if (positionals.length === 0) throw new UsageError('a lock NAME is missing');
     if (command.length === 0 || command[0] === '') {
       throw new UsageError('nothing to run: dlm lock NAME [NAME...] -- CMD [ARGS...]');
     }

@@ -436,7 +436,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   } catch (error) {
     // The port is taken (or not ours to bind): give back what was opened, the data dir's LOCK
     // first among them, so that nothing of this attempt is left behind.
-    await shutDown(parts, http).catch(() => {});
+    await shutDown(parts, http, doors.answering).catch(() => {});
     throw error;
   }
   const urlHost = host.includes(':') ? `[${host}]` : host;

@@ -79,6 +79,10 @@ export interface LockEvents {
   /** Resolves once the first `LISTEN` is in place. */
   readonly listening: Promise<void>;
   readonly isListening: boolean;
+  /** Resolves once the first attempt to listen succeeded or failed. */
+  readonly firstAttempt: Promise<void>;
+  /** Why the last attempt to listen failed, until one succeeds. */
+  readonly connectFailure: string | undefined;
   /** How many times the listening connection was (re)established. */
   readonly connects: number;
   /** The database's process id of the listening connection, while there is one. */
@@ -153,6 +157,14 @@ class PostgresLockEvents implements LockEvents {
 
   get connects(): number {
     return this.connection.connects;
+  }
+
+  get firstAttempt(): Promise<void> {
+    return this.connection.firstAttempt;
+  }
+
+  get connectFailure(): string | undefined {
+    return this.connection.lastFailure;
   }
 
   get sessionPid(): number | undefined {

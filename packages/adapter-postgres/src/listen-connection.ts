@@ -31,6 +31,12 @@ export class ListenConnection {
   private connectCount = 0;
   private heartbeat: Timer | undefined;
   private reconnectTimer: Timer | undefined;
+  private failure: string | undefined;
+  private settleFirstAttempt: () => void = () => {};
+  /** Resolves once the first attempt to listen succeeded or failed. */
+  readonly firstAttempt = new Promise<void>((resolve) => {
+    this.settleFirstAttempt = resolve;
+  });
 
   /** Starts connecting at once (on the next timer tick). */
   constructor(private readonly options: ListenConnectionOptions) {
@@ -49,6 +55,11 @@ export class ListenConnection {
   /** The database's process id of the listening connection, while there is one. */
   get sessionPid(): number | undefined {
     return this.listeningNow ? this.pid : undefined;
+  }
+
+  /** Why the last attempt to listen failed, until one succeeds. */
+  get lastFailure(): string | undefined {
+    return this.failure;
   }
 
   close(): void {
@@ -93,9 +104,11 @@ export class ListenConnection {
       const session = await query(opened, 'SELECT pg_backend_pid() AS pid', [], timeoutMs);
       this.pid = (session.rows[0] as { pid: number }).pid;
       return opened;
-    } catch {
+    } catch (error) {
       // Not `client` yet, so `dropped` left it alone: released here, once.
       next?.release(true);
+      this.failure = error instanceof Error ? error.message : String(error);
+      this.settleFirstAttempt();
       if (!this.closed) this.scheduleConnect(attempt + 1);
       return undefined;
     }
@@ -111,6 +124,8 @@ export class ListenConnection {
     }
     this.client = next;
     this.listeningNow = true;
+    this.failure = undefined;
+    this.settleFirstAttempt();
     this.connectCount += 1;
     this.beat(next);
     this.options.onListening(this.connectCount);

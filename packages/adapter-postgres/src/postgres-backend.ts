@@ -357,21 +357,32 @@ function scheduleSweep(p: Pg): void {
   }, p.sweep.intervalMs);
 }
 
-/** Until the first LISTEN is in place, grants wait for it (a waiter must hear the release). */
+/**
+ * Until the first LISTEN is in place, grants wait for it (a waiter must hear the release), but
+ * only for the first attempt: once one failed (PostgreSQL down when the server started), calls
+ * fail at once, as they do after a later outage, while the connection is tried again.
+ */
 async function listeningWithin(p: Pg, startedAt: number): Promise<void> {
   const { events, clock, timeoutMs } = p;
   if (events.isListening || events.connects > 0) return;
-  const left = timeoutMs - (clock.now() - startedAt);
-  const ok = await new Promise<boolean>((resolve) => {
-    const timer = clock.setTimer(() => resolve(false), left);
-    void events.listening.then(() => {
-      timer.cancel();
-      resolve(true);
+  if (events.connectFailure === undefined) {
+    const left = timeoutMs - (clock.now() - startedAt);
+    await new Promise<void>((resolve) => {
+      const timer = clock.setTimer(resolve, left);
+      void events.firstAttempt.then(() => {
+        timer.cancel();
+        resolve();
+      });
     });
-  });
-  if (!ok) {
-    throw new DlmError('UNAVAILABLE', `PostgreSQL: no LISTEN connection within ${timeoutMs} ms`);
+    if (events.isListening || events.connects > 0) return;
   }
+  const failure = events.connectFailure;
+  throw new DlmError(
+    'UNAVAILABLE',
+    failure === undefined
+      ? `PostgreSQL: no LISTEN connection within ${timeoutMs} ms`
+      : `not connected to PostgreSQL (${failure}; reconnecting)`,
+  );
 }
 
 /**

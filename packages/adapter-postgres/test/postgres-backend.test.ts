@@ -282,5 +282,46 @@ describe.skipIf(!run)('postgres backend', () => {
       const next = await b.tryAcquire({ name, owner: 'b', ttlMs: 5_000 });
       expect(next.granted && next.grant.token).toBeGreaterThan(grant.grant.token);
     });
+
+    it('PostgreSQL down when the backend starts: calls fail at once naming it, as after an outage, and locking starts once it is up', async () => {
+      await admin().end();
+      await postgres().kill();
+      const backend = postgresBackend({
+        url: postgres().url,
+        tablePrefix: 'unit_',
+        commandTimeoutMs,
+      });
+      try {
+        // The server awaits ready() at start and goes on without it: it fails on the refusal.
+        expect(isDlmError(await failure(backend.ready()), 'UNAVAILABLE')).toBe(true);
+        const started = performance.now();
+        const errors = await Promise.all(
+          [1, 2, 3].map((n) =>
+            failure(backend.tryAcquire({ name: lockName('cold'), owner: `o${n}`, ttlMs: 5_000 })),
+          ),
+        );
+        // Not the whole commandTimeoutMs each waiting for a LISTEN that was refused.
+        expect(performance.now() - started).toBeLessThan(500);
+        for (const error of errors) {
+          expect(error.code).toBe('UNAVAILABLE');
+          expect(error.message).toMatch(
+            /^not connected to PostgreSQL \(connect ECONNREFUSED .*; reconnecting\)$/,
+          );
+        }
+        await postgres().start();
+        await reconnectAdmin();
+        await until(
+          async () =>
+            (
+              await backend
+                .tryAcquire({ name: lockName('warm'), owner: 'w', ttlMs: 5_000 })
+                .catch(() => ({ granted: false }))
+            ).granted,
+          10_000,
+        );
+      } finally {
+        await backend.close();
+      }
+    });
   });
 });

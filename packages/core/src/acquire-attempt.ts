@@ -1,12 +1,12 @@
-import type { AcquireResult } from './backend.js';
+import type { AcquireResult, Grant } from './backend.js';
 import { track } from './lease-tracking.js';
 import { conflictError, ranOutError } from './lock-errors.js';
 import type { NameState, QueuedAcquire, ServiceContext } from './name-state.js';
 
 /**
- * One tryAcquire, checked so that no grant is reported already expired (S5), then followed.
- * A request that can never be granted as asked (`conflict`) rejects with INVALID_PARAMS: a
- * wait for it would only run out.
+ * One tryAcquire (a try-lock), checked so that no grant is reported already expired (S5), then
+ * followed. A request that can never be granted as asked (`conflict`) rejects with
+ * INVALID_PARAMS: a wait for it would only run out.
  */
 export async function attempt(
   ctx: ServiceContext,
@@ -29,18 +29,23 @@ export async function attempt(
     if (result.conflict) throw conflictError(request, result.conflict);
     return result;
   }
-  if (ctx.clock.now() - startedAt >= result.grant.ttlMs) {
-    ctx.calls.releaseQuietly(result.grant, request.keyHash);
-    throw ranOutError();
-  }
-  track(
-    ctx,
-    state,
-    result.grant,
-    { leaseKey, keyHash: request.keyHash },
-    request,
-    startedAt,
-    onLost,
-  );
+  reportable(ctx, result.grant, ctx.clock.now() - startedAt, request.keyHash);
+  const proof = { leaseKey, keyHash: request.keyHash };
+  track(ctx, state, result.grant, proof, request, startedAt, onLost);
   return result;
+}
+
+/**
+ * S5, once for every grant the service reports (a try-lock's, a wait's): a grant whose write was
+ * sent `elapsedMs` ago and whose lease is already over by now is handed back, never reported.
+ */
+export function reportable(
+  ctx: ServiceContext,
+  grant: Grant,
+  elapsedMs: number,
+  keyHash: string,
+): void {
+  if (elapsedMs < grant.ttlMs) return;
+  ctx.calls.releaseQuietly(grant, keyHash);
+  throw ranOutError();
 }

@@ -1,3 +1,4 @@
+import type { BackendQueue } from './queue-driver.js';
 import type { LockMode } from './validation.js';
 
 /**
@@ -200,6 +201,13 @@ export interface LockBackend {
    * a grant it re-checks that the lease still runs (etcd-io/etcd#11456).
    */
   acquireQueued?(request: AcquireRequest & { signal: AbortSignal }): Promise<AcquireResult>;
+  /**
+   * Only with `capabilities.fairQueue`: the backend's own queue (etcd revisions, ZooKeeper
+   * sequence nodes, a table or sorted set of waiter entries), as a driver factory. Core runs its
+   * one wait loop over it (`queue-driver.ts`), so that waiters on several dlm servers are served
+   * in order.
+   */
+  readonly queue?: BackendQueue | undefined;
   /** Forcibly ends every current lease of the name, whoever holds it (admin use). False when free. */
   revoke?(name: string): Promise<boolean>;
   /** Lists held locks whose names start with `prefix` (admin use). */

@@ -1,7 +1,10 @@
 import type { AcquireRequest, AcquireResult, Grant, LockBackend, LockConflict } from './backend.js';
 import type { Clock, Timer } from './clock.js';
 import { DlmError, toUnavailable } from './errors.js';
+import type { QueueSleep, QueueStep } from './queue-driver.js';
 import { MAX_TIMER_MS } from './time.js';
+
+export type { QueueSleep, QueueStep } from './queue-driver.js';
 
 /**
  * The cross-server fair queue, written once: the wait loop of every backend that orders
@@ -24,21 +27,6 @@ import { MAX_TIMER_MS } from './time.js';
  * the driver interface are the same for every mode, and a multi-lock is one such wait per name,
  * in canonical order.
  */
-
-/** What one look found: a grant, or what to sleep on until the next look. */
-export type QueueStep =
-  | { kind: 'granted'; grant: Grant }
-  /** Look again at once (just joined, my entry is gone, or something moved under the look). */
-  | { kind: 'again' }
-  /** Sleep until the entry ahead of mine goes (`key`: which one, when the driver needs it). */
-  | { kind: 'predecessor'; key?: string }
-  /** First in the queue: sleep until the holder goes, or at the latest its lease is over. */
-  | { kind: 'holder'; ttlRemainingMs?: number | undefined }
-  /** The request cannot be granted as asked (see `AcquireResult`): the wait ends, refused. */
-  | { kind: 'conflict'; conflict: LockConflict };
-
-/** A step a waiter sleeps on. */
-export type QueueSleep = Extract<QueueStep, { kind: 'predecessor' | 'holder' }>;
 
 /** How a driver tells the loop that something it watches changed. */
 export interface QueueWatcher {

@@ -46,6 +46,20 @@ export {
   MAX_TOKEN,
   parseToken,
 } from './fencing.js';
+export {
+  aheadOf,
+  decideGrant,
+  GRANT_RULE_CASES,
+  type GrantDecision,
+  type GrantRuleCase,
+  holdersOf,
+  type ListedHolder,
+  NOTHING_AHEAD,
+  type RuleAhead,
+  type RuleHolders,
+  type RuleRequest,
+  ruleAnswer,
+} from './grant-rule.js';
 export { createLeaseKey, hashLeaseKey } from './lease-key.js';
 export { notHolderError } from './lock-errors.js';
 export {
@@ -71,6 +85,14 @@ export {
 export { getOrCreate } from './maps.js';
 export { type AcquireAllOptions, type LockSpec, validateLocks } from './multi-acquire.js';
 export type { AroundBackendCall, BackendOperation, LockObserver } from './observer.js';
+export type {
+  BackendQueue,
+  QueueChange,
+  QueueDriver,
+  QueueRenewal,
+  QueueWaiter,
+  QueueWaits,
+} from './queue-driver.js';
 export {
   createRenewedFairQueue,
   type FoundAhead,

@@ -1,0 +1,349 @@
+import type { LockConflict } from './backend.js';
+import type { LockMode } from './validation.js';
+
+/**
+ * The grant rule, written once: may this request be granted now, given the name's holders and
+ * the queue entries ahead of it, per mode and limit (Curator's `getsTheLock(children, me,
+ * maxLeases)`, with modes). Embedded, etcd and ZooKeeper call `decideGrant`; the Redis Lua and
+ * the PostgreSQL SQL evaluate the same rule inside their store and are run against
+ * `GRANT_RULE_CASES` in their adapter tests. In order:
+ *
+ * 1. the requester's own holder (same owner and key hash): in the other mode a conflict (`mode`),
+ *    shared with another limit a conflict (`limit`, its own), else that holder, refreshed;
+ * 2. shared, while shared holders agreed on another limit: a conflict (`limit`, theirs);
+ * 3. exclusive: behind any entry, wait for the nearest one; held, wait for the holders (the
+ *    latest end); else granted;
+ * 4. shared: behind an entry that must go first (exclusive, or shared with another limit), wait
+ *    for the last such one; an exclusive holder, wait for it; when the holders and the shared
+ *    entries ahead fill the limit, wait for the nearest entry ahead if there is room it will
+ *    take, else for the holders (the soonest end); else granted.
+ *
+ * So one FIFO serves both modes: consecutive shared requests at its head are granted together up
+ * to the limit, and an exclusive request holds back every request behind it (no writer
+ * starvation). A try-lock is the same rule with every queued entry ahead of it: it is granted
+ * exactly when a request queued now would be at once.
+ */
+
+/** The request, as the rule sees it: its mode and limit (1 for exclusive). */
+export interface RuleRequest {
+  mode: LockMode;
+  limit: number;
+}
+
+/** The name's live holders, as the rule needs them (each backend reads them its own way). */
+export interface RuleHolders {
+  /** How many hold it now (0: free). */
+  count: number;
+  /** Their mode, when `count > 0`: one exclusive holder, or shared holders. */
+  mode?: LockMode | undefined;
+  /** With shared holders: the limit they agreed on. */
+  limit?: number | undefined;
+  /** The requester's own holder (same owner and key hash), if it holds: its mode and limit. */
+  own?: RuleRequest | undefined;
+}
+
+/** The queue entries ahead of the request (for a try-lock: every entry queued). */
+export interface RuleAhead {
+  /** How many entries are ahead. */
+  count: number;
+  /** Whether one of them must go before a shared request: exclusive, or shared with another limit. */
+  blocking: boolean;
+  /** The shared entries ahead with the request's limit (they take room before it). */
+  shared: number;
+}
+
+/** What the rule decides. `wait` says what to sleep on; the backend knows its ids and times. */
+export type GrantDecision =
+  | { kind: 'grant' }
+  /** The requester holds it in this mode and limit: refresh that holder (same token). */
+  | { kind: 'refresh' }
+  | { kind: 'conflict'; conflict: LockConflict }
+  /** Wait for an entry ahead to leave: the nearest one, or the last one that must go first. */
+  | { kind: 'wait'; on: 'entry'; entry: 'nearest' | 'last-blocking' }
+  /** Wait for the holders: the latest end (exclusive, or behind one) or the soonest (shared). */
+  | { kind: 'wait'; on: 'holder'; end: 'latest' | 'soonest' };
+
+export const NOTHING_AHEAD: RuleAhead = { count: 0, blocking: false, shared: 0 };
+
+/** The grant rule (see the top of this file). Pure: the same inputs, the same decision. */
+export function decideGrant(
+  request: RuleRequest,
+  holders: RuleHolders,
+  ahead: RuleAhead = NOTHING_AHEAD,
+): GrantDecision {
+  const { own } = holders;
+  const shared = request.mode === 'shared';
+  if (own) {
+    if (own.mode !== request.mode) return { kind: 'conflict', conflict: { field: 'mode' } };
+    if (shared && own.limit !== request.limit) {
+      return { kind: 'conflict', conflict: { field: 'limit', limit: own.limit } };
+    }
+    return { kind: 'refresh' };
+  }
+  const held = holders.count > 0;
+  if (!shared) {
+    if (ahead.count > 0) return { kind: 'wait', on: 'entry', entry: 'nearest' };
+    return held ? { kind: 'wait', on: 'holder', end: 'latest' } : { kind: 'grant' };
+  }
+  if (held && holders.mode === 'shared' && holders.limit !== request.limit) {
+    return { kind: 'conflict', conflict: { field: 'limit', limit: holders.limit ?? 0 } };
+  }
+  if (ahead.blocking) return { kind: 'wait', on: 'entry', entry: 'last-blocking' };
+  if (held && holders.mode !== 'shared') return { kind: 'wait', on: 'holder', end: 'latest' };
+  if (holders.count + ahead.shared < request.limit) return { kind: 'grant' };
+  if (ahead.shared > 0 && holders.count < request.limit) {
+    return { kind: 'wait', on: 'entry', entry: 'nearest' };
+  }
+  return { kind: 'wait', on: 'holder', end: 'soonest' };
+}
+
+/** One holder, as a backend that reads them all (or a test) lists them. */
+export interface ListedHolder {
+  mode: LockMode;
+  /** 1 for exclusive. */
+  limit: number;
+  /** Whether it is the requester's own (same owner and key hash). */
+  own?: boolean | undefined;
+}
+
+/** `RuleHolders` of a list of live holders. */
+export function holdersOf(holders: readonly ListedHolder[]): RuleHolders {
+  const first = holders[0];
+  const own = holders.find((holder) => holder.own);
+  return {
+    count: holders.length,
+    mode: first?.mode,
+    limit: first?.limit,
+    own: own && { mode: own.mode, limit: own.limit },
+  };
+}
+
+/** `RuleAhead` of the entries ahead of a request (oldest first), and which ones it waits for. */
+export function aheadOf(
+  request: RuleRequest,
+  entries: readonly RuleRequest[],
+): RuleAhead & { lastBlocking: number | undefined } {
+  let lastBlocking: number | undefined;
+  let shared = 0;
+  entries.forEach((entry, index) => {
+    if (entry.mode === 'shared' && entry.limit === request.limit) shared += 1;
+    else lastBlocking = index;
+  });
+  return { count: entries.length, blocking: lastBlocking !== undefined, shared, lastBlocking };
+}
+
+/**
+ * One case of the rule, for every translation of it to check: the state (holders and entries
+ * ahead, each listed), the request, and the decision. `entry` and `holder` in a `wait` name the
+ * index waited on (`entries[i]`; for the holders, the one whose `remainingMs` is the end waited
+ * for), so that a store's answer (an id, a time) can be compared.
+ */
+export interface GrantRuleCase {
+  name: string;
+  request: RuleRequest;
+  /** Live holders, by token; `remainingMs` is each one's lease left. */
+  holders: readonly (ListedHolder & { remainingMs: number })[];
+  /** Queue entries ahead of the request, oldest first. */
+  ahead: readonly RuleRequest[];
+  expect:
+    | { kind: 'grant' }
+    | { kind: 'refresh' }
+    | { kind: 'conflict'; conflict: LockConflict }
+    | { kind: 'wait-entry'; entry: number }
+    | { kind: 'wait-holder'; holder: number };
+}
+
+const X: RuleRequest = { mode: 'exclusive', limit: 1 };
+const S = (limit: number): RuleRequest => ({ mode: 'shared', limit });
+const holder = (spec: RuleRequest, remainingMs: number, own = false) => ({
+  ...spec,
+  remainingMs,
+  own,
+});
+
+/**
+ * The rule's case table: every branch of `decideGrant`, each as a state a store can hold. A
+ * translation of the rule (Lua, SQL) passes when it answers every case as listed here.
+ */
+export const GRANT_RULE_CASES: readonly GrantRuleCase[] = [
+  {
+    name: 'exclusive, free, nobody ahead: granted',
+    request: X,
+    holders: [],
+    ahead: [],
+    expect: { kind: 'grant' },
+  },
+  {
+    name: 'shared, free, nobody ahead: granted',
+    request: S(3),
+    holders: [],
+    ahead: [],
+    expect: { kind: 'grant' },
+  },
+  {
+    name: 'exclusive behind an exclusive holder: waits for it',
+    request: X,
+    holders: [holder(X, 5_000)],
+    ahead: [],
+    expect: { kind: 'wait-holder', holder: 0 },
+  },
+  {
+    name: 'exclusive behind shared holders: waits for the latest end',
+    request: X,
+    holders: [holder(S(3), 2_000), holder(S(3), 9_000), holder(S(3), 5_000)],
+    ahead: [],
+    expect: { kind: 'wait-holder', holder: 1 },
+  },
+  {
+    name: 'exclusive, free, behind an entry: waits for the nearest entry',
+    request: X,
+    holders: [],
+    ahead: [S(3), X],
+    expect: { kind: 'wait-entry', entry: 1 },
+  },
+  {
+    name: 'exclusive, held, behind an entry: waits for the entry, not the holder',
+    request: X,
+    holders: [holder(X, 5_000)],
+    ahead: [X],
+    expect: { kind: 'wait-entry', entry: 0 },
+  },
+  {
+    name: 'the exclusive holder asking again: refreshed',
+    request: X,
+    holders: [holder(X, 5_000, true)],
+    ahead: [X],
+    expect: { kind: 'refresh' },
+  },
+  {
+    name: 'a shared holder asking again with its limit: refreshed, even at the limit',
+    request: S(2),
+    holders: [holder(S(2), 5_000, true), holder(S(2), 6_000)],
+    ahead: [X],
+    expect: { kind: 'refresh' },
+  },
+  {
+    name: 'the exclusive holder asking shared: conflict (mode)',
+    request: S(3),
+    holders: [holder(X, 5_000, true)],
+    ahead: [],
+    expect: { kind: 'conflict', conflict: { field: 'mode' } },
+  },
+  {
+    name: 'a shared holder asking exclusive: conflict (mode)',
+    request: X,
+    holders: [holder(S(3), 5_000), holder(S(3), 5_000, true)],
+    ahead: [],
+    expect: { kind: 'conflict', conflict: { field: 'mode' } },
+  },
+  {
+    name: 'a shared holder asking with another limit: conflict (limit, its own)',
+    request: S(5),
+    holders: [holder(S(3), 5_000, true)],
+    ahead: [],
+    expect: { kind: 'conflict', conflict: { field: 'limit', limit: 3 } },
+  },
+  {
+    name: 'shared beside holders with another limit: conflict (limit, theirs)',
+    request: S(5),
+    holders: [holder(S(3), 5_000)],
+    ahead: [],
+    expect: { kind: 'conflict', conflict: { field: 'limit', limit: 3 } },
+  },
+  {
+    name: 'shared beside holders with another limit, behind an exclusive entry: conflict at once',
+    request: S(5),
+    holders: [holder(S(3), 5_000)],
+    ahead: [X],
+    expect: { kind: 'conflict', conflict: { field: 'limit', limit: 3 } },
+  },
+  {
+    name: 'shared beside shared holders with room: granted',
+    request: S(3),
+    holders: [holder(S(3), 5_000), holder(S(3), 6_000)],
+    ahead: [],
+    expect: { kind: 'grant' },
+  },
+  {
+    name: 'shared at the limit: waits for the soonest end',
+    request: S(2),
+    holders: [holder(S(2), 7_000), holder(S(2), 3_000)],
+    ahead: [],
+    expect: { kind: 'wait-holder', holder: 1 },
+  },
+  {
+    name: 'shared behind an exclusive holder: waits for it',
+    request: S(3),
+    holders: [holder(X, 4_000)],
+    ahead: [],
+    expect: { kind: 'wait-holder', holder: 0 },
+  },
+  {
+    name: 'shared behind an exclusive holder and shared entries: waits for the holder',
+    request: S(3),
+    holders: [holder(X, 4_000)],
+    ahead: [S(3)],
+    expect: { kind: 'wait-holder', holder: 0 },
+  },
+  {
+    name: 'shared behind an exclusive entry: waits for it, though there is room',
+    request: S(3),
+    holders: [holder(S(3), 5_000)],
+    ahead: [S(3), X, S(3)],
+    expect: { kind: 'wait-entry', entry: 1 },
+  },
+  {
+    name: 'shared behind a shared entry with another limit: waits for that entry',
+    request: S(3),
+    holders: [],
+    ahead: [S(2), S(3)],
+    expect: { kind: 'wait-entry', entry: 0 },
+  },
+  {
+    name: 'shared behind shared entries that leave it room: granted beside them',
+    request: S(4),
+    holders: [holder(S(4), 5_000)],
+    ahead: [S(4), S(4)],
+    expect: { kind: 'grant' },
+  },
+  {
+    name: 'shared whose room the shared entries ahead take: waits for the nearest entry',
+    request: S(3),
+    holders: [holder(S(3), 5_000)],
+    ahead: [S(3), S(3)],
+    expect: { kind: 'wait-entry', entry: 1 },
+  },
+  {
+    name: 'shared, free, behind as many shared entries as its limit: waits for the nearest entry',
+    request: S(2),
+    holders: [],
+    ahead: [S(2), S(2)],
+    expect: { kind: 'wait-entry', entry: 1 },
+  },
+  {
+    name: 'shared at the limit behind shared entries: waits for the soonest end',
+    request: S(2),
+    holders: [holder(S(2), 6_000), holder(S(2), 2_000)],
+    ahead: [S(2)],
+    expect: { kind: 'wait-holder', holder: 1 },
+  },
+];
+
+/** What `decideGrant` answers a case, in the table's terms (the entry or holder waited on, by index). */
+export function ruleAnswer(testCase: GrantRuleCase): GrantRuleCase['expect'] {
+  const { request, holders, ahead } = testCase;
+  const facts = aheadOf(request, ahead);
+  const decision = decideGrant(request, holdersOf(holders), facts);
+  if (decision.kind !== 'wait') return decision;
+  if (decision.on === 'entry') {
+    const entry = decision.entry === 'nearest' ? ahead.length - 1 : facts.lastBlocking!;
+    return { kind: 'wait-entry', entry };
+  }
+  let at = 0;
+  holders.forEach((one, index) => {
+    const end = one.remainingMs;
+    const best = holders[at]!.remainingMs;
+    if (decision.end === 'latest' ? end > best : end < best) at = index;
+  });
+  return { kind: 'wait-holder', holder: at };
+}

@@ -1,4 +1,4 @@
-import type { AcquireRequest, AcquireResult, Grant, LockBackend, LockConflict } from './backend.js';
+import type { AcquireRequest, AcquireResult, LockBackend } from './backend.js';
 import type { Clock, Timer } from './clock.js';
 import { DlmError, toUnavailable } from './errors.js';
 import type { QueueSleep, QueueStep } from './queue-driver.js';

@@ -4,7 +4,7 @@ import type { Clock, Timer } from './clock.js';
 import type { HolderViews } from './holder-view.js';
 import type { TrackedLeases } from './lease-tracking.js';
 import type { LocalRequest } from './local-queue.js';
-import type { Lease, LockChange, LostEvent } from './lock-service.js';
+import type { LockChange, LostEvent } from './lock-service.js';
 import type { AroundBackendCall, Notify } from './observer.js';
 import type { BackendQueue } from './queue-driver.js';
 import type { Limits, LockMode } from './validation.js';

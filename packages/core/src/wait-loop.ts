@@ -189,7 +189,7 @@ function createWaitLoop<R extends AcquireRequest>(
   /** Look, then sleep on what the look found, until granted, refused or the signal aborts. */
   async function loop(wait: Wait, driver: QueueDriver, signal: AbortSignal) {
     const { sleeper } = wait;
-      while (!signal.aborted) {
+    while (!signal.aborted) {
       if (isClosed()) throw closedError();
       const entry = driver.entry();
       const startedAt = clock.now();

@@ -85,13 +85,14 @@ export {
 export { getOrCreate } from './maps.js';
 export { type AcquireAllOptions, type LockSpec, validateLocks } from './multi-acquire.js';
 export type { AroundBackendCall, BackendOperation, LockObserver } from './observer.js';
-export type {
-  BackendQueue,
-  QueueChange,
-  QueueDriver,
-  QueueRenewal,
-  QueueWaiter,
-  QueueWaits,
+export {
+  type BackendQueue,
+  type QueueChange,
+  type QueueDriver,
+  type QueueRenewal,
+  type QueueWaiter,
+  type QueueWaits,
+  queueWaits,
 } from './queue-driver.js';
 export {
   createRenewedFairQueue,

@@ -134,3 +134,30 @@ export interface QueueWaits {
    */
   close(): Promise<void>;
 }
+
+/**
+ * The `QueueWaits` a backend keeps: every loop that runs waits over its queue attaches to it
+ * (one per queue object; a wrapper of the queue makes another), and what the backend calls
+ * reaches them all. Give its `attach` as `BackendQueue.attach`.
+ *
+ * @example
+ * const waits = queueWaits();
+ * const queue: BackendQueue = { ...facts, attach: waits.attach, driver };
+ * // on close: await waits.close();
+ */
+export function queueWaits(): QueueWaits & { attach(waits: QueueWaits): void } {
+  const attached = new Set<QueueWaits>();
+  return {
+    attach: (waits) => void attached.add(waits),
+    report: (name, change) => {
+      for (const waits of attached) waits.report(name, change);
+    },
+    drivers: (name) => [...attached].flatMap((waits) => waits.drivers(name)),
+    resync: () => {
+      for (const waits of attached) waits.resync();
+    },
+    close: async () => {
+      await Promise.all([...attached].map((waits) => waits.close()));
+    },
+  };
+}

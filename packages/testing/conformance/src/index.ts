@@ -11,6 +11,7 @@ import { multiLockGroup } from './groups/multi-lock.js';
 import { releaseAndExtendGroup } from './groups/release-extend.js';
 import { sharedLoadGroup } from './groups/shared-load.js';
 import { sharedMultiLockGroup } from './groups/shared-multi-lock.js';
+import { sharedPrimitivesGroup } from './groups/shared-primitives.js';
 import { sharedQueueGroup } from './groups/shared-queue.js';
 import { sharedRulesGroup } from './groups/shared-rules.js';
 import { waitingGroup } from './groups/waiting.js';
@@ -43,6 +44,7 @@ const groups: ReadonlyArray<(ctx: ConformanceContext) => void> = [
   fairQueueGroup,
   watchAndRevokeGroup,
   multiLockGroup,
+  sharedPrimitivesGroup,
   sharedRulesGroup,
   sharedQueueGroup,
   sharedLoadGroup,

@@ -169,6 +169,28 @@ describe.skipIf(!run)('zookeeper backend primitives', () => {
     expect((await granted(b, name, 'next', 5_000)).token).toBeGreaterThan(grant.token);
   });
 
+  it("with ephemeral: true, the shared holders of a closed backend end, each seen 'expired'", async () => {
+    const name = lockName('ephemeral-shared');
+    const ephemeral = open(2_000, { ephemeral: true });
+    const shared = { mode: 'shared', limit: 3, ttlMs: 10_000 } as const;
+    const events: LockEvent[] = [];
+    const stop = b.watch(name, (event) => events.push(event));
+    await sleep(100);
+    const r1 = await ephemeral.tryAcquire({ name, owner: 'r1', ...shared });
+    const r2 = await ephemeral.tryAcquire({ name, owner: 'r2', ...shared });
+    const r3 = await b.tryAcquire({ name, owner: 'r3', ...shared });
+    if (!r1.granted || !r2.granted || !r3.granted) throw new Error('expected three holders');
+    await until(() => events.filter((event) => event.type === 'acquired').length >= 3, 5_000);
+    await ephemeral.close();
+    await until(() => events.filter((event) => event.type === 'expired').length >= 2, 5_000);
+    stop();
+    expect(events.filter((event) => event.type === 'expired').map((event) => event.token)).toEqual([
+      r1.grant.token,
+      r2.grant.token,
+    ]);
+    expect((await a.inspect(name))?.holders?.map((each) => each.token)).toEqual([r3.grant.token]);
+  });
+
   it('list returns the live locks under a name prefix', async () => {
     const base = lockName('list');
     await granted(a, `${base}/1`, 'p', 5_000);

@@ -15,8 +15,8 @@ import type { LockMode } from './validation.js';
  *    latest end); else granted;
  * 4. shared: behind an entry that must go first (exclusive, or shared with another limit), wait
  *    for the last such one; an exclusive holder, wait for it; when the holders and the shared
- *    entries ahead fill the limit, wait for the nearest entry ahead if there is room it will
- *    take, else for the holders (the soonest end); else granted.
+ *    entries ahead fill the limit, wait for the nearest entry ahead (it takes the next room
+ *    first), or with none ahead for the holders (the soonest end); else granted.
  *
  * So one FIFO serves both modes: consecutive shared requests at its head are granted together up
  * to the limit, and an exclusive request holds back every request behind it (no writer
@@ -91,9 +91,9 @@ export function decideGrant(
   if (ahead.blocking) return { kind: 'wait', on: 'entry', entry: 'last-blocking' };
   if (held && holders.mode !== 'shared') return { kind: 'wait', on: 'holder', end: 'latest' };
   if (holders.count + ahead.shared < request.limit) return { kind: 'grant' };
-  if (ahead.shared > 0 && holders.count < request.limit) {
-    return { kind: 'wait', on: 'entry', entry: 'nearest' };
-  }
+  // The shared entries ahead take the next room first: only the first of them watches the
+  // holders, the others their entry ahead (one wake per end, not one per waiter).
+  if (ahead.shared > 0) return { kind: 'wait', on: 'entry', entry: 'nearest' };
   return { kind: 'wait', on: 'holder', end: 'soonest' };
 }
 
@@ -321,11 +321,11 @@ export const GRANT_RULE_CASES: readonly GrantRuleCase[] = [
     expect: { kind: 'wait-entry', entry: 1 },
   },
   {
-    name: 'shared at the limit behind shared entries: waits for the soonest end',
+    name: 'shared at the limit behind shared entries: waits for the nearest entry, not the holders',
     request: S(2),
     holders: [holder(S(2), 6_000), holder(S(2), 2_000)],
-    ahead: [S(2)],
-    expect: { kind: 'wait-holder', holder: 1 },
+    ahead: [S(2), S(2)],
+    expect: { kind: 'wait-entry', entry: 1 },
   },
 ];
 

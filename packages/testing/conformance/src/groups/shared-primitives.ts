@@ -342,6 +342,10 @@ async function revokeEndsAll(ctx: ConformanceContext, test: Skippable): Promise<
       grantOf(await a.tryAcquire(shared(name, 'r1', 3))).token,
       grantOf(await a.tryAcquire(shared(name, 'r2', 3))).token,
     ];
+    // Each grant heard first (a watch that never saw a holder cannot name its end).
+    await until(() => events.filter((e) => e.type === 'acquired').length >= 2, {
+      what: 'two grants heard',
+    });
     expect(await a.revoke!(name)).toBe(true);
     expect(await a.inspect(name)).toBeNull();
     const revoked = () => events.filter((e) => e.type === 'revoked').map((e) => e.token);

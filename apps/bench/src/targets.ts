@@ -21,6 +21,7 @@ import {
 } from '@dlm/test-services';
 import type { FloorBackend } from './floors.js';
 import { dlmTarget } from './lockers/dlm.js';
+import { doorTarget } from './lockers/dlm-doors.js';
 import { libTarget } from './lockers/dlm-lib.js';
 import { etcdLockTarget } from './lockers/etcd-lock.js';
 import type { PollOptions, Target } from './lockers/locker.js';
@@ -98,13 +99,27 @@ const lib = (
     libTarget({ id, label, openBackend: () => opened(open(services)), sharedBackend }),
 });
 
-/** In table order: each dlm adapter, then the peers. */
+/** dlm-embedded-memory's server reached through another door (workload 1 only). */
+const door = (
+  id: string,
+  label: string,
+  through: Parameters<typeof doorTarget>[2],
+): TargetSpec => ({
+  id,
+  needs: [],
+  create: () => doorTarget(id, label, through),
+});
+
+/** In table order: each dlm adapter (the embedded one through each door too), then the peers. */
 const SPECS: TargetSpec[] = [
   dlm('dlm-embedded-memory', 'dlm embedded (memory)', [], () => [
     '--backend',
     'embedded',
     '--memory',
   ]),
+  door('dlm-door-rpc', 'dlm embedded (memory), POST /v1/rpc', 'rpc'),
+  door('dlm-door-dapr-http', 'dlm embedded (memory), Dapr HTTP (@dapr/dapr)', 'dapr-http'),
+  door('dlm-door-dapr-grpc', 'dlm embedded (memory), Dapr gRPC (@dapr/dapr)', 'dapr-grpc'),
   {
     ...dlm('dlm-embedded-disk', 'dlm embedded (data dir)', [], () => [
       '--backend',

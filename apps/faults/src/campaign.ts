@@ -4,7 +4,7 @@ import { tempDir } from '@dlm/test-services';
 import { PROPERTIES, type Property } from './checker.js';
 import { type DlmServer, startDlmServer } from './dlm-server.js';
 import { expectedLinearizabilityReason, expectedReason } from './expectations.js';
-import { type LockSegmentResult, runLockSegment } from './lock-segment.js';
+import { type LockSegmentOptions, type LockSegmentResult, runLockSegment } from './lock-segment.js';
 import { NEMESES, type Nemesis, nemesisNamed } from './nemeses.js';
 import {
   runSegment,
@@ -36,6 +36,20 @@ export interface CampaignOptions extends WorkloadOptions {
   lockNemeses?: (backend: BackendVariant) => string[];
   /** Faults per linearizability segment. Default 6 s. */
   lockDurationMs?: number;
+  /** Per-backend overrides of `lockDurationMs`. */
+  lockDurationsMs?: Partial<Record<BackendVariant, number>>;
+  /** Connections in a linearizability segment, spread over its servers. Default 8. */
+  lockConnections?: number;
+  /** Lock names they share. Default 3. */
+  lockNames?: number;
+  /** A linearizability client's pause between operations, random up to this, ms. Default 10. */
+  lockThinkMs?: number;
+  /**
+   * Add the linearizability segments' negative control where the backend is PostgreSQL: the
+   * same workload on two servers whose try-lock takes its token before the name's row lock
+   * (planted-early-token.ts). The campaign fails unless the checker flags it.
+   */
+  linNegativeControl?: boolean;
   /**
    * Nemesis names per backend for shared-mode segments (a semaphore and a read-write lock side
    * by side, checked for S7); none when absent. Only on backends whose server declares
@@ -82,8 +96,22 @@ export interface CampaignResult {
   /** Backends whose shared-mode segments were planned but not run, and why (capability gate). */
   sharedSkipped?: string[];
   negativeControl: { run: boolean; detected: boolean; lostUpdates: number } | undefined;
-  /** No unexpected violation anywhere, and the negative control (if run) detected. */
+  /** The linearizability negative control, when asked for and a PostgreSQL backend ran. */
+  linNegativeControl?: LinControlReport | undefined;
+  /** No unexpected violation anywhere, and the negative controls (if run) detected. */
   passed: boolean;
+}
+
+/** The planted backend's linearizability segment: detected when a name is not linearizable. */
+export interface LinControlReport {
+  backend: string;
+  detected: boolean;
+  /** Names flagged not linearizable. */
+  violations: number;
+  ops: number;
+  durationMs: number;
+  /** The first flagged name's message. */
+  example?: string | undefined;
 }
 
 function annotate(
@@ -194,9 +222,10 @@ async function runLockSegments(
   const { backend, topology, server, options, log } = run;
   for (const nemesis of lockNemeses) {
     const label = `${backend} × ${nemesis.name} (linearizability, ${servers.length === 1 ? '1 server' : `${servers.length} servers`})`;
-    const durationMs = options.lockDurationMs ?? 6_000;
+    const durationMs = lockDurationOf(run);
     log(`${label}: ${Math.round(durationMs / 1000)} s`);
     const result = await runLockSegment(topology, servers, {
+      ...lockContention(options),
       ttlMs: options.ttlMs,
       nemesis,
       durationMs,
@@ -220,6 +249,61 @@ async function runLockSegments(
     log(
       `${label}: ${check.ops} ops (${check.unknown} unknown) on ${check.names.length} names; ${check.violations} not linearizable${expected ? ' (expected)' : ''}, ${check.inconclusive} inconclusive`,
     );
+  }
+}
+
+function lockDurationOf({ backend, options }: BackendRun): number {
+  return options.lockDurationsMs?.[backend] ?? options.lockDurationMs ?? 6_000;
+}
+
+function lockContention(
+  options: CampaignOptions,
+): Pick<LockSegmentOptions, 'connections' | 'names' | 'thinkMs'> {
+  return {
+    ...(options.lockConnections ? { connections: options.lockConnections } : {}),
+    ...(options.lockNames ? { names: options.lockNames } : {}),
+    ...(options.lockThinkMs === undefined ? {} : { thinkMs: options.lockThinkMs }),
+  };
+}
+
+/** The planted grant's pause between its token and its write (planted-early-token.ts). */
+const PLANTED_PAUSE_MS = 50;
+
+/**
+ * The linearizability negative control on a PostgreSQL topology: two servers with the planted
+ * backend, the lock segment's workload without faults, for as long as the backend's lock
+ * segments run. The checker must flag it.
+ */
+async function runLinNegativeControl(run: BackendRun): Promise<LinControlReport> {
+  const { backend, topology, options, log } = run;
+  const durationMs = lockDurationOf(run);
+  const plant = { kind: 'early-token', pauseMs: PLANTED_PAUSE_MS } as const;
+  const label = `${backend} × none (linearizability, planted: token before the row lock)`;
+  log(`${label}: ${Math.round(durationMs / 1000)} s`);
+  const servers = [await startDlmServer(topology, plant), await startDlmServer(topology, plant)];
+  try {
+    const { check } = await runLockSegment(topology, servers, {
+      ...lockContention(options),
+      ttlMs: options.ttlMs,
+      nemesis: nemesisNamed('none')!,
+      durationMs,
+      dir: join(run.historyDir, backend, 'lin-planted-early-token'),
+      log,
+    });
+    const flagged = check.names.find((name) => name.verdict === 'not-linearizable');
+    log(
+      `${label}: ${check.ops} ops on ${check.names.length} names; ${check.violations} not linearizable: ${check.violations ? 'detected' : 'NOT DETECTED'}`,
+    );
+    return {
+      backend,
+      detected: check.violations > 0,
+      violations: check.violations,
+      ops: check.ops,
+      durationMs,
+      example: flagged?.message,
+    };
+  } finally {
+    for (const server of servers) await server.process.kill().catch(() => {});
   }
 }
 
@@ -289,6 +373,7 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
   const historyDir = options.historyDir ?? tempDir('faults-history');
   const segments: SegmentReport[] = [];
   const lockSegments: LockSegmentReport[] = [];
+  let linNegativeControl: LinControlReport | undefined;
   const errors: string[] = [];
   const plan: Record<string, string[]> = {};
   const lockPlan: Record<string, string[]> = {};
@@ -313,7 +398,16 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
     const control = options.negativeControl && index === 0;
     const lockNemeses = nemesesNamed(lockPlan[backend] ?? []);
     const sharedNemeses = nemesesNamed(sharedPlan[backend] ?? []);
-    if (!nemeses.length && !control && !lockNemeses.length && !sharedNemeses.length) continue;
+    const linControl = options.linNegativeControl === true && backend === 'postgres';
+    if (
+      !nemeses.length &&
+      !control &&
+      !lockNemeses.length &&
+      !sharedNemeses.length &&
+      !linControl
+    ) {
+      continue;
+    }
     log(`${backend}: starting`);
     let topology: Topology | undefined;
     let server: DlmServer | undefined;
@@ -331,6 +425,9 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
           servers.push(second);
         }
         await runLockSegments(run, servers, lockNemeses, lockSegments);
+      }
+      if (linControl) {
+        linNegativeControl = await runLinNegativeControl(run);
       }
       // Last: a failure here (no shared grant at all) leaves the other segments' reports whole.
       if (sharedNemeses.length) {
@@ -371,10 +468,12 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
     errors,
     sharedSkipped,
     negativeControl,
+    linNegativeControl,
     passed:
       errors.length === 0 &&
       segments.every((segment) => segment.unexpected === 0) &&
       lockSegments.every((segment) => segment.unexpected === 0) &&
-      (negativeControl === undefined || negativeControl.detected),
+      (negativeControl === undefined || negativeControl.detected) &&
+      (linNegativeControl === undefined || linNegativeControl.detected),
   };
 }

@@ -27,13 +27,22 @@ async function healthy(port: number): Promise<boolean> {
   }
 }
 
-/** Starts the dlm server on a free port, its backend as `topology` says (through the proxies). */
-export async function startDlmServer(topology: Topology): Promise<DlmServer> {
+/** A server for a negative control: `early-token` (planted-early-token.ts), with its pause. */
+export interface Plant {
+  kind: 'early-token';
+  pauseMs: number;
+}
+
+/**
+ * Starts the dlm server on a free port, its backend as `topology` says (through the proxies);
+ * with `plant`, a planted backend instead (a negative control).
+ */
+export async function startDlmServer(topology: Topology, plant?: Plant): Promise<DlmServer> {
   const port = await freePort();
   const controlPort = await freePort();
   const infoPath = join(tempDir('faults-server'), 'info.json');
   const managed = await startProcess({
-    name: `dlm-server (${topology.variant})`,
+    name: `dlm-server (${topology.variant}${plant ? `, planted ${plant.kind}` : ''})`,
     command: process.execPath,
     args: [
       entryPoint('server-entry.js'),
@@ -46,6 +55,7 @@ export async function startDlmServer(topology: Topology): Promise<DlmServer> {
     env: {
       DLM_FAULTS_CONTROL_PORT: String(controlPort),
       DLM_FAULTS_INFO: infoPath,
+      ...(plant ? { DLM_FAULTS_PLANT: `${plant.kind}:${plant.pauseMs}` } : {}),
     },
     ready: () => healthy(port),
   });

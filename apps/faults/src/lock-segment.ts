@@ -43,6 +43,8 @@ export interface LockSegmentOptions {
   connections?: number;
   /** Lock names they share. Default 3. */
   names?: number;
+  /** A client's pause between operations: random up to this, ms. Default 10. */
+  thinkMs?: number;
   dir: string;
   log: (line: string) => void;
 }
@@ -95,7 +97,8 @@ export async function runLockSegment(
       ttlMs,
       requestTimeoutMs: REQUEST_TIMEOUT_MS,
       historyDir: dir,
-      thinkMs: [0, 20],
+      thinkMs: [0, options.thinkMs ?? 10],
+      releaseAtOnce: 0.5,
     };
     workers.push(
       await startProcess({

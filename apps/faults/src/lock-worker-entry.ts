@@ -33,6 +33,13 @@ export interface LockWorkerConfig {
   historyDir: string;
   /** Random pause between operations, ms. */
   thinkMs: [number, number];
+  /**
+   * How often a grant is released at once, with no pause and no other operation between: a
+   * short critical section, as most callers hold a lock. These tight grant → release cycles are
+   * what exposes a grant that takes its token before it waits for the name (issue 28): with a
+   * pause after every grant, a waiting statement rarely outlives another's whole cycle.
+   */
+  releaseAtOnce: number;
 }
 
 const config = JSON.parse(process.env.DLM_FAULTS_LOCK_WORKER ?? '') as LockWorkerConfig;
@@ -77,19 +84,22 @@ async function run(client: DlmClient, history: HistoryWriter): Promise<void> {
     }
   }
 
+  const release = (lease: Lease) =>
+    op(
+      'release',
+      lease.name,
+      lease.token.toString(),
+      () => lease.release({ retry: false }),
+      (released) => ({ released }),
+    );
+
   while (!stopping) {
     const holding = [...held.values()];
     const roll = Math.random();
     if (holding.length > 0 && roll < 0.45) {
       const lease = pick(holding);
       held.delete(lease.name);
-      await op(
-        'release',
-        lease.name,
-        lease.token.toString(),
-        () => lease.release({ retry: false }),
-        (released) => ({ released }),
-      );
+      await release(lease);
     } else if (roll < 0.7) {
       const name = pick(config.names);
       await op(
@@ -116,6 +126,11 @@ async function run(client: DlmClient, history: HistoryWriter): Promise<void> {
             ? { token: lease.token.toString() }
             : { type: 'fail', error: 'LOCK_HELD: held by another owner' },
       );
+      const lease = held.get(name);
+      if (lease && Math.random() < config.releaseAtOnce) {
+        held.delete(name);
+        await release(lease);
+      }
     }
     const [min, max] = config.thinkMs;
     await sleep(min + Math.random() * (max - min));

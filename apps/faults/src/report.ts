@@ -44,6 +44,9 @@ export function renderMarkdown(result: CampaignResult): string {
       (result.negativeControl
         ? `; negative control ${result.negativeControl.detected ? `detected (${result.negativeControl.lostUpdates} lost updates reported with fencing off)` : 'NOT detected'}`
         : '') +
+      (result.linNegativeControl
+        ? `; linearizability negative control ${result.linNegativeControl.detected ? `detected (${result.linNegativeControl.violations} names flagged in ${result.linNegativeControl.ops} operations with tokens taken before the row lock)` : 'NOT detected'}`
+        : '') +
       '.',
     '',
   );
@@ -95,7 +98,7 @@ export function renderMarkdown(result: CampaignResult): string {
   if (result.lockSegments?.length) {
     lines.push('## Linearizability', '');
     lines.push(
-      "Try-acquire / release / get by 8 connections spread over the servers (two where the backend is shared; the nemesis acts on the first), on 3 names, each name's history checked against a plain try-lock with fencing tokens (free or held by one token; a grant's token above every earlier grant's; a lease ends on its own only after its TTL). Operations whose reply was lost may or may not have taken effect.",
+      `Try-acquire / release / get by ${options.lockConnections ?? 8} connections spread over the servers (two where the backend is shared; the nemesis acts on the first), on ${options.lockNames ?? 3} names, each name's history checked against a plain try-lock with fencing tokens (free or held by one token; a grant's token above every earlier grant's; a lease ends on its own only after its TTL). Operations whose reply was lost may or may not have taken effect.`,
       '',
       '| backend | nemesis | servers | s | ops | unknown | names | linearizable | not | inconclusive |',
       '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|',
@@ -123,6 +126,13 @@ export function renderMarkdown(result: CampaignResult): string {
       for (const error of segment.errors) {
         lines.push(`- ${segment.backend} × ${segment.nemesis} injection error: ${error}`);
       }
+    }
+    const control = result.linNegativeControl;
+    if (control) {
+      lines.push(
+        `Negative control (${control.backend}, two servers whose try-lock takes its token before the name's row lock, ${Math.round(control.durationMs / 1000)} s, no faults): ${control.ops} operations, ${control.violations} names not linearizable — ${control.detected ? 'detected' : '**NOT detected** ✗'}.${control.example ? ` First: ${control.example}` : ''}`,
+        '',
+      );
     }
     lines.push('');
   }
@@ -214,6 +224,7 @@ export function mergeReports(jsons: string[]): CampaignResult {
   const first = parts[0];
   if (!first) throw new Error('nothing to merge');
   const controls = parts.flatMap((part) => (part.negativeControl ? [part.negativeControl] : []));
+  const linControl = parts.find((part) => part.linNegativeControl)?.linNegativeControl;
   return {
     startedAt: parts.map((part) => part.startedAt).sort()[0]!,
     finishedAt: parts
@@ -237,6 +248,7 @@ export function mergeReports(jsons: string[]): CampaignResult {
           lostUpdates: controls.reduce((n, c) => n + c.lostUpdates, 0),
         }
       : undefined,
+    linNegativeControl: linControl,
     passed: parts.every((part) => part.passed),
   };
 }

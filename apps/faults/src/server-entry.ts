@@ -10,10 +10,21 @@
  * - `DLM_FAULTS_CONTROL_PORT`: a loopback HTTP port for the clock: `POST /clock` with
  *   `{"jumpMs": 4000}` or `{"rate": 2}`; `GET /clock`.
  * - `DLM_FAULTS_INFO`: a file to write `{ kind, capabilities }` to once serving.
+ * - `DLM_FAULTS_PLANT`: `early-token:<pause ms>` serves a planted PostgreSQL backend (the
+ *   linearizability segments' negative control, planted-early-token.ts) instead of the real one.
  */
 import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
-import { baseServerOptions, createLogger, parseConfig, startServer } from '@dlm/server';
+import type { LockBackend } from '@dlm/core';
+import {
+  baseServerOptions,
+  createBackend,
+  createLogger,
+  parseConfig,
+  type ServerConfig,
+  startServer,
+} from '@dlm/server';
+import { plantEarlyToken } from './planted-early-token.js';
 import { createSkewClock, type SkewClock } from './skew-clock.js';
 
 function serveClockControl(clock: SkewClock, port: number): void {
@@ -40,11 +51,28 @@ function serveClockControl(clock: SkewClock, port: number): void {
   server.listen(port, '127.0.0.1');
 }
 
+/** The planted backend `DLM_FAULTS_PLANT` asks for, or undefined: the server opens the real one. */
+async function planted(config: ServerConfig, clock: SkewClock): Promise<LockBackend | undefined> {
+  const plant = process.env.DLM_FAULTS_PLANT;
+  if (!plant) return undefined;
+  const [what, pause] = plant.split(':');
+  if (what !== 'early-token' || config.backend.kind !== 'postgres') {
+    throw new Error(`DLM_FAULTS_PLANT=${plant}: only early-token, on postgres`);
+  }
+  const real = await createBackend(config.backend, createLogger('warn'), { clock });
+  return plantEarlyToken(real, config.backend.url, Number(pause ?? 0));
+}
+
 const config = parseConfig(process.argv.slice(2));
 if (config === null) process.exit(0);
 const clock = createSkewClock();
 const logger = createLogger(config.logLevel);
-const server = await startServer({ ...baseServerOptions(config, logger), service: { clock } });
+const plantedBackend = await planted(config, clock);
+const server = await startServer({
+  ...baseServerOptions(config, logger),
+  ...(plantedBackend ? { backend: plantedBackend } : {}),
+  service: { clock },
+});
 const { backend } = server;
 const controlPort = Number(process.env.DLM_FAULTS_CONTROL_PORT ?? 0);
 if (controlPort > 0) serveClockControl(clock, controlPort);
@@ -59,6 +87,9 @@ let stopping = false;
 process.on('SIGTERM', () => {
   if (stopping) return;
   stopping = true;
-  // The server closes the backend it opened.
-  server.close().finally(() => process.exit(0));
+  // The server closes the backend it opened (not one it was given).
+  server
+    .close()
+    .then(() => plantedBackend?.close())
+    .finally(() => process.exit(0));
 });

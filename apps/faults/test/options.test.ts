@@ -23,6 +23,12 @@ describe('dlm-faults flags', () => {
     expect(options.durationMs).toBe(90_000);
     expect(options.durationsMs).toEqual({ etcd: 500 });
     expect(options.lockDurationMs).toBe(2_000);
+    const lin = campaign(['--lin-duration', '6s,postgres=20s', '--short']).campaign;
+    expect(lin.lockDurationMs).toBe(6_000);
+    expect(lin.lockDurationsMs).toEqual({ postgres: 20_000 });
+    expect(() => campaign(['--lin-duration', 'mysql=2s'])).toThrow(
+      /unknown backend "mysql" in --lin-duration/,
+    );
   });
 
   it('keeps its defaults: 30s (15s short), 6s per linearizability segment, 2000 ms TTL', () => {
@@ -34,9 +40,19 @@ describe('dlm-faults flags', () => {
       meddlers: 1,
       keys: 2,
       negativeControl: false,
+      lockConnections: 8,
+      lockNames: 3,
+      lockThinkMs: 10,
+      linNegativeControl: false,
     });
     const short = campaign(['--short']);
-    expect(short.campaign).toMatchObject({ durationMs: 15_000, negativeControl: true });
+    expect(short.campaign).toMatchObject({
+      durationMs: 15_000,
+      negativeControl: true,
+      linNegativeControl: true,
+      lockDurationMs: 6_000,
+      lockDurationsMs: { postgres: 15_000 },
+    });
     expect(short.campaign.lockNemeses?.('etcd')).toEqual(['server-kill']);
     expect(short.campaign.nemeses('etcd')).toEqual(['leader-kill']);
     expect(short.campaign.nemeses('redis-sentinel-wait')).toEqual(['master-kill']);

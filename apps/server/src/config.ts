@@ -3,6 +3,8 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { type FlagOptions, parseFlags, parseInteger, UsageError } from '@dlm/flags';
 import { AuthConfigError, parseTokenFile, type TokenGrant } from './auth.js';
+import { parseDaprOptions } from './dapr-config.js';
+import type { DaprOptions } from './dapr-locks.js';
 import {
   DEFAULT_SERVER_LIMITS,
   LIMIT_FLAGS,
@@ -48,6 +50,8 @@ export interface ServerConfig {
   allowedOrigins: string[];
   /** The limits set by flag or environment; the rest keep their defaults. */
   limits: Partial<ServerLimits>;
+  /** Dapr's lock API: `--dapr-stores`, `--dapr-grpc-port`; null when not configured. */
+  dapr: DaprOptions | null;
 }
 
 function limitLines(): string {
@@ -66,7 +70,8 @@ function limitLines(): string {
 export function usage(command = 'dlm-server'): string {
   return `Usage: ${command} [options]
 
-Serves the dlm protocol at ws://HOST:PORT/v1/ws, and on the same port: the dashboard (/),
+Serves the dlm protocol at ws://HOST:PORT/v1/ws, and on the same port: its lock methods over
+plain HTTP (POST /v1/rpc, OpenAPI at /v1/openapi.json), Dapr's lock API, the dashboard (/),
 Prometheus metrics (/metrics), the admin API (/v1/locks), /livez (the process serves) and
 /readyz (the backend answers; /healthz is the same): route clients by /readyz.
 
@@ -106,6 +111,11 @@ Security (see the README's Security section):
   --tls-key FILE           its PEM private key (DLM_TLS_KEY)
   --allowed-origins O1,O2  browser origins allowed besides the server's own; * for any
                            (DLM_ALLOWED_ORIGINS)
+
+Dapr's lock API (see docs/dapr.md), over HTTP on this port and over gRPC on its own:
+  --dapr-stores S=P,S=P    Dapr lock stores and the lock-name prefix each maps to, e.g.
+                           lockstore=dapr/ (DLM_DAPR_STORES)
+  --dapr-grpc-port PORT    serve Dapr's gRPC API on PORT (DLM_DAPR_GRPC_PORT; default off)
 
 Limits (integers):
 ${limitLines()}
@@ -183,6 +193,8 @@ const SERVER_FLAGS = {
   'tls-cert': { type: 'string' },
   'tls-key': { type: 'string' },
   'allowed-origins': { type: 'string' },
+  'dapr-stores': { type: 'string' },
+  'dapr-grpc-port': { type: 'string' },
   ...Object.fromEntries(
     Object.values(LIMIT_FLAGS).map((flag) => [flag, { type: 'string' as const }]),
   ),
@@ -252,6 +264,10 @@ export function parseConfig(
       .map((origin) => origin.trim())
       .filter(Boolean),
     limits,
+    dapr: parseDaprOptions(
+      flag('dapr-stores') ?? from.env.DLM_DAPR_STORES,
+      flag('dapr-grpc-port') ?? from.env.DLM_DAPR_GRPC_PORT,
+    ),
   };
 }
 

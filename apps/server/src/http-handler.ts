@@ -1,13 +1,14 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type AdminContext, handleAdmin, LOCKS_PATH } from './admin-api.js';
-import { type Authenticator, bearerToken } from './auth.js';
+import type { Authenticator } from './auth.js';
 import type { Readiness } from './backend-health.js';
 import { type Dashboard, FEED_PATH, serveDashboard, serveFeed } from './dashboard.js';
+import { bearerCaller, isRefusal } from './http-caller.js';
 import { sendError, sendJson, sendThrown } from './http-json.js';
 import type { LockFeed } from './lock-feed.js';
 import type { ServerMetrics } from './metrics.js';
 import type { OriginPolicy } from './origin-policy.js';
-import { ANONYMOUS, type Principal } from './permissions.js';
+import type { Principal } from './permissions.js';
 
 export interface HttpContext extends AdminContext {
   metrics: ServerMetrics;
@@ -18,7 +19,16 @@ export interface HttpContext extends AdminContext {
   origins: OriginPolicy;
   /** Whether the backend answers, with what `/readyz` adds to it (backend kind, sessions). */
   readiness(): Readiness & Record<string, unknown>;
+  /** More routes (the HTTP doors), tried before the dashboard: each says whether it answered. */
+  doors?: ReadonlyArray<HttpDoor>;
 }
+
+/** A route of its own: answers the request and returns true, or returns false to pass it on. */
+export type HttpDoor = (
+  request: IncomingMessage,
+  response: ServerResponse,
+  path: string,
+) => boolean;
 
 /**
  * Whom the request's bearer token stands for (everyone is ANONYMOUS without tokens), or null
@@ -29,30 +39,10 @@ function authenticate(
   request: IncomingMessage,
   response: ServerResponse,
 ): Principal | null {
-  if (!context.origins.allows(request.headers.origin, request.headers.host)) {
-    sendError(response, 403, 'FORBIDDEN', 'this origin is not allowed');
-    return null;
-  }
-  if (!context.authenticator.required) return ANONYMOUS;
-  const token = bearerToken(request.headers.authorization);
-  const principal = token ? context.authenticator.verify(token) : null;
-  if (!principal) {
-    context.logger.warn('authentication failed', {
-      path: request.url,
-      remoteAddress: request.socket.remoteAddress,
-    });
-    sendError(
-      response,
-      401,
-      'UNAUTHENTICATED',
-      token === undefined
-        ? 'this server requires a token: send Authorization: Bearer <token>'
-        : 'the bearer token is not valid',
-      {},
-      { 'www-authenticate': 'Bearer realm="dlm"' },
-    );
-  }
-  return principal;
+  const caller = bearerCaller(context, request);
+  if (!isRefusal(caller)) return caller;
+  sendError(response, caller.status, caller.code, caller.message, {}, caller.headers);
+  return null;
 }
 
 /**
@@ -109,6 +99,7 @@ export function createHttpHandler(context: HttpContext) {
       void handleAdmin(context, principal, request, response, path, query);
       return;
     }
+    for (const door of context.doors ?? []) if (door(request, response, path)) return;
     if (serveDashboard(context.dashboard, request.method, path, response)) return;
     sendError(response, 404, 'NOT_FOUND', `no route for ${request.method} ${path}`);
   };

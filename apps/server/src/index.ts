@@ -18,6 +18,7 @@ export {
   usage,
 } from './config.js';
 export { type CreateBackendOptions, createBackend } from './create-backend.js';
+export type { DaprOptions } from './dapr-locks.js';
 export { DEFAULT_SERVER_LIMITS, type ServerLimits } from './limits.js';
 export { createLogger, type Logger, type LogLevel, pinoLogger } from './logger.js';
 export type { Action, Principal } from './permissions.js';

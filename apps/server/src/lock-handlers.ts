@@ -18,7 +18,7 @@ import {
 import { heldState } from './held-state.js';
 import { type Action, allows, type Principal } from './permissions.js';
 import { createRequestTracer, type RequestTrace, type RequestTracer } from './request-tracing.js';
-import type { Handler, Handlers, SessionScope } from './session-scope.js';
+import type { Handler, Handlers, LockScope } from './session-scope.js';
 
 type LockMethod = 'lock.acquire' | 'lock.acquireAll' | 'lock.release' | 'lock.extend' | 'lock.get';
 
@@ -28,7 +28,7 @@ type LockMethod = 'lock.acquire' | 'lock.acquireAll' | 'lock.release' | 'lock.ex
  * `checkName` validates it here, and the service does not validate it again.
  */
 export function permittedName(
-  scope: SessionScope,
+  scope: LockScope,
   params: Record<string, unknown>,
   ...actions: Action[]
 ): string {
@@ -103,7 +103,7 @@ function grantOf(lease: Lease, limit: number | undefined) {
  * requests' spans, and its leases' `onLost`.
  */
 interface LockSession {
-  readonly scope: SessionScope;
+  readonly scope: LockScope;
   readonly service: LockService;
   readonly tracer: RequestTracer;
   /** Tells this session `lock.lost` for a lease granted or extended here. */
@@ -117,7 +117,7 @@ interface LockRequest {
   readonly span: RequestTrace;
 }
 
-function lockSession(scope: SessionScope): LockSession {
+function lockSession(scope: LockScope): LockSession {
   const { service } = scope.context;
   return {
     scope,
@@ -134,7 +134,7 @@ function lockSession(scope: SessionScope): LockSession {
 }
 
 /** Counts a lease as this session's, unless the connection closed meanwhile. */
-function hold(scope: SessionScope, lease: Lease): void {
+function hold(scope: LockScope, lease: Lease): void {
   if (scope.open) scope.leases.hold(lease);
 }
 
@@ -144,7 +144,7 @@ function hold(scope: SessionScope, lease: Lease): void {
  * called without a key: it would take the server's own tracking of the lease as the proof.
  */
 function proofFor(
-  scope: SessionScope,
+  scope: LockScope,
   name: string,
   token: bigint,
   params: Record<string, unknown>,
@@ -154,7 +154,7 @@ function proofFor(
 }
 
 /** The lease a release or extend is about, told to its span, and the proof it presents. */
-function presented(scope: SessionScope, params: Record<string, unknown>, span: RequestTrace) {
+function presented(scope: LockScope, params: Record<string, unknown>, span: RequestTrace) {
   const name = permittedName(scope, params, 'lock');
   const token = parseToken(params.token);
   if (span.recording) {
@@ -170,7 +170,7 @@ function presented(scope: SessionScope, params: Record<string, unknown>, span: R
  * owner the lease some other session holds.
  */
 function acquireKey(
-  scope: SessionScope,
+  scope: LockScope,
   names: readonly string[],
   owner: string,
   params: Record<string, unknown>,
@@ -188,14 +188,14 @@ function acquireKey(
 }
 
 /** Whom an acquire of `names` is for: the owner it names (else the session's id), and its key. */
-function claimOf(scope: SessionScope, params: Record<string, unknown>, names: readonly string[]) {
+function claimOf(scope: LockScope, params: Record<string, unknown>, names: readonly string[]) {
   const owner = params.owner === undefined ? scope.id : (params.owner as string);
   return { owner, leaseKey: acquireKey(scope, names, owner, params) };
 }
 
 /** Makes room for the acquire of `names` (each one counts), or says why there is none. */
 function reserveLocks(
-  scope: SessionScope,
+  scope: LockScope,
   names: readonly string[],
   owner: string,
   leaseKey: string,
@@ -238,7 +238,7 @@ function askedAttributes(params: Record<string, unknown>) {
  * Counts `count` acquires as in flight (against the session's bound) and starts timing their
  * wait; the function returned, called once the service has answered, ends both.
  */
-function startAcquiring(scope: SessionScope, count: number, span: RequestTrace): () => void {
+function startAcquiring(scope: LockScope, count: number, span: RequestTrace): () => void {
   const arrivedAt = span.recording ? performance.now() : 0;
   scope.acquiring += count;
   return () => {
@@ -393,8 +393,11 @@ function traced(
     session.tracer.trace(method, params, outcome, (span) => run(session, { params, signal, span }));
 }
 
-/** `lock.acquire`, `lock.acquireAll`, `lock.release`, `lock.extend` and `lock.get` for one session. */
-export function lockHandlers(scope: SessionScope): Handlers<LockMethod> {
+/**
+ * `lock.acquire`, `lock.acquireAll`, `lock.release`, `lock.extend` and `lock.get` for one
+ * caller: a WebSocket session, or one request of an HTTP door (`door.ts`), alike.
+ */
+export function lockHandlers(scope: LockScope): Handlers<LockMethod> {
   const session = lockSession(scope);
   return {
     'lock.acquire': traced(session, 'lock.acquire', 'granted', acquire),

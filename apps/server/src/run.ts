@@ -39,6 +39,7 @@ export async function runServer(argv: string[], command = 'dlm-server'): Promise
     ...(config.tls ? { tls: config.tls } : {}),
     allowedOrigins: config.allowedOrigins,
     limits: config.limits,
+    ...(config.dapr ? { dapr: config.dapr } : {}),
   }).catch((error: unknown) => {
     logger.error('could not start', {
       error: error instanceof Error ? error.message : String(error),

@@ -1,6 +1,7 @@
 import { createServer, type ServerOptions as HttpOptions, type RequestListener } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
+import { performance } from 'node:perf_hooks';
 import {
   createLockService,
   type LockBackend,
@@ -11,12 +12,18 @@ import {
 import { readPackageVersion } from '@dlm/flags';
 import { MAX_PAYLOAD_BYTES, SUBPROTOCOL, WS_PATH } from '@dlm/protocol';
 import { WebSocketServer } from 'ws';
+import { createAddressLimits } from './address-limits.js';
 import { type Authenticator, createAuthenticator, type TokenGrant } from './auth.js';
 import { type BackendHealth, createBackendHealth, type HealthOptions } from './backend-health.js';
 import type { BackendConfig } from './config.js';
 import { createBackend, describeBackend } from './create-backend.js';
+import { type DaprGrpcDoor, startDaprGrpc } from './dapr-grpc.js';
+import { createDaprHttpDoor } from './dapr-http.js';
+import { createDaprLocks, type DaprLocks, type DaprOptions } from './dapr-locks.js';
 import { loadDashboard } from './dashboard.js';
+import { type Answering, createAnswering, type DoorContext } from './door.js';
 import { createHttpHandler } from './http-handler.js';
+import { createRpcDoor } from './http-rpc.js';
 import { DEFAULT_SERVER_LIMITS, type ServerLimits } from './limits.js';
 import { createLockFeed, type LockFeed } from './lock-feed.js';
 import { createServerObserver, type ListLocks, listLocksOf } from './lock-observer.js';
@@ -60,6 +67,11 @@ export interface ServerOptions {
   health?: HealthOptions;
   /** Passed to the lock service (limits, clock, timeouts); `limits.maxWaitersPerLock` wins. */
   service?: Omit<LockServiceOptions, 'backend'>;
+  /**
+   * Dapr's lock API: the stores (store name → lock-name prefix) served over HTTP at
+   * `/v1.0-alpha1/lock/{store}`, and over gRPC on `grpcPort` when given.
+   */
+  dapr?: DaprOptions;
 }
 
 export interface RunningServer {
@@ -71,6 +83,8 @@ export interface RunningServer {
   readonly httpUrl: string;
   /** The limits in force. */
   readonly limits: Readonly<ServerLimits>;
+  /** The port of Dapr's gRPC API, when `dapr.grpcPort` was given. */
+  readonly daprGrpcPort?: number;
   readonly backend: LockBackend;
   /**
    * Graceful shutdown: stop accepting, end pending waits with CANCELLED, close connections,
@@ -291,7 +305,29 @@ function sessionsOf(parts: Omit<Parts, 'connections'>): Connections {
   });
 }
 
-function httpHandlerOf(parts: Parts): RequestListener {
+/** Dapr's lock API: its stores, and the calls both of its doors make. */
+interface Dapr {
+  options: DaprOptions;
+  locks: DaprLocks;
+}
+
+/** What the HTTP doors (`POST /v1/rpc`, Dapr's lock API) serve with: the WebSocket's parts. */
+function doorContextOf(parts: Parts): DoorContext {
+  const { limits, locks } = parts;
+  return {
+    service: locks.service,
+    limits: { ...limits, maxPayloadBytes: MAX_PAYLOAD_BYTES },
+    serverVersion: VERSION,
+    metrics: locks.metrics,
+    authenticator: parts.authenticator,
+    origins: parts.origins,
+    logger: parts.logger,
+    addresses: createAddressLimits(limits, () => performance.now()),
+    answering: createAnswering(),
+  };
+}
+
+function httpHandlerOf(parts: Parts, doors: DoorContext, dapr: Dapr): RequestListener {
   const { locks, health, connections, opened } = parts;
   return createHttpHandler({
     service: locks.service,
@@ -307,6 +343,10 @@ function httpHandlerOf(parts: Parts): RequestListener {
       backend: opened.backend.kind,
       sessions: connections.size,
     }),
+    doors: [
+      createRpcDoor(doors),
+      createDaprHttpDoor(doors, dapr.options, dapr.locks, () => health.readiness().ready),
+    ],
   });
 }
 
@@ -314,13 +354,21 @@ function httpHandlerOf(parts: Parts): RequestListener {
  * Graceful shutdown: stop accepting, end pending waits with CANCELLED, close connections, and
  * close the backend if the server opened it.
  */
-async function shutDown(parts: Parts, http: HttpServer): Promise<void> {
+async function shutDown(
+  parts: Parts,
+  http: HttpServer,
+  answering: Answering,
+  grpc?: DaprGrpcDoor,
+): Promise<void> {
   const { connections, health, locks, opened, logger } = parts;
   connections.stopHeartbeat();
   health.stop();
   http.close();
   // Pending waits answer CANCELLED before their connections close.
   await locks.service.close();
+  await grpc?.close();
+  // The HTTP doors' answers (CANCELLED among them) go out before their connections close.
+  await answering.settled(1_000);
   locks.feed.close();
   await new Promise((resolve) => setImmediate(resolve));
   await connections.closeAll();
@@ -335,7 +383,8 @@ async function shutDown(parts: Parts, http: HttpServer): Promise<void> {
 /**
  * Starts a dlm server speaking protocol v1 over WebSocket at `/v1/ws`, with `GET /livez`,
  * `GET /readyz` (and `/healthz`, the same),
- * Prometheus metrics at `GET /metrics`, the admin API under `/v1/locks` and the dashboard at `/`.
+ * Prometheus metrics at `GET /metrics`, the admin API under `/v1/locks`, the dashboard at `/`, the
+ * lock methods over plain HTTP at `POST /v1/rpc`, and Dapr's lock API (`options.dapr`).
  *
  * @example
  * const server = await startServer({ port: 0 });
@@ -368,7 +417,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     backendUp: () => (health.readiness().ready ? 1 : 0),
   });
 
-  const http = createHttpServer(options, limits, httpHandlerOf(parts), logger);
+  const doors = doorContextOf(parts);
+  const dapr = {
+    options: options.dapr ?? { stores: {} },
+    locks: createDaprLocks(doors, options.dapr ?? { stores: {} }),
+  };
+  const http = createHttpServer(options, limits, httpHandlerOf(parts, doors, dapr), logger);
   serveWebSocket(
     http,
     { limits, authenticator, origins, metrics: locks.metrics, logger },
@@ -379,7 +433,20 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const urlHost = host.includes(':') ? `[${host}]` : host;
   const [wsScheme, httpScheme] = options.tls ? ['wss', 'https'] : ['ws', 'http'];
   const url = `${wsScheme}://${urlHost}:${port}${WS_PATH}`;
+  const grpc =
+    options.dapr?.grpcPort === undefined
+      ? undefined
+      : await startDaprGrpc(doors, dapr.options, dapr.locks, {
+          host,
+          port: options.dapr.grpcPort,
+          ...(options.tls ? { tls: options.tls } : {}),
+        }).catch(async (error: unknown) => {
+          http.close();
+          await shutDown(parts, http, doors.answering);
+          throw error;
+        });
   logListening(logger, opened, options, host, url, authenticator.required);
+  if (grpc) logger.info('Dapr gRPC API listening', { port: grpc.port });
 
   let closing: Promise<void> | undefined;
   return {
@@ -389,8 +456,9 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     httpUrl: `${httpScheme}://${urlHost}:${port}`,
     backend: opened.backend,
     limits,
+    ...(grpc ? { daprGrpcPort: grpc.port } : {}),
     close() {
-      closing ??= shutDown(parts, http);
+      closing ??= shutDown(parts, http, doors.answering, grpc);
       return closing;
     },
   };

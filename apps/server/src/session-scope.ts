@@ -44,6 +44,28 @@ export interface SessionContext {
   onHello?: (principal: Principal) => void;
 }
 
+/** The leases a scope holds: a session's `SessionLeases`; none for a request of the HTTP door. */
+export type HeldLeases = Pick<
+  SessionLeases,
+  'get' | 'keyFor' | 'holdsWith' | 'hold' | 'count' | 'upperBound'
+>;
+
+/**
+ * What the lock methods need of their caller: a WebSocket session, or one request of an HTTP
+ * door (no session: an id of its own as the default owner, no leases kept, nobody to notify).
+ */
+export interface LockScope {
+  readonly id: string;
+  readonly context: Pick<SessionContext, 'service' | 'serverVersion' | 'limits'>;
+  readonly principal: Principal;
+  /** False once the caller is gone: a late grant belongs to nobody here. */
+  readonly open: boolean;
+  readonly leases: HeldLeases;
+  /** Acquires in flight: they count against `maxLocksPerSession` with the leases held. */
+  acquiring: number;
+  notify<N extends NotificationName>(method: N, params: NotificationParams<N>): void;
+}
+
 /** What the request handlers of one session share: its identity, state and way out. */
 export interface SessionScope {
   readonly id: string;

@@ -6,6 +6,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashToken, newToken, type RunningServer, startServer } from '../src/index.js';
 import { type FuzzPeer, fuzzPeer, type Outcome } from './fuzz-peer.js';
+import { hostileValue, truncatedJson } from './fuzz-values.js';
 
 // Property-based tests over the wire protocol, against an in-process server with tokens and
 // small TTL and wait bounds (so that whatever the fuzzer acquires expires within the run).
@@ -139,12 +140,7 @@ describe('fuzzing the protocol', { timeout: LONG ? 3_600_000 : 120_000 }, () => 
     const frame = fc.oneof(
       { weight: 10, arbitrary: fc.string({ unit: 'binary', maxLength: 200 }) },
       { weight: 5, arbitrary: fc.string({ unit: 'grapheme', maxLength: 100 }) },
-      {
-        weight: 10,
-        arbitrary: fc
-          .tuple(fc.json({ maxDepth: 3 }), fc.nat())
-          .map(([json, cut]) => json.slice(0, cut % (json.length + 1))),
-      },
+      { weight: 10, arbitrary: truncatedJson },
       { weight: 3, arbitrary: fc.uint8Array({ maxLength: 64 }).map((bytes) => Buffer.from(bytes)) },
       { weight: 1, arbitrary: fc.constant(OVERSIZE) },
     );
@@ -205,18 +201,7 @@ describe('fuzzing the protocol', { timeout: LONG ? 3_600_000 : 120_000 }, () => 
   });
 
   it('batches of random requests with hostile params are all answered, none INTERNAL, results on schema', async () => {
-    const weird = fc.oneof(
-      fc.constantFrom('f/a', 'f/b', 'g/a', '', 'x'.repeat(300), '\u0000', '\ud800', 'é/ü'),
-      fc.constantFrom('0', '1', '2', '01', '-1', '9223372036854775807', '9223372036854775808'),
-      fc.constantFrom(0, -1, 1, 20, 21, 99, 100, 1_000, 2_000, 2_001, 2 ** 53, 1e308, 0.5),
-      fc.string({ maxLength: 20 }),
-      fc.integer(),
-      fc.double(),
-      fc.boolean(),
-      fc.constant(null),
-      fc.array(fc.integer(), { maxLength: 3 }),
-      fc.dictionary(fc.string({ maxLength: 4 }), fc.integer(), { maxKeys: 3 }),
-    );
+    const weird = hostileValue;
     const params = fc.oneof(
       {
         weight: 4,

@@ -280,10 +280,15 @@ class EmbeddedStore {
     return durable === undefined ? Promise.resolve(value) : durable.then(() => value);
   }
 
-  /** Delivers what the operation caused (expiries), then answers without a write. */
+  /**
+   * Delivers what the operation caused (expiries), then answers without a write of its own,
+   * once what it read is on disk: a read or a refusal never reports a state that a crash could
+   * take back (a release whose record is not synced yet would come back after a restart).
+   */
   private answer<T>(value: T): Promise<T> {
     this.watchers.drain();
-    return Promise.resolve(value);
+    const synced = this.journal?.synced();
+    return synced === undefined ? Promise.resolve(value) : synced.then(() => value, readFailed);
   }
 
   tryAcquire(request: core.AcquireRequest): Promise<core.AcquireResult> {
@@ -569,4 +574,13 @@ function positiveInteger(value: number | undefined, fallback: number, field: str
     throw new DlmError('INVALID_PARAMS', `${field} must be a positive integer`, { field });
   }
   return value;
+}
+
+/**
+ * A read whose state did not reach the disk in time: UNAVAILABLE, as a write would be, but not
+ * indeterminate (a read changes nothing).
+ */
+function readFailed(error: unknown): never {
+  const message = error instanceof Error ? error.message : String(error);
+  throw new DlmError('UNAVAILABLE', message);
 }

@@ -30,6 +30,8 @@ export interface Journal {
   readonly recovered: RecoveredState;
   /** Adds a record to the current batch; resolves when that batch is durable. */
   append(record: JournalRecord): Promise<void>;
+  /** Resolves once every record appended so far is durable; undefined when they all are. */
+  synced(): Promise<void> | undefined;
   /**
    * Persists "tokens up to `token` may be handed out" (journal and high-water file) in the
    * current batch, and returns that batch's promise.
@@ -235,6 +237,8 @@ class FileJournal implements Journal {
   private highWaterWanted: bigint;
   private highWaterOnDisk: bigint;
   private current: Batch;
+  /** The batch of the last record appended, until its write ends (then undefined). */
+  private unsynced: Batch | undefined;
 
   constructor(init: JournalInit) {
     this.options = init.options;
@@ -307,6 +311,9 @@ class FileJournal implements Journal {
   }
 
   private settle(batch: Batch, error?: DlmError) {
+    // Not at the time-out: until the write really ends, reads fail at once (the promise is
+    // rejected) instead of reporting what may not be on disk.
+    if (this.unsynced === batch) this.unsynced = undefined;
     batch.timer?.cancel();
     if (error === undefined) batch.resolve();
     else batch.reject(error);
@@ -445,7 +452,17 @@ class FileJournal implements Journal {
     batch.payloads.push(encodeRecord(record));
     this.armTimeout(batch);
     this.schedule();
+    this.unsynced = batch;
     return batch.promise;
+  }
+
+  /**
+   * Batches are written in order, so the last one's promise covers every record before it. A
+   * read waits for it, so that nothing it reports (a free name, a holder) can be taken back by
+   * a crash: until then, a released lease could come back.
+   */
+  synced(): Promise<void> | undefined {
+    return this.unsynced?.promise;
   }
 }
 

@@ -374,36 +374,35 @@ async function listeningWithin(p: Pg, startedAt: number): Promise<void> {
   }
 }
 
+/**
+ * A try-lock, in either mode: one call of the adapter's grant function (acquire-sql.ts), which
+ * decides under the name's row lock and says why it refused.
+ */
 async function tryAcquire(p: Pg, request: AcquireRequest): Promise<AcquireResult> {
   assertOpen(p);
-  if (request.mode === 'shared') return trySharedAcquire(p, request);
   const { name, owner, ttlMs, keyHash } = request;
-  const startedAt = p.clock.now();
-  await listeningWithin(p, startedAt);
+  const shared = request.mode === 'shared';
+  await listeningWithin(p, p.clock.now());
   const result = await p.call('acquire', true, (client) =>
-    query(client, p.sql.acquire, [name, owner, ttlMs, keyHash ?? null], p.timeoutMs),
+    query(
+      client,
+      p.sql.acquire,
+      [name, owner, ttlMs, keyHash ?? null, shared, shared ? request.limit : 1],
+      p.timeoutMs,
+    ),
   );
-  const row = result.rows[0] as
-    | { granted: boolean; token: string | null; remaining_ms: string | null; mine_shared: boolean }
-    | undefined;
-  if (row?.granted && row.token !== null) {
+  const row = result.rows[0] as AcquireRow;
+  if (row.granted && row.token !== null) {
     const token = BigInt(row.token);
-    p.events.noteLease(name, { token, owner }, ttlMs);
+    p.events.noteLease(name, shared ? { token, owner, mode: 'shared' } : { token, owner }, ttlMs);
     return { granted: true, grant: { name, owner, token, ttlMs } };
   }
   p.events.learn(name);
-  if (row?.mine_shared) return { granted: false, conflict: { field: 'mode' } };
-  if (row?.remaining_ms != null)
-    return { granted: false, ttlRemainingMs: Number(row.remaining_ms) };
-  // Refused by a holder that committed while this statement waited on its row: under READ
-  // COMMITTED the statement's own read of the holder ran on the snapshot from before it, so
-  // read it again (a refusal by a queue entry alone has no holder to read).
-  const holder = await readHolder(p, name).catch(() => null);
-  return holder ? { granted: false, ttlRemainingMs: holder.ttlRemainingMs } : { granted: false };
+  return refusalOf(row);
 }
 
-/** What shared_acquire answers (shared-sql.ts). */
-export interface SharedRow {
+/** What the grant function answers (acquire-sql.ts). */
+interface AcquireRow {
   granted: boolean;
   token: string | null;
   remaining_ms: string | null;
@@ -412,8 +411,8 @@ export interface SharedRow {
   holders: number | null;
 }
 
-/** A refusal as the contract words it, from a shared_acquire row. */
-export function sharedRefusal(row: SharedRow): AcquireResult {
+/** A refusal as the contract words it, from a grant function's row. */
+function refusalOf(row: AcquireRow): AcquireResult {
   if (row.conflict === 'mode') return { granted: false, conflict: { field: 'mode' } };
   if (row.conflict === 'limit') {
     return { granted: false, conflict: { field: 'limit', limit: Number(row.conflict_limit) } };
@@ -421,25 +420,6 @@ export function sharedRefusal(row: SharedRow): AcquireResult {
   return row.remaining_ms != null
     ? { granted: false, ttlRemainingMs: Number(row.remaining_ms) }
     : { granted: false };
-}
-
-async function trySharedAcquire(
-  p: Pg,
-  { name, owner, ttlMs, keyHash, limit }: AcquireRequest,
-): Promise<AcquireResult> {
-  const startedAt = p.clock.now();
-  await listeningWithin(p, startedAt);
-  const result = await p.call('acquire', true, (client) =>
-    query(client, p.sql.sharedAcquire, [name, owner, ttlMs, keyHash ?? null, limit], p.timeoutMs),
-  );
-  const row = result.rows[0] as SharedRow;
-  if (row.granted && row.token !== null) {
-    const token = BigInt(row.token);
-    p.events.noteLease(name, { token, owner, mode: 'shared' }, ttlMs);
-    return { granted: true, grant: { name, owner, token, ttlMs } };
-  }
-  p.events.learn(name);
-  return sharedRefusal(row);
 }
 
 async function release(p: Pg, { name, token, keyHash }: HolderProof): Promise<boolean> {

@@ -12,18 +12,10 @@ import type { QueueStatements, SqlParts } from './sql.js';
  *
  * Every step is ONE statement (autocommit, READ COMMITTED): join (take the lock when nobody is
  * queued, else queue), look (at the head, take the lock and leave the queue in the same
- * statement; else report the entry ahead), leave, renew. A grant re-checks the lease row under
- * its row lock (`ON CONFLICT DO UPDATE … WHERE`), so the queue orders waiters and the lease row
- * still guarantees that only one holds the lock.
+ * statement; else report the entry ahead), leave, renew. A grant is the adapter's one grant
+ * function (acquire-sql.ts), which decides under the name's row lock: the queue orders waiters,
+ * and the lease row still guarantees that only one holds the lock.
  */
-
-/** A fresh grant is allowed when nobody is queued for `$1`, or the lease is the caller's own. */
-export function ownLeaseOrNobodyQueued(parts: SqlParts): string {
-  return `(NOT ${parts.waiting()} OR EXISTS (
-      SELECT 1 FROM ${parts.table} h
-      WHERE h.name = $1 AND h.owner = $2 AND ($4::text IS NULL OR h.key_hash IS NOT DISTINCT FROM $4::text)
-        AND h.expires_at > clock_timestamp()))`;
-}
 
 export function queueSchema({ schema, prefix, waiters }: SqlParts): string[] {
   return [
@@ -43,14 +35,6 @@ export function queueSchema({ schema, prefix, waiters }: SqlParts): string[] {
   ];
 }
 
-const HOLDER = (parts: SqlParts) =>
-  `(SELECT ${parts.remaining('h')} FROM ${parts.table} h WHERE h.name = $1 AND h.expires_at > clock_timestamp())`;
-
-/** Whether the caller (`$2`, `$4`) is a live shared holder of `$1` (an exclusive request's conflict). */
-const MINE_SHARED = (parts: SqlParts) => `EXISTS (SELECT 1 FROM ${parts.holders} x WHERE x.name = $1
-    AND x.owner = $2 AND ($4::text IS NULL OR x.key_hash IS NOT DISTINCT FROM $4::text)
-    AND x.expires_at > clock_timestamp())`;
-
 /** Deletes entries, for a `left` NOTIFY whose `o` says why (`granted`, or '' for gone). */
 const LEFT = (parts: SqlParts, from: string, why: '' | 'granted') =>
   `DELETE FROM ${parts.waiters} WHERE ${from} RETURNING name, id AS token, '${why}' AS owner`;
@@ -62,29 +46,31 @@ const LEFT = (parts: SqlParts, from: string, why: '' | 'granted') =>
  */
 export function queueStatements(parts: SqlParts): QueueStatements {
   const { schema, prefix, waiters, notify, remaining, liveEntry } = parts;
+  // The one grant (acquire-sql.ts), for `$1`..`$4`: shared or not, the limit, the gate, ahead.
+  const acquire = (shared: string, limit: string, gate: string, ahead: string) =>
+    `SELECT * FROM ${parts.fn('acquire')}($1, $2, $3::bigint, $4::text, ${shared}, ${limit}, ${gate}, ${ahead})`;
   const entryEnds = (ms: string) => `clock_timestamp() + ${ms}::bigint * interval '1 millisecond'`;
   return {
-    // The newest live entry (read in the statement's snapshot) is the one ahead of ours.
+    // The newest live entry (read in the statement's snapshot) is the one ahead of ours. A
+    // conflict (the caller holds the name shared) queues nothing.
     queueJoin: `WITH last AS (
         SELECT id, expires_at FROM ${waiters} w
         WHERE name = $1 AND ${liveEntry('w')} ORDER BY id DESC LIMIT 1
-      ), granted AS (
-        ${parts.grant(ownLeaseOrNobodyQueued(parts), `NOT ${parts.waiting()}`)}
+      ), try AS (
+        ${acquire('false', '1', 'true', '0')}
       ), queued AS (
         INSERT INTO ${waiters} (id, name, owner, key_hash, expires_at, pid)
         SELECT nextval('${schema}.${prefix}waiter_ids'), $1, $2, $4::text, ${entryEnds('$5')}, $6::int
-        WHERE NOT EXISTS (SELECT 1 FROM granted)
+        FROM try WHERE NOT try.granted AND try.conflict IS NULL
         RETURNING id
-      ), told AS (
-        SELECT ${notify('acquired', 'granted', '$3::bigint')} FROM granted
       )
-      SELECT (SELECT token::text FROM granted) AS token,
+      SELECT CASE WHEN try.granted THEN try.token::text END AS token,
              (SELECT id::text FROM queued) AS waiter,
              (SELECT id::text FROM last) AS ahead,
              (SELECT ${remaining('last')} FROM last) AS ahead_ms,
-             ${HOLDER(parts)} AS holder_ms,
-             ${MINE_SHARED(parts)} AS mine_shared,
-             (SELECT count(*) FROM told) AS told`,
+             try.remaining_ms AS holder_ms,
+             try.conflict IS NOT DISTINCT FROM 'mode' AS mine_shared
+        FROM try`,
     // Entries ahead that are no longer live are deleted on the way (SKIP LOCKED: never waits),
     // each announced, so that a waiter asleep behind one wakes. Our own entry counts while its
     // end is ahead: after our LISTEN connection was made again, the next renewal gives it the
@@ -96,27 +82,27 @@ export function queueStatements(parts: SqlParts): QueueStatements {
         WHERE name = $1 AND id < $5 AND ${liveEntry('w')} ORDER BY id DESC LIMIT 1
       ), stale AS (
         ${LEFT(parts, `id IN (SELECT id FROM ${waiters} w WHERE name = $1 AND id < $5 AND NOT ${liveEntry('w')} FOR UPDATE SKIP LOCKED)`, '')}
-      ), granted AS (
-        ${parts.grant('EXISTS (SELECT 1 FROM me) AND NOT EXISTS (SELECT 1 FROM ahead)', 'true')}
+      ), try AS (
+        ${acquire('false', '1', 'false', 'CASE WHEN EXISTS (SELECT 1 FROM me) AND NOT EXISTS (SELECT 1 FROM ahead) THEN 0 ELSE 1 END')}
       ), gone AS (
-        ${LEFT(parts, 'id = $5 AND EXISTS (SELECT 1 FROM granted)', 'granted')}
+        ${LEFT(parts, 'id = $5 AND EXISTS (SELECT 1 FROM try WHERE try.granted)', 'granted')}
       ), told AS (
-        SELECT ${notify('acquired', 'granted', '$3::bigint')} FROM granted
-        UNION ALL SELECT ${notify('left', 'gone', '$3::bigint')} FROM gone
+        SELECT ${notify('left', 'gone', '$3::bigint')} FROM gone
         UNION ALL SELECT ${notify('left', 'stale', '0')} FROM stale
       )
       SELECT EXISTS (SELECT 1 FROM me) AS mine,
-             (SELECT token::text FROM granted) AS token,
+             CASE WHEN try.granted THEN try.token::text END AS token,
              (SELECT id::text FROM ahead) AS ahead,
              (SELECT ${remaining('ahead')} FROM ahead) AS ahead_ms,
-             ${HOLDER(parts)} AS holder_ms,
-             ${MINE_SHARED(parts)} AS mine_shared,
-             (SELECT count(*) FROM told) AS changed`,
+             try.remaining_ms AS holder_ms,
+             try.conflict IS NOT DISTINCT FROM 'mode' AS mine_shared,
+             (SELECT count(*) FROM told) AS changed
+        FROM try`,
     // A shared request (`$7` its limit) joins: granted at once when the name has room and
-    // nobody is queued (shared_acquire decides under the name's row lock), else queued with its
+    // nobody is queued (acquire-sql.ts decides under the name's row lock), else queued with its
     // mode; the first look follows at once.
     sharedJoin: `WITH try AS (
-        SELECT * FROM ${parts.fn('shared_acquire')}($1, $2, $3::bigint, $4::text, true, $7::int, true, 0)
+        ${acquire('true', '$7::int', 'true', '0')}
       ), queued AS (
         INSERT INTO ${waiters} (id, name, owner, key_hash, expires_at, pid, mode, holder_limit)
         SELECT nextval('${schema}.${prefix}waiter_ids'), $1, $2, $4::text, ${entryEnds('$5')}, $6::int,
@@ -143,9 +129,7 @@ export function queueStatements(parts: SqlParts): QueueStatements {
         SELECT count(*)::int AS n, max(id) AS nearest FROM ${waiters} w
         WHERE name = $1 AND id < $5 AND ${liveEntry('w')} AND w.mode = 'shared'
       ), try AS (
-        SELECT * FROM ${parts.fn('shared_acquire')}($1, $2, $3::bigint, $4::text, true, $6::int, false,
-          CASE WHEN EXISTS (SELECT 1 FROM me) AND NOT EXISTS (SELECT 1 FROM exclusive)
-               THEN (SELECT n FROM readers) ELSE 2147483647 END)
+        ${acquire('true', '$6::int', 'false', 'CASE WHEN EXISTS (SELECT 1 FROM me) AND NOT EXISTS (SELECT 1 FROM exclusive) THEN (SELECT n FROM readers) ELSE 2147483647 END')}
       ), gone AS (
         ${LEFT(parts, 'id = $5 AND EXISTS (SELECT 1 FROM try WHERE try.granted)', 'granted')}
       ), told AS (

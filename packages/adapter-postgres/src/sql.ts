@@ -1,5 +1,6 @@
 import { DlmError } from '@dlm/core';
-import { ownLeaseOrNobodyQueued, queueSchema, queueStatements } from './queue-sql.js';
+import { acquireFunction } from './acquire-sql.js';
+import { queueSchema, queueStatements } from './queue-sql.js';
 import { sharedSchema } from './shared-sql.js';
 
 /**
@@ -35,6 +36,7 @@ export interface Statements extends QueueStatements {
   channel: string;
   /** Run in one transaction at open; idempotent, serialised by an advisory lock. */
   schema: string[];
+  /** A try-lock in either mode (acquire-sql.ts): `$5` shared, `$6` limit (1: exclusive). */
   acquire: string;
   release: string;
   extend: string;
@@ -42,8 +44,6 @@ export interface Statements extends QueueStatements {
   revoke: string;
   list: string;
   sweep: string;
-  /** A shared acquire (shared-sql.ts): `$5` limit. */
-  sharedAcquire: string;
   /** Shared holders' rows that ended more than `$2` ms ago, at most `$1`. */
   sharedSweep: string;
 }
@@ -78,6 +78,8 @@ export interface SqlParts {
   fn(name: string): string;
   /** `nextval` of the token sequence. */
   nextToken: string;
+  /** The time left until `at` (a timestamptz expression), in whole ms (at least 1). */
+  msUntil(at: string): string;
   /** The lease remaining on `row`, in whole ms (at least 1). */
   remaining(row: string): string;
   /** A `pg_notify` of one change, as a JSON object. */
@@ -88,14 +90,6 @@ export interface SqlParts {
    * keeps a dead server's entry live until its end, never longer.
    */
   liveEntry(row: string): string;
-  /** A live waiter entry of `$1` exists (`extra`: a further condition on `w`). */
-  waiting(extra?: string): string;
-  /**
-   * Grants `$1` to `$2` for `$3` ms with key hash `$4` (a new token), or refreshes the
-   * caller's own lease (the same token). `gate`: when a fresh grant is allowed at all;
-   * `conflictGate`: the same, re-checked on the row's latest version (`l`).
-   */
-  grant(gate: string, conflictGate: string): string;
 }
 
 export function sqlParts(schema: string, prefix: string): SqlParts {
@@ -103,9 +97,9 @@ export function sqlParts(schema: string, prefix: string): SqlParts {
   const waiters = `"${schema}"."${prefix}waiters"`;
   const holders = `"${schema}"."${prefix}holders"`;
   const channel = `${prefix}events`;
-  const sameHolder =
-    '(l.owner = EXCLUDED.owner AND ($4::text IS NULL OR l.key_hash IS NOT DISTINCT FROM $4::text))';
   const nextToken = `nextval('${schema}.${prefix}tokens')`;
+  const msUntil = (at: string) =>
+    `greatest(1, ceil(extract(epoch from (${at} - clock_timestamp())) * 1000))::bigint`;
   const liveEntry = (row: string) =>
     `(${row}.expires_at > clock_timestamp() AND (${row}.pid IS NULL OR EXISTS (SELECT 1 FROM pg_stat_get_activity(${row}.pid))))`;
   return {
@@ -117,38 +111,13 @@ export function sqlParts(schema: string, prefix: string): SqlParts {
     channel,
     fn: (name) => `"${schema}"."${prefix}${name}"`,
     nextToken,
-    remaining: (row) =>
-      `greatest(1, ceil(extract(epoch from (${row}.expires_at - clock_timestamp())) * 1000))::bigint`,
+    msUntil,
+    remaining: (row) => msUntil(`${row}.expires_at`),
     // The message: one JSON object per change; names and owners are bounded by core's limits,
     // so it stays far below NOTIFY's 8000-byte payload limit.
     notify: (type, row, ttl) =>
       `pg_notify('${channel}', json_build_object('t', '${type}', 'n', ${row}.name, 'k', ${row}.token::text, 'o', ${row}.owner, 'ms', ${ttl})::text)`,
     liveEntry,
-    waiting: (extra = 'true') =>
-      `EXISTS (SELECT 1 FROM ${waiters} w WHERE w.name = $1 AND ${liveEntry('w')} AND ${extra})`,
-    // ON CONFLICT DO UPDATE locks the conflicting row and evaluates the WHERE on its latest
-    // committed version, so two servers racing for a name cannot both win, at READ COMMITTED.
-    // An ended lease's row is overwritten here: the residue of a name that is locked again is
-    // gone at its next grant. The same owner is the same holder only with the lease's key
-    // hash ($4; NULL: the owner alone).
-    grant: (
-      gate,
-      conflictGate,
-    ) => `INSERT INTO ${table} AS l (name, owner, token, expires_at, key_hash)
-        SELECT $1, $2, ${nextToken}, clock_timestamp() + $3::bigint * interval '1 millisecond', $4::text
-        WHERE ${gate}
-        ON CONFLICT (name) DO UPDATE SET
-          owner = EXCLUDED.owner,
-          token = CASE WHEN ${sameHolder} AND l.expires_at > clock_timestamp()
-                       THEN l.token ELSE EXCLUDED.token END,
-          key_hash = CASE WHEN ${sameHolder} AND l.expires_at > clock_timestamp()
-                          THEN l.key_hash ELSE EXCLUDED.key_hash END,
-          expires_at = EXCLUDED.expires_at,
-          mode = NULL,
-          holder_limit = NULL
-        WHERE (l.expires_at <= clock_timestamp() OR ${sameHolder})
-          AND (${conflictGate} OR (${sameHolder} AND l.expires_at > clock_timestamp()))
-        RETURNING l.name, l.owner, l.token`,
   };
 }
 
@@ -158,13 +127,9 @@ export function sqlParts(schema: string, prefix: string): SqlParts {
  */
 export function statements(schema: string, prefix: string): Statements {
   const parts = sqlParts(schema, prefix);
-  const { table, channel, remaining, notify, waiting } = parts;
+  const { table, channel, remaining, notify } = parts;
   // A request's key hash parameter matches the row's, or the request has none (token only).
   const keyMatches = (param: string) => `(${param}::text IS NULL OR key_hash = ${param}::text)`;
-  // Whether the caller ($2, $4) is one of the name's live shared holders.
-  const mineShared = `EXISTS (SELECT 1 FROM ${parts.holders} x WHERE x.name = $1 AND x.owner = $2
-      AND ($4::text IS NULL OR x.key_hash IS NOT DISTINCT FROM $4::text)
-      AND x.expires_at > clock_timestamp())`;
   // A shared group row's live holders, ordered by token (NULL for an exclusive lease).
   const holdersOf = (row: string) => `CASE WHEN ${row}.mode = 'shared' THEN (
       SELECT json_agg(json_build_array(x.owner, x.token::text, ${remaining('x')}) ORDER BY x.token)
@@ -191,24 +156,14 @@ export function statements(schema: string, prefix: string): Statements {
       `CREATE INDEX IF NOT EXISTS "${prefix}leases_expires_at" ON ${table} (expires_at)`,
       ...queueSchema(parts),
       ...sharedSchema(parts),
+      acquireFunction(parts),
     ],
-    // A fresh grant (a free or ended lease) only while nobody is queued for the name, so a
-    // try-lock on any server never jumps the cross-server queue; the holder's own re-acquire
-    // refreshes its lease whatever waits. `nextval` runs on every attempt that may grant
-    // (refusals leave gaps, which fencing allows). A refusal by shared holders also says
-    // whether the caller is one of them (`mine_shared`: a mode conflict), in the same statement.
-    acquire: `WITH granted AS (
-        ${parts.grant(ownLeaseOrNobodyQueued(parts), `NOT ${waiting()}`)}
-      ), told AS (
-        SELECT ${notify('acquired', 'granted', '$3::bigint')} FROM granted
-      )
-      SELECT true AS granted, g.token::text AS token, NULL::bigint AS remaining_ms,
-             (SELECT count(*) FROM told) AS told, false AS mine_shared
-        FROM granted g
-      UNION ALL
-      SELECT false, NULL, (SELECT ${remaining('h')} FROM ${table} h WHERE h.name = $1), 0,
-             ${mineShared}
-        WHERE NOT EXISTS (SELECT 1 FROM granted)`,
+    // A fresh grant only while nobody is queued for the name, so a try-lock on any server never
+    // jumps the cross-server queue; the holder's own re-acquire refreshes its lease whatever
+    // waits. A refusal says by whose lease (the remaining ms of the holder that would let the
+    // request in) or why (a mode or limit conflict), read under the name's row lock.
+    acquire: `SELECT granted, token::text AS token, remaining_ms, conflict, conflict_limit, holders
+      FROM ${parts.fn('acquire')}($1, $2, $3::bigint, $4::text, $5::boolean, $6::int, true, 0)`,
     // Deletes the row whatever its state when the token matches (an ended lease's row is
     // residue), and reports and announces a release only when the lease still ran. A shared
     // holder's release (the name's row is their group row, never deleted here) is
@@ -260,8 +215,6 @@ export function statements(schema: string, prefix: string): Statements {
         WHERE expires_at < clock_timestamp() - $2::bigint * interval '1 millisecond'
         LIMIT $1::int FOR UPDATE SKIP LOCKED
       )`,
-    sharedAcquire: `SELECT granted, token::text AS token, remaining_ms, conflict, conflict_limit, holders
-      FROM "${schema}"."${prefix}shared_acquire"($1, $2, $3::bigint, $4::text, true, $5::int, true, 0)`,
     ...queueStatements(parts),
   };
 }

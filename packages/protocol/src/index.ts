@@ -1,9 +1,19 @@
 export { messageSchemaFiles, protocolAsyncApi } from './asyncapi.js';
 export { conforms } from './conforms.js';
-export { CLOSE_TOO_BIG, MAX_PAYLOAD_BYTES, PROTOCOL, SUBPROTOCOL, WS_PATH } from './constants.js';
+export {
+  CLOSE_TOO_BIG,
+  MAX_PAYLOAD_BYTES,
+  OPENAPI_PATH,
+  PROTOCOL,
+  RPC_PATH,
+  SUBPROTOCOL,
+  WS_PATH,
+} from './constants.js';
 export { fromRpcError, toRpcError } from './errors.js';
 export { type ProtocolMessage, protocolMessages } from './frames.js';
+export { httpMethods, isHttpMethod } from './http.js';
 export { protocolJsonSchema } from './json-schema.js';
+export { protocolOpenApi } from './openapi.js';
 export {
   type MethodName,
   Methods,

@@ -46,9 +46,13 @@ export function createContext(name: string, target: ConformanceTarget): ContextL
     return value;
   };
 
+  /** A service over `over`: in process, or through the target's transport. */
+  const serviceOver = (over: LockBackend): Promise<LockService> | LockService =>
+    target.transport ? target.transport.open(over) : createLockService({ backend: over });
+
   const open = async () => {
     backend = await target.backend();
-    service = createLockService({ backend });
+    service = await serviceOver(backend);
   };
 
   const secondBackend = async () => {
@@ -71,7 +75,7 @@ export function createContext(name: string, target: ConformanceTarget): ContextL
     },
     secondBackend,
     async otherService() {
-      const other = createLockService({ backend: await openSecond() });
+      const other = await serviceOver(await openSecond());
       extraServices.push(other);
       return other;
     },

@@ -22,7 +22,13 @@ export type { ConformanceContext } from './context.js';
 export { granted } from './grants.js';
 export { type HolderCheck, holderCheck } from './holder-check.js';
 export { expirySlack, failure, lockName, shortTtl } from './support.js';
-export type { ClusterMember, ClusterTarget, ConformanceTarget, FairQueueProbe } from './target.js';
+export type {
+  ClusterMember,
+  ClusterTarget,
+  ConformanceTarget,
+  ConformanceTransport,
+  FairQueueProbe,
+} from './target.js';
 export {
   killAndStart,
   type Restartable,
@@ -54,23 +60,40 @@ const groups: ReadonlyArray<(ctx: ConformanceContext) => void> = [
 ];
 
 /**
+ * The groups a transport's run keeps (`target.transport`): what any caller of the lock methods
+ * relies on. The others test the backend and core themselves (the fair queue, watches and
+ * revocation, shared modes, durability), the same through any door.
+ */
+const coreGroups: ReadonlySet<(ctx: ConformanceContext) => void> = new Set([
+  grantsGroup,
+  releaseAndExtendGroup,
+  leaseKeysGroup,
+  expiryGroup,
+  waitingGroup,
+  multiLockGroup,
+  badInputGroup,
+]);
+
+/**
  * Registers the dlm backend conformance suite with vitest. Every test runs through core's
  * `LockService` (or, in the fair-queue group, the backend's own queue) over a fresh backend
  * instance, so it checks the adapter's primitives and the waits, fairness and lock-lost
  * detection core builds on them. Groups are gated by the backend's declared capabilities,
  * never by its name; `target.extraTests` adds the backend package's own tests to the run, and
- * `target.cluster` adds the cluster-failover group.
+ * `target.cluster` adds the cluster-failover group. With `target.transport` the core groups run
+ * through that door of a dlm server instead (`POST /v1/rpc`).
  *
  * @example
  * runConformance('redis', { backend: () => redisBackend({ url }) });
  */
 export function runConformance(name: string, target: ConformanceTarget): void {
-  describe(`conformance: ${name}`, () => {
+  const { transport } = target;
+  describe(`conformance: ${name}${transport ? ` over ${transport.name}` : ''}`, () => {
     const { ctx, open, close } = createContext(name, target);
     beforeEach(open);
     afterEach(close);
-    for (const group of groups) group(ctx);
+    for (const group of groups) if (!transport || coreGroups.has(group)) group(ctx);
     target.extraTests?.(ctx);
   });
-  if (target.cluster) clusterGroup(name, target.cluster);
+  if (target.cluster && !transport) clusterGroup(name, target.cluster);
 }

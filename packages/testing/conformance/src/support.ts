@@ -48,3 +48,11 @@ export function shortTtl(caps: BackendCapabilities): number {
 export function expirySlack(caps: BackendCapabilities): number {
   return caps.ttlGranularityMs + 1_500;
 }
+
+/**
+ * Whether the suite runs through a transport whose caller hears no `lock.lost` and no watch
+ * events (a door without a session): the tests of those are skipped there.
+ */
+export function withoutNotifications(ctx: ConformanceContext): boolean {
+  return ctx.target.transport !== undefined && !ctx.target.transport.notifications;
+}

@@ -1,4 +1,4 @@
-import type { LockBackend } from '@dlm/core';
+import type { LockBackend, LockService } from '@dlm/core';
 import type { ConformanceContext } from './context.js';
 
 /** What a backend's package hands the suite: how to open its backend, and the optional hooks. */
@@ -35,6 +35,31 @@ export interface ConformanceTarget {
    * it and share its per-test backend and service (see `ConformanceContext`).
    */
   extraTests?: (suite: ConformanceContext) => void;
+  /**
+   * How the tests reach the lock service: by default core's `LockService` in this process. A
+   * transport puts a door of a dlm server in between (`POST /v1/rpc`: each test's service is a
+   * server over the test's backend, called over HTTP), and the suite then runs its core groups
+   * through it: grants, release and extend, lease keys, expiry, waiting, multi-lock and bad
+   * input.
+   */
+  transport?: ConformanceTransport;
+}
+
+/** A way to reach a dlm server's lock service other than in process. */
+export interface ConformanceTransport {
+  /** Shown in the suite's name: `conformance: embedded over POST /v1/rpc`. */
+  name: string;
+  /**
+   * A service over `backend`, reached through this transport (a server it starts, and a client
+   * of it); its `close()` ends pending waits with CANCELLED and stops the server, not the backend.
+   * Its `waiters(name)` and `limits` must be the server's.
+   */
+  open(backend: LockBackend): Promise<LockService>;
+  /**
+   * Whether `lock.lost` (an acquire's `onLost`) and watches reach the caller: false for a door
+   * without a session, whose tests of them are skipped.
+   */
+  notifications: boolean;
 }
 
 /** The fair-queue group's view of the store's waiter queue. */

@@ -1,11 +1,68 @@
-import { isDlmError } from '@dlm/core';
+import { isDlmError, type Lease, type LockService } from '@dlm/core';
 import { describe, expect, it } from 'vitest';
 import type { ConformanceContext } from '../context.js';
-import { failure, lockName } from '../support.js';
+import { failure, lockName, type Skippable, withContext } from '../support.js';
+
+/**
+ * The token race below runs this long or this many grants, whichever comes first: enough to
+ * catch issue 28's inversion every time on the old PostgreSQL adapter, without a flood of
+ * journal syncs on the embedded data dir.
+ */
+const TOKEN_RACE_MS = 2_000;
+const TOKEN_RACE_GRANTS = 200;
+
+/** A try-lock that resolves with null when the lock is held. */
+function tryLock(service: LockService, name: string, owner: string): Promise<Lease | null> {
+  return service.acquire({ name, owner, ttlMs: 10_000 }).catch((error: unknown) => {
+    if (isDlmError(error, 'LOCK_HELD')) return null;
+    throw error;
+  });
+}
+
+/**
+ * Contenders on two services in tight try-lock → release cycles on one name. A grant that comes
+ * back with a token below one that was granted AND released before that grant came back breaks
+ * fencing: the newer holder's whole lease lay before this grant's reply, while this one holds on
+ * after it, so the two did not overlap only if this grant came first, with the lower token; it
+ * did not (it would have held the name during the other's lease). The check is sound whatever
+ * the event loop's delays: a release seen complete has completed. Issue 28: a PostgreSQL grant
+ * that took its token before it waited for the name's row did exactly this.
+ */
+async function tokenRace(ctx: ConformanceContext, test: Skippable): Promise<void> {
+  // Capability gate: best-effort fencing (Redlock) promises no order of tokens.
+  if (ctx.caps.fencing !== 'strict') test.skip('the backend declares best-effort fencing');
+  const name = lockName('token-race');
+  const services = [ctx.service, await ctx.otherService()];
+  const deadline = performance.now() + TOKEN_RACE_MS;
+  let releasedMax = 0n;
+  let grants = 0;
+  const inversions: string[] = [];
+  async function contend(service: LockService, contender: number): Promise<void> {
+    for (let round = 0; performance.now() < deadline && grants < TOKEN_RACE_GRANTS; round++) {
+      const lease = await tryLock(service, name, `c${contender}-${round}`);
+      // A refusal may come back without I/O (the embedded backend answers from memory): give
+      // the event loop a turn, or the holder's journal sync and release never run.
+      if (!lease) {
+        await new Promise((resolve) => setImmediate(resolve));
+        continue;
+      }
+      grants += 1;
+      if (lease.token < releasedMax) {
+        inversions.push(`${lease.token} came back after ${releasedMax} was granted and released`);
+      }
+      await service.release({ name, token: lease.token });
+      if (lease.token > releasedMax) releasedMax = lease.token;
+    }
+  }
+  await Promise.all(Array.from({ length: 8 }, (_, i) => contend(services[i % 2]!, i)));
+  expect(inversions).toEqual([]);
+  expect(grants).toBeGreaterThan(10);
+}
 
 /**
  * Grants: positive tokens, at least the requested lease, mutual exclusion (on one instance and
- * across several), idempotent re-acquire, try-lock failing at once with LOCK_HELD.
+ * across several), idempotent re-acquire, try-lock failing at once with LOCK_HELD, tokens that
+ * only grow under contention.
  */
 export function grantsGroup(ctx: ConformanceContext): void {
   describe('grants', () => {
@@ -77,6 +134,11 @@ export function grantsGroup(ctx: ConformanceContext): void {
       const third = await ctx.service.acquire({ name, owner: 'same', ttlMs: 5_000, waitMs: 1_000 });
       expect(third.token).toBe(first.token);
     });
+
+    it(
+      'under contention across services, no grant comes back with a token below one already granted and released',
+      withContext(ctx, tokenRace),
+    );
 
     it('try-lock on a held lock fails at once with LOCK_HELD and the remaining lease', async () => {
       const name = lockName('trylock');

@@ -39,6 +39,10 @@ export function sharedQueueGroup(ctx: ConformanceContext): void {
       sharedModesTest(ctx, writerAtLastReadersEnd),
     );
     it(
+      'a shared wait behind one with another limit waits for it, then is refused naming limit (theirs)',
+      sharedModesTest(ctx, otherLimitBehind),
+    );
+    it(
       'a wait answers a conflict at once and leaves nothing queued; a shared waiter that gives up leaves too',
       sharedModesTest(ctx, waitsLeaveTheQueue),
     );
@@ -201,6 +205,39 @@ async function writerAtLastReadersEnd(ctx: ConformanceContext): Promise<void> {
   expect(waitedMs).toBeLessThan(end + expirySlack(ctx.caps) + 1_000);
   expect(w.token).toBeGreaterThan(r2.token);
   expect(await readers.get(name)).toMatchObject({ owner: 'w', token: w.token, mode: 'exclusive' });
+}
+
+async function otherLimitBehind(ctx: ConformanceContext): Promise<void> {
+  const name = lockName('other-limit-behind');
+  const services = await servicesFor(ctx, 2);
+  const on = (i: number) => services[i % services.length]!;
+  const holder = await on(0).acquire({ name, owner: 'h', ttlMs: 30_000 });
+  const two = on(0).acquire({
+    name,
+    owner: 'two',
+    ttlMs: 30_000,
+    waitMs: 20_000,
+    mode: 'shared',
+    limit: 2,
+  });
+  await untilQueued(ctx, services, name, 1);
+  const three = failure(
+    on(1).acquire({
+      name,
+      owner: 'three',
+      ttlMs: 30_000,
+      waitMs: 20_000,
+      mode: 'shared',
+      limit: 3,
+    }),
+  );
+  await untilQueued(ctx, services, name, 2);
+  await on(0).release({ name, token: holder.token });
+  const granted = await two;
+  expect((await three).details).toMatchObject({ field: 'limit', limit: 2 });
+  const state = await on(0).get(name);
+  expect(state?.holders?.map((h) => h.token)).toEqual([granted.token]);
+  expect(state?.limit).toBe(2);
 }
 
 async function waitsLeaveTheQueue(ctx: ConformanceContext): Promise<void> {

@@ -172,7 +172,10 @@ describe.skipIf(!run)("zookeeper fair queue (core's loop over its driver)", () =
     let stalling = false;
     // Once stalling, every reading is a minute after the one before.
     const clock: Clock = {
-      now: () => systemClock.now() + (stalling ? (offsetMs += 60_000) : offsetMs),
+      now: () => {
+        if (stalling) offsetMs += 60_000;
+        return systemClock.now() + offsetMs;
+      },
       setTimer: (callback, delayMs) => systemClock.setTimer(callback, delayMs),
     };
     const holderSide = open();

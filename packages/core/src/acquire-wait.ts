@@ -1,5 +1,5 @@
 import { reportable } from './acquire-attempt.js';
-import type { AcquireResult, Grant } from './backend.js';
+import type { Grant } from './backend.js';
 import { isDlmError } from './errors.js';
 import { track } from './lease-tracking.js';
 import { type LocalRequest, localLoop } from './local-queue.js';
@@ -69,17 +69,15 @@ function waitInQueue(
   const { backend, calls } = ctx;
   const queue = backend.capabilities.fairQueue ? backend.queue : undefined;
   if (!queue) {
-    if (backend.capabilities.fairQueue && backend.acquireQueued) {
-      return legacyQueued(ctx, request, signal, waitMs, around);
-    }
     const local: LocalRequest = { ...request, around };
     return localLoop(ctx)
       .run(local, signal)
       .then((outcome) => aged(ctx.clock.now(), outcome));
   }
   const loop = waitLoopOf(queue, backend.kind);
-  // The whole wait is one observed backend call (`acquireQueued`); its backstop counts from the
-  // deadline, and a grant that comes after it is handed back.
+  // The whole wait in the backend's queue is one observed backend call (`acquireQueued`, the
+  // operation's name for it); its backstop counts from the deadline, and a grant that comes
+  // after it is handed back.
   return calls
     .bounded(
       'acquire',
@@ -98,30 +96,6 @@ function waitInQueue(
 function aged(now: number, outcome: WaitOutcome): Waited {
   if (outcome.kind !== 'granted') return outcome;
   return { kind: 'granted', grant: outcome.grant, elapsedMs: now - outcome.sentAt };
-}
-
-/** A backend of the old contract, that waits itself (`acquireQueued`). */
-async function legacyQueued(
-  ctx: ServiceContext,
-  request: QueuedAcquire['request'],
-  signal: AbortSignal,
-  waitMs: number,
-  around: QueuedAcquire['around'],
-): Promise<Waited> {
-  const { calls, backend } = ctx;
-  const result: AcquireResult = await calls.bounded(
-    'acquire',
-    'acquireQueued',
-    () => backend.acquireQueued!({ ...request, signal }),
-    (late) => {
-      if (late.granted) calls.releaseQuietly(late.grant, request.keyHash);
-    },
-    waitMs + ctx.settings.backendTimeoutMs,
-    around,
-  );
-  if (result.granted) return { kind: 'granted', grant: result.grant, elapsedMs: 0 };
-  if (result.conflict) return { kind: 'conflict', conflict: result.conflict };
-  return { kind: 'ended', ttlRemainingMs: result.ttlRemainingMs };
 }
 
 /**

@@ -30,15 +30,6 @@ export {
   toUnavailable,
 } from './errors.js';
 export {
-  createFairQueue,
-  type FairQueue,
-  type FairQueueDriver,
-  type FairQueueOptions,
-  type QueueSleep,
-  type QueueStep,
-  type QueueWatcher,
-} from './fair-queue.js';
-export {
   createFenceGuard,
   type FenceGuard,
   type FenceGuardOptions,
@@ -90,18 +81,12 @@ export {
   type QueueChange,
   type QueueDriver,
   type QueueRenewal,
+  type QueueSleep,
+  type QueueStep,
   type QueueWaiter,
   type QueueWaits,
   queueWaits,
 } from './queue-driver.js';
-export {
-  createRenewedFairQueue,
-  type FoundAhead,
-  type QueueEntry,
-  type RenewedFairQueue,
-  type RenewedFairQueueOptions,
-  type RenewedQueueDriver,
-} from './renewed-queue.js';
 export {
   type Backoff,
   type BackoffOptions,

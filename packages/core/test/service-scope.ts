@@ -2,12 +2,14 @@ import { afterEach, expect } from 'vitest';
 // A relative import, not a dependency (see observer.test.ts): the real embedded backend.
 import { embeddedBackend } from '../../adapter-embedded/src/index.js';
 import type { LockBackend } from '../src/backend.js';
+import { type Clock, systemClock } from '../src/clock.js';
 import { type DlmError, isDlmError } from '../src/errors.js';
 import {
   createLockService,
   type LockService,
   type LockServiceOptions,
 } from '../src/lock-service.js';
+import type { BackendQueue, QueueStep } from '../src/queue-driver.js';
 
 /** Lets the backend's and the service's promise chains run (a manual clock does not move). */
 export async function settle(): Promise<void> {
@@ -57,5 +59,46 @@ export function serviceScope(): OpenService {
     const service = createLockService({ ...options, backend });
     opened.push({ backend, service });
     return service;
+  };
+}
+
+/**
+ * A queue driver over a backend's own `tryAcquire` (for tests that need a backend with a queue
+ * of its own, `capabilities.fairQueue`): each look asks the backend; refused, a waiter sleeps on
+ * the holder until the backend reports a release or an expiry.
+ */
+export function queueOver(real: LockBackend, clock: Clock = systemClock): BackendQueue {
+  let next = 0;
+  return {
+    clock,
+    expirySlackMs: 50,
+    isClosed: () => false,
+    watch: (name, report) =>
+      real.watch(name, (event) => {
+        if (event.type !== 'acquired') report({ what: 'holder-ended' });
+      }),
+    driver(request) {
+      let entry: string | undefined;
+      const look = async (): Promise<QueueStep> => {
+        const result = await real.tryAcquire(request);
+        if (result.granted) entry = undefined;
+        if (result.granted) return { kind: 'granted', grant: result.grant };
+        if (result.conflict) return { kind: 'conflict', conflict: result.conflict };
+        return { kind: 'holder', ttlRemainingMs: result.ttlRemainingMs };
+      };
+      return {
+        entry: () => entry,
+        join() {
+          next += 1;
+          entry = `${next}`;
+          return look();
+        },
+        look,
+        stop() {},
+        async leave() {
+          entry = undefined;
+        },
+      };
+    },
   };
 }

@@ -1,5 +1,5 @@
 import type * as core from '@dlm/core';
-import { queueWaits } from '@dlm/core';
+import { queueWaits, queueWatch } from '@dlm/core';
 import { type Caller, query } from './calls.js';
 import type { LockEvents } from './events.js';
 import type { Statements } from './sql.js';
@@ -53,19 +53,13 @@ export function postgresQueue(context: QueueContext) {
     },
     isClosed: context.isClosed,
     attach: waits.attach,
-    watch(name, report) {
-      const stops = [
-        events.watch(name, (event) => {
-          if (event.type !== 'acquired') report({ what: 'holder-ended' });
-        }),
+    watch: queueWatch(
+      (name, listener) => events.watch(name, listener),
+      (name, left) =>
         events.watchQueue(name, ({ id, grantedMs }) =>
-          report({ what: 'entry-left', key: id, grantedMs }),
+          left({ what: 'entry-left', key: id, grantedMs }),
         ),
-      ];
-      return () => {
-        for (const stop of stops) stop();
-      };
-    },
+    ),
     driver: (request) => new PostgresWaiter(context, request),
   };
   return {

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type * as core from '@dlm/core';
-import { queueWaits } from '@dlm/core';
+import { queueWaits, queueWatch } from '@dlm/core';
 import type { LockEvents } from './lock-events.js';
 import { type QueueReply, type QueueRequest, type RedisNode, sharedLimit } from './redis-node.js';
 
@@ -56,17 +56,10 @@ export function redisQueue(context: QueueContext) {
     },
     isClosed: context.isClosed,
     attach: waits.attach,
-    watch(name, report) {
-      const stops = [
-        events.watch(name, (event) => {
-          if (event.type !== 'acquired') report({ what: 'holder-ended' });
-        }),
-        events.watchQueue(name, (id) => report({ what: 'entry-left', key: id })),
-      ];
-      return () => {
-        for (const stop of stops) stop();
-      };
-    },
+    watch: queueWatch(
+      (name, listener) => events.watch(name, listener),
+      (name, left) => events.watchQueue(name, (id) => left({ what: 'entry-left', key: id })),
+    ),
     driver(request) {
       counter += 1;
       const limit = sharedLimit(request.mode, request.limit);

@@ -14,7 +14,24 @@ export async function attempt(
   { request, leaseKey, onLost, around }: QueuedAcquire,
 ): Promise<AcquireResult> {
   const startedAt = ctx.clock.now();
-  const result = await ctx.calls.bounded(
+  const result = await askBackend(ctx, request, around);
+  if (!result.granted) {
+    if (result.conflict) throw conflictError(request, result.conflict);
+    return result;
+  }
+  reportable(ctx, result.grant, ctx.clock.now() - startedAt, request.keyHash);
+  const proof = { leaseKey, keyHash: request.keyHash };
+  track(ctx, state, result.grant, proof, request, startedAt, onLost);
+  return result;
+}
+
+/** One `tryAcquire`, bounded and observed (a try-lock's, or the head's of this server's FIFO). */
+export function askBackend(
+  ctx: ServiceContext,
+  request: QueuedAcquire['request'],
+  around: QueuedAcquire['around'],
+): Promise<AcquireResult> {
+  return ctx.calls.bounded(
     'acquire',
     'tryAcquire',
     () => ctx.backend.tryAcquire(request),
@@ -25,14 +42,6 @@ export async function attempt(
     undefined,
     around,
   );
-  if (!result.granted) {
-    if (result.conflict) throw conflictError(request, result.conflict);
-    return result;
-  }
-  reportable(ctx, result.grant, ctx.clock.now() - startedAt, request.keyHash);
-  const proof = { leaseKey, keyHash: request.keyHash };
-  track(ctx, state, result.grant, proof, request, startedAt, onLost);
-  return result;
 }
 
 /**

@@ -161,172 +161,174 @@ const holder = (spec: RuleRequest, remainingMs: number, own = false) => ({
   own,
 });
 
+/** The expected answer, short: a kind, the entry or holder waited on, or the conflict. */
+type Expected =
+  | 'grant'
+  | 'refresh'
+  | { entry: number }
+  | { holder: number }
+  | { conflict: LockConflict };
+
+const MODE: Expected = { conflict: { field: 'mode' } };
+const LIMIT_3: Expected = { conflict: { field: 'limit', limit: 3 } };
+
+/** One row of the table. */
+function rule(
+  name: string,
+  request: RuleRequest,
+  holders: GrantRuleCase['holders'],
+  ahead: readonly RuleRequest[],
+  expected: Expected,
+): GrantRuleCase {
+  const expect: GrantRuleCase['expect'] =
+    typeof expected === 'string'
+      ? { kind: expected }
+      : 'entry' in expected
+        ? { kind: 'wait-entry', entry: expected.entry }
+        : 'holder' in expected
+          ? { kind: 'wait-holder', holder: expected.holder }
+          : { kind: 'conflict', conflict: expected.conflict };
+  return { name, request, holders, ahead, expect };
+}
+
 /**
  * The rule's case table: every branch of `decideGrant`, each as a state a store can hold. A
- * translation of the rule (Lua, SQL) passes when it answers every case as listed here.
+ * translation of the rule (Lua, SQL) passes when it answers every case as listed here. Each row:
+ * the case, the request, the holders (`holder(spec, ms left, own?)`), the entries ahead, and the
+ * answer (`{ entry: i }` and `{ holder: i }` name the one waited on).
  */
 export const GRANT_RULE_CASES: readonly GrantRuleCase[] = [
-  {
-    name: 'exclusive, free, nobody ahead: granted',
-    request: X,
-    holders: [],
-    ahead: [],
-    expect: { kind: 'grant' },
-  },
-  {
-    name: 'shared, free, nobody ahead: granted',
-    request: S(3),
-    holders: [],
-    ahead: [],
-    expect: { kind: 'grant' },
-  },
-  {
-    name: 'exclusive behind an exclusive holder: waits for it',
-    request: X,
-    holders: [holder(X, 5_000)],
-    ahead: [],
-    expect: { kind: 'wait-holder', holder: 0 },
-  },
-  {
-    name: 'exclusive behind shared holders: waits for the latest end',
-    request: X,
-    holders: [holder(S(3), 2_000), holder(S(3), 9_000), holder(S(3), 5_000)],
-    ahead: [],
-    expect: { kind: 'wait-holder', holder: 1 },
-  },
-  {
-    name: 'exclusive, free, behind an entry: waits for the nearest entry',
-    request: X,
-    holders: [],
-    ahead: [S(3), X],
-    expect: { kind: 'wait-entry', entry: 1 },
-  },
-  {
-    name: 'exclusive, held, behind an entry: waits for the entry, not the holder',
-    request: X,
-    holders: [holder(X, 5_000)],
-    ahead: [X],
-    expect: { kind: 'wait-entry', entry: 0 },
-  },
-  {
-    name: 'the exclusive holder asking again: refreshed',
-    request: X,
-    holders: [holder(X, 5_000, true)],
-    ahead: [X],
-    expect: { kind: 'refresh' },
-  },
-  {
-    name: 'a shared holder asking again with its limit: refreshed, even at the limit',
-    request: S(2),
-    holders: [holder(S(2), 5_000, true), holder(S(2), 6_000)],
-    ahead: [X],
-    expect: { kind: 'refresh' },
-  },
-  {
-    name: 'the exclusive holder asking shared: conflict (mode)',
-    request: S(3),
-    holders: [holder(X, 5_000, true)],
-    ahead: [],
-    expect: { kind: 'conflict', conflict: { field: 'mode' } },
-  },
-  {
-    name: 'a shared holder asking exclusive: conflict (mode)',
-    request: X,
-    holders: [holder(S(3), 5_000), holder(S(3), 5_000, true)],
-    ahead: [],
-    expect: { kind: 'conflict', conflict: { field: 'mode' } },
-  },
-  {
-    name: 'a shared holder asking with another limit: conflict (limit, its own)',
-    request: S(5),
-    holders: [holder(S(3), 5_000, true)],
-    ahead: [],
-    expect: { kind: 'conflict', conflict: { field: 'limit', limit: 3 } },
-  },
-  {
-    name: 'shared beside holders with another limit: conflict (limit, theirs)',
-    request: S(5),
-    holders: [holder(S(3), 5_000)],
-    ahead: [],
-    expect: { kind: 'conflict', conflict: { field: 'limit', limit: 3 } },
-  },
-  {
-    name: 'shared beside holders with another limit, behind an exclusive entry: conflict at once',
-    request: S(5),
-    holders: [holder(S(3), 5_000)],
-    ahead: [X],
-    expect: { kind: 'conflict', conflict: { field: 'limit', limit: 3 } },
-  },
-  {
-    name: 'shared beside shared holders with room: granted',
-    request: S(3),
-    holders: [holder(S(3), 5_000), holder(S(3), 6_000)],
-    ahead: [],
-    expect: { kind: 'grant' },
-  },
-  {
-    name: 'shared at the limit: waits for the soonest end',
-    request: S(2),
-    holders: [holder(S(2), 7_000), holder(S(2), 3_000)],
-    ahead: [],
-    expect: { kind: 'wait-holder', holder: 1 },
-  },
-  {
-    name: 'shared behind an exclusive holder: waits for it',
-    request: S(3),
-    holders: [holder(X, 4_000)],
-    ahead: [],
-    expect: { kind: 'wait-holder', holder: 0 },
-  },
-  {
-    name: 'shared behind an exclusive holder and shared entries: waits for the holder',
-    request: S(3),
-    holders: [holder(X, 4_000)],
-    ahead: [S(3)],
-    expect: { kind: 'wait-holder', holder: 0 },
-  },
-  {
-    name: 'shared behind an exclusive entry: waits for it, though there is room',
-    request: S(3),
-    holders: [holder(S(3), 5_000)],
-    ahead: [S(3), X, S(3)],
-    expect: { kind: 'wait-entry', entry: 1 },
-  },
-  {
-    name: 'shared behind a shared entry with another limit: waits for that entry',
-    request: S(3),
-    holders: [],
-    ahead: [S(2), S(3)],
-    expect: { kind: 'wait-entry', entry: 0 },
-  },
-  {
-    name: 'shared behind shared entries that leave it room: granted beside them',
-    request: S(4),
-    holders: [holder(S(4), 5_000)],
-    ahead: [S(4), S(4)],
-    expect: { kind: 'grant' },
-  },
-  {
-    name: 'shared whose room the shared entries ahead take: waits for the nearest entry',
-    request: S(3),
-    holders: [holder(S(3), 5_000)],
-    ahead: [S(3), S(3)],
-    expect: { kind: 'wait-entry', entry: 1 },
-  },
-  {
-    name: 'shared, free, behind as many shared entries as its limit: waits for the nearest entry',
-    request: S(2),
-    holders: [],
-    ahead: [S(2), S(2)],
-    expect: { kind: 'wait-entry', entry: 1 },
-  },
-  {
-    name: 'shared at the limit behind shared entries: waits for the nearest entry, not the holders',
-    request: S(2),
-    holders: [holder(S(2), 6_000), holder(S(2), 2_000)],
-    ahead: [S(2), S(2)],
-    expect: { kind: 'wait-entry', entry: 1 },
-  },
+  rule('exclusive, free, nobody ahead: granted', X, [], [], 'grant'),
+  rule('shared, free, nobody ahead: granted', S(3), [], [], 'grant'),
+  rule('exclusive behind an exclusive holder: waits for it', X, [holder(X, 5_000)], [], {
+    holder: 0,
+  }),
+  rule(
+    'exclusive behind shared holders: waits for the latest end',
+    X,
+    [holder(S(3), 2_000), holder(S(3), 9_000), holder(S(3), 5_000)],
+    [],
+    { holder: 1 },
+  ),
+  rule('exclusive, free, behind an entry: waits for the nearest entry', X, [], [S(3), X], {
+    entry: 1,
+  }),
+  rule(
+    'exclusive, held, behind an entry: waits for the entry, not the holder',
+    X,
+    [holder(X, 5_000)],
+    [X],
+    { entry: 0 },
+  ),
+  rule('the exclusive holder asking again: refreshed', X, [holder(X, 5_000, true)], [X], 'refresh'),
+  rule(
+    'a shared holder asking again with its limit: refreshed, even at the limit',
+    S(2),
+    [holder(S(2), 5_000, true), holder(S(2), 6_000)],
+    [X],
+    'refresh',
+  ),
+  rule(
+    'the exclusive holder asking shared: conflict (mode)',
+    S(3),
+    [holder(X, 5_000, true)],
+    [],
+    MODE,
+  ),
+  rule(
+    'a shared holder asking exclusive: conflict (mode)',
+    X,
+    [holder(S(3), 5_000), holder(S(3), 5_000, true)],
+    [],
+    MODE,
+  ),
+  rule(
+    'a shared holder asking with another limit: conflict (limit, its own)',
+    S(5),
+    [holder(S(3), 5_000, true)],
+    [],
+    LIMIT_3,
+  ),
+  rule(
+    'shared beside holders with another limit: conflict (limit, theirs)',
+    S(5),
+    [holder(S(3), 5_000)],
+    [],
+    LIMIT_3,
+  ),
+  rule(
+    'shared beside holders with another limit, behind an exclusive entry: conflict at once',
+    S(5),
+    [holder(S(3), 5_000)],
+    [X],
+    LIMIT_3,
+  ),
+  rule(
+    'shared beside shared holders with room: granted',
+    S(3),
+    [holder(S(3), 5_000), holder(S(3), 6_000)],
+    [],
+    'grant',
+  ),
+  rule(
+    'shared at the limit: waits for the soonest end',
+    S(2),
+    [holder(S(2), 7_000), holder(S(2), 3_000)],
+    [],
+    { holder: 1 },
+  ),
+  rule('shared behind an exclusive holder: waits for it', S(3), [holder(X, 4_000)], [], {
+    holder: 0,
+  }),
+  rule(
+    'shared behind an exclusive holder and shared entries: waits for the holder',
+    S(3),
+    [holder(X, 4_000)],
+    [S(3)],
+    { holder: 0 },
+  ),
+  rule(
+    'shared behind an exclusive entry: waits for it, though there is room',
+    S(3),
+    [holder(S(3), 5_000)],
+    [S(3), X, S(3)],
+    { entry: 1 },
+  ),
+  rule(
+    'shared behind a shared entry with another limit: waits for that entry',
+    S(3),
+    [],
+    [S(2), S(3)],
+    { entry: 0 },
+  ),
+  rule(
+    'shared behind shared entries that leave it room: granted beside them',
+    S(4),
+    [holder(S(4), 5_000)],
+    [S(4), S(4)],
+    'grant',
+  ),
+  rule(
+    'shared whose room the shared entries ahead take: waits for the nearest entry',
+    S(3),
+    [holder(S(3), 5_000)],
+    [S(3), S(3)],
+    { entry: 1 },
+  ),
+  rule(
+    'shared, free, behind as many shared entries as its limit: waits for the nearest entry',
+    S(2),
+    [],
+    [S(2), S(2)],
+    { entry: 1 },
+  ),
+  rule(
+    'shared at the limit behind shared entries: waits for the nearest entry, not the holders',
+    S(2),
+    [holder(S(2), 6_000), holder(S(2), 2_000)],
+    [S(2), S(2)],
+    { entry: 1 },
+  ),
 ];
 
 /** What `decideGrant` answers a case, in the table's terms (the entry or holder waited on, by index). */

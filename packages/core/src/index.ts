@@ -86,6 +86,7 @@ export {
   type QueueWaiter,
   type QueueWaits,
   queueWaits,
+  queueWatch,
 } from './queue-driver.js';
 export {
   type Backoff,

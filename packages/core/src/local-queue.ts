@@ -1,7 +1,9 @@
+import { askBackend } from './acquire-attempt.js';
 import type { AcquireRequest } from './backend.js';
 import type { ServiceContext } from './name-state.js';
 import type { AroundBackendCall } from './observer.js';
 import type { BackendQueue, QueueDriver, QueueStep, QueueWaits } from './queue-driver.js';
+import type { LockMode } from './validation.js';
 import { waitLoopOf } from './wait-loop.js';
 
 /**
@@ -19,6 +21,8 @@ import { waitLoopOf } from './wait-loop.js';
 /** A request of this server's FIFO: the backend's, with its caller's wrapper of backend calls. */
 export interface LocalRequest extends AcquireRequest {
   keyHash: string;
+  mode: LockMode;
+  limit: number;
   around?: AroundBackendCall | undefined;
 }
 
@@ -42,17 +46,7 @@ export function localQueue(ctx: ServiceContext): BackendQueue<LocalRequest> {
         let ahead: string | undefined;
         for (const other of mine.slice(0, mine.indexOf(driver))) ahead = other.entry() ?? ahead;
         if (ahead !== undefined) return { kind: 'predecessor', key: ahead };
-        const result = await ctx.calls.bounded(
-          'acquire',
-          'tryAcquire',
-          () => ctx.backend.tryAcquire(request),
-          (late) => {
-            // The caller was already told UNAVAILABLE: a grant nobody will use must not linger.
-            if (late.granted) ctx.calls.releaseQuietly(late.grant, request.keyHash);
-          },
-          undefined,
-          around,
-        );
+        const result = await askBackend(ctx, request, around);
         if (result.granted) {
           id = undefined;
           return { kind: 'granted', grant: result.grant };

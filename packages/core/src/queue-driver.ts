@@ -1,4 +1,4 @@
-import type { AcquireRequest, Grant, LockConflict, Unsubscribe } from './backend.js';
+import type { AcquireRequest, Grant, LockConflict, LockEvent, Unsubscribe } from './backend.js';
 import type { Clock } from './clock.js';
 
 /**
@@ -159,5 +159,27 @@ export function queueWaits(): QueueWaits & { attach(waits: QueueWaits): void } {
     close: async () => {
       await Promise.all([...attached].map((waits) => waits.close()));
     },
+  };
+}
+
+/**
+ * The `watch` of a queue whose backend reports lock events and departures from the queue each
+ * on its own stream (Redis pub/sub, PostgreSQL NOTIFY): a holder's end wakes those on the
+ * holder, a departure those behind it.
+ */
+export function queueWatch(
+  locks: (name: string, listener: (event: LockEvent) => void) => Unsubscribe,
+  departures: (name: string, left: (change: QueueChange) => void) => Unsubscribe,
+): NonNullable<BackendQueue['watch']> {
+  return (name, report) => {
+    const stops = [
+      locks(name, (event) => {
+        if (event.type !== 'acquired') report({ what: 'holder-ended' });
+      }),
+      departures(name, report),
+    ];
+    return () => {
+      for (const stop of stops) stop();
+    };
   };
 }

@@ -1,7 +1,7 @@
 import { afterEach, expect } from 'vitest';
 // A relative import, not a dependency (see observer.test.ts): the real embedded backend.
 import { embeddedBackend } from '../../adapter-embedded/src/index.js';
-import type { LockBackend } from '../src/backend.js';
+import type { AcquireRequest, LockBackend } from '../src/backend.js';
 import { type Clock, systemClock } from '../src/clock.js';
 import { type DlmError, isDlmError } from '../src/errors.js';
 import {
@@ -68,35 +68,37 @@ export function serviceScope(): OpenService {
  * the holder until the backend reports a release or an expiry.
  */
 export function queueOver(real: LockBackend, clock: Clock = systemClock): BackendQueue {
-  let next = 0;
+  let waiting = 0;
+  const ask = async (request: AcquireRequest): Promise<QueueStep> => {
+    const result = await real.tryAcquire(request);
+    if (result.granted) return { kind: 'granted', grant: result.grant };
+    return result.conflict
+      ? { kind: 'conflict', conflict: result.conflict }
+      : { kind: 'holder', ttlRemainingMs: result.ttlRemainingMs };
+  };
   return {
     clock,
     expirySlackMs: 50,
     isClosed: () => false,
     watch: (name, report) =>
-      real.watch(name, (event) => {
-        if (event.type !== 'acquired') report({ what: 'holder-ended' });
-      }),
+      real.watch(name, (event) => event.type !== 'acquired' && report({ what: 'holder-ended' })),
     driver(request) {
-      let entry: string | undefined;
-      const look = async (): Promise<QueueStep> => {
-        const result = await real.tryAcquire(request);
-        if (result.granted) entry = undefined;
-        if (result.granted) return { kind: 'granted', grant: result.grant };
-        if (result.conflict) return { kind: 'conflict', conflict: result.conflict };
-        return { kind: 'holder', ttlRemainingMs: result.ttlRemainingMs };
-      };
+      // Queued from its join until a grant or its leave: its entry is its place in line.
+      waiting += 1;
+      const place = `${waiting}`;
+      const state = { queued: false };
+      const step = (queued: boolean) =>
+        ask(request).then((answer) => {
+          state.queued = queued && answer.kind !== 'granted';
+          return answer;
+        });
       return {
-        entry: () => entry,
-        join() {
-          next += 1;
-          entry = `${next}`;
-          return look();
-        },
-        look,
-        stop() {},
+        entry: () => (state.queued ? place : undefined),
+        join: () => step(true),
+        look: () => step(state.queued),
+        stop: () => undefined,
         async leave() {
-          entry = undefined;
+          state.queued = false;
         },
       };
     },

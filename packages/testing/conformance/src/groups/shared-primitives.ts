@@ -81,6 +81,12 @@ function exclusive(
   return { name, owner, ttlMs, keyHash };
 }
 
+/** Every event `backend`'s watch of `name` reports, from now on. */
+function recorded(backend: LockBackend, name: string) {
+  const events: LockEvent[] = [];
+  return { events, stop: backend.watch(name, (event) => events.push(event)) };
+}
+
 function grantOf(result: AcquireResult): Grant {
   if (!result.granted) throw new Error(`expected a grant, got ${JSON.stringify(result)}`);
   return result.grant;
@@ -248,8 +254,7 @@ async function perHolderReleaseAndExtend(ctx: ConformanceContext): Promise<void>
 async function expiryEndsOneHolder(ctx: ConformanceContext): Promise<void> {
   const [a, b] = [ctx.backend, await ctx.secondBackend()];
   const name = lockName('prim-expiry');
-  const events: LockEvent[] = [];
-  const stop = b.watch(name, (event) => events.push(event));
+  const { events, stop } = recorded(b, name);
   try {
     const short = grantOf(await a.tryAcquire(shared(name, 'short', 2, shortTtl(ctx.caps))));
     const long = grantOf(await b.tryAcquire(shared(name, 'long', 2, ttl(ctx, 20_000))));
@@ -282,8 +287,7 @@ async function expiryEndsOneHolder(ctx: ConformanceContext): Promise<void> {
 async function watchPerHolder(ctx: ConformanceContext): Promise<void> {
   const [a, b] = [ctx.backend, await ctx.secondBackend()];
   const name = lockName('prim-watch');
-  const events: LockEvent[] = [];
-  const stop = b.watch(name, (event) => events.push(event));
+  const { events, stop } = recorded(b, name);
   try {
     await sleep(100);
     const r1 = grantOf(await a.tryAcquire(shared(name, 'r1', 3)));
@@ -334,8 +338,7 @@ async function revokeEndsAll(ctx: ConformanceContext, test: Skippable): Promise<
   // Capability gate: revoke is optional (core releases each holder by token without it).
   if (!a.revoke) test.skip('the backend has no revoke');
   const name = lockName('prim-revoke');
-  const events: LockEvent[] = [];
-  const stop = b.watch(name, (event) => events.push(event));
+  const { events, stop } = recorded(b, name);
   try {
     await sleep(100);
     const tokens = [

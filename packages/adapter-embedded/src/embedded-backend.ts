@@ -259,6 +259,12 @@ class EmbeddedStore {
     return held.get(token);
   }
 
+  /** A lease that runs on: its new deadline, and its place in the deadline heap. */
+  private restart(lease: Lease, deadline: number): void {
+    lease.deadline = deadline;
+    this.heap.update(lease);
+  }
+
   private takeToken(): bigint {
     const token = this.nextToken++;
     if (this.journal !== undefined && token > this.reservedEnd) {
@@ -341,8 +347,7 @@ class EmbeddedStore {
       }
     } else {
       // The same owner again (a re-sent acquire): same token, lease refreshed.
-      lease.deadline = now + ttl;
-      this.heap.update(lease);
+      this.restart(lease, now + ttl);
     }
     this.armTimer();
     const durable = this.journal?.append({
@@ -399,8 +404,7 @@ class EmbeddedStore {
     this.expireDue(now);
     const lease = this.holder(name, token);
     if (lease === undefined || !holds(lease, token, keyHash)) return this.answer(null);
-    lease.deadline = now + ttl;
-    this.heap.update(lease);
+    this.restart(lease, now + ttl);
     this.armTimer();
     const durable = this.journal?.append({
       type: 'extend',

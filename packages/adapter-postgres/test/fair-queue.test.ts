@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { lockName, sleep, until } from '@dlm/conformance';
-import { createLockService, type Lease, type LockBackend } from '@dlm/core';
+import { lockName, sleep, until, waitThrough } from '@dlm/conformance';
+import type { Lease, LockBackend } from '@dlm/core';
 import { postgresAvailable } from '@dlm/test-services';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresBackend } from '../src/index.js';
@@ -38,15 +38,8 @@ describe.skipIf(!run)("postgres fair queue (core's loop over its driver)", () =>
     until(async () => (await entries(name)).length >= count, {
       what: `${count} entries in ${name}'s queue`,
     });
-  /** A wait through a dlm server over `backend` (core's wait loop over the queue driver). */
   const queued = (backend: LockBackend, name: string, owner: string, signal?: AbortSignal) =>
-    createLockService({ backend }).acquire({
-      name,
-      owner,
-      ttlMs: 10_000,
-      waitMs: 60_000,
-      ...(signal ? { signal } : {}),
-    });
+    waitThrough(backend, { name, owner, ...(signal ? { signal } : {}) });
   async function held(backend: LockBackend, name: string) {
     const result = await backend.tryAcquire({ name, owner: 'holder', ttlMs: 30_000 });
     if (!result.granted) throw new Error(`expected ${name} to be free`);

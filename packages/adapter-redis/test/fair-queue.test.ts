@@ -1,5 +1,5 @@
-import { lockName, until } from '@dlm/conformance';
-import { createLockService, type Lease } from '@dlm/core';
+import { lockName, until, waitThrough } from '@dlm/conformance';
+import type { Lease } from '@dlm/core';
 import { redisAvailable } from '@dlm/test-services';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -50,15 +50,8 @@ describe.skipIf(!enabled)('redis fair queue across servers', () => {
   const entries = (name: string) => queueProbe({ url: redis().url }).entries(name);
   const untilQueued = (name: string, count: number) =>
     until(async () => (await entries(name)).length >= count, { what: `${count} in ${name}` });
-  /** A wait through a dlm server over `backend` (core's wait loop over Redis's queue driver). */
   const wait = (backend: RedisBackend, name: string, owner: string, signal?: AbortSignal) =>
-    createLockService({ backend }).acquire({
-      name,
-      owner,
-      ttlMs: 10_000,
-      waitMs: 60_000,
-      ...(signal ? { signal } : {}),
-    });
+    waitThrough(backend, { name, owner, ...(signal ? { signal } : {}) });
   const take = async (backend: RedisBackend, name: string, owner: string) => {
     const result = await backend.tryAcquire({ name, owner, ttlMs: 10_000 });
     if (!result.granted) throw new Error(`expected ${owner} to take ${name}`);

@@ -80,7 +80,18 @@ export class MemoryStore {
   renew(name: string, holder: Holder, ttlMs: number): void {
     clearTimeout(holder.timer);
     holder.endsAt = Date.now() + ttlMs;
-    holder.timer = setTimeout(() => this.state(name), ttlMs);
+    this.expireAtEnd(name, holder);
+  }
+
+  /** The store ends a lease by itself at its end (a timer may fire a little early: again). */
+  private expireAtEnd(name: string, holder: Holder): void {
+    holder.timer = setTimeout(
+      () => {
+        if (holder.endsAt <= Date.now()) this.end(name, holder, 'expired');
+        else this.expireAtEnd(name, holder);
+      },
+      Math.max(1, holder.endsAt - Date.now()),
+    );
   }
 
   end(name: string, holder: Holder, type: 'released' | 'expired' | 'revoked'): void {

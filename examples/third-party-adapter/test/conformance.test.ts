@@ -2,8 +2,6 @@ import { redisBackend } from '@dlm/adapter-redis';
 import { runConformance, useService } from '@dlm/conformance';
 import { redisAvailable, startRedis } from '@dlm/test-services';
 import { describe } from 'vitest';
-import { memoryBackend } from '../src/memory-backend.js';
-import { MemoryStore } from '../src/memory-store.js';
 
 /**
  * What a project outside the dlm repo writes to hold its backend to the dlm contract: the
@@ -29,16 +27,5 @@ describe.runIf(redisAvailable())('a backend through the conformance suite, on a 
       await backend.ready();
       return backend;
     },
-  });
-});
-
-// A backend of one's own, built by the steps of CONTRIBUTING.md ("Add a backend"): its
-// primitives and queue driver in src/, held to the same suite. Every backend of a test shares
-// one store, as the dlm servers of a deployment share one service.
-describe('a backend of your own, through the conformance suite', () => {
-  const store = new MemoryStore();
-  runConformance('memory (a third-party backend)', {
-    backend: () => memoryBackend(store),
-    fairQueue: { entries: async (name) => store.state(name).queue.map((entry) => entry.id) },
   });
 });

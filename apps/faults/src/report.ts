@@ -137,28 +137,7 @@ export function renderMarkdown(result: CampaignResult): string {
     lines.push('');
   }
 
-  lines.push('## Properties', '');
-  lines.push(
-    '- S1: the fenced resource never accepts a token lower than one it accepted (its own log).',
-    "- S2: per lock, grants' tokens are unique and increase in real-time order.",
-    '- S3: no lost update: every accepted write adds one to the counter, no two acknowledged writes read the same value, and the final counter is not below the writes.',
-    '- S4: a release or extend with a token succeeds only if no newer grant had completed before it was sent, and never for a process that was not granted that token (the meddlers: "meddling refused" counts their answered releases and extends, and how many got NOT_HOLDER).',
-    '- S5: no grant arrives after a newer grant of the lock completed, or with no time left (judged where the client was not paused and its link was clean while the reply was on its way).',
-    '- S6: no exclusive grant completes while an older exclusive holder still holds the lock by its own local deadline (and has not released it).',
-    "- S7 (the semaphore and read-write workloads): never more than `limit` shared holders of a name at once, all on one limit, and never an exclusive holder beside a shared one; a holder holds from its grant's reply to its release's request, its reported loss or its local deadline.",
-    `- L1: after a holder is killed or paused, the next waiter gets the lock within ${options.l1BoundMs} ms of the holder's lease end (counted from the last renewal's reply).`,
-    `- L4: a client reports a lease lost within ${options.l4BoundMs} ms of its local deadline, or of its resumption when it was paused then.`,
-    '',
-  );
-
-  lines.push('## Nemeses', '');
-  const used = new Set(
-    [...result.segments, ...(result.lockSegments ?? [])].map((segment) => segment.nemesis),
-  );
-  for (const nemesis of NEMESES) {
-    if (used.has(nemesis.name)) lines.push(`- \`${nemesis.name}\`: ${nemesis.description}`);
-  }
-  lines.push('');
+  lines.push(...propertiesAndNemeses(result));
 
   const withViolations = result.segments.filter(
     (s) => s.check.violations.length || s.errors.length,
@@ -183,6 +162,35 @@ export function renderMarkdown(result: CampaignResult): string {
     }
   }
   return `${lines.join('\n')}\n`;
+}
+
+/** What each property means, and the nemeses the campaign used. */
+function propertiesAndNemeses(result: CampaignResult): string[] {
+  const { options } = result;
+  const lines: string[] = [];
+  lines.push('## Properties', '');
+  lines.push(
+    '- S1: the fenced resource never accepts a token lower than one it accepted (its own log).',
+    "- S2: per lock, grants' tokens are unique and increase in real-time order.",
+    '- S3: no lost update: every accepted write adds one to the counter, no two acknowledged writes read the same value, and the final counter is not below the writes.',
+    '- S4: a release or extend with a token succeeds only if no newer grant had completed before it was sent, and never for a process that was not granted that token (the meddlers: "meddling refused" counts their answered releases and extends, and how many got NOT_HOLDER).',
+    '- S5: no grant arrives after a newer grant of the lock completed, or with no time left (judged where the client was not paused and its link was clean while the reply was on its way).',
+    '- S6: no exclusive grant completes while an older exclusive holder still holds the lock by its own local deadline (and has not released it).',
+    "- S7 (the semaphore and read-write workloads): never more than `limit` shared holders of a name at once, all on one limit, and never an exclusive holder beside a shared one; a holder holds from its grant's reply to its release's request, its reported loss or its local deadline.",
+    `- L1: after a holder is killed or paused, the next waiter gets the lock within ${options.l1BoundMs} ms of the holder's lease end (counted from the last renewal's reply).`,
+    `- L4: a client reports a lease lost within ${options.l4BoundMs} ms of its local deadline, or of its resumption when it was paused then.`,
+    '',
+  );
+
+  lines.push('## Nemeses', '');
+  const used = new Set(
+    [...result.segments, ...(result.lockSegments ?? [])].map((segment) => segment.nemesis),
+  );
+  for (const nemesis of NEMESES) {
+    if (used.has(nemesis.name)) lines.push(`- \`${nemesis.name}\`: ${nemesis.description}`);
+  }
+  lines.push('');
+  return lines;
 }
 
 /** The JSON form: everything in the Markdown, with at most 20 violations per property kept. */

@@ -1,5 +1,5 @@
 import type * as core from '@dlm/core';
-import { DlmError, MAX_TIMER_MS, systemClock } from '@dlm/core';
+import { DlmError, decideGrant, MAX_TIMER_MS, type RuleHolders, systemClock } from '@dlm/core';
 import { createDeadlineHeap } from './deadline-heap.js';
 import { type Journal, openJournal, type RecoveredLease } from './journal.js';
 import type { JournalRecord } from './journal-format.js';
@@ -259,6 +259,12 @@ class EmbeddedStore {
     return held.get(token);
   }
 
+  /** A lease that runs on: its new deadline, and its place in the deadline heap. */
+  private restart(lease: Lease, deadline: number): void {
+    lease.deadline = deadline;
+    this.heap.update(lease);
+  }
+
   private takeToken(): bigint {
     const token = this.nextToken++;
     if (this.journal !== undefined && token > this.reservedEnd) {
@@ -307,28 +313,21 @@ class EmbeddedStore {
     const now = this.clock.now();
     this.expireDue(now);
     const held = this.leases.get(name);
-    // The holder this request refreshes (the same owner with the same key, mode and limit).
-    let lease: Lease | undefined;
-    if (held instanceof SharedHolders) {
-      lease = held.find(owner, keyHash);
-      if (lease !== undefined && !shared) return this.answer(modeConflict());
-      if (shared && limit !== held.limit) {
-        return this.answer({
-          granted: false,
-          conflict: { field: 'limit', limit: held.limit },
-        } as core.AcquireResult);
-      }
-      if (lease === undefined && (!shared || held.size >= held.limit)) {
-        return this.answer(notGranted(waitMs(held, shared, now)));
-      }
-    } else if (held !== undefined) {
-      // The same owner without the lease's key is another requester (a copied owner label).
-      if (held.owner !== owner || held.keyHash !== keyHash) {
-        return this.answer(notGranted(remainingMs(held, now)));
-      }
-      if (shared) return this.answer(modeConflict());
-      lease = held;
+    // The holder this request refreshes (the same owner with the same key): core's rule decides.
+    let lease = held === undefined ? undefined : ownHolder(held, owner, keyHash);
+    const decision = decideGrant(
+      { mode: shared ? 'shared' : 'exclusive', limit: limit ?? 1 },
+      held === undefined ? FREE : ruleHolders(held, lease),
+    );
+    if (decision.kind === 'conflict') {
+      return this.answer({ granted: false, conflict: decision.conflict } as core.AcquireResult);
     }
+    if (decision.kind === 'wait') {
+      // Never behind an entry: this backend has no queue (core's FIFO holds the waits).
+      const end = decision.on === 'holder' ? decision.end : 'latest';
+      return this.answer(notGranted(waitMs(held!, end, now)));
+    }
+    if (decision.kind === 'grant') lease = undefined;
     if (lease === undefined) {
       lease = { name, owner, token: this.takeToken(), keyHash, deadline: now + ttl, heapIndex: -1 };
       let holders = 1;
@@ -348,8 +347,7 @@ class EmbeddedStore {
       }
     } else {
       // The same owner again (a re-sent acquire): same token, lease refreshed.
-      lease.deadline = now + ttl;
-      this.heap.update(lease);
+      this.restart(lease, now + ttl);
     }
     this.armTimer();
     const durable = this.journal?.append({
@@ -375,7 +373,9 @@ class EmbeddedStore {
       const at = this.clock.now();
       if (granted.heapIndex >= 0 && granted.deadline > at) return result;
       const holder = this.leases.get(name);
-      return notGranted(holder === undefined ? 0 : waitMs(holder, shared, at));
+      return notGranted(
+        holder === undefined ? 0 : waitMs(holder, shared ? 'soonest' : 'latest', at),
+      );
     });
   }
 
@@ -404,8 +404,7 @@ class EmbeddedStore {
     this.expireDue(now);
     const lease = this.holder(name, token);
     if (lease === undefined || !holds(lease, token, keyHash)) return this.answer(null);
-    lease.deadline = now + ttl;
-    this.heap.update(lease);
+    this.restart(lease, now + ttl);
     this.armTimer();
     const durable = this.journal?.append({
       type: 'extend',
@@ -477,9 +476,21 @@ class EmbeddedStore {
   }
 }
 
-/** The same owner and key hold the name in the other mode: no upgrade or downgrade in place. */
-function modeConflict(): core.AcquireResult {
-  return { granted: false, conflict: { field: 'mode' } };
+const FREE: RuleHolders = { count: 0 };
+
+/** The holder of `held` with this owner and key hash (another key is another requester). */
+function ownHolder(held: Held, owner: string, keyHash: string | undefined): Lease | undefined {
+  if (held instanceof SharedHolders) return held.find(owner, keyHash);
+  return held.owner === owner && held.keyHash === keyHash ? held : undefined;
+}
+
+/** The holders as core's grant rule reads them. */
+function ruleHolders(held: Held, own: Lease | undefined): RuleHolders {
+  if (!(held instanceof SharedHolders)) {
+    return { count: 1, mode: 'exclusive', own: own && { mode: 'exclusive', limit: 1 } };
+  }
+  const { limit } = held;
+  return { count: held.size, mode: 'shared', limit, own: own && { mode: 'shared', limit } };
 }
 
 function notGranted(ttlRemainingMs: number): core.AcquireResult {
@@ -487,14 +498,15 @@ function notGranted(ttlRemainingMs: number): core.AcquireResult {
 }
 
 /**
- * How long until the holder whose end would let a request in ends: a shared request at the
- * limit waits for the soonest, an exclusive one for the latest.
+ * How long until the holder whose end would let a request in ends (the rule's `end`): a shared
+ * request at the limit waits for the soonest, any other for the latest.
  */
-function waitMs(held: Held, shared: boolean, now: number): number {
+function waitMs(held: Held, end: 'latest' | 'soonest', now: number): number {
   if (!(held instanceof SharedHolders)) return remainingMs(held, now);
-  let deadline = shared ? Number.POSITIVE_INFINITY : Number.NEGATIVE_INFINITY;
+  const soonest = end === 'soonest';
+  let deadline = soonest ? Number.POSITIVE_INFINITY : Number.NEGATIVE_INFINITY;
   for (const lease of held.holders) {
-    deadline = shared ? Math.min(deadline, lease.deadline) : Math.max(deadline, lease.deadline);
+    deadline = soonest ? Math.min(deadline, lease.deadline) : Math.max(deadline, lease.deadline);
   }
   return Math.ceil(deadline - now);
 }

@@ -1,15 +1,15 @@
 import type * as core from '@dlm/core';
-import { DlmError, systemClock } from '@dlm/core';
+import { DlmError, decideGrant, systemClock } from '@dlm/core';
 import type { Etcd3, IKeyValue, IRequestOp, ITxnResponse } from 'etcd3';
 import { type TxnSender, txnSender } from './etcd-batch.js';
 import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.js';
 import { createEtcdClient } from './etcd-client.js';
 import { type EtcdKeys, etcdKeys, prefixEnd } from './etcd-keys.js';
 import { type LeasePool, type LockLease, leasePool, ttlSeconds } from './etcd-leases.js';
-import { fairQueue, limitOfEntry } from './etcd-queue.js';
+import { etcdQueue } from './etcd-queue.js';
+import { aheadOfView, ruleHoldersOf, takenByAnother } from './etcd-queue-txn.js';
 import { waiterSession } from './etcd-session.js';
 import {
-  decideShared,
   noSharedHolder,
   type SharedRequest,
   sharedGrantCompares,
@@ -79,7 +79,7 @@ function remainingMs(ttl: string, grantedTtl: string): number {
  * of the requested TTL (whole seconds). The fencing token is the key's create revision: Raft
  * orders all revisions, so every later grant has a higher token, across expiry, release,
  * member crashes and leader changes. Every primitive is one transaction guarded by the create
- * revision. Waiters queue in etcd itself (`acquireQueued`, etcd-queue.ts), so FIFO holds across
+ * revision. Waiters queue in etcd itself (`queue`, etcd-queue.ts), so FIFO holds across
  * dlm servers; they are woken by one watch on the prefix.
  *
  * @example
@@ -108,11 +108,10 @@ export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend 
   );
   const leases = leasePool(client, commandTimeoutMs);
   // These and the queue's callbacks run only once `e` below is assigned.
-  const remainingOf = (limit: Budget, kv: IKeyValue) => remainingOfLease(e, limit, kv.lease);
   const txn = (limit: Budget, mode: RetryMode, request: TxnRequest) =>
     sendTxn(e, limit, mode, request);
 
-  const queue = fairQueue({
+  const queue = etcdQueue({
     client,
     keys,
     watch,
@@ -121,7 +120,6 @@ export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend 
     minTtlMs: capabilities.minTtlMs,
     isClosed: () => e.closed,
     leases,
-    remainingOf,
     remainingOfLease: (limit, lease) => remainingOfLease(e, limit, lease),
     watchEstablished: (limit) => watchEstablished(e, limit),
     txn,
@@ -147,7 +145,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend 
     release: (proof) => release(e, proof),
     extend: (request) => extend(e, request),
     inspect: (name) => inspect(e, name),
-    acquireQueued: queue.acquireQueued,
+    queue: queue.queue,
     // Only the event: the watch's second argument (the lease) is for the queue.
     watch: (name, listener) => watch.subscribe(name, (event) => listener(event)),
     revoke: (name) => revoke(e, name),
@@ -155,7 +153,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend 
     async close() {
       if (e.closed) return;
       e.closed = true;
-      queue.wakeAll();
+      await queue.close();
       leases.close();
       await session.close();
       await watch.close();
@@ -316,8 +314,25 @@ async function tryAcquire(e: Etcd, request: core.AcquireRequest): Promise<core.A
   if (!holder && nested?.responses[1]?.response_range.kvs.length) {
     return { granted: false, conflict: { field: 'mode' } };
   }
-  const ttlRemainingMs = holder ? await remainingOfLease(e, limit, holder.lease) : undefined;
+  const ttlRemainingMs = holder
+    ? await remainingOfLease(e, limit, holder.lease)
+    : await latestSharedEnd(e, limit, name);
   return ttlRemainingMs === undefined ? { granted: false } : { granted: false, ttlRemainingMs };
+}
+
+/**
+ * When shared holders keep an exclusive request out, the latest of their ends (each holder is on
+ * its own lease); undefined when none is left or etcd cannot say.
+ */
+async function latestSharedEnd(e: Etcd, limit: Budget, name: string): Promise<number | undefined> {
+  const start = e.keys.shared(name);
+  const holders = await withRetries(limit, 'idempotent', false, (deadline) =>
+    e.client.kv.range({ key: start, range_end: prefixEnd(start) }, { deadline }),
+  );
+  const leases = new Set(holders.kvs.map((kv) => kv.lease));
+  const ends = await Promise.all([...leases].map((lease) => remainingOfLease(e, limit, lease)));
+  const known = ends.filter((end) => end !== undefined);
+  return known.length > 0 ? Math.max(...known) : undefined;
 }
 
 function readTxn(e: Etcd, limit: Budget, success: IRequestOp[]): Promise<ITxnResponse> {
@@ -361,16 +376,17 @@ async function tryAcquireShared(
       ]);
       const view = sharedView(read.responses, 0, read.header.revision);
       const entries = (read.responses[3]?.response_range.kvs ?? []).map((kv) => kv.key.toString());
-      const sharedQueued = entries.filter((key) => limitOfEntry(key) === shared.limit).length;
-      // Granted at once exactly when a queued request would be: no exclusive entry queued (nor
-      // a shared one with another limit), and room for the shared ones queued and this one.
-      const decision = decideShared(view, shared, sharedQueued);
-      if (decision.kind === 'conflict') return { granted: false, conflict: decision.conflict };
-      if (
-        decision.kind === 'blocked' ||
-        (decision.kind === 'room' && sharedQueued < entries.length)
-      ) {
-        const by = decision.kind === 'blocked' ? decision.by : view.oldest;
+      // Granted at once exactly when a queued request would be: every queued entry counts as
+      // ahead of it (core's rule: an exclusive one, or a shared one with another limit, comes
+      // first, and the shared ones take room).
+      const rule = { mode: 'shared' as const, limit: shared.limit };
+      const holders = { ...view, sharedCount: view.holders };
+      const decision = takenByAnother(view, request)
+        ? undefined
+        : decideGrant(rule, ruleHoldersOf(holders, request), aheadOfView(rule, entries));
+      if (decision?.kind === 'conflict') return { granted: false, conflict: decision.conflict };
+      if (decision === undefined || decision.kind === 'wait') {
+        const by = decision === undefined ? view.mine : (view.lock ?? view.oldest);
         const ttlRemainingMs = by ? await remainingOfLease(e, limit, by.lease) : undefined;
         return ttlRemainingMs === undefined
           ? { granted: false }
@@ -380,7 +396,7 @@ async function tryAcquireShared(
       const leaseId = lease.id;
       const compare =
         decision.kind === 'refresh'
-          ? sharedRefreshCompares(decision.kv)
+          ? sharedRefreshCompares(view.mine!)
           : [
               ...sharedGrantCompares(e.keys, name, view),
               // Nobody joined the queue since the read (an exclusive waiter would be ahead).

@@ -1,7 +1,5 @@
-import type { LockConflict } from '@dlm/core';
 import type { ICompare, IKeyValue, IRequestOp, IResponseOp } from 'etcd3';
 import { type EtcdKeys, prefixEnd } from './etcd-keys.js';
-import { holderValue, limitOfValue, sharedValue } from './etcd-value.js';
 
 /**
  * Shared holders (read locks, semaphores) on etcd.
@@ -84,50 +82,7 @@ export function sharedView(responses: IResponseOp[], offset: number, revision: s
   };
 }
 
-export type SharedDecision =
-  /** The request can never be granted as asked while these holders hold the name. */
-  | { kind: 'conflict'; conflict: LockConflict }
-  /** The same owner and key hold it in the same mode and limit: refresh that holder. */
-  | { kind: 'refresh'; kv: IKeyValue }
-  /** Not now; `by`: the holder whose end would let the request in (when one is known). */
-  | { kind: 'blocked'; by: IKeyValue | undefined }
-  /** There is room: grant (guarded by {@link sharedGrantCompares}). */
-  | { kind: 'room' };
-
-/**
- * The contract's rules for a shared request, over one view; `ahead`: shared waiters ahead of
- * the request in the queue, who take room before it.
- */
-export function decideShared(view: SharedView, request: SharedRequest, ahead = 0): SharedDecision {
-  const { lock, mine, oldest } = view;
-  if (lock) {
-    if (lock.value.equals(holderValue(request.owner, request.keyHash))) {
-      return { kind: 'conflict', conflict: { field: 'mode' } };
-    }
-    return { kind: 'blocked', by: lock };
-  }
-  if (mine) {
-    if (mine.value.equals(sharedValue(request.limit, request.owner))) {
-      return { kind: 'refresh', kv: mine };
-    }
-    const theirs = limitOfValue(mine.value);
-    if (theirs !== request.limit) {
-      return { kind: 'conflict', conflict: { field: 'limit', limit: theirs } };
-    }
-    // Another owner with the same key hash: another requester, whose key this one cannot use.
-    return { kind: 'blocked', by: mine };
-  }
-  if (oldest) {
-    const theirs = limitOfValue(oldest.value);
-    if (theirs !== request.limit) {
-      return { kind: 'conflict', conflict: { field: 'limit', limit: theirs } };
-    }
-  }
-  if (view.holders + ahead >= request.limit) return { kind: 'blocked', by: oldest };
-  return { kind: 'room' };
-}
-
-/** The comparisons under which a {@link decideShared} `room` still holds at commit. */
+/** The comparisons under which a grant (core's `decideGrant`) still holds at commit. */
 export function sharedGrantCompares(keys: EtcdKeys, name: string, view: SharedView): ICompare[] {
   const start = keys.shared(name);
   return [
@@ -142,7 +97,7 @@ export function sharedGrantCompares(keys: EtcdKeys, name: string, view: SharedVi
   ];
 }
 
-/** The comparisons under which a {@link decideShared} `refresh` still holds at commit. */
+/** The comparisons under which a refresh still holds at commit. */
 export function sharedRefreshCompares(kv: IKeyValue): ICompare[] {
   return [
     { key: kv.key, target: 'Create', result: 'Equal', create_revision: kv.create_revision },

@@ -11,7 +11,7 @@ const lockName = lockNames('etcd-test');
 describe.skipIf(!run)('etcd backend primitives', () => {
   const env = useEtcdBackend('test/');
 
-  it('declares strict fencing in whole seconds', () => {
+  it('declares strict fencing in whole seconds, a fair queue and shared modes', () => {
     expect(env.backend.kind).toBe('etcd');
     expect(env.backend.capabilities).toMatchObject({
       fencing: 'strict',
@@ -19,6 +19,8 @@ describe.skipIf(!run)('etcd backend primitives', () => {
       minTtlMs: 1_000,
       durableAcrossRestart: true,
       expiryEvents: true,
+      fairQueue: true,
+      sharedModes: true,
     });
   });
 

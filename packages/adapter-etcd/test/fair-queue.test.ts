@@ -1,5 +1,5 @@
 import { granted, pendingAfter, sleep, until } from '@dlm/conformance';
-import type { LockBackend } from '@dlm/core';
+import { createLockService, type LockService } from '@dlm/core';
 import { etcdAvailable } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
 import { lockNames, useEtcd, waiterKeys } from './support.js';
@@ -8,26 +8,22 @@ const run = etcdAvailable();
 const lockName = lockNames('etcd-queue');
 const prefix = 'queue-test/';
 
-describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
+describe.skipIf(!run)("etcd fair queue (core's wait loop over etcd's queue driver)", () => {
   const { raw, open } = useEtcd(prefix);
   /** The waiter keys of `name`'s queue, oldest first. */
   const queueKeys = (name: string) => waiterKeys(raw(), prefix, name);
-  const queued = (backend: LockBackend, name: string, owner: string, signal: AbortSignal) =>
-    backend.acquireQueued!({ name, owner, ttlMs: 5_000, signal });
+  /** A dlm server over a new backend on the test's etcd. */
+  const server = () => createLockService({ backend: open() });
+  const queued = (service: LockService, name: string, owner: string) =>
+    service.acquire({ name, owner, ttlMs: 5_000, waitMs: 60_000 });
   const untilQueued = (name: string, count: number) =>
     until(async () => (await queueKeys(name)).length >= count, {
       what: `${count} waiters in ${name}`,
     });
 
-  it('declares a fair queue', () => {
-    expect(open().capabilities.fairQueue).toBe(true);
-  });
-
   it('a free lock with an empty queue is granted at once, without leaving a queue key', async () => {
-    const backend = open();
     const name = lockName('free');
-    const result = await queued(backend, name, 'a', new AbortController().signal);
-    expect(result.granted).toBe(true);
+    expect((await queued(server(), name, 'a')).owner).toBe('a');
     expect(await queueKeys(name)).toEqual([]);
   });
 
@@ -46,10 +42,11 @@ describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
   });
 
   it('a waiter whose queue entry vanished while it slept is not granted as if still queued (etcd-io/etcd#11456)', async () => {
-    const backend = open();
+    const service = server();
+    const { backend } = service;
     const name = lockName('vanished');
     await granted(backend, name, 'holder');
-    const waiting = queued(backend, name, 'sleeper', new AbortController().signal);
+    const waiting = queued(service, name, 'sleeper');
     await untilQueued(name, 1);
     const [sleeperKey] = await queueKeys(name);
     // In one revision: the sleeper's entry goes (as when its lease runs out), the lock is freed,
@@ -69,21 +66,19 @@ describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
     expect(await backend.inspect(name)).toBeNull();
     expect((await queueKeys(name))[0]).toBe(laterKey);
     await raw().delete().key(laterKey);
-    const result = await waiting;
-    expect(result.granted && result.grant.owner).toBe('sleeper');
+    expect((await waiting).owner).toBe('sleeper');
   });
 
   it("when a server's waiter lease ends (it stalled or died), its waiters leave the queue and the next waiter goes first", async () => {
     const name = lockName('lease-ended');
-    const [a, b] = [open(), open()];
-    const holder = await granted(a, name, 'holder');
+    const [a, b] = [server(), server()];
+    const holder = await granted(a.backend, name, 'holder');
     const order: string[] = [];
-    const track = (backend: LockBackend, owner: string) =>
-      queued(backend, name, owner, new AbortController().signal).then(async (result) => {
-        if (!result.granted) throw new Error('expected a grant');
-        order.push(result.grant.owner);
+    const track = (service: LockService, owner: string) =>
+      queued(service, name, owner).then(async (lease) => {
+        order.push(lease.owner);
         await sleep(20);
-        await backend.release({ name, token: result.grant.token });
+        await service.release({ name, token: lease.token });
       });
     const stalled = track(b, 'stalled');
     await untilQueued(name, 1);
@@ -93,10 +88,45 @@ describe.skipIf(!run)('etcd fair queue (acquireQueued)', () => {
     const [stalledKey] = await queueKeys(name);
     const lease = (await raw().get(stalledKey!).exec()).kvs[0]!.lease;
     await raw().leaseClient.leaseRevoke({ ID: lease });
-    await a.release({ name, token: holder.token });
+    await a.backend.release({ name, token: holder.token });
     // b's waiter noticed its entry was gone and queued again (on a new lease), behind `next`.
     await Promise.all([stalled, next]);
     expect(order).toEqual(['next', 'stalled']);
     expect(await queueKeys(name)).toEqual([]);
+  });
+
+  it('a shared try-lock is granted exactly when a queued request would be at once (entries put by hand)', async () => {
+    const backend = open();
+    const name = lockName('try-vs-queue');
+    const shared = (owner: string) =>
+      backend.tryAcquire({
+        name,
+        owner,
+        ttlMs: 10_000,
+        keyHash: `k-${owner}`,
+        mode: 'shared',
+        limit: 3,
+      });
+    // Queue entries put by hand: a shared waiter (its id is `s<limit>.<random>`) that has not
+    // looked yet, one with another limit, an exclusive one.
+    const sharedEntry = `${prefix}queue/${name}\0s3.fake`;
+    const otherLimitEntry = `${prefix}queue/${name}\0s4.fake`;
+    const exclusiveEntry = `${prefix}queue/${name}\0abcd`;
+    await raw().put(sharedEntry).value('waiter');
+    expect((await shared('r1')).granted).toBe(true);
+    // One holder and one shared waiter ahead: room for one more (limit 3).
+    expect((await shared('r2')).granted).toBe(true);
+    // Now the waiter ahead takes the last permit: no room.
+    expect((await shared('r3')).granted).toBe(false);
+    await raw().delete().key(sharedEntry);
+    // A shared waiter with another limit goes first (it will be refused or granted alone).
+    await raw().put(otherLimitEntry).value('waiter');
+    expect((await shared('r3')).granted).toBe(false);
+    await raw().delete().key(otherLimitEntry);
+    // Room, but an exclusive waiter is queued: refused.
+    await raw().put(exclusiveEntry).value('writer');
+    expect((await shared('r3')).granted).toBe(false);
+    await raw().delete().key(exclusiveEntry);
+    expect((await shared('r3')).granted).toBe(true);
   });
 });

@@ -1,4 +1,5 @@
 import { sleep } from '@dlm/conformance';
+import { createLockService } from '@dlm/core';
 import { etcdAvailable } from '@dlm/test-services';
 import { Etcd3 } from 'etcd3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -88,6 +89,15 @@ describe.skipIf(!run)('etcd backend: leases of released locks are reused', () =>
     expect(await env.backend.release({ name, token })).toBe(true);
   };
 
+  /** A wait through a dlm server over the test's backend (core's loop over etcd's queue). */
+  const waitFor = (name: string, owner: string) =>
+    createLockService({ backend: env.backend }).acquire({
+      name,
+      owner,
+      ttlMs: 4_000,
+      waitMs: 30_000,
+    });
+
   /** Pools a lease of `ttlMs` (a grant released) and revokes it behind the backend's back. */
   const pooledThenRevoked = async (ttlMs: number) => {
     const name = lockName('pooled');
@@ -104,30 +114,17 @@ describe.skipIf(!run)('etcd backend: leases of released locks are reused', () =>
     // release, so the released lock's lease does not go to the pool ahead of the revoked one.
     await raw.put(`${prefix}lock/${name}`).value('other');
     const dead = await pooledThenRevoked(4_000);
-    const waiting = env.backend.acquireQueued!({
-      name,
-      owner: 'b',
-      ttlMs: 4_000,
-      signal: new AbortController().signal,
-    });
+    const waiting = waitFor(name, 'b');
     await sleep(300);
     await raw.delete().key(`${prefix}lock/${name}`);
-    const result = await waiting;
-    if (!result.granted) throw new Error('expected a grant');
-    expect(result.grant.ttlMs).toBe(4_000);
-    await expectOnNewLease(name, result.grant.token, dead);
+    const lease = await waiting;
+    expect(lease.ttlMs).toBe(4_000);
+    await expectOnNewLease(name, lease.token, dead);
   });
 
   it('a waited acquire of a free lock whose pooled lease is gone is granted on a new lease', async () => {
     const name = lockName('free');
     const dead = await pooledThenRevoked(4_000);
-    const result = await env.backend.acquireQueued!({
-      name,
-      owner: 'c',
-      ttlMs: 4_000,
-      signal: new AbortController().signal,
-    });
-    if (!result.granted) throw new Error('expected a grant');
-    await expectOnNewLease(name, result.grant.token, dead);
+    await expectOnNewLease(name, (await waitFor(name, 'c')).token, dead);
   });
 });

@@ -15,7 +15,7 @@ import {
 import pg from 'pg';
 import { type Caller, createCaller, query } from './calls.js';
 import { createLockEvents, type LockEvents } from './events.js';
-import { type PostgresQueue, postgresQueue } from './queue.js';
+import { postgresQueue } from './queue.js';
 import { checkIdentifier, type Statements, statements } from './sql.js';
 
 export interface PostgresBackendOptions {
@@ -150,7 +150,7 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
     },
     watch: (name, listener) => events.watch(name, listener),
     // Refused with UNAVAILABLE once closed (core's loop checks).
-    acquireQueued: (request) => queue.acquireQueued(request),
+    queue: queue.queue,
     revoke: (name) => revoke(p, name),
     list: (namePrefix) => list(p, namePrefix),
     sweep() {
@@ -239,7 +239,7 @@ function schemaOnce(pool: pg.Pool, sql: Statements, timeoutMs: number): () => Pr
   };
 }
 
-function createQueue(p: Pg, waiterTtlMs: number): PostgresQueue {
+function createQueue(p: Pg, waiterTtlMs: number) {
   return postgresQueue({
     sql: p.sql,
     call: p.call,
@@ -249,7 +249,6 @@ function createQueue(p: Pg, waiterTtlMs: number): PostgresQueue {
     waiterTtlMs,
     isClosed: () => p.closed,
     listening: (startedAt) => listeningWithin(p, startedAt),
-    release: (grant, keyHash) => release(p, { name: grant.name, token: grant.token, keyHash }),
   });
 }
 

@@ -40,110 +40,102 @@ const LEFT = (parts: SqlParts, from: string, why: '' | 'granted') =>
   `DELETE FROM ${parts.waiters} WHERE ${from} RETURNING name, id AS token, '${why}' AS owner`;
 
 /**
- * Parameters: `$1` name, `$2` owner, `$3` lease ms, `$4` key hash; join: `$5` the entry's ms;
- * and `$6` the pid of this server's LISTEN connection (NULL while it has none); look: `$5` the
- * entry's id; leave: `$1` the id; renew: `$1` ids, `$2` ms, `$3` the pid; sweep: `$1` limit.
+ * What is ahead of a request in the queue (the live entries that `bound` keeps), as core's
+ * grant rule (grant-rule.ts) reads it, for a request in mode `shared` (a boolean parameter) with
+ * `limit`: the nearest entry, the last one that must go first (for an exclusive request any; for
+ * a shared one an exclusive entry, or a shared one with another limit), the shared entries with
+ * its limit, and whether an exclusive holder holds the name.
+ */
+function ahead(parts: SqlParts, bound: string, shared: string, limit: string): string {
+  const { waiters, table, liveEntry } = parts;
+  return `ahead AS (
+        SELECT id, coalesce(w.mode = 'shared' AND w.holder_limit = ${limit}, false) AS same
+        FROM ${waiters} w WHERE name = $1 AND ${bound} AND ${liveEntry('w')}
+      ), facts AS (
+        SELECT (SELECT id FROM ahead ORDER BY id DESC LIMIT 1) AS nearest,
+          (SELECT id FROM ahead WHERE NOT (${shared} AND same) ORDER BY id DESC LIMIT 1) AS blocking,
+          (SELECT count(*)::int FROM ahead WHERE ${shared} AND same) AS shared_n,
+          EXISTS (SELECT 1 FROM ${table} l WHERE l.name = $1 AND l.mode IS NULL
+            AND l.expires_at > clock_timestamp()) AS held_exclusive
+      )`;
+}
+
+/**
+ * The rule's wait, after the grant function refused (no conflict): the entry that must go first;
+ * else, for a shared request whose room the shared entries ahead take (an exclusive holder
+ * aside), the nearest entry; else the holders (`holder_ms`, the end the function named).
+ */
+function waitedOn(parts: SqlParts, shared: string, limit: string): string {
+  return `waiting AS (
+        SELECT CASE WHEN try.granted OR try.conflict IS NOT NULL THEN NULL
+          WHEN f.blocking IS NOT NULL THEN f.blocking
+          WHEN ${shared} AND f.shared_n > 0 AND NOT f.held_exclusive
+            AND coalesce(try.holders, 0) + f.shared_n >= ${limit} THEN f.nearest END AS id
+        FROM try, facts f
+      ), waited AS (
+        SELECT w.id::text AS wait_id, ${parts.remaining('w')} AS wait_ms
+        FROM waiting, ${parts.waiters} w WHERE w.id = waiting.id
+      )`;
+}
+
+/** The answer of a join or look: the grant, a conflict, or what to sleep on. */
+const answer = (holderMs = 'try.remaining_ms') => `try.granted,
+        CASE WHEN try.granted THEN try.token::text END AS token, try.conflict, try.conflict_limit,
+        (SELECT wait_id FROM waited) AS wait_id, (SELECT wait_ms FROM waited) AS wait_ms,
+        ${holderMs} AS holder_ms`;
+
+/**
+ * One join and one look for both modes (the mode and limit are parameters), each one statement
+ * that grants through the adapter's one grant function (acquire-sql.ts, under the name's row
+ * lock) and, refused, says what the request waits for (the rule's order: its own holder and the
+ * conflicts are the function's, then the entries ahead, then the holders).
+ *
+ * Parameters: `$1` name, `$2` owner, `$3` lease ms, `$4` key hash; join: `$5` the entry's ms,
+ * `$6` the pid of this server's LISTEN connection (NULL while it has none), `$7` shared,
+ * `$8` the limit (1 for exclusive); look: `$5` the entry's id, `$6` shared, `$7` the limit;
+ * leave: `$1` the id; renew: `$1` ids, `$2` ms, `$3` the pid; sweep: `$1` limit.
  */
 export function queueStatements(parts: SqlParts): QueueStatements {
-  const { schema, prefix, waiters, notify, remaining, liveEntry } = parts;
+  const { schema, prefix, waiters, notify, liveEntry } = parts;
   // The one grant (acquire-sql.ts), for `$1`..`$4`: shared or not, the limit, the gate, ahead.
-  const acquire = (shared: string, limit: string, gate: string, ahead: string) =>
-    `SELECT * FROM ${parts.fn('acquire')}($1, $2, $3::bigint, $4::text, ${shared}, ${limit}, ${gate}, ${ahead})`;
+  const acquire = (shared: string, limit: string, gate: string, count: string) =>
+    `SELECT * FROM ${parts.fn('acquire')}($1, $2, $3::bigint, $4::text, ${shared}, ${limit}, ${gate}, ${count})`;
   const entryEnds = (ms: string) => `clock_timestamp() + ${ms}::bigint * interval '1 millisecond'`;
   return {
-    // The newest live entry (read in the statement's snapshot) is the one ahead of ours. A
-    // conflict (the caller holds the name shared) queues nothing.
-    queueJoin: `WITH last AS (
-        SELECT id, expires_at FROM ${waiters} w
-        WHERE name = $1 AND ${liveEntry('w')} ORDER BY id DESC LIMIT 1
-      ), try AS (
-        ${acquire('false', '1', 'true', '0')}
-      ), queued AS (
-        INSERT INTO ${waiters} (id, name, owner, key_hash, expires_at, pid)
-        SELECT nextval('${schema}.${prefix}waiter_ids'), $1, $2, $4::text, ${entryEnds('$5')}, $6::int
-        FROM try WHERE NOT try.granted AND try.conflict IS NULL
-        RETURNING id
-      )
-      SELECT CASE WHEN try.granted THEN try.token::text END AS token,
-             (SELECT id::text FROM queued) AS waiter,
-             (SELECT id::text FROM last) AS ahead,
-             (SELECT ${remaining('last')} FROM last) AS ahead_ms,
-             try.remaining_ms AS holder_ms,
-             try.conflict IS NOT DISTINCT FROM 'mode' AS mine_shared
-        FROM try`,
-    // Entries ahead that are no longer live are deleted on the way (SKIP LOCKED: never waits),
-    // each announced, so that a waiter asleep behind one wakes. Our own entry counts while its
-    // end is ahead: after our LISTEN connection was made again, the next renewal gives it the
-    // new connection.
-    queueLook: `WITH me AS (
-        SELECT id FROM ${waiters} WHERE id = $5 AND name = $1 AND expires_at > clock_timestamp()
-      ), ahead AS (
-        SELECT id, expires_at FROM ${waiters} w
-        WHERE name = $1 AND id < $5 AND ${liveEntry('w')} ORDER BY id DESC LIMIT 1
-      ), stale AS (
-        ${LEFT(parts, `id IN (SELECT id FROM ${waiters} w WHERE name = $1 AND id < $5 AND NOT ${liveEntry('w')} FOR UPDATE SKIP LOCKED)`, '')}
-      ), try AS (
-        ${acquire('false', '1', 'false', 'CASE WHEN EXISTS (SELECT 1 FROM me) AND NOT EXISTS (SELECT 1 FROM ahead) THEN 0 ELSE 1 END')}
-      ), gone AS (
-        ${LEFT(parts, 'id = $5 AND EXISTS (SELECT 1 FROM try WHERE try.granted)', 'granted')}
-      ), told AS (
-        SELECT ${notify('left', 'gone', '$3::bigint')} FROM gone
-        UNION ALL SELECT ${notify('left', 'stale', '0')} FROM stale
-      )
-      SELECT EXISTS (SELECT 1 FROM me) AS mine,
-             CASE WHEN try.granted THEN try.token::text END AS token,
-             (SELECT id::text FROM ahead) AS ahead,
-             (SELECT ${remaining('ahead')} FROM ahead) AS ahead_ms,
-             try.remaining_ms AS holder_ms,
-             try.conflict IS NOT DISTINCT FROM 'mode' AS mine_shared,
-             (SELECT count(*) FROM told) AS changed
-        FROM try`,
-    // A shared request (`$7` its limit) joins: granted at once when the name has room and
-    // nobody is queued (acquire-sql.ts decides under the name's row lock), else queued with its
-    // mode; the first look follows at once.
-    sharedJoin: `WITH try AS (
-        ${acquire('true', '$7::int', 'true', '0')}
+    // Granted at once when nobody is queued (or it is the caller's own lease); else queued with
+    // its mode, behind every live entry (read in the statement's snapshot). A conflict queues
+    // nothing.
+    queueJoin: `WITH try AS (
+        ${acquire('$7::boolean', '$8::int', 'true', '0')}
       ), queued AS (
         INSERT INTO ${waiters} (id, name, owner, key_hash, expires_at, pid, mode, holder_limit)
         SELECT nextval('${schema}.${prefix}waiter_ids'), $1, $2, $4::text, ${entryEnds('$5')}, $6::int,
-               'shared', $7::int
+               CASE WHEN $7::boolean THEN 'shared' END, CASE WHEN $7::boolean THEN $8::int END
         FROM try WHERE NOT try.granted AND try.conflict IS NULL
         RETURNING id
-      )
-      SELECT try.granted, try.token::text AS token, try.conflict, try.conflict_limit,
-             (SELECT id::text FROM queued) AS waiter
-        FROM try`,
-    // A shared entry may be granted when no live exclusive entry is ahead of it, the name has
-    // no exclusive holder, and its holders plus the live shared entries ahead are fewer than
-    // the limit (`$6`). Otherwise it sleeps on the last exclusive entry ahead, else on the
-    // nearest shared entry ahead when that one will take the room left, else on the holders.
-    sharedLook: `WITH me AS (
+      ), ${ahead(parts, 'true', '$7::boolean', '$8::int')}, ${waitedOn(parts, '$7::boolean', '$8::int')}
+      -- Refused only because others queue, with room beside the shared ones: the look grants it.
+      SELECT (SELECT id::text FROM queued) AS waiter, ${answer(`CASE WHEN $7::boolean
+          AND f.blocking IS NULL AND NOT f.held_exclusive
+          AND coalesce(try.holders, 0) + f.shared_n < $8::int THEN NULL ELSE try.remaining_ms END`)}
+        FROM try, facts f`,
+    // Entries ahead that are no longer live are deleted on the way (SKIP LOCKED: never waits),
+    // each announced, so that a waiter asleep behind one wakes. Our own entry counts while its
+    // end is ahead: after our LISTEN connection was made again, the next renewal gives it the
+    // new connection. Granted, the entry leaves in the same statement.
+    queueLook: `WITH me AS (
         SELECT id FROM ${waiters} WHERE id = $5 AND name = $1 AND expires_at > clock_timestamp()
       ), stale AS (
         ${LEFT(parts, `id IN (SELECT id FROM ${waiters} w WHERE name = $1 AND id < $5 AND NOT ${liveEntry('w')} FOR UPDATE SKIP LOCKED)`, '')}
-      ), exclusive AS (
-        SELECT id, expires_at FROM ${waiters} w
-        WHERE name = $1 AND id < $5 AND ${liveEntry('w')} AND w.mode IS DISTINCT FROM 'shared'
-        ORDER BY id DESC LIMIT 1
-      ), readers AS (
-        SELECT count(*)::int AS n, max(id) AS nearest FROM ${waiters} w
-        WHERE name = $1 AND id < $5 AND ${liveEntry('w')} AND w.mode = 'shared'
-      ), try AS (
-        ${acquire('true', '$6::int', 'false', 'CASE WHEN EXISTS (SELECT 1 FROM me) AND NOT EXISTS (SELECT 1 FROM exclusive) THEN (SELECT n FROM readers) ELSE 2147483647 END')}
+      ), ${ahead(parts, 'id < $5', '$6::boolean', '$7::int')}, try AS (
+        ${acquire('$6::boolean', '$7::int', 'false', `(SELECT CASE WHEN EXISTS (SELECT 1 FROM me) AND f.blocking IS NULL THEN f.shared_n ELSE 2147483647 END FROM facts f)`)}
       ), gone AS (
         ${LEFT(parts, 'id = $5 AND EXISTS (SELECT 1 FROM try WHERE try.granted)', 'granted')}
       ), told AS (
         SELECT ${notify('left', 'gone', '$3::bigint')} FROM gone
         UNION ALL SELECT ${notify('left', 'stale', '0')} FROM stale
-      )
-      SELECT EXISTS (SELECT 1 FROM me) AS mine,
-             try.granted, try.token::text AS token, try.conflict, try.conflict_limit,
-             try.remaining_ms, try.holders,
-             (SELECT id::text FROM exclusive) AS exclusive,
-             (SELECT ${remaining('exclusive')} FROM exclusive) AS exclusive_ms,
-             (SELECT nearest::text FROM readers WHERE n > 0) AS reader,
-             (SELECT ${remaining('w')} FROM ${waiters} w, readers r WHERE w.id = r.nearest) AS reader_ms,
-             (SELECT count(*) FROM told) AS changed
+      ), ${waitedOn(parts, '$6::boolean', '$7::int')}
+      SELECT EXISTS (SELECT 1 FROM me) AS mine, ${answer()}, (SELECT count(*) FROM told) AS changed
         FROM try`,
     queueLeave: `WITH gone AS (${LEFT(parts, 'id = $1', '')})
       SELECT ${notify('left', 'gone', '0')} AS told FROM gone`,

@@ -50,15 +50,11 @@ export interface Statements extends QueueStatements {
 
 /** The statements of the cross-server fair queue (queue-sql.ts builds them). */
 export interface QueueStatements {
-  /** Take the free lock (nobody queued) or the caller's own again, else queue. */
+  /** Either mode: take the free lock (nobody queued) or the caller's own again, else queue. */
   queueJoin: string;
-  /** At the head: take the lock; else say what is ahead (or that the entry is gone). */
+  /** Either mode: take the lock when the rule grants it; else say what to wait for. */
   queueLook: string;
   queueLeave: string;
-  /** A shared request: take the name when it has room and nobody is queued, else queue. */
-  sharedJoin: string;
-  /** A shared entry's look (fair-queue.ts's predicate for shared requests). */
-  sharedLook: string;
   /** Keeps the entries of a live server queued. */
   queueRenew: string;
   /** Bounded: removes entries whose server stopped renewing them. */

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { lockName, sleep, until } from '@dlm/conformance';
-import type { AcquireResult, LockBackend } from '@dlm/core';
+import { lockName, sleep, until, waitThrough } from '@dlm/conformance';
+import type { Lease, LockBackend } from '@dlm/core';
 import { postgresAvailable } from '@dlm/test-services';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresBackend } from '../src/index.js';
@@ -22,7 +22,7 @@ function buildForChild(): void {
   if (built.status !== 0) throw new Error(`tsc -p ${project}:\n${built.stdout}${built.stderr}`);
 }
 
-describe.skipIf(!run)('postgres fair queue (acquireQueued)', () => {
+describe.skipIf(!run)("postgres fair queue (core's loop over its driver)", () => {
   const { postgres, admin, open } = usePostgres('queue_');
   let child: ChildProcess | undefined;
   /** `name`'s entries in the waiters table, oldest first, with whether each is still live. */
@@ -39,23 +39,17 @@ describe.skipIf(!run)('postgres fair queue (acquireQueued)', () => {
       what: `${count} entries in ${name}'s queue`,
     });
   const queued = (backend: LockBackend, name: string, owner: string, signal?: AbortSignal) =>
-    backend.acquireQueued!({
-      name,
-      owner,
-      ttlMs: 10_000,
-      signal: signal ?? new AbortController().signal,
-    });
+    waitThrough(backend, { name, owner, ...(signal ? { signal } : {}) });
   async function held(backend: LockBackend, name: string) {
     const result = await backend.tryAcquire({ name, owner: 'holder', ttlMs: 30_000 });
     if (!result.granted) throw new Error(`expected ${name} to be free`);
     return result.grant;
   }
   /** Waits each in turn, releasing at once, and records the order of the grants. */
-  function granting(backend: LockBackend, waiting: Promise<AcquireResult>, order: string[]) {
-    return waiting.then(async (result) => {
-      if (!result.granted) throw new Error('expected a grant');
-      order.push(result.grant.owner);
-      await backend.release({ name: result.grant.name, token: result.grant.token });
+  function granting(backend: LockBackend, waiting: Promise<Lease>, order: string[]) {
+    return waiting.then(async (lease) => {
+      order.push(lease.owner);
+      await backend.release({ name: lease.name, token: lease.token });
     });
   }
 
@@ -165,18 +159,18 @@ describe.skipIf(!run)('postgres fair queue (acquireQueued)', () => {
       if (signal === 'SIGKILL') await exited;
       await backend.release({ name, token: holder.token });
       const releasedAt = performance.now();
-      const result = await behind;
+      const lease = await behind;
       const waitedMs = performance.now() - releasedAt;
       proc.kill('SIGKILL');
       await exited;
-      expect(result.granted && result.grant.owner).toBe('behind');
+      expect(lease.owner).toBe('behind');
       expect(output).not.toContain('granted');
       // kill -9: before the dead entry's end (its connection is gone); SIGSTOP: at its end.
       expect(waitedMs).toBeLessThan(signal === 'SIGKILL' ? waiterTtlMs : waiterTtlMs + 5_000);
       console.log(
         `[postgres] a waiter's server ${how} held up the next one ${Math.round(waitedMs)} ms (waiterTtlMs ${waiterTtlMs})`,
       );
-      if (result.granted) await backend.release({ name, token: result.grant.token });
+      await backend.release({ name, token: lease.token });
       expect(await entries(name)).toEqual([]);
     },
   );
@@ -187,13 +181,13 @@ describe.skipIf(!run)('postgres fair queue (acquireQueued)', () => {
     const name = lockName('abort');
     const holder = await held(a, name);
     const controller = new AbortController();
-    const quitter = queued(a, name, 'quitter', controller.signal);
+    const quitter = queued(a, name, 'quitter', controller.signal).catch((error: unknown) => error);
     await untilQueued(name, 1);
     const order: string[] = [];
     const next = granting(b, queued(b, name, 'next'), order);
     await untilQueued(name, 2);
     controller.abort();
-    expect((await quitter).granted).toBe(false);
+    expect(await quitter).toMatchObject({ code: 'CANCELLED' });
     expect((await entries(name)).map((entry) => entry.owner)).toEqual(['next']);
     await a.release({ name, token: holder.token });
     await next;

@@ -35,6 +35,31 @@ describe.skipIf(!run)('postgres backend', () => {
     }
   });
 
+  it('declares a fair queue and shared modes', async () => {
+    expect((await open()).capabilities).toMatchObject({ fairQueue: true, sharedModes: true });
+  });
+
+  it('never grants a reader beside a live row marked shared that has no live holder', async () => {
+    const backend = await open();
+    const name = lockName('foreign-row');
+    // What an older adapter leaves: its exclusive grant over an ended group row keeps `mode`.
+    const x = await granted(backend, name, 'old', 30_000);
+    await admin().query(
+      "UPDATE unit_leases SET mode = 'shared', holder_limit = 3 WHERE name = $1",
+      [name],
+    );
+    const refused = await backend.tryAcquire({
+      name,
+      owner: 'r',
+      ttlMs: 10_000,
+      keyHash: 'k-r',
+      mode: 'shared',
+      limit: 3,
+    });
+    expect(refused.granted).toBe(false);
+    expect(await backend.inspect(name)).toMatchObject({ owner: 'old', token: x.token });
+  });
+
   it('servers opening at once create the schema once, without racing', async () => {
     const prefix = `race_${process.pid}_`;
     await Promise.all(

@@ -18,7 +18,7 @@ import { createCommandConnection, createSubscriberConnection, databaseOf } from 
 import { nameKeys } from './key-encoding.js';
 import { createLockEvents, type LockEvents, subscribedWithin } from './lock-events.js';
 import { createRedisNode, type RedisNode, sharedLimit } from './redis-node.js';
-import { type RedisQueue, redisQueue } from './redis-queue.js';
+import { redisQueue } from './redis-queue.js';
 import { type ReplicaOptions, type ReplicaWait, replicaWait } from './replicas.js';
 import { createSentinelConnection, parseSentinels, type SentinelAddress } from './sentinel.js';
 
@@ -236,8 +236,8 @@ export function createRedisBackend(
     },
     ready: () => ready(r),
     tryAcquire: (request) => tryAcquire(r, request),
-    // The queue itself answers UNAVAILABLE once the backend is closed.
-    acquireQueued: (request) => queue.acquireQueued(request),
+    // The wait loop answers UNAVAILABLE once the backend is closed.
+    queue: queue.queue,
     release: (proof) => release(r, proof),
     extend: (request) => extend(r, request),
     async inspect(name) {
@@ -291,8 +291,8 @@ function confirmWrite(r: BackendState, what: string, name: string): Promise<void
   return r.replicas?.confirm(what, nameKeys(r.prefix, name).lock);
 }
 
-/** The fair queue of `acquireQueued`, granting through `tryAcquire`'s node. */
-function fairQueueOf(r: BackendState, waiterTtlMs: number): RedisQueue {
+/** The queue driver core's wait loop runs over, granting through `tryAcquire`'s node. */
+function fairQueueOf(r: BackendState, waiterTtlMs: number) {
   const { node, events, clock } = r;
   return redisQueue({
     node,
@@ -305,7 +305,6 @@ function fairQueueOf(r: BackendState, waiterTtlMs: number): RedisQueue {
       await confirmWrite(r, 'acquire', name);
       events.noteGrant(name, token);
     },
-    release: ({ name, token }, keyHash) => node.release(name, token, keyHash),
     tryAcquire: (request) => tryAcquire(r, request),
   });
 }
@@ -417,7 +416,11 @@ async function revoke(r: BackendState, name: string): Promise<boolean> {
   return revoked;
 }
 
-async function close(r: BackendState, queue: RedisQueue, topology: RedisTopology): Promise<void> {
+async function close(
+  r: BackendState,
+  queue: { close(): Promise<void> },
+  topology: RedisTopology,
+): Promise<void> {
   if (r.closed) return;
   r.closed = true;
   // Waiters leave the queue while the connection is still there.

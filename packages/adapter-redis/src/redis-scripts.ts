@@ -128,13 +128,19 @@ local function dropExpired(channel, hex)
 end
 `;
 
-// Shared: the acquire step, either mode. `waiting` (nil: nobody counts) says whether someone is
-// queued for the name: then a free lock is not granted ({0, -1, now}), only the holder's own
-// lease refreshed. `shared`: the request's mode; `limit`: its limit (shared only); `ahead`: how
-// many shared queue entries ahead of the request count against the limit (QUEUE_LOOK).
-// KEYS and ARGV as ACQUIRE's (the queue scripts append theirs after them).
+// Shared: the acquire step, either mode: core's grant rule (grant-rule.ts) in Lua, checked against
+// its case table (test/grant-rule.test.ts). `waiting` (nil: nobody counts) says whether someone
+// is queued for the name: then a free lock is not granted ({0, -1, now}), only the holder's own
+// lease refreshed. `shared`: the request's mode; `limit`: its limit (shared only). From a queue's
+// look (LOOK_AT): `ahead`, how many shared entries with its limit are ahead of the request;
+// `blocking`, the entry that must go first (exclusive: the nearest; shared: the last exclusive
+// one, or shared with another limit); `nearest`, the nearest entry ahead; `behind(entry)`, the
+// reply that waits for an entry. In the rule's order: the requester's own holder (refreshed, or
+// a mode conflict), the holders' limit (a conflict), the entry that must go first, the holders,
+// the room the shared entries ahead take. KEYS and ARGV as ACQUIRE's (the queue scripts append
+// theirs after them).
 const ACQUIRE_STEP = `
-local function acquire(waiting, shared, limit, ahead)
+local function acquire(waiting, shared, limit, ahead, blocking, nearest, behind)
   if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, 0, now} end
   local current = redis.call('GET', KEYS[1])
   if current then
@@ -145,6 +151,7 @@ local function acquire(waiting, shared, limit, ahead)
       redis.call('PEXPIRE', KEYS[1], ARGV[2])
       return {1, held, now, 0, 1}
     end
+    if blocking then return behind(blocking) end
     return {0, redis.call('PTTL', KEYS[1]), now}
   end
   dropExpired(ARGV[4], ARGV[5])
@@ -154,6 +161,7 @@ local function acquire(waiting, shared, limit, ahead)
     local mine = redis.call('HGET', HOLDERS, '=' .. value)
     if not shared then
       if mine then return {-2, 'mode', now} end
+      if blocking then return behind(blocking) end
       -- Free once the last shared holder has gone.
       local last = redis.call('ZRANGE', HOLDER_ENDS, -1, -1, 'WITHSCORES')
       return {0, math.max(0, tonumber(last[2]) - now), now}
@@ -166,11 +174,13 @@ local function acquire(waiting, shared, limit, ahead)
       keepHolders()
       return {1, mine, now, 0, count}
     end
-    if count + (ahead or 0) >= limit then
-      -- At the limit: in once the soonest holder has gone.
-      local first = redis.call('ZRANGE', HOLDER_ENDS, 0, 0, 'WITHSCORES')
-      return {0, math.max(0, tonumber(first[2]) - now), now}
-    end
+  end
+  if blocking then return behind(blocking) end
+  if shared and count + (ahead or 0) >= limit then
+    -- The shared entries ahead take the next room first; with none, the soonest holder's end.
+    if (ahead or 0) > 0 then return behind(nearest) end
+    local first = redis.call('ZRANGE', HOLDER_ENDS, 0, 0, 'WITHSCORES')
+    return {0, math.max(0, tonumber(first[2]) - now), now}
   end
   if waiting and waiting() then return {0, -1, now} end
   ${nextToken('tonumber(ARGV[2]) + tonumber(ARGV[7])')}
@@ -264,38 +274,31 @@ local function ends(id)
 end
 `;
 
-// Shared by QUEUE_JOIN and QUEUE_LOOK: one look at entry `id` (its mode in its id's last two
-// characters, `.s` shared, `.x` exclusive) with fair-queue.ts's predicate. Exclusive: granted
-// when no entry is ahead and the name has no holder; else it waits on the entry just ahead, or
-// the holder. Shared: granted when no exclusive entry is ahead, there is no exclusive holder,
-// and the holders plus the shared entries ahead are fewer than the limit; else it waits on the
-// last exclusive entry ahead, the nearest shared entry ahead (which will take the room left), or
-// the holders (the soonest to end). Granted: the entry goes in the same script.
+// Shared by QUEUE_JOIN and QUEUE_LOOK: one look at entry `id` with core's grant rule (ACQUIRE's
+// step, given what is ahead of the entry). An entry's id ends in its mode and limit: `.x`
+// exclusive, `.s<limit>` shared (`.s` alone, from an older server: shared with any limit).
+// Granted: the entry goes in the same script.
 const LOOK_AT = `
+local function sameLimit(entry, limit)
+  local digits = string.match(entry, '%.s(%d*)$')
+  if not digits then return false end
+  return digits == '' or tonumber(digits) == limit
+end
+local function behind(entry) return {2, entry, ends(entry), -1, now} end
 local function lookAt(id, shared, limit)
   local mine = redis.call('ZSCORE', KEYS[3], id)
   if not mine then return {3, now} end
-  local sharedAhead = 0
+  local ahead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. mine)
+  local nearest = ahead[#ahead]
+  local blocking, sharedAhead = nil, 0
   if shared then
-    local ahead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. mine)
-    local lastExclusive = nil
     for _, other in ipairs(ahead) do
-      if string.sub(other, -2) == '.s' then sharedAhead = sharedAhead + 1 else lastExclusive = other end
-    end
-    if lastExclusive then return {2, lastExclusive, ends(lastExclusive), -1, now} end
-    if sharedAhead > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
-      dropExpired(ARGV[4], ARGV[5])
-      local count = redis.call('ZCARD', HOLDER_ENDS)
-      if count < limit and count + sharedAhead >= limit then
-        local nearest = ahead[#ahead]
-        return {2, nearest, ends(nearest), -1, now}
-      end
+      if sameLimit(other, limit) then sharedAhead = sharedAhead + 1 else blocking = other end
     end
   else
-    local ahead = redis.call('ZREVRANGEBYSCORE', KEYS[3], '(' .. mine, '-inf', 'LIMIT', 0, 1)
-    if ahead[1] then return {2, ahead[1], ends(ahead[1]), -1, now} end
+    blocking = nearest
   end
-  local reply = acquire(nil, shared, limit, sharedAhead)
+  local reply = acquire(nil, shared, limit, sharedAhead, blocking, nearest, behind)
   if reply[1] == 1 then
     depart(id)
     keep()
@@ -308,7 +311,7 @@ end
 
 /**
  * KEYS: lock, fence, entries, ends, sequence. ARGV: ACQUIRE's eight, then the entry's id (ending
- * in `.s` for a shared request, `.x` for an exclusive one), how long it counts without renewal
+ * in `.s<limit>` for a shared request, `.x` for an exclusive one), how long it counts without renewal
  * (ms), the mode ('s' shared) and the limit. Grants at once when the name has room and nobody is
  * queued (or it is the owner's own lease); else queues the entry last and looks (LOOK_AT).
  * Returns ACQUIRE's replies, or {2, id waited on ('' = none), its ms left, holder ms (-1), now}.

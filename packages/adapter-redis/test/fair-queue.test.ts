@@ -1,9 +1,14 @@
-import { lockName, until } from '@dlm/conformance';
-import type { AcquireResult } from '@dlm/core';
+import { lockName, until, waitThrough } from '@dlm/conformance';
+import type { Lease } from '@dlm/core';
 import { redisAvailable } from '@dlm/test-services';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type RedisBackend, type RedisBackendOptions, redisBackend } from '../src/index.js';
+import {
+  nameKeys,
+  type RedisBackend,
+  type RedisBackendOptions,
+  redisBackend,
+} from '../src/index.js';
 import { queueProbe } from './queue-probe.js';
 import { useRedis } from './support.js';
 
@@ -46,20 +51,15 @@ describe.skipIf(!enabled)('redis fair queue across servers', () => {
   const untilQueued = (name: string, count: number) =>
     until(async () => (await entries(name)).length >= count, { what: `${count} in ${name}` });
   const wait = (backend: RedisBackend, name: string, owner: string, signal?: AbortSignal) =>
-    backend.acquireQueued!({
-      name,
-      owner,
-      ttlMs: 10_000,
-      signal: signal ?? new AbortController().signal,
-    });
+    waitThrough(backend, { name, owner, ...(signal ? { signal } : {}) });
   const take = async (backend: RedisBackend, name: string, owner: string) => {
     const result = await backend.tryAcquire({ name, owner, ttlMs: 10_000 });
     if (!result.granted) throw new Error(`expected ${owner} to take ${name}`);
     return result.grant;
   };
 
-  it('declares fairQueue on single Redis', async () => {
-    expect((await server()).capabilities.fairQueue).toBe(true);
+  it('declares fairQueue and sharedModes on single Redis', async () => {
+    expect((await server()).capabilities).toMatchObject({ fairQueue: true, sharedModes: true });
   });
 
   it('grants six waiters on three servers in the order they queued, and leaves no entry', async () => {
@@ -71,10 +71,9 @@ describe.skipIf(!enabled)('redis fair queue across servers', () => {
     for (let i = 0; i < 6; i += 1) {
       const backend = servers[i % 3]!;
       waits.push(
-        wait(backend, name, `w${i}`).then(async (result) => {
-          if (!result.granted) throw new Error('expected a grant');
-          order.push(result.grant.owner);
-          await backend.release({ name, token: result.grant.token });
+        wait(backend, name, `w${i}`).then(async (lease) => {
+          order.push(lease.owner);
+          await backend.release({ name, token: lease.token });
         }),
       );
       await untilQueued(name, i + 1);
@@ -113,14 +112,14 @@ describe.skipIf(!enabled)('redis fair queue across servers', () => {
     const name = lockName('fq-own');
     const holder = await take(a, name, 'holder');
     const controller = new AbortController();
-    const waiting = wait(b, name, 'waiter', controller.signal);
+    const waiting = wait(b, name, 'waiter', controller.signal).catch((error: unknown) => error);
     await untilQueued(name, 1);
     const again = await a.tryAcquire({ name, owner: 'holder', ttlMs: 10_000 });
     expect(again.granted && again.grant.token).toBe(holder.token);
     const other = await a.tryAcquire({ name, owner: 'someone', ttlMs: 10_000 });
     expect(other.granted).toBe(false);
     controller.abort();
-    expect((await waiting).granted).toBe(false);
+    expect(await waiting).toMatchObject({ code: 'CANCELLED' });
   });
 
   it('a waiter whose server died mid-wait holds the next one up for about waiterTtlMs, no longer', async () => {
@@ -133,14 +132,14 @@ describe.skipIf(!enabled)('redis fair queue across servers', () => {
     const holder = await take(holderServer, name, 'holder');
     const lost = wait(dying, name, 'dead').catch(() => undefined);
     await untilQueued(name, 1);
-    const granted: Promise<AcquireResult> = wait(next, name, 'next');
+    const granted: Promise<Lease> = wait(next, name, 'next');
     await untilQueued(name, 2);
     client.disconnect();
     const releasedAt = performance.now();
     await holderServer.release({ name, token: holder.token });
-    const result = await granted;
+    const lease = await granted;
     const waitedMs = performance.now() - releasedAt;
-    expect(result.granted && result.grant.owner).toBe('next');
+    expect(lease.owner).toBe('next');
     // The dead entry counted until its end (at most WAITER_TTL_MS after its last renewal).
     expect(waitedMs).toBeLessThan(WAITER_TTL_MS + 500);
     await lost;
@@ -160,8 +159,7 @@ describe.skipIf(!enabled)('redis fair queue across servers', () => {
     expect(await entries(name)).toHaveLength(1);
     const releasedAt = performance.now();
     await holderServer.release({ name, token: holder.token });
-    const result = await granted;
-    expect(result.granted && result.grant.owner).toBe('next');
+    expect((await granted).owner).toBe('next');
     expect(performance.now() - releasedAt).toBeLessThan(WAITER_TTL_MS / 2);
   });
 
@@ -171,5 +169,20 @@ describe.skipIf(!enabled)('redis fair queue across servers', () => {
         expect.objectContaining({ code: 'INVALID_PARAMS', details: { field: 'waiterTtlMs' } }),
       );
     }
+  });
+
+  it('once every shared holder of a name has gone, nothing of it is left but its fence', async () => {
+    const backend = await server();
+    const name = lockName('sh-keys');
+    const shared = { name, ttlMs: 10_000, mode: 'shared', limit: 3 } as const;
+    const a = await backend.tryAcquire({ ...shared, owner: 'a', keyHash: 'k-a' });
+    const b = await backend.tryAcquire({ ...shared, owner: 'b', keyHash: 'k-b' });
+    if (!a.granted || !b.granted) throw new Error('expected two holders');
+    expect(await backend.release({ name, token: a.grant.token, keyHash: 'k-a' })).toBe(true);
+    expect(await backend.release({ name, token: b.grant.token, keyHash: 'k-b' })).toBe(true);
+    const client = new Redis(redis().url, { maxRetriesPerRequest: 0 });
+    clients.push(client);
+    const keys = nameKeys('dlm:', name);
+    expect(await client.keys(`dlm:{${keys.hex}}*`)).toEqual([keys.fence]);
   });
 });

@@ -1,6 +1,6 @@
 import { runConformance } from '@dlm/conformance';
 import { type RedisService, redisAvailable, startRedisNodes } from '@dlm/test-services';
-import { afterAll, beforeAll, describe } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redlockBackend } from '../src/index.js';
 
 const enabled = redisAvailable();
@@ -20,6 +20,15 @@ for (const count of [3, 5]) {
         const backend = redlockBackend({ urls: nodes.map((node) => node.url) });
         await backend.ready();
         return backend;
+      },
+      extraTests: (ctx) => {
+        it('declares best-effort fencing, shared modes, and no queue of its own', () => {
+          expect(ctx.caps).toMatchObject({
+            fencing: 'best-effort',
+            sharedModes: true,
+            fairQueue: false,
+          });
+        });
       },
     });
   });

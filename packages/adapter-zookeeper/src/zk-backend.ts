@@ -4,7 +4,7 @@ import { Exception } from 'node-zookeeper-client';
 import { type Contend, contender } from './zk-contend.js';
 import { type Current, type LockStore, lockStore, proves } from './zk-locks.js';
 import { type LockPaths, lockPaths } from './zk-paths.js';
-import { fairQueue } from './zk-queue.js';
+import { zkQueue } from './zk-queue.js';
 import {
   type Budget,
   budget,
@@ -111,13 +111,14 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
     onWrite: (name, delta) => watch.writing(name, delta),
   });
   // Its callbacks too run only once `zk` below is assigned.
-  const queue = fairQueue({
+  const queue = zkQueue({
     session,
     paths,
     store,
     commandTimeoutMs,
     minTtlMs: capabilities.minTtlMs,
     isClosed: () => zk.closed,
+    clock,
     onGrant: (name, owner, path, token) => noteGranted(zk, name, owner, path, token),
   });
   const zk: Zk = {
@@ -148,7 +149,7 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
     tryAcquire: guard('acquire', (request: core.AcquireRequest) =>
       tryAcquire(zk, contend, request),
     ),
-    acquireQueued: guard('acquire', queue.acquireQueued),
+    queue: queue.queue,
     release: guard('release', (proof: core.HolderProof) => release(zk, proof)),
     extend: guard('extend', (request: core.HolderProof & { ttlMs: number }) => extend(zk, request)),
     inspect: guard('inspect', (name: string) => inspect(zk, name)),
@@ -164,7 +165,7 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
       zk.closed = true;
       zk.suspendedTimer?.cancel();
       sweep.stop();
-      queue.wakeAll();
+      await queue.close();
       watch.close();
       await session.close();
     },

@@ -1,13 +1,13 @@
 import { randomBytes } from 'node:crypto';
-import { type AcquireRequest, type LockConflict, MAX_TIMER_MS } from '@dlm/core';
+import { type AcquireRequest, decideGrant, type LockConflict, MAX_TIMER_MS } from '@dlm/core';
 import type { LockStore } from './zk-locks.js';
-import { judge, type LiveHolder, specOfRequest } from './zk-modes.js';
+import { aheadOfWaiters, endOf, liveHolders, specOfRequest } from './zk-modes.js';
 import type { Budget } from './zk-session.js';
 
 export type Contention =
   | { kind: 'granted'; token: bigint; path: string }
   | { kind: 'held'; ttlRemainingMs: number }
-  /** The request can never be granted as asked while these holders hold (see `judge`). */
+  /** The request can never be granted as asked while these holders hold (core's rule). */
   | { kind: 'conflict'; conflict: LockConflict }
   /** There is room, but waiters queue for it: a try-lock does not jump their queue. */
   | { kind: 'queued' };
@@ -15,10 +15,10 @@ export type Contention =
 export type Contend = (limit: Budget, request: AcquireRequest) => Promise<Contention>;
 
 /**
- * One try at a lock: take it when the holders leave room (`judge`: exclusive, nobody holds;
- * shared, fewer than `limit` shared holders) and nobody queues; refresh it when `owner` already
- * holds it in that mode (same token); end holders whose lease has run out on ZooKeeper's clock
- * and look again; else say who holds it.
+ * One try at a lock, by core's grant rule with every queued waiter ahead of it (a try-lock is
+ * granted exactly when a request queued now would be at once): take it, or refresh it when
+ * `owner` already holds it in that mode (same token); end holders whose lease has run out on
+ * ZooKeeper's clock and look again; else say who holds it.
  *
  * Uncontended, that is one read of the name node (its version, and no children) and one
  * multi-op; held, one `getChildren` and one read per holder (in parallel) more.
@@ -39,40 +39,39 @@ export function contender(store: LockStore): Contend {
       if (node.numChildren > 0) {
         const { children, holders } = await store.allHolders(limit, name);
         if (!children) continue;
-        if (holders.length) {
-          const left = await store.leasesLeft(limit, holders);
-          const expired = left.filter((entry) => entry.expired);
-          if (expired.length) {
-            // Expired on ZooKeeper's clock: take them over (versioned deletes, so an extension
-            // in between wins), then look again.
-            for (const { holder } of expired) await store.endLease(limit, name, holder, 'expired');
-            continue;
-          }
-          const live: LiveHolder[] = left;
-          const verdict = judge({ owner, keyHash }, spec, live);
-          if (verdict.kind === 'own') {
-            const { holder } = verdict;
-            const refreshed = await store.refresh(limit, name, holder, ttlMs);
-            if (!refreshed) continue;
-            if (!refreshed.expired) {
-              return { kind: 'granted', token: holder.token, path: holder.path };
-            }
-            // Its lease had run out before we refreshed it: that lease is over, grant anew.
-            await store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
-            continue;
-          }
-          if (verdict.kind === 'conflict') return verdict;
-          if (verdict.kind === 'blocked') {
-            return {
-              kind: 'held',
-              ttlRemainingMs: Math.min(Math.max(1, verdict.ttlRemainingMs), MAX_TIMER_MS),
-            };
-          }
-          // Room beside shared holders: granted at the name node's version read first, which
-          // the children must have been listed at (else something moved: look again).
-          if (children.version !== node.version) continue;
+        const left = holders.length ? await store.leasesLeft(limit, holders) : [];
+        const expired = left.filter((entry) => entry.expired);
+        if (expired.length) {
+          // Expired on ZooKeeper's clock: take them over (versioned deletes, so an extension
+          // in between wins), then look again.
+          for (const { holder } of expired) await store.endLease(limit, name, holder, 'expired');
+          continue;
         }
-        if (children.waiters.length) return { kind: 'queued' };
+        const live = liveHolders(left, request);
+        const decision = decideGrant(spec, live.holders, aheadOfWaiters(spec, children.waiters));
+        if (decision.kind === 'refresh') {
+          const holder = live.own!;
+          const refreshed = await store.refresh(limit, name, holder, ttlMs);
+          if (!refreshed) continue;
+          if (!refreshed.expired)
+            return { kind: 'granted', token: holder.token, path: holder.path };
+          // Its lease had run out before we refreshed it: that lease is over, grant anew.
+          await store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
+          continue;
+        }
+        if (decision.kind === 'conflict') return decision;
+        if (decision.kind === 'wait' && decision.on === 'holder') {
+          const ttlRemainingMs = endOf(left, decision.end);
+          return {
+            kind: 'held',
+            ttlRemainingMs: Math.min(Math.max(1, ttlRemainingMs), MAX_TIMER_MS),
+          };
+        }
+        // Waiters come first: a try-lock does not jump their queue.
+        if (decision.kind === 'wait') return { kind: 'queued' };
+        // Granted at the name node's version read first, which the children must have been
+        // listed at (else something moved: look again).
+        if (children.version !== node.version) continue;
       }
       const attemptId = randomBytes(8).toString('hex');
       const created = await store.createHolder(

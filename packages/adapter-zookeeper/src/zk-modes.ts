@@ -1,6 +1,12 @@
-import type { LockConflict } from '@dlm/core';
+import { aheadOf, type RuleAhead, type RuleHolders } from '@dlm/core';
 import { type Current, isOwnLease } from './zk-locks.js';
 import { type EntrySpec, specOf } from './zk-paths.js';
+
+/**
+ * ZooKeeper's holders and waiters as core's grant rule (`decideGrant`) reads them: the holders
+ * from their nodes' data (live, with their leases left on ZooKeeper's clock), or from their node
+ * names alone (mode and limit, owners unknown); the waiters ahead from their node names.
+ */
 
 /** A holder whose lease still runs, with how much of it is left. */
 export interface LiveHolder {
@@ -8,56 +14,40 @@ export interface LiveHolder {
   remainingMs: number;
 }
 
-/** What the holders of a name say about a request (see `judge`). */
-export type Verdict =
-  /** The requester already holds it in this mode and limit: refresh that lease. */
-  | { kind: 'own'; holder: Current }
-  | { kind: 'conflict'; conflict: LockConflict }
-  /** Room for it among the holders (the queue may still come first). */
-  | { kind: 'room' }
-  /** Blocked until one of `blockers` ends; `ttlRemainingMs`: the end that would let it in. */
-  | { kind: 'blocked'; ttlRemainingMs: number; blockers: LiveHolder[] };
-
-/**
- * The holder rules of the backend contract, over the holders whose leases still run: the same
- * owner and key in the same mode and limit is that lease again, in the other mode a conflict;
- * shared holders with another limit are a conflict for a shared request; shared gets in beside
- * fewer than `limit` shared holders (`ahead`: shared waiters to be served first take room too),
- * exclusive only when nobody holds. Blocked: exclusive waits for the latest end of a blocker,
- * shared at its limit for the soonest.
- */
-export function judge(
-  request: { owner: string; keyHash: string | undefined },
-  spec: EntrySpec,
-  live: LiveHolder[],
-  ahead = 0,
-): Verdict {
-  const own = live.find(({ holder }) => isOwnLease(holder, request.owner, request.keyHash));
-  if (own) {
-    if (own.holder.mode !== spec.mode) return { kind: 'conflict', conflict: { field: 'mode' } };
-    if (spec.mode === 'shared' && own.holder.limit !== spec.limit) {
-      return { kind: 'conflict', conflict: { field: 'limit', limit: own.holder.limit } };
-    }
-    return { kind: 'own', holder: own.holder };
-  }
-  if (spec.mode === 'exclusive') {
-    return live.length ? blocked(live, 'latest') : { kind: 'room' };
-  }
-  const exclusive = live.filter(({ holder }) => holder.mode === 'exclusive');
-  if (exclusive.length) return blocked(exclusive, 'latest');
-  const other = live.find(({ holder }) => holder.limit !== spec.limit);
-  if (other) return { kind: 'conflict', conflict: { field: 'limit', limit: other.holder.limit } };
-  return live.length + ahead >= spec.limit ? blocked(live, 'soonest') : { kind: 'room' };
+/** The live holders as the rule reads them, and the requester's own among them. */
+export function liveHolders(
+  live: readonly LiveHolder[],
+  request: { owner: string; keyHash?: string | undefined },
+): { holders: RuleHolders; own: Current | undefined } {
+  const own = live.find(({ holder }) => isOwnLease(holder, request.owner, request.keyHash))?.holder;
+  const first = live[0]?.holder;
+  return {
+    holders: {
+      count: live.length,
+      mode: first?.mode,
+      limit: first?.limit,
+      own: own && { mode: own.mode, limit: own.limit },
+    },
+    own,
+  };
 }
 
-function blocked(blockers: LiveHolder[], which: 'latest' | 'soonest'): Verdict {
-  const ends = blockers.map(({ remainingMs }) => remainingMs);
-  const ttlRemainingMs = blockers.length
-    ? which === 'latest'
-      ? Math.max(...ends)
-      : Math.min(...ends)
-    : 0;
-  return { kind: 'blocked', ttlRemainingMs, blockers };
+/** The holders as their node names tell (a name records its mode and limit, not its owner). */
+export function namedHolders(holderNodes: readonly string[]): RuleHolders {
+  const first = holderNodes[0];
+  return first === undefined ? { count: 0 } : { count: holderNodes.length, ...specOf(first) };
+}
+
+/** The end a wait on the holders sleeps until: the latest or the soonest of their leases. */
+export function endOf(live: readonly LiveHolder[], end: 'latest' | 'soonest'): number {
+  const ends = live.map(({ remainingMs }) => remainingMs);
+  if (ends.length === 0) return 0;
+  return end === 'latest' ? Math.max(...ends) : Math.min(...ends);
+}
+
+/** The waiters ahead (node names, in queue order) as the rule reads them. */
+export function aheadOfWaiters(spec: EntrySpec, waitersAhead: readonly string[]) {
+  return aheadOf(spec, waitersAhead.map(specOf)) satisfies RuleAhead;
 }
 
 /** The request's mode and limit as the backend stores it (absent mode: exclusive). */
@@ -68,22 +58,4 @@ export function specOfRequest(request: {
   return request.mode === 'shared'
     ? { mode: 'shared', limit: request.limit ?? Number.MAX_SAFE_INTEGER }
     : { mode: 'exclusive', limit: 1 };
-}
-
-/**
- * Where a queued request stands among the waiters ahead of it (their modes from their node
- * names, Curator's `getsTheLock` over `children`): the last exclusive one ahead (a shared request
- * waits for it; an exclusive one for its predecessor), and how many shared ones are ahead.
- */
-export function aheadOf(waitersAhead: string[]): {
-  lastExclusive: string | undefined;
-  shared: number;
-} {
-  let lastExclusive: string | undefined;
-  let shared = 0;
-  for (const waiter of waitersAhead) {
-    if (specOf(waiter).mode === 'exclusive') lastExclusive = waiter;
-    else shared += 1;
-  }
-  return { lastExclusive, shared };
 }

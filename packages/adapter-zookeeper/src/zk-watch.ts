@@ -10,7 +10,7 @@ import {
   zxid,
 } from './zk-data.js';
 import { type EntrySpec, holders, type LockPaths, specOf } from './zk-paths.js';
-import { budget, isZkCode, type ZkSession } from './zk-session.js';
+import { type Budget, budget, isZkCode, type ZkSession } from './zk-session.js';
 
 type Listener = (event: LockEvent) => void;
 
@@ -187,16 +187,10 @@ class HolderWatchers implements HolderWatch {
   private async listHolders(watch: NameWatch): Promise<Map<bigint, Known>> {
     const limit = budget('watch', this.commandTimeoutMs);
     const parent = this.paths.parent(watch.name);
-    let children: string[];
-    try {
-      ({ children } = await this.session.getChildren(limit, parent));
-    } catch (error) {
-      if (isZkCode(error, Exception.NO_NODE)) children = [];
-      else throw error;
-    }
+    const children = (await this.holderNodes(limit, parent)) ?? [];
     const cache = new Map<string, Known>();
     await Promise.all(
-      holders(children).map(async (child) => {
+      children.map(async (child) => {
         const path = `${parent}/${child}`;
         let known = watch.cache.get(path);
         try {
@@ -225,18 +219,22 @@ class HolderWatchers implements HolderWatch {
   private async ephemeralAlive(watch: NameWatch, holder: RecordedHolder): Promise<boolean> {
     const limit = budget('watch', this.commandTimeoutMs);
     const parent = this.paths.parent(watch.name);
-    let children: string[];
-    try {
-      ({ children } = await this.session.getChildren(limit, parent));
-    } catch (error) {
-      if (isZkCode(error, Exception.NO_NODE)) return false;
-      throw error;
-    }
-    const node = holders(children).find((child) => child.startsWith(`${holder.attemptId}-`));
+    const children = await this.holderNodes(limit, parent);
+    const node = children?.find((child) => child.startsWith(`${holder.attemptId}-`));
     return (
       node !== undefined &&
       (await this.session.exists(limit, `${parent}/${node}`, watch.fire)) !== null
     );
+  }
+
+  /** The holder nodes under the name node `parent`; undefined when it is gone. */
+  private async holderNodes(limit: Budget, parent: string): Promise<string[] | undefined> {
+    try {
+      return holders((await this.session.getChildren(limit, parent)).children);
+    } catch (error) {
+      if (isZkCode(error, Exception.NO_NODE)) return undefined;
+      throw error;
+    }
   }
 
   private async seen(watch: NameWatch, data: Buffer, stat: Stat): Promise<void> {

@@ -3,7 +3,7 @@ import type { LockBackend } from '@dlm/core';
 import { startZooKeeper, type ZooKeeperService } from '@dlm/test-services';
 import { type Client, createClient } from 'node-zookeeper-client';
 import { afterAll } from 'vitest';
-import { zookeeperBackend } from '../src/index.js';
+import { type ZooKeeperBackendOptions, zookeeperBackend } from '../src/index.js';
 
 /**
  * A raw ZooKeeper client of the test's own, connected, to look at the nodes the adapter
@@ -51,7 +51,7 @@ export interface ZooKeeperScope {
   zk(): ZooKeeperService;
   raw(): Client;
   /** A backend under the scope's prefix with 2 s sessions, closed after the scope's tests. */
-  open(): LockBackend;
+  open(options?: Partial<ZooKeeperBackendOptions>): LockBackend;
 }
 
 /**
@@ -72,11 +72,12 @@ export function useZooKeeper(prefix = '/dlm'): ZooKeeperScope {
   return {
     zk,
     raw,
-    open: () => {
+    open: (options = {}) => {
       const backend = zookeeperBackend({
         connect: zk().connectString,
         prefix,
         sessionTimeoutMs: 2_000,
+        ...options,
       });
       opened.push(backend);
       return backend;

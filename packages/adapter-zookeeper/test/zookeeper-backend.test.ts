@@ -39,15 +39,10 @@ describe.skipIf(!run)('zookeeper backend primitives', () => {
 
   it('declares strict fencing with millisecond leases, a fair queue, shared modes and no expiry events', () => {
     expect(a.kind).toBe('zookeeper');
-    expect(a.capabilities).toMatchObject({
-      fencing: 'strict',
-      minTtlMs: 100,
-      ttlGranularityMs: 1,
-      durableAcrossRestart: true,
-      fairQueue: true,
-      expiryEvents: false,
-      sharedModes: true,
-    });
+    const { fencing, minTtlMs, ttlGranularityMs, ...flags } = a.capabilities;
+    expect([fencing, minTtlMs, ttlGranularityMs]).toEqual(['strict', 100, 1]);
+    const declared = { durableAcrossRestart: true, fairQueue: true, expiryEvents: false };
+    expect(flags).toEqual({ ...declared, sharedModes: true });
   });
 
   it('tokens are czxids: strictly increasing across sessions, the same for the same owner', async () => {
@@ -167,6 +162,28 @@ describe.skipIf(!run)('zookeeper backend primitives', () => {
     stop();
     expect(events).toEqual([{ name, type: 'expired', token: grant.token, owner: 'gone' }]);
     expect((await granted(b, name, 'next', 5_000)).token).toBeGreaterThan(grant.token);
+  });
+
+  it("with ephemeral: true, the shared holders of a closed backend end, each seen 'expired'", async () => {
+    const name = lockName('ephemeral-shared');
+    const ephemeral = open(2_000, { ephemeral: true });
+    const shared = { mode: 'shared', limit: 3, ttlMs: 10_000 } as const;
+    const events: LockEvent[] = [];
+    const stop = b.watch(name, (event) => events.push(event));
+    await sleep(100);
+    const r1 = await ephemeral.tryAcquire({ name, owner: 'r1', ...shared });
+    const r2 = await ephemeral.tryAcquire({ name, owner: 'r2', ...shared });
+    const r3 = await b.tryAcquire({ name, owner: 'r3', ...shared });
+    if (!r1.granted || !r2.granted || !r3.granted) throw new Error('expected three holders');
+    await until(() => events.filter((event) => event.type === 'acquired').length >= 3, 5_000);
+    await ephemeral.close();
+    await until(() => events.filter((event) => event.type === 'expired').length >= 2, 5_000);
+    stop();
+    expect(events.filter((event) => event.type === 'expired').map((event) => event.token)).toEqual([
+      r1.grant.token,
+      r2.grant.token,
+    ]);
+    expect((await a.inspect(name))?.holders?.map((each) => each.token)).toEqual([r3.grant.token]);
   });
 
   it('list returns the live locks under a name prefix', async () => {

@@ -1,3 +1,4 @@
+import type { BackendQueue } from './queue-driver.js';
 import type { LockMode } from './validation.js';
 
 /**
@@ -47,9 +48,10 @@ import type { LockMode } from './validation.js';
  * - otherwise `granted: false` with `ttlRemainingMs` of the holder whose end would let this
  *   request in (shared at the limit: the soonest to end; exclusive: the latest).
  * Tokens: every grant, shared or exclusive, gets a token above every earlier grant's for the
- * name, so a writer's token is above every earlier reader's. A fair queue (`acquireQueued`)
- * orders both modes in one FIFO: a shared entry may be granted when no exclusive entry is ahead
- * of it and the name has room; an exclusive entry when it is first and the name is free.
+ * name, so a writer's token is above every earlier reader's. A queue (`queue`, core's wait loop
+ * over the backend's driver) orders both modes in one FIFO by core's grant rule
+ * (`grant-rule.ts`): a shared entry may be granted when no exclusive entry is ahead of it and
+ * the name has room; an exclusive entry when it is first and the name is free.
  */
 
 export interface BackendCapabilities {
@@ -66,8 +68,8 @@ export interface BackendCapabilities {
   /** Held locks and the token high-water mark survive a restart of the backend. */
   durableAcrossRestart: boolean;
   /**
-   * The backend itself orders waiters (it implements `acquireQueued`), so FIFO holds across
-   * several dlm servers, not only among one server's waiters.
+   * The backend itself orders waiters (it offers `queue`, a queue driver core's wait loop runs
+   * over), so FIFO holds across several dlm servers, not only among one server's waiters.
    */
   fairQueue: boolean;
   /** `watch` reports expiries as they happen (not only releases). */
@@ -78,18 +80,6 @@ export interface BackendCapabilities {
    * so an adapter written before shared modes keeps its contract.
    */
   sharedModes?: boolean;
-}
-
-/** What `acquireQueued` is given: the request, the wait's signal, and whom to tell it waits. */
-export interface QueuedAcquireRequest extends AcquireRequest {
-  signal: AbortSignal;
-  /**
-   * Called once when the request has to wait (it is in the queue and was not granted at once):
-   * core counts it among the name's waiters from then, so that a wait that found the lock free
-   * is never reported as one. `createFairQueue`'s loop calls it before its first sleep; a
-   * backend with a wait loop of its own must call it too, or its waits are never counted.
-   */
-  onWaiting?: () => void;
 }
 
 export interface AcquireRequest {
@@ -205,13 +195,12 @@ export interface LockBackend {
    */
   watch(name: string, listener: (event: LockEvent) => void): Unsubscribe;
   /**
-   * Only with `capabilities.fairQueue`: waits in the backend's own queue (etcd revisions,
-   * ZooKeeper sequence numbers), so that waiters on several dlm servers are served in order.
-   * Resolves with the grant, or `{ granted: false }` once `signal` aborts (the wait's deadline or
-   * its caller's cancellation); the adapter removes its queue entry either way. Before resolving
-   * a grant it re-checks that the lease still runs (etcd-io/etcd#11456).
+   * Only with `capabilities.fairQueue`: the backend's own queue (etcd revisions, ZooKeeper
+   * sequence nodes, a table or sorted set of waiter entries), as a driver factory. Core runs its
+   * one wait loop over it (`queue-driver.ts`), so that waiters on several dlm servers are served
+   * in order.
    */
-  acquireQueued?(request: QueuedAcquireRequest): Promise<AcquireResult>;
+  readonly queue?: BackendQueue | undefined;
   /** Forcibly ends every current lease of the name, whoever holds it (admin use). False when free. */
   revoke?(name: string): Promise<boolean>;
   /** Lists held locks whose names start with `prefix` (admin use). */

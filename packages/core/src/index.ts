@@ -9,7 +9,6 @@ export type {
   LockConflict,
   LockEvent,
   LockState,
-  QueuedAcquireRequest,
   Unsubscribe,
 } from './backend.js';
 export {
@@ -31,15 +30,6 @@ export {
   toUnavailable,
 } from './errors.js';
 export {
-  createFairQueue,
-  type FairQueue,
-  type FairQueueDriver,
-  type FairQueueOptions,
-  type QueueSleep,
-  type QueueStep,
-  type QueueWatcher,
-} from './fair-queue.js';
-export {
   createFenceGuard,
   type FenceGuard,
   type FenceGuardOptions,
@@ -47,6 +37,20 @@ export {
   MAX_TOKEN,
   parseToken,
 } from './fencing.js';
+export {
+  aheadOf,
+  decideGrant,
+  GRANT_RULE_CASES,
+  type GrantDecision,
+  type GrantRuleCase,
+  holdersOf,
+  type ListedHolder,
+  NOTHING_AHEAD,
+  type RuleAhead,
+  type RuleHolders,
+  type RuleRequest,
+  ruleAnswer,
+} from './grant-rule.js';
 export { createLeaseKey, hashLeaseKey } from './lease-key.js';
 export { notHolderError } from './lock-errors.js';
 export {
@@ -73,13 +77,17 @@ export { getOrCreate } from './maps.js';
 export { type AcquireAllOptions, type LockSpec, validateLocks } from './multi-acquire.js';
 export type { AroundBackendCall, BackendOperation, LockObserver } from './observer.js';
 export {
-  createRenewedFairQueue,
-  type FoundAhead,
-  type QueueEntry,
-  type RenewedFairQueue,
-  type RenewedFairQueueOptions,
-  type RenewedQueueDriver,
-} from './renewed-queue.js';
+  type BackendQueue,
+  type QueueChange,
+  type QueueDriver,
+  type QueueRenewal,
+  type QueueSleep,
+  type QueueStep,
+  type QueueWaiter,
+  type QueueWaits,
+  queueWaits,
+  queueWatch,
+} from './queue-driver.js';
 export {
   type Backoff,
   type BackoffOptions,

@@ -1,8 +1,8 @@
 import { attempt } from './acquire-attempt.js';
+import { waitForGrant } from './acquire-wait.js';
 import type { LockBackend, LockState } from './backend.js';
 import { createBackendCalls } from './backend-calls.js';
-import { onBackendEvent, openName, queueOf } from './backend-events.js';
-import { waitInBackend } from './backend-wait.js';
+import { onBackendEvent, openName } from './backend-events.js';
 import { type Clock, systemClock } from './clock.js';
 import { DlmError } from './errors.js';
 import {
@@ -24,13 +24,8 @@ import {
   untrack,
   untrackAll,
 } from './lease-tracking.js';
-import {
-  cancelledError,
-  lockHeld,
-  notHolderError,
-  ranOutError,
-  tooManyWaiters,
-} from './lock-errors.js';
+import { localLoop } from './local-queue.js';
+import { cancelledError, lockHeld, notHolderError, ranOutError } from './lock-errors.js';
 import { type AcquireAllOptions, acquireAll, type SetOperations } from './multi-acquire.js';
 import {
   dropIfIdle,
@@ -223,8 +218,9 @@ export interface LockService {
  * Builds waits, FIFO fairness, validation and lock-lost detection over any backend.
  *
  * The parts, each in its own module: the per-name state (`name-state.ts`), the bounded,
- * observed backend call (`backend-calls.ts`), one try (`acquire-attempt.ts`), the per-server
- * wait engine (`wait-queue.ts`) and the wait in the backend's own queue (`backend-wait.ts`),
+ * observed backend call (`backend-calls.ts`), one try (`acquire-attempt.ts`), a wait
+ * (`acquire-wait.ts`: the one wait loop, `wait-loop.ts`, over the backend's queue driver or
+ * this service's FIFO, `local-queue.ts`),
  * lease tracking (`lease-tracking.ts`), the holder view behind `watch` and lock-lost detection
  * (`holder-view.ts`), backend events (`backend-events.ts`), proofs and lease keys (`proofs.ts`).
  *
@@ -362,7 +358,7 @@ async function acquire(ctx: ServiceContext, options: AcquireOptions): Promise<Le
   state.busy += 1;
   try {
     if (waitMs > 0 && !isHolder) {
-      const lease = await wait(ctx, state, options, queued, waitMs);
+      const lease = await waitForGrant(ctx, state, options, queued, waitMs);
       return reportGrant(ctx, lease, 'granted', ctx.clock.now() - startedAt);
     }
     return reportGrant(ctx, await tryOnce(ctx, state, queued, isHolder), 'granted', 0);
@@ -370,23 +366,6 @@ async function acquire(ctx: ServiceContext, options: AcquireOptions): Promise<Le
     state.busy -= 1;
     dropIfIdle(ctx, state);
   }
-}
-
-/** A wait: in the backend's own queue where it has one, else in this service's FIFO queue. */
-function wait(
-  ctx: ServiceContext,
-  state: NameState,
-  options: AcquireOptions,
-  queued: QueuedAcquire,
-  waitMs: number,
-): Promise<Lease> {
-  const { backend } = ctx;
-  if (backend.capabilities.fairQueue && backend.acquireQueued) {
-    return waitInBackend(ctx, state, options, queued, waitMs);
-  }
-  const queue = queueOf(ctx, state);
-  if (queue.length >= ctx.settings.maxWaiters) throw tooManyWaiters(state.name);
-  return queue.enqueue(queued, { waitMs, signal: options.signal, cancelled: cancelledError });
 }
 
 /**
@@ -399,8 +378,9 @@ async function tryOnce(
   queued: QueuedAcquire,
   isHolder: boolean,
 ): Promise<Lease> {
-  if ((state.queue?.length || state.queuedInBackend?.size) && !isHolder) {
-    throw lockHeld(state.name, state.queue?.headTtlRemainingMs);
+  if (state.waits?.size && !isHolder) {
+    const queue = ctx.backend.capabilities.fairQueue ? undefined : localLoop(ctx);
+    throw lockHeld(state.name, queue?.holderMs(state.name));
   }
   const result = await attempt(ctx, state, queued);
   if (result.granted) return toLease(result.grant, queued.leaseKey, queued.request);
@@ -574,8 +554,7 @@ async function close(ctx: ServiceContext): Promise<void> {
   ctx.closed = true;
   const cancelled = cancelledError('the server is shutting down');
   for (const state of [...ctx.names.values()]) {
-    state.queue?.close(cancelled);
-    for (const controller of state.queuedInBackend ?? []) controller.abort(cancelled);
+    for (const controller of state.waits ?? []) controller.abort(cancelled);
     untrackAll(ctx, state);
     forgetHolders(state);
     state.watchers = undefined;

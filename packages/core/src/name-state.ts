@@ -3,10 +3,11 @@ import type { BackendCalls } from './backend-calls.js';
 import type { Clock, Timer } from './clock.js';
 import type { HolderViews } from './holder-view.js';
 import type { TrackedLeases } from './lease-tracking.js';
-import type { Lease, LockChange, LostEvent } from './lock-service.js';
+import type { LocalRequest } from './local-queue.js';
+import type { LockChange, LostEvent } from './lock-service.js';
 import type { AroundBackendCall, Notify } from './observer.js';
+import type { BackendQueue } from './queue-driver.js';
 import type { Limits, LockMode } from './validation.js';
-import type { WaitQueue } from './wait-queue.js';
 
 /** The service's fixed settings, derived once from its options and the backend's capabilities. */
 export interface ServiceSettings {
@@ -42,6 +43,8 @@ export interface ServiceContext {
   readonly checkName: (value: unknown) => string;
   /** Set by `close()`: nothing new starts and no timer is armed again. */
   closed: boolean;
+  /** This service's FIFO (`local-queue.ts`), made by the first wait on a backend without a queue. */
+  local?: BackendQueue<LocalRequest> | undefined;
 }
 
 /** What one of a name's queued acquires carries into the wait engine. */
@@ -64,12 +67,6 @@ export interface QueuedAcquire {
 /** Everything the service keeps for one lock name; dropped when nothing needs it. */
 export interface NameState {
   name: string;
-  /**
-   * The acquires waiting on this service, first come first served. Made by the first wait
-   * (`queueOf`): most names are only ever try-locked and held, and a queue with its hooks is
-   * about half a kilobyte per held name.
-   */
-  queue: WaitQueue<QueuedAcquire, Lease> | undefined;
   /** The leases this service granted and follows, by token (see `TrackedLeases`). */
   leases: TrackedLeases;
   /** The holders this service follows for the name (see `HolderViews`). */
@@ -91,10 +88,16 @@ export interface NameState {
   unsubscribe: () => void;
   /** Calls in flight for this name (acquire/extend): the state must outlive them. */
   busy: number;
-  /** Waits this service has parked in the backend's own queue (`acquireQueued`); made by the first. */
-  queuedInBackend: Set<AbortController> | undefined;
-  /** Of those, the ones the backend said have to wait (`onWaiting`): the lock was not free. */
-  waitingInBackend: number;
+  /**
+   * The acquires waiting through this service (each one's signal), in the backend's queue or
+   * this service's FIFO. Made by the first wait: most names are only ever try-locked and held.
+   */
+  waits: Set<AbortController> | undefined;
+  /**
+   * Of those, the ones that have had to wait (they slept: the lock was not free). An acquire that
+   * may wait but finds the lock free is no waiter, and no contention.
+   */
+  waiting: number;
 }
 
 /** Whether `state` is still the one the service keeps for its name (not dropped, not closed). */
@@ -112,12 +115,9 @@ export function followsEnd(ctx: ServiceContext, state: NameState): boolean {
   );
 }
 
-/**
- * Acquires waiting in this service for the name, in either queue: only those that had to (an
- * acquire that may wait but finds the lock free is no waiter, and no contention).
- */
+/** Acquires waiting in this service for the name: only those that had to (see `waiting`). */
 export function waitersOf(state: NameState): number {
-  return (state.queue?.waiting ?? 0) + state.waitingInBackend;
+  return state.waiting;
 }
 
 export function waitersChanged(ctx: ServiceContext, state: NameState): void {
@@ -126,10 +126,9 @@ export function waitersChanged(ctx: ServiceContext, state: NameState): void {
 
 /** Forgets the name once nothing needs it: no waits, no lease, no watchers, no calls. */
 export function dropIfIdle(ctx: ServiceContext, state: NameState): void {
-  if (state.queue?.busy || state.leases !== undefined || state.watchers?.size || state.busy) return;
+  if (state.waits?.size || state.leases !== undefined || state.watchers?.size || state.busy) return;
   if (!isCurrent(ctx, state)) return;
   ctx.names.delete(state.name);
-  state.queue?.stop();
   state.checkTimer?.cancel();
   state.unsubscribe();
 }

@@ -17,7 +17,8 @@ export interface LockObserver {
   /** The number of acquires queued in this service for `name` changed to `count`. */
   waiting?(name: string, count: number): void;
   /** One backend call finished: operation name (tryAcquire, release, extend, inspect,
-   *  revoke, list, acquireQueued), its duration in ms, and the error if it failed. */
+   *  revoke, list, and acquireQueued: a whole wait in the backend's queue), its duration in
+   *  ms, and the error if it failed. */
   backendCall?(operation: string, durationMs: number, error?: unknown): void;
 }
 

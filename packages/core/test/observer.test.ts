@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import type { AcquireResult, LockBackend } from '../src/backend.js';
+import type { LockBackend } from '../src/backend.js';
 import { createManualClock, type ManualClock } from '../src/clock.js';
 import { isDlmError } from '../src/errors.js';
 import type { LockService } from '../src/lock-service.js';
 import type { LockObserver } from '../src/observer.js';
 // The service runs on the real embedded backend, imported by a relative path, not a dependency:
 // the embedded adapter depends on core, and a workspace cycle would break the build graph.
-import { serviceScope, settle } from './service-scope.js';
+import { queueOver, serviceScope, settle } from './service-scope.js';
 
 type Event = [string, ...unknown[]];
 
@@ -88,7 +88,7 @@ describe('LockObserver', () => {
     const lease = await service.acquire({ name: 'free', owner: 'o', ttlMs: 1_000, waitMs: 5_000 });
     expect(named(events, 'granted')).toEqual([['granted', 'free', lease.token, 0]]);
     expect(named(events, 'waiting')).toEqual([]);
-    // One that did wait is counted from the refusal, and those behind it at once.
+    // One that did wait is counted from its first sleep, and one behind it from its own.
     const { waiting } = await heldAndWaiting('busy', 10_000);
     const behind = service.acquire({ name: 'busy', owner: 'three', ttlMs: 1_000, waitMs: 500 });
     await settle();
@@ -175,31 +175,12 @@ describe('LockObserver', () => {
 
   it('reports a wait in the backend queue as acquireQueued, and its queue length', async () => {
     const { observer, events } = recorder();
-    // The embedded backend has no queue of its own: this one waits for the holder's release
-    // through the real backend's watch, enough for core to take its fair-queue path.
+    // The embedded backend has no queue of its own: this one, a driver over its own try-lock,
+    // is enough for core to take the path of a wait in the backend's queue.
     await open(observer, (real) => ({
-      kind: real.kind,
+      ...real,
       capabilities: { ...real.capabilities, fairQueue: true },
-      tryAcquire: real.tryAcquire.bind(real),
-      release: real.release.bind(real),
-      extend: real.extend.bind(real),
-      inspect: real.inspect.bind(real),
-      watch: real.watch.bind(real),
-      close: real.close.bind(real),
-      acquireQueued: (request) =>
-        new Promise<AcquireResult>((resolve, reject) => {
-          // It always waits (the test queues it behind a holder): core counts it from here.
-          request.onWaiting?.();
-          const unsubscribe = real.watch(request.name, (event) => {
-            if (event.type === 'acquired') return;
-            unsubscribe();
-            real.tryAcquire(request).then(resolve, reject);
-          });
-          request.signal.addEventListener('abort', () => {
-            unsubscribe();
-            resolve({ granted: false });
-          });
-        }),
+      queue: queueOver(real),
     }));
     const { held: first, waiting: second } = await heldAndWaiting('f');
     expect(service.waiters('f')).toBe(1);

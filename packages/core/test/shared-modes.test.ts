@@ -9,7 +9,7 @@ import {
   type LockService,
   type LostEvent,
 } from '../src/lock-service.js';
-import { failure, serviceScope, settle, settledFlag } from './service-scope.js';
+import { failure, queueOver, serviceScope, settle, settledFlag } from './service-scope.js';
 
 /** Whether `promise` has settled, after letting the service and the backend run. */
 async function settled(promise: Promise<unknown>): Promise<boolean> {
@@ -403,18 +403,11 @@ describe('shared modes through the lock service', () => {
 
   it('maps a conflict from the backend’s own queue to INVALID_PARAMS, and grants shared there', async () => {
     // The embedded backend behind a queue of its own (fairQueue): a wait asks it until granted,
-    // refused as asked (conflict), or aborted at its deadline.
+    // refused as asked (conflict), or aborted at its deadline, woken by its releases.
     service = await openService({}, (real) => ({
       ...real,
       capabilities: { ...real.capabilities, fairQueue: true },
-      async acquireQueued({ signal, ...request }) {
-        while (!signal.aborted) {
-          const result = await real.tryAcquire(request);
-          if (result.granted || result.conflict) return result;
-          await new Promise((resolve) => setTimeout(resolve, 5));
-        }
-        return { granted: false };
-      },
+      queue: queueOver(real),
     }));
     const w = await exclusive('q', 'w');
     const reader = shared('q', 'r', 4, { waitMs: 5_000 });

@@ -11,6 +11,7 @@ import { multiLockGroup } from './groups/multi-lock.js';
 import { releaseAndExtendGroup } from './groups/release-extend.js';
 import { sharedLoadGroup } from './groups/shared-load.js';
 import { sharedMultiLockGroup } from './groups/shared-multi-lock.js';
+import { sharedPrimitivesGroup } from './groups/shared-primitives.js';
 import { sharedQueueGroup } from './groups/shared-queue.js';
 import { sharedRulesGroup } from './groups/shared-rules.js';
 import { waitingGroup } from './groups/waiting.js';
@@ -20,7 +21,7 @@ import type { ConformanceTarget } from './target.js';
 export type { ConformanceContext } from './context.js';
 export { granted } from './grants.js';
 export { type HolderCheck, holderCheck } from './holder-check.js';
-export { expirySlack, failure, lockName, shortTtl } from './support.js';
+export { expirySlack, failure, lockName, shortTtl, waitThrough } from './support.js';
 export type {
   ClusterMember,
   ClusterTarget,
@@ -49,6 +50,7 @@ const groups: ReadonlyArray<(ctx: ConformanceContext) => void> = [
   fairQueueGroup,
   watchAndRevokeGroup,
   multiLockGroup,
+  sharedPrimitivesGroup,
   sharedRulesGroup,
   sharedQueueGroup,
   sharedLoadGroup,

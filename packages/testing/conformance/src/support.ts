@@ -1,4 +1,11 @@
-import { type BackendCapabilities, type DlmError, isDlmError } from '@dlm/core';
+import {
+  type BackendCapabilities,
+  createLockService,
+  type DlmError,
+  isDlmError,
+  type Lease,
+  type LockBackend,
+} from '@dlm/core';
 import type { ConformanceContext } from './context.js';
 
 /** What a test context offers to skip itself (vitest's `context.skip`). */
@@ -55,4 +62,21 @@ export function expirySlack(caps: BackendCapabilities): number {
  */
 export function withoutNotifications(ctx: ConformanceContext): boolean {
   return ctx.target.transport !== undefined && !ctx.target.transport.notifications;
+}
+
+/**
+ * A wait through a dlm server of its own over `backend`: core's one wait loop over the
+ * backend's queue driver (or this server's FIFO), long enough never to run out in a test. For a
+ * backend package's tests of its queue; a signal ends it with CANCELLED.
+ */
+export function waitThrough(
+  backend: LockBackend,
+  { signal, ...lock }: { name: string; owner: string; ttlMs?: number; signal?: AbortSignal },
+): Promise<Lease> {
+  return createLockService({ backend }).acquire({
+    ttlMs: 10_000,
+    ...lock,
+    waitMs: 60_000,
+    ...(signal ? { signal } : {}),
+  });
 }

@@ -1,8 +1,7 @@
-import type { AcquireResult, LockBackend } from '@dlm/core';
+import { createLeaseKey, type LockService } from '@dlm/core';
 import { describe, expect, it } from 'vitest';
 import type { ConformanceContext } from '../context.js';
-import { granted } from '../grants.js';
-import { lockName, type Skippable, withContext } from '../support.js';
+import { failure, lockName, type Skippable, withContext } from '../support.js';
 import { sleep, until } from '../wait.js';
 
 /**
@@ -25,14 +24,21 @@ export function fairQueueGroup(ctx: ConformanceContext): void {
       withContext(ctx, holderAgainThroughAnotherServer),
     );
     it(
-      'an aborted wait leaves the queue and answers granted: false with the remaining lease',
+      'an aborted wait (CANCELLED) and one at its deadline (LOCK_HELD with the lease left) leave the queue',
       withContext(ctx, abortedWaitLeavesTheQueue),
     );
   });
 }
 
-function queued(backend: LockBackend, name: string, owner: string, signal: AbortSignal) {
-  return backend.acquireQueued!({ name, owner, ttlMs: 5_000, signal });
+/** A wait through `service`, long enough never to run out in a test. */
+function queued(service: LockService, name: string, owner: string, signal?: AbortSignal) {
+  return service.acquire({
+    name,
+    owner,
+    ttlMs: 5_000,
+    waitMs: 30_000,
+    ...(signal ? { signal } : {}),
+  });
 }
 
 /** Until `count` waiters are in `name`'s queue (without a probe: a pause long enough for one). */
@@ -46,21 +52,20 @@ async function untilInQueue(ctx: ConformanceContext, name: string, count: number
 
 /** The queue holds nothing for `name` any more (checked where the target gives a probe). */
 async function expectQueueEmpty(ctx: ConformanceContext, name: string): Promise<void> {
-  if (ctx.target.fairQueue) expect(await ctx.target.fairQueue.entries(name)).toEqual([]);
+  if (ctx.target.fairQueue) {
+    // Leaving is the last thing a wait does, after its caller heard how it ended.
+    await until(async () => (await ctx.target.fairQueue!.entries(name)).length === 0, {
+      what: `${name}'s queue empty`,
+    });
+  }
 }
 
-/** This test's backend, when it has a fair queue (the test is skipped otherwise). */
-function fairQueueBackend(ctx: ConformanceContext, test: Skippable): LockBackend {
+/** Two dlm servers of one deployment over a backend with a fair queue (skipped otherwise). */
+async function twoServers(ctx: ConformanceContext, test: Skippable) {
   // Capability gate: the cross-server queue lives in the backend; without one, each server's
   // core queues its own waiters (covered by the waiting group on every backend).
-  if (!ctx.caps.fairQueue || !ctx.backend.acquireQueued)
-    test.skip('the backend has no fair queue (capabilities.fairQueue, acquireQueued)');
-  return ctx.backend;
-}
-
-/** Two backends on one store: two dlm servers of one deployment. */
-async function twoServers(ctx: ConformanceContext, test: Skippable) {
-  return [fairQueueBackend(ctx, test), await ctx.secondBackend()] as const;
+  if (!ctx.caps.fairQueue) test.skip('the backend has no fair queue (capabilities.fairQueue)');
+  return [ctx.service, await ctx.otherService()] as const;
 }
 
 async function arrivalOrderAcrossServices(ctx: ConformanceContext, test: Skippable): Promise<void> {
@@ -95,16 +100,15 @@ async function arrivalOrderAcrossServices(ctx: ConformanceContext, test: Skippab
 async function queueOrderAcrossServers(ctx: ConformanceContext, test: Skippable): Promise<void> {
   const [a, b] = await twoServers(ctx, test);
   const name = lockName('fq-order');
-  const holder = await granted(a, name, 'holder');
+  const holder = await a.acquire({ name, owner: 'holder', ttlMs: 30_000 });
   const order: string[] = [];
   const waits: Promise<void>[] = [];
   for (let i = 0; i < 4; i += 1) {
-    const backend = i % 2 ? b : a;
+    const service = i % 2 ? b : a;
     waits.push(
-      queued(backend, name, `w${i}`, new AbortController().signal).then(async (result) => {
-        if (!result.granted) throw new Error('expected a grant');
-        order.push(result.grant.owner);
-        await backend.release({ name, token: result.grant.token });
+      queued(service, name, `w${i}`).then(async (lease) => {
+        order.push(lease.owner);
+        await service.release({ name, token: lease.token });
       }),
     );
     await untilInQueue(ctx, name, i + 1);
@@ -121,28 +125,33 @@ async function holderAgainThroughAnotherServer(
 ): Promise<void> {
   const [a, b] = await twoServers(ctx, test);
   const name = lockName('fq-own-again');
-  const holder = await granted(a, name, 'holder');
-  const other = queued(a, name, 'other', new AbortController().signal);
+  const leaseKey = createLeaseKey();
+  const holder = await a.acquire({ name, owner: 'holder', ttlMs: 30_000, leaseKey });
+  const other = queued(a, name, 'other');
   await untilInQueue(ctx, name, 1);
   // As when a grant's reply was lost with its dlm server and the client re-sends the acquire
-  // (same owner) through another one.
-  const again = await queued(b, name, 'holder', new AbortController().signal);
-  expect(again.granted && again.grant.token).toBe(holder.token);
-  expect(await b.release({ name, token: holder.token })).toBe(true);
-  const next = await other;
-  expect(next.granted && next.grant.owner).toBe('other');
+  // (same owner and key) through another one.
+  const again = await b.acquire({ name, owner: 'holder', ttlMs: 5_000, waitMs: 30_000, leaseKey });
+  expect(again.token).toBe(holder.token);
+  await b.release({ name, token: holder.token, leaseKey });
+  expect((await other).owner).toBe('other');
 }
 
 async function abortedWaitLeavesTheQueue(ctx: ConformanceContext, test: Skippable): Promise<void> {
-  const backend = fairQueueBackend(ctx, test);
+  const [service] = await twoServers(ctx, test);
   const name = lockName('fq-abort');
-  await granted(backend, name, 'holder');
+  await service.acquire({ name, owner: 'holder', ttlMs: 30_000 });
   const controller = new AbortController();
-  const waiting = queued(backend, name, 'quitter', controller.signal);
+  const aborted = failure(queued(service, name, 'quitter', controller.signal));
   await untilInQueue(ctx, name, 1);
   controller.abort();
-  const result: AcquireResult = await waiting;
-  expect(result.granted).toBe(false);
-  if (!result.granted) expect(result.ttlRemainingMs).toBeGreaterThan(0);
+  expect((await aborted).code).toBe('CANCELLED');
+  await expectQueueEmpty(ctx, name);
+  // At its deadline a wait answers LOCK_HELD with the holder's lease left, and leaves too.
+  const timedOut = await failure(
+    service.acquire({ name, owner: 'late', ttlMs: 5_000, waitMs: 400 }),
+  );
+  expect(timedOut.code).toBe('LOCK_HELD');
+  expect(timedOut.details.ttlRemainingMs).toBeGreaterThan(0);
   await expectQueueEmpty(ctx, name);
 }

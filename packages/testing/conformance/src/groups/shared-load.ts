@@ -107,7 +107,7 @@ async function contend(
 function overGranting(backend: LockBackend): LockBackend {
   const doubled = <T extends AcquireRequest>(request: T): T =>
     request.mode === 'shared' ? { ...request, limit: (request.limit ?? 1) * 2 } : request;
-  const queued = backend.acquireQueued?.bind(backend);
+  const { queue } = backend;
   return {
     kind: backend.kind,
     capabilities: backend.capabilities,
@@ -116,7 +116,10 @@ function overGranting(backend: LockBackend): LockBackend {
     extend: (request) => backend.extend(request),
     inspect: (name) => backend.inspect(name),
     watch: (name, listener) => backend.watch(name, listener),
-    ...(queued ? { acquireQueued: (request) => queued(doubled(request)) } : {}),
+    // The queue's driver gets the doubled request too (the queue object is a plain one).
+    ...(queue
+      ? { queue: { ...queue, driver: (request, waiter) => queue.driver(doubled(request), waiter) } }
+      : {}),
     ...(backend.revoke ? { revoke: (name: string) => backend.revoke!(name) } : {}),
     close: async () => {},
   };

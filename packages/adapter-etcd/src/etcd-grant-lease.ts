@@ -1,0 +1,166 @@
+import { budget, DlmError, type QueueStep } from '@dlm/core';
+import type { Etcd3, IKeyValue, ITxnResponse } from 'etcd3';
+import type { Budget, RetryMode } from './etcd-calls.js';
+import type { LeasePool, LockLease, ReservedLease } from './etcd-leases.js';
+import { createdAt, type WaiterKeys } from './etcd-queue-txn.js';
+
+/**
+ * The fast path of a grant in etcd's queue: the lease its key goes on. A pooled lease is not
+ * renewed before the transaction (this is the handoff path): when the lock was seen free (the
+ * waiter slept on the holder), the renewal goes out with the transaction, one round trip fewer
+ * between a release and the next grant; otherwise (it most likely finds the lock held) only once
+ * the transaction took the lock. A grant is reported only once etcd confirmed the renewal,
+ * counted from when it was sent; a transaction refused because the lease is gone is tried again
+ * on a confirmed lease, and a key put on a lease whose renewal was not confirmed moves to
+ * another lease first.
+ */
+
+export interface GrantLeaseContext {
+  leases: LeasePool;
+  commandTimeoutMs: number;
+  txn(
+    limit: Budget,
+    mode: RetryMode,
+    request: Parameters<Etcd3['kv']['txn']>[0],
+  ): Promise<ITxnResponse>;
+}
+
+/** The lease a grant would use, and how to give it back when the grant did not happen. */
+export interface GrantLease {
+  lease: LockLease | ReservedLease;
+  /** A pooled lease whose renewal is not confirmed yet. */
+  early: ReservedLease | undefined;
+  /** Gives the lease back for reuse (once a renewal sent has settled). */
+  giveBack(): void;
+}
+
+export async function leaseForGrant(
+  context: GrantLeaseContext,
+  limit: Budget,
+  ttlMs: number,
+  { confirmedOnly, renewNow }: { confirmedOnly: boolean; renewNow: boolean },
+): Promise<GrantLease> {
+  const { leases } = context;
+  const early = confirmedOnly ? undefined : leases.reserve(ttlMs);
+  const renewing = early && renewNow ? early.renew(limit) : undefined;
+  const lease = early ?? (await leases.take(limit, ttlMs));
+  return {
+    lease,
+    early,
+    giveBack() {
+      if (renewing) void renewing.then(() => leases.detached(lease.id));
+      else leases.detached(lease.id);
+    },
+  };
+}
+
+/** The grant of `w`'s request at `token` on `lease`: its lease counts from when it was sent. */
+function granted(w: WaiterKeys, token: string, lease: LockLease): QueueStep {
+  const { name, owner } = w.request;
+  const grant = { name, owner, token: BigInt(token), ttlMs: lease.ttlMs };
+  return { kind: 'granted', grant, sentAt: lease.sentAt };
+}
+
+/**
+ * We took the lock (`token`) on `lease`: report it once the lease is known to run its TTL from
+ * a known moment. A pooled lease sent before its renewal was confirmed is renewed now if that was
+ * not sent yet, and the grant counts from when it was sent.
+ */
+export async function reportGrant(
+  context: GrantLeaseContext,
+  limit: Budget,
+  w: WaiterKeys,
+  token: string,
+  { lease, early }: Pick<GrantLease, 'lease' | 'early'>,
+): Promise<QueueStep> {
+  if (!early) return granted(w, token, lease as LockLease);
+  const renewed = await early.renew(limit);
+  return renewed ? granted(w, token, renewed) : moved(context, w, token, early.id);
+}
+
+/**
+ * We took the lock on a pooled lease whose renewal etcd did not confirm: move the key to a
+ * confirmed lease before reporting the grant. If the key is gone, it went with its lease and
+ * the lock was never reported: look again.
+ */
+async function moved(
+  context: GrantLeaseContext,
+  w: WaiterKeys,
+  token: string,
+  unconfirmed: string,
+): Promise<QueueStep> {
+  const limit = budget('acquire', context.commandTimeoutMs);
+  const ours = createdAt(w.grantKey, token);
+  let lease: LockLease | undefined;
+  let response: ITxnResponse;
+  try {
+    lease = await context.leases.take(limit, w.leaseTtlMs);
+    const id = lease.id;
+    response = await context.txn(limit, 'idempotent', {
+      compare: [ours],
+      success: [{ request_put: { key: w.grantKey, value: w.grantValue, lease: id } }],
+      failure: [],
+    });
+  } catch (error) {
+    if (lease && !(error instanceof DlmError && error.details.indeterminate)) {
+      context.leases.detached(lease.id);
+    }
+    // Not reported, so nobody will release it: give it back if etcd answers.
+    void context
+      .txn(budget('release', context.commandTimeoutMs), 'once', {
+        compare: [ours],
+        success: [{ request_delete_range: { key: w.grantKey } }],
+        failure: [],
+      })
+      .catch(() => undefined);
+    throw error;
+  }
+  if (!response.succeeded) {
+    context.leases.detached(lease.id);
+    return { kind: 'again' };
+  }
+  // Nothing of ours is left on the unconfirmed lease (not known any more: revoked).
+  context.leases.detached(unconfirmed);
+  return granted(w, token, lease);
+}
+
+/**
+ * The requester holds it in this mode and limit (`kv`, read at one revision): its holder key
+ * moves to a new lease (same key, so the same token) and, when queued, its queue key goes, in
+ * one transaction. Undefined when the holder changed since the read.
+ */
+export async function refreshHolder(
+  context: GrantLeaseContext,
+  limit: Budget,
+  ttlMs: number,
+  kv: IKeyValue,
+  myKey: Buffer | undefined,
+): Promise<{ response: ITxnResponse; lease: GrantLease } | undefined> {
+  const { leases } = context;
+  const taken = await leases.take(limit, ttlMs);
+  const lease: GrantLease = {
+    lease: taken,
+    early: undefined,
+    giveBack: () => leases.detached(taken.id),
+  };
+  let response: ITxnResponse;
+  try {
+    response = await context.txn(limit, 'idempotent', {
+      compare: [
+        createdAt(kv.key, kv.create_revision),
+        { key: kv.key, target: 'Value', result: 'Equal', value: kv.value },
+      ],
+      success: [
+        { request_put: { key: kv.key, value: kv.value, lease: taken.id, prev_kv: true } },
+        ...(myKey ? [{ request_delete_range: { key: myKey } }] : []),
+      ],
+      failure: [],
+    });
+  } catch (error) {
+    if (!(error instanceof DlmError && error.details.indeterminate)) lease.giveBack();
+    throw error;
+  }
+  if (response.succeeded) return { response, lease };
+  lease.giveBack();
+  return undefined;
+}

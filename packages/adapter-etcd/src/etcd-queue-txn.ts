@@ -1,0 +1,289 @@
+import {
+  type AcquireRequest,
+  aheadOf,
+  type GrantDecision,
+  type RuleHolders,
+  type RuleRequest,
+} from '@dlm/core';
+import type {
+  ICompare,
+  IKeyValue,
+  IRequestOp,
+  IResponseOp,
+  ITxnRequest,
+  ITxnResponse,
+} from 'etcd3';
+import { type EtcdKeys, prefixEnd } from './etcd-keys.js';
+import { oldestSharedHolder } from './etcd-shared.js';
+import { holderValue, limitOfValue, ownerOfValue, sharedValue } from './etcd-value.js';
+
+/**
+ * The one transaction of a join or a look in etcd's queue, for either mode (the mode is a
+ * parameter of its comparisons, its keys and its reads): when its comparisons hold, it grants
+ * (and leaves the queue); else it reads the view the grant rule decides on (core's
+ * `decideGrant`), all at one revision:
+ *
+ * - join: granted when nobody holds the name and nobody queues for it; else the requester's own
+ *   holder refreshed (the same owner and key in that mode); else its queue key put, with the view.
+ * - look, exclusive: granted when its queue key is still there at its revision (its wait's lease
+ *   did not end while it slept: the check etcd's lock service lacked, etcd-io/etcd#11456),
+ *   nobody older queues, and nobody holds the name.
+ * - look, shared: etcd's comparisons cannot count holders, so the rule decides on a read first;
+ *   once it said "grant", the next look's transaction needs only the lock key free and its queue
+ *   key still there (no comparison on the holders, so that shared waiters woken together are
+ *   granted together instead of failing each other's). Why the limit still holds: take the
+ *   holder whose place is latest (its entry's create revision). Every other holder was ahead of
+ *   it, so when it read, each was already a holder or an entry ahead of it with its limit (an
+ *   entry with another limit ahead makes it wait; a grant turns an entry into a holder in one
+ *   transaction), and it counted them all and found fewer than the limit.
+ */
+
+/** One waiter's keys and request, as its transactions need them. */
+export interface WaiterKeys {
+  readonly request: AcquireRequest;
+  readonly rule: RuleRequest;
+  /** The key a grant puts (the lock key, or the shared holder key) and its value. */
+  readonly grantKey: Buffer;
+  readonly grantValue: Buffer;
+  readonly lockKey: Buffer;
+  /** The requester's shared holder key (same owner and key hash). */
+  readonly holderKey: Buffer;
+  readonly queueStart: Buffer;
+  readonly queueEnd: Buffer;
+  /** The lease a grant asks for: the request's, raised to etcd's shortest. */
+  readonly leaseTtlMs: number;
+}
+
+export function waiterKeys(keys: EtcdKeys, request: AcquireRequest, minTtlMs: number): WaiterKeys {
+  const { name, owner, keyHash } = request;
+  const shared = request.mode === 'shared';
+  const limit = shared ? (request.limit ?? 1) : 1;
+  const lockKey = keys.lock(name);
+  const holderKey = keys.sharedHolder(name, owner, keyHash);
+  const queueStart = keys.queue(name);
+  return {
+    request,
+    rule: { mode: shared ? 'shared' : 'exclusive', limit },
+    grantKey: shared ? holderKey : lockKey,
+    grantValue: shared ? sharedValue(limit, owner) : holderValue(owner, keyHash),
+    lockKey,
+    holderKey,
+    queueStart,
+    queueEnd: prefixEnd(queueStart),
+    leaseTtlMs: Math.max(request.ttlMs, minTtlMs),
+  };
+}
+
+/** A queue entry's id: `s<limit>.<random>` for a shared request, `<random>` for an exclusive one. */
+export function entryId(rule: RuleRequest, random: string): string {
+  return rule.mode === 'shared' ? `s${rule.limit}.${random}` : random;
+}
+
+/** A queue key's mode and limit, from its id (see `entryId`). */
+export function specOfEntry(key: string): RuleRequest {
+  const start = key.lastIndexOf('\0') + 1;
+  if (key[start] !== 's') return { mode: 'exclusive', limit: 1 };
+  return { mode: 'shared', limit: Number(key.slice(start + 1, key.indexOf('.', start))) };
+}
+
+const free = (key: Buffer): ICompare => ({
+  key,
+  target: 'Create',
+  result: 'Equal',
+  create_revision: 0,
+});
+
+export const createdAt = (key: Buffer, revision: string): ICompare => ({
+  key,
+  target: 'Create',
+  result: 'Equal',
+  create_revision: revision,
+});
+
+/** Nothing has a negative create revision: a transaction that only reads. */
+const NEVER = (key: Buffer): ICompare => ({
+  key,
+  target: 'Create',
+  result: 'Less',
+  create_revision: 0,
+});
+
+/** Where a waiter is: not queued yet (join), or queued at `revision` (`decided`: shared may take). */
+export type Place =
+  | { queued: false; myKey: Buffer }
+  | { queued: true; myKey: Buffer; revision: bigint; decided: boolean };
+
+/** The comparisons under which granting now is right (see the top of this file). */
+function grantCompares(keys: EtcdKeys, w: WaiterKeys, place: Place): ICompare[] {
+  const { lockKey, queueStart, queueEnd, request } = w;
+  const noShared = {
+    ...free(keys.shared(request.name)),
+    range_end: prefixEnd(keys.shared(request.name)),
+  };
+  if (!place.queued) return [free(lockKey), noShared, { ...free(queueStart), range_end: queueEnd }];
+  const mine = createdAt(place.myKey, place.revision.toString());
+  // Shared: our holder key is free too (another owner with our key hash holds it otherwise).
+  if (w.rule.mode === 'shared')
+    return place.decided ? [free(lockKey), mine, free(w.holderKey)] : [NEVER(lockKey)];
+  const nobodyOlder: ICompare = {
+    key: queueStart,
+    range_end: queueEnd,
+    target: 'Create',
+    result: 'Greater',
+    create_revision: (place.revision - 1n).toString(),
+  };
+  return [mine, nobodyOlder, free(lockKey), noShared];
+}
+
+/** The reads of the view, after what the failure branch writes (a join's own queue key). */
+function viewReads(keys: EtcdKeys, w: WaiterKeys, place: Place): IRequestOp[] {
+  const shared = w.rule.mode === 'shared';
+  const ahead: IRequestOp = {
+    request_range: {
+      key: w.queueStart,
+      range_end: w.queueEnd,
+      // Queued: only the entries before ours; an exclusive request needs only the nearest.
+      ...(place.queued ? { max_create_revision: (place.revision - 1n).toString() } : {}),
+      sort_order: shared ? 'Ascend' : 'Descend',
+      sort_target: 'Create',
+      ...(shared ? {} : { limit: place.queued ? 1 : 2 }),
+      keys_only: true,
+    },
+  };
+  return [
+    { request_range: { key: w.lockKey } },
+    { request_range: { key: w.holderKey } },
+    oldestSharedHolder(keys, w.request.name),
+    ahead,
+    { request_range: { key: place.myKey, keys_only: true } },
+  ];
+}
+
+/** The one transaction (see the top of this file); `lease`: the lease a grant puts its key on. */
+export function lookTxn(
+  keys: EtcdKeys,
+  w: WaiterKeys,
+  place: Place,
+  lease: string | undefined,
+  sessionLease: string | undefined,
+): ITxnRequest {
+  const compare = grantCompares(keys, w, place);
+  const joining: IRequestOp[] =
+    place.queued || sessionLease === undefined
+      ? []
+      : [{ request_put: { key: place.myKey, value: w.grantValue, lease: sessionLease } }];
+  const reads = [...joining, ...viewReads(keys, w, place)];
+  if (lease === undefined) return { compare, success: [], failure: reads };
+  const put: IRequestOp = {
+    request_put: { key: w.grantKey, value: w.grantValue, lease, prev_kv: true },
+  };
+  if (place.queued) {
+    return {
+      compare,
+      success: [put, { request_delete_range: { key: place.myKey } }],
+      failure: reads,
+    };
+  }
+  // The requester's own holder: refreshed on the new lease (same key, so the same token).
+  const own: ICompare = { key: w.grantKey, target: 'Value', result: 'Equal', value: w.grantValue };
+  return {
+    compare,
+    success: [put],
+    failure: [{ request_txn: { compare: [own], success: [put], failure: reads } }],
+  };
+}
+
+/** What a failed transaction read, at one revision. */
+export interface View {
+  revision: string;
+  /** Our queue key is gone (its lease ended): we are no longer queued. */
+  gone: boolean;
+  /** When joining: our queue key's create revision. */
+  myRevision: bigint | undefined;
+  lock: IKeyValue | undefined;
+  mine: IKeyValue | undefined;
+  oldest: IKeyValue | undefined;
+  sharedCount: number;
+  /** Queue keys ahead of ours, oldest first (an exclusive request reads the nearest only). */
+  ahead: string[];
+  /** A join's retried put: others joined in between, so the view does not show our neighbour. */
+  unplaced: boolean;
+}
+
+/** The view from a failed `lookTxn` (its failure branch, nested when joining). */
+export function viewOf(w: WaiterKeys, place: Place, response: ITxnResponse): View {
+  const nested = response.responses[0]?.response_txn;
+  let ops: IResponseOp[] = nested ? nested.responses : response.responses;
+  if (!place.queued) ops = ops.slice(1);
+  const range = (i: number) => ops[i]?.response_range;
+  const queue = (range(3)?.kvs ?? []).map((kv) => kv.key.toString());
+  const myKey = place.myKey.toString();
+  const mineInQueue = range(4)?.kvs[0];
+  let ahead = queue;
+  let unplaced = false;
+  if (!place.queued && w.rule.mode === 'shared')
+    ahead = queue.slice(0, Math.max(0, queue.indexOf(myKey)));
+  else if (!place.queued) {
+    // Joining, exclusive: the newest two keys, ours first unless a retried put came late.
+    unplaced = queue[0] !== myKey;
+    ahead = queue.slice(1, 2);
+  }
+  return {
+    revision: response.header.revision,
+    gone: !mineInQueue,
+    myRevision: mineInQueue ? BigInt(mineInQueue.create_revision) : undefined,
+    lock: range(0)?.kvs[0],
+    mine: range(1)?.kvs[0],
+    oldest: range(2)?.kvs[0],
+    sharedCount: Number(range(2)?.count ?? 0),
+    ahead,
+    unplaced,
+  };
+}
+
+/**
+ * A shared holder key of our key hash held by another owner (a copied owner label): another
+ * requester, whose key this one cannot take. It is waited for like a holder.
+ */
+export function takenByAnother(view: Pick<View, 'mine'>, request: AcquireRequest): boolean {
+  return (
+    request.mode === 'shared' &&
+    view.mine !== undefined &&
+    ownerOfValue(view.mine.value) !== request.owner
+  );
+}
+
+/** The holders as core's grant rule reads them, from a view (shared or exclusive). */
+export function ruleHoldersOf(
+  view: Pick<View, 'lock' | 'mine' | 'oldest' | 'sharedCount'>,
+  request: AcquireRequest,
+): RuleHolders {
+  const { lock, mine, oldest } = view;
+  if (lock) {
+    const own = lock.value.equals(holderValue(request.owner, request.keyHash));
+    return { count: 1, mode: 'exclusive', own: own ? { mode: 'exclusive', limit: 1 } : undefined };
+  }
+  if (view.sharedCount === 0) return { count: 0 };
+  // Another owner with our key hash is another requester, whose key this one cannot use.
+  const own = mine && ownerOfValue(mine.value) === request.owner ? mine : undefined;
+  return {
+    count: view.sharedCount,
+    mode: 'shared',
+    limit: oldest ? limitOfValue(oldest.value) : undefined,
+    own: own && { mode: 'shared', limit: limitOfValue(own.value) },
+  };
+}
+
+/** The rule's `ahead`, and the keys of the entries it may wait for. */
+export function aheadOfView(rule: RuleRequest, ahead: readonly string[]) {
+  return aheadOf(rule, ahead.map(specOfEntry));
+}
+
+/** The queue key a `wait` on an entry sleeps on. */
+export function entryWaitedOn(
+  decision: Extract<GrantDecision, { kind: 'wait'; on: 'entry' }>,
+  ahead: readonly string[],
+  lastBlocking: number | undefined,
+): string {
+  return decision.entry === 'nearest' ? ahead.at(-1)! : ahead[lastBlocking!]!;
+}

@@ -1,4 +1,5 @@
 import type { FloorBackend, FloorFigures } from './floors.js';
+import { sharedClientChecks } from './issue-21.js';
 import {
   checker,
   type Format,
@@ -17,27 +18,6 @@ import {
 type Add = ReturnType<typeof checker>;
 
 const microseconds: Format = (value) => `${Math.round(value)} µs`;
-
-function sharedClientChecks(add: Add): void {
-  const what =
-    '1 one client, 32 callers (workload 5), embedded (memory) vs raw ioredis on one connection';
-  add.compare(
-    `${what}: pairs/s ≥ 1.0×`,
-    'dlm-embedded-memory',
-    'peer-raw-redis',
-    'sharedPairsPerSecond',
-    (d, p) => d >= p,
-    perSecond,
-  );
-  add.compare(
-    `${what}: acquire p50 ≤ 1.5×`,
-    'dlm-embedded-memory',
-    'peer-raw-redis',
-    'sharedAcquireP50',
-    (d, p) => d <= 1.5 * p,
-    ms,
-  );
-}
 
 function cpuChecks(add: Add): void {
   add.compare(
@@ -184,7 +164,9 @@ export function checkIssue29(
 ): TargetCheck[] {
   const checks: TargetCheck[] = [];
   const add = checker(figures, checks);
-  sharedClientChecks(add);
+  const what =
+    '1 one client, 32 callers (workload 5), embedded (memory) vs raw ioredis on one connection';
+  sharedClientChecks(add, what, 1, 1.5);
   cpuChecks(add);
   const onFloors = latencyChecks(add, floors);
   checks.push(...onFloors);

@@ -237,7 +237,9 @@ export function triesSettings(
  * this caller never sees. Which of those to give back is known only once the call succeeded or
  * failed. `grantsOf` lists the leases in one of the method's results.
  */
-export abstract class GrantTries<M extends GrantMethod> implements GrantRequest {
+export abstract class GrantTries<M extends GrantMethod>
+  implements GrantRequest, CallOptions<ResultOf<M>>
+{
   readonly key: string;
   readonly ttlMs: number;
   readonly waitMs: number;
@@ -247,6 +249,12 @@ export abstract class GrantTries<M extends GrantMethod> implements GrantRequest 
   readonly traceparent: string | undefined;
   /** When the try that counts was sent, on the clock (the lease's deadline counts from it). */
   sentAt = Number.NaN;
+  /**
+   * The tries are their own call options (a write; the current try's timeout), so that a try
+   * without a signal to pass allocates no options object and no callbacks.
+   */
+  readonly write = true;
+  timeoutMs = 0;
   /** What is left of `waitMs` across the tries (none for a try-lock: it never waits). */
   private readonly waitBudget: Budget | undefined;
   private outcome: 'pending' | 'granted' | 'failed' = 'pending';
@@ -290,9 +298,9 @@ export abstract class GrantTries<M extends GrantMethod> implements GrantRequest 
     );
   };
 
-  readonly onSent = (at: number): void => {
+  onSent(at: number): void {
     this.sentAt = at;
-  };
+  }
 
   /** Every try, under the call's policy; what they left behind is settled either way. */
   run(): Promise<ResultOf<M>> {
@@ -318,29 +326,38 @@ export abstract class GrantTries<M extends GrantMethod> implements GrantRequest 
 
   /** How one try is sent: a write, timed out after its wait and its reply, told of drops. */
   private callOptions(attempt: RetryAttempt, wait: number): CallOptions<ResultOf<M>> {
-    const callOptions: CallOptions<ResultOf<M>> = {
+    const timeoutMs = Math.max(
+      1,
+      Math.min(this.context.requestTimeoutMs + wait, attempt.remainingMs),
+    );
+    // Without a signal in the policy nothing can abort the attempt's: the tries themselves.
+    if (!this.policy.signals.length) {
+      this.timeoutMs = timeoutMs;
+      return this;
+    }
+    return {
       write: true,
-      timeoutMs: Math.max(1, Math.min(this.context.requestTimeoutMs + wait, attempt.remainingMs)),
-      onSent: this.onSent,
-      onLateResult: this.onLateResult,
-      onDropped: this.onDropped,
+      timeoutMs,
+      signal: attempt.signal,
+      onSent: (at) => this.onSent(at),
+      onLateResult: (late) => this.onLateResult(late),
+      onDropped: () => this.onDropped(),
     };
-    // Without a signal in the policy nothing can abort the attempt's: skip it.
-    if (this.policy.signals.length) callOptions.signal = attempt.signal;
-    return callOptions;
   }
 
-  private readonly onLateResult = (late: ResultOf<M>): void => {
+  /** A success reply that came after its try gave up. */
+  onLateResult(late: ResultOf<M>): void {
     if (this.outcome === 'pending') {
       this.lateResults ??= [];
       this.lateResults.push(late);
     } else this.discard(late, this.outcome === 'granted' ? this.kept : undefined);
-  };
+  }
 
-  private readonly onDropped = (): void => {
+  /** A try was sent and its connection went down before any reply. */
+  onDropped(): void {
     if (this.outcome === 'pending') this.maybeGranted = true;
     else if (this.outcome === 'failed') this.orphaned();
-  };
+  }
 
   private readonly granted = (result: ResultOf<M>): ResultOf<M> => {
     this.outcome = 'granted';

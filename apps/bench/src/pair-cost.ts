@@ -31,6 +31,8 @@ interface Settings {
   top: number;
   clientModule: string | undefined;
   serverMain: string | undefined;
+  /** Run the server under `node --cpu-prof`, its profile written here. */
+  profileDir: string | undefined;
 }
 
 function settingsOf(argv: string[]): Settings {
@@ -43,6 +45,7 @@ function settingsOf(argv: string[]): Settings {
     top: { type: 'string' },
     'client-module': { type: 'string' },
     'server-main': { type: 'string' },
+    'profile-dir': { type: 'string' },
   });
   const shape = values.shape ?? 'clients';
   if (shape !== 'clients' && shape !== 'shared') {
@@ -59,6 +62,7 @@ function settingsOf(argv: string[]): Settings {
     top: integer(values.top, 0, '--top'),
     clientModule: values['client-module'],
     serverMain: values['server-main'],
+    profileDir: values['profile-dir'],
   };
 }
 
@@ -95,6 +99,8 @@ async function run(settings: Settings): Promise<Record<string, unknown>> {
   const server = await startServerProcess({
     backendArgs: ['--backend', 'embedded', '--memory'],
     serverMain: settings.serverMain && resolve(settings.serverMain),
+    profileDir: settings.profileDir,
+    profileName: `pair-cost-server-${process.pid}`,
     ...(settings.heap
       ? {
           nodeArgs: ['--import', new URL('./heap-sampler.js', import.meta.url).href],

@@ -162,6 +162,15 @@ export function driftMarginMs(ttlMs: number): number {
   return Math.max(10, Math.ceil(ttlMs * 0.01));
 }
 
+/**
+ * The deadline queue a lease of `ttlMs` joins: one per power of two of the TTL (negative, apart
+ * from the requests' queues), so that leases of one TTL share a timer and its queue mostly
+ * appends, while a process using many TTLs makes at most a few dozen queues.
+ */
+function deadlineBucket(ttlMs: number): number {
+  return -(2 ** Math.ceil(Math.log2(Math.max(1, ttlMs))));
+}
+
 export function leaseKey(name: string, token: bigint): string {
   return `${token}\u0000${name}`;
 }
@@ -239,7 +248,7 @@ class LeaseState implements LeaseHandle {
     this.ttlMs = grantedTtlMs;
     this.deadline = sentAt + grantedTtlMs - driftMarginMs(grantedTtlMs);
     this.cancelDeadline?.();
-    const queue = deadlineQueue(clock, grantedTtlMs);
+    const queue = deadlineQueue(clock, deadlineBucket(grantedTtlMs));
     this.cancelDeadline = queue.add(this.onDeadline, this.deadline - clock.now());
     if (this.grant.autoExtend) this.scheduleAutoExtend(sentAt + grantedTtlMs / 3 - clock.now());
   }

@@ -15,6 +15,7 @@ export { httpMethods, isHttpMethod } from './http.js';
 export { protocolJsonSchema } from './json-schema.js';
 export { protocolOpenApi } from './openapi.js';
 export {
+  FRAMES_MULTI,
   type MethodName,
   Methods,
   type NotificationName,

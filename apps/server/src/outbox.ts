@@ -1,3 +1,5 @@
+import { packFrames } from '@dlm/protocol';
+
 /**
  * A session's way out once it agreed on multi-message frames (`frames: "multi"` in
  * `session.hello`): the messages it sends in one turn of the event loop (replies and
@@ -33,26 +35,6 @@ export class Outbox {
     const messages = this.pending;
     if (messages.length === 0) return;
     this.pending = [];
-    if (messages.length === 1) {
-      this.write(messages[0]!);
-      return;
-    }
-    let frame: string[] = [];
-    let bytes = 1;
-    for (const message of messages) {
-      const size = Buffer.byteLength(message) + 1;
-      if (frame.length > 0 && bytes + size > this.maxFrameBytes) {
-        this.writeFrame(frame);
-        frame = [];
-        bytes = 1;
-      }
-      frame.push(message);
-      bytes += size;
-    }
-    this.writeFrame(frame);
+    for (const frame of packFrames(messages, this.maxFrameBytes)) this.write(frame);
   };
-
-  private writeFrame(messages: string[]): void {
-    this.write(messages.length === 1 ? messages[0]! : `[${messages.join(',')}]`);
-  }
 }

@@ -104,7 +104,7 @@ describe('multi-message frames', () => {
     const replies = await Promise.all([1, 2, 3, 4, 'five'].map((id) => p.reply(id)));
     expect(replies.map((r) => r.id)).toEqual([1, 2, 3, 4, 'five']);
     expect(replies[1]!.result).toMatchObject({ name, owner: 'o', mode: 'exclusive' });
-    // Served in array order: the get after the acquire sees it held.
+    // Started in array order; on the embedded backend the get after the acquire sees it held.
     expect(replies[2]!.result).toMatchObject({ name, held: true, owner: 'o' });
     // The embedded backend answers all five in the turn they arrived: one frame, each reply in
     // the order it was ready (pings first: they have fewer steps).

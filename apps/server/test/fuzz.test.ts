@@ -12,8 +12,8 @@ import { hostileValue, truncatedJson } from './fuzz-values.js';
 // small TTL and wait bounds (so that whatever the fuzzer acquires expires within the run).
 //
 // Cases (one frame or one operation each) in CI: about 3,000 random frames, 3,000 random JSON
-// values, 1,000 multi-message frames of 0-8 random JSON values, about 3,000 random requests and 2,700 interleaved operations: over 10,000 in all (the last
-// test asserts the count). `DLM_FUZZ_RUNS=N` runs every property N times as many runs as that
+// values, 1,000 multi-message frames of 0-8 random JSON values, about 3,000 random requests and
+// 2,700 interleaved operations: over 10,000 in all (the last test asserts the count). `DLM_FUZZ_RUNS=N` runs every property N times as many runs as that
 // (`DLM_FUZZ_RUNS=20 pnpm vitest run --project server test/fuzz.test.ts` is a long run).
 const SCALE = Math.max(1, Number(process.env.DLM_FUZZ_RUNS) || 1);
 const FRAME_RUNS = 3_000 * SCALE;

@@ -75,20 +75,25 @@ export function protocolAsyncApi(): Record<string, unknown> {
     operations[method] = operation('send', method, method);
   }
   // Extension: multi-message frames, once session.hello agreed on them.
-  operations['multi.receive'] = {
-    action: 'receive',
+  const multi = (action: 'receive' | 'send', title: string, about: string, message: string) => ({
+    action,
     channel: channelRef,
-    title: 'multi-message request frame',
-    summary: 'Several independent requests in one frame (after hello agreed on frames "multi").',
-    messages: [messageRef('multi.request')],
-  };
-  operations['multi.send'] = {
-    action: 'send',
-    channel: channelRef,
-    title: 'multi-message reply frame',
-    summary: 'Replies and notifications ready together, in one frame (frames "multi").',
-    messages: [messageRef('multi.reply')],
-  };
+    title,
+    summary: about,
+    messages: [messageRef(message)],
+  });
+  operations['multi.receive'] = multi(
+    'receive',
+    'multi-message request frame',
+    'Several independent requests in one frame (after hello agreed on frames "multi").',
+    'multi.request',
+  );
+  operations['multi.send'] = multi(
+    'send',
+    'multi-message reply frame',
+    'Replies and notifications ready together, in one frame (frames "multi").',
+    'multi.reply',
+  );
 
   return {
     asyncapi: '3.0.0',

@@ -71,7 +71,7 @@ export function parseMessage(message: unknown, inArray = false): RpcRequest | Rp
         'INVALID_REQUEST',
         inArray
           ? 'a message of a multi-message frame must be a JSON object, not an array'
-          : 'batches are not supported: send one request per frame, or agree on frames "multi" in session.hello and send an array of independent requests',
+          : 'batches are not supported: send one request at a time (a WebSocket session may agree on multi-message frames in session.hello)',
       ),
     };
   }

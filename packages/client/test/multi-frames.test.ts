@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { createClient, type DlmClient } from '../src/index.js';
-import { lockName, useServer } from './support.js';
+import { eventually, lockName, useServer } from './support.js';
 
 // Multi-message frames (protocol extension): the client asks in session.hello; where the server
 // agrees, the requests issued in one turn go out in one frame and replies come back grouped.
@@ -88,6 +88,28 @@ describe('multi-message frames', () => {
     expect(Array.isArray(first) ? first.length : 0).toBe(2);
     await held.release();
     expect((await waiting).name).toBe(busy);
+  });
+
+  it('a notification inside an array frame reaches its watch', async () => {
+    const traffic: Traffic = { sent: [], received: [] };
+    const c = client(traffic);
+    const name = lockName('watched');
+    const changes: Array<{ held: boolean }> = [];
+    const watch = await c.watch(name, (change) => changes.push(change));
+    const lease = await c.acquire(name, { ttlMs: 5_000 });
+    await lease.release();
+    await eventually(() => changes.length >= 3);
+    // The current state first, then the grant and the release.
+    expect(changes.map((change) => change.held)).toEqual([false, true, false]);
+    // The grant's lock.changed was ready with the acquire's reply: they came in one frame.
+    const grouped = traffic.received.filter(
+      (frame) =>
+        Array.isArray(frame) &&
+        frame.some((m: { method?: string }) => m.method === 'lock.changed') &&
+        frame.some((m: { id?: unknown }) => m.id !== undefined),
+    );
+    expect(grouped.length).toBeGreaterThan(0);
+    await watch.stop();
   });
 
   it('frames "single": one message per frame, both ways, as a v1 client', async () => {

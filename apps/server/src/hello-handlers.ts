@@ -1,5 +1,5 @@
 import { DlmError } from '@dlm/core';
-import { PROTOCOL } from '@dlm/protocol';
+import { FRAMES_MULTI, PROTOCOL } from '@dlm/protocol';
 import { ANONYMOUS, type Principal } from './permissions.js';
 import type { Handlers, SessionScope } from './session-scope.js';
 
@@ -38,6 +38,9 @@ export function helloHandlers(scope: SessionScope): Handlers<'session.hello' | '
       scope.principal = helloPrincipal(scope, params.auth);
       scope.helloDone = true;
       context.onHello?.(scope.principal);
+      // Multi-message frames when asked for; another value (a later framing) is not spoken here.
+      const multi = params.frames === FRAMES_MULTI;
+      if (multi) scope.startMultiFrames();
       const { service, limits } = context;
       const bounds = service.limits;
       return {
@@ -55,6 +58,7 @@ export function helloHandlers(scope: SessionScope): Handlers<'session.hello' | '
           maxLocksPerRequest: bounds.maxLocksPerRequest,
           maxHolders: bounds.maxHolders,
         },
+        ...(multi ? { frames: FRAMES_MULTI } : {}),
       };
     },
 

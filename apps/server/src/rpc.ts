@@ -22,18 +22,56 @@ function isRequestId(value: unknown): value is RpcRequestId {
  * fields are ignored, as the protocol promises.
  */
 export function parseRequest(text: string): RpcRequest | RpcRejection {
-  let message: unknown;
-  try {
-    message = JSON.parse(text);
-  } catch {
-    return { id: null, error: new DlmError('PARSE_ERROR', 'the frame is not valid JSON') };
+  const frame = parseJson(text);
+  return isRejection(frame) ? frame : parseMessage(frame);
+}
+
+/**
+ * The messages of one text frame on a connection that agreed on multi-message frames: a JSON
+ * array of 1 or more messages, or one message (an object, or anything else, which
+ * {@link parseMessage} refuses). Each is then served on its own.
+ */
+export function parseMessages(text: string): unknown[] | RpcRejection {
+  const frame = parseJson(text);
+  if (isRejection(frame)) return frame;
+  if (!Array.isArray(frame)) return [frame];
+  if (frame.length === 0) {
+    return {
+      id: null,
+      error: new DlmError('INVALID_REQUEST', 'an empty array frame holds no message'),
+    };
   }
+  return frame;
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return {
+      [REJECTED]: true,
+      id: null,
+      error: new DlmError('PARSE_ERROR', 'the frame is not valid JSON'),
+    };
+  }
+}
+
+const REJECTED = Symbol('rejected');
+
+function isRejection(value: unknown): value is RpcRejection {
+  return typeof value === 'object' && value !== null && REJECTED in value;
+}
+
+/** One message (a frame's, or a member of a multi-message frame) as a request, or why not. */
+export function parseMessage(message: unknown, inArray = false): RpcRequest | RpcRejection {
   if (Array.isArray(message)) {
     return {
       id: null,
       error: new DlmError(
         'INVALID_REQUEST',
-        'batches are not supported: send one request per frame',
+        inArray
+          ? 'a message of a multi-message frame must be a JSON object, not an array'
+          : 'batches are not supported: send one request at a time (a WebSocket session may agree on multi-message frames in session.hello)',
       ),
     };
   }

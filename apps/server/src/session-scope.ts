@@ -82,6 +82,11 @@ export interface SessionScope {
   /** This session's watches, by id: each one's function stops it. */
   readonly watches: Map<string, () => void>;
   notify<N extends NotificationName>(method: N, params: NotificationParams<N>): void;
+  /**
+   * `session.hello` agreed on multi-message frames: from now on the session accepts array
+   * frames, and what it sends in one turn leaves in one frame.
+   */
+  startMultiFrames(): void;
 }
 
 export type Handler = (

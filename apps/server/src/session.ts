@@ -10,9 +10,16 @@ import {
 import { CLOSE } from './close-codes.js';
 import { helloHandlers } from './hello-handlers.js';
 import { lockHandlers } from './lock-handlers.js';
+import { Outbox } from './outbox.js';
 import { ANONYMOUS, type Principal } from './permissions.js';
 import { recordRequest } from './request-metrics.js';
-import { parseRequest, type RpcRequest } from './rpc.js';
+import {
+  parseMessage,
+  parseMessages,
+  parseRequest,
+  type RpcRejection,
+  type RpcRequest,
+} from './rpc.js';
 import { SessionLeases } from './session-leases.js';
 import type { Handler, SessionContext, SessionScope } from './session-scope.js';
 import { createTokenBucket } from './token-bucket.js';
@@ -37,6 +44,8 @@ export function replyText(id: RpcRequestId, result: unknown): string {
 export interface Session {
   readonly id: string;
   handleFrame(data: string | null): void;
+  /** Sends at once what waits for the end of this turn (multi-message frames). */
+  flush(): void;
   /** The connection closed: pending waits end (and can no longer be granted), watches stop. */
   close(): void;
 }
@@ -65,6 +74,8 @@ class ProtocolSession implements Session, SessionScope {
   private inflight = 0;
   private readonly bucket: Bucket | undefined;
   private readonly overflow: Bucket | undefined;
+  /** Set once `session.hello` agreed on multi-message frames. */
+  private outbox: Outbox | undefined;
 
   constructor(readonly context: SessionContext) {
     this.leases = new SessionLeases(this.id, context.service, context.holders);
@@ -85,9 +96,39 @@ class ProtocolSession implements Session, SessionScope {
     this.send({ jsonrpc: '2.0', method, params });
   }
 
+  startMultiFrames(): void {
+    this.outbox ??= new Outbox(this.context.send, this.context.limits.maxPayloadBytes);
+  }
+
+  flush(): void {
+    this.outbox?.flush();
+  }
+
+  /**
+   * One frame: one message, or — once hello agreed on multi-message frames — an array of them,
+   * each served as if it had come alone (its own rate token, its own answer when ready).
+   */
   handleFrame(data: string | null): void {
-    if (!this.open || !this.withinRate(data)) return;
-    if (data === null) {
+    if (!this.open) return;
+    if (data === null || !this.outbox) {
+      this.handleMessage(data === null ? null : parseRequest(data));
+      return;
+    }
+    const messages = parseMessages(data);
+    if (!Array.isArray(messages)) {
+      this.handleMessage(messages);
+      return;
+    }
+    for (const message of messages) {
+      if (!this.open) return;
+      this.handleMessage(parseMessage(message, true));
+    }
+  }
+
+  /** One message, parsed (null: a binary frame): refused, or served. */
+  private handleMessage(parsed: RpcRequest | RpcRejection | null): void {
+    if (!this.withinRate(parsed)) return;
+    if (parsed === null) {
       this.reject(
         null,
         'invalid',
@@ -95,7 +136,6 @@ class ProtocolSession implements Session, SessionScope {
       );
       return;
     }
-    const parsed = parseRequest(data);
     if ('error' in parsed) {
       // A method the server does not know is counted as `invalid`: label values stay a
       // closed set whatever clients send.
@@ -119,14 +159,22 @@ class ProtocolSession implements Session, SessionScope {
 
   private send(message: Record<string, unknown>): void {
     if (!this.open) return;
-    this.context.send(JSON.stringify(message));
+    const text = JSON.stringify(message);
+    if (this.outbox) this.outbox.push(text);
+    else this.context.send(text);
+  }
+
+  /** Closes the connection after what this session has sent, queued messages included. */
+  private end(code: number, reason: string): void {
+    this.flush();
+    this.context.end(code, reason);
   }
 
   /**
    * Whether the frame is within the message rate. One over it is answered LIMIT_EXCEEDED; a
    * connection that goes on regardless is closed.
    */
-  private withinRate(data: string | null): boolean {
+  private withinRate(parsed: RpcRequest | RpcRejection | null): boolean {
     if (!this.bucket || this.bucket.take()) return true;
     const { context } = this;
     if (!this.overflow!.take()) {
@@ -135,11 +183,10 @@ class ProtocolSession implements Session, SessionScope {
         remoteAddress: context.remoteAddress,
       });
       context.metrics.connectionEnded('message_rate');
-      context.end(CLOSE.LIMIT_EXCEEDED, 'message rate exceeded');
+      this.end(CLOSE.LIMIT_EXCEEDED, 'message rate exceeded');
       this.close();
       return false;
     }
-    const parsed = data === null ? null : parseRequest(data);
     const { messagesPerSecond, messageBurst } = context.limits;
     this.reject(
       parsed === null ? null : parsed.id,
@@ -230,7 +277,7 @@ class ProtocolSession implements Session, SessionScope {
         session: this.id,
         remoteAddress: context.remoteAddress,
       });
-      context.end(CLOSE.UNAUTHENTICATED, 'unauthenticated');
+      this.end(CLOSE.UNAUTHENTICATED, 'unauthenticated');
     }
   }
 

@@ -109,7 +109,10 @@ export class Connections {
 
   /** Shutdown: asks every connection to close, waits up to 2 s, then cuts the rest. */
   async closeAll(): Promise<void> {
-    for (const ws of this.open.keys()) ws.close(CLOSE.GOING_AWAY, 'server shutting down');
+    for (const [ws, { session }] of this.open) {
+      session.flush();
+      ws.close(CLOSE.GOING_AWAY, 'server shutting down');
+    }
     const deadline = Date.now() + 2_000;
     while (this.open.size && Date.now() < deadline)
       await new Promise((resolve) => setTimeout(resolve, 10));

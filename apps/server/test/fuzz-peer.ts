@@ -16,6 +16,15 @@ export interface FuzzPeer {
   ws: WebSocket;
   /** Sends a frame; resolves with the reply that has `id` (null: the next id-less reply). */
   send(data: string | Buffer, id: string | number | null, method?: string): Promise<Outcome>;
+  /**
+   * Sends one frame of several messages (multi-message frames); resolves with each message's
+   * reply, found by `ids[i]` (null: the next id-less reply, in order).
+   */
+  sendMany(
+    data: string,
+    ids: Array<string | number | null>,
+    methods: Array<string | undefined>,
+  ): Promise<Outcome[]>;
   /** Sends a well-formed request with a fresh id. */
   request(method: string, params?: unknown): Promise<Outcome>;
   /** What the server sent that the protocol does not allow. */
@@ -29,9 +38,14 @@ export interface FuzzPeer {
 
 const key = (id: string | number) => `${typeof id}:${id}`;
 
+/**
+ * `multi`: the peer's hello asks for multi-message frames, so an array frame from the server
+ * counts as its messages; without it an array frame is a problem.
+ */
 export async function fuzzPeer(
   url: string,
   options: WebSocket.ClientOptions = {},
+  multi = false,
 ): Promise<FuzzPeer> {
   const ws = new WebSocket(url, [SUBPROTOCOL], options);
   const problems: string[] = [];
@@ -55,15 +69,24 @@ export async function fuzzPeer(
       problems.push('the server sent a binary frame');
       return;
     }
-    let frame: Record<string, any>;
+    let parsed: unknown;
     try {
-      frame = JSON.parse(data.toString());
+      parsed = JSON.parse(data.toString());
     } catch {
       problems.push(`not JSON: ${data.toString().slice(0, 200)}`);
       return;
     }
+    if (!Array.isArray(parsed)) handle(parsed as Record<string, any>);
+    else if (!multi || parsed.length === 0)
+      problems.push(`unasked or empty array frame: ${data.toString().slice(0, 200)}`);
+    else for (const message of parsed) handle(message as Record<string, any>);
+  });
+
+  /** One message the server sent: a notification, or the reply a request waits for. */
+  function handle(frame: Record<string, any>): void {
+    const text = JSON.stringify(frame);
     const report = (problem: string | undefined) => {
-      if (problem) problems.push(`${problem}: ${data.toString().slice(0, 300)}`);
+      if (problem) problems.push(`${problem}: ${text.slice(0, 300)}`);
     };
     report(frameProblem(frame));
     if (!('id' in frame)) {
@@ -74,22 +97,32 @@ export async function fuzzPeer(
     if (frame.id === null) {
       const resolveNull = byNull.shift();
       if (resolveNull) resolveNull({ reply: frame });
-      else problems.push(`unexpected id-less reply: ${data.toString().slice(0, 200)}`);
+      else problems.push(`unexpected id-less reply: ${text.slice(0, 200)}`);
       return;
     }
     const waiter = byId.get(key(frame.id));
     if (!waiter) {
-      problems.push(`reply to no pending request: ${data.toString().slice(0, 200)}`);
+      problems.push(`reply to no pending request: ${text.slice(0, 200)}`);
       return;
     }
     byId.delete(key(frame.id));
     report(resultProblem(waiter.method, frame.result));
     waiter.resolve({ reply: frame });
-  });
+  }
   await new Promise<void>((resolve, reject) => {
     ws.once('open', () => resolve());
     ws.once('error', reject);
   });
+
+  function awaitReply(id: string | number | null, method: string | undefined): Promise<Outcome> {
+    return new Promise<Outcome>((resolve) => {
+      if (id === null) byNull.push(resolve);
+      else {
+        if (byId.has(key(id))) throw new Error(`id ${id} is already pending`);
+        byId.set(key(id), { method, resolve });
+      }
+    });
+  }
 
   const peer: FuzzPeer = {
     ws,
@@ -101,15 +134,15 @@ export async function fuzzPeer(
     isOpen: () => closeCode === undefined && ws.readyState === WebSocket.OPEN,
     send(data, id, method) {
       if (closeCode !== undefined) return Promise.resolve({ closed: closeCode });
-      const outcome = new Promise<Outcome>((resolve) => {
-        if (id === null) byNull.push(resolve);
-        else {
-          if (byId.has(key(id))) throw new Error(`id ${id} is already pending`);
-          byId.set(key(id), { method, resolve });
-        }
-      });
+      const outcome = awaitReply(id, method);
       ws.send(data, { binary: typeof data !== 'string' });
       return outcome;
+    },
+    sendMany(data, ids, methods) {
+      if (closeCode !== undefined) return Promise.resolve(ids.map(() => ({ closed: closeCode! })));
+      const outcomes = ids.map((id, i) => awaitReply(id, methods[i]));
+      ws.send(data);
+      return Promise.all(outcomes);
     },
     request(method, params) {
       seq += 1;

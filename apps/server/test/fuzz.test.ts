@@ -12,8 +12,8 @@ import { hostileValue, truncatedJson } from './fuzz-values.js';
 // small TTL and wait bounds (so that whatever the fuzzer acquires expires within the run).
 //
 // Cases (one frame or one operation each) in CI: about 3,000 random frames, 3,000 random JSON
-// values, about 3,000 random requests and 2,700 interleaved operations: over 10,000 in all (the last
-// test asserts the count). `DLM_FUZZ_RUNS=N` runs every property N times as many runs as that
+// values, 1,000 multi-message frames of 0-8 random JSON values, about 3,000 random requests and
+// 2,700 interleaved operations: over 10,000 in all (the last test asserts the count). `DLM_FUZZ_RUNS=N` runs every property N times as many runs as that
 // (`DLM_FUZZ_RUNS=20 pnpm vitest run --project server test/fuzz.test.ts` is a long run).
 const SCALE = Math.max(1, Number(process.env.DLM_FUZZ_RUNS) || 1);
 const FRAME_RUNS = 3_000 * SCALE;
@@ -45,13 +45,20 @@ function count(property: string): void {
 const problems: string[] = [];
 const peers = new Set<FuzzPeer>();
 
-async function open(options: { hello?: boolean; token?: string } = {}): Promise<FuzzPeer> {
-  const peer = await fuzzPeer(server.url, {
-    headers: { authorization: `Bearer ${options.token ?? ADMIN}` },
-  });
+async function open(
+  options: { hello?: boolean; token?: string; multi?: boolean } = {},
+): Promise<FuzzPeer> {
+  const peer = await fuzzPeer(
+    server.url,
+    { headers: { authorization: `Bearer ${options.token ?? ADMIN}` } },
+    options.multi,
+  );
   peers.add(peer);
   if (options.hello !== false) {
-    const hello = await peer.request('session.hello', { client: { name: 'fuzz', version: '0' } });
+    const hello = await peer.request('session.hello', {
+      client: { name: 'fuzz', version: '0' },
+      ...(options.multi ? { frames: 'multi' } : {}),
+    });
     if (!hello.reply?.result) throw new Error(`hello failed: ${JSON.stringify(hello)}`);
   }
   return peer;
@@ -195,6 +202,52 @@ describe('fuzzing the protocol', { timeout: LONG ? 3_600_000 : 120_000 }, () => 
         checkOutcome(peer, await peer.send(text, id, method), id, `json ${text.slice(0, 80)}`);
       }),
       { numRuns: JSON_RUNS },
+    );
+    await retire(peer);
+    expect(problems).toEqual([]);
+  });
+
+  it('multi-message frames of random JSON values: every member gets its own reply, by its id', async () => {
+    let peer = await open({ multi: true });
+    const member = fc.oneof(
+      fc.jsonValue({ maxDepth: 3 }),
+      fc.record(
+        {
+          jsonrpc: fc.oneof(fc.constant('2.0'), fc.jsonValue({ maxDepth: 1 })),
+          id: fc.oneof(fc.integer(), fc.jsonValue({ maxDepth: 1 })),
+          method: fc.oneof(fc.constantFrom(...Object.keys(Methods)), fc.string({ maxLength: 12 })),
+          params: fc.jsonValue({ maxDepth: 3 }),
+        },
+        { requiredKeys: [] },
+      ),
+    );
+    let seq = 0;
+    await fc.assert(
+      fc.asyncProperty(fc.array(member, { minLength: 0, maxLength: 8 }), async (members) => {
+        count('multi');
+        if (!peer.isOpen()) {
+          await retire(peer);
+          peer = await open({ multi: true });
+        }
+        // A readable id gets a fresh one, so that ids are unique among pending requests.
+        const sent = members.map((value) => {
+          if (expectedId(JSON.stringify(value)) === null) return value;
+          seq += 1;
+          return { ...(value as object), id: `m${seq}` };
+        });
+        const text = JSON.stringify(sent);
+        const ids = sent.length ? sent.map((value) => expectedId(JSON.stringify(value))) : [null];
+        const methods = sent.map((value) =>
+          typeof value === 'object' && value !== null && 'method' in value
+            ? String(value.method)
+            : undefined,
+        );
+        const outcomes = await peer.sendMany(text, ids, methods);
+        for (const [i, outcome] of outcomes.entries()) {
+          checkOutcome(peer, outcome, ids[i]!, `member ${i} of ${text.slice(0, 120)}`);
+        }
+      }),
+      { numRuns: JSON_RUNS / 3 },
     );
     await retire(peer);
     expect(problems).toEqual([]);

@@ -207,4 +207,38 @@ describe('the transcript runner catches deviations', () => {
       await new Promise((resolve) => wss.close(resolve));
     }
   });
+
+  it('an array frame on a connection that did not ask for multi-message frames', async () => {
+    const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+    wss.on('connection', (ws) =>
+      ws.on('message', (data) => {
+        const { id } = JSON.parse(data.toString()) as { id: number };
+        // The server groups replies although the hello did not ask for it.
+        ws.send(JSON.stringify([{ jsonrpc: '2.0', id, result: {} }]));
+      }),
+    );
+    await new Promise((resolve) => wss.once('listening', resolve));
+    const { port } = wss.address() as AddressInfo;
+    const steps = [
+      { connect: {} },
+      { send: { jsonrpc: '2.0', id: 1, method: 'session.ping' } },
+      { expect: { jsonrpc: '2.0', id: 1, result: {} } },
+    ] as Transcript['steps'];
+    try {
+      const url = `ws://127.0.0.1:${port}/v1/ws`;
+      const error = await runTranscript(
+        url,
+        runnerCase('array-unasked', 'a fake server sending an array frame', steps),
+        { defaultTimeoutMs: 1_000 },
+      ).catch((e: unknown) => e);
+      expect((error as Error).message).toMatch(/did not ask for multi-message frames/);
+      // The same frame on a connection that asked is its message, and passes.
+      const asked = structuredClone(steps);
+      (asked[0] as { connect: { multi?: boolean } }).connect.multi = true;
+      await runTranscript(url, runnerCase('array-asked', 'the same, asked for', asked));
+    } finally {
+      for (const client of wss.clients) client.terminate();
+      await new Promise((resolve) => wss.close(resolve));
+    }
+  });
 });

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
-from .connection import Connection
+from .connection import FRAMES_MULTI, Connection
 from .errors import DlmError
 from .lease import Lease, LeaseGroup, drift_margin_ms
 from .watch import LockChange, Watch
@@ -110,6 +110,11 @@ class Client:
     released by token. Thread-safe: any number of threads may share one client; replies are
     matched to requests by id.
 
+    ``frames="multi"`` (the default) asks the server for multi-message frames (a protocol
+    extension): where it agrees, requests that threads issue while another one is being sent
+    go out together in one frame, and replies may come back grouped. ``frames="single"``: one
+    message per frame, as every v1 client.
+
     Example::
 
         with Client("ws://127.0.0.1:7070") as client:
@@ -119,8 +124,11 @@ class Client:
 
     def __init__(self, url: str, *, name: str = "dlm-python",
                  auth: str | Callable[[], str] | None = None,
-                 request_timeout: float = 10.0, connect_timeout: float = 10.0) -> None:
+                 request_timeout: float = 10.0, connect_timeout: float = 10.0,
+                 frames: str = FRAMES_MULTI) -> None:
         self.url = _normalize_url(url)
+        #: "multi" (default): ask for multi-message frames; "single": one message per frame.
+        self._frames = frames
         self._name = name
         self._auth = auth
         self._request_timeout = request_timeout
@@ -183,11 +191,15 @@ class Client:
             auth = self._auth() if callable(self._auth) else self._auth
             if auth is not None:
                 params["auth"] = auth
+            if self._frames == FRAMES_MULTI:
+                params["frames"] = FRAMES_MULTI
             try:
                 session, _ = conn.call("session.hello", params, self._request_timeout)
             except DlmError:
                 conn.abort()
                 raise
+            if session.get("frames") == FRAMES_MULTI:
+                conn.use_multi_frames(session.get("limits", {}).get("maxPayloadBytes", 65_536))
             self._session = session
             self._conn = conn
             for watch in list(self._watches):

@@ -12,7 +12,12 @@ from typing import Any, Callable
 from .errors import DlmError, from_rpc_error
 from .websocket import OP_TEXT, ConnectionClosed, WebSocket, WebSocketError
 
-__all__ = ["Connection", "dumps"]
+__all__ = ["Connection", "dumps", "pack_frames", "FRAMES_MULTI"]
+
+#: ``session.hello``'s ``frames`` value for multi-message frames (protocol extension).
+FRAMES_MULTI = "multi"
+#: The server's default frame bound (``limits.maxPayloadBytes``).
+MAX_PAYLOAD_BYTES = 65_536
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -21,6 +26,29 @@ def dumps(value: Any) -> str:
     """Compact JSON, as JavaScript's JSON.stringify writes it (lone surrogates escaped)."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return _LONE_SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+
+
+def pack_frames(messages: list[str], max_bytes: int = MAX_PAYLOAD_BYTES) -> list[str]:
+    """Multi-message frames: serialized messages packed into as few text frames as fit
+    ``max_bytes`` (UTF-8). One message stays a plain object frame; several become a JSON array.
+    A message larger than the bound still goes, alone. The order is kept."""
+    frames: list[str] = []
+    frame: list[str] = []
+    size = 1  # the opening bracket; each message adds its comma or the closing bracket
+    for message in messages:
+        length = len(message.encode("utf-8", "surrogatepass")) + 1
+        if frame and size + length > max_bytes:
+            frames.append(_joined(frame))
+            frame, size = [], 1
+        frame.append(message)
+        size += length
+    if frame:
+        frames.append(_joined(frame))
+    return frames
+
+
+def _joined(messages: list[str]) -> str:
+    return messages[0] if len(messages) == 1 else "[" + ",".join(messages) + "]"
 
 
 class _Pending:
@@ -57,12 +85,23 @@ class Connection:
         self._abandoned: dict[int, _Pending] = {}
         self._alive = True
         self.close_code: int | None = None
+        # Multi-message frames, once the hello agreed on them: requests that callers on other
+        # threads issue while one send is under way leave together in the next frame.
+        self._multi = False
+        self._max_frame_bytes = MAX_PAYLOAD_BYTES
+        self._outbox: list[str] = []
+        self._sending = False
         self._reader = threading.Thread(target=self._read, name="dlm-reader", daemon=True)
         self._reader.start()
 
     @property
     def alive(self) -> bool:
         return self._alive
+
+    def use_multi_frames(self, max_frame_bytes: int = MAX_PAYLOAD_BYTES) -> None:
+        """The hello agreed on multi-message frames: requests ready together go in one frame."""
+        self._max_frame_bytes = max_frame_bytes
+        self._multi = True
 
     def call(self, method: str, params: dict[str, Any], timeout: float, *, write: bool = False,
              on_result: Callable[[Any], None] | None = None) -> tuple[Any, float]:
@@ -82,7 +121,7 @@ class Connection:
         frame = dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         sent_at = time.monotonic()
         try:
-            self._ws.send_text(frame)
+            self._send(frame)
         except (OSError, WebSocketError) as error:
             with self._lock:
                 self._pending.pop(request_id, None)
@@ -99,6 +138,33 @@ class Connection:
         if pending.error is not None:
             raise pending.error
         return pending.result, sent_at
+
+    def _send(self, frame: str) -> None:
+        """Sends one request frame; with multi-message frames, together with the requests
+        other threads queued while a send was under way (the thread that finds no send under
+        way sends everything queued, until nothing is)."""
+        if not self._multi:
+            self._ws.send_text(frame)
+            return
+        with self._lock:
+            self._outbox.append(frame)
+            if self._sending:
+                return
+            self._sending = True
+        try:
+            while True:
+                with self._lock:
+                    queued, self._outbox = self._outbox, []
+                    if not queued:
+                        self._sending = False
+                        return
+                for text in pack_frames(queued, self._max_frame_bytes):
+                    self._ws.send_text(text)
+        except BaseException:
+            with self._lock:
+                self._sending = False
+                self._outbox = []
+            raise
 
     def close(self) -> None:
         """Closes the connection; pending requests fail with UNAVAILABLE."""
@@ -122,6 +188,10 @@ class Connection:
                     continue
                 if isinstance(frame, dict):
                     self._dispatch(frame)
+                elif isinstance(frame, list):  # a multi-message frame
+                    for item in frame:
+                        if isinstance(item, dict):
+                            self._dispatch(item)
         except ConnectionClosed as closed:
             code = closed.code
         except Exception:  # noqa: BLE001 - any failure ends this connection, never the process

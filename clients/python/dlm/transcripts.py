@@ -256,6 +256,10 @@ class _Conn:
     cond: threading.Condition = field(default_factory=threading.Condition)
     reader: threading.Thread | None = None
 
+    #: The connection speaks multi-message frames (the ``connect`` step's ``multi``): an
+    #: array frame counts as its messages. Without it an array frame is a problem.
+    multi: bool = False
+
     def read(self, ws: WebSocket) -> None:
         code = 1006
         try:
@@ -272,9 +276,11 @@ class _Conn:
                             self.problems.append(f"the server sent a frame that is not JSON: "
                                                  f"{message.data[:200]}")
                         else:
-                            if not isinstance(frame, dict) or frame.get("jsonrpc") != "2.0":
-                                self.problems.append(f"not a JSON-RPC 2.0 frame: {_show(frame)}")
-                            self.received.append(_Received(frame, at))
+                            for item in self._messages(frame):
+                                if not isinstance(item, dict) or item.get("jsonrpc") != "2.0":
+                                    self.problems.append(
+                                        f"not a JSON-RPC 2.0 frame: {_show(item)}")
+                                self.received.append(_Received(item, at))
                     self.cond.notify_all()
         except ConnectionClosed as closed:
             code = closed.code
@@ -283,6 +289,18 @@ class _Conn:
         with self.cond:
             self.closed = (code, time.monotonic() * 1000)
             self.cond.notify_all()
+
+    def _messages(self, frame: Any) -> list[Any]:
+        """A frame's messages: itself, or on a multi-message connection an array's members."""
+        if not isinstance(frame, list):
+            return [frame]
+        if not self.multi:
+            self.problems.append("the server sent an array frame on a connection that did not "
+                                 f"ask for multi-message frames: {_show(frame)}")
+            return []
+        if not frame:
+            self.problems.append("the server sent an empty array frame")
+        return frame
 
     def unconsumed(self) -> list[_Received]:
         return [item for item in self.received if not item.consumed]
@@ -373,6 +391,7 @@ def run_transcript(url: str, transcript: dict[str, Any], *, run: str | None = No
         conn.ws = ws
         conn.closed = None
         conn.received = []
+        conn.multi = spec.get("multi") is True
         conn.reader = threading.Thread(target=conn.read, args=(ws,), daemon=True,
                                        name=f"transcript-{conn.name}")
         conn.reader.start()

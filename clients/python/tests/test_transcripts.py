@@ -57,6 +57,14 @@ class RunnerCatchesDeviations(unittest.TestCase):
         with self.assertRaisesRegex(TranscriptFailure, "expected -32600, got -32601"):
             run_transcript(DLM_URL, transcript, default_timeout_ms=500)
 
+    def test_an_array_frame_on_a_connection_that_did_not_ask(self) -> None:
+        transcript = _by_name("multi-frames")
+        for step in transcript["steps"]:
+            if "connect" in step:
+                step["connect"].pop("multi", None)
+        with self.assertRaisesRegex(TranscriptFailure, "did not ask for multi-message frames"):
+            run_transcript(DLM_URL, transcript, default_timeout_ms=500)
+
     def test_a_frame_sooner_than_allowed(self) -> None:
         transcript = _by_name("lock-lost")
         for step in transcript["steps"]:

@@ -123,6 +123,7 @@ export class ClientCore implements AcquireContext, CleanupContext, WatchContext 
       clock: this.clock,
       requestTimeoutMs: this.requestTimeoutMs,
       pingIntervalMs: options.pingIntervalMs ?? 10_000,
+      multiFrames: options.frames !== 'single',
       reconnect:
         options.reconnect === false
           ? false

@@ -67,6 +67,14 @@ export interface ClientOptions {
    * connection.
    */
   reconnect?: RetryOptions | false;
+  /**
+   * Multi-message frames (protocol extension): `"multi"` (the default) asks the server in
+   * `session.hello`, and where it agrees, the requests issued in one turn of the event loop go
+   * out in one frame and the server's replies ready together come back in one. `"single"`: one
+   * message per frame, as every v1 client. A server that predates them is spoken to one message
+   * per frame either way.
+   */
+  frames?: 'multi' | 'single';
   /** A WHATWG-compatible `WebSocket` constructor. Default: `ws` under Node, else the global. */
   WebSocket?: WebSocketConstructor;
   /**

@@ -7,11 +7,14 @@ import {
   type Timer,
 } from '@dlm/core';
 import {
+  FRAMES_MULTI,
   fromRpcError,
+  MAX_PAYLOAD_BYTES,
   type MethodName,
   type NotificationName,
   type NotificationParams,
   type ParamsOf,
+  packFrames,
   type ResultOf,
   SUBPROTOCOL,
 } from '@dlm/protocol';
@@ -21,7 +24,7 @@ import { PendingRequest, RequestTable } from './pending-requests.js';
 import { ReconnectSchedule } from './reconnect.js';
 import { activeTraceparent } from './tracing.js';
 import { OPEN, type WebSocketConstructor, type WebSocketLike } from './websocket.js';
-import { closeQuietly, cork, isRpcError, readFrame } from './wire.js';
+import { closeQuietly, cork, isRpcError, readMessages } from './wire.js';
 
 export { describeFailure } from './failures.js';
 
@@ -38,6 +41,8 @@ export interface ConnectionOptions {
   clock: Clock;
   requestTimeoutMs: number;
   pingIntervalMs: number;
+  /** Asks for multi-message frames in `session.hello`, and uses them where the server agrees. */
+  multiFrames: boolean;
   /**
    * How to reconnect after a drop (core's retry policy): every connection attempt of an outage
    * waits a full-jitter delay first; `attempts` connection attempts per outage, then the
@@ -81,6 +86,10 @@ export interface Connection {
 
 type State = 'idle' | 'connecting' | 'ready' | 'backoff' | 'closed';
 
+/** Runs `fn` at the end of this turn of the event loop (after its I/O callbacks). */
+const nextTurn: (fn: () => void) => void =
+  typeof setImmediate === 'function' ? setImmediate : (fn) => setTimeout(fn, 0);
+
 /**
  * One logical connection to the server: a WebSocket that is opened on demand, greeted with
  * `session.hello` before anything else, and replaced (with backoff) when it drops. Requests are
@@ -118,6 +127,12 @@ class ClientConnection {
   /** Why the last connection attempt failed, while there is no session: said in every error. */
   private lastFailure: { reason: string; cause: unknown } | undefined;
   private closing: Promise<void> | undefined;
+  /**
+   * Set while the session agreed on multi-message frames: the request frames sent in this turn
+   * of the event loop, for the socket they are for, sent as one frame at the turn's end.
+   */
+  private outbox: { ws: WebSocketLike; frames: string[] } | undefined;
+  private multiFrames = false;
 
   constructor(private readonly options: ConnectionOptions) {
     this.reconnect = new ReconnectSchedule(options.reconnect, options.clock);
@@ -200,7 +215,7 @@ class ClientConnection {
     const hello = new PendingRequest(
       this.requests.nextId(),
       'session.hello',
-      params,
+      this.options.multiFrames ? { ...params, frames: FRAMES_MULTI } : params,
       {},
       (result) => this.onHello(ws, result as HelloResult),
       (error) => this.onHelloRefused(ws, error),
@@ -214,6 +229,7 @@ class ClientConnection {
     this.connectTimer?.cancel();
     this.lastFailure = undefined;
     this.session = session;
+    this.multiFrames = session.frames === FRAMES_MULTI;
     this.state = 'ready';
     this.reconnect.reset();
     const reconnected = this.everReady;
@@ -279,6 +295,8 @@ class ClientConnection {
   private teardown(reason: string): void {
     this.socket = undefined;
     this.session = undefined;
+    this.multiFrames = false;
+    this.outbox = undefined;
     this.connectTimer?.cancel();
     this.pingTimer?.cancel();
     this.requests.failInflight(reason);
@@ -315,8 +333,14 @@ class ClientConnection {
   // ---- frames ------------------------------------------------------------------------------
 
   private onMessage(data: unknown): void {
-    const message = readFrame(data, this.options.onError);
-    if (!message) return;
+    const messages = readMessages(data, this.options.onError);
+    if (messages === undefined) return;
+    if (!Array.isArray(messages)) this.onReply(messages);
+    else for (const message of messages) this.onReply(message);
+  }
+
+  /** One message of a frame: a reply to a request, or a notification. */
+  private onReply(message: Record<string, unknown>): void {
     const { id, method, params, error } = message;
     if (typeof id === 'number' || typeof id === 'string') {
       const request = this.requests.take(id as number);
@@ -333,6 +357,10 @@ class ClientConnection {
 
   private transmit(ws: WebSocketLike, request: PendingRequest): void {
     if (ws.readyState !== OPEN) return; // its close event is on the way and fails the request
+    if (this.multiFrames) {
+      this.queue(ws, request.frame);
+      return;
+    }
     try {
       cork(ws);
       ws.send(request.frame);
@@ -340,6 +368,29 @@ class ClientConnection {
       this.drop(ws, 'send failed');
     }
   }
+
+  /** Multi-message frames: holds a request frame until the end of this turn of the event loop. */
+  private queue(ws: WebSocketLike, frame: string): void {
+    if (this.outbox) {
+      this.outbox.frames.push(frame);
+      return;
+    }
+    this.outbox = { ws, frames: [frame] };
+    nextTurn(this.flush);
+  }
+
+  /** Sends this turn's request frames: one frame, an array when there are several. */
+  private readonly flush = (): void => {
+    const outbox = this.outbox;
+    this.outbox = undefined;
+    if (!outbox || this.socket !== outbox.ws || outbox.ws.readyState !== OPEN) return;
+    const maxBytes = this.session?.limits.maxPayloadBytes ?? MAX_PAYLOAD_BYTES;
+    try {
+      for (const frame of packFrames(outbox.frames, maxBytes)) outbox.ws.send(frame);
+    } catch {
+      this.drop(outbox.ws, 'send failed');
+    }
+  };
 
   private send(ws: WebSocketLike, request: PendingRequest): void {
     this.requests.sent(request);

@@ -8,26 +8,31 @@ export function frame(id: number, method: string, params: unknown): string {
 }
 
 /**
- * The fields of a frame the server sent, or `undefined` (after `onError` for a frame that is
- * not text or not JSON) when there is nothing to act on.
+ * The messages of a frame the server sent — one object, or (multi-message frames) an array of
+ * them — or `undefined` (after `onError` for a frame that is not text or not JSON) when there is
+ * nothing to act on.
  */
-export function readFrame(
+export function readMessages(
   data: unknown,
   onError: (error: DlmError) => void,
-): Record<string, unknown> | undefined {
+): Record<string, unknown> | Array<Record<string, unknown>> | undefined {
   if (typeof data !== 'string') {
     onError(new DlmError('INVALID_REQUEST', 'the server sent a binary frame'));
     return undefined;
   }
-  let message: unknown;
+  let frame: unknown;
   try {
-    message = JSON.parse(data);
+    frame = JSON.parse(data);
   } catch (error) {
     onError(new DlmError('PARSE_ERROR', 'the server sent invalid JSON', { cause: error }));
     return undefined;
   }
-  if (typeof message !== 'object' || message === null) return undefined;
-  return message as Record<string, unknown>;
+  if (Array.isArray(frame)) return frame.filter(isObject);
+  return isObject(frame) ? frame : undefined;
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 export function isRpcError(value: unknown): value is RpcErrorObject {

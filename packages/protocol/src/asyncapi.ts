@@ -17,14 +17,18 @@ export function protocolAsyncApi(): Record<string, unknown> {
   const channelMessages: Record<string, unknown> = {};
   for (const message of protocolMessages()) {
     const isError = message.name === 'error';
+    const isMulti = message.name.startsWith('multi.');
     messages[message.name] = {
       name: message.name,
       title: (message.schema as { title?: string }).title ?? message.name,
       summary: isError
         ? 'The error reply to any request.'
-        : summary(message.name.replace(/\.(request|result)$/, '') as MethodName),
+        : isMulti
+          ? 'Several independent messages in one frame (extension, after hello agreed on it).'
+          : summary(message.name.replace(/\.(request|result)$/, '') as MethodName),
       contentType: 'application/json',
-      ...(message.name.endsWith('.request') || message.name.endsWith('.result') || isError
+      ...(!isMulti &&
+      (message.name.endsWith('.request') || message.name.endsWith('.result') || isError)
         ? { correlationId: { $ref: '#/components/correlationIds/requestId' } }
         : {}),
       payload: jsonCopy(message.schema),
@@ -70,6 +74,26 @@ export function protocolAsyncApi(): Record<string, unknown> {
   for (const method of Object.keys(Notifications) as NotificationName[]) {
     operations[method] = operation('send', method, method);
   }
+  // Extension: multi-message frames, once session.hello agreed on them.
+  const multi = (action: 'receive' | 'send', title: string, about: string, message: string) => ({
+    action,
+    channel: channelRef,
+    title,
+    summary: about,
+    messages: [messageRef(message)],
+  });
+  operations['multi.receive'] = multi(
+    'receive',
+    'multi-message request frame',
+    'Several independent requests in one frame (after hello agreed on frames "multi").',
+    'multi.request',
+  );
+  operations['multi.send'] = multi(
+    'send',
+    'multi-message reply frame',
+    'Replies and notifications ready together, in one frame (frames "multi").',
+    'multi.reply',
+  );
 
   return {
     asyncapi: '3.0.0',
@@ -80,8 +104,10 @@ export function protocolAsyncApi(): Record<string, unknown> {
       description:
         `dlm wire protocol ${PROTOCOL}: JSON-RPC 2.0 over WebSocket, one object per text frame, ` +
         `subprotocol \`${SUBPROTOCOL}\`. This document describes the server. Requests are ` +
-        'correlated with replies by `id`; replies may arrive in any order. See SPEC.md and ' +
-        'GUIDE.md in @dlm/protocol.',
+        'correlated with replies by `id`; replies may arrive in any order. Extension: after ' +
+        '`session.hello` agreed on `frames: "multi"`, a frame either way may be a JSON array of ' +
+        'independent messages (multi.request, multi.reply), each answered on its own — not a ' +
+        'JSON-RPC batch. See SPEC.md and GUIDE.md in @dlm/protocol.',
       license: { name: 'MIT' },
     },
     defaultContentType: 'application/json',

@@ -66,6 +66,43 @@ export function notificationFrame(method: NotificationName): TSchema {
   );
 }
 
+/**
+ * Extension (multi-message frames): once `session.hello` agreed on `frames: "multi"`, a frame
+ * may be a JSON array of 1 or more of the messages `members` allows, each one independent of
+ * the others (answered on its own; not a JSON-RPC batch).
+ */
+function multiFrame(members: TSchema[], title: string, description: string): TSchema {
+  return Type.Array(Type.Union(members), { minItems: 1, title, description });
+}
+
+/** The client's multi-message frame: requests, each answered on its own. */
+export function multiRequestFrame(): TSchema {
+  const requests = (Object.keys(Methods) as MethodName[]).map(requestFrame);
+  return multiFrame(
+    requests,
+    'multi-message request frame',
+    'Several requests in one text frame (only after session.hello agreed on frames "multi"). ' +
+      'Each is served as if it came in a frame of its own, in array order; its reply comes when ' +
+      'it is ready, never held for the others.',
+  );
+}
+
+/** The server's multi-message frame: replies and notifications that were ready together. */
+export function multiReplyFrame(): TSchema {
+  const replies = [
+    ...(Object.keys(Methods) as MethodName[]).map(resultFrame),
+    ErrorFrame,
+    ...(Object.keys(Notifications) as NotificationName[]).map(notificationFrame),
+  ];
+  return multiFrame(
+    replies,
+    'multi-message reply frame',
+    'Replies and notifications the server had ready in one turn, in the order it would have ' +
+      'sent them one per frame (only after session.hello agreed on frames "multi"). They may ' +
+      'answer requests of different frames.',
+  );
+}
+
 /** One message of the protocol, named as in the AsyncAPI document and `dist/schemas/`. */
 export interface ProtocolMessage {
   /** `lock.acquire.request`, `lock.acquire.result`, `error`, `lock.lost`, ... */
@@ -97,5 +134,9 @@ export function protocolMessages(): ProtocolMessage[] {
       schema: notificationFrame(method),
     });
   }
+  messages.push(
+    { name: 'multi.request', direction: 'client-to-server', schema: multiRequestFrame() },
+    { name: 'multi.reply', direction: 'server-to-client', schema: multiReplyFrame() },
+  );
   return messages;
 }

@@ -13,8 +13,10 @@ export { fromRpcError, toRpcError } from './errors.js';
 export { type ProtocolMessage, protocolMessages } from './frames.js';
 export { httpMethods, isHttpMethod } from './http.js';
 export { protocolJsonSchema } from './json-schema.js';
+export { packFrames, utf8Length } from './multi-frames.js';
 export { protocolOpenApi } from './openapi.js';
 export {
+  FRAMES_MULTI,
   type MethodName,
   Methods,
   type NotificationName,

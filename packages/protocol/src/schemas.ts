@@ -81,12 +81,25 @@ function params<T extends TProperties>(properties: T) {
   return Type.Object({ ...properties, traceparent: Type.Optional(Traceparent) });
 }
 
+/**
+ * Extension (multi-message frames, additive to v1): a client asks with `frames: "multi"` in
+ * `session.hello`; a server that speaks it answers `frames: "multi"`. Only then may a frame, either
+ * way, be a JSON array of independent messages (SPEC.md, "Several messages per frame").
+ */
+export const FRAMES_MULTI = 'multi';
+const Frames = Type.Literal(FRAMES_MULTI, {
+  description:
+    'Multi-message frames (extension): in session.hello params, the client asks for them; in its result, the server agrees. Once agreed, a text frame either way may be a JSON array of independent messages, each answered on its own.',
+});
+
 export const HelloParams = params({
   client: Type.Optional(Type.Object({ name: Type.String(), version: Type.String() })),
   auth: Type.Optional(Type.String()),
+  frames: Type.Optional(Frames),
 });
 export const HelloResult = Type.Object({
   sessionId: Type.String(),
+  frames: Type.Optional(Frames),
   protocol: Type.Literal('dlm.v1'),
   server: Type.Object({ name: Type.Literal('dlm'), version: Type.String() }),
   backend: Type.String({

@@ -51,6 +51,7 @@ export const TranscriptStepSchema = Type.Union([
           path: Type.Optional(Type.String()),
           expectStatus: Type.Optional(Type.Integer()),
           expectProtocol: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+          multi: Type.Optional(Type.Boolean()),
         },
         { additionalProperties: false },
       ),
@@ -58,7 +59,9 @@ export const TranscriptStepSchema = Type.Union([
     'Open the connection `conn`, offering `protocols` (default ["dlm.v1.json"]; [] offers none) ' +
       'on `path` (default: the path of the URL under test). With `expectStatus` the upgrade must ' +
       'be refused with that HTTP status. `expectProtocol`: the subprotocol the server must pick ' +
-      '(null: none).',
+      '(null: none). `multi`: the connection speaks multi-message frames (its hello asks for ' +
+      'them): an array frame from the server counts as its messages, each matched on its own; ' +
+      'without it an array frame from the server fails the transcript.',
   ),
   step(
     {

@@ -65,8 +65,10 @@ describe('AsyncAPI document', () => {
     for (const method of Object.keys(Notifications)) {
       expect(operations.get(method)?.action(), method).toBe('send');
     }
+    expect(ids(operations.get('multi.receive')!.messages())).toEqual(['multi.request']);
+    expect(ids(operations.get('multi.send')!.messages())).toEqual(['multi.reply']);
     expect(operations.all()).toHaveLength(
-      Object.keys(Methods).length + Object.keys(Notifications).length,
+      Object.keys(Methods).length + Object.keys(Notifications).length + 2,
     );
   });
 
@@ -112,6 +114,20 @@ describe('AsyncAPI document', () => {
         params: { name: 'j', token: '7', reason: 'expired' },
       }),
     ).toBe(true);
+    const multiRequest = byName.get('multi.request')!;
+    const pingFrame = { jsonrpc: '2.0', id: 1, method: 'session.ping' };
+    expect(Value.Check(multiRequest, [pingFrame, { ...pingFrame, id: 2 }])).toBe(true);
+    expect(Value.Check(multiRequest, [])).toBe(false);
+    expect(Value.Check(multiRequest, [pingFrame, 7])).toBe(false);
+    const multiReply = byName.get('multi.reply')!;
+    const lost = { name: 'j', token: '7', reason: 'expired' };
+    expect(
+      Value.Check(multiReply, [
+        { jsonrpc: '2.0', id: 1, result: {} },
+        { jsonrpc: '2.0', method: 'lock.lost', params: lost },
+      ]),
+    ).toBe(true);
+    expect(Value.Check(multiReply, [pingFrame])).toBe(false);
   });
 
   it('one JSON Schema file per message, the same schemas as the AsyncAPI payloads', () => {
@@ -123,6 +139,8 @@ describe('AsyncAPI document', () => {
       ...Object.keys(Methods).flatMap((m) => [`${m}.request.json`, `${m}.result.json`]),
       'error.json',
       ...Object.keys(Notifications).map((n) => `${n}.json`),
+      'multi.request.json',
+      'multi.reply.json',
     ];
     expect(Object.keys(files).sort()).toEqual(expected.sort());
     for (const [file, schema] of Object.entries(files)) {

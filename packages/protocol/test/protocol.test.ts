@@ -5,8 +5,10 @@ import {
   fromRpcError,
   Methods,
   Notifications,
+  packFrames,
   protocolJsonSchema,
   toRpcError,
+  utf8Length,
 } from '../src/index.js';
 
 describe('error mapping', () => {
@@ -126,5 +128,32 @@ describe('schemas', () => {
     for (const method of Object.keys(Notifications))
       expect(doc.$defs[`${method}.params`]).toBeDefined();
     expect(JSON.stringify(doc)).not.toContain('Symbol');
+  });
+});
+
+describe('multi-message frames: packFrames', () => {
+  const message = (id: number, pad = '') => JSON.stringify({ jsonrpc: '2.0', id, result: { pad } });
+
+  it('one message stays an object frame; several become one array, in order', () => {
+    expect(packFrames([message(1)], 100)).toEqual([message(1)]);
+    const frames = packFrames([message(1), message(2), message(3)], 65_536);
+    expect(frames).toHaveLength(1);
+    expect(JSON.parse(frames[0]!).map((m: { id: number }) => m.id)).toEqual([1, 2, 3]);
+  });
+
+  it('cuts before a frame would pass the bound, counting UTF-8 bytes; an oversize message goes alone', () => {
+    const big = (id: number) => message(id, '€'.repeat(100)); // 300 bytes of pad, 100 units
+    const size = utf8Length(big(1));
+    expect(size).toBe(Buffer.byteLength(big(1)));
+    const frames = packFrames([big(1), big(2), big(3)], 2 * size + 3);
+    expect(frames.map((f) => Buffer.byteLength(f) <= 2 * size + 3)).toEqual([true, true]);
+    expect(frames.map((f) => JSON.parse(f))).toEqual([
+      [JSON.parse(big(1)), JSON.parse(big(2))],
+      JSON.parse(big(3)),
+    ]);
+    expect(packFrames([big(1), message(2)], 10)).toEqual([big(1), message(2)]);
+    for (const text of ['a', 'é', '€', '😀', '\ud800x', 'x\udc00']) {
+      expect(utf8Length(text), text).toBe(Buffer.byteLength(text));
+    }
   });
 });

@@ -2,12 +2,19 @@ import { type AcquireOptions, createClient, type DlmClient, isDlmError } from '@
 import { startServerProcess } from '../server-process.js';
 import { type Locker, type RunningTarget, type Target, WaitTimeout } from './locker.js';
 
+/**
+ * `DLM_BENCH_CLIENT_FRAMES=single` runs the dlm clients one message per frame (the client's
+ * `frames` option), for an A/B of multi-message frames in one build; default: the client's own.
+ */
+const FRAMES = process.env.DLM_BENCH_CLIENT_FRAMES === 'single' ? 'single' : undefined;
+
 /** One simulated client: one `@dlm/client` (one WebSocket session). */
 export async function dlmLocker(url: string, pingIntervalMs?: number): Promise<Locker> {
   const client: DlmClient = createClient({
     url,
     name: '@dlm/bench',
     ...(pingIntervalMs === undefined ? {} : { pingIntervalMs }),
+    ...(FRAMES ? { frames: FRAMES } : {}),
   });
   await client.connect();
   return {

@@ -60,20 +60,26 @@ export class Connection {
     }
   }
 
-  /** Takes over a socket that has just opened: a fresh history, frames recorded as they come. */
-  adopt(ws: WebSocket, checkSchemas: boolean): void {
+  /**
+   * Takes over a socket that has just opened: a fresh history, frames recorded as they come.
+   * With `multi` (multi-message frames), an array frame is recorded as its messages, each
+   * arriving when the frame did; without it, an array frame is a problem.
+   */
+  adopt(ws: WebSocket, checkSchemas: boolean, multi = false): void {
     this.ws = ws;
     this.closed = undefined;
     this.received = [];
     this.methods.clear();
-    ws.on('message', (data, isBinary) => this.arrived(data.toString(), isBinary, checkSchemas));
+    ws.on('message', (data, isBinary) =>
+      this.arrived(data.toString(), isBinary, checkSchemas, multi),
+    );
     ws.on('close', (code, reason) => {
       this.closed = { code, reason: reason.toString(), at: performance.now() };
       this.wake();
     });
   }
 
-  private arrived(text: string, isBinary: boolean, checkSchemas: boolean): void {
+  private arrived(text: string, isBinary: boolean, checkSchemas: boolean, multi: boolean): void {
     const at = performance.now();
     if (isBinary) {
       this.problems.push('the server sent a binary frame');
@@ -88,12 +94,27 @@ export class Connection {
       this.wake();
       return;
     }
-    if (checkSchemas) {
-      const problem = schemaProblem(this.methods, frame);
-      if (problem) this.problems.push(`${problem}: ${show(frame)}`);
+    for (const message of this.messagesOf(frame, multi)) {
+      if (checkSchemas) {
+        const problem = schemaProblem(this.methods, message);
+        if (problem) this.problems.push(`${problem}: ${show(message)}`);
+      }
+      this.received.push({ frame: message, at, consumed: false });
     }
-    this.received.push({ frame, at, consumed: false });
     this.wake();
+  }
+
+  /** The messages of a frame: itself, or on a multi-message connection an array's members. */
+  private messagesOf(frame: unknown, multi: boolean): unknown[] {
+    if (!Array.isArray(frame)) return [frame];
+    if (!multi) {
+      this.problems.push(
+        `the server sent an array frame on a connection that did not ask for multi-message frames: ${show(frame)}`,
+      );
+      return [];
+    }
+    if (frame.length === 0) this.problems.push('the server sent an empty array frame');
+    return frame;
   }
 
   private wake(): void {

@@ -159,7 +159,7 @@ export class TranscriptRun {
       );
     }
     const ws = await connectAsExpected(this.url, step.connect, this.defaultTimeoutMs, this.fail);
-    if (ws) conn.adopt(ws, this.checkSchemas);
+    if (ws) conn.adopt(ws, this.checkSchemas, step.connect.multi === true);
   }
 
   private send(conn: Connection, data: string | Buffer, times: number, mark: string | undefined) {
@@ -178,7 +178,7 @@ export class TranscriptRun {
       }
       text += ' '.repeat(step.padToBytes - bytes);
     }
-    conn.remember(frame);
+    for (const message of Array.isArray(frame) ? frame : [frame]) conn.remember(message);
     this.send(conn, text, step.times ?? 1, step.mark);
   }
 

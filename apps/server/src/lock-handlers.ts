@@ -11,16 +11,28 @@ import {
   type LostEvent,
   notHolderError,
   parseToken,
+  type ReleaseRequestedEvent,
   validateLeaseKey,
   validateLocks,
   validateTtl,
 } from '@dlm/core';
 import { heldState } from './held-state.js';
 import { type Action, allows, type Principal } from './permissions.js';
+import {
+  type RequestReleaseMethod,
+  releaseRequestHandlers,
+  tellReleaseRequested,
+} from './release-request-handlers.js';
 import { createRequestTracer, type RequestTrace, type RequestTracer } from './request-tracing.js';
 import type { Handler, Handlers, LockScope } from './session-scope.js';
 
-type LockMethod = 'lock.acquire' | 'lock.acquireAll' | 'lock.release' | 'lock.extend' | 'lock.get';
+type LockMethod =
+  | 'lock.acquire'
+  | 'lock.acquireAll'
+  | 'lock.release'
+  | 'lock.extend'
+  | 'lock.get'
+  | RequestReleaseMethod;
 
 /**
  * The name a lock method is about, and a check that the principal may `actions` on it. The
@@ -108,6 +120,8 @@ interface LockSession {
   readonly tracer: RequestTracer;
   /** Tells this session `lock.lost` for a lease granted or extended here. */
   readonly onLost: (event: LostEvent) => void;
+  /** Tells this session `lock.releaseRequested` for a lease granted or extended here. */
+  readonly onReleaseRequested: (event: ReleaseRequestedEvent) => void;
 }
 
 /** One request to a lock method: what was sent, what cancels it, and what its span records. */
@@ -130,6 +144,7 @@ function lockSession(scope: LockScope): LockSession {
         reason: event.reason,
       });
     },
+    onReleaseRequested: (event) => tellReleaseRequested(scope, event),
   };
 }
 
@@ -258,6 +273,7 @@ function grantOptions(
     leaseKey,
     ...(signal ? { signal } : {}),
     onLost: session.onLost,
+    onReleaseRequested: session.onReleaseRequested,
     aroundBackendCall: span.aroundBackendCall,
   };
 }
@@ -286,6 +302,9 @@ async function acquire(session: LockSession, { params, signal, span }: LockReque
       waitMs: params.waitMs as number,
       owner,
       ...modeOf(params),
+      ...(params.requestRelease === undefined
+        ? {}
+        : { requestRelease: params.requestRelease as boolean }),
       ...grantOptions(session, leaseKey, signal, span),
     });
   } finally {
@@ -366,6 +385,7 @@ async function extend(session: LockSession, { params, span }: LockRequest) {
     ttlMs: params.ttlMs as number,
     leaseKey,
     onLost: session.onLost,
+    onReleaseRequested: session.onReleaseRequested,
     aroundBackendCall: span.aroundBackendCall,
   });
   if (span.recording) span.set({ 'dlm.lock.ttl_ms': lease.ttlMs });
@@ -400,6 +420,7 @@ function traced(
 export function lockHandlers(scope: LockScope): Handlers<LockMethod> {
   const session = lockSession(scope);
   return {
+    ...releaseRequestHandlers(scope, permittedName),
     'lock.acquire': traced(session, 'lock.acquire', 'granted', acquire),
     'lock.acquireAll': traced(session, 'lock.acquireAll', 'granted', acquireAll),
     'lock.release': traced(session, 'lock.release', 'released', release),

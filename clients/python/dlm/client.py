@@ -303,23 +303,21 @@ class Client:
             except Exception:  # noqa: BLE001 - a callback's failure must not stop the others
                 _log.exception("a dlm callback failed")
 
-    def _on_lost(self, params: dict[str, Any]) -> None:
+    def _leases_named(self, params: dict[str, Any]) -> list[Lease]:
+        """The leases held here that a notification's ``name`` and ``token`` are about."""
         token = _token(params.get("token"))
         if token is None:
-            return
+            return []
         with self._state_lock:
-            leases = list(self._leases.get((params.get("name"), token), ()))
-        for lease in leases:
+            return list(self._leases.get((params.get("name"), token), ()))
+
+    def _on_lost(self, params: dict[str, Any]) -> None:
+        for lease in self._leases_named(params):
             lease._lose(str(params.get("reason", "expired")))
 
     def _on_release_requested(self, params: dict[str, Any]) -> None:
-        token = _token(params.get("token"))
-        if token is None:
-            return
-        with self._state_lock:
-            leases = list(self._leases.get((params.get("name"), token), ()))
         reason = params.get("reason")
-        for lease in leases:
+        for lease in self._leases_named(params):
             lease._asked(reason if isinstance(reason, str) else None)
 
     def _on_changed(self, params: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-import type { ReleaseRequestedEvent } from '@dlm/core';
+import type { LockService, ReleaseRequestedEvent } from '@dlm/core';
 import { describe, expect, it } from 'vitest';
 import type { ConformanceContext } from '../context.js';
 import { failure, lockName } from '../support.js';
@@ -6,6 +6,26 @@ import { pendingAfter, until } from '../wait.js';
 
 /** How long a release request may take to reach a holder on another instance. */
 const DELIVERY_MS = 5_000;
+
+/** A lease of `name` for `owner` through `service`, with the release requests it hears. */
+async function heldHearing(
+  service: LockService,
+  name: string,
+  owner: string,
+  onAsked?: (event: ReleaseRequestedEvent) => void,
+) {
+  const heard: ReleaseRequestedEvent[] = [];
+  const lease = await service.acquire({
+    name,
+    owner,
+    ttlMs: 30_000,
+    onReleaseRequested: (event) => {
+      heard.push(event);
+      onAsked?.(event);
+    },
+  });
+  return { lease, heard };
+}
 
 /**
  * Release requests: anyone may ask a name's holders to let go; each holder hears it on the
@@ -16,13 +36,7 @@ export function releaseRequestsGroup(ctx: ConformanceContext): void {
   describe('release requests', () => {
     it('requestRelease on another instance reaches the holder and releases nothing', async () => {
       const name = lockName('request-release');
-      const heard: ReleaseRequestedEvent[] = [];
-      const lease = await ctx.service.acquire({
-        name,
-        owner: 'holder',
-        ttlMs: 10_000,
-        onReleaseRequested: (event) => heard.push(event),
-      });
+      const { lease, heard } = await heldHearing(ctx.service, name, 'holder');
       const other = await ctx.otherService();
       const asked = await other.requestRelease({ name, reason: 'deploy in progress' });
       expect(asked).toEqual({ name, notified: 1 });
@@ -41,29 +55,15 @@ export function releaseRequestsGroup(ctx: ConformanceContext): void {
 
     it('a released lease hears no later request', async () => {
       const name = lockName('request-release-after');
-      const heard: ReleaseRequestedEvent[] = [];
-      const lease = await ctx.service.acquire({
-        name,
-        owner: 'gone',
-        ttlMs: 10_000,
-        onReleaseRequested: (event) => heard.push(event),
-      });
-      await ctx.service.release({ name, token: lease.token });
+      const gone = await heldHearing(ctx.service, name, 'gone');
+      await ctx.service.release({ name, token: gone.lease.token });
       const other = await ctx.otherService();
-      const next = await other.acquire({ name, owner: 'next', ttlMs: 10_000 });
-      const heardNext: ReleaseRequestedEvent[] = [];
-      await other.release({ name, token: next.token });
-      const again = await other.acquire({
-        name,
-        owner: 'next',
-        ttlMs: 10_000,
-        onReleaseRequested: (event) => heardNext.push(event),
-      });
+      const next = await heldHearing(other, name, 'next');
       expect(await ctx.service.requestRelease({ name })).toEqual({ name, notified: 1 });
-      await until(() => heardNext.length > 0, { timeoutMs: DELIVERY_MS, what: 'the request' });
-      expect(heardNext).toEqual([{ name, token: again.token }]);
-      expect(heard).toEqual([]);
-      await other.release({ name, token: again.token });
+      await until(() => next.heard.length > 0, { timeoutMs: DELIVERY_MS, what: 'the request' });
+      expect(next.heard).toEqual([{ name, token: next.lease.token }]);
+      expect(gone.heard).toEqual([]);
+      await other.release({ name, token: next.lease.token });
     });
 
     it('every shared holder, on either instance, hears one request', async (test) => {
@@ -88,15 +88,8 @@ export function releaseRequestsGroup(ctx: ConformanceContext): void {
 
     it('a waiting acquire with requestRelease asks the holder, who lets go', async () => {
       const name = lockName('request-release-wait');
-      const heard: ReleaseRequestedEvent[] = [];
-      const lease = await ctx.service.acquire({
-        name,
-        owner: 'holder',
-        ttlMs: 30_000,
-        onReleaseRequested: (event) => {
-          heard.push(event);
-          void ctx.service.release({ name, token: event.token });
-        },
+      const { lease, heard } = await heldHearing(ctx.service, name, 'holder', (event) => {
+        void ctx.service.release({ name, token: event.token });
       });
       const other = await ctx.otherService();
       const waiter = other.acquire({
@@ -114,13 +107,7 @@ export function releaseRequestsGroup(ctx: ConformanceContext): void {
 
     it('a waiting acquire without requestRelease asks nobody', async () => {
       const name = lockName('request-release-none');
-      const heard: ReleaseRequestedEvent[] = [];
-      const lease = await ctx.service.acquire({
-        name,
-        owner: 'holder',
-        ttlMs: 30_000,
-        onReleaseRequested: (event) => heard.push(event),
-      });
+      const { lease, heard } = await heldHearing(ctx.service, name, 'holder');
       const other = await ctx.otherService();
       const controller = new AbortController();
       const waiter = other.acquire({

@@ -396,6 +396,22 @@ describe('dlm lock and release requests', () => {
     expect(await adminGet(name)).toMatchObject({ held: false });
   });
 
+  it('dlm request-release NAME --reason asks the holder (its CMD gets SIGTERM); a free name asks nobody; a long reason is a usage error', async () => {
+    const name = 'cli/asked-by-command';
+    const { dir, run } = await lockedCommand(name, [], ['trap-term']);
+    const asked = await runDlm(['request-release', name, '--reason', 'rotate', '--json'], env);
+    expect(asked.code).toBe(0);
+    expect(JSON.parse(asked.stdout)).toEqual({ name, notified: 1 });
+    const done = await run.finished;
+    expect(readFileSync(join(dir, 'terminated'), 'utf8')).toBe('SIGTERM');
+    expect(done.stderr).toContain('(rotate); sending SIGTERM');
+    const free = await runDlm(['request-release', 'cli/nobody'], env);
+    expect(free).toMatchObject({ code: 0, stdout: 'cli/nobody: free, nobody to ask\n' });
+    const long = await runDlm(['request-release', name, '--reason', 'x'.repeat(257)], env);
+    expect(long.code).toBe(2);
+    expect(long.stderr).toContain('--reason must be 1-256 UTF-8 bytes');
+  });
+
   it('--on-release-request none leaves CMD alone; a bad signal name is a usage error', async () => {
     const name = 'cli/asked-none';
     const { dir, run } = await lockedCommand(

@@ -29,11 +29,19 @@ const COMMANDS: Array<{ name: string; summary: string; load: () => Promise<Comma
     load: async () => (await import('./commands/watch.js')).watchCommand,
   },
   {
+    name: 'request-release',
+    summary: 'ask a lock’s holders to let go',
+    load: async () => (await import('./commands/request-release.js')).requestReleaseCommand,
+  },
+  {
     name: 'serve',
     summary: 'run the lock server (same flags and environment as dlm-server; needs @dlm/server)',
     load: async () => (await import('./commands/serve.js')).loadServeCommand(),
   },
 ];
+
+/** The commands' column in the help: the longest name and two spaces. */
+const WIDTH = Math.max(...COMMANDS.map((command) => command.name.length)) + 2;
 
 function version(): string {
   return readPackageVersion(new URL('../package.json', import.meta.url));
@@ -42,7 +50,7 @@ function version(): string {
 const HELP = `Usage: dlm COMMAND [options]
 
 Commands:
-${COMMANDS.map((command) => `  ${command.name.padEnd(7)}${command.summary}`).join('\n')}
+${COMMANDS.map((command) => `  ${command.name.padEnd(WIDTH)}${command.summary}`).join('\n')}
 
 Run dlm COMMAND --help for a command's options. Every command that talks to a server takes
 --server URL (or DLM_URL; default ws://127.0.0.1:7070/v1/ws), and for a server with tokens

@@ -1,6 +1,7 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { embeddedBackend } from '@dlm/adapter-embedded';
+import { createClient } from '@dlm/client';
 import { hashLeaseKey, type LockBackend } from '@dlm/core';
 import { startServer } from '@dlm/server';
 import { tempDir } from '@dlm/test-services';
@@ -357,5 +358,80 @@ describe('dlm lock NAME1 NAME2 ... -- CMD', () => {
     // One name may contain them: it goes to CMD as DLM_LOCK_NAME, not in pairs.
     const single = await runDlm(['lock', 'cli/one,=name', '--', 'true'], env);
     expect(single.code).toBe(0);
+  });
+});
+
+describe('dlm lock and release requests', () => {
+  it('a waiting dlm lock --request-release asks the holder; its CMD gets SIGTERM, exits, and the lock passes on', async () => {
+    const name = 'cli/asked';
+    const { dir, run } = await lockedCommand(name, ['--ttl', '30s'], ['trap-term']);
+    const waiter = await runDlm(
+      ['lock', name, '--wait', '20s', '--request-release', '--', 'node', '-e', ''],
+      env,
+    );
+    expect(waiter.code).toBe(0);
+    const done = await run.finished;
+    expect(readFileSync(join(dir, 'terminated'), 'utf8')).toBe('SIGTERM');
+    // CMD stopped when asked and exited 0: dlm released the lock and exits with CMD's status.
+    expect(done.code).toBe(0);
+    expect(done.stderr).toContain(`release of ${name} requested; sending SIGTERM to the command`);
+  });
+
+  it('--on-release-request USR1 forwards that signal, with the reason, on a request from another client', async () => {
+    const name = 'cli/asked-usr1';
+    const { dir, run } = await lockedCommand(name, ['--on-release-request', 'USR1'], ['trap-usr1']);
+    const client = createClient({ url: cli.server.url });
+    try {
+      expect(await client.requestRelease(name, { reason: 'maintenance' })).toEqual({
+        name,
+        notified: 1,
+      });
+    } finally {
+      await client.close();
+    }
+    const done = await run.finished;
+    expect(readFileSync(join(dir, 'terminated'), 'utf8')).toBe('SIGUSR1');
+    expect(done.code).toBe(0);
+    expect(done.stderr).toContain('(maintenance); sending SIGUSR1 to the command');
+    expect(await adminGet(name)).toMatchObject({ held: false });
+  });
+
+  it('dlm request-release NAME --reason asks the holder (its CMD gets SIGTERM); a free name asks nobody; a long reason is a usage error', async () => {
+    const name = 'cli/asked-by-command';
+    const { dir, run } = await lockedCommand(name, [], ['trap-term']);
+    const asked = await runDlm(['request-release', name, '--reason', 'rotate', '--json'], env);
+    expect(asked.code).toBe(0);
+    expect(JSON.parse(asked.stdout)).toEqual({ name, notified: 1 });
+    const done = await run.finished;
+    expect(readFileSync(join(dir, 'terminated'), 'utf8')).toBe('SIGTERM');
+    expect(done.stderr).toContain('(rotate); sending SIGTERM');
+    const free = await runDlm(['request-release', 'cli/nobody'], env);
+    expect(free).toMatchObject({ code: 0, stdout: 'cli/nobody: free, nobody to ask\n' });
+    const long = await runDlm(['request-release', name, '--reason', 'x'.repeat(257)], env);
+    expect(long.code).toBe(2);
+    expect(long.stderr).toContain('--reason must be 1-256 UTF-8 bytes');
+  });
+
+  it('--on-release-request none leaves CMD alone; a bad signal name is a usage error', async () => {
+    const name = 'cli/asked-none';
+    const { dir, run } = await lockedCommand(
+      name,
+      ['--on-release-request', 'none'],
+      ['wait-file', 0],
+    );
+    const client = createClient({ url: cli.server.url });
+    try {
+      expect((await client.requestRelease(name)).notified).toBe(1);
+      await sleep(500);
+      // Still running (SIGTERM would have killed this mode): still held.
+      expect(await adminGet(name)).toMatchObject({ held: true });
+    } finally {
+      await client.close();
+    }
+    writeFileSync(join(dir, 'go'), '');
+    expect((await run.finished).code).toBe(0);
+    const bad = await runDlm(['lock', 'cli/x', '--on-release-request', 'NOPE', '--', 'true'], env);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--on-release-request must be a signal name');
   });
 });

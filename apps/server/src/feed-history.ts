@@ -1,7 +1,16 @@
 import type { Clock } from '@dlm/core';
 
-/** What the history keeps of a change: how leases began and ended, and acquires that queued. */
-export type HistoryEventType = 'acquired' | 'released' | 'expired' | 'revoked' | 'queued';
+/**
+ * What the history keeps of a change: how leases began and ended, acquires that queued, and
+ * release requests made through this server (`releaseRequested`: not a change of holder).
+ */
+export type HistoryEventType =
+  | 'acquired'
+  | 'released'
+  | 'expired'
+  | 'revoked'
+  | 'queued'
+  | 'releaseRequested';
 
 export interface HistoryEvent {
   /** Increases by one per event, from 1; a reader asks for the events after the last it saw. */

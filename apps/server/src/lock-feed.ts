@@ -7,6 +7,7 @@ import type {
   LockService,
   LockState,
   LostEvent,
+  ReleaseRequestResult,
   Unsubscribe,
 } from '@dlm/core';
 import { createFeedHistory, type FeedHistory } from './feed-history.js';
@@ -293,6 +294,12 @@ class Feed implements LockFeed {
     this.pending.drop(name, token);
     const entry = this.find(name, token);
     if (entry) this.end(entry, 'released');
+  }
+
+  /** A release request through this server that found holders: the history shows it. */
+  releaseRequested(request: ReleaseRequestResult): void {
+    if (this.closed || request.notified === 0) return;
+    this.history.record({ type: 'releaseRequested', name: request.name });
   }
 
   lost(event: LostEvent): void {

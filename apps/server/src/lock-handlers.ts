@@ -11,16 +11,28 @@ import {
   type LostEvent,
   notHolderError,
   parseToken,
+  type ReleaseRequestedEvent,
   validateLeaseKey,
   validateLocks,
   validateTtl,
 } from '@dlm/core';
 import { heldState } from './held-state.js';
 import { type Action, allows, type Principal } from './permissions.js';
+import {
+  type RequestReleaseMethod,
+  releaseRequestHandlers,
+  tellReleaseRequested,
+} from './release-request-handlers.js';
 import { createRequestTracer, type RequestTrace, type RequestTracer } from './request-tracing.js';
 import type { Handler, Handlers, LockScope } from './session-scope.js';
 
-type LockMethod = 'lock.acquire' | 'lock.acquireAll' | 'lock.release' | 'lock.extend' | 'lock.get';
+type LockMethod =
+  | 'lock.acquire'
+  | 'lock.acquireAll'
+  | 'lock.release'
+  | 'lock.extend'
+  | 'lock.get'
+  | RequestReleaseMethod;
 
 /**
  * The name a lock method is about, and a check that the principal may `actions` on it. The
@@ -94,6 +106,8 @@ interface LockSession {
   readonly tracer: RequestTracer;
   /** Tells this session `lock.lost` for a lease granted or extended here. */
   readonly onLost: (event: LostEvent) => void;
+  /** Tells this session `lock.releaseRequested` for a lease granted or extended here. */
+  readonly onReleaseRequested: (event: ReleaseRequestedEvent) => void;
 }
 
 /** One request to a lock method: what was sent, what cancels it, and what its span records. */
@@ -116,6 +130,7 @@ function lockSession(scope: LockScope): LockSession {
         reason: event.reason,
       });
     },
+    onReleaseRequested: (event) => tellReleaseRequested(scope, event),
   };
 }
 
@@ -244,6 +259,7 @@ function grantOptions(
     leaseKey,
     ...(signal ? { signal } : {}),
     onLost: session.onLost,
+    onReleaseRequested: session.onReleaseRequested,
     aroundBackendCall: span.aroundBackendCall,
   };
 }
@@ -306,11 +322,14 @@ function acquireOptions(
     owner,
     leaseKey,
     onLost: session.onLost,
+    onReleaseRequested: session.onReleaseRequested,
     aroundBackendCall: span.aroundBackendCall,
   };
   // `mode` and `limit` as sent, for core to check: it is the one validation.
   if (params.mode !== undefined) options.mode = params.mode as LockMode;
   if (params.limit !== undefined) options.limit = params.limit as number;
+  if (params.requestRelease !== undefined)
+    options.requestRelease = params.requestRelease as boolean;
   if (signal) options.signal = signal;
   return options;
 }
@@ -402,6 +421,7 @@ async function extend(session: LockSession, { params, span }: LockRequest) {
     ttlMs: params.ttlMs as number,
     leaseKey,
     onLost: session.onLost,
+    onReleaseRequested: session.onReleaseRequested,
     aroundBackendCall: span.aroundBackendCall,
   });
   if (span.recording) span.set({ 'dlm.lock.ttl_ms': lease.ttlMs });
@@ -436,6 +456,7 @@ function traced(
 export function lockHandlers(scope: LockScope): Handlers<LockMethod> {
   const session = lockSession(scope);
   return {
+    ...releaseRequestHandlers(scope, permittedName),
     'lock.acquire': traced(session, 'lock.acquire', 'granted', acquire),
     'lock.acquireAll': traced(session, 'lock.acquireAll', 'granted', acquireAll),
     'lock.release': traced(session, 'lock.release', 'released', release),

@@ -8,6 +8,8 @@ import {
   type LockObserver,
   type LockState,
   type LostEvent,
+  type ReleaseRequestedEvent,
+  type ReleaseRequestResult,
 } from '@dlm/core';
 import type { BackendHealth } from './backend-health.js';
 import { withDeadline } from './deadline.js';
@@ -91,6 +93,17 @@ export function createServerObserver(options: ServerObserverOptions): ServerObse
         token: formatToken(event.token),
         reason: event.reason,
       });
+    },
+
+    releaseRequested(request: ReleaseRequestResult & { reason?: string | undefined }) {
+      if (request.notified > 0) metrics.releaseRequest('asked');
+      tell('releaseRequested', request);
+      if (debug) logger.debug('release requested', { ...request });
+    },
+
+    releaseRequestHeard(event: ReleaseRequestedEvent) {
+      metrics.releaseRequest('delivered');
+      tell('releaseRequestHeard', event);
     },
 
     waiting(name: string, count: number) {

@@ -86,6 +86,11 @@ export interface ServerMetrics {
   hold(end: HoldEnd, seconds: number): void;
   /** A `lock.lost` sent to a holder's session. */
   lost(reason: 'expired' | 'revoked'): void;
+  /**
+   * A release request: `asked` through this server (`lock.requestRelease`, or an acquire with
+   * `requestRelease` that had to wait), or `delivered`: heard by a lease followed here.
+   */
+  releaseRequest(event: ReleaseRequestEvent): void;
   /** A lease granted (or re-acquired) through this server, in `mode`. */
   granted(mode: LockMode): void;
   backend(operation: BackendOperation, seconds: number, failed: boolean): void;
@@ -103,6 +108,10 @@ export type TimedMethod = 'lock.acquire' | 'lock.release' | 'lock.extend';
 const TIMED_METHODS: readonly TimedMethod[] = ['lock.acquire', 'lock.release', 'lock.extend'];
 const WAIT_OUTCOMES: readonly WaitOutcome[] = ['granted', 'timeout', 'cancelled', 'error'];
 const HOLD_ENDS: readonly HoldEnd[] = ['released', 'expired', 'revoked'];
+/** The two sides of a release request that a server sees (see `ServerMetrics.releaseRequest`). */
+export type ReleaseRequestEvent = 'asked' | 'delivered';
+const RELEASE_REQUEST_EVENTS: readonly ReleaseRequestEvent[] = ['asked', 'delivered'];
+
 const LOST_REASONS: readonly ('expired' | 'revoked')[] = ['expired', 'revoked'];
 const LOCK_MODES: readonly LockMode[] = ['exclusive', 'shared'];
 
@@ -304,6 +313,11 @@ export function createMetrics(options: { version: string; backend: string }): Se
     help: 'Leases granted (or re-acquired) through this server, by mode.',
     labelName: 'mode',
   });
+  const releaseRequestsBy = zeroedCounter(registry, RELEASE_REQUEST_EVENTS, {
+    name: 'dlm_release_requests_total',
+    help: 'Release requests asked through this server (that found holders) and release requests heard by leases held through this server, by event (asked, delivered).',
+    labelName: 'event',
+  });
   const requestBy = new Map<string, Map<string, CounterSeries>>();
 
   return {
@@ -326,6 +340,9 @@ export function createMetrics(options: { version: string; backend: string }): Se
     },
     lost(reason) {
       lostBy[reason].inc();
+    },
+    releaseRequest(event) {
+      releaseRequestsBy[event].inc();
     },
     granted(mode) {
       grantsBy[mode].inc();

@@ -6,7 +6,7 @@ import { drawContended, drawDurations, drawRates } from './charts.js';
 
 const SUBPROTOCOL = 'dlm.v1.json';
 const FEED_LIMIT = 200;
-const FEED_EVENTS = new Set(['acquired', 'released', 'expired', 'revoked']);
+const FEED_EVENTS = new Set(['acquired', 'released', 'expired', 'revoked', 'releaseRequested']);
 /** How often the charts ask for what happened since they last asked. */
 const HISTORY_POLL_MS = 1_000;
 /** A change on the WebSocket asks for the history sooner, but not more often than this. */
@@ -16,6 +16,7 @@ const FEED_LABELS = {
   released: 'released',
   expired: 'expired',
   revoked: 'revoked',
+  releaseRequested: 'asked to release',
 };
 
 const $ = (id) => document.getElementById(id);

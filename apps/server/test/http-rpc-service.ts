@@ -118,6 +118,11 @@ export async function httpRpcService(backend: LockBackend): Promise<LockService>
       );
       return grants.map((grant) => remember(leaseOf(grant)));
     },
+    requestRelease: ({ name, reason }) =>
+      call<{ name: string; notified: number }>('lock.requestRelease', {
+        name,
+        ...(reason === undefined ? {} : { reason }),
+      }),
     async release({ name, token: held, leaseKey }) {
       const key = keyFor(name, held, leaseKey);
       await call('lock.release', { name, token: token(held), ...(key ? { leaseKey: key } : {}) });

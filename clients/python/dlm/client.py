@@ -272,6 +272,8 @@ class Client:
         params = message.get("params") or {}
         if method == "lock.lost":
             self._events.put(lambda: self._on_lost(params))
+        elif method == "lock.releaseRequested":
+            self._events.put(lambda: self._on_release_requested(params))
         elif method == "lock.changed":
             self._events.put(lambda: self._on_changed(params))
 
@@ -313,14 +315,22 @@ class Client:
             except Exception:  # noqa: BLE001 - a callback's failure must not stop the others
                 _log.exception("a dlm callback failed")
 
-    def _on_lost(self, params: dict[str, Any]) -> None:
+    def _leases_named(self, params: dict[str, Any]) -> list[Lease]:
+        """The leases held here that a notification's ``name`` and ``token`` are about."""
         token = _token(params.get("token"))
         if token is None:
-            return
+            return []
         with self._state_lock:
-            leases = list(self._leases.get((params.get("name"), token), ()))
-        for lease in leases:
+            return list(self._leases.get((params.get("name"), token), ()))
+
+    def _on_lost(self, params: dict[str, Any]) -> None:
+        for lease in self._leases_named(params):
             lease._lose(str(params.get("reason", "expired")))
+
+    def _on_release_requested(self, params: dict[str, Any]) -> None:
+        reason = params.get("reason")
+        for lease in self._leases_named(params):
+            lease._asked(reason if isinstance(reason, str) else None)
 
     def _on_changed(self, params: dict[str, Any]) -> None:
         holders = params.get("holders")
@@ -382,7 +392,8 @@ class Client:
 
     def acquire(self, name: str, ttl_ms: int, wait_ms: int = 0,
                 owner: str | None = None, lease_key: str | None = None, *,
-                mode: str | None = None, limit: int | None = None) -> Lease:
+                mode: str | None = None, limit: int | None = None,
+                request_release: bool = False) -> Lease:
         """Acquires ``name`` for ``ttl_ms``, waiting up to ``wait_ms`` (server-side, first come
         first served) while another owner holds it.
 
@@ -402,8 +413,13 @@ class Client:
         held, UNAVAILABLE (``data["indeterminate"]`` when the request may have reached the
         server) when there is no answer, INVALID_PARAMS for a bad argument (``data["field"]``;
         ``data["limit"]``: the holders' limit when ``limit`` differs from it).
+
+        ``request_release=True``: when the lock is held and this acquire has to wait, the server
+        asks its holders to let go (as :meth:`request_release`, without a reason), once.
         """
-        fields = {"name": name, **_mode_fields(mode, limit)}
+        fields: dict[str, Any] = {"name": name, **_mode_fields(mode, limit)}
+        if request_release:
+            fields["requestRelease"] = True
         result, sent_at, key = self._send_grant_request(
             "lock.acquire", [name], fields, ttl_ms, wait_ms, owner, lease_key)
         return self._lease_of(result, sent_at, wait_ms, ttl_ms, key)
@@ -559,6 +575,18 @@ class Client:
                         ttl_remaining_ms=result.get("ttlRemainingMs"),
                         mode=result.get("mode", "exclusive"), limit=result.get("limit"),
                         holders=holders)
+
+    def request_release(self, name: str, reason: str | None = None) -> int:
+        """Asks every current holder of ``name`` to let go, on any server sharing the backend
+        (each holder's ``lease.release_requested`` is set); releases nothing. Returns how many
+        holders were asked (0: the lock was free). ``reason``: 1-256 UTF-8 bytes
+        (INVALID_PARAMS, field ``reason``, otherwise). Needs the ``lock`` permission on ``name``.
+        """
+        params: dict[str, Any] = {"name": name}
+        if reason is not None:
+            params["reason"] = reason
+        result, _ = self._call("lock.requestRelease", params)
+        return int(result["notified"])
 
     def semaphore(self, name: str, limit: int) -> Semaphore:
         """A semaphore of ``limit`` permits on ``name``: each permit is a shared lease, and at most

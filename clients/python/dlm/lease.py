@@ -56,6 +56,12 @@ class Lease(_ReleasedOnExit):
     deadline (a long C call holding the GIL, a paused process) learns it on its first look,
     before the deadline timer thread has run.
 
+    ``release_requested`` is a :class:`threading.Event` set when someone asks this holder to let
+    go (``Client.request_release``, or a waiting acquire with ``request_release=True``), on any
+    server sharing the backend; ``release_request_reason`` is the reason given, if any, and
+    callbacks added with :meth:`on_release_requested` are called (on the client's dispatch
+    thread) each time. Nothing is released by it: letting go is the holder's call.
+
     A lease is also a context manager that releases it on exit.
 
     The lease key (the secret that proves holding, sent with every extend and release so that
@@ -86,6 +92,9 @@ class Lease(_ReleasedOnExit):
         self._timer: threading.Timer | None = None
         # Told once when the lease is lost (a LeaseGroup's own ``lost``).
         self._on_lost: list[Callable[[], None]] = []
+        self._release_requested = threading.Event()
+        self._release_request_reason: str | None = None
+        self._on_release_requested: list[Callable[[Lease, str | None], None]] = []
         self._arm(sent_at, ttl_ms)
 
     def __repr__(self) -> str:
@@ -99,6 +108,31 @@ class Lease(_ReleasedOnExit):
         """Set once the lease is lost (by the clock when its deadline has passed)."""
         self._check_deadline()
         return self._lost
+
+    @property
+    def release_requested(self) -> threading.Event:
+        """Set once someone asked this holder to let go (the lease is still held)."""
+        return self._release_requested
+
+    @property
+    def release_request_reason(self) -> str | None:
+        """The reason given with the latest release request, if one came with a reason."""
+        return self._release_request_reason
+
+    def on_release_requested(self, callback: Callable[[Lease, str | None], None]) -> None:
+        """Calls ``callback(lease, reason)`` on each release request for this lease."""
+        self._on_release_requested.append(callback)
+
+    def _asked(self, reason: str | None) -> None:
+        if self._ended:
+            return
+        self._release_request_reason = reason
+        self._release_requested.set()
+        for callback in list(self._on_release_requested):
+            try:
+                callback(self, reason)
+            except Exception:  # noqa: BLE001 - a callback's failure must not stop the dispatch
+                pass
 
     @property
     def lost_reason(self) -> str | None:

@@ -59,6 +59,11 @@ export function memoryBackend(store: MemoryStore): LockBackend {
         if ('lock' in event) listener(event.lock);
       });
     },
+    // On the store's own event channel, as its other events: every server sharing it hears it.
+    async requestRelease(name, reason) {
+      open();
+      store.ask(name, reason);
+    },
     async revoke(name) {
       open();
       const ended = [...store.state(name).holders];

@@ -125,6 +125,13 @@ export class MemoryStore {
     };
   }
 
+  /** A release request: every listener of the name, on every backend over this store, hears it. */
+  ask(name: string, reason: string | undefined): void {
+    const lock: LockEvent = { name, type: 'releaseRequested' };
+    if (reason !== undefined) lock.reason = reason;
+    this.tell(name, { lock });
+  }
+
   private tell(name: string, event: StoreEvent): void {
     const set = this.listeners.get(name);
     if (set)

@@ -82,6 +82,7 @@ export async function embeddedBackend(
     inspect: (name) => store.inspect(name),
     watch: (name, listener) => store.watch(name, listener),
     revoke: (name) => store.revoke(name),
+    requestRelease: (name, reason) => store.requestRelease(name, reason),
     list: (prefix) => store.list(prefix),
     close: () => store.close(),
   };
@@ -433,6 +434,17 @@ class EmbeddedStore {
   watch(name: string, listener: (event: core.LockEvent) => void): core.Unsubscribe {
     if (this.closed) return () => {};
     return this.watchers.watch(name, listener);
+  }
+
+  /** Every watch of the name in this process hears it: every service over this store. */
+  requestRelease(name: string, reason: string | undefined): Promise<void> {
+    const refused = this.refuse();
+    if (refused !== undefined) return Promise.reject(refused);
+    const event: core.LockEvent = { name, type: 'releaseRequested' };
+    if (reason !== undefined) event.reason = reason;
+    this.watchers.enqueue(event);
+    this.watchers.drain();
+    return Promise.resolve();
   }
 
   revoke(name: string): Promise<boolean> {

@@ -4,7 +4,7 @@ import type { Etcd3, IKeyValue, IRequestOp, ITxnResponse } from 'etcd3';
 import { type TxnSender, txnSender } from './etcd-batch.js';
 import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.js';
 import { createEtcdClient } from './etcd-client.js';
-import { type EtcdKeys, etcdKeys, prefixEnd } from './etcd-keys.js';
+import { askValue, type EtcdKeys, etcdKeys, prefixEnd } from './etcd-keys.js';
 import { type LeasePool, type LockLease, leasePool, ttlSeconds } from './etcd-leases.js';
 import { etcdQueue } from './etcd-queue.js';
 import { aheadOfView, ruleHoldersOf, takenByAnother } from './etcd-queue-txn.js';
@@ -149,6 +149,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend 
     // Only the event: the watch's second argument (the lease) is for the queue.
     watch: (name, listener) => watch.subscribe(name, (event) => listener(event)),
     revoke: (name) => revoke(e, name),
+    requestRelease: (name, reason) => requestRelease(e, name, reason),
     list: (namePrefix) => list(e, namePrefix),
     async close() {
       if (e.closed) return;
@@ -629,6 +630,15 @@ async function inspect(e: Etcd, name: string): Promise<core.LockState | null> {
   if (kv) return stateOf(e, limit, name, kv);
   const holders = response.responses[1]?.response_range.kvs ?? [];
   return holders.length ? sharedStateOf(e, limit, name, holders) : null;
+}
+
+/** A put of the ask key (see `etcd-keys.ts`): every server's watch of the prefix hears it. */
+async function requestRelease(e: Etcd, name: string, reason: string | undefined): Promise<void> {
+  assertOpen(e, 'requestRelease');
+  const request = { key: Buffer.from(e.keys.askKey), value: askValue(name, reason) };
+  await withRetries(budget('requestRelease', e.commandTimeoutMs), 'once', true, (deadline) =>
+    e.client.kv.put(request, { deadline }),
+  );
 }
 
 /** Ends every holder of the name, exclusive or shared, in one revision marked `revoked`. */

@@ -13,6 +13,8 @@
  *   token). The NUL keeps `a`'s holders apart from `a/b`'s, as for the queue.
  * - `<prefix>event`: written in the same transaction as a release or revocation, so watchers
  *   can tell those deletions from lease expiries.
+ * - `<prefix>ask`: put by a release request (`askValue`), which every watch of the prefix hears;
+ *   one key overwritten each time, so asking leaves nothing behind.
  */
 export interface EtcdKeys {
   readonly prefix: string;
@@ -20,6 +22,7 @@ export interface EtcdKeys {
   readonly queuePrefix: string;
   readonly sharedPrefix: string;
   readonly markerKey: string;
+  readonly askKey: string;
   lock(name: string): Buffer;
   /** Every shared holder key of `name` starts with this. */
   shared(name: string): Buffer;
@@ -48,6 +51,7 @@ export function etcdKeys(prefix: string): EtcdKeys {
     queuePrefix,
     sharedPrefix,
     markerKey: `${prefix}event`,
+    askKey: `${prefix}ask`,
     lock: (name) => Buffer.from(lockPrefix + name),
     queue: (name) => Buffer.from(`${queuePrefix}${name}\0`),
     shared: (name) => Buffer.from(`${sharedPrefix}${name}\0`),
@@ -60,6 +64,22 @@ export function etcdKeys(prefix: string): EtcdKeys {
     nameOfQueueKey: (key) => nameAfter(queuePrefix, key),
     nameOfSharedKey: (key) => nameAfter(sharedPrefix, key),
   };
+}
+
+/** The value of the ask key for a release request of `name`. */
+export function askValue(name: string, reason: string | undefined): Buffer {
+  return Buffer.from(JSON.stringify(reason === undefined ? { n: name } : { n: name, r: reason }));
+}
+
+/** The release request an ask key's value carries, or undefined when it is not one. */
+export function parseAsk(value: Buffer): { name: string; reason?: string } | undefined {
+  try {
+    const { n, r } = JSON.parse(value.toString()) as { n?: unknown; r?: unknown };
+    if (typeof n !== 'string') return undefined;
+    return typeof r === 'string' ? { name: n, reason: r } : { name: n };
+  } catch {
+    return undefined;
+  }
 }
 
 /** The smallest key greater than every key that starts with `prefix` (etcd's range_end). */

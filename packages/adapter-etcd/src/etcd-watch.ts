@@ -7,7 +7,7 @@ import {
   type Unsubscribe,
 } from '@dlm/core';
 import type { Etcd3, IWatchResponse, Watcher } from 'etcd3';
-import type { EtcdKeys } from './etcd-keys.js';
+import { type EtcdKeys, parseAsk } from './etcd-keys.js';
 import { ownerOfValue } from './etcd-value.js';
 
 /** `lease`: for `acquired`, the lease the lock key was put on. */
@@ -89,6 +89,10 @@ export function watchPrefix(
     }
     for (const event of response.events ?? []) {
       const key = event.kv.key.toString();
+      if (key === keys.askKey) {
+        if (event.type === 'Put') onAsk(event.kv.value);
+        continue;
+      }
       if (event.type === 'Delete' && key.startsWith(keys.queuePrefix)) {
         const name = keys.nameOfQueueKey(key);
         if (name !== undefined) emitQueue(name, key, event.kv.mod_revision);
@@ -130,6 +134,15 @@ export function watchPrefix(
         });
       }
     }
+  }
+
+  /** A release request (a put of the ask key): the name's watchers hear it. */
+  function onAsk(value: Buffer): void {
+    const asked = parseAsk(value);
+    if (!asked || !listeners.has(asked.name)) return;
+    const event: LockEvent = { name: asked.name, type: 'releaseRequested' };
+    if (asked.reason !== undefined) event.reason = asked.reason;
+    emit(asked.name, event);
   }
 
   /** After a gap in what we saw, every waiter must ask again: tell them "something changed". */

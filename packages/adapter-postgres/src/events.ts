@@ -414,6 +414,13 @@ class PostgresLockEvents implements LockEvents {
     }
     const entry = this.entries.get(message.n);
     if (!entry) return;
+    if (message.t === 'asked') {
+      // A release request: no change of holder, nothing to track.
+      const event: LockEvent = { name: message.n, type: 'releaseRequested' };
+      if (typeof message.r === 'string') event.reason = message.r;
+      deliverEvent(entry.listeners, event);
+      return;
+    }
     const token = BigInt(message.k);
     if (!this.track(entry, message, token)) return;
     const shared = message.m === 'shared';

@@ -5,8 +5,11 @@
  */
 
 export interface Message {
-  /** `left`: a fair-queue entry (id `k`) left the queue (granted or gone). */
-  t: 'acquired' | 'released' | 'revoked' | 'left';
+  /**
+   * `left`: a fair-queue entry (id `k`) left the queue (granted or gone). `asked`: a release
+   * request (`requestMessage`), with its reason in `r`.
+   */
+  t: 'acquired' | 'released' | 'revoked' | 'left' | 'asked';
   n: string;
   k: string;
   o: string;
@@ -15,6 +18,15 @@ export interface Message {
   m?: string;
   /** The number of holders after a shared change. */
   h?: number;
+  /** `asked`: the request's reason, when it has one. */
+  r?: string;
+}
+
+/** The payload of a release request for `name` (sent with `pg_notify` by `requestRelease`). */
+export function requestMessage(name: string, reason: string | undefined): string {
+  const message: Message = { t: 'asked', n: name, k: '0', o: '', ms: 0 };
+  if (reason !== undefined) message.r = reason;
+  return JSON.stringify(message);
 }
 
 const DIGITS = /^[0-9]+$/;
@@ -28,7 +40,8 @@ export function parseMessage(payload: string | undefined): Message | undefined {
       (message.t === 'acquired' ||
         message.t === 'released' ||
         message.t === 'revoked' ||
-        message.t === 'left') &&
+        message.t === 'left' ||
+        message.t === 'asked') &&
       typeof message.n === 'string' &&
       typeof message.k === 'string' &&
       DIGITS.test(message.k) &&

@@ -15,6 +15,7 @@ import {
 import pg from 'pg';
 import { type Caller, createCaller, query } from './calls.js';
 import { createLockEvents, type LockEvents } from './events.js';
+import { requestMessage } from './notify-message.js';
 import { postgresQueue } from './queue.js';
 import { checkIdentifier, type Statements, statements } from './sql.js';
 
@@ -152,6 +153,7 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
     // Refused with UNAVAILABLE once closed (core's loop checks).
     queue: queue.queue,
     revoke: (name) => revoke(p, name),
+    requestRelease: (name, reason) => requestRelease(p, name, reason),
     list: (namePrefix) => list(p, namePrefix),
     sweep() {
       assertOpen(p);
@@ -468,6 +470,19 @@ async function revoke(p: Pg, name: string): Promise<boolean> {
     query(client, p.sql.revoke, [name], p.timeoutMs),
   );
   return (result.rows[0] as { live: boolean } | undefined)?.live === true;
+}
+
+/** A NOTIFY on the events channel, which every dlm server sharing the database LISTENs to. */
+async function requestRelease(p: Pg, name: string, reason: string | undefined): Promise<void> {
+  assertOpen(p);
+  await p.call('requestRelease', true, (client) =>
+    query(
+      client,
+      'SELECT pg_notify($1, $2)',
+      [p.sql.channel, requestMessage(name, reason)],
+      p.timeoutMs,
+    ),
+  );
 }
 
 async function list(p: Pg, namePrefix: string): Promise<LockState[]> {

@@ -12,7 +12,7 @@ export {
 } from './cluster.js';
 export { within } from './command-bounds.js';
 export { createCommandConnection, createSubscriberConnection, databaseOf } from './connections.js';
-export { type NameKeys, nameKeys } from './key-encoding.js';
+export { type NameKeys, nameKeys, newRequestId } from './key-encoding.js';
 export {
   createLockEvents,
   type EventMode,

@@ -1,3 +1,4 @@
+import { randomInt } from 'node:crypto';
 /**
  * How lock names become Redis keys. A name may hold any non-control Unicode, `{`, `}` and `:`
  * included, so it is hex-encoded (UTF-8 bytes): the encoding is injective, contains no brace
@@ -63,6 +64,19 @@ export function nameKeys(prefix: string, name: string): NameKeys {
     holderMark: `${tag}:holder:`,
     hex,
   };
+}
+
+/**
+ * A release request's message on the event channel: `asked <hex name> <request id> [+reason]`
+ * (the id tells Redlock's copies of one request apart).
+ */
+export function askedMessage(hex: string, id: bigint, reason: string | undefined): string {
+  return `asked ${hex} ${id} ${reason === undefined ? '' : `+${reason}`}`;
+}
+
+/** A fresh release request id (48 random bits: copies of one request share it). */
+export function newRequestId(): bigint {
+  return BigInt(randomInt(1, 2 ** 48));
 }
 
 /** The one pub/sub channel every instance publishes lock events on. */

@@ -100,13 +100,17 @@ interface WatchEntry extends ListenerEntry {
 const DEDUPE_WINDOW_MS = 5_000;
 
 interface Parsed {
-  type: 'acquired' | 'released' | 'revoked' | 'expired';
+  /** `asked`: a release request (`asked <hex name> <request id> [+reason]`). */
+  type: 'acquired' | 'released' | 'revoked' | 'expired' | 'asked';
   entry: WatchEntry;
   token: bigint;
   owner: string;
   /** A shared grant (`shared` messages), with the holders after it. */
   shared?: { holders: number };
 }
+
+/** A message about a change of holder (every kind but `asked`). */
+type ChangeMessage = Parsed & { type: Exclude<Parsed['type'], 'asked'> };
 
 const DIGITS = /^[0-9]+$/;
 
@@ -138,7 +142,13 @@ function parseMessage(message: string, byHex: Map<string, WatchEntry>): Parsed |
       shared: { holders },
     };
   }
-  if (kind !== 'acquired' && kind !== 'released' && kind !== 'revoked' && kind !== 'expired') {
+  if (
+    kind !== 'acquired' &&
+    kind !== 'released' &&
+    kind !== 'revoked' &&
+    kind !== 'expired' &&
+    kind !== 'asked'
+  ) {
     return undefined;
   }
   return { type: kind, entry, token: BigInt(digits), owner: message.slice(third + 1) };
@@ -322,13 +332,29 @@ function isDuplicate(clock: Clock, entry: WatchEntry, key: string): boolean {
   return false;
 }
 
-function onLockMessage(hub: EventHub, parsed: Parsed): void {
-  if (!hub.entries.isCurrent(parsed.entry)) return;
-  if (hub.options.mode === 'quorum') onQuorumMessage(hub.options.clock, parsed);
-  else onSingleMessage(parsed);
+/** The release request an `asked` message carries: its reason follows a `+`, when given. */
+function askedEvent(parsed: Parsed): LockEvent {
+  const event: LockEvent = { name: parsed.entry.name, type: 'releaseRequested' };
+  if (parsed.owner.startsWith('+')) event.reason = parsed.owner.slice(1);
+  return event;
 }
 
-function onQuorumMessage(clock: Clock, parsed: Parsed): void {
+function onLockMessage(hub: EventHub, parsed: Parsed): void {
+  if (!hub.entries.isCurrent(parsed.entry)) return;
+  if (parsed.type === 'asked') {
+    // Several Redlock nodes carry the same request: its id tells them apart.
+    const { clock } = hub.options;
+    if (hub.options.mode === 'quorum' && isDuplicate(clock, parsed.entry, `asked:${parsed.token}`))
+      return;
+    deliverTo(parsed.entry, askedEvent(parsed));
+    return;
+  }
+  const change = parsed as ChangeMessage;
+  if (hub.options.mode === 'quorum') onQuorumMessage(hub.options.clock, change);
+  else onSingleMessage(change);
+}
+
+function onQuorumMessage(clock: Clock, parsed: ChangeMessage): void {
   const { type, entry, token, owner } = parsed;
   const name = entry.name;
   if (isDuplicate(clock, entry, `${type}:${token}`)) return;
@@ -341,7 +367,7 @@ function onQuorumMessage(clock: Clock, parsed: Parsed): void {
   deliverTo(entry, type === 'released' ? { name, type } : { name, type, token, owner });
 }
 
-function onSingleMessage(parsed: Parsed): void {
+function onSingleMessage(parsed: ChangeMessage): void {
   const { type, entry, token, owner } = parsed;
   if (type === 'acquired') {
     // Only an exclusive lease's end is reported by Redis without its token (see onExpired).

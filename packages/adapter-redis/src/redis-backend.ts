@@ -15,7 +15,7 @@ import {
 import type { Cluster, Redis } from 'ioredis';
 import { within } from './command-bounds.js';
 import { createCommandConnection, createSubscriberConnection, databaseOf } from './connections.js';
-import { nameKeys } from './key-encoding.js';
+import { nameKeys, newRequestId } from './key-encoding.js';
 import { createLockEvents, type LockEvents, subscribedWithin } from './lock-events.js';
 import { createRedisNode, type RedisNode, sharedLimit } from './redis-node.js';
 import { redisQueue } from './redis-queue.js';
@@ -245,6 +245,10 @@ export function createRedisBackend(
       return node.inspect(name);
     },
     revoke: (name) => revoke(r, name),
+    async requestRelease(name, reason) {
+      assertOpen(r);
+      await node.requestRelease(name, reason, newRequestId());
+    },
     async list(namePrefix) {
       assertOpen(r);
       return node.list(namePrefix);

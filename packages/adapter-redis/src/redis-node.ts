@@ -13,6 +13,7 @@ import {
 import { Cluster, type Redis } from 'ioredis';
 import { bounded, within } from './command-bounds.js';
 import {
+  askedMessage,
   eventChannel,
   holdersKeyPattern,
   lockKeyPattern,
@@ -138,6 +139,8 @@ export interface RedisNode {
   ): Promise<string | null>;
   inspect(name: string): Promise<LockState | null>;
   revoke(name: string): Promise<{ token: bigint; owner: string } | null>;
+  /** Publishes a release request (`askedMessage`) on the event channel. */
+  requestRelease(name: string, reason: string | undefined, id: bigint): Promise<void>;
   /**
    * Redlock: raise this node's counter to `token` and relabel `owner`'s lease with it; `ttlMs`
    * is the lease on the nodes (the fence key is kept that long plus the retention margin).
@@ -642,6 +645,14 @@ class ScriptedRedisNode implements RedisNode {
     );
     if (reply[0] === -1) throw this.stale('revoke');
     return reply[0] === 1 ? parseValue(String(reply[1])) : null;
+  }
+
+  async requestRelease(name: string, reason: string | undefined, id: bigint): Promise<void> {
+    const message = askedMessage(this.keysOf(name).hex, id, reason);
+    // A cluster's bus carries a PUBLISH to every node, as it does the scripts' events.
+    await bounded({ clock: this.clock, timeoutMs: this.timeoutMs }, 'requestRelease', true, () =>
+      this.client.publish(this.channel, message),
+    );
   }
 
   async adoptToken({

@@ -7,6 +7,7 @@ import {
   databaseOf,
   type LockEvents,
   type NodeAcquireResult,
+  newRequestId,
   type RedisNode,
   sharedLimit,
   subscribedWithin,
@@ -154,6 +155,7 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
     extend: (request) => extend(r, request),
     inspect: (name) => inspect(r, name),
     revoke: (name) => revoke(r, name),
+    requestRelease: (name, reason) => requestRelease(r, name, reason),
     list: (namePrefix) => list(r, namePrefix),
     watch: (name, listener) => events.watch(name, listener),
     async close() {
@@ -516,6 +518,21 @@ async function revoke(r: Redlock, name: string): Promise<boolean> {
   if (revoked.some((g) => g !== null)) return true;
   if (revoked.length >= r.quorum) return false;
   throw unavailable(r, 'revoke', outcomes);
+}
+
+/**
+ * Published on a quorum of nodes, with one id: every watcher subscribes to a quorum, so at least
+ * one of its nodes carries the request, and the id makes the other copies duplicates.
+ */
+async function requestRelease(r: Redlock, name: string, reason: string | undefined) {
+  assertOpen(r);
+  const id = newRequestId();
+  const outcomes = await gather(
+    r.nodes,
+    (node) => node.requestRelease(name, reason, id),
+    (so) => so.filter((o) => o?.ok).length >= r.quorum,
+  ).early;
+  if (answers(outcomes).length < r.quorum) throw unavailable(r, 'requestRelease', outcomes);
 }
 
 async function list(r: Redlock, namePrefix: string): Promise<core.LockState[]> {

@@ -1,6 +1,7 @@
 import type * as core from '@dlm/core';
 import { DlmError, MAX_TIMER_MS, systemClock, toUnavailable } from '@dlm/core';
 import { Exception } from 'node-zookeeper-client';
+import { watchAsks } from './zk-asks.js';
 import { type Contend, contender } from './zk-contend.js';
 import { type Current, type LockStore, lockStore, proves } from './zk-locks.js';
 import { type LockPaths, lockPaths } from './zk-paths.js';
@@ -96,6 +97,7 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
     sessionTimeoutMs: options.sessionTimeoutMs ?? 10_000,
   });
   const watch = watchHolders(session, paths, commandTimeoutMs);
+  const asks = watchAsks(session, paths, commandTimeoutMs);
   // Its callbacks run only once the backend is in use, after `zk` below is assigned.
   const store = lockStore(session, paths, {
     commandTimeoutMs,
@@ -142,6 +144,9 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
     isClosed: () => zk.closed,
   });
   session.onState((state) => onSessionState(zk, state));
+  session.onState((state) => {
+    if (state !== 'disconnected') asks.refreshAll();
+  });
 
   return {
     kind: 'zookeeper',
@@ -153,7 +158,18 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
     release: guard('release', (proof: core.HolderProof) => release(zk, proof)),
     extend: guard('extend', (request: core.HolderProof & { ttlMs: number }) => extend(zk, request)),
     inspect: guard('inspect', (name: string) => inspect(zk, name)),
-    watch: (name, listener) => watch.subscribe(name, listener),
+    watch(name, listener) {
+      const holders = watch.subscribe(name, listener);
+      const requests = asks.subscribe(name, listener);
+      return () => {
+        holders();
+        requests();
+      };
+    },
+    requestRelease: guard('requestRelease', (name: string, reason: string | undefined) => {
+      assertOpen(zk, 'requestRelease');
+      return asks.ask(name, reason);
+    }),
     revoke: guard('revoke', (name: string) => revoke(zk, name)),
     list: guard('list', (namePrefix: string) => list(zk, namePrefix)),
     sweep: guard('sweep', () => {
@@ -167,6 +183,7 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
       sweep.stop();
       await queue.close();
       watch.close();
+      asks.close();
       await session.close();
     },
   };

@@ -21,6 +21,9 @@
  *   Both end in `-wait-<sequence>` (and holders in `-lock-<sequence>`), so a version that does
  *   not know shared modes still sees every entry (it takes a shared one for exclusive).
  *
+ * - `<root>/asks/<encoded name>`: a name's release requests, one rewrite of its data each
+ *   (zk-asks.ts); made by the first request, kept after (a few bytes per name ever asked).
+ *
  * The attempt id in a child's name lets a create whose reply was lost be found again
  * (ZOOKEEPER-1262).
  */
@@ -34,6 +37,8 @@ export interface LockPaths {
   holder(name: string, attemptId: string, spec?: EntrySpec): string;
   /** The path prefix a new waiter node is created with. */
   waiter(name: string, attemptId: string, spec?: EntrySpec): string;
+  /** The node a name's release requests rewrite. */
+  ask(name: string): string;
   /** The lock name a name node belongs to, from the name node's own name. */
   nameOf(encoded: string): string;
 }
@@ -68,6 +73,7 @@ export function lockPaths(root: string): LockPaths {
     parent,
     holder: (name, attemptId, spec) => `${parent(name)}/${attemptId}${tag(spec)}-lock-`,
     waiter: (name, attemptId, spec) => `${parent(name)}/${attemptId}${tag(spec)}-wait-`,
+    ask: (name) => `${base}/asks/${encodeName(name)}`,
     nameOf: (encoded) => decodeURIComponent(encoded),
   };
 }

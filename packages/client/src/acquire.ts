@@ -11,6 +11,7 @@ import {
   type RetryOptions,
   type RetryPolicy,
   retry,
+  validateFlag,
   validateMode,
   validateName,
   validateOwner,
@@ -400,6 +401,7 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
     const waitMs = validateWait(options.waitMs, limits);
     if (options.owner !== undefined) validateOwner(options.owner, limits);
     const modeSpec = validateMode(options.mode, options.limit, limits);
+    const requestRelease = validateFlag(options.requestRelease, 'requestRelease');
     // Re-entering as an owner that holds the lock here presents that lease's key.
     const key =
       options.leaseKey ??
@@ -411,6 +413,8 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
       'lock.acquire',
       triesSettings(context, options, { key, ttlMs, waitMs, traceparent }, ownerIsOurs),
     );
+    // Sent only when asked: a server that predates release requests never sees the field.
+    this.requestRelease = requestRelease;
     // Sent as asked: a shared request without a limit leaves the default to the server.
     if (modeSpec.mode === 'shared') {
       this.mode =
@@ -421,6 +425,7 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
   }
 
   private readonly mode: Pick<ParamsOf<'lock.acquire'>, 'mode' | 'limit'> | undefined;
+  private readonly requestRelease: boolean;
 
   protected params(): ParamsOf<'lock.acquire'> {
     const params: ParamsOf<'lock.acquire'> = {
@@ -429,6 +434,7 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
       owner: this.owner,
       leaseKey: this.key,
     };
+    if (this.requestRelease) params.requestRelease = true;
     return this.mode ? Object.assign(params, this.mode) : params;
   }
 

@@ -154,6 +154,9 @@ export class ClientCore implements AcquireContext, CleanupContext, WatchContext 
     if (notification.method === 'lock.lost') {
       const { name, token, reason } = notification.params;
       this.held.lose(name, token, reason);
+    } else if (notification.method === 'lock.releaseRequested') {
+      const { name, token, reason } = notification.params;
+      this.held.askRelease(name, token, reason);
     } else if (notification.method === 'lock.changed') {
       this.watches.changed(notification.params);
     }
@@ -171,6 +174,11 @@ export class ClientCore implements AcquireContext, CleanupContext, WatchContext 
         this.cleanup.release(name, token, leaseKey, ttlMs),
       onEnded: (handle) => this.held.remove(handle),
       onLost: (lease, reason) => this.events.emit('lost', { lease, reason }),
+      onReleaseRequested: (lease, reason) =>
+        this.events.emit('releaseRequested', {
+          lease,
+          ...(reason === undefined ? {} : { reason }),
+        }),
       reportError: (error) => this.reportError(error),
     };
   }

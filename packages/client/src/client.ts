@@ -24,6 +24,11 @@ import type { Lease, LostReason } from './lease.js';
 import type { LeaseGroup } from './lease-group.js';
 import type { LockSpec } from './lock-specs.js';
 import {
+  type ReleaseRequestResult,
+  type RequestReleaseOptions,
+  requestRelease,
+} from './release-requests.js';
+import {
   createReadWriteLock,
   createSemaphore,
   type ReadWriteLock,
@@ -125,6 +130,11 @@ export interface AcquireOptions {
    */
   limit?: number;
   /**
+   * When the lock is held and this acquire has to wait (`waitMs` > 0), ask its holders to let go
+   * (as `requestRelease` does, without a reason), once, when the wait starts.
+   */
+  requestRelease?: boolean;
+  /**
    * Overrides the client's `retry` for this acquire. A retry re-sends the acquire with the same
    * owner, so a grant whose reply was lost comes back as the same lease (same token) instead
    * of leaving a second lock behind; a retry waits only for what is left of `waitMs`.
@@ -196,6 +206,8 @@ export interface ClientEvents {
   disconnected: { code: number; reason: string; willReconnect: boolean };
   /** A lease ended without being released (its `signal` has aborted too). */
   lost: { lease: Lease; reason: LostReason };
+  /** Someone asked the holder of `lease` to let go (its `releaseRequested` has aborted too). */
+  releaseRequested: { lease: Lease; reason?: string };
   /** Connection failures and background errors nobody else could be told about. */
   error: Error;
 }
@@ -261,7 +273,7 @@ export interface DlmClient extends AsyncDisposable {
   withLock<T>(
     name: string,
     options: WithLockOptions,
-    fn: (signal: AbortSignal, lease: Lease) => Promise<T>,
+    fn: (signal: AbortSignal, lease: Lease, releaseRequested: AbortSignal) => Promise<T>,
   ): Promise<T>;
   /**
    * Runs `fn` while holding every lock of `locks` (taken as `acquireAll` takes them): every
@@ -276,7 +288,7 @@ export interface DlmClient extends AsyncDisposable {
   withLock<T>(
     locks: readonly (string | LockSpec)[],
     options: WithLockOptions,
-    fn: (signal: AbortSignal, group: LeaseGroup) => Promise<T>,
+    fn: (signal: AbortSignal, group: LeaseGroup, releaseRequested: AbortSignal) => Promise<T>,
   ): Promise<T>;
   /**
    * A semaphore of `limit` permits on `name`: each permit is a shared lease of the name, and at
@@ -307,6 +319,15 @@ export interface DlmClient extends AsyncDisposable {
   readWriteLock(name: string): ReadWriteLock;
   /** The lock's current holders, as the server sees them. */
   get(name: string, options?: RequestOptions): Promise<LockInfo>;
+  /**
+   * Asks every current holder of `name` to let go, on any server sharing the backend: each
+   * holder's `lease.releaseRequested` aborts. Nothing is released; an operator's revoke is the
+   * forced form. Needs the `lock` permission on `name`. `notified`: the holders asked.
+   *
+   * @example
+   * const { notified } = await client.requestRelease('reports', { reason: 'deploy' });
+   */
+  requestRelease(name: string, options?: RequestReleaseOptions): Promise<ReleaseRequestResult>;
   /**
    * Calls `onChange` with the lock's state now, then on every change, until `stop()`. After a
    * reconnect the watch is set up again and `onChange` gets the state at that moment (changes
@@ -388,8 +409,9 @@ export function createClient(options: ClientOptions): DlmClient {
     withLock: <T>(
       target: string | readonly (string | LockSpec)[],
       lockOptions: WithLockOptions,
-      fn: (signal: AbortSignal, held: never) => Promise<T>,
+      fn: (signal: AbortSignal, held: never, releaseRequested: AbortSignal) => Promise<T>,
     ) => withLock(core, target, lockOptions, fn),
+    requestRelease: (name, requestOptions) => requestRelease(core, name, requestOptions),
     semaphore: (name, limit) => createSemaphore(client, core.limits(), name, limit),
     readWriteLock: (name) => createReadWriteLock(client, core.limits(), name),
     get: (name, getOptions) => get(core, name, getOptions),
@@ -432,7 +454,7 @@ async function withLock<T>(
   core: ClientCore,
   target: string | readonly (string | LockSpec)[],
   options: WithLockOptions,
-  fn: (signal: AbortSignal, held: never) => Promise<T>,
+  fn: (signal: AbortSignal, held: never, releaseRequested: AbortSignal) => Promise<T>,
 ): Promise<T> {
   const held: Lease | LeaseGroup =
     typeof target === 'string'
@@ -440,7 +462,7 @@ async function withLock<T>(
       : await acquireAll(core, target, { ...options, autoExtend: true });
   const signal = options.signal ? AbortSignal.any([held.signal, options.signal]) : held.signal;
   try {
-    return await fn(signal, held as never);
+    return await fn(signal, held as never, held.releaseRequested);
   } finally {
     await held[Symbol.asyncDispose]();
   }

@@ -31,13 +31,22 @@ export class HeldLeases {
 
   /** `lock.lost`: every handle on that lease loses it. */
   lose(name: string, wireToken: string, reason: LostReason): void {
+    for (const handle of this.handlesOf(name, wireToken)) handle.lose(reason);
+  }
+
+  /** `lock.releaseRequested`: every handle on that lease is asked to let go. */
+  askRelease(name: string, wireToken: string, reason: string | undefined): void {
+    for (const handle of this.handlesOf(name, wireToken)) handle.askRelease(reason);
+  }
+
+  private handlesOf(name: string, wireToken: string): LeaseHandle[] {
     let key: string;
     try {
       key = leaseKey(name, parseToken(wireToken));
     } catch {
-      return;
+      return [];
     }
-    for (const handle of [...(this.byKey.get(key) ?? [])]) handle.lose(reason);
+    return [...(this.byKey.get(key) ?? [])];
   }
 
   /** The key of a live lease held here by `owner` on `name`, for a deliberate re-entry. */

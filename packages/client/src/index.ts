@@ -17,6 +17,7 @@ export type { CampaignOptions, Leader, Leadership, ObserveOptions } from './lead
 export type { Lease, LeaseCallOptions, LostReason } from './lease.js';
 export type { LeaseGroup } from './lease-group.js';
 export type { LockSpec } from './lock-specs.js';
+export type { ReleaseRequestResult, RequestReleaseOptions } from './release-requests.js';
 export type {
   PermitOptions,
   ReadWriteLock,

@@ -16,6 +16,8 @@ export interface LeaseGroup extends AsyncDisposable {
   readonly leases: readonly Lease[];
   /** Aborts when any lease of the group ends; read through the group, it asks the clock. */
   readonly signal: AbortSignal;
+  /** Aborts when the holder of any lease of the group is asked to let go (see `Lease`). */
+  readonly releaseRequested: AbortSignal;
   /**
    * Releases every lease of the group (all of them, even when one fails). Resolves `true` when
    * this call freed every one, `false` when some had already ended. Rejects (with the first
@@ -36,6 +38,7 @@ export function createLeaseGroup(
 
 class LeaseGroupState implements LeaseGroup {
   private combined: AbortSignal | undefined;
+  private asked: AbortSignal | undefined;
 
   constructor(
     readonly leases: readonly Lease[],
@@ -48,6 +51,11 @@ class LeaseGroupState implements LeaseGroup {
     const signals = this.leases.map((lease) => lease.signal);
     this.combined ??= AbortSignal.any(signals);
     return this.combined;
+  }
+
+  get releaseRequested(): AbortSignal {
+    this.asked ??= AbortSignal.any(this.leases.map((lease) => lease.releaseRequested));
+    return this.asked;
   }
 
   async release(options?: LeaseCallOptions): Promise<boolean> {

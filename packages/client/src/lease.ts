@@ -73,6 +73,16 @@ export interface Lease extends AsyncDisposable {
    * after a release.
    */
   readonly lost: LostReason | undefined;
+  /**
+   * Aborts when someone asks this holder to let go (`client.requestRelease`, or a waiting
+   * acquire with `requestRelease`), on any server sharing the backend: the server's
+   * `lock.releaseRequested`. Nothing is released by it; letting go (`release()`) is the holder's
+   * call. Its `reason` is a DlmError CANCELLED whose message carries the requester's reason,
+   * also in `releaseRequestReason`. A lease that ends without being asked never aborts it.
+   */
+  readonly releaseRequested: AbortSignal;
+  /** The reason given with the first release request, once one came (`undefined` without one). */
+  readonly releaseRequestReason: string | undefined;
   /** Milliseconds left before the local deadline, by the clock now; 0 once the lease has ended. */
   remainingMs(): number;
   /**
@@ -121,6 +131,8 @@ export interface LeaseContext {
   releaseInBackground(name: string, token: bigint, leaseKey: string, ttlMs: number): void;
   onEnded(handle: LeaseHandle): void;
   onLost(lease: Lease, reason: LostReason): void;
+  /** The server said someone asked this lease's holder to let go. */
+  onReleaseRequested(lease: Lease, reason: string | undefined): void;
   reportError(error: unknown): void;
 }
 
@@ -151,6 +163,8 @@ export interface LeaseHandle {
   /** The lease's secret (protocol `leaseKey`): for the client only, never on `lease`. */
   readonly leaseKey: string;
   lose(reason: LostReason): void;
+  /** `lock.releaseRequested`: someone asked this holder to let go (it still holds the lease). */
+  askRelease(reason: string | undefined): void;
   /** A new session exists: extend now, so the lease is tied to it (auto-extend only). */
   reconnected(): void;
   /** Ends the lease here without telling the server (the client is closing, offline). */
@@ -204,6 +218,10 @@ class LeaseState implements LeaseHandle {
   deadline = 0;
   lost: LostReason | undefined;
   ended = false;
+  // Made when somebody reads `lease.releaseRequested`, or when a request comes first.
+  askedController: AbortController | undefined;
+  asked = false;
+  askedReason: string | undefined;
   // An entry in the client's deadline queue for this TTL: one timer for all the leases.
   private cancelDeadline: (() => void) | undefined;
   private extendTimer: Timer | undefined;
@@ -407,6 +425,19 @@ class LeaseState implements LeaseHandle {
     this.end(reason);
   }
 
+  askRelease(reason: string | undefined): void {
+    if (this.ended || this.asked) return;
+    this.asked = true;
+    this.askedReason = reason;
+    this.askedController?.abort(this.askedError());
+    this.context.onReleaseRequested(this.lease, reason);
+  }
+
+  askedError(): DlmError {
+    const why = this.askedReason === undefined ? '' : `: ${this.askedReason}`;
+    return new DlmError('CANCELLED', `release of ${JSON.stringify(this.name)} requested${why}`);
+  }
+
   forget(): void {
     this.end('released', 'given up: the client closed');
   }
@@ -484,6 +515,19 @@ class LeaseFacade implements Lease {
       if (state.endReason) state.controller.abort(state.endReason());
     }
     return state.controller.signal;
+  }
+
+  get releaseRequested(): AbortSignal {
+    const state = this.#state;
+    if (!state.askedController) {
+      state.askedController = new AbortController();
+      if (state.asked) state.askedController.abort(state.askedError());
+    }
+    return state.askedController.signal;
+  }
+
+  get releaseRequestReason(): string | undefined {
+    return this.#state.askedReason;
   }
 
   get lost(): LostReason | undefined {

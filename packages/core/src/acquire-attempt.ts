@@ -11,8 +11,9 @@ import type { NameState, QueuedAcquire, ServiceContext } from './name-state.js';
 export async function attempt(
   ctx: ServiceContext,
   state: NameState,
-  { request, leaseKey, onLost, around }: QueuedAcquire,
+  queued: QueuedAcquire,
 ): Promise<AcquireResult> {
+  const { request, leaseKey, around } = queued;
   const startedAt = ctx.clock.now();
   const result = await askBackend(ctx, request, around);
   if (!result.granted) {
@@ -21,7 +22,7 @@ export async function attempt(
   }
   reportable(ctx, result.grant, ctx.clock.now() - startedAt, request.keyHash);
   const proof = { leaseKey, keyHash: request.keyHash };
-  track(ctx, state, result.grant, proof, request, startedAt, onLost);
+  track(ctx, state, result.grant, proof, request, startedAt, queued);
   return result;
 }
 

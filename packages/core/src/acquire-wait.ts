@@ -12,6 +12,7 @@ import {
   waitersChanged,
 } from './name-state.js';
 import { toLease } from './proofs.js';
+import { requestRelease } from './release-requests.js';
 import { type WaitOutcome, waitLoopOf } from './wait-loop.js';
 
 /**
@@ -46,12 +47,16 @@ export async function waitForGrant(
     waiting = true;
     state.waiting += 1;
     waitersChanged(ctx, state);
+    // Asked when it starts to wait, once: the holders it waits behind hear it.
+    if (options.requestRelease) {
+      requestRelease(ctx, { name: request.name }).catch(() => {});
+    }
   };
   try {
     const outcome = await waitInQueue(ctx, queued, controller.signal, waitMs, onWaiting);
     const { grant, elapsedMs } = grantOf(ctx, outcome, controller.signal, request);
     const proof = { leaseKey, keyHash: request.keyHash };
-    track(ctx, state, grant, proof, request, ctx.clock.now() - elapsedMs, options.onLost);
+    track(ctx, state, grant, proof, request, ctx.clock.now() - elapsedMs, options);
     return toLease(grant, leaseKey, request);
   } finally {
     deadline.cancel();

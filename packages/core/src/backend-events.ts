@@ -2,6 +2,7 @@ import type { LockEvent } from './backend.js';
 import { announce, holderChange } from './holder-view.js';
 import { leaseHears } from './lease-tracking.js';
 import { dropIfIdle, isCurrent, type NameState, type ServiceContext } from './name-state.js';
+import { leasesHearRequest } from './release-requests.js';
 import { waitLoopOf } from './wait-loop.js';
 
 /** The state the service keeps for `name`, made (and its backend watch started) on first use. */
@@ -34,6 +35,11 @@ export function openName(ctx: ServiceContext, name: string): NameState {
  */
 export function onBackendEvent(ctx: ServiceContext, state: NameState, event: LockEvent): void {
   if (!isCurrent(ctx, state)) return;
+  if (event.type === 'releaseRequested') {
+    // Not a change of holder: only the holders followed here hear it.
+    leasesHearRequest(ctx, state, event);
+    return;
+  }
   leaseHears(ctx, state, event);
   const change = holderChange(ctx, state, event);
   if (change) announce(state, change);

@@ -157,7 +157,11 @@ export interface LockState {
 /** What `watch` reports. `token` and `owner` are those of the lease the event is about. */
 export interface LockEvent {
   name: string;
-  type: 'acquired' | 'released' | 'expired' | 'revoked';
+  /**
+   * `releaseRequested` changes nothing: someone asked the name's holders to let go
+   * (`LockBackend.requestRelease`); it carries no token, only the request's `reason`.
+   */
+  type: 'acquired' | 'released' | 'expired' | 'revoked' | 'releaseRequested';
   token?: bigint;
   owner?: string;
   /**
@@ -169,6 +173,8 @@ export interface LockEvent {
   mode?: LockMode | undefined;
   /** The number of holders after the change, when the backend knows it in the same step. */
   holders?: number | undefined;
+  /** With `releaseRequested`: the reason the requester gave, if any. */
+  reason?: string | undefined;
 }
 
 export type Unsubscribe = () => void;
@@ -203,6 +209,15 @@ export interface LockBackend {
   readonly queue?: BackendQueue | undefined;
   /** Forcibly ends every current lease of the name, whoever holds it (admin use). False when free. */
   revoke?(name: string): Promise<boolean>;
+  /**
+   * Asks `name`'s holders to let go, on every dlm server sharing the backend: publishes, on the
+   * backend's own event channel (the one `watch` hears), an event `{ name, type:
+   * 'releaseRequested', reason }` that every `watch` of `name` through any instance sharing the
+   * store then delivers, once. Nothing is released. Delivery is at most once (a watcher that is
+   * reconnecting misses it, as a pub/sub message would be). Absent: core delivers it to its own
+   * watchers only, which is right for a backend that only one process can open (embedded).
+   */
+  requestRelease?(name: string, reason: string | undefined): Promise<void>;
   /** Lists held locks whose names start with `prefix` (admin use). */
   list?(prefix: string): Promise<LockState[]>;
   /**

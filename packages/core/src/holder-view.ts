@@ -428,6 +428,8 @@ export function holderChange(
   event: LockEvent,
 ): LockChange | undefined {
   if (event.type === 'acquired') return grantSeen(ctx, state, event);
+  // A request to let go changes no holder (`release-requests.ts` hears it).
+  if (event.type === 'releaseRequested') return undefined;
   const { token } = event;
   if (token === undefined) {
     // The backend cannot say which lease ended (a wake-up after a reconnect; on Redlock, a

@@ -88,6 +88,11 @@ export {
   queueWaits,
   queueWatch,
 } from './queue-driver.js';
+export type {
+  ReleaseRequestedEvent,
+  ReleaseRequestOptions,
+  ReleaseRequestResult,
+} from './release-requests.js';
 export {
   type Backoff,
   type BackoffOptions,

@@ -3,6 +3,7 @@ import { cancelCheck, see } from './holder-view.js';
 import type { LostEvent } from './lock-service.js';
 import { followsEnd, type NameState, type ServiceContext } from './name-state.js';
 import type { Proof } from './proofs.js';
+import type { ReleaseRequestedEvent } from './release-requests.js';
 import type { LockMode } from './validation.js';
 
 /** A lease granted through this service, whose holder is told when it ends (`onLost`). */
@@ -18,6 +19,14 @@ export interface TrackedLease {
    */
   sharedLimit: number;
   onLost: ((event: LostEvent) => void) | undefined;
+  /** Told when someone asks the holder to let go (`release-requests.ts`). */
+  onReleaseRequested: ((event: ReleaseRequestedEvent) => void) | undefined;
+}
+
+/** Whom a followed lease tells of its end and of requests to let go. */
+export interface LeaseListeners {
+  onLost?: ((event: LostEvent) => void) | undefined;
+  onReleaseRequested?: ((event: ReleaseRequestedEvent) => void) | undefined;
 }
 
 /**
@@ -96,7 +105,7 @@ export function track(
   { leaseKey, keyHash }: Proof,
   { mode, limit }: LeaseSpec,
   startedAt: number,
-  onLost: ((event: LostEvent) => void) | undefined,
+  { onLost, onReleaseRequested }: LeaseListeners,
 ): void {
   // This lease's end overtook the reply (a release racing an idempotent re-acquire of the
   // same lease): it is over already, nothing to follow.
@@ -107,10 +116,19 @@ export function track(
     // exclusive grant, the exclusive ones for a shared grant.
     endOlder(ctx, state, grant.token, mode);
     const sharedLimit = mode === 'shared' ? limit : 0;
-    lease = { token: grant.token, owner: grant.owner, leaseKey, keyHash, sharedLimit, onLost };
+    lease = {
+      token: grant.token,
+      owner: grant.owner,
+      leaseKey,
+      keyHash,
+      sharedLimit,
+      onLost,
+      onReleaseRequested,
+    };
     addLease(state, lease);
   }
   lease.onLost = onLost ?? lease.onLost;
+  lease.onReleaseRequested = onReleaseRequested ?? lease.onReleaseRequested;
   see(ctx, state, grant.token, grant.owner, startedAt + grant.ttlMs, mode);
 }
 

@@ -39,9 +39,16 @@ import {
 import { type AroundBackendCall, type LockObserver, observerNotifier } from './observer.js';
 import { acquireProof, checkToken, proofOf, toLease } from './proofs.js';
 import {
+  type ReleaseRequestedEvent,
+  type ReleaseRequestOptions,
+  type ReleaseRequestResult,
+  requestRelease,
+} from './release-requests.js';
+import {
   DEFAULT_LIMITS,
   type Limits,
   type LockMode,
+  validateFlag,
   validateLeaseKey,
   validateMode,
   validateName,
@@ -119,6 +126,16 @@ export interface AcquireOptions {
   /** Called once when the granted lease ends other than by a release (expiry, revocation). */
   onLost?: (event: LostEvent) => void;
   /**
+   * Called each time someone asks the holder to let go (`LockService.requestRelease`, through
+   * any service sharing the backend). Nothing is released: letting go is the holder's choice.
+   */
+  onReleaseRequested?: (event: ReleaseRequestedEvent) => void;
+  /**
+   * With a wait: when the lock is held and this acquire starts to wait, ask its holders to let
+   * go (as `requestRelease` does, without a reason), once.
+   */
+  requestRelease?: boolean;
+  /**
    * The lease's secret (22-128 characters of `[A-Za-z0-9_-]`); releases and extends present it,
    * on any service sharing the backend. Absent: the key of the lease this service already
    * holds for `owner`, if any, else a fresh random one. The same owner while held gets the same
@@ -151,6 +168,8 @@ export interface ExtendOptions {
   leaseKey?: string;
   /** Replaces the lease's `onLost` (a holder that reconnected elsewhere extends its lease). */
   onLost?: (event: LostEvent) => void;
+  /** Replaces the lease's `onReleaseRequested`, as `onLost`. */
+  onReleaseRequested?: (event: ReleaseRequestedEvent) => void;
   /** See `AcquireOptions.aroundBackendCall`. */
   aroundBackendCall?: AroundBackendCall | undefined;
 }
@@ -196,6 +215,12 @@ export interface LockService {
    */
   revoke(name: string): Promise<LockState | null>;
   watch(name: string, listener: (change: LockChange) => void): () => void;
+  /**
+   * Asks every holder of `name` to let go, on whatever service sharing the backend follows its
+   * lease (`AcquireOptions.onReleaseRequested`); releases nothing. `notified`: the holders the
+   * backend listed (see `release-requests.ts`).
+   */
+  requestRelease(options: ReleaseRequestOptions): Promise<ReleaseRequestResult>;
   /**
    * Whether the lease `token` of `name`, granted or extended through this service, is still
    * followed as held: false once its end was seen, even when that end overtook the reply. Per
@@ -249,6 +274,7 @@ export function createLockService(options: LockServiceOptions): LockService {
     get: (name) => get(ctx, name),
     revoke: (name) => revoke(ctx, name),
     watch: (name, listener) => watch(ctx, name, listener),
+    requestRelease: (request) => requestRelease(ctx, request),
     holds(name, token) {
       const state = ctx.names.get(name);
       return state !== undefined && leaseOf(state, token) !== undefined;
@@ -343,6 +369,7 @@ async function acquire(ctx: ServiceContext, options: AcquireOptions): Promise<Le
   const { mode, limit } = validateMode(options.mode, options.limit, limits);
   if (mode === 'shared' && !ctx.backend.capabilities.sharedModes) throw noSharedModes(ctx);
   const givenKey = options.leaseKey === undefined ? undefined : validateLeaseKey(options.leaseKey);
+  validateFlag(options.requestRelease, 'requestRelease');
   assertOpen(ctx);
   if (options.signal?.aborted) throw cancelledError();
   const state = openName(ctx, name);
@@ -352,6 +379,7 @@ async function acquire(ctx: ServiceContext, options: AcquireOptions): Promise<Le
     request: { name, owner, ttlMs, keyHash, mode, limit },
     leaseKey,
     onLost: options.onLost,
+    onReleaseRequested: options.onReleaseRequested,
     around: options.aroundBackendCall,
   };
   const startedAt = ctx.clock.now();
@@ -443,7 +471,7 @@ async function extend(ctx: ServiceContext, options: ExtendOptions): Promise<Leas
     if (ctx.clock.now() - startedAt >= grant.ttlMs) throw ranOutError();
     const tracked = leaseOf(state, token);
     const spec = tracked ? specOfLease(tracked) : await specOf(ctx, name, token);
-    track(ctx, state, grant, proof, spec, startedAt, options.onLost);
+    track(ctx, state, grant, proof, spec, startedAt, options);
     return reportGrant(ctx, toLease(grant, leaseKey, spec), 'extended', 0);
   } finally {
     state.busy -= 1;

@@ -9,6 +9,7 @@ import type {
   ReleaseRequest,
 } from './lock-service.js';
 import type { AroundBackendCall } from './observer.js';
+import type { ReleaseRequestedEvent } from './release-requests.js';
 import {
   type Limits,
   type LockMode,
@@ -41,6 +42,8 @@ export interface AcquireAllOptions {
   leaseKey?: string;
   /** Called for each lease of the set that ends other than by a release. */
   onLost?: (event: LostEvent) => void;
+  /** Called for each lease of the set whose holder is asked to let go. */
+  onReleaseRequested?: (event: ReleaseRequestedEvent) => void;
   /** See `AcquireOptions.aroundBackendCall`. */
   aroundBackendCall?: AroundBackendCall | undefined;
 }
@@ -90,6 +93,7 @@ export async function acquireAll(ops: SetOperations, options: AcquireAllOptions)
         signal: keeper.signal,
         ...(options.leaseKey === undefined ? {} : { leaseKey: options.leaseKey }),
         ...(options.onLost ? { onLost: options.onLost } : {}),
+        ...(options.onReleaseRequested ? { onReleaseRequested: options.onReleaseRequested } : {}),
         aroundBackendCall: options.aroundBackendCall,
       });
       keeper.granted(lease);

@@ -7,6 +7,7 @@ import type { LocalRequest } from './local-queue.js';
 import type { LockChange, LostEvent } from './lock-service.js';
 import type { AroundBackendCall, Notify } from './observer.js';
 import type { BackendQueue } from './queue-driver.js';
+import type { ReleaseRequestedEvent } from './release-requests.js';
 import type { Limits, LockMode } from './validation.js';
 
 /** The service's fixed settings, derived once from its options and the backend's capabilities. */
@@ -60,6 +61,7 @@ export interface QueuedAcquire {
   };
   leaseKey: string;
   onLost: ((event: LostEvent) => void) | undefined;
+  onReleaseRequested: ((event: ReleaseRequestedEvent) => void) | undefined;
   /** The request's own wrapper of its backend calls (a tracer's spans), if any. */
   around: AroundBackendCall | undefined;
 }

@@ -1,4 +1,5 @@
 import type { Lease, LostEvent } from './lock-service.js';
+import type { ReleaseRequestedEvent, ReleaseRequestResult } from './release-requests.js';
 
 /**
  * What a lock service reports about its own activity, for metrics, logs and feeds. Every
@@ -14,6 +15,13 @@ export interface LockObserver {
   released?(name: string, token: bigint): void;
   /** A lease granted by this service was lost (expired, revoked, …): the LostEvent. */
   lost?(event: LostEvent): void;
+  /**
+   * Someone asked, through this service, the holders of `name` to let go (`requestRelease`, or
+   * an acquire with `requestRelease` that had to wait); `notified` holders were asked.
+   */
+  releaseRequested?(request: ReleaseRequestResult & { reason?: string | undefined }): void;
+  /** A lease followed by this service heard a release request (whoever asked, wherever). */
+  releaseRequestHeard?(event: ReleaseRequestedEvent): void;
   /** The number of acquires queued in this service for `name` changed to `count`. */
   waiting?(name: string, count: number): void;
   /** One backend call finished: operation name (tryAcquire, release, extend, inspect,
@@ -30,6 +38,7 @@ export type BackendOperation =
   | 'inspect'
   | 'revoke'
   | 'list'
+  | 'requestRelease'
   | 'acquireQueued';
 
 /**

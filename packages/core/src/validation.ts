@@ -46,6 +46,14 @@ export function validateName(value: unknown, limits: Limits = DEFAULT_LIMITS): s
   return checkText(value, 'name', limits.maxNameBytes);
 }
 
+/** The most UTF-8 bytes of a release request's `reason`. */
+export const MAX_REASON_BYTES = 256;
+
+/** A release request's optional `reason`: 1-256 UTF-8 bytes of text, or absent. */
+export function validateReason(value: unknown): string | undefined {
+  return value === undefined ? undefined : checkText(value, 'reason', MAX_REASON_BYTES);
+}
+
 export function validateOwner(value: unknown, limits: Limits = DEFAULT_LIMITS): string {
   return checkText(value, 'owner', limits.maxOwnerBytes);
 }
@@ -64,6 +72,13 @@ export function validateTtl(value: unknown, limits: Limits = DEFAULT_LIMITS): nu
 
 export function validateWait(value: unknown, limits: Limits = DEFAULT_LIMITS): number {
   return checkInteger(value ?? 0, 'waitMs', 0, limits.maxWaitMs);
+}
+
+/** An optional yes/no field: a boolean or absent (INVALID_PARAMS naming `field` otherwise). */
+export function validateFlag(value: unknown, field: string): boolean {
+  if (value === undefined) return false;
+  if (typeof value !== 'boolean') throw invalid(field, 'must be true or false');
+  return value;
 }
 
 const LEASE_KEY = /^[A-Za-z0-9_-]{22,128}$/;

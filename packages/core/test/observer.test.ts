@@ -19,6 +19,10 @@ function recorder(): { observer: Required<LockObserver>; events: Event[] } {
     released: (name, token) => events.push(['released', name, token]),
     lost: (event) => events.push(['lost', event.name, event.token, event.reason]),
     waiting: (name, count) => events.push(['waiting', name, count]),
+    releaseRequested: (request) =>
+      events.push(['releaseRequested', request.name, request.notified, request.reason]),
+    releaseRequestHeard: (event) =>
+      events.push(['releaseRequestHeard', event.name, event.token, event.reason]),
     backendCall: (operation, durationMs, error) =>
       events.push(['backendCall', operation, durationMs, error]),
   };

@@ -141,6 +141,12 @@ export const AcquireParams = params({
   leaseKey: Type.Optional(LeaseKey),
   mode: Type.Optional(Mode),
   limit: Type.Optional(Limit),
+  requestRelease: Type.Optional(
+    Type.Boolean({
+      description:
+        'Extension (release requests): when true and the acquire has to wait (waitMs > 0, the lock held), the server asks the holders to let go as lock.requestRelease does (no reason), once, when the wait starts.',
+    }),
+  ),
 });
 const GrantFields = {
   name: Name,
@@ -312,6 +318,31 @@ export const LockChangedParams = Type.Object({
     }),
   ),
 });
+/**
+ * Extension (release requests, additive to v1; servers without it answer METHOD_NOT_FOUND): ask
+ * the holders of a lock to let go. Nothing is released; an operator's revoke is the forced form.
+ */
+const Reason = Type.String({
+  minLength: 1,
+  maxLength: 256,
+  description:
+    'Why, for the holder: 1-256 UTF-8 bytes, no control characters (INVALID_PARAMS, field reason, otherwise).',
+});
+export const RequestReleaseParams = params({ name: Name, reason: Type.Optional(Reason) });
+export const RequestReleaseResult = Type.Object({
+  name: Name,
+  notified: Type.Integer({
+    minimum: 0,
+    description:
+      'The holders the backend listed when the request was made (0 when the lock was free: nothing is sent). Each is sent lock.releaseRequested by the server that follows its lease, whichever server of those sharing the backend that is; a holder whose session has closed hears nothing.',
+  }),
+});
+export const LockReleaseRequestedParams = Type.Object({
+  name: Name,
+  token: Token,
+  reason: Type.Optional(Reason),
+});
+
 export const LockLostParams = Type.Object({
   name: Name,
   token: Token,
@@ -356,6 +387,7 @@ export const Methods = {
   'lock.release': { params: ReleaseParams, result: ReleaseResult },
   'lock.extend': { params: ExtendParams, result: ExtendResult },
   'lock.get': { params: GetParams, result: GetResult },
+  'lock.requestRelease': { params: RequestReleaseParams, result: RequestReleaseResult },
   'lock.watch': { params: WatchParams, result: WatchResult },
   'lock.unwatch': { params: UnwatchParams, result: Empty },
   'lock.watchPrefix': { params: WatchPrefixParams, result: WatchPrefixResult },
@@ -365,6 +397,7 @@ export const Methods = {
 export const Notifications = {
   'lock.changed': LockChangedParams,
   'lock.lost': LockLostParams,
+  'lock.releaseRequested': LockReleaseRequestedParams,
 } as const satisfies Record<string, TSchema>;
 
 export type MethodName = keyof typeof Methods;

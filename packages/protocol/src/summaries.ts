@@ -20,6 +20,10 @@ const SUMMARIES: Partial<Record<MethodName | NotificationName, string>> = {
     'Extension: list the held locks under a name prefix, then report their changes (lock.changed).',
   'lock.changed':
     'A holder of a watched lock was granted, released or expired (one notification per holder), with the mode of that lease and the holders left.',
+  'lock.requestRelease':
+    'Extension: ask every current holder of a lock (on any server sharing the backend) to let go; nothing is released. notified: the holders asked.',
+  'lock.releaseRequested':
+    'Someone asked the holder of this lease (acquired or last extended by this session) to let go; it is still held.',
   'lock.lost': 'A lease this session acquired (or last extended) ended other than by release.',
 };
 

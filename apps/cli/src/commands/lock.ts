@@ -33,6 +33,11 @@ Options:
                      exclusive one (a read lock; the default is exclusive)
   --limit N          with --shared (implied): at most N shared holders at once (a semaphore
                      of N permits, as consul lock -n N); every holder must use the same N
+  --on-release-request SIGNAL
+                     when someone asks the holder to let go (lock.requestRelease, or a
+                     waiting dlm lock --request-release), send CMD this signal (default TERM;
+                     none: ignore requests). The lock is released when CMD exits, as always
+  --request-release  if the lock is held and this has to wait, ask the holders to let go
 ${CONNECTION_USAGE}
   -v, --verbose      say on stderr when the lock is acquired and released
   -h, --help         print this help
@@ -67,6 +72,8 @@ const LOCK_OPTIONS = {
   limit: { type: 'string' },
   grace: { type: 'string' },
   owner: { type: 'string' },
+  'on-release-request': { type: 'string' },
+  'request-release': { type: 'boolean' },
   verbose: { type: 'boolean', short: 'v' },
   help: { type: 'boolean', short: 'h' },
 } as const;
@@ -80,6 +87,7 @@ const VALUE_FLAGS = new Set([
   '--grace',
   '--owner',
   '--limit',
+  '--on-release-request',
 ]);
 
 /**
@@ -127,6 +135,8 @@ export const lockCommand: Command = {
     if (ttlMs <= 0) throw new UsageError('--ttl must be more than 0');
     const owner = values.owner ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     const mode = modeOf(values.shared === true, values.limit);
+    const onRequest = requestSignalOf(values['on-release-request']);
+    const requestRelease = values['request-release'] === true;
     const verbose = values.verbose === true;
 
     const connection = connectionOptions(values);
@@ -136,7 +146,13 @@ export const lockCommand: Command = {
       requestTimeoutMs: REQUEST_TIMEOUT_MS,
     });
     const stopNotice = noticeWaiting(client, connection.url);
-    const held = await acquire(client, names, { ttlMs, waitMs, owner, ...mode });
+    const held = await acquire(client, names, {
+      ttlMs,
+      waitMs,
+      owner,
+      ...mode,
+      ...(requestRelease ? { requestRelease } : {}),
+    });
     stopNotice();
     if (typeof held === 'number') return held;
     const label = names.join(', ');
@@ -156,7 +172,7 @@ export const lockCommand: Command = {
       return EXIT.LOCK_LOST;
     }
 
-    const status = await runUnderLease(command, held, graceMs);
+    const status = await runUnderLease(command, held, graceMs, onRequest);
     if (status.lost) {
       await client.close();
       return EXIT.LOCK_LOST;
@@ -192,7 +208,7 @@ function checkNames(names: string[]): string[] {
 }
 
 /** What CMD runs under: one lease, or the group of several. */
-type Held = Pick<LeaseGroup, 'leases' | 'signal' | 'release'>;
+type Held = Pick<LeaseGroup, 'leases' | 'signal' | 'releaseRequested' | 'release'>;
 
 function asHeld(lease: Lease): Held {
   return {
@@ -200,6 +216,9 @@ function asHeld(lease: Lease): Held {
     // Read through the lease every time: it asks the clock.
     get signal() {
       return lease.signal;
+    },
+    get releaseRequested() {
+      return lease.releaseRequested;
     },
     release: () => lease.release(),
   };
@@ -230,12 +249,29 @@ function modeOf(shared: boolean, limit: string | undefined): { mode?: 'shared'; 
   return { mode: 'shared', limit: Number(limit) };
 }
 
+/**
+ * `--on-release-request SIGNAL`: the signal CMD gets when the holder is asked to let go
+ * (TERM by default; `none`: nothing). A name with or without `SIG`, any case.
+ */
+function requestSignalOf(value: string | undefined): NodeJS.Signals | undefined {
+  if (value === undefined) return 'SIGTERM';
+  if (value.toLowerCase() === 'none') return undefined;
+  const signal = `SIG${value.toUpperCase().replace(/^SIG/, '')}`;
+  if (!(signal in constants.signals)) {
+    throw new UsageError(
+      `--on-release-request must be a signal name (TERM, INT, HUP, USR1, ...) or none, got ${value}`,
+    );
+  }
+  return signal as NodeJS.Signals;
+}
+
 interface LockOptions {
   ttlMs: number;
   waitMs: number;
   owner: string;
   mode?: 'shared';
   limit?: number;
+  requestRelease?: boolean;
 }
 
 /** Acquires, or says why not and resolves with the exit code. SIGINT/SIGTERM end the wait. */
@@ -334,6 +370,7 @@ function runUnderLease(
   command: string[],
   held: Held,
   graceMs: number,
+  onRequest: NodeJS.Signals | undefined,
 ): Promise<{ code: number; lost: boolean }> {
   return new Promise((resolve) => {
     let child: ChildProcess;
@@ -352,6 +389,7 @@ function runUnderLease(
       done = true;
       clearTimeout(killTimer);
       held.signal.removeEventListener('abort', onLost);
+      held.releaseRequested.removeEventListener('abort', onAsked);
       for (const signal of forwarded) process.off(signal, forward);
       process.off('SIGINT', ignore);
       resolve({ code, lost });
@@ -372,6 +410,17 @@ function runUnderLease(
       }, graceMs);
     };
 
+    // Asked to let go: CMD is told (once), and dlm releases when it exits, as always.
+    const onAsked = () => {
+      if (done || onRequest === undefined) return;
+      const asked = held.leases.find((lease) => lease.releaseRequested.aborted) ?? held.leases[0]!;
+      const why = asked.releaseRequestReason;
+      process.stderr.write(
+        `dlm: release of ${asked.name} requested${why === undefined ? '' : ` (${why})`}; sending ${onRequest} to the command\n`,
+      );
+      child.kill(onRequest);
+    };
+
     child = spawn(command[0]!, command.slice(1), {
       stdio: 'inherit',
       env: { ...process.env, ...lockEnvironment(held) },
@@ -385,6 +434,7 @@ function runUnderLease(
       finish(code ?? (signal ? signalStatus(signal) : EXIT.DLM_ERROR));
     });
     held.signal.addEventListener('abort', onLost);
+    held.releaseRequested.addEventListener('abort', onAsked, { once: true });
     for (const signal of forwarded) process.on(signal, forward);
     if (process.stdin.isTTY) process.on('SIGINT', ignore);
   });

@@ -9,6 +9,7 @@ import { grantsGroup } from './groups/grants.js';
 import { leaseKeysGroup } from './groups/lease-keys.js';
 import { multiLockGroup } from './groups/multi-lock.js';
 import { releaseAndExtendGroup } from './groups/release-extend.js';
+import { releaseRequestsGroup } from './groups/release-requests.js';
 import { sharedLoadGroup } from './groups/shared-load.js';
 import { sharedMultiLockGroup } from './groups/shared-multi-lock.js';
 import { sharedPrimitivesGroup } from './groups/shared-primitives.js';
@@ -57,6 +58,7 @@ const groups: ReadonlyArray<(ctx: ConformanceContext) => void> = [
   sharedMultiLockGroup,
   badInputGroup,
   durabilityGroup,
+  releaseRequestsGroup,
 ];
 
 /**

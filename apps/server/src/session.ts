@@ -158,8 +158,11 @@ class ProtocolSession implements Session, SessionScope {
   }
 
   private send(message: Record<string, unknown>): void {
-    if (!this.open) return;
-    const text = JSON.stringify(message);
+    if (this.open) this.sendText(JSON.stringify(message));
+  }
+
+  /** One message's text: into the turn's outbox once multi-message frames were agreed. */
+  private sendText(text: string): void {
     if (this.outbox) this.outbox.push(text);
     else this.context.send(text);
   }
@@ -249,7 +252,7 @@ class ProtocolSession implements Session, SessionScope {
   }
 
   private succeeded(request: RpcRequest, result: unknown, startedAt: number): void {
-    if (this.open) this.context.send(replyText(request.id, result));
+    if (this.open) this.sendText(replyText(request.id, result));
     recordRequest(this.context.metrics, request, 'OK', startedAt);
   }
 

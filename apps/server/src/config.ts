@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { type FlagOptions, parseFlags, parseInteger, UsageError } from '@dlm/flags';
+import { type FlagOptions, flagsOf, parseFlags, parseInteger, UsageError } from '@dlm/flags';
 import { AuthConfigError, parseTokenFile, type TokenGrant } from './auth.js';
 import {
   BACKEND_FLAG_TYPES,
@@ -103,21 +103,22 @@ export const ConfigError = UsageError;
 export type ConfigError = UsageError;
 
 const SERVER_FLAGS = {
-  host: { type: 'string' },
-  port: { type: 'string' },
-  backend: { type: 'string' },
-  ...BACKEND_FLAG_TYPES,
-  'log-level': { type: 'string' },
-  'auth-file': { type: 'string' },
-  insecure: { type: 'boolean' },
-  'tls-cert': { type: 'string' },
-  'tls-key': { type: 'string' },
-  'allowed-origins': { type: 'string' },
-  'dapr-stores': { type: 'string' },
-  'dapr-grpc-port': { type: 'string' },
-  ...Object.fromEntries(
-    Object.values(LIMIT_FLAGS).map((flag) => [flag, { type: 'string' as const }]),
+  ...flagsOf(
+    'string',
+    'host',
+    'port',
+    'backend',
+    'log-level',
+    'auth-file',
+    'tls-cert',
+    'tls-key',
+    'allowed-origins',
+    'dapr-stores',
+    'dapr-grpc-port',
+    ...Object.values(LIMIT_FLAGS),
   ),
+  ...flagsOf('boolean', 'insecure'),
+  ...BACKEND_FLAG_TYPES,
   help: { type: 'boolean', short: 'h' },
 } as const satisfies FlagOptions;
 

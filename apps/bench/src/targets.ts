@@ -114,6 +114,13 @@ const door = (
   create: () => doorTarget(id, label, through),
 });
 
+/** A peer library, driven directly (its id is the one its `create` gives). */
+const peer = (id: string, needs: Need[], create: TargetSpec['create']): TargetSpec => ({
+  id,
+  needs,
+  create,
+});
+
 /** In table order: each dlm adapter (the embedded one through each door too), then the peers. */
 const SPECS: TargetSpec[] = [
   dlm('dlm-embedded-memory', 'dlm embedded (memory)', [], () => ({
@@ -173,47 +180,24 @@ const SPECS: TargetSpec[] = [
     ...lib('lib-zookeeper', 'dlm lib zookeeper', ['zookeeper'], zookeeperConfig),
     floor: 'zookeeper',
   },
-  {
-    id: 'peer-raw-redis',
-    needs: ['redis'],
-    create: (s, settings) => rawRedisTarget(s.redis.url, settings),
-  },
-  {
-    id: 'peer-redis-semaphore',
-    needs: ['redis'],
-    create: (s, settings) => redisSemaphoreTarget(s.redis.url, settings),
-  },
-  {
-    id: 'peer-redlock',
-    needs: ['redisNodes'],
-    create: (s, settings) =>
-      redlockTarget(
-        s.redisNodes.map((node) => node.url),
-        settings,
-      ),
-  },
-  {
-    id: 'peer-etcd3-lock',
-    needs: ['etcd'],
-    create: (s, settings) => etcdLockTarget(s.etcd.endpoints, settings),
-  },
-  {
-    id: 'peer-zk-recipe',
-    needs: ['zookeeper'],
-    create: (s, settings) =>
-      zookeeperRecipeTarget(s.zookeeper.connectString, `/bench-peer-${settings.runId}`),
-  },
-  {
-    id: 'peer-zk-rwlock',
-    needs: ['zookeeper'],
-    create: (s, settings) =>
-      zookeeperReadWriteTarget(s.zookeeper.connectString, `/bench-peer-rw-${settings.runId}`),
-  },
-  {
-    id: 'peer-pg-advisory',
-    needs: ['postgres'],
-    create: (s) => pgAdvisoryTarget(s.postgres.url),
-  },
+  peer('peer-raw-redis', ['redis'], (s, settings) => rawRedisTarget(s.redis.url, settings)),
+  peer('peer-redis-semaphore', ['redis'], (s, settings) =>
+    redisSemaphoreTarget(s.redis.url, settings),
+  ),
+  peer('peer-redlock', ['redisNodes'], (s, settings) =>
+    redlockTarget(
+      s.redisNodes.map((node) => node.url),
+      settings,
+    ),
+  ),
+  peer('peer-etcd3-lock', ['etcd'], (s, settings) => etcdLockTarget(s.etcd.endpoints, settings)),
+  peer('peer-zk-recipe', ['zookeeper'], (s, settings) =>
+    zookeeperRecipeTarget(s.zookeeper.connectString, `/bench-peer-${settings.runId}`),
+  ),
+  peer('peer-zk-rwlock', ['zookeeper'], (s, settings) =>
+    zookeeperReadWriteTarget(s.zookeeper.connectString, `/bench-peer-rw-${settings.runId}`),
+  ),
+  peer('peer-pg-advisory', ['postgres'], (s) => pgAdvisoryTarget(s.postgres.url)),
 ];
 
 export const TARGET_IDS: readonly string[] = SPECS.map((spec) => spec.id);

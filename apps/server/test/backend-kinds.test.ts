@@ -29,6 +29,7 @@ const SAMPLE: Readonly<Record<string, string>> = {
 const CONFIGS: BackendConfig[] = [
   { kind: 'embedded', dataDir: null },
   { kind: 'embedded', dataDir: '/var/lib/dlm' },
+  { kind: 'redis', url: 'redis://127.0.0.1:6390', durable: false },
   { kind: 'redis', url: 'redis://127.0.0.1:6390', durable: true, minReplicas: 1 },
   { kind: 'redis', cluster: ['127.0.0.1:7000', '127.0.0.1:7001'], durable: false },
   {
@@ -43,7 +44,21 @@ const CONFIGS: BackendConfig[] = [
   { kind: 'etcd', endpoints: ['http://127.0.0.1:2379', 'http://127.0.0.1:2380'] },
   { kind: 'zookeeper', connect: '127.0.0.1:2181,127.0.0.1:2182' },
   { kind: 'postgres', url: 'postgres://dlm@127.0.0.1:5432/dlm' },
+  { kind: 'postgres', url: 'postgresql://x@h/db' },
 ];
+
+/** The same settings as variables: `--redis-url U` as DLM_REDIS_URL=U, `--memory` as DLM_MEMORY=1. */
+function variablesOf(args: string[]): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (let i = 0; i < args.length; i++) {
+    const name = args[i]!.slice(2);
+    const value = args[i + 1];
+    const variable = `DLM_${name.toUpperCase().replaceAll('-', '_')}`;
+    if (value === undefined || value.startsWith('--')) env[variable] = '1';
+    else env[variable] = args[++i];
+  }
+  return env;
+}
 
 describe('the registry of backend kinds', () => {
   it('refuses every flag of a kind with every other kind, postgres among them', () => {
@@ -72,6 +87,37 @@ describe('the registry of backend kinds', () => {
       expect(parseConfig(backendArgs(config), {})?.backend, JSON.stringify(config)).toEqual({
         durable: config.kind === 'redis' ? false : undefined,
         ...config,
+      });
+    }
+  });
+
+  it('reads each setting from its variable as from its flag', () => {
+    for (const config of CONFIGS) {
+      const env = variablesOf(backendArgs(config));
+      expect(parseConfig([], env)?.backend, JSON.stringify(env)).toEqual(
+        parseConfig(backendArgs(config), {})?.backend,
+      );
+    }
+  });
+
+  it('a flag wins over its variable; a boolean variable is on at 1 or true only', () => {
+    const postgres = ['--backend', 'postgres', '--postgres-url', 'postgres://dlm@h/dlm'];
+    expect(parseConfig(postgres, { DLM_POSTGRES_URL: 'postgres://other@h/db' })?.backend).toEqual({
+      kind: 'postgres',
+      url: 'postgres://dlm@h/dlm',
+    });
+    const redis = ['--backend', 'redis', '--redis-url', 'redis://127.0.0.1:6390'];
+    expect(parseConfig(redis, { DLM_REDIS_URL: 'redis://other:1' })?.backend).toMatchObject({
+      url: 'redis://127.0.0.1:6390',
+    });
+    for (const [value, durable] of [
+      ['1', true],
+      ['true', true],
+      ['0', false],
+      ['yes', false],
+    ]) {
+      expect(parseConfig(redis, { DLM_REDIS_DURABLE: value as string })?.backend).toMatchObject({
+        durable,
       });
     }
   });

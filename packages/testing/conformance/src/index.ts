@@ -29,7 +29,9 @@ export type {
   ConformanceTransport,
   FairQueueProbe,
 } from './target.js';
+export { clusterTarget } from './target.js';
 export {
+  closedAfterAll,
   killAndStart,
   type Restartable,
   type Stoppable,

@@ -36,6 +36,32 @@ export interface BackendKind<Config extends { kind: string }> {
   args(config: Config): string[];
 }
 
+/** What a kind's descriptor says besides its name: its config is `{ kind }` and its settings. */
+export interface KindSpec<Kind extends string, Settings extends object> {
+  flags: BackendKind<{ kind: Kind }>['flags'];
+  help: string;
+  /** Its settings from the flags and the environment; a bad value throws `UsageError`. */
+  parse(from: Sources): Settings;
+  open(config: { kind: Kind } & Settings, context: OpenContext): Promise<LockBackend>;
+  describe(config: { kind: Kind } & Settings): Record<string, unknown>;
+  args(config: { kind: Kind } & Settings): string[];
+}
+
+/** A kind's descriptor, its name said once: `parse` gives the settings, the kind is added. */
+export function defineKind<const Kind extends string, Settings extends object>(
+  kind: Kind,
+  spec: KindSpec<Kind, Settings>,
+): BackendKind<{ kind: Kind } & Settings> {
+  return {
+    ...spec,
+    kind,
+    parse: (from) => ({ kind, ...spec.parse(from) }),
+  } as BackendKind<{ kind: Kind } & Settings>;
+}
+
+/** The config a descriptor reads and opens. */
+export type ConfigOf<K> = K extends BackendKind<infer Config> ? Config : never;
+
 /**
  * Waits until an adapter is ready, when it has a notion of it. Capabilities some adapters learn
  * on connecting (Redis expiry events) are final once they are ready, and core reads them once.

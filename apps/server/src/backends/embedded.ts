@@ -1,10 +1,9 @@
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { UsageError } from '@dlm/flags';
-import type { BackendKind } from '../backend-kind.js';
+import { defineKind } from '../backend-kind.js';
 
-export interface EmbeddedConfig {
-  kind: 'embedded';
+export interface EmbeddedSettings {
   /** Where the journal lives; null: in memory only. */
   dataDir: string | null;
 }
@@ -14,18 +13,17 @@ function defaultDataDir(env: NodeJS.ProcessEnv): string {
   return join(state, 'dlm');
 }
 
-export const embedded: BackendKind<EmbeddedConfig> = {
-  kind: 'embedded',
+export const embedded = defineKind('embedded', {
   flags: { memory: 'boolean', 'data-dir': 'string' },
   help: `  --data-dir DIR           embedded: where the journal lives (DLM_DATA_DIR,
                            default $XDG_STATE_HOME/dlm or ~/.local/state/dlm)
   --memory                 embedded: keep nothing on disk (DLM_MEMORY=1)`,
-  parse(from) {
+  parse(from): EmbeddedSettings {
     const memory = from.on('memory');
     const dataDir = from.setting('data-dir');
     if (memory && dataDir && from.flag('data-dir'))
       throw new UsageError('--memory and --data-dir exclude each other');
-    return { kind: 'embedded', dataDir: memory ? null : (dataDir ?? defaultDataDir(from.env)) };
+    return { dataDir: memory ? null : (dataDir ?? defaultDataDir(from.env)) };
   },
   async open(config, { logger, clock }) {
     const { embeddedBackend } = await import('@dlm/adapter-embedded');
@@ -41,4 +39,4 @@ export const embedded: BackendKind<EmbeddedConfig> = {
     'embedded',
     ...(config.dataDir === null ? ['--memory'] : ['--data-dir', config.dataDir]),
   ],
-};
+});

@@ -1,6 +1,6 @@
 import type { LockBackend } from '@dlm/core';
 import { UsageError } from '@dlm/flags';
-import type { BackendKind, OpenContext } from '../backend-kind.js';
+import type { BackendKind, ConfigOf, OpenContext } from '../backend-kind.js';
 import type { Sources } from '../config-sources.js';
 import { embedded } from './embedded.js';
 import { etcd } from './etcd.js';
@@ -19,11 +19,7 @@ export const BACKEND_KINDS = [embedded, redis, redlock, etcd, zookeeper, postgre
 type Kinds = (typeof BACKEND_KINDS)[number];
 
 /** A backend's config, as `--backend` and its flags give it. */
-export type BackendConfig = Kinds extends infer K
-  ? K extends BackendKind<infer Config>
-    ? Config
-    : never
-  : never;
+export type BackendConfig = ConfigOf<Kinds>;
 
 export const BACKEND_KIND_NAMES: readonly BackendConfig['kind'][] = BACKEND_KINDS.map(
   (entry) => entry.kind,

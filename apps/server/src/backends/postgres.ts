@@ -1,23 +1,16 @@
 import { UsageError } from '@dlm/flags';
-import type { BackendKind } from '../backend-kind.js';
-import { redact, whenReady } from '../backend-kind.js';
+import { defineKind, redact, whenReady } from '../backend-kind.js';
 import { listSetting } from '../config-sources.js';
 
-export interface PostgresConfig {
-  kind: 'postgres';
-  /** `postgres://user[:password]@host[:port]/database`. */
-  url: string;
-}
-
-export const postgres: BackendKind<PostgresConfig> = {
-  kind: 'postgres',
+/** `--backend postgres`: `postgres://user[:password]@host[:port]/database`. */
+export const postgres = defineKind('postgres', {
   flags: { 'postgres-url': 'string' },
   help: '  --postgres-url URL       postgres: e.g. postgres://dlm@127.0.0.1:5432/dlm (DLM_POSTGRES_URL)',
   parse(from) {
     const url = listSetting(from, 'postgres-url')[0]!;
     if (!/^postgres(ql)?:\/\//.test(url))
       throw new UsageError(`--postgres-url must be a postgres:// URL, got ${url}`);
-    return { kind: 'postgres', url };
+    return { url };
   },
   async open(config, { clock }) {
     const { postgresBackend } = await import('@dlm/adapter-postgres');
@@ -26,4 +19,4 @@ export const postgres: BackendKind<PostgresConfig> = {
   },
   describe: (config) => ({ backend: 'postgres', postgresUrl: redact(config.url) }),
   args: (config) => ['--backend', 'postgres', '--postgres-url', config.url],
-};
+});

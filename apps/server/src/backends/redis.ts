@@ -1,9 +1,8 @@
 import { parseInteger, UsageError } from '@dlm/flags';
-import { type BackendKind, optionalArg, redact, whenReady } from '../backend-kind.js';
+import { defineKind, optionalArg, redact, whenReady } from '../backend-kind.js';
 import { hostPortsSetting, listSetting, type Sources } from '../config-sources.js';
 
-export interface RedisConfig {
-  kind: 'redis';
+export interface RedisSettings {
   /** The server; with `sentinels` only its password and database; absent with `cluster`. */
   url?: string;
   durable?: boolean;
@@ -20,7 +19,7 @@ export interface RedisConfig {
 /** What every Redis deployment takes: durability and the replicas to wait for. */
 function commonSettings(
   from: Sources,
-): Pick<RedisConfig, 'durable' | 'minReplicas' | 'replicaTimeoutMs'> {
+): Pick<RedisSettings, 'durable' | 'minReplicas' | 'replicaTimeoutMs'> {
   const minReplicas = from.setting('redis-min-replicas');
   const replicaTimeout = from.setting('redis-replica-timeout-ms');
   return {
@@ -35,7 +34,7 @@ function commonSettings(
 }
 
 /** `--backend redis`: one server by URL, the master that Sentinel names, or a Cluster. */
-function parseRedis(from: Sources): RedisConfig {
+function parseRedis(from: Sources): RedisSettings {
   const { flag, setting } = from;
   const common = commonSettings(from);
   const url = () => listSetting(from, 'redis-url')[0]!;
@@ -44,19 +43,18 @@ function parseRedis(from: Sources): RedisConfig {
       throw new UsageError('--redis-url and --redis-cluster exclude each other');
     if (setting('redis-sentinels') !== undefined)
       throw new UsageError('--redis-sentinels and --redis-cluster exclude each other');
-    return { kind: 'redis', cluster: hostPortsSetting(from, 'redis-cluster'), ...common };
+    return { cluster: hostPortsSetting(from, 'redis-cluster'), ...common };
   }
   if (setting('redis-sentinels') === undefined) {
     if (flag('redis-sentinel-name') !== undefined)
       throw new UsageError('--redis-sentinel-name needs --redis-sentinels');
-    return { kind: 'redis', url: url(), ...common };
+    return { url: url(), ...common };
   }
   const sentinels = hostPortsSetting(from, 'redis-sentinels');
   const sentinelName = setting('redis-sentinel-name');
   if (!sentinelName)
     throw new UsageError('--redis-sentinel-name is required with --redis-sentinels');
   return {
-    kind: 'redis',
     sentinels,
     sentinelName,
     ...(setting('redis-url') === undefined ? {} : { url: url() }),
@@ -64,8 +62,7 @@ function parseRedis(from: Sources): RedisConfig {
   };
 }
 
-export const redis: BackendKind<RedisConfig> = {
-  kind: 'redis',
+export const redis = defineKind('redis', {
   flags: {
     'redis-url': 'string',
     'redis-durable': 'boolean',
@@ -131,4 +128,4 @@ export const redis: BackendKind<RedisConfig> = {
     ...optionalArg('redis-min-replicas', config.minReplicas),
     ...optionalArg('redis-replica-timeout-ms', config.replicaTimeoutMs),
   ],
-};
+});

@@ -1,21 +1,15 @@
-import type { BackendKind } from '../backend-kind.js';
+import { defineKind } from '../backend-kind.js';
 import { listSetting } from '../config-sources.js';
 
-export interface ZooKeeperConfig {
-  kind: 'zookeeper';
-  /** The connect string, `host:port,host:port`. */
-  connect: string;
-}
-
-export const zookeeper: BackendKind<ZooKeeperConfig> = {
-  kind: 'zookeeper',
+/** `--backend zookeeper`: the ensemble by its connect string, `host:port,host:port`. */
+export const zookeeper = defineKind('zookeeper', {
   flags: { 'zk-connect': 'string' },
   help: '  --zk-connect H:P,H:P     zookeeper: connect string (DLM_ZK_CONNECT)',
-  parse: (from) => ({ kind: 'zookeeper', connect: listSetting(from, 'zk-connect').join(',') }),
+  parse: (from) => ({ connect: listSetting(from, 'zk-connect').join(',') }),
   async open(config) {
     const { zookeeperBackend } = await import('@dlm/adapter-zookeeper');
     return zookeeperBackend({ connect: config.connect });
   },
   describe: (config) => ({ backend: 'zookeeper', connect: config.connect }),
   args: (config) => ['--backend', 'zookeeper', '--zk-connect', config.connect],
-};
+});

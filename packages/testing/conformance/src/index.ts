@@ -21,7 +21,14 @@ import type { ConformanceTarget } from './target.js';
 export type { ConformanceContext } from './context.js';
 export { granted } from './grants.js';
 export { type HolderCheck, holderCheck } from './holder-check.js';
-export { expirySlack, failure, lockName, shortTtl, waitThrough } from './support.js';
+export {
+  expectRefusedAtOnce,
+  expirySlack,
+  failure,
+  lockName,
+  shortTtl,
+  waitThrough,
+} from './support.js';
 export type {
   ClusterMember,
   ClusterTarget,

@@ -1,4 +1,4 @@
-import { type FlagOptions, integerFlag, parseFlags, UsageError } from '@dlm/flags';
+import { type FlagOptions, flagsOf, integerFlag, parseFlags, UsageError } from '@dlm/flags';
 import type { ContentionOptions } from './workloads/contention.js';
 import type { ScaleOptions } from './workloads/scale.js';
 import type { SharedModesOptions } from './workloads/shared-modes.js';
@@ -86,29 +86,31 @@ results/RESULTS.md (--smoke: results/smoke/).
 export { UsageError };
 
 const OPTIONS = {
-  smoke: { type: 'boolean' },
-  repeat: { type: 'string' },
-  only: { type: 'string' },
-  workloads: { type: 'string' },
-  count: { type: 'string' },
-  warmup: { type: 'string' },
-  clients: { type: 'string' },
-  contenders: { type: 'string' },
-  'shared-clients': { type: 'string' },
-  'duration-ms': { type: 'string' },
-  'warmup-ms': { type: 'string' },
-  'hold-ms': { type: 'string' },
-  'wait-ms': { type: 'string' },
-  'ttl-ms': { type: 'string' },
-  'poll-ms': { type: 'string' },
-  'scale-sessions': { type: 'string' },
-  'scale-locks': { type: 'string' },
-  'scale-probe-at': { type: 'string' },
-  'scale-recovery-locks': { type: 'string' },
-  'probe-count': { type: 'string' },
-  out: { type: 'string' },
-  'profile-dir': { type: 'string' },
-  list: { type: 'boolean' },
+  ...flagsOf(
+    'string',
+    'repeat',
+    'only',
+    'workloads',
+    'count',
+    'warmup',
+    'clients',
+    'contenders',
+    'shared-clients',
+    'duration-ms',
+    'warmup-ms',
+    'hold-ms',
+    'wait-ms',
+    'ttl-ms',
+    'poll-ms',
+    'scale-sessions',
+    'scale-locks',
+    'scale-probe-at',
+    'scale-recovery-locks',
+    'probe-count',
+    'out',
+    'profile-dir',
+  ),
+  ...flagsOf('boolean', 'smoke', 'list'),
   help: { type: 'boolean', short: 'h' },
 } as const satisfies FlagOptions;
 

@@ -1,8 +1,5 @@
-import { embeddedBackend } from '@dlm/adapter-embedded';
-import { etcdBackend } from '@dlm/adapter-etcd';
-import { redisBackend } from '@dlm/adapter-redis';
-import { zookeeperBackend } from '@dlm/adapter-zookeeper';
 import type { LockBackend } from '@dlm/core';
+import { type BackendConfig, backendArgs, createBackend, createLogger } from '@dlm/server';
 import {
   type EtcdService,
   type PostgresService,
@@ -61,27 +58,34 @@ export interface TargetSettings extends PollOptions {
   runId: string;
 }
 
-const dlm = (
-  id: string,
-  label: string,
-  needs: Need[],
-  backendArgs: (services: Required<Services>) => string[],
-): TargetSpec => ({
+/** The backend a dlm target's server (or, on the library path, its process) opens. */
+type ConfigOf = (services: Required<Services>) => BackendConfig;
+
+const redisConfig: ConfigOf = (s) => ({ kind: 'redis', url: s.redis.url });
+const etcdConfig: ConfigOf = (s) => ({ kind: 'etcd', endpoints: s.etcd.endpoints });
+const zookeeperConfig: ConfigOf = (s) => ({
+  kind: 'zookeeper',
+  connect: s.zookeeper.connectString,
+});
+
+const dlm = (id: string, label: string, needs: Need[], config: ConfigOf): TargetSpec => ({
   id,
   needs,
   create: (services, settings) =>
     dlmTarget({
       id,
       label,
-      backendArgs: () => backendArgs(services),
+      backendArgs: () => backendArgs(config(services)),
       profileDir: settings.profileDir,
     }),
 });
 
-/** Opens an adapter and makes its first round trip, so that no timed call opens a connection. */
-async function opened(open: LockBackend | Promise<LockBackend>): Promise<LockBackend> {
-  const backend: LockBackend & { ready?: () => Promise<void> } = await open;
-  await backend.ready?.();
+/**
+ * Opens an adapter as the server would, and makes its first round trip, so that no timed call
+ * opens a connection.
+ */
+async function opened(config: BackendConfig): Promise<LockBackend> {
+  const backend = await createBackend(config, createLogger('warn'));
   await backend.inspect('bench/warmup');
   return backend;
 }
@@ -90,13 +94,13 @@ const lib = (
   id: string,
   label: string,
   needs: Need[],
-  open: (services: Required<Services>) => LockBackend | Promise<LockBackend>,
+  config: ConfigOf,
   sharedBackend = false,
 ): TargetSpec => ({
   id,
   needs,
   create: (services) =>
-    libTarget({ id, label, openBackend: () => opened(open(services)), sharedBackend }),
+    libTarget({ id, label, openBackend: () => opened(config(services)), sharedBackend }),
 });
 
 /** dlm-embedded-memory's server reached through another door (workload 1 only). */
@@ -110,132 +114,90 @@ const door = (
   create: () => doorTarget(id, label, through),
 });
 
+/** A peer library, driven directly (its id is the one its `create` gives). */
+const peer = (id: string, needs: Need[], create: TargetSpec['create']): TargetSpec => ({
+  id,
+  needs,
+  create,
+});
+
 /** In table order: each dlm adapter (the embedded one through each door too), then the peers. */
 const SPECS: TargetSpec[] = [
-  dlm('dlm-embedded-memory', 'dlm embedded (memory)', [], () => [
-    '--backend',
-    'embedded',
-    '--memory',
-  ]),
+  dlm('dlm-embedded-memory', 'dlm embedded (memory)', [], () => ({
+    kind: 'embedded',
+    dataDir: null,
+  })),
   door('dlm-door-rpc', 'dlm embedded (memory), POST /v1/rpc', 'rpc'),
   door('dlm-door-dapr-http', 'dlm embedded (memory), Dapr HTTP (@dapr/dapr)', 'dapr-http'),
   door('dlm-door-dapr-grpc', 'dlm embedded (memory), Dapr gRPC (@dapr/dapr)', 'dapr-grpc'),
   {
-    ...dlm('dlm-embedded-disk', 'dlm embedded (data dir)', [], () => [
-      '--backend',
-      'embedded',
-      '--data-dir',
-      tempDir('bench-embedded'),
-    ]),
+    ...dlm('dlm-embedded-disk', 'dlm embedded (data dir)', [], () => ({
+      kind: 'embedded',
+      dataDir: tempDir('bench-embedded'),
+    })),
     floor: 'disk',
   },
-  dlm('dlm-redis', 'dlm redis', ['redis'], (s) => [
-    '--backend',
-    'redis',
-    '--redis-url',
-    s.redis.url,
-  ]),
-  dlm('dlm-redis-cluster', 'dlm redis cluster (3+3)', ['redisCluster'], (s) => [
-    '--backend',
-    'redis',
-    '--redis-cluster',
-    s.redisCluster.addresses.join(','),
-  ]),
-  ...(['', '-wait'] as const).map((wait) =>
+  dlm('dlm-redis', 'dlm redis', ['redis'], redisConfig),
+  dlm('dlm-redis-cluster', 'dlm redis cluster (3+3)', ['redisCluster'], (s) => ({
+    kind: 'redis',
+    cluster: s.redisCluster.addresses,
+  })),
+  ...([0, 1] as const).map((minReplicas) =>
     dlm(
-      `dlm-redis-sentinel${wait}`,
-      `dlm redis sentinel (1 + 2 replicas${wait ? ', minReplicas 1' : ''})`,
+      `dlm-redis-sentinel${minReplicas ? '-wait' : ''}`,
+      `dlm redis sentinel (1 + 2 replicas${minReplicas ? ', minReplicas 1' : ''})`,
       ['redisSentinel'],
-      (s) => [...s.redisSentinel.serverArgs, ...(wait ? ['--redis-min-replicas', '1'] : [])],
+      (s) => ({
+        kind: 'redis',
+        sentinels: s.redisSentinel.hostPorts.split(','),
+        sentinelName: s.redisSentinel.name,
+        ...(minReplicas ? { minReplicas } : {}),
+      }),
     ),
   ),
-  dlm('dlm-redlock', 'dlm redlock (3 nodes)', ['redisNodes'], (s) => [
-    '--backend',
-    'redlock',
-    '--redlock-urls',
-    s.redisNodes.map((node) => node.url).join(','),
-  ]),
-  {
-    ...dlm('dlm-etcd', 'dlm etcd', ['etcd'], (s) => [
-      '--backend',
-      'etcd',
-      '--etcd-endpoints',
-      s.etcd.endpoints.join(','),
-    ]),
-    floor: 'etcd',
-  },
-  {
-    ...dlm('dlm-zookeeper', 'dlm zookeeper', ['zookeeper'], (s) => [
-      '--backend',
-      'zookeeper',
-      '--zk-connect',
-      s.zookeeper.connectString,
-    ]),
-    floor: 'zookeeper',
-  },
-  dlm('dlm-postgres', 'dlm postgres', ['postgres'], (s) => [
-    '--backend',
-    'postgres',
-    '--postgres-url',
-    s.postgres.url,
-  ]),
+  dlm('dlm-redlock', 'dlm redlock (3 nodes)', ['redisNodes'], (s) => ({
+    kind: 'redlock',
+    urls: s.redisNodes.map((node) => node.url),
+  })),
+  { ...dlm('dlm-etcd', 'dlm etcd', ['etcd'], etcdConfig), floor: 'etcd' },
+  { ...dlm('dlm-zookeeper', 'dlm zookeeper', ['zookeeper'], zookeeperConfig), floor: 'zookeeper' },
+  dlm('dlm-postgres', 'dlm postgres', ['postgres'], (s) => ({
+    kind: 'postgres',
+    url: s.postgres.url,
+  })),
   // The library path: core + an adapter in this process (the in-memory store is one for all
   // clients: a second process could not share it).
-  lib('lib-embedded', 'dlm lib embedded (memory)', [], () => embeddedBackend(), true),
-  lib('lib-redis', 'dlm lib redis', ['redis'], (s) => redisBackend({ url: s.redis.url })),
+  lib(
+    'lib-embedded',
+    'dlm lib embedded (memory)',
+    [],
+    () => ({ kind: 'embedded', dataDir: null }),
+    true,
+  ),
+  lib('lib-redis', 'dlm lib redis', ['redis'], redisConfig),
+  { ...lib('lib-etcd', 'dlm lib etcd', ['etcd'], etcdConfig), floor: 'etcd' },
   {
-    ...lib('lib-etcd', 'dlm lib etcd', ['etcd'], (s) =>
-      etcdBackend({ endpoints: s.etcd.endpoints }),
-    ),
-    floor: 'etcd',
-  },
-  {
-    ...lib('lib-zookeeper', 'dlm lib zookeeper', ['zookeeper'], (s) =>
-      zookeeperBackend({ connect: s.zookeeper.connectString }),
-    ),
+    ...lib('lib-zookeeper', 'dlm lib zookeeper', ['zookeeper'], zookeeperConfig),
     floor: 'zookeeper',
   },
-  {
-    id: 'peer-raw-redis',
-    needs: ['redis'],
-    create: (s, settings) => rawRedisTarget(s.redis.url, settings),
-  },
-  {
-    id: 'peer-redis-semaphore',
-    needs: ['redis'],
-    create: (s, settings) => redisSemaphoreTarget(s.redis.url, settings),
-  },
-  {
-    id: 'peer-redlock',
-    needs: ['redisNodes'],
-    create: (s, settings) =>
-      redlockTarget(
-        s.redisNodes.map((node) => node.url),
-        settings,
-      ),
-  },
-  {
-    id: 'peer-etcd3-lock',
-    needs: ['etcd'],
-    create: (s, settings) => etcdLockTarget(s.etcd.endpoints, settings),
-  },
-  {
-    id: 'peer-zk-recipe',
-    needs: ['zookeeper'],
-    create: (s, settings) =>
-      zookeeperRecipeTarget(s.zookeeper.connectString, `/bench-peer-${settings.runId}`),
-  },
-  {
-    id: 'peer-zk-rwlock',
-    needs: ['zookeeper'],
-    create: (s, settings) =>
-      zookeeperReadWriteTarget(s.zookeeper.connectString, `/bench-peer-rw-${settings.runId}`),
-  },
-  {
-    id: 'peer-pg-advisory',
-    needs: ['postgres'],
-    create: (s) => pgAdvisoryTarget(s.postgres.url),
-  },
+  peer('peer-raw-redis', ['redis'], (s, settings) => rawRedisTarget(s.redis.url, settings)),
+  peer('peer-redis-semaphore', ['redis'], (s, settings) =>
+    redisSemaphoreTarget(s.redis.url, settings),
+  ),
+  peer('peer-redlock', ['redisNodes'], (s, settings) =>
+    redlockTarget(
+      s.redisNodes.map((node) => node.url),
+      settings,
+    ),
+  ),
+  peer('peer-etcd3-lock', ['etcd'], (s, settings) => etcdLockTarget(s.etcd.endpoints, settings)),
+  peer('peer-zk-recipe', ['zookeeper'], (s, settings) =>
+    zookeeperRecipeTarget(s.zookeeper.connectString, `/bench-peer-${settings.runId}`),
+  ),
+  peer('peer-zk-rwlock', ['zookeeper'], (s, settings) =>
+    zookeeperReadWriteTarget(s.zookeeper.connectString, `/bench-peer-rw-${settings.runId}`),
+  ),
+  peer('peer-pg-advisory', ['postgres'], (s) => pgAdvisoryTarget(s.postgres.url)),
 ];
 
 export const TARGET_IDS: readonly string[] = SPECS.map((spec) => spec.id);

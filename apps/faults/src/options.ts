@@ -1,4 +1,11 @@
-import { type FlagOptions, integerFlag, parseDuration, parseFlags, UsageError } from '@dlm/flags';
+import {
+  type FlagOptions,
+  flagsOf,
+  integerFlag,
+  parseDuration,
+  parseFlags,
+  UsageError,
+} from '@dlm/flags';
 import type { CampaignOptions } from './campaign.js';
 import { LOCK_SEGMENT_NEMESES } from './lock-segment.js';
 import { NEMESES } from './nemeses.js';
@@ -107,31 +114,31 @@ const SHORT_SHARED_PLAN: Record<BackendVariant, string[]> = {
 };
 
 const OPTIONS = {
-  backend: { type: 'string' },
-  nemesis: { type: 'string' },
-  duration: { type: 'string' },
-  'ttl-ms': { type: 'string' },
-  workers: { type: 'string' },
-  meddlers: { type: 'string' },
-  keys: { type: 'string' },
-  'l1-bound-ms': { type: 'string' },
-  'l4-bound-ms': { type: 'string' },
-  'negative-control': { type: 'boolean' },
-  'no-fencing': { type: 'boolean' },
-  short: { type: 'boolean' },
-  lin: { type: 'string' },
-  'lin-duration': { type: 'string' },
-  'lin-connections': { type: 'string' },
-  'lin-names': { type: 'string' },
-  'lin-think-ms': { type: 'string' },
-  'lin-negative-control': { type: 'boolean' },
-  shared: { type: 'string' },
-  'shared-duration': { type: 'string' },
-  lanes: { type: 'string' },
-  out: { type: 'string' },
-  label: { type: 'string' },
-  'history-dir': { type: 'string' },
-  merge: { type: 'string' },
+  ...flagsOf(
+    'string',
+    'backend',
+    'nemesis',
+    'duration',
+    'ttl-ms',
+    'workers',
+    'meddlers',
+    'keys',
+    'l1-bound-ms',
+    'l4-bound-ms',
+    'lin',
+    'lin-duration',
+    'lin-connections',
+    'lin-names',
+    'lin-think-ms',
+    'shared',
+    'shared-duration',
+    'out',
+    'label',
+    'history-dir',
+    'merge',
+    'lanes',
+  ),
+  ...flagsOf('boolean', 'negative-control', 'no-fencing', 'short', 'lin-negative-control'),
   help: { type: 'boolean', short: 'h' },
 } as const satisfies FlagOptions;
 

@@ -1,4 +1,5 @@
 import { nameKeys } from '@dlm/adapter-redis';
+import { backendArgs } from '@dlm/server';
 import {
   freePort,
   type ManagedProcess,
@@ -105,7 +106,7 @@ async function embeddedTopology(): Promise<Topology> {
   const dataDir = tempDir('faults-embedded');
   return {
     variant,
-    serverArgs: ['--backend', 'embedded', '--data-dir', dataDir],
+    serverArgs: backendArgs({ kind: 'embedded', dataDir }),
     members: [],
     proxies: [],
     leader: none,
@@ -124,14 +125,12 @@ async function redisTopology(variant: 'redis' | 'redis-noaof'): Promise<Topology
   const proxies = await proxiesFor([redis.port]);
   return {
     variant,
-    serverArgs: [
-      '--backend',
-      'redis',
-      '--redis-url',
-      `redis://127.0.0.1:${proxies[0]!.port}`,
+    serverArgs: backendArgs({
+      kind: 'redis',
+      url: `redis://127.0.0.1:${proxies[0]!.port}`,
       // AOF with appendfsync always: the server may declare it durable.
-      ...(variant === 'redis' ? ['--redis-durable'] : []),
-    ],
+      durable: variant === 'redis',
+    }),
     members: [{ id: 'redis', process: redis }],
     proxies,
     ...(wallClock ? { wallClock } : {}),
@@ -147,12 +146,10 @@ async function redlockTopology(): Promise<Topology> {
   const proxies = await proxiesFor(nodes.map((node) => node.port));
   return {
     variant,
-    serverArgs: [
-      '--backend',
-      'redlock',
-      '--redlock-urls',
-      proxies.map((proxy) => `redis://127.0.0.1:${proxy.port}`).join(','),
-    ],
+    serverArgs: backendArgs({
+      kind: 'redlock',
+      urls: proxies.map((proxy) => `redis://127.0.0.1:${proxy.port}`),
+    }),
     members: nodes.map((node, i) => ({ id: `r${i + 1}`, process: node })),
     proxies,
     ...(wallClock ? { wallClock } : {}),
@@ -199,12 +196,10 @@ async function etcdTopology(): Promise<Topology> {
   const members = etcd.members.map((member) => ({ id: member.name, process: member.process }));
   return clusterTopology({
     variant,
-    serverArgs: [
-      '--backend',
-      'etcd',
-      '--etcd-endpoints',
-      proxies.map((proxy) => `http://127.0.0.1:${proxy.port}`).join(','),
-    ],
+    serverArgs: backendArgs({
+      kind: 'etcd',
+      endpoints: proxies.map((proxy) => `http://127.0.0.1:${proxy.port}`),
+    }),
     members,
     proxies,
     cluster: etcd,
@@ -224,12 +219,10 @@ async function zookeeperTopology(): Promise<Topology> {
   }));
   return clusterTopology({
     variant,
-    serverArgs: [
-      '--backend',
-      'zookeeper',
-      '--zk-connect',
-      proxies.map((proxy) => `127.0.0.1:${proxy.port}`).join(','),
-    ],
+    serverArgs: backendArgs({
+      kind: 'zookeeper',
+      connect: proxies.map((proxy) => `127.0.0.1:${proxy.port}`).join(','),
+    }),
     members,
     proxies,
     cluster: zk,
@@ -247,7 +240,7 @@ async function postgresTopology(): Promise<Topology> {
   url.port = String(proxies[0]!.port);
   return {
     variant,
-    serverArgs: ['--backend', 'postgres', '--postgres-url', url.href],
+    serverArgs: backendArgs({ kind: 'postgres', url: url.href }),
     members: [{ id: 'postgres', process: postgres }],
     proxies,
     ...leaderless(proxies, () => postgres.kill()),
@@ -266,13 +259,11 @@ async function redisClusterTopology(
   const members = cluster.nodes.map((node) => ({ id: `c${node.port}`, process: node.process }));
   return {
     variant,
-    serverArgs: [
-      '--backend',
-      'redis',
-      '--redis-cluster',
-      cluster.addresses.join(','),
-      ...(variant === 'redis-cluster-wait' ? ['--redis-min-replicas', '1'] : []),
-    ],
+    serverArgs: backendArgs({
+      kind: 'redis',
+      cluster: cluster.addresses,
+      ...(variant === 'redis-cluster-wait' ? { minReplicas: 1 } : {}),
+    }),
     members,
     proxies: [],
     leader: none,
@@ -300,10 +291,12 @@ async function sentinelTopology(
   const memberAt = (port: number) => members[sentinel.servers.findIndex((s) => s.port === port)];
   return {
     variant,
-    serverArgs: [
-      ...sentinel.serverArgs,
-      ...(variant === 'redis-sentinel-wait' ? ['--redis-min-replicas', '1'] : []),
-    ],
+    serverArgs: backendArgs({
+      kind: 'redis',
+      sentinels: sentinel.hostPorts.split(','),
+      sentinelName: sentinel.name,
+      ...(variant === 'redis-sentinel-wait' ? { minReplicas: 1 } : {}),
+    }),
     members,
     proxies: [],
     async leader() {

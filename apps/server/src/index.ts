@@ -7,6 +7,8 @@ export {
   parseTokenFile,
   type TokenGrant,
 } from './auth.js';
+export type { BackendKind, OpenContext } from './backend-kind.js';
+export { BACKEND_KIND_NAMES, BACKEND_KINDS, backendArgs } from './backends/index.js';
 export { CLOSE } from './close-codes.js';
 export {
   type BackendConfig,

@@ -80,7 +80,3 @@ export const LIMIT_FLAGS: Readonly<Record<keyof ServerLimits, string>> = {
 
 /** The limits that take 0 for "off". */
 export const LIMITS_OFF_AT_ZERO: ReadonlySet<keyof ServerLimits> = new Set(['messagesPerSecond']);
-
-export function limitEnvName(flag: string): string {
-  return `DLM_${flag.toUpperCase().replaceAll('-', '_')}`;
-}

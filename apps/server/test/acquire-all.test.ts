@@ -1,9 +1,8 @@
+import { sleep, until } from '@dlm/conformance';
 import { describe, expect, it } from 'vitest';
 import { hashToken, newToken, startServer } from '../src/index.js';
 import { embeddedServerFixture } from './support.js';
 import { connect } from './ws-peer.js';
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const fixture = embeddedServerFixture();
 const { peers, servers, session } = fixture;
@@ -16,15 +15,6 @@ function names(...suffixes: string[]): string[] {
 }
 
 const specs = (list: string[]) => list.map((name) => ({ name }));
-
-/** Polls the backend (a test-side observation) until `check` holds. */
-async function until(check: () => Promise<boolean>, timeoutMs = 3_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await sleep(10);
-  }
-}
 
 describe('lock.acquireAll', () => {
   it('against a lock held by another session: LOCK_HELD naming it, and none of the set is held afterwards', async () => {
@@ -60,9 +50,9 @@ describe('lock.acquireAll', () => {
       }),
     );
     // x is taken first and held while the set waits for y.
-    await until(async () => (await fixture.backend.inspect(x!))?.owner === 'waiter');
+    await until(async () => (await fixture.backend.inspect(x!))?.owner === 'waiter', 3_000);
     waiter.close();
-    await until(async () => (await fixture.backend.inspect(x!)) === null);
+    await until(async () => (await fixture.backend.inspect(x!)) === null, 3_000);
     // And y, released now, is not granted to the wait that ended.
     const holder = (await b.call('lock.get', { name: y })).result;
     await b.call('lock.release', { name: y, token: holder.token });

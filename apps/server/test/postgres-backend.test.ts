@@ -17,20 +17,6 @@ import { connect } from './ws-peer.js';
 const MAIN = fileURLToPath(new URL('../dist/main.js', import.meta.url));
 
 describe('--backend postgres flags', () => {
-  it('takes the URL from --postgres-url or DLM_POSTGRES_URL (the flag wins)', () => {
-    const flags = ['--backend', 'postgres', '--postgres-url', 'postgres://dlm@127.0.0.1:5433/dlm'];
-    expect(parseConfig(flags, {})?.backend).toEqual({
-      kind: 'postgres',
-      url: 'postgres://dlm@127.0.0.1:5433/dlm',
-    });
-    expect(
-      parseConfig(['--backend', 'postgres'], { DLM_POSTGRES_URL: 'postgresql://x@h/db' })?.backend,
-    ).toEqual({ kind: 'postgres', url: 'postgresql://x@h/db' });
-    expect(
-      parseConfig(flags, { DLM_POSTGRES_URL: 'postgres://other@h/db' })?.backend,
-    ).toMatchObject({ url: 'postgres://dlm@127.0.0.1:5433/dlm' });
-  });
-
   it('a missing or non-postgres URL is a usage error naming the flag', () => {
     expect(() => parseConfig(['--backend', 'postgres'], {})).toThrow(ConfigError);
     expect(() => parseConfig(['--backend', 'postgres'], {})).toThrow(/--postgres-url/);

@@ -214,6 +214,14 @@ describe('the server process on the embedded backend with a data directory', () 
         ],
         /--zk-connect is for --backend zookeeper, but the backend is etcd/,
       ],
+      [
+        ['--backend', 'redis', '--postgres-url', 'postgres://x'],
+        /^dlm-server: --postgres-url is for --backend postgres, but the backend is redis$/,
+      ],
+      [
+        ['--backend', 'postgres', '--postgres-url', 'postgres://x', '--memory'],
+        /^dlm-server: --memory is for --backend embedded, but the backend is postgres$/,
+      ],
     ];
     for (const [args, message] of cases) {
       const result = spawnSync(process.execPath, [MAIN, ...args], { encoding: 'utf8' });

@@ -88,24 +88,19 @@ describe('shared modes over the wire', () => {
       { watchId, name, held: true, owner: 'r-2', token: t2, mode: 'shared', holders: 2 },
     ]);
     // One session holds both: it releases each by token, without keys.
-    expect((await holder.call('lock.release', { name, token: t1 })).result).toEqual({
-      released: true,
-    });
-    expect((await watcher.nextNotification('lock.changed')).params).toEqual({
-      watchId,
-      name,
-      held: true,
-      holders: 1,
-    });
-    expect((await holder.call('lock.release', { name, token: t2 })).result).toEqual({
-      released: true,
-    });
-    expect((await watcher.nextNotification('lock.changed')).params).toEqual({
-      watchId,
-      name,
-      held: false,
-      holders: 0,
-    });
+    const releasedSeen = async (token: string, held: boolean, holders: number) => {
+      expect((await holder.call('lock.release', { name, token })).result).toEqual({
+        released: true,
+      });
+      expect((await watcher.nextNotification('lock.changed')).params).toEqual({
+        watchId,
+        name,
+        held,
+        holders,
+      });
+    };
+    await releasedSeen(t1, true, 1);
+    await releasedSeen(t2, false, 0);
   });
 
   it('metrics count grants and held leases by mode', async () => {

@@ -1,10 +1,9 @@
 import { embeddedBackend } from '@dlm/adapter-embedded';
+import { sleep, until } from '@dlm/conformance';
 import { formatToken, type LockBackend } from '@dlm/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningServer, startServer } from '../src/index.js';
 import { openSession, type Peer } from './ws-peer.js';
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // The server is given a backend the test also holds, so that the test can act on the backend
 // directly: that is what another dlm server on a shared backend looks like to this one.
@@ -23,15 +22,12 @@ const session = (): Promise<Peer> => openSession(server.url);
 
 /** The next lock.changed for `watchId` (others are left in place). */
 async function nextChange(peer: Peer, watchId: string, timeoutMs = 5_000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const index = peer.notifications.findIndex(
+  const index = () =>
+    peer.notifications.findIndex(
       (n) => n.method === 'lock.changed' && n.params.watchId === watchId,
     );
-    if (index >= 0) return peer.notifications.splice(index, 1)[0]!.params;
-    if (Date.now() > deadline) throw new Error('no lock.changed in time');
-    await sleep(10);
-  }
+  await until(() => index() >= 0, { timeoutMs, intervalMs: 10, what: 'a lock.changed' });
+  return peer.notifications.splice(index(), 1)[0]!.params;
 }
 
 describe('lock.watchPrefix', () => {

@@ -1,4 +1,4 @@
-import { killAndStart, runConformance } from '@dlm/conformance';
+import { clusterTarget, killAndStart, runConformance } from '@dlm/conformance';
 import {
   type EtcdService,
   etcdAvailable,
@@ -52,16 +52,7 @@ describe.skipIf(!run)('etcd adapter', () => {
               minTtlMs,
               commandTimeoutMs,
             });
-            return {
-              backend,
-              commandTimeoutMs,
-              members: cluster.members,
-              waitForLeader: () => cluster.waitForLeader(),
-              stop: async () => {
-                await backend.close();
-                await cluster.stop();
-              },
-            };
+            return clusterTarget(cluster, backend, { commandTimeoutMs });
           },
         }
       : {}),

@@ -1,8 +1,7 @@
-import { useService } from '@dlm/conformance';
+import { closedAfterAll, useService } from '@dlm/conformance';
 import type { LockBackend } from '@dlm/core';
 import { type EtcdService, startEtcd } from '@dlm/test-services';
 import { Etcd3 } from 'etcd3';
-import { afterAll } from 'vitest';
 import { etcdBackend } from '../src/index.js';
 
 /** etcd with fast elections, so a test that kills the leader does not wait out the defaults. */
@@ -59,22 +58,12 @@ export function useEtcd(prefix: string): EtcdScope {
     async () => new Etcd3({ hosts: etcd().endpoints }),
     async (client) => client.close(),
   );
-  // Registered last, so it runs first of the three after-hooks (they run in reverse order).
-  const opened: LockBackend[] = [];
-  afterAll(() => Promise.all(opened.map((backend) => backend.close())));
+  const closing = closedAfterAll<LockBackend>();
   return {
     etcd,
     raw,
-    open: (options = {}) => {
-      const backend = etcdBackend({
-        endpoints: etcd().endpoints,
-        minTtlMs: 1_000,
-        prefix,
-        ...options,
-      });
-      opened.push(backend);
-      return backend;
-    },
+    open: (options = {}) =>
+      closing(etcdBackend({ endpoints: etcd().endpoints, minTtlMs: 1_000, prefix, ...options })),
   };
 }
 

@@ -17,6 +17,7 @@ import { within } from './command-bounds.js';
 import { createCommandConnection, createSubscriberConnection, databaseOf } from './connections.js';
 import { nameKeys, newRequestId } from './key-encoding.js';
 import { createLockEvents, type LockEvents, subscribedWithin } from './lock-events.js';
+import { wholeOption } from './option-checks.js';
 import { createRedisNode, type RedisNode, sharedLimit } from './redis-node.js';
 import { redisQueue } from './redis-queue.js';
 import { type ReplicaOptions, type ReplicaWait, replicaWait } from './replicas.js';
@@ -90,14 +91,9 @@ const DEFAULT_TIMEOUT_MS = 2_000;
 const DEFAULT_FENCE_RETENTION_MS = 60_000;
 const DEFAULT_WAITER_TTL_MS = 3_000;
 
-function checkWaiterTtl(waiterTtlMs = DEFAULT_WAITER_TTL_MS): number {
+function checkWaiterTtl(waiterTtlMs: number | undefined): number {
   // Below 30 ms, a renewal every third of it would not reach Redis in time.
-  if (!Number.isSafeInteger(waiterTtlMs) || waiterTtlMs < 30) {
-    throw new DlmError('INVALID_PARAMS', 'waiterTtlMs must be a whole number of ms ≥ 30', {
-      field: 'waiterTtlMs',
-    });
-  }
-  return waiterTtlMs;
+  return wholeOption('waiterTtlMs', waiterTtlMs, DEFAULT_WAITER_TTL_MS, 30);
 }
 
 /** Checks the options every Redis adapter shares; returns the prefix and timeout to use. */
@@ -121,12 +117,12 @@ export function checkCommonOptions(options: {
       field: 'commandTimeoutMs',
     });
   }
-  const fenceRetentionMs = options.fenceRetentionMs ?? DEFAULT_FENCE_RETENTION_MS;
-  if (!Number.isSafeInteger(fenceRetentionMs) || fenceRetentionMs < 1) {
-    throw new DlmError('INVALID_PARAMS', 'fenceRetentionMs must be a whole number of ms ≥ 1', {
-      field: 'fenceRetentionMs',
-    });
-  }
+  const fenceRetentionMs = wholeOption(
+    'fenceRetentionMs',
+    options.fenceRetentionMs,
+    DEFAULT_FENCE_RETENTION_MS,
+    1,
+  );
   return { prefix, commandTimeoutMs, fenceRetentionMs };
 }
 

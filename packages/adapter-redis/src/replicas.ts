@@ -1,6 +1,7 @@
 import { type Clock, DlmError } from '@dlm/core';
 import { Cluster, type Redis } from 'ioredis';
 import { bounded } from './command-bounds.js';
+import { wholeOption } from './option-checks.js';
 
 /**
  * `minReplicas`: a write (grant, extend, release, revoke) is reported only once `WAIT` says that
@@ -39,18 +40,13 @@ export function replicaWait(
   commandTimeoutMs: number,
   options: ReplicaOptions,
 ): ReplicaWait | undefined {
-  const minReplicas = options.minReplicas ?? 0;
-  if (!Number.isSafeInteger(minReplicas) || minReplicas < 0) {
-    throw new DlmError('INVALID_PARAMS', 'minReplicas must be a whole number ≥ 0', {
-      field: 'minReplicas',
-    });
-  }
-  const timeoutMs = options.replicaTimeoutMs ?? DEFAULT_REPLICA_TIMEOUT_MS;
-  if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1) {
-    throw new DlmError('INVALID_PARAMS', 'replicaTimeoutMs must be a whole number of ms ≥ 1', {
-      field: 'replicaTimeoutMs',
-    });
-  }
+  const minReplicas = wholeOption('minReplicas', options.minReplicas, 0, 0, '');
+  const timeoutMs = wholeOption(
+    'replicaTimeoutMs',
+    options.replicaTimeoutMs,
+    DEFAULT_REPLICA_TIMEOUT_MS,
+    1,
+  );
   if (minReplicas === 0) return undefined;
   return {
     minReplicas,

@@ -1,4 +1,4 @@
-import { killAndStart, runConformance } from '@dlm/conformance';
+import { clusterTarget, killAndStart, runConformance } from '@dlm/conformance';
 import { startZooKeeperEnsemble, zookeeperAvailable, zookeeperManaged } from '@dlm/test-services';
 import { describe } from 'vitest';
 import { zookeeperBackend } from '../src/index.js';
@@ -30,18 +30,11 @@ describe.skipIf(!run)('zookeeper adapter', () => {
               sessionTimeoutMs: 4_000,
               commandTimeoutMs,
             });
-            return {
-              backend,
+            return clusterTarget(ensemble, backend, {
               commandTimeoutMs,
-              members: ensemble.members,
-              waitForLeader: () => ensemble.waitForLeader(),
-              stop: async () => {
-                await backend.close();
-                await ensemble.stop();
-              },
               heldTtlMs: 30_000,
               resumeAfterMajorityMs: 20_000,
-            };
+            });
           },
         }
       : {}),

@@ -1,8 +1,7 @@
-import { useService } from '@dlm/conformance';
+import { closedAfterAll, useService } from '@dlm/conformance';
 import type { LockBackend } from '@dlm/core';
 import { startZooKeeper, type ZooKeeperService } from '@dlm/test-services';
 import { type Client, createClient } from 'node-zookeeper-client';
-import { afterAll } from 'vitest';
 import { type ZooKeeperBackendOptions, zookeeperBackend } from '../src/index.js';
 
 /**
@@ -66,21 +65,18 @@ export function useZooKeeper(prefix = '/dlm'): ZooKeeperScope {
     () => connectRaw(zk().connectString),
     async (client) => client.close(),
   );
-  // Registered last, so it runs first of the three after-hooks (they run in reverse order).
-  const opened: LockBackend[] = [];
-  afterAll(() => Promise.all(opened.map((backend) => backend.close())));
+  const closing = closedAfterAll<LockBackend>();
   return {
     zk,
     raw,
-    open: (options = {}) => {
-      const backend = zookeeperBackend({
-        connect: zk().connectString,
-        prefix,
-        sessionTimeoutMs: 2_000,
-        ...options,
-      });
-      opened.push(backend);
-      return backend;
-    },
+    open: (options = {}) =>
+      closing(
+        zookeeperBackend({
+          connect: zk().connectString,
+          prefix,
+          sessionTimeoutMs: 2_000,
+          ...options,
+        }),
+      ),
   };
 }

@@ -3,6 +3,7 @@ export { type IntegerFlag, integerFlag, parseInteger } from './integer.js';
 export { readPackageVersion } from './package-version.js';
 export {
   type FlagOptions,
+  flagsOf,
   type ParsedFlags,
   parseFlags,
   withoutLeadingSeparator,

@@ -18,6 +18,19 @@ export function withoutLeadingSeparator(argv: readonly string[]): string[] {
 }
 
 /**
+ * Flags of one type, by name, for a flag table: `flagsOf('string', 'host', 'port')` is
+ * `{ host: { type: 'string' }, port: { type: 'string' } }`.
+ */
+export function flagsOf<const Name extends string, Type extends 'string' | 'boolean'>(
+  type: Type,
+  ...names: Name[]
+): { [N in Name]: { type: Type } } {
+  return Object.fromEntries(names.map((name) => [name, { type }])) as {
+    [N in Name]: { type: Type };
+  };
+}
+
+/**
  * `node:util` parseArgs, strict, with its errors turned into `UsageError`s.
  *
  * A leading `--` is dropped (see `withoutLeadingSeparator`), except where positionals are

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  flagsOf,
   formatBound,
   formatDuration,
   integerFlag,
@@ -114,5 +115,19 @@ describe('parseFlags', () => {
     expect(usageFailure('dlm get', new UsageError('a lock NAME is missing'))).toBe(
       "dlm get: a lock NAME is missing\nRun 'dlm get --help' for its usage.\n",
     );
+  });
+});
+
+describe('flagsOf', () => {
+  it('makes a flag table of one type that parseFlags reads', () => {
+    const table = { ...flagsOf('string', 'host', 'port'), ...flagsOf('boolean', 'memory') };
+    expect(table).toEqual({
+      host: { type: 'string' },
+      port: { type: 'string' },
+      memory: { type: 'boolean' },
+    });
+    const { values } = parseFlags(['--host', 'h', '--memory'], table);
+    expect(values).toEqual({ host: 'h', memory: true });
+    expect(() => parseFlags(['--memory', 'x', '--port'], table)).toThrow(UsageError);
   });
 });

@@ -63,40 +63,73 @@ export function waitForDeletion(
   });
 }
 
-export function zookeeperRecipeTarget(connect: string, root: string): Target {
-  return peerTarget(
-    'peer-zk-recipe',
-    'ZooKeeper recipe (node-zookeeper-client)',
-    async (): Promise<Locker> => {
-      const client = await connectZooKeeper(connect);
-      return {
-        async acquire(name, { waitMs }) {
-          const parent = `${root}/${name}`;
-          const node = await createContender(client, parent);
-          const mine = node.slice(parent.length + 1);
-          const deadline = performance.now() + waitMs;
-          const release = async () => {
-            await call<void>((cb) => client.remove(node, -1, (error) => cb(error, undefined)));
-          };
-          for (;;) {
-            // Same prefix and zero-padded sequence numbers: lexical order is queue order.
-            const children = (await call<string[]>((cb) => client.getChildren(parent, cb))).sort();
-            const index = children.indexOf(mine);
-            if (index === 0) return { release };
-            if (index < 0) throw new Error(`contender node ${node} vanished (session lost?)`);
-            const gone =
-              performance.now() < deadline &&
-              (await waitForDeletion(client, `${parent}/${children[index - 1]}`, deadline));
-            if (!gone) {
-              await release();
-              throw new WaitTimeout(name);
-            }
-          }
-        },
-        async close() {
-          client.close();
-        },
-      };
+const sequence = (child: string) => child.slice(-10);
+
+/** The children in queue order (the suffix is the parent's sequence counter, zero-padded). */
+async function queue(client: zookeeper.Client, parent: string): Promise<string[]> {
+  const children = await call<string[]>((cb) => client.getChildren(parent, cb));
+  return children.sort((a, b) =>
+    sequence(a) < sequence(b) ? -1 : sequence(a) > sequence(b) ? 1 : 0,
+  );
+}
+
+/**
+ * What `mine` waits for in `children`: null when it holds the lock. A writer (every contender
+ * of the plain recipe is one) waits for its predecessor, a reader for the last writer ahead.
+ */
+function blocker(children: string[], mine: string, write: boolean): string | null {
+  const index = children.indexOf(mine);
+  if (index < 0) throw new Error(`contender node ${mine} vanished (session lost?)`);
+  if (write) return index === 0 ? null : children[index - 1]!;
+  const writers = children.slice(0, index).filter((child) => child.startsWith('write-'));
+  return writers.at(-1) ?? null;
+}
+
+/**
+ * One acquire of `root/name`: a contender node named `prefix…`, then a watch on what it waits
+ * for, again until it holds. When `waitMs` is over first, its node is removed and WaitTimeout
+ * thrown.
+ */
+export async function contend(
+  client: zookeeper.Client,
+  root: string,
+  name: string,
+  waitMs: number,
+  { prefix, write }: { prefix: string; write: boolean },
+): Promise<{ release(): Promise<void> }> {
+  const parent = `${root}/${name}`;
+  const node = await createContender(client, parent, prefix);
+  const mine = node.slice(parent.length + 1);
+  const deadline = performance.now() + waitMs;
+  const release = async () => {
+    await call<void>((cb) => client.remove(node, -1, (error) => cb(error, undefined)));
+  };
+  for (;;) {
+    const waitFor = blocker(await queue(client, parent), mine, write);
+    if (waitFor === null) return { release };
+    const gone =
+      performance.now() < deadline &&
+      (await waitForDeletion(client, `${parent}/${waitFor}`, deadline));
+    if (!gone) {
+      await release();
+      throw new WaitTimeout(name);
+    }
+  }
+}
+
+/** One contender: the lock recipe's sequential nodes under `root`, on its own session. */
+function recipeLocker(client: zookeeper.Client, root: string): Locker {
+  return {
+    acquire: (name, { waitMs }) =>
+      contend(client, root, name, waitMs, { prefix: 'lock-', write: true }),
+    async close() {
+      client.close();
     },
+  };
+}
+
+export function zookeeperRecipeTarget(connect: string, root: string): Target {
+  return peerTarget('peer-zk-recipe', 'ZooKeeper recipe (node-zookeeper-client)', async () =>
+    recipeLocker(await connectZooKeeper(connect), root),
   );
 }

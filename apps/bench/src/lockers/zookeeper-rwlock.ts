@@ -1,7 +1,7 @@
 import type * as zookeeper from 'node-zookeeper-client';
-import { type Locker, peerTarget, type Target, WaitTimeout } from './locker.js';
-import { call, connectZooKeeper } from './zookeeper-connection.js';
-import { createContender, waitForDeletion } from './zookeeper-recipe.js';
+import { type Locker, peerTarget, type Target } from './locker.js';
+import { connectZooKeeper } from './zookeeper-connection.js';
+import { contend } from './zookeeper-recipe.js';
 
 /**
  * A read-write lock on node-zookeeper-client, by Curator's algorithm
@@ -14,61 +14,27 @@ import { createContender, waitForDeletion } from './zookeeper-recipe.js';
  * own node; the lease is the ZooKeeper session (`ttlMs` has no per-lock meaning here).
  */
 
-const sequence = (child: string) => child.slice(-10);
-
-/** The children in queue order (the suffix is the parent's sequence counter, zero-padded). */
-async function queue(client: zookeeper.Client, parent: string): Promise<string[]> {
-  const children = await call<string[]>((cb) => client.getChildren(parent, cb));
-  return children.sort((a, b) =>
-    sequence(a) < sequence(b) ? -1 : sequence(a) > sequence(b) ? 1 : 0,
-  );
-}
-
-/** What `mine` waits for in `children`: null when it holds the lock. */
-function blocker(children: string[], mine: string, write: boolean): string | null {
-  const index = children.indexOf(mine);
-  if (index < 0) throw new Error(`contender node ${mine} vanished (session lost?)`);
-  if (write) return index === 0 ? null : children[index - 1]!;
-  const writers = children.slice(0, index).filter((child) => child.startsWith('write-'));
-  return writers.at(-1) ?? null;
+/** One contender: the read-write recipe's nodes under `root`, on its own session. */
+function readWriteLocker(client: zookeeper.Client, root: string): Locker {
+  return {
+    async acquire(name, { waitMs, mode, limit }) {
+      if (mode === 'shared' && limit !== undefined) {
+        throw new Error('the read-write recipe has no semaphore');
+      }
+      const write = mode !== 'shared';
+      return contend(client, root, name, waitMs, { prefix: write ? 'write-' : 'read-', write });
+    },
+    async close() {
+      client.close();
+    },
+  };
 }
 
 export function zookeeperReadWriteTarget(connect: string, root: string): Target {
   return peerTarget(
     'peer-zk-rwlock',
     'ZooKeeper read-write recipe (node-zookeeper-client)',
-    async (): Promise<Locker> => {
-      const client = await connectZooKeeper(connect);
-      return {
-        async acquire(name, { waitMs, mode, limit }) {
-          if (mode === 'shared' && limit !== undefined) {
-            throw new Error('the read-write recipe has no semaphore');
-          }
-          const write = mode !== 'shared';
-          const parent = `${root}/${name}`;
-          const node = await createContender(client, parent, write ? 'write-' : 'read-');
-          const mine = node.slice(parent.length + 1);
-          const deadline = performance.now() + waitMs;
-          const release = async () => {
-            await call<void>((cb) => client.remove(node, -1, (error) => cb(error, undefined)));
-          };
-          for (;;) {
-            const waitFor = blocker(await queue(client, parent), mine, write);
-            if (waitFor === null) return { release };
-            const gone =
-              performance.now() < deadline &&
-              (await waitForDeletion(client, `${parent}/${waitFor}`, deadline));
-            if (!gone) {
-              await release();
-              throw new WaitTimeout(name);
-            }
-          }
-        },
-        async close() {
-          client.close();
-        },
-      };
-    },
+    async () => readWriteLocker(await connectZooKeeper(connect), root),
     // Only workload 7: its exclusive path is the write lock, which workloads 1–3 would measure
     // as a second ZooKeeper mutex beside the recipe's.
     { sharedWorkloads: ['read-write'], onlyWorkloads: ['read-write'] },

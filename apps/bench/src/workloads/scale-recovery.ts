@@ -59,7 +59,7 @@ async function dirBytes(dir: string): Promise<number> {
 }
 
 function dataDirServer(dataDir: string, sessions: number) {
-  return startServerProcess({ backendArgs: embeddedServerArgs(['--data-dir', dataDir], sessions) });
+  return startServerProcess({ backendArgs: embeddedServerArgs(dataDir, sessions) });
 }
 
 /**

@@ -1,5 +1,6 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { backendArgs } from '@dlm/server';
 import type { FromWorker, HeldSample, ToWorker } from './scale-protocol.js';
 
 /**
@@ -20,17 +21,15 @@ export function residentBytes(pid: number): number {
 }
 
 /**
- * The backend flags of an embedded server (`storage`: `--memory`, or `--data-dir` and a dir)
+ * The backend flags of an embedded server (`dataDir`: null for `--memory`, else `--data-dir`)
  * for `sessions` scale sessions. The server's per-address connection limit (1,000 by default)
  * guards against one client host taking every connection; here each client process has one
  * source address on purpose.
  */
-export function embeddedServerArgs(storage: string[], sessions: number): string[] {
+export function embeddedServerArgs(dataDir: string | null, sessions: number): string[] {
   const connectionLimit = String(sessions + 64);
   return [
-    '--backend',
-    'embedded',
-    ...storage,
+    ...backendArgs({ kind: 'embedded', dataDir }),
     '--max-connections-per-address',
     connectionLimit,
     '--max-connections',

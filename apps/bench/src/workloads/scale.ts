@@ -102,7 +102,7 @@ async function startScaleServer(
   options: ScaleOptions,
 ) {
   return startServerProcess({
-    backendArgs: embeddedServerArgs(['--memory'], sessions),
+    backendArgs: embeddedServerArgs(null, sessions),
     openFiles,
     profileDir: options.profileDir,
     profileName: 'dlm-embedded-scale',

@@ -2,7 +2,14 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants, hostname } from 'node:os';
 import { createClient, isDlmError, type Lease, type LeaseGroup } from '@dlm/client';
-import { formatBound, formatDuration, parseDuration, parseFlags, UsageError } from '@dlm/flags';
+import {
+  flagsOf,
+  formatBound,
+  formatDuration,
+  parseDuration,
+  parseFlags,
+  UsageError,
+} from '@dlm/flags';
 import type { Command } from '../command.js';
 import {
   CONNECTION_FLAGS,
@@ -66,14 +73,8 @@ const REQUEST_TIMEOUT_MS = 10_000;
 
 const LOCK_OPTIONS = {
   ...CONNECTION_FLAGS,
-  ttl: { type: 'string' },
-  wait: { type: 'string' },
-  shared: { type: 'boolean' },
-  limit: { type: 'string' },
-  grace: { type: 'string' },
-  owner: { type: 'string' },
-  'on-release-request': { type: 'string' },
-  'request-release': { type: 'boolean' },
+  ...flagsOf('string', 'ttl', 'wait', 'limit', 'grace', 'owner', 'on-release-request'),
+  ...flagsOf('boolean', 'shared', 'request-release'),
   verbose: { type: 'boolean', short: 'v' },
   help: { type: 'boolean', short: 'h' },
 } as const;

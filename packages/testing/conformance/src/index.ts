@@ -22,7 +22,14 @@ import type { ConformanceTarget } from './target.js';
 export type { ConformanceContext } from './context.js';
 export { granted } from './grants.js';
 export { type HolderCheck, holderCheck } from './holder-check.js';
-export { expirySlack, failure, lockName, shortTtl, waitThrough } from './support.js';
+export {
+  expectRefusedAtOnce,
+  expirySlack,
+  failure,
+  lockName,
+  shortTtl,
+  waitThrough,
+} from './support.js';
 export type {
   ClusterMember,
   ClusterTarget,
@@ -30,7 +37,9 @@ export type {
   ConformanceTransport,
   FairQueueProbe,
 } from './target.js';
+export { clusterTarget } from './target.js';
 export {
+  closedAfterAll,
   killAndStart,
   type Restartable,
   type Stoppable,

@@ -6,6 +6,7 @@ import {
   type Lease,
   type LockBackend,
 } from '@dlm/core';
+import { expect } from 'vitest';
 import type { ConformanceContext } from './context.js';
 
 /** What a test context offers to skip itself (vitest's `context.skip`). */
@@ -79,4 +80,30 @@ export function waitThrough(
     waitMs: 60_000,
     ...(signal ? { signal } : {}),
   });
+}
+
+/**
+ * A backend opened while its store refuses connections: `ready()` fails UNAVAILABLE, and three
+ * acquires together fail within 500 ms (not the whole command time-out each), each UNAVAILABLE
+ * with `message` (the store named, and that it reconnects). Returns their errors for the
+ * adapter's own checks.
+ */
+export async function expectRefusedAtOnce(
+  backend: LockBackend & { ready(): Promise<void> },
+  message: RegExp,
+): Promise<DlmError[]> {
+  // The server awaits ready() at start and goes on without it: it fails on the refusal.
+  expect((await failure(backend.ready())).code).toBe('UNAVAILABLE');
+  const started = performance.now();
+  const errors = await Promise.all(
+    [1, 2, 3].map((n) =>
+      failure(backend.tryAcquire({ name: lockName('cold'), owner: `o${n}`, ttlMs: 5_000 })),
+    ),
+  );
+  expect(performance.now() - started).toBeLessThan(500);
+  for (const error of errors) {
+    expect(error.code).toBe('UNAVAILABLE');
+    expect(error.message).toMatch(message);
+  }
+  return errors;
 }

@@ -95,3 +95,28 @@ export interface ClusterTarget {
   /** How long locking may take to come back once a lost majority restarts (default 15 s). */
   resumeAfterMajorityMs?: number;
 }
+
+/**
+ * A started cluster and a backend on all of its members, as the cluster-failover group takes
+ * them: `stop` closes the backend, then stops the cluster.
+ */
+export function clusterTarget(
+  cluster: {
+    members: readonly ClusterMember[];
+    waitForLeader(): Promise<ClusterMember>;
+    stop(): Promise<unknown>;
+  },
+  backend: LockBackend,
+  options: Pick<ClusterTarget, 'commandTimeoutMs' | 'heldTtlMs' | 'resumeAfterMajorityMs'>,
+): ClusterTarget {
+  return {
+    backend,
+    ...options,
+    members: cluster.members,
+    waitForLeader: () => cluster.waitForLeader(),
+    stop: async () => {
+      await backend.close();
+      await cluster.stop();
+    },
+  };
+}

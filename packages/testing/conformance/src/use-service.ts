@@ -50,3 +50,21 @@ export async function killAndStart(service: Restartable): Promise<void> {
   await service.kill();
   await service.start();
 }
+
+/**
+ * Keeps what it is handed (backends, clients) and closes it all after the enclosing scope's
+ * tests (file or `describe`). Call it after the scope's `useService`s: after-hooks run in
+ * reverse order, so what it keeps is closed before the services stop.
+ *
+ * @example
+ * const closing = closedAfterAll<LockBackend>();
+ * const open = () => closing(etcdBackend({ endpoints: etcd().endpoints }));
+ */
+export function closedAfterAll<C extends { close(): Promise<unknown> }>(): (closable: C) => C {
+  const kept: C[] = [];
+  afterAll(() => Promise.all(kept.map((closable) => closable.close())));
+  return (closable) => {
+    kept.push(closable);
+    return closable;
+  };
+}

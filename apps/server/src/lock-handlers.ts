@@ -20,7 +20,13 @@ import { type Action, allows, type Principal } from './permissions.js';
 import { createRequestTracer, type RequestTrace, type RequestTracer } from './request-tracing.js';
 import type { Handler, Handlers, LockScope } from './session-scope.js';
 
-type LockMethod = 'lock.acquire' | 'lock.acquireAll' | 'lock.release' | 'lock.extend' | 'lock.get';
+type LockMethod =
+  | 'lock.acquire'
+  | 'lock.acquireAll'
+  | 'lock.release'
+  | 'lock.extend'
+  | 'lock.get'
+  | 'lock.check';
 
 /**
  * The name a lock method is about, and a check that the principal may `actions` on it. The
@@ -382,6 +388,14 @@ async function getLock(session: LockSession, params: Record<string, unknown>) {
   return { ...heldState(state), name };
 }
 
+/** `lock.check`: whether the lease `token` holds `name` now; allowed wherever `lock.get` is. */
+async function checkLock(session: LockSession, params: Record<string, unknown>) {
+  const name = permittedName(session.scope, params, 'lock', 'watch');
+  const token = parseToken(params.token);
+  const current = await session.service.check(name, token);
+  return { name, token: formatToken(token), current };
+}
+
 /** The handler of `method`: `run` inside the request's span, whose outcome is `outcome` on success. */
 function traced(
   session: LockSession,
@@ -394,7 +408,7 @@ function traced(
 }
 
 /**
- * `lock.acquire`, `lock.acquireAll`, `lock.release`, `lock.extend` and `lock.get` for one
+ * `lock.acquire`, `lock.acquireAll`, `lock.release`, `lock.extend`, `lock.get` and `lock.check` for one
  * caller: a WebSocket session, or one request of an HTTP door (`door.ts`), alike.
  */
 export function lockHandlers(scope: LockScope): Handlers<LockMethod> {
@@ -405,5 +419,6 @@ export function lockHandlers(scope: LockScope): Handlers<LockMethod> {
     'lock.release': traced(session, 'lock.release', 'released', release),
     'lock.extend': traced(session, 'lock.extend', 'extended', extend),
     'lock.get': (params) => getLock(session, params),
+    'lock.check': (params) => checkLock(session, params),
   };
 }

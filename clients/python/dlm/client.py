@@ -548,6 +548,21 @@ class Client:
                         mode=result.get("mode", "exclusive"), limit=result.get("limit"),
                         holders=holders)
 
+    def check(self, name: str, token: int | str) -> bool:
+        """Whether a lease with fencing token ``token`` holds ``name`` now (for a shared name:
+        ``token`` is among its holders), on any server of the deployment (``lock.check``). For a
+        resource that cannot store a token but can ask before it acts. A malformed token is
+        INVALID_PARAMS (field ``token``).
+
+        Example::
+
+            if not client.check("jobs/nightly", request_token):
+                raise PermissionError("stale holder")
+        """
+        wire = str(token) if isinstance(token, int) and not isinstance(token, bool) else token
+        result, _ = self._call("lock.check", {"name": name, "token": wire})
+        return bool(result["current"])
+
     def semaphore(self, name: str, limit: int) -> Semaphore:
         """A semaphore of ``limit`` permits on ``name``: each permit is a shared lease, and at most
         ``limit`` are held at once by every client of the server's backend. Everyone using the

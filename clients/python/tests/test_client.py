@@ -164,6 +164,21 @@ class ClientTest(TwoClientsTestCase):
             self.client.get("")
         self.assertEqual(caught.exception.data["field"], "name")
 
+    def test_check_says_whether_a_token_holds_the_lock_now(self) -> None:
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=10_000)
+        # Any client may ask, with the token alone, as an int or its decimal string.
+        self.assertTrue(self.other.check(name, lease.token))
+        self.assertTrue(self.other.check(name, str(lease.token)))
+        self.assertFalse(self.other.check(name, lease.token + 1))
+        lease.release()
+        self.assertFalse(self.other.check(name, lease.token))
+        for token in (0, "007", None):
+            with self.assertRaises(DlmError) as caught:
+                self.client.check(name, token)  # type: ignore[arg-type]
+            self.assertEqual(caught.exception.code, "INVALID_PARAMS")
+            self.assertEqual(caught.exception.data["field"], "token")
+
     def test_extend_moves_the_deadline_and_a_stale_lease_is_not_holder(self) -> None:
         name = unique()
         lease = self.client.acquire(name, ttl_ms=400)

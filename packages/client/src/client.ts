@@ -300,6 +300,16 @@ export interface DlmClient extends AsyncDisposable {
   /** The lock's current holders, as the server sees them. */
   get(name: string, options?: RequestOptions): Promise<LockInfo>;
   /**
+   * Whether a lease with `token` holds `name` now (for a shared name: `token` is among its
+   * holders), as the backend says, on any server of the deployment (`lock.check`). For a
+   * resource that cannot store a token but can ask before it acts: a holder paused past its
+   * lease reads false. A malformed token is INVALID_PARAMS (field `token`).
+   *
+   * @example
+   * if (!(await client.check('jobs/nightly', tokenFromRequest))) throw new Error('stale holder');
+   */
+  check(name: string, token: bigint | string, options?: RequestOptions): Promise<boolean>;
+  /**
    * Calls `onChange` with the lock's state now, then on every change, until `stop()`. After a
    * reconnect the watch is set up again and `onChange` gets the state at that moment (changes
    * while disconnected are not replayed).
@@ -385,6 +395,7 @@ export function createClient(options: ClientOptions): DlmClient {
     semaphore: (name, limit) => createSemaphore(client, core.limits(), name, limit),
     readWriteLock: (name) => createReadWriteLock(client, core.limits(), name),
     get: (name, getOptions) => get(core, name, getOptions),
+    check: (name, token, checkOptions) => check(core, name, token, checkOptions),
     watch: (name, onChange, watchOptions = {}) => core.watches.start(name, onChange, watchOptions),
     campaign: (name, campaignOptions) => campaignFor(core, client, name, campaignOptions),
     observe: (name, observeOptions) => observeFor(core, client, name, observeOptions),
@@ -466,6 +477,22 @@ async function get(
     ...(state.limit === undefined ? {} : { limit: state.limit }),
     holders,
   };
+}
+
+async function check(
+  core: ClientCore,
+  name: string,
+  token: bigint | string,
+  options: RequestOptions = {},
+): Promise<boolean> {
+  validateName(name, core.limits());
+  const checked = parseToken(token);
+  const answer = await core.request(
+    'lock.check',
+    { name, token: checked.toString() },
+    core.policyFor(options.retry, options.signal),
+  );
+  return answer.current;
 }
 
 function campaignFor(

@@ -191,6 +191,12 @@ export interface LockService {
    */
   get(name: string): Promise<LockState | null>;
   /**
+   * Whether the lease `token` holds `name` now (for a shared name: `token` is among its
+   * holders), as the backend says: across every server of the deployment, read-only. For a
+   * resource that cannot store a token but can ask (Chubby's sequencer check).
+   */
+  check(name: string, token: bigint): Promise<boolean>;
+  /**
    * Ends every lease that holds `name` (each shared holder, or the exclusive one); each holder
    * is told `lock.lost` (revoked). Resolves with the state before, or null when it was free.
    */
@@ -247,6 +253,7 @@ export function createLockService(options: LockServiceOptions): LockService {
     release: set.release,
     extend: set.extend,
     get: (name) => get(ctx, name),
+    check: (name, token) => checkLease(ctx, name, token),
     revoke: (name) => revoke(ctx, name),
     watch: (name, listener) => watch(ctx, name, listener),
     holds(name, token) {
@@ -479,6 +486,14 @@ async function get(ctx: ServiceContext, name: string): Promise<LockState | null>
   assertOpen(ctx);
   return normalState(
     await ctx.calls.bounded('inspect', 'inspect', () => ctx.backend.inspect(name)),
+  );
+}
+
+async function checkLease(ctx: ServiceContext, name: string, token: bigint): Promise<boolean> {
+  checkToken(token);
+  const current = await get(ctx, name);
+  return (
+    current?.holders?.some((holder) => holder.token === token && holder.ttlRemainingMs > 0) ?? false
   );
 }
 

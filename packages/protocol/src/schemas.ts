@@ -230,6 +230,17 @@ export const GetResult = Type.Union([
   }),
 ]);
 
+/** Extension (token checks, additive to v1; servers without it answer METHOD_NOT_FOUND). */
+export const CheckParams = params({ name: Name, token: Token });
+export const CheckResult = Type.Object({
+  name: Name,
+  token: Token,
+  current: Type.Boolean({
+    description:
+      'True exactly when a lease with this token holds the name now (for a shared name: the token is among the holders), on any server of the deployment.',
+  }),
+});
+
 export const WatchParams = params({ name: Name });
 export const WatchResult = Type.Object({
   watchId: Type.String(),
@@ -343,6 +354,7 @@ export const Methods = {
   'lock.release': { params: ReleaseParams, result: ReleaseResult },
   'lock.extend': { params: ExtendParams, result: ExtendResult },
   'lock.get': { params: GetParams, result: GetResult },
+  'lock.check': { params: CheckParams, result: CheckResult },
   'lock.watch': { params: WatchParams, result: WatchResult },
   'lock.unwatch': { params: UnwatchParams, result: Empty },
   'lock.watchPrefix': { params: WatchPrefixParams, result: WatchPrefixResult },

@@ -45,6 +45,7 @@ describe('OpenAPI document of POST /v1/rpc', () => {
       'lock.release',
       'lock.extend',
       'lock.get',
+      'lock.check',
     ]);
     for (const method of ['session.hello', 'session.ping', 'lock.watch', 'lock.watchPrefix'])
       expect(isHttpMethod(method), method).toBe(false);

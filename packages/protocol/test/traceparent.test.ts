@@ -54,6 +54,7 @@ describe('traceparent', () => {
       'lock.release': { name: 'a', token: '1' },
       'lock.extend': { name: 'a', token: '1', ttlMs: 1000 },
       'lock.get': { name: 'a' },
+      'lock.check': { name: 'a', token: '1' },
       'lock.watch': { name: 'a' },
       'lock.unwatch': { watchId: 'w' },
       'lock.watchPrefix': { prefix: '' },

@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe } from 'vitest';
 import { type ConformanceContext, createContext } from './context.js';
 import { badInputGroup } from './groups/bad-input.js';
+import { checkGroup } from './groups/check.js';
 import { clusterGroup } from './groups/cluster.js';
 import { durabilityGroup } from './groups/durability.js';
 import { expiryGroup } from './groups/expiry.js';
@@ -57,6 +58,7 @@ const groups: ReadonlyArray<(ctx: ConformanceContext) => void> = [
   sharedMultiLockGroup,
   badInputGroup,
   durabilityGroup,
+  checkGroup,
 ];
 
 /**
@@ -72,6 +74,7 @@ const coreGroups: ReadonlySet<(ctx: ConformanceContext) => void> = new Set([
   waitingGroup,
   multiLockGroup,
   badInputGroup,
+  checkGroup,
 ]);
 
 /**

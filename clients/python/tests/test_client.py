@@ -241,6 +241,40 @@ class ClientTest(TwoClientsTestCase):
                     lease.assert_held()
                 self.assertEqual(caught.exception.code, "NOT_HOLDER")
 
+    def test_on_expiring_warns_below_a_third_of_the_ttl_while_extends_fail(self) -> None:
+        lease = self.client.acquire(unique(), ttl_ms=1_500)
+        told: list[tuple[float, float]] = []
+        lease.on_expiring(lambda remaining: told.append((remaining, time.monotonic())))
+        # A server slower than the client's request timeout: every extend fails (UNAVAILABLE).
+        self.client._request_timeout = 0.0001
+        with self.assertRaises(DlmError) as caught:
+            lease.extend()
+        self.assertEqual(caught.exception.code, "UNAVAILABLE")
+        self.assertEqual(told, [])  # more than a third of the TTL is left yet
+        self.assertTrue(lease.lost.wait(3.0))
+        lost_at = time.monotonic()
+        self.assertEqual(len(told), 1)
+        remaining, at = told[0]
+        self.assertGreater(remaining, 0)
+        self.assertLessEqual(remaining, 500)
+        self.assertLess(at, lost_at)
+        self.assertEqual(lease.lost_reason, "deadline")
+
+    def test_on_expiring_is_not_told_once_an_extend_gets_through(self) -> None:
+        lease = self.client.acquire(unique(), ttl_ms=900)
+        told: list[float] = []
+        lease.on_expiring(told.append)
+        timeout = self.client._request_timeout
+        self.client._request_timeout = 0.0001
+        with self.assertRaises(DlmError):
+            lease.extend()
+        self.client._request_timeout = timeout
+        lease.extend(5_000)  # gets through before a third of the TTL is left: no warning
+        time.sleep(1.0)
+        self.assertTrue(lease.held)
+        self.assertEqual(told, [])
+        lease.release()
+
     def test_two_concurrent_acquires_of_one_name_on_one_client_one_wins(self) -> None:
         name = unique()
         start = threading.Barrier(2)

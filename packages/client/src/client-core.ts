@@ -169,6 +169,7 @@ export class ClientCore implements AcquireContext, CleanupContext, WatchContext 
         this.cleanup.release(name, token, leaseKey, ttlMs),
       onEnded: (handle) => this.held.remove(handle),
       onLost: (lease, reason) => this.events.emit('lost', { lease, reason }),
+      onExpiring: (lease, { remainingMs }) => this.events.emit('expiring', { lease, remainingMs }),
       reportError: (error) => this.reportError(error),
     };
   }

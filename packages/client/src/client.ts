@@ -10,6 +10,7 @@ import {
 import { acquire } from './acquire.js';
 import { acquireAll } from './acquire-all.js';
 import { ClientCore } from './client-core.js';
+import { askingEach, clockedSignal } from './clocked-signal.js';
 import type { HelloResult } from './connection.js';
 import { closedError } from './failures.js';
 import {
@@ -188,6 +189,11 @@ export interface ClientEvents {
   disconnected: { code: number; reason: string; willReconnect: boolean };
   /** A lease ended without being released (its `signal` has aborted too). */
   lost: { lease: Lease; reason: LostReason };
+  /**
+   * A lease's validity left fell below a third of its TTL while its extends are failing (see
+   * `Lease.on('expiring')`): it will be lost unless an extend gets through.
+   */
+  expiring: { lease: Lease; remainingMs: number };
   /** Connection failures and background errors nobody else could be told about. */
   error: Error;
 }
@@ -441,7 +447,10 @@ async function withLock<T>(
     typeof target === 'string'
       ? await acquire(core, target, { ...options, autoExtend: true })
       : await acquireAll(core, target, { ...options, autoExtend: true });
-  const signal = options.signal ? AbortSignal.any([held.signal, options.signal]) : held.signal;
+  const sources = options.signal ? [held.signal, options.signal] : undefined;
+  const signal = sources
+    ? clockedSignal(AbortSignal.any(sources), askingEach(sources))
+    : held.signal;
   try {
     return await fn(signal, held as never);
   } finally {

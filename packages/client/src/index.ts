@@ -14,7 +14,7 @@ export {
   type WithLockOptions,
 } from './client.js';
 export type { CampaignOptions, Leader, Leadership, ObserveOptions } from './leadership.js';
-export type { Lease, LeaseCallOptions, LostReason } from './lease.js';
+export type { ExpiringEvent, Lease, LeaseCallOptions, LostReason } from './lease.js';
 export type { LeaseGroup } from './lease-group.js';
 export type { LockSpec } from './lock-specs.js';
 export type {

@@ -15,6 +15,7 @@ import {
   validateLocks,
   validateTtl,
 } from '@dlm/core';
+import type { RpcRequestId } from '@dlm/protocol';
 import { heldState } from './held-state.js';
 import { type Action, allows, type Principal } from './permissions.js';
 import { createRequestTracer, type RequestTrace, type RequestTracer } from './request-tracing.js';
@@ -121,6 +122,8 @@ interface LockRequest {
   readonly params: Record<string, unknown>;
   readonly signal: AbortSignal | undefined;
   readonly span: RequestTrace;
+  /** Its JSON-RPC id, for the notifications about it (`lock.queued`). */
+  readonly id: RpcRequestId | undefined;
 }
 
 function lockSession(scope: LockScope): LockSession {
@@ -268,12 +271,33 @@ function grantOptions(
   };
 }
 
+/**
+ * With `progress: true`: the acquire's place among the waiters, told as `lock.queued` when it
+ * starts waiting and whenever it changes. INVALID_PARAMS (field `progress`) unless a boolean.
+ */
+function progressOf(
+  scope: LockScope,
+  name: string,
+  params: Record<string, unknown>,
+  requestId: RpcRequestId | undefined,
+): Pick<AcquireOptions, 'onQueued'> {
+  const { progress } = params;
+  if (progress !== undefined && typeof progress !== 'boolean') {
+    throw new DlmError('INVALID_PARAMS', 'progress must be true or false', { field: 'progress' });
+  }
+  if (progress !== true || requestId === undefined) return {};
+  return {
+    onQueued: (position) => scope.notify('lock.queued', { requestId, name, position }),
+  };
+}
+
 /** One acquire, its wait told to its span: the queue it joined, how long it took. */
-async function acquire(session: LockSession, { params, signal, span }: LockRequest) {
+async function acquire(session: LockSession, { params, signal, span, id }: LockRequest) {
   const { scope, service } = session;
   const name = permittedName(scope, params, 'lock');
   const names = [name];
   const { owner, leaseKey } = claimOf(scope, params, names);
+  const progress = progressOf(scope, name, params, id);
   reserveLocks(scope, names, owner, leaseKey);
   // Read before the service queues this acquire: the waiters ahead of it on this server.
   if (span.recording) {
@@ -292,6 +316,7 @@ async function acquire(session: LockSession, { params, signal, span }: LockReque
       waitMs: params.waitMs as number,
       owner,
       ...modeOf(params),
+      ...progress,
       ...grantOptions(session, leaseKey, signal, span),
     });
   } finally {
@@ -384,8 +409,10 @@ async function extend(session: LockSession, { params, span }: LockRequest) {
 async function getLock(session: LockSession, params: Record<string, unknown>) {
   const name = permittedName(session.scope, params, 'lock', 'watch');
   const state = await session.service.get(name);
-  if (!state) return { name, held: false };
-  return { ...heldState(state), name };
+  // The waiters this server counts: its own (the scope says so).
+  const waiters = { waiters: session.service.waiters(name), waitersScope: 'server' as const };
+  if (!state) return { name, held: false, ...waiters };
+  return { ...heldState(state), name, ...waiters };
 }
 
 /** `lock.check`: whether the lease `token` holds `name` now; allowed wherever `lock.get` is. */
@@ -403,8 +430,10 @@ function traced(
   outcome: string,
   run: (session: LockSession, request: LockRequest) => Promise<unknown>,
 ): Handler {
-  return (params, signal) =>
-    session.tracer.trace(method, params, outcome, (span) => run(session, { params, signal, span }));
+  return (params, signal, id) =>
+    session.tracer.trace(method, params, outcome, (span) =>
+      run(session, { params, signal, span, id }),
+    );
 }
 
 /**

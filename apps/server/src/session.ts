@@ -166,7 +166,11 @@ class ProtocolSession implements Session, SessionScope {
     }
     this.inflight += 1;
     try {
-      const result = await this.handlers[request.method](request.params, controller?.signal);
+      const result = await this.handlers[request.method](
+        request.params,
+        controller?.signal,
+        request.id,
+      );
       this.send({ jsonrpc: '2.0', id: request.id, result });
       recordRequest(this.context.metrics, request, 'OK', startedAt);
     } catch (error) {

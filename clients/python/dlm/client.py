@@ -46,6 +46,10 @@ class LockInfo:
     limit: int | None = None
     #: Every holder, ordered by token (one when exclusive).
     holders: tuple[LockHolder, ...] = ()
+    #: How many acquires wait for the lock, and across what: ``"backend"`` (every server's) or
+    #: ``"server"`` (the answering server's). None from servers that predate them.
+    waiters: int | None = None
+    waiters_scope: str | None = None
 
 
 @dataclass(frozen=True)
@@ -537,7 +541,8 @@ class Client:
         """The lock's current holders, as the server sees them."""
         result, _ = self._call("lock.get", {"name": name})
         if not result.get("held"):
-            return LockInfo(name=result["name"], held=False)
+            return LockInfo(name=result["name"], held=False, waiters=result.get("waiters"),
+                            waiters_scope=result.get("waitersScope"))
         listed = result.get("holders") or [result]
         holders = tuple(LockHolder(owner=h.get("owner", ""), token=_token(h.get("token")) or 0,
                                    ttl_remaining_ms=int(h.get("ttlRemainingMs", 0)))
@@ -546,7 +551,8 @@ class Client:
                         token=_token(result.get("token")),
                         ttl_remaining_ms=result.get("ttlRemainingMs"),
                         mode=result.get("mode", "exclusive"), limit=result.get("limit"),
-                        holders=holders)
+                        holders=holders, waiters=result.get("waiters"),
+                        waiters_scope=result.get("waitersScope"))
 
     def check(self, name: str, token: int | str) -> bool:
         """Whether a lease with fencing token ``token`` holds ``name`` now (for a shared name:

@@ -176,6 +176,8 @@ export interface TriesSettings {
   /** The owner was made up here: whatever it holds is nobody else's. */
   ownerIsOurs: boolean;
   policy: RetryPolicy;
+  /** Told the place among the waiters (`lock.queued`) while a try waits. */
+  onQueued?: ((position: number) => void) | undefined;
   traceparent: string | undefined;
 }
 
@@ -191,6 +193,7 @@ export function triesSettings(
     owner: options.owner ?? globalThis.crypto.randomUUID(),
     ownerIsOurs,
     policy: context.policyFor(options.retry, options.signal),
+    onQueued: options.onQueued,
   };
 }
 
@@ -208,6 +211,7 @@ export abstract class GrantTries<M extends GrantMethod> implements GrantRequest 
   readonly ownerIsOurs: boolean;
   readonly policy: RetryPolicy;
   readonly traceparent: string | undefined;
+  readonly onQueued: ((position: number) => void) | undefined;
   /** When the try that counts was sent, on the clock (the lease's deadline counts from it). */
   sentAt = Number.NaN;
   /** What is left of `waitMs` across the tries (none for a try-lock: it never waits). */
@@ -228,6 +232,7 @@ export abstract class GrantTries<M extends GrantMethod> implements GrantRequest 
     this.waitMs = settings.waitMs;
     this.owner = settings.owner;
     this.ownerIsOurs = settings.ownerIsOurs;
+    this.onQueued = settings.onQueued;
     this.policy = settings.policy;
     this.traceparent = settings.traceparent;
     this.waitBudget =
@@ -245,6 +250,9 @@ export abstract class GrantTries<M extends GrantMethod> implements GrantRequest 
     const wait = this.waitFor(attempt);
     const params: ParamsOf<GrantMethod> = this.params();
     if (wait > 0) params.waitMs = wait;
+    if (wait > 0 && this.onQueued && this.method === 'lock.acquire') {
+      (params as ParamsOf<'lock.acquire'>).progress = true;
+    }
     if (this.traceparent) params.traceparent = this.traceparent;
     return this.context.connection.call(
       this.method,
@@ -293,6 +301,7 @@ export abstract class GrantTries<M extends GrantMethod> implements GrantRequest 
       onLateResult: this.onLateResult,
       onDropped: this.onDropped,
     };
+    if (this.onQueued && wait > 0) callOptions.onQueued = this.onQueued;
     // Without a signal in the policy nothing can abort the attempt's: skip it.
     if (this.policy.signals.length) callOptions.signal = attempt.signal;
     return callOptions;

@@ -106,6 +106,13 @@ export interface AcquireOptions {
   /** Extend the lease in the background (at a third of its TTL) until it is released. */
   autoExtend?: boolean;
   /**
+   * While the acquire waits: called with its 1-based place among the waiters when it starts
+   * waiting and whenever that place changes (the server's `lock.queued`; the acquire is sent
+   * with `progress: true`). Never called for a lock that was free. A retried acquire queues
+   * again, at the back.
+   */
+  onQueued?: (position: number) => void;
+  /**
    * `exclusive` (the default): the only holder. `shared`: one of up to `limit` holders at once,
    * none of them exclusive — a read lock without `limit`, a semaphore's permit with it (see
    * `semaphore` and `readWriteLock`, which set these for you).
@@ -135,10 +142,20 @@ export interface RequestOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * How many acquires wait for a lock (`get`), and across what: `backend`, every server's (the
+ * backend keeps one shared queue it can count), or `server`, the answering server's only.
+ * Absent from servers that predate it.
+ */
+export interface WaitersInfo {
+  waiters?: number;
+  waitersScope?: 'backend' | 'server';
+}
+
 /** What `get` reports. */
 export type LockInfo =
-  | { name: string; held: false }
-  | {
+  | ({ name: string; held: false } & WaitersInfo)
+  | ({
       name: string;
       held: true;
       /** The owner, token and lease left of the holder with the highest token. */
@@ -151,7 +168,7 @@ export type LockInfo =
       limit?: number;
       /** Every holder, ordered by token (the one holder, when exclusive). */
       holders: LockHolder[];
-    };
+    } & WaitersInfo);
 
 /** One holder of a lock, as `get` lists it. */
 export interface LockHolder {
@@ -469,7 +486,11 @@ async function get(
     { name },
     core.policyFor(options.retry, options.signal),
   );
-  if (!state.held) return { name: state.name, held: false };
+  const waiters: WaitersInfo = {
+    ...(state.waiters === undefined ? {} : { waiters: state.waiters }),
+    ...(state.waitersScope === undefined ? {} : { waitersScope: state.waitersScope }),
+  };
+  if (!state.held) return { name: state.name, held: false, ...waiters };
   const token = parseToken(state.token);
   const holders = (state.holders ?? [state]).map((holder) => ({
     owner: holder.owner,
@@ -485,6 +506,7 @@ async function get(
     mode: state.mode ?? 'exclusive',
     ...(state.limit === undefined ? {} : { limit: state.limit }),
     holders,
+    ...waiters,
   };
 }
 

@@ -11,6 +11,7 @@ export {
   type LockWatch,
   type RequestOptions,
   type SessionInfo,
+  type WaitersInfo,
   type WithLockOptions,
 } from './client.js';
 export type { CampaignOptions, Leader, Leadership, ObserveOptions } from './leadership.js';

@@ -116,6 +116,12 @@ export interface AcquireOptions {
   limit?: number;
   /** Ends a wait early with CANCELLED. */
   signal?: AbortSignal;
+  /**
+   * A wait's progress: called with its 1-based place among this service's waiters of the name
+   * (in the order they started waiting) when it starts waiting (the lock was not free), and
+   * again each time that place changes. Not called for a wait granted without waiting.
+   */
+  onQueued?: (position: number) => void;
   /** Called once when the granted lease ends other than by a release (expiry, revocation). */
   onLost?: (event: LostEvent) => void;
   /**

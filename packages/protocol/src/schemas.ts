@@ -128,6 +128,12 @@ export const AcquireParams = params({
   leaseKey: Type.Optional(LeaseKey),
   mode: Type.Optional(Mode),
   limit: Type.Optional(Limit),
+  progress: Type.Optional(
+    Type.Boolean({
+      description:
+        'Extension (queue positions): true to receive lock.queued notifications while this acquire waits: its 1-based position among the waiters when it starts waiting, and again whenever it changes.',
+    }),
+  ),
 });
 const GrantFields = {
   name: Name,
@@ -215,9 +221,26 @@ function sharedHolding(holdersDescription: string) {
   };
 }
 
+/** Extension (queue positions): how many wait for a name, and across what. */
+const WaitersFields = {
+  waiters: Type.Optional(
+    Type.Integer({
+      minimum: 0,
+      description:
+        'How many acquires wait for the name (in the scope waitersScope says). Absent only from servers that predate it.',
+    }),
+  ),
+  waitersScope: Type.Optional(
+    Type.Union([Type.Literal('backend'), Type.Literal('server')], {
+      description:
+        'What waiters counts: "backend", every dlm server\'s waiters (the backend keeps one shared queue it can count), or "server", this server\'s only.',
+    }),
+  ),
+};
+
 export const GetParams = params({ name: Name });
 export const GetResult = Type.Union([
-  Type.Object({ name: Name, held: Type.Literal(false) }),
+  Type.Object({ name: Name, held: Type.Literal(false), ...WaitersFields }),
   Type.Object({
     name: Name,
     held: Type.Literal(true),
@@ -227,6 +250,7 @@ export const GetResult = Type.Union([
     ...sharedHolding(
       'Every holder, ordered by token (one, when exclusive). Absent only from servers that predate shared modes.',
     ),
+    ...WaitersFields,
   }),
 ]);
 
@@ -310,6 +334,18 @@ export const LockChangedParams = Type.Object({
     }),
   ),
 });
+/** Extension (queue positions): a waiting acquire's place, for one sent with `progress: true`. */
+export const LockQueuedParams = Type.Object({
+  requestId: Type.Union([Type.Integer(), Type.String()], {
+    description: "The waiting lock.acquire's JSON-RPC id.",
+  }),
+  name: Name,
+  position: Type.Integer({
+    minimum: 1,
+    description:
+      "The acquire's 1-based place among this server's waiters for the name, in the order they started waiting.",
+  }),
+});
 export const LockLostParams = Type.Object({
   name: Name,
   token: Token,
@@ -364,6 +400,7 @@ export const Methods = {
 export const Notifications = {
   'lock.changed': LockChangedParams,
   'lock.lost': LockLostParams,
+  'lock.queued': LockQueuedParams,
 } as const satisfies Record<string, TSchema>;
 
 export type MethodName = keyof typeof Methods;

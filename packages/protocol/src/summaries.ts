@@ -22,6 +22,8 @@ const SUMMARIES: Partial<Record<MethodName | NotificationName, string>> = {
     'Extension: list the held locks under a name prefix, then report their changes (lock.changed).',
   'lock.changed':
     'A holder of a watched lock was granted, released or expired (one notification per holder), with the mode of that lease and the holders left.',
+  'lock.queued':
+    "Extension: a waiting lock.acquire sent with progress: true started waiting, or its place among the waiters changed (requestId: the acquire's id, position: 1-based).",
   'lock.lost': 'A lease this session acquired (or last extended) ended other than by release.',
 };
 

@@ -9,6 +9,7 @@ import { fairQueueGroup } from './groups/fair-queue.js';
 import { grantsGroup } from './groups/grants.js';
 import { leaseKeysGroup } from './groups/lease-keys.js';
 import { multiLockGroup } from './groups/multi-lock.js';
+import { queuePositionsGroup } from './groups/queue-positions.js';
 import { releaseAndExtendGroup } from './groups/release-extend.js';
 import { sharedLoadGroup } from './groups/shared-load.js';
 import { sharedMultiLockGroup } from './groups/shared-multi-lock.js';
@@ -59,6 +60,7 @@ const groups: ReadonlyArray<(ctx: ConformanceContext) => void> = [
   badInputGroup,
   durabilityGroup,
   checkGroup,
+  queuePositionsGroup,
 ];
 
 /**

@@ -1,4 +1,4 @@
-import { conforms, type MethodName, type NotificationName } from '@dlm/protocol';
+import { conforms, type MethodName, type NotificationName, Notifications } from '@dlm/protocol';
 
 /** The key a request id is remembered under (ids are numbers or strings). */
 export function idKey(id: unknown): string {
@@ -34,7 +34,7 @@ export function schemaProblem(
     }
     return undefined;
   }
-  if (message.method === 'lock.changed' || message.method === 'lock.lost') {
+  if (typeof message.method === 'string' && Object.hasOwn(Notifications, message.method)) {
     return conforms({ notification: message.method as NotificationName }, message.params)
       ? undefined
       : `a ${message.method} notification off-schema`;

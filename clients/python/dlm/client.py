@@ -204,11 +204,11 @@ class Client:
             return conn
 
     def _call(self, method: str, params: dict[str, Any], *, timeout: float | None = None,
-              write: bool = False,
-              on_result: Callable[[Any], None] | None = None) -> tuple[Any, float]:
+              write: bool = False, on_result: Callable[[Any], None] | None = None,
+              on_queued: Callable[[int], None] | None = None) -> tuple[Any, float]:
         conn = self._connection()
         return conn.call(method, params, self._request_timeout if timeout is None else timeout,
-                         write=write, on_result=on_result)
+                         write=write, on_result=on_result, on_queued=on_queued)
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         """Sends any request and returns its result (raises DlmError on an error reply)."""
@@ -247,6 +247,10 @@ class Client:
     def _on_frame(self, kind: str, message: Any) -> None:
         # On the reader thread: hand everything to the dispatch thread, in order, so that
         # callbacks may call the client (which waits for replies the reader delivers).
+        if kind == "queued":
+            callback, position = message
+            self._events.put(lambda: callback(position))
+            return
         if kind == "late":
             method, params, reply = message
             result = reply.get("result")
@@ -374,7 +378,8 @@ class Client:
 
     def acquire(self, name: str, ttl_ms: int, wait_ms: int = 0,
                 owner: str | None = None, lease_key: str | None = None, *,
-                mode: str | None = None, limit: int | None = None) -> Lease:
+                mode: str | None = None, limit: int | None = None,
+                on_queued: Callable[[int], None] | None = None) -> Lease:
         """Acquires ``name`` for ``ttl_ms``, waiting up to ``wait_ms`` (server-side, first come
         first served) while another owner holds it.
 
@@ -394,15 +399,23 @@ class Client:
         held, UNAVAILABLE (``data["indeterminate"]`` when the request may have reached the
         server) when there is no answer, INVALID_PARAMS for a bad argument (``data["field"]``;
         ``data["limit"]``: the holders' limit when ``limit`` differs from it).
+
+        ``on_queued(position)`` (on the client's dispatch thread) hears the acquire's 1-based
+        place among the waiters when it starts waiting and whenever that place changes (the
+        server's ``lock.queued``; the acquire is sent with ``progress: true``).
         """
-        fields = {"name": name, **_mode_fields(mode, limit)}
+        fields: dict[str, Any] = {"name": name, **_mode_fields(mode, limit)}
+        if on_queued is not None and wait_ms > 0:
+            fields["progress"] = True
         result, sent_at, key = self._send_grant_request(
-            "lock.acquire", [name], fields, ttl_ms, wait_ms, owner, lease_key)
+            "lock.acquire", [name], fields, ttl_ms, wait_ms, owner, lease_key, on_queued)
         return self._lease_of(result, sent_at, wait_ms, ttl_ms, key)
 
     def _send_grant_request(self, method: str, names: list[str], fields: dict[str, Any],
                             ttl_ms: int, wait_ms: int, owner: str | None,
-                            lease_key: str | None) -> tuple[Any, float, str]:
+                            lease_key: str | None,
+                            on_queued: Callable[[int], None] | None = None,
+                            ) -> tuple[Any, float, str]:
         """Sends an acquire (or acquireAll) of ``names``; returns its result, when it was sent,
         and the lease key it sent. The owner is made up here unless given, and so is the key:
         the secret that proves holding (the fencing token and the owner are public).
@@ -415,7 +428,8 @@ class Client:
             params["waitMs"] = wait_ms
         try:
             result, sent_at = self._call(method, params, write=True,
-                                         timeout=self._request_timeout + max(0, wait_ms) / 1000)
+                                         timeout=self._request_timeout + max(0, wait_ms) / 1000,
+                                         on_queued=on_queued)
         except DlmError as error:
             # Only an owner this client made up is known to be nobody else's.
             if error.code == "UNAVAILABLE" and error.data.get("indeterminate") and not chosen_owner:

@@ -10,7 +10,7 @@ import unittest
 import support  # noqa: F401 - puts the package on sys.path
 from support import DLM_URL, TwoClientsTestCase, requires_server, unique
 
-from dlm import Client, DlmError, LockChange
+from dlm import Client, DlmError, Lease, LockChange
 
 
 class ClientUrlTest(unittest.TestCase):
@@ -274,6 +274,49 @@ class ClientTest(TwoClientsTestCase):
         self.assertTrue(lease.held)
         self.assertEqual(told, [])
         lease.release()
+
+    def test_on_queued_tells_a_waiting_acquire_its_place_and_get_counts_waiters(self) -> None:
+        name = unique()
+        holder = self.client.acquire(name, ttl_ms=10_000)
+        third = Client(DLM_URL, name="dlm-python-tests-3")
+        try:
+            told_first: list[int] = []
+            told_second: list[int] = []
+            errors: list[DlmError] = []
+
+            def wait_first() -> None:
+                try:
+                    self.other.acquire(name, ttl_ms=10_000, wait_ms=1_500,
+                                       on_queued=told_first.append)
+                except DlmError as error:
+                    errors.append(error)
+
+            first = threading.Thread(target=wait_first)
+            first.start()
+            deadline = time.monotonic() + 3
+            while not told_first and time.monotonic() < deadline:
+                time.sleep(0.01)
+            second = third.acquire  # the second waiter, granted at the release below
+            result: list[Lease] = []
+            waiter = threading.Thread(target=lambda: result.append(
+                second(name, ttl_ms=10_000, wait_ms=10_000, on_queued=told_second.append)))
+            waiter.start()
+            while not told_second and time.monotonic() < deadline:
+                time.sleep(0.01)
+            info = self.client.get(name)
+            self.assertEqual((info.waiters, info.waiters_scope), (2, "server"))
+            first.join(5)  # its wait runs out on the server: the second moves up
+            self.assertEqual([error.code for error in errors], ["LOCK_HELD"])
+            while len(told_second) < 2 and time.monotonic() < deadline + 3:
+                time.sleep(0.01)
+            holder.release()
+            waiter.join(5)
+            self.assertEqual(told_first, [1])
+            self.assertEqual(told_second, [2, 1])
+            self.assertEqual(len(result), 1)
+            result[0].release()
+        finally:
+            third.close()
 
     def test_two_concurrent_acquires_of_one_name_on_one_client_one_wins(self) -> None:
         name = unique()

@@ -1,7 +1,13 @@
 import { defineConfig } from 'vitest/config';
+import LongPolesFirst from './tooling/vitest/long-poles-first.ts';
 
 export default defineConfig({
   test: {
+    // Most files wait on real servers, timers and child processes rather than compute: four at a
+    // time on 2 cores (vitest's default there is one) ends the run in well under half the time.
+    maxWorkers: 4,
+    // The long files start first, so the run does not end on one that started last.
+    sequence: { sequencer: LongPolesFirst },
     // The default report, then the run's unhandled errors again where a log's tail keeps them.
     reporters: ['default', './tooling/vitest/unhandled-errors-last.ts'],
     projects: [

@@ -13,6 +13,7 @@ import {
   measureFloor,
 } from './floors.js';
 import { checkIssue21, renderFloors } from './issue-21.js';
+import { checkIssue29 } from './issue-29.js';
 import type { Target } from './lockers/locker.js';
 import { machineInfo, packageVersions, serviceVersions } from './machine.js';
 import { combine, type Metrics, metricsOf, type TargetRun } from './metrics.js';
@@ -182,6 +183,7 @@ interface Results {
   floors: Partial<Record<FloorBackend, { median: FloorFigures; runs: FloorResult[] }>>;
   checks: ReturnType<typeof checkTargets>;
   checksIssue21: ReturnType<typeof checkIssue21>;
+  checksIssue29: ReturnType<typeof checkIssue29>;
 }
 
 function loadNote(machine: Results['machine']): string {
@@ -273,6 +275,12 @@ ${renderChecks(results.checks, true)}
 ## Targets from issue 21
 
 ${renderChecks(results.checksIssue21, true)}
+
+## Targets from issue 29
+
+Ratios dlm ÷ peer from this run (medians of its interleaved rounds).
+
+${renderChecks(results.checksIssue29, true)}
 `;
 }
 
@@ -445,7 +453,7 @@ function failures(
   ].filter((reason): reason is string => typeof reason === 'string');
 }
 
-/** Issue 21's part of the report: the floors (medians over the rounds) and its targets. */
+/** The floors (medians over the rounds) and the targets of issues 21 and 29 held to them. */
 function issue21Report(
   measured: Measured,
   figures: Map<string, TargetFigures>,
@@ -465,6 +473,7 @@ function issue21Report(
     floors,
     json,
     checks: checkIssue21(figures, floors, scale),
+    checksIssue29: checkIssue29(figures, floors),
     table: renderFloors(floors, figures, clients),
   };
 }
@@ -520,6 +529,7 @@ async function main(): Promise<number> {
     floors: issue21.json,
     checks,
     checksIssue21: issue21.checks,
+    checksIssue29: issue21.checksIssue29,
   };
   if (targets.length) {
     process.stdout.write(`\n${renderText(rows)}\n`);
@@ -537,6 +547,7 @@ async function main(): Promise<number> {
   if (issue21.floors.size) process.stdout.write(`\nBackend floors:\n${issue21.table}\n`);
   process.stdout.write(`\nTargets (issue 5):\n${renderChecks(checks, false)}\n`);
   process.stdout.write(`\nTargets (issue 21):\n${renderChecks(issue21.checks, false)}\n`);
+  process.stdout.write(`\nTargets (issue 29):\n${renderChecks(issue21.checksIssue29, false)}\n`);
 
   const benchDir = fileURLToPath(new URL('..', import.meta.url));
   const outDir = options.outDir ?? join(benchDir, 'results', ...(options.smoke ? ['smoke'] : []));

@@ -244,9 +244,11 @@ export function checker(figures: Map<string, TargetFigures>, checks: TargetCheck
     key: keyof Metrics,
     test: (dlm: number, peer: number) => boolean,
     format: Format,
+    /** The peer's figure to compare with, when it is another than the dlm target's. */
+    peerKey: keyof Metrics = key,
   ) => {
     const dlm = get(dlmId, key);
-    const peer = get(peerId, key);
+    const peer = get(peerId, peerKey);
     checks.push({
       target,
       measured: known(dlm, peer)

@@ -17,6 +17,11 @@ export interface ServerProcessOptions {
   profileName?: string;
   /** Raise the server's open-file limit (`ulimit -n`) to this, for many connections. */
   openFiles?: number | undefined;
+  /** Another build of the server's `main.js` (a before/after comparison); default: this one. */
+  serverMain?: string | undefined;
+  /** More flags for node (before the script), and more environment. */
+  nodeArgs?: string[];
+  env?: NodeJS.ProcessEnv;
 }
 
 export interface ServerProcess {
@@ -48,7 +53,7 @@ async function healthy(httpUrl: string): Promise<boolean> {
 
 export async function startServerProcess(options: ServerProcessOptions): Promise<ServerProcess> {
   const port = await freePort();
-  const nodeArgs: string[] = [];
+  const nodeArgs: string[] = [...(options.nodeArgs ?? [])];
   if (options.profileDir) {
     nodeArgs.push(
       '--cpu-prof',
@@ -60,7 +65,7 @@ export async function startServerProcess(options: ServerProcessOptions): Promise
   }
   const args = [
     ...nodeArgs,
-    serverMainPath(),
+    options.serverMain ?? serverMainPath(),
     '--host',
     '127.0.0.1',
     '--port',
@@ -83,6 +88,7 @@ export async function startServerProcess(options: ServerProcessOptions): Promise
     command,
     args: commandArgs,
     ready: () => healthy(httpUrl),
+    ...(options.env ? { env: options.env } : {}),
     readyTimeoutMs: 30_000,
   });
   return {

@@ -58,6 +58,8 @@ export interface CampaignOptions extends WorkloadOptions {
   sharedNemeses?: (backend: BackendVariant) => string[];
   /** Faults per shared-mode segment. Default 6 s. */
   sharedDurationMs?: number;
+  /** Backends run side by side, each on its own services. Default 1 (one after another). */
+  lanes?: number;
   historyDir?: string;
   log?: (line: string) => void;
 }
@@ -367,18 +369,102 @@ function nemesesNamed(names: string[]): Nemesis[] {
  * server are started once and shared by its segments; each segment has fresh lock names,
  * resource and workers.
  */
+/** What one backend's run adds to the campaign's report. */
+interface BackendOutcome {
+  segments: SegmentReport[];
+  lockSegments: LockSegmentReport[];
+  errors: string[];
+  sharedSkipped: string[];
+  linNegativeControl?: LinControlReport;
+}
+
+/** The backend's segments, on its own topology and servers (stopped at the end, also on failure). */
+async function runBackend(
+  backend: BackendVariant,
+  control: boolean,
+  plans: { lock: string[]; shared: string[] },
+  options: CampaignOptions,
+  historyDir: string,
+  log: (line: string) => void,
+): Promise<BackendOutcome> {
+  const outcome: BackendOutcome = { segments: [], lockSegments: [], errors: [], sharedSkipped: [] };
+  const nemeses = planFor(backend, options).filter((nemesis) => {
+    if (nemesis.appliesTo(backend)) return true;
+    log(`${backend}: ${nemesis.name} does not apply, skipped`);
+    return false;
+  });
+  const lockNemeses = nemesesNamed(plans.lock);
+  const sharedNemeses = nemesesNamed(plans.shared);
+  const linControl = options.linNegativeControl === true && backend === 'postgres';
+  if (!nemeses.length && !control && !lockNemeses.length && !sharedNemeses.length && !linControl) {
+    return outcome;
+  }
+  log(`${backend}: starting`);
+  let topology: Topology | undefined;
+  let server: DlmServer | undefined;
+  let second: DlmServer | undefined;
+  try {
+    topology = await startTopology(backend);
+    server = await startDlmServer(topology);
+    const run: BackendRun = { backend, topology, server, historyDir, options, log };
+    await runFencedSegments(run, nemeses, control, outcome.segments);
+    if (lockNemeses.length) {
+      // Two servers on one shared backend; two embedded servers would be two lock spaces.
+      const servers = [server];
+      if (backend !== 'embedded') {
+        second = await startDlmServer(topology);
+        servers.push(second);
+      }
+      await runLockSegments(run, servers, lockNemeses, outcome.lockSegments);
+    }
+    if (linControl) {
+      outcome.linNegativeControl = await runLinNegativeControl(run);
+    }
+    // Last: a failure here (no shared grant at all) leaves the other segments' reports whole.
+    if (sharedNemeses.length) {
+      const skipped = await runSharedSegments(run, sharedNemeses, outcome.segments);
+      if (skipped) outcome.sharedSkipped.push(skipped);
+    }
+  } catch (error) {
+    outcome.errors.push(`${backend}: ${(error as Error).stack ?? String(error)}`);
+    log(`${backend}: FAILED: ${(error as Error).message}`);
+  } finally {
+    await server?.process.kill().catch(() => {});
+    await second?.process.kill().catch(() => {});
+    await topology?.stop().catch(() => {});
+  }
+  return outcome;
+}
+
+/**
+ * Runs `work` over `items`, at most `lanes` at a time, and returns the results in the items'
+ * order. A backend's segments mostly wait (on faults, TTLs and restarts), so backends in lanes
+ * side by side finish the campaign sooner; each has its own services on its own ports.
+ */
+export async function inLanes<T, R>(
+  items: readonly T[],
+  lanes: number,
+  work: (item: T, index: number) => Promise<R>,
+): Promise<R[]> {
+  const results: R[] = new Array(items.length);
+  let next = 0;
+  async function lane(): Promise<void> {
+    while (next < items.length) {
+      const index = next++;
+      results[index] = await work(items[index] as T, index);
+    }
+  }
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(lanes, items.length)) }, lane));
+  return results;
+}
+
 export async function runCampaign(options: CampaignOptions): Promise<CampaignResult> {
   const log = options.log ?? (() => {});
   const startedAt = new Date().toISOString();
   const historyDir = options.historyDir ?? tempDir('faults-history');
-  const segments: SegmentReport[] = [];
-  const lockSegments: LockSegmentReport[] = [];
-  let linNegativeControl: LinControlReport | undefined;
-  const errors: string[] = [];
   const plan: Record<string, string[]> = {};
   const lockPlan: Record<string, string[]> = {};
   const sharedPlan: Record<string, string[]> = {};
-  const sharedSkipped: string[] = [];
   for (const backend of options.backends) {
     sharedPlan[backend] = (options.sharedNemeses?.(backend) ?? []).filter((name) =>
       nemesisNamed(name)?.appliesTo(backend),
@@ -389,60 +475,23 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
     lockPlan[backend] = options.lockNemeses?.(backend) ?? [];
   }
 
-  for (const [index, backend] of options.backends.entries()) {
-    const nemeses = planFor(backend, options).filter((nemesis) => {
-      if (nemesis.appliesTo(backend)) return true;
-      log(`${backend}: ${nemesis.name} does not apply, skipped`);
-      return false;
-    });
-    const control = options.negativeControl && index === 0;
-    const lockNemeses = nemesesNamed(lockPlan[backend] ?? []);
-    const sharedNemeses = nemesesNamed(sharedPlan[backend] ?? []);
-    const linControl = options.linNegativeControl === true && backend === 'postgres';
-    if (
-      !nemeses.length &&
-      !control &&
-      !lockNemeses.length &&
-      !sharedNemeses.length &&
-      !linControl
-    ) {
-      continue;
-    }
-    log(`${backend}: starting`);
-    let topology: Topology | undefined;
-    let server: DlmServer | undefined;
-    let second: DlmServer | undefined;
-    try {
-      topology = await startTopology(backend);
-      server = await startDlmServer(topology);
-      const run: BackendRun = { backend, topology, server, historyDir, options, log };
-      await runFencedSegments(run, nemeses, control, segments);
-      if (lockNemeses.length) {
-        // Two servers on one shared backend; two embedded servers would be two lock spaces.
-        const servers = [server];
-        if (backend !== 'embedded') {
-          second = await startDlmServer(topology);
-          servers.push(second);
-        }
-        await runLockSegments(run, servers, lockNemeses, lockSegments);
-      }
-      if (linControl) {
-        linNegativeControl = await runLinNegativeControl(run);
-      }
-      // Last: a failure here (no shared grant at all) leaves the other segments' reports whole.
-      if (sharedNemeses.length) {
-        const skipped = await runSharedSegments(run, sharedNemeses, segments);
-        if (skipped) sharedSkipped.push(skipped);
-      }
-    } catch (error) {
-      errors.push(`${backend}: ${(error as Error).stack ?? String(error)}`);
-      log(`${backend}: FAILED: ${(error as Error).message}`);
-    } finally {
-      await server?.process.kill().catch(() => {});
-      await second?.process.kill().catch(() => {});
-      await topology?.stop().catch(() => {});
-    }
-  }
+  const outcomes = await inLanes(options.backends, options.lanes ?? 1, (backend, index) =>
+    runBackend(
+      backend,
+      options.negativeControl && index === 0,
+      { lock: lockPlan[backend] ?? [], shared: sharedPlan[backend] ?? [] },
+      options,
+      historyDir,
+      log,
+    ),
+  );
+  const segments = outcomes.flatMap((outcome) => outcome.segments);
+  const lockSegments = outcomes.flatMap((outcome) => outcome.lockSegments);
+  const errors = outcomes.flatMap((outcome) => outcome.errors);
+  const sharedSkipped = outcomes.flatMap((outcome) => outcome.sharedSkipped);
+  const linNegativeControl = outcomes.find(
+    (outcome) => outcome.linNegativeControl,
+  )?.linNegativeControl;
 
   const controlSegment = segments.find((segment) => segment.negativeControl);
   const negativeControl = options.negativeControl

@@ -44,9 +44,11 @@ describe('dlm-faults flags', () => {
       lockNames: 3,
       lockThinkMs: 10,
       linNegativeControl: false,
+      lanes: 1,
     });
     const short = campaign(['--short']);
     expect(short.campaign).toMatchObject({
+      lanes: 3,
       durationMs: 15_000,
       negativeControl: true,
       linNegativeControl: true,
@@ -60,6 +62,8 @@ describe('dlm-faults flags', () => {
     expect(short.campaign.backends).not.toContain('redis-sentinel');
     expect(campaign([]).campaign.backends).toContain('redis-sentinel');
     expect(campaign(['--meddlers', '0']).campaign.meddlers).toBe(0);
+    expect(campaign(['--short', '--lanes', '1']).campaign.lanes).toBe(1);
+    expect(() => campaign(['--lanes', '0'])).toThrow(/--lanes/);
   });
 
   it('plans shared-mode segments: none by default, the first short nemesis with --short', () => {

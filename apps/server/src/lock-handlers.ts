@@ -68,20 +68,6 @@ export function namesOf(locks: unknown): string[] {
   return names;
 }
 
-const NO_MODE = {};
-
-/**
- * `mode` and `limit` as sent, for core to check: it is the one validation (`shared` is refused
- * for now, and `limit` without `shared`).
- */
-function modeOf(params: Record<string, unknown>): Pick<AcquireOptions, 'mode' | 'limit'> {
-  if (params.mode === undefined && params.limit === undefined) return NO_MODE;
-  return {
-    ...(params.mode === undefined ? {} : { mode: params.mode as LockMode }),
-    ...(params.limit === undefined ? {} : { limit: params.limit as number }),
-  };
-}
-
 /**
  * The limit of a shared grant: the lease's own (core's `Lease.limit`), else the one asked for,
  * else the default (`maxHolders`: a read lock). Exclusive grants have none.
@@ -292,41 +278,89 @@ function progressOf(
 }
 
 /** One acquire, its wait told to its span: the queue it joined, how long it took. */
-async function acquire(session: LockSession, { params, signal, span, id }: LockRequest) {
-  const { scope, service } = session;
-  const name = permittedName(scope, params, 'lock');
-  const names = [name];
-  const { owner, leaseKey } = claimOf(scope, params, names);
-  const progress = progressOf(scope, name, params, id);
-  reserveLocks(scope, names, owner, leaseKey);
-  // Read before the service queues this acquire: the waiters ahead of it on this server.
-  if (span.recording) {
-    span.set({
-      'dlm.lock.name': name,
-      ...askedAttributes(params),
-      'dlm.lock.queue_position': service.waiters(name),
-    });
-  }
-  const settled = startAcquiring(scope, 1, span);
-  let lease: Lease;
+function acquire(
+  session: LockSession,
+  { params, signal, span, id }: LockRequest,
+): Promise<unknown> {
   try {
-    lease = await service.acquire({
-      name,
-      ttlMs: params.ttlMs as number,
-      waitMs: params.waitMs as number,
-      owner,
-      ...modeOf(params),
-      ...progress,
-      ...grantOptions(session, leaseKey, signal, span),
-    });
-  } finally {
-    settled();
+    const { scope, service } = session;
+    const name = permittedName(scope, params, 'lock');
+    const names = [name];
+    const { owner, leaseKey } = claimOf(scope, params, names);
+    const progress = progressOf(scope, name, params, id);
+    reserveLocks(scope, names, owner, leaseKey);
+    // Read before the service queues this acquire: the waiters ahead of it on this server.
+    if (span.recording) {
+      span.set({
+        'dlm.lock.name': name,
+        ...askedAttributes(params),
+        'dlm.lock.queue_position': service.waiters(name),
+      });
+    }
+    const options = acquireOptions(session, params, name, owner, leaseKey, signal, span);
+    if (progress.onQueued) options.onQueued = progress.onQueued;
+    const settled = startAcquiring(scope, 1, span);
+    let granted: Promise<Lease>;
+    try {
+      granted = service.acquire(options);
+    } catch (error) {
+      settled();
+      throw error;
+    }
+    // No async frame: a backend that answers at once is answered in the same turn.
+    return granted.then(
+      (lease) => {
+        settled();
+        return answerGrant(session, lease, params, span);
+      },
+      (error: unknown) => {
+        settled();
+        throw error;
+      },
+    );
+  } catch (error) {
+    return Promise.reject(error);
   }
+}
+
+/** What one acquire hands the service: one object, its optional fields set only when sent. */
+function acquireOptions(
+  session: LockSession,
+  params: Record<string, unknown>,
+  name: string,
+  owner: string,
+  leaseKey: string,
+  signal: AbortSignal | undefined,
+  span: RequestTrace,
+): AcquireOptions {
+  const options: AcquireOptions = {
+    name,
+    ttlMs: params.ttlMs as number,
+    waitMs: params.waitMs as number,
+    owner,
+    leaseKey,
+    onLost: session.onLost,
+    aroundBackendCall: span.aroundBackendCall,
+  };
+  // `mode` and `limit` as sent, for core to check: it is the one validation.
+  if (params.mode !== undefined) options.mode = params.mode as LockMode;
+  if (params.limit !== undefined) options.limit = params.limit as number;
+  if (signal) options.signal = signal;
+  return options;
+}
+
+/** A granted acquire: told to its span, held by this session, and its grant for the wire. */
+function answerGrant(
+  session: LockSession,
+  lease: Lease,
+  params: Record<string, unknown>,
+  span: RequestTrace,
+) {
   if (span.recording) {
     span.set({ 'dlm.lock.token': formatToken(lease.token), 'dlm.lock.ttl_ms': lease.ttlMs });
   }
-  hold(scope, lease);
-  return grantOf(lease, limitOf(lease, params.limit, service.limits.maxHolders));
+  hold(session.scope, lease);
+  return grantOf(lease, limitOf(lease, params.limit, session.service.limits.maxHolders));
 }
 
 /**
@@ -372,17 +406,22 @@ async function acquireAll(session: LockSession, { params, signal, span }: LockRe
   };
 }
 
-async function release(session: LockSession, { params, span }: LockRequest) {
-  const { name, token, leaseKey } = presented(session.scope, params, span);
-  if (leaseKey === null) throw notHolderError(name, token);
-  // The lease's end reaches this session's count through core (holds) and the observer.
-  await session.service.release({
-    name,
-    token,
-    leaseKey,
-    aroundBackendCall: span.aroundBackendCall,
-  });
-  return { released: true };
+/** A release's answer: one object for all of them (it is only serialized). */
+const RELEASED = Object.freeze({ released: true });
+const released = () => RELEASED;
+
+/** No async frame: the service's promise, answered with `RELEASED`; bad input rejects. */
+function release(session: LockSession, { params, span }: LockRequest): Promise<unknown> {
+  try {
+    const { name, token, leaseKey } = presented(session.scope, params, span);
+    if (leaseKey === null) throw notHolderError(name, token);
+    // The lease's end reaches this session's count through core (holds) and the observer.
+    return session.service
+      .release({ name, token, leaseKey, aroundBackendCall: span.aroundBackendCall })
+      .then(released);
+  } catch (error) {
+    return Promise.reject(error);
+  }
 }
 
 async function extend(session: LockSession, { params, span }: LockRequest) {

@@ -4,6 +4,7 @@ import {
   type Attributes,
   type Context,
   context,
+  ProxyTracerProvider,
   ROOT_CONTEXT,
   type Span,
   SpanKind,
@@ -110,14 +111,45 @@ function backendSpans(tracer: Tracer, parent: Span, backendKind: string): Around
   };
 }
 
+/**
+ * Whether an SDK is registered: until then the global provider is a proxy with no delegate, and
+ * every span it makes is a non-recording one.
+ */
+function sdkRegistered(version: string): boolean {
+  const provider = trace.getTracerProvider();
+  if (!(provider instanceof ProxyTracerProvider)) return true;
+  return provider.getDelegateTracer('@dlm/server', version) !== undefined;
+}
+
+/** `handle` inside `span`, which records; the span ends when it settles. */
+async function traceRecording<T>(
+  span: Span,
+  outcome: string,
+  handle: (request: RequestTrace) => Promise<T>,
+  request: RequestTrace,
+): Promise<T> {
+  try {
+    const result = await handle(request);
+    span.setAttribute('dlm.outcome', outcome);
+    return result;
+  } catch (error) {
+    fail(span, error, SERVER_FAULTS.has(codeOf(error)));
+    throw error;
+  } finally {
+    span.end();
+  }
+}
+
 /** The tracer of one server: `version` and `backendKind` label its spans. */
 export function createRequestTracer(version: string, backendKind: string): RequestTracer {
   // A proxy until an SDK is registered, then the SDK's tracer: getting it once is enough.
   const tracer = trace.getTracer('@dlm/server', version);
   return {
-    async trace(method, params, outcome, handle) {
+    trace(method, params, outcome, handle) {
+      // No SDK registered: no span to make, and no async frame around the handler either.
+      if (!sdkRegistered(version)) return handle(UNTRACED);
       const span = tracer.startSpan(method, SERVER_SPAN, parentOf(params));
-      // Without an SDK (or when not sampled) nothing more is made per request.
+      // Not sampled: nothing more is made per request.
       if (!span.isRecording()) {
         span.end();
         return handle(UNTRACED);
@@ -127,21 +159,11 @@ export function createRequestTracer(version: string, backendKind: string): Reque
         'rpc.method': method,
         'dlm.backend.kind': backendKind,
       });
-      const request: RequestTrace = {
+      return traceRecording(span, outcome, handle, {
         recording: true,
         set: (attributes) => span.setAttributes(attributes),
         aroundBackendCall: backendSpans(tracer, span, backendKind),
-      };
-      try {
-        const result = await handle(request);
-        span.setAttribute('dlm.outcome', outcome);
-        return result;
-      } catch (error) {
-        fail(span, error, SERVER_FAULTS.has(codeOf(error)));
-        throw error;
-      } finally {
-        span.end();
-      }
+      });
     },
   };
 }

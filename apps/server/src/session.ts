@@ -23,6 +23,16 @@ const WAITS: ReadonlySet<string> = new Set(['lock.acquire', 'lock.acquireAll']);
 
 export type { SessionContext, SessionLimits } from './session-scope.js';
 
+/**
+ * A success reply's text, as `JSON.stringify({ jsonrpc: '2.0', id, result })` writes it, without
+ * the wrapper object: built once per reply from the id and the result's own text.
+ */
+export function replyText(id: RpcRequestId, result: unknown): string {
+  if (result === undefined) return JSON.stringify({ jsonrpc: '2.0', id, result });
+  const idText = typeof id === 'number' ? String(id) : JSON.stringify(id);
+  return `{"jsonrpc":"2.0","id":${idText},"result":${JSON.stringify(result)}}`;
+}
+
 /** One WebSocket connection speaking protocol v1. */
 export interface Session {
   readonly id: string;
@@ -154,7 +164,11 @@ class ProtocolSession implements Session, SessionScope {
     return null;
   }
 
-  private async serve(request: RpcRequest): Promise<void> {
+  /**
+   * Runs the request's handler and answers it. No async frame: the handler's promise gets one
+   * `then`, so a backend that answers at once (embedded) is answered in the same turn.
+   */
+  private serve(request: RpcRequest): void {
     const startedAt = performance.now();
     // Only an acquire that waits can be cancelled (by the connection closing): only it gets a
     // controller, the other requests finish on their own within the backend's bound.
@@ -165,20 +179,36 @@ class ProtocolSession implements Session, SessionScope {
       this.waits.add(controller);
     }
     this.inflight += 1;
+    let answer: Promise<unknown>;
     try {
-      const result = await this.handlers[request.method](
-        request.params,
-        controller?.signal,
-        request.id,
-      );
-      this.send({ jsonrpc: '2.0', id: request.id, result });
-      recordRequest(this.context.metrics, request, 'OK', startedAt);
+      answer = this.handlers[request.method](request.params, controller?.signal, request.id);
     } catch (error) {
-      this.failed(request, error, startedAt);
-    } finally {
-      this.inflight -= 1;
-      if (controller) this.waits?.delete(controller);
+      answer = Promise.reject(error);
     }
+    answer.then(
+      (result) => {
+        try {
+          this.succeeded(request, result, startedAt);
+        } catch (error) {
+          this.failed(request, error, startedAt);
+        }
+        this.settled(controller);
+      },
+      (error: unknown) => {
+        this.failed(request, error, startedAt);
+        this.settled(controller);
+      },
+    );
+  }
+
+  private succeeded(request: RpcRequest, result: unknown, startedAt: number): void {
+    if (this.open) this.context.send(replyText(request.id, result));
+    recordRequest(this.context.metrics, request, 'OK', startedAt);
+  }
+
+  private settled(controller: AbortController | undefined): void {
+    this.inflight -= 1;
+    if (controller) this.waits?.delete(controller);
   }
 
   /** Answers a request that failed; an UNAUTHENTICATED one also ends the connection. */

@@ -30,7 +30,7 @@ import {
   type LeaseContext,
   type LeaseGrant,
 } from './lease.js';
-import { withClientSpan } from './tracing.js';
+import { activeTraceparent, spanless, withClientSpan } from './tracing.js';
 
 /** What acquiring needs from the client. */
 export interface AcquireContext {
@@ -69,6 +69,12 @@ export function acquire(
   internals: AcquireInternals = {},
 ): Promise<Lease> {
   if (context.closed) return Promise.reject(closedError());
+  // Untraced (the common case): no span, no closures, no async frame for it.
+  if (spanless(context.version)) {
+    const traceparent = activeTraceparent();
+    const sent = traceparent === internals.traceparent ? internals : { ...internals, traceparent };
+    return acquireLease(context, name, options, sent);
+  }
   const span = {
     method: 'lock.acquire',
     attributes: {
@@ -86,19 +92,38 @@ export function acquire(
 
 /**
  * Checks the request, sends it (retried with one owner and one key), makes sure the lease it got
- * is still worth having, and hands it over as a `Lease`.
+ * is still worth having, and hands it over as a `Lease`: one promise chain, whose steps after the
+ * reply run at once unless the grant needs re-anchoring.
  */
-async function acquireLease(
+function acquireLease(
   context: AcquireContext,
   name: string,
   options: AcquireOptions,
   internals: AcquireInternals,
 ): Promise<Lease> {
-  if (context.closed) throw closedError();
-  const tries = new AcquireTries(context, name, options, internals);
-  const result = await tries.run();
-  const anchored = await anchorGrant(context, result, tries);
-  const handle = createLease(context.leaseContext, leaseGrant(result, anchored, tries, options));
+  if (context.closed) return Promise.reject(closedError());
+  let tries: AcquireTries;
+  try {
+    tries = new AcquireTries(context, name, options, internals);
+  } catch (error) {
+    return Promise.reject(error);
+  }
+  return tries.run().then((result) => {
+    const anchored = anchorNow(context, result, tries);
+    return anchored instanceof Promise
+      ? anchored.then((later) => holdLease(context, result, later, tries, options))
+      : holdLease(context, result, anchored, tries, options);
+  });
+}
+
+function holdLease(
+  context: AcquireContext,
+  result: Grant,
+  anchored: AnchoredGrant,
+  request: GrantRequest,
+  options: AcquireOptions,
+): Lease {
+  const handle = createLease(context.leaseContext, leaseGrant(result, anchored, request, options));
   context.held.add(handle);
   return handle.lease;
 }
@@ -128,11 +153,23 @@ export async function anchorGrant(
   result: Grant,
   request: GrantRequest,
 ): Promise<AnchoredGrant> {
+  return anchorNow(context, result, request);
+}
+
+/** `anchorGrant`, answered at once (or throwing) unless the grant needs an extend first. */
+function anchorNow(
+  context: AcquireContext,
+  result: Grant,
+  request: GrantRequest,
+): AnchoredGrant | Promise<AnchoredGrant> {
   const token = parseToken(result.token);
-  let anchored: AnchoredGrant = { token, ttlMs: result.ttlMs, sentAt: request.sentAt };
   if (request.waitMs > 0 && context.clock.now() - request.sentAt > result.ttlMs / 10) {
-    anchored = await reanchor(context, request, result, token);
+    return reanchor(context, request, result, token).then((anchored) => {
+      rejectIfRunOut(context, result.name, request.key, anchored);
+      return anchored;
+    });
   }
+  const anchored: AnchoredGrant = { token, ttlMs: result.ttlMs, sentAt: request.sentAt };
   rejectIfRunOut(context, result.name, request.key, anchored);
   return anchored;
 }
@@ -203,7 +240,9 @@ export function triesSettings(
  * this caller never sees. Which of those to give back is known only once the call succeeded or
  * failed. `grantsOf` lists the leases in one of the method's results.
  */
-export abstract class GrantTries<M extends GrantMethod> implements GrantRequest {
+export abstract class GrantTries<M extends GrantMethod>
+  implements GrantRequest, CallOptions<ResultOf<M>>
+{
   readonly key: string;
   readonly ttlMs: number;
   readonly waitMs: number;
@@ -214,6 +253,12 @@ export abstract class GrantTries<M extends GrantMethod> implements GrantRequest 
   readonly onQueued: ((position: number) => void) | undefined;
   /** When the try that counts was sent, on the clock (the lease's deadline counts from it). */
   sentAt = Number.NaN;
+  /**
+   * The tries are their own call options (a write; the current try's timeout), so that a try
+   * without a signal to pass allocates no options object and no callbacks.
+   */
+  readonly write = true;
+  timeoutMs = 0;
   /** What is left of `waitMs` across the tries (none for a try-lock: it never waits). */
   private readonly waitBudget: Budget | undefined;
   private outcome: 'pending' | 'granted' | 'failed' = 'pending';
@@ -261,21 +306,16 @@ export abstract class GrantTries<M extends GrantMethod> implements GrantRequest 
     );
   };
 
-  readonly onSent = (at: number): void => {
+  onSent(at: number): void {
     this.sentAt = at;
-  };
+  }
 
   /** Every try, under the call's policy; what they left behind is settled either way. */
-  async run(): Promise<ResultOf<M>> {
-    let result: ResultOf<M>;
-    try {
-      result = await retry(this.attempt, this.policy, { clock: this.context.clock });
-    } catch (error) {
-      this.failed();
-      throw error;
-    }
-    this.granted(result);
-    return result;
+  run(): Promise<ResultOf<M>> {
+    return retry(this.attempt, this.policy, { clock: this.context.clock }).then(
+      this.granted,
+      this.failed,
+    );
   }
 
   /** What is left of `waitMs` for this try, leaving its reply time before the overall deadline. */
@@ -294,43 +334,56 @@ export abstract class GrantTries<M extends GrantMethod> implements GrantRequest 
 
   /** How one try is sent: a write, timed out after its wait and its reply, told of drops. */
   private callOptions(attempt: RetryAttempt, wait: number): CallOptions<ResultOf<M>> {
-    const callOptions: CallOptions<ResultOf<M>> = {
+    const timeoutMs = Math.max(
+      1,
+      Math.min(this.context.requestTimeoutMs + wait, attempt.remainingMs),
+    );
+    // Without a signal in the policy nothing can abort the attempt's: the tries themselves
+    // (their `onQueued` too: it hears something only for an acquire sent with `progress`).
+    if (!this.policy.signals.length) {
+      this.timeoutMs = timeoutMs;
+      return this;
+    }
+    const options: CallOptions<ResultOf<M>> = {
       write: true,
-      timeoutMs: Math.max(1, Math.min(this.context.requestTimeoutMs + wait, attempt.remainingMs)),
-      onSent: this.onSent,
-      onLateResult: this.onLateResult,
-      onDropped: this.onDropped,
+      timeoutMs,
+      signal: attempt.signal,
+      onSent: (at) => this.onSent(at),
+      onLateResult: (late) => this.onLateResult(late),
+      onDropped: () => this.onDropped(),
     };
-    if (this.onQueued && wait > 0) callOptions.onQueued = this.onQueued;
-    // Without a signal in the policy nothing can abort the attempt's: skip it.
-    if (this.policy.signals.length) callOptions.signal = attempt.signal;
-    return callOptions;
+    if (this.onQueued) options.onQueued = this.onQueued;
+    return options;
   }
 
-  private readonly onLateResult = (late: ResultOf<M>): void => {
+  /** A success reply that came after its try gave up. */
+  onLateResult(late: ResultOf<M>): void {
     if (this.outcome === 'pending') {
       this.lateResults ??= [];
       this.lateResults.push(late);
     } else this.discard(late, this.outcome === 'granted' ? this.kept : undefined);
-  };
+  }
 
-  private readonly onDropped = (): void => {
+  /** A try was sent and its connection went down before any reply. */
+  onDropped(): void {
     if (this.outcome === 'pending') this.maybeGranted = true;
     else if (this.outcome === 'failed') this.orphaned();
-  };
+  }
 
-  private granted(result: ResultOf<M>): void {
+  private readonly granted = (result: ResultOf<M>): ResultOf<M> => {
     this.outcome = 'granted';
     this.kept = result;
-    for (const late of this.lateResults ?? []) this.discard(late, result);
-  }
+    if (this.lateResults) for (const late of this.lateResults) this.discard(late, result);
+    return result;
+  };
 
-  private failed(): void {
+  private readonly failed = (error: unknown): never => {
     this.outcome = 'failed';
-    for (const late of this.lateResults ?? []) this.discard(late, undefined);
+    if (this.lateResults) for (const late of this.lateResults) this.discard(late, undefined);
     // Decided only now: while tries went on, a later one could still get this same lease.
     if (this.maybeGranted) this.orphaned();
-  }
+    throw error;
+  };
 
   /** Gives back the leases of `late`, except those `kept` (the same token: ours, in use). */
   private discard(late: ResultOf<M>, kept: ResultOf<M> | undefined): void {

@@ -161,6 +161,7 @@ export class ClientCore implements AcquireContext, CleanupContext, WatchContext 
   private createLeaseContext(): LeaseContext {
     return {
       clock: this.clock,
+      retryOptions: { clock: this.clock },
       requestTimeoutMs: this.requestTimeoutMs,
       retry: this.retry,
       limits: () => this.limits(),

@@ -66,7 +66,7 @@ export interface CallOptions<R> {
   /** The request was sent and its connection went down before any reply came. */
   onDropped?(): void;
   /** `lock.queued` about this request (its place among the waiters), while its caller waits. */
-  onQueued?(position: number): void;
+  onQueued?: ((position: number) => void) | undefined;
 }
 
 export interface Connection {

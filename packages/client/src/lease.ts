@@ -8,6 +8,7 @@ import {
   type RetryAttempt,
   type RetryOptions,
   type RetryPolicy,
+  type RetryRunOptions,
   retry,
   retryPolicy,
   type Timer,
@@ -15,6 +16,7 @@ import {
 } from '@dlm/core';
 import { clockedSignal } from './clocked-signal.js';
 import type { Connection } from './connection.js';
+import { deadlineQueue } from './deadline-queue.js';
 import { untraced } from './tracing.js';
 
 // Node 20.20 and current browsers define Symbol.asyncDispose. Older runtimes get the symbol Node
@@ -125,6 +127,8 @@ export interface Lease extends AsyncDisposable {
 /** What a lease needs from its client. */
 export interface LeaseContext {
   clock: Clock;
+  /** `{ clock }`, made once: what every `retry()` of the client's leases runs with. */
+  retryOptions: RetryRunOptions;
   requestTimeoutMs: number;
   /** The client's retry policy: calls layer their own options over it. */
   retry: RetryPolicy;
@@ -178,6 +182,15 @@ export function driftMarginMs(ttlMs: number): number {
   return Math.max(10, Math.ceil(ttlMs * 0.01));
 }
 
+/**
+ * The deadline queue a lease of `ttlMs` joins: one per power of two of the TTL (negative, apart
+ * from the requests' queues), so that leases of one TTL share a timer and its queue mostly
+ * appends, while a process using many TTLs makes at most a few dozen queues.
+ */
+function deadlineBucket(ttlMs: number): number {
+  return -(2 ** Math.ceil(Math.log2(Math.max(1, ttlMs))));
+}
+
 export function leaseKey(name: string, token: bigint): string {
   return `${token}\u0000${name}`;
 }
@@ -211,7 +224,8 @@ class LeaseState implements LeaseHandle {
   deadline = 0;
   lost: LostReason | undefined;
   ended = false;
-  private deadlineTimer: Timer | undefined;
+  // An entry in the client's deadline queue for this TTL: one timer for all the leases.
+  private cancelDeadline: (() => void) | undefined;
   private extendTimer: Timer | undefined;
   // Made only once an extend's try fails: healthy leases carry no `expiring` state.
   private expiring: ExpiringWatch | undefined;
@@ -258,15 +272,16 @@ class LeaseState implements LeaseHandle {
     // An extend got through: the warning is armed again by the next failing one.
     this.expiring?.timer?.cancel();
     this.expiring = undefined;
-    this.deadlineTimer?.cancel();
-    this.deadlineTimer = clock.setTimer(this.onDeadline, this.deadline - clock.now());
+    this.cancelDeadline?.();
+    const queue = deadlineQueue(clock, deadlineBucket(grantedTtlMs));
+    this.cancelDeadline = queue.add(this.onDeadline, this.deadline - clock.now());
     if (this.grant.autoExtend) this.scheduleAutoExtend(sentAt + grantedTtlMs / 3 - clock.now());
   }
 
   end(reason: LostReason | 'released', message = 'released'): void {
     if (this.ended) return;
     this.ended = true;
-    this.deadlineTimer?.cancel();
+    this.cancelDeadline?.();
     this.extendTimer?.cancel();
     this.expiring?.timer?.cancel();
     this.context.onEnded(this);
@@ -302,11 +317,17 @@ class LeaseState implements LeaseHandle {
     const watch = this.expiring;
     this.checkDeadline();
     if (this.ended || !watch || watch.told) return;
+    const { clock } = this.context;
+    const remainingMs = Math.max(0, this.deadline - clock.now());
+    const earlyMs = remainingMs - this.ttlMs / 3;
+    // A timer may fire a fraction of a millisecond early: wait out the rest.
+    if (earlyMs > 0) {
+      watch.timer = clock.setTimer(() => this.tellExpiring(), earlyMs + 1);
+      return;
+    }
     watch.told = true;
     watch.timer = undefined;
-    const event: ExpiringEvent = {
-      remainingMs: Math.max(0, this.deadline - this.context.clock.now()),
-    };
+    const event: ExpiringEvent = { remainingMs };
     for (const listener of [...(this.expiringListeners ?? [])]) {
       try {
         listener(event);
@@ -424,28 +445,35 @@ class LeaseState implements LeaseHandle {
     ).catch(() => {});
   }
 
-  async release(options: LeaseCallOptions = {}): Promise<boolean> {
-    if (this.releaseRequested) return false;
+  /** One promise chain: no async frame, and the failure's handling is built only on failure. */
+  release(options: LeaseCallOptions = {}): Promise<boolean> {
+    if (this.releaseRequested) return Promise.resolve(false);
     this.releaseRequested = true;
     const wasLive = !this.ended;
-    this.end('released');
-    const { context } = this;
-    const policy = retryPolicy(options.retry, context.retry);
-    const attempt = new ReleaseAttempt(this, policy.signals.length > 0);
+    let attempt: ReleaseAttempt;
+    let released: Promise<unknown>;
     try {
-      await retry(attempt.run, policy, { clock: context.clock });
-      return true;
+      this.end('released');
+      const { context } = this;
+      const policy = retryPolicy(options.retry, context.retry);
+      attempt = new ReleaseAttempt(this, policy.signals.length > 0);
+      released = retry(attempt.run, policy, context.retryOptions);
     } catch (error) {
-      // The lease was live when release() was called (its local deadline, S6, comes before the
-      // server's expiry), so a NOT_HOLDER after a try whose reply was lost most likely means that
-      // try freed it. It may instead have run out or been revoked between the tries; the caller
-      // cannot act on the difference: either way this holder no longer holds it.
-      if (isDlmError(error, 'NOT_HOLDER')) return attempt.maybeApplied && wasLive;
-      if (isDlmError(error, 'UNAVAILABLE')) {
-        context.releaseInBackground(this.name, this.token, this.leaseKey, this.ttlMs);
-      }
-      throw error;
+      return Promise.reject(error);
     }
+    return released.then(freed, (error: unknown) => this.releaseFailed(error, attempt, wasLive));
+  }
+
+  private releaseFailed(error: unknown, attempt: ReleaseAttempt, wasLive: boolean): boolean {
+    // The lease was live when release() was called (its local deadline, S6, comes before the
+    // server's expiry), so a NOT_HOLDER after a try whose reply was lost most likely means that
+    // try freed it. It may instead have run out or been revoked between the tries; the caller
+    // cannot act on the difference: either way this holder no longer holds it.
+    if (isDlmError(error, 'NOT_HOLDER')) return attempt.maybeApplied && wasLive;
+    if (isDlmError(error, 'UNAVAILABLE')) {
+      this.context.releaseInBackground(this.name, this.token, this.leaseKey, this.ttlMs);
+    }
+    throw error;
   }
 
   lose(reason: LostReason): void {
@@ -460,6 +488,8 @@ class LeaseState implements LeaseHandle {
     if (this.grant.autoExtend && !this.ended && this.extendsPending === 0) this.autoExtendNow();
   }
 }
+
+const freed = (): boolean => true;
 
 /** The tries of one release: whether one whose reply was lost may have freed the lock. */
 class ReleaseAttempt {

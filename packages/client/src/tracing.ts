@@ -66,6 +66,16 @@ function registeredTracer(otel: Api, version: string): OpenTelemetry.Tracer | un
   return provider.getTracer('@dlm/client', version);
 }
 
+/**
+ * Whether a call needs no client span: `@opentelemetry/api` is known to be absent, or no SDK is
+ * registered. Such a call skips `withClientSpan` and builds nothing for it; it sends the
+ * caller's context as `withClientSpan` would (`activeTraceparent()`).
+ */
+export function spanless(version: string): boolean {
+  if (api === null) return true;
+  return api !== undefined && registeredTracer(api, version) === undefined;
+}
+
 /** Codes that say the service failed, rather than that the request was refused. */
 const FAULTS: ReadonlySet<string> = new Set(['UNAVAILABLE', 'INTERNAL']);
 

@@ -209,31 +209,71 @@ export function retry<T>(
   policy: RetryPolicy,
   options: RetryRunOptions = {},
 ): Promise<T> {
-  const clock = options.clock ?? systemClock;
-  const run = new RetryRun(operation, policy, options, clock);
-  // The common case, a first attempt that succeeds, runs no async function and allocates no
-  // backoff: the first attempt is called directly, and only its failure enters the loop.
-  const stopped = run.aborted();
+  const { signals } = policy;
+  const stopped = abortedOf(signals);
   if (stopped) return Promise.reject(cancelled(stopped, undefined));
-  const attempt = run.attempt(1);
-  let first: Promise<T>;
-  try {
-    first = operation(attempt);
-  } catch (error) {
-    first = Promise.reject(error);
+  const clock = options.clock ?? systemClock;
+  // Several signals are linked for the attempts, and unlinked when the run ends.
+  if (signals.length > 1) {
+    const run = new RetryRun(operation, policy, options, clock, clock.now());
+    const attempt = run.attempt(1);
+    return tryOnce(operation, attempt).then(
+      (value) => {
+        run.dispose();
+        return value;
+      },
+      (error: unknown) => run.afterFailure(error, attempt),
+    );
   }
-  return first.then(
-    (value) => {
-      run.dispose();
-      return value;
-    },
-    (error: unknown) => run.afterFailure(error, attempt),
+  // The common case, a first attempt that succeeds, builds no run, no backoff and no async
+  // function: the first attempt is called directly, and only its failure makes the run.
+  const startedAt = clock.now();
+  const attempt = new Attempt(1, policy.deadlineMs, signals[0]);
+  return tryOnce(operation, attempt).catch((error: unknown) =>
+    new RetryRun(operation, policy, options, clock, startedAt).afterFailure(error, attempt),
   );
+}
+
+function tryOnce<T>(
+  operation: (attempt: RetryAttempt) => Promise<T>,
+  attempt: RetryAttempt,
+): Promise<T> {
+  try {
+    return operation(attempt);
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}
+
+function abortedOf(signals: readonly AbortSignal[]): AbortSignal | undefined {
+  for (const source of signals) if (source.aborted) return source;
+  return undefined;
+}
+
+/**
+ * One try: its signal is the run's (made when first read), the policy's only one, or, with
+ * none, a signal of its own that never aborts (made when first read).
+ */
+class Attempt implements RetryAttempt {
+  private own: AbortSignal | undefined;
+
+  constructor(
+    readonly number: number,
+    readonly remainingMs: number,
+    private readonly source: RetryRun<unknown> | AbortSignal | undefined,
+  ) {}
+
+  get signal(): AbortSignal {
+    const { source } = this;
+    if (source instanceof RetryRun) return source.signal();
+    if (source) return source;
+    this.own ??= new AbortController().signal;
+    return this.own;
+  }
 }
 
 /** The state of one `retry()`, kept out of closures so the first attempt allocates little. */
 class RetryRun<T> {
-  readonly startedAt: number;
   // One signal is passed through as it is; several are linked only once an attempt reads
   // `signal` (nothing else can abort the linked one, so creating it late changes nothing).
   private linked: { signal: AbortSignal; dispose(): void } | undefined;
@@ -244,9 +284,8 @@ class RetryRun<T> {
     private readonly policy: RetryPolicy,
     private readonly options: RetryRunOptions,
     private readonly clock: Clock,
-  ) {
-    this.startedAt = clock.now();
-  }
+    readonly startedAt: number,
+  ) {}
 
   signal(): AbortSignal {
     const { signals } = this.policy;
@@ -256,19 +295,12 @@ class RetryRun<T> {
   }
 
   aborted(): AbortSignal | undefined {
-    for (const source of this.policy.signals) if (source.aborted) return source;
-    return undefined;
+    return abortedOf(this.policy.signals);
   }
 
   attempt(number: number): RetryAttempt {
-    const run = this;
-    return {
-      number,
-      remainingMs: this.startedAt + this.policy.deadlineMs - this.clock.now(),
-      get signal() {
-        return run.signal();
-      },
-    };
+    const remainingMs = this.startedAt + this.policy.deadlineMs - this.clock.now();
+    return new Attempt(number, remainingMs, this as RetryRun<unknown>);
   }
 
   dispose(): void {

@@ -213,6 +213,8 @@ async function reader(
       await service.release({ name, token: lease.token });
     } catch (error) {
       run.failures.push(`reader-${i}: ${(error as Error).message}`);
+      // Not in a tight loop: an acquire that fails at once (a closed service) would spin.
+      await sleep(READ_HOLD_MS);
     }
   }
 }
@@ -245,13 +247,21 @@ async function writerAmongReaders(ctx: ConformanceContext): Promise<void> {
   const readers = Array.from({ length: 6 }, (_, i) =>
     reader(services[(i + 1) % services.length]!, name, i, run),
   );
-  await sleep(600);
-  // Readers hold the name when the writer arrives, and more keep arriving behind it.
-  expect(run.check.holding.shared).toBeGreaterThan(0);
-  run.stopAt = Date.now() + READERS_RUN_MS;
-  const waitedMs = await writeOnce(services[0]!, name, run.check);
-  run.writerDone = true;
-  await Promise.all(readers);
+  let waitedMs: number;
+  try {
+    await sleep(600);
+    // Readers hold the name when the writer arrives, and more keep arriving behind it.
+    expect(run.check.holding.shared).toBeGreaterThan(0);
+    run.stopAt = Date.now() + READERS_RUN_MS;
+    waitedMs = await writeOnce(services[0]!, name, run.check);
+    run.writerDone = true;
+  } finally {
+    // On every path the readers stop: a failure before the writer's turn would otherwise leave
+    // them looping past the test's end, on services closed under them (a worker spun for 15
+    // minutes at 2.8 GB that way once, and the file never finished).
+    if (!Number.isFinite(run.stopAt)) run.stopAt = Date.now();
+    await Promise.all(readers);
+  }
   // The writer waits only for the readers that held the name when it arrived (one hold,
   // plus the hand-over); readers arriving after it wait behind it. A backend that let
   // them in would keep the writer out until the readers stop, `READERS_RUN_MS` later.

@@ -19,6 +19,11 @@ const COMMANDS: Array<{ name: string; summary: string; load: () => Promise<Comma
     load: async () => (await import('./commands/get.js')).getCommand,
   },
   {
+    name: 'check',
+    summary: 'ask whether a fencing token holds a lock now (exit 0 yes, 1 no)',
+    load: async () => (await import('./commands/check.js')).checkCommand,
+  },
+  {
     name: 'ls',
     summary: 'list held locks',
     load: async () => (await import('./commands/ls.js')).lsCommand,
@@ -61,6 +66,7 @@ Examples:
   dlm lock nightly-backup --ttl 1m --wait 0 -- ./backup.sh
   dlm ls --prefix jobs/
   dlm get nightly-backup --json
+  dlm check nightly-backup 42
   dlm watch nightly-backup
 `;
 

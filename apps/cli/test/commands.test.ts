@@ -52,6 +52,40 @@ describe('dlm get', () => {
   });
 });
 
+describe('dlm check', () => {
+  it('exits 0 while the token holds the lock, 1 once it does not, with --json', async () => {
+    const lease = await cli.client.acquire('check/a', { ttlMs: 60_000, owner: 'worker-3' });
+    const current = await runDlm(['check', 'check/a', lease.token.toString()], env);
+    expect(current).toMatchObject({
+      code: 0,
+      stdout: `check/a: token ${lease.token} holds it\n`,
+    });
+    const other = await runDlm(['check', 'check/a', (lease.token + 1n).toString(), '--json'], env);
+    expect(other.code).toBe(1);
+    expect(JSON.parse(other.stdout)).toEqual({
+      name: 'check/a',
+      token: (lease.token + 1n).toString(),
+      current: false,
+    });
+    await lease.release();
+    const released = await runDlm(['check', 'check/a', lease.token.toString()], env);
+    expect(released).toMatchObject({
+      code: 1,
+      stdout: `check/a: token ${lease.token} does not hold it\n`,
+    });
+  });
+
+  it('a malformed or missing TOKEN exits 2; no server exits 125', async () => {
+    const bad = await runDlm(['check', 'check/a', '007'], env);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('TOKEN must be a fencing token');
+    expect((await runDlm(['check', 'check/a'], env)).stderr).toContain('a TOKEN is missing');
+    const port = await freePort();
+    const down = await runDlm(['check', 'x', '1', '--server', `ws://127.0.0.1:${port}`]);
+    expect(down.code).toBe(125);
+  });
+});
+
 describe('dlm ls', () => {
   it('lists held locks as a table, filtered by prefix, or as JSON', async () => {
     const a = await cli.client.acquire('ls/alpha', { ttlMs: 60_000, owner: 'o-alpha' });
@@ -156,14 +190,14 @@ describe('dlm serve', () => {
 
 describe('help', () => {
   it('every command has --help, exiting 0', async () => {
-    for (const command of ['lock', 'get', 'ls', 'watch', 'serve']) {
+    for (const command of ['lock', 'get', 'check', 'ls', 'watch', 'serve']) {
       const done = await runDlm([command, '--help']);
       expect(done.code, command).toBe(0);
       expect(done.stdout).toContain(`Usage: dlm ${command}`);
     }
     const top = await runDlm(['--help']);
     expect(top.code).toBe(0);
-    for (const command of ['lock', 'get', 'ls', 'watch', 'serve']) {
+    for (const command of ['lock', 'get', 'check', 'ls', 'watch', 'serve']) {
       expect(top.stdout).toContain(`  ${command} `);
     }
     expect((await runDlm(['help', 'ls'])).stdout).toContain('Usage: dlm ls');

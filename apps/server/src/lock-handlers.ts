@@ -16,6 +16,7 @@ import {
   validateLocks,
   validateTtl,
 } from '@dlm/core';
+import type { RpcRequestId } from '@dlm/protocol';
 import { heldState } from './held-state.js';
 import { type Action, allows, type Principal } from './permissions.js';
 import {
@@ -32,7 +33,8 @@ type LockMethod =
   | 'lock.release'
   | 'lock.extend'
   | 'lock.get'
-  | RequestReleaseMethod;
+  | RequestReleaseMethod
+  | 'lock.check';
 
 /**
  * The name a lock method is about, and a check that the principal may `actions` on it. The
@@ -115,6 +117,8 @@ interface LockRequest {
   readonly params: Record<string, unknown>;
   readonly signal: AbortSignal | undefined;
   readonly span: RequestTrace;
+  /** Its JSON-RPC id, for the notifications about it (`lock.queued`). */
+  readonly id: RpcRequestId | undefined;
 }
 
 function lockSession(scope: LockScope): LockSession {
@@ -264,13 +268,37 @@ function grantOptions(
   };
 }
 
+/**
+ * With `progress: true`: the acquire's place among the waiters, told as `lock.queued` when it
+ * starts waiting and whenever it changes. INVALID_PARAMS (field `progress`) unless a boolean.
+ */
+function progressOf(
+  scope: LockScope,
+  name: string,
+  params: Record<string, unknown>,
+  requestId: RpcRequestId | undefined,
+): Pick<AcquireOptions, 'onQueued'> {
+  const { progress } = params;
+  if (progress !== undefined && typeof progress !== 'boolean') {
+    throw new DlmError('INVALID_PARAMS', 'progress must be true or false', { field: 'progress' });
+  }
+  if (progress !== true || requestId === undefined) return {};
+  return {
+    onQueued: (position) => scope.notify('lock.queued', { requestId, name, position }),
+  };
+}
+
 /** One acquire, its wait told to its span: the queue it joined, how long it took. */
-function acquire(session: LockSession, { params, signal, span }: LockRequest): Promise<unknown> {
+function acquire(
+  session: LockSession,
+  { params, signal, span, id }: LockRequest,
+): Promise<unknown> {
   try {
     const { scope, service } = session;
     const name = permittedName(scope, params, 'lock');
     const names = [name];
     const { owner, leaseKey } = claimOf(scope, params, names);
+    const progress = progressOf(scope, name, params, id);
     reserveLocks(scope, names, owner, leaseKey);
     // Read before the service queues this acquire: the waiters ahead of it on this server.
     if (span.recording) {
@@ -281,6 +309,7 @@ function acquire(session: LockSession, { params, signal, span }: LockRequest): P
       });
     }
     const options = acquireOptions(session, params, name, owner, leaseKey, signal, span);
+    if (progress.onQueued) options.onQueued = progress.onQueued;
     const settled = startAcquiring(scope, 1, span);
     let granted: Promise<Lease>;
     try {
@@ -434,8 +463,18 @@ async function extend(session: LockSession, { params, span }: LockRequest) {
 async function getLock(session: LockSession, params: Record<string, unknown>) {
   const name = permittedName(session.scope, params, 'lock', 'watch');
   const state = await session.service.get(name);
-  if (!state) return { name, held: false };
-  return { ...heldState(state), name };
+  // The waiters this server counts: its own (the scope says so).
+  const waiters = { waiters: session.service.waiters(name), waitersScope: 'server' as const };
+  if (!state) return { name, held: false, ...waiters };
+  return { ...heldState(state), name, ...waiters };
+}
+
+/** `lock.check`: whether the lease `token` holds `name` now; allowed wherever `lock.get` is. */
+async function checkLock(session: LockSession, params: Record<string, unknown>) {
+  const name = permittedName(session.scope, params, 'lock', 'watch');
+  const token = parseToken(params.token);
+  const current = await session.service.check(name, token);
+  return { name, token: formatToken(token), current };
 }
 
 /** The handler of `method`: `run` inside the request's span, whose outcome is `outcome` on success. */
@@ -445,12 +484,14 @@ function traced(
   outcome: string,
   run: (session: LockSession, request: LockRequest) => Promise<unknown>,
 ): Handler {
-  return (params, signal) =>
-    session.tracer.trace(method, params, outcome, (span) => run(session, { params, signal, span }));
+  return (params, signal, id) =>
+    session.tracer.trace(method, params, outcome, (span) =>
+      run(session, { params, signal, span, id }),
+    );
 }
 
 /**
- * `lock.acquire`, `lock.acquireAll`, `lock.release`, `lock.extend` and `lock.get` for one
+ * `lock.acquire`, `lock.acquireAll`, `lock.release`, `lock.extend`, `lock.get` and `lock.check` for one
  * caller: a WebSocket session, or one request of an HTTP door (`door.ts`), alike.
  */
 export function lockHandlers(scope: LockScope): Handlers<LockMethod> {
@@ -462,5 +503,6 @@ export function lockHandlers(scope: LockScope): Handlers<LockMethod> {
     'lock.release': traced(session, 'lock.release', 'released', release),
     'lock.extend': traced(session, 'lock.extend', 'extended', extend),
     'lock.get': (params) => getLock(session, params),
+    'lock.check': (params) => checkLock(session, params),
   };
 }

@@ -1,4 +1,4 @@
-/** What a token may do: `lock` (acquire, release, extend, get), `watch` (get, watch, watchPrefix), `admin` (the admin HTTP API, revocation). */
+/** What a token may do: `lock` (acquire, release, extend, get, check), `watch` (get, check, watch, watchPrefix), `admin` (the admin HTTP API, revocation). */
 export type Action = 'lock' | 'watch' | 'admin';
 
 export const ACTIONS: readonly Action[] = ['lock', 'watch', 'admin'];

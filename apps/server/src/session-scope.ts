@@ -1,5 +1,5 @@
 import type { LockService } from '@dlm/core';
-import type { NotificationName, NotificationParams } from '@dlm/protocol';
+import type { NotificationName, NotificationParams, RpcRequestId } from '@dlm/protocol';
 import type { Authenticator } from './auth.js';
 import type { ServerLimits } from './limits.js';
 import type { LockFeed } from './lock-feed.js';
@@ -92,6 +92,8 @@ export interface SessionScope {
 export type Handler = (
   params: Record<string, unknown>,
   signal: AbortSignal | undefined,
+  /** The request's JSON-RPC id (for notifications about it: `lock.queued`). */
+  id?: RpcRequestId,
 ) => Promise<unknown>;
 
 export type Handlers<M extends RpcRequest['method']> = Record<M, Handler>;

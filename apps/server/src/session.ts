@@ -231,7 +231,7 @@ class ProtocolSession implements Session, SessionScope {
     this.inflight += 1;
     let answer: Promise<unknown>;
     try {
-      answer = this.handlers[request.method](request.params, controller?.signal);
+      answer = this.handlers[request.method](request.params, controller?.signal, request.id);
     } catch (error) {
       answer = Promise.reject(error);
     }

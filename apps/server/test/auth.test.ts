@@ -87,6 +87,8 @@ describe('authentication', () => {
     expect((await peer.call('lock.get', { name: 'jobs/x' })).result).toEqual({
       name: 'jobs/x',
       held: false,
+      waiters: 0,
+      waitersScope: 'server',
     });
   });
 
@@ -130,6 +132,7 @@ describe('permissions', () => {
       ['lock.release', { name: 'deploy/prod', token: theirs.token }],
       ['lock.extend', { name: 'deploy/prod', token: theirs.token, ttlMs: 5_000 }],
       ['lock.get', { name: 'deploy/prod' }],
+      ['lock.check', { name: 'deploy/prod', token: theirs.token }],
       ['lock.watch', { name: 'deploy/prod' }],
       ['lock.watchPrefix', { prefix: '' }],
       ['lock.watchPrefix', { prefix: 'jo' }],
@@ -146,6 +149,9 @@ describe('permissions', () => {
       (await peer.call('lock.acquire', { name: 'jobs/w', ttlMs: 5_000 })).error.data.code,
     ).toBe('FORBIDDEN');
     expect((await peer.call('lock.get', { name: 'jobs/w' })).result.held).toBe(false);
+    expect((await peer.call('lock.check', { name: 'jobs/w', token: '1' })).result.current).toBe(
+      false,
+    );
     expect((await peer.call('lock.watch', { name: 'jobs/w' })).result.watchId).toBeTruthy();
     expect((await peer.call('lock.watchPrefix', { prefix: 'jobs/' })).result.locks).toBeInstanceOf(
       Array,

@@ -162,6 +162,10 @@ export async function httpRpcService(backend: LockBackend): Promise<LockService>
         })),
       } as LockState;
     },
+    async check(name, held) {
+      const answer = await call<{ current: boolean }>('lock.check', { name, token: token(held) });
+      return answer.current;
+    },
     holds: (name, held) => keys.has(keyId(name, held)),
     waiters: (name) => waiting.get(name) ?? 0,
     revoke: unsupported('revoke'),

@@ -50,6 +50,8 @@ describe('only the holder', () => {
       ttlRemainingMs: expect.any(Number),
       mode: 'exclusive',
       holders: [{ owner: 'holder-1', token: granted.token, ttlRemainingMs: expect.any(Number) }],
+      waiters: 0,
+      waitersScope: 'server',
     });
     const release = await b.call('lock.release', { name: 'victim', token: seen.token });
     expect(release.error.data.code).toBe('NOT_HOLDER');

@@ -61,7 +61,12 @@ describe('connection and hello', () => {
     const reply = await peer.call('lock.get', { name: 'x' });
     expect(reply.error).toMatchObject({ code: 1008, data: { code: 'HELLO_REQUIRED' } });
     await peer.hello();
-    expect((await peer.call('lock.get', { name: 'x' })).result).toEqual({ name: 'x', held: false });
+    expect((await peer.call('lock.get', { name: 'x' })).result).toEqual({
+      name: 'x',
+      held: false,
+      waiters: 0,
+      waitersScope: 'server',
+    });
     peer.close();
   });
 
@@ -173,7 +178,7 @@ describe('protocol errors leave the connection usable', () => {
     ).toBe('params');
     // Unknown extra fields are ignored.
     const ok = await peer.call('lock.get', { name: 'extra', colour: 'blue' });
-    expect(ok.result).toEqual({ name: 'extra', held: false });
+    expect(ok.result).toEqual({ name: 'extra', held: false, waiters: 0, waitersScope: 'server' });
     peer.close();
   });
 
@@ -216,7 +221,12 @@ describe('locks over the wire', () => {
       data: { code: 'NOT_HOLDER', retryable: false },
     });
     expect((await peer.call('lock.release', { name, token })).result).toEqual({ released: true });
-    expect((await peer.call('lock.get', { name })).result).toEqual({ name, held: false });
+    expect((await peer.call('lock.get', { name })).result).toEqual({
+      name,
+      held: false,
+      waiters: 0,
+      waitersScope: 'server',
+    });
     peer.close();
   });
 
@@ -264,7 +274,12 @@ describe('locks over the wire', () => {
     await b.closed;
     await a.call('lock.release', { name, token: first.token });
     await sleep(100);
-    expect((await a.call('lock.get', { name })).result).toEqual({ name, held: false });
+    expect((await a.call('lock.get', { name })).result).toEqual({
+      name,
+      held: false,
+      waiters: 0,
+      waitersScope: 'server',
+    });
     a.close();
   });
 

@@ -46,6 +46,8 @@ describe('shared modes over the wire', () => {
         { owner: 'r-1', token: first.token, ttlRemainingMs: expect.any(Number) },
         { owner: 'r-2', token: second.token, ttlRemainingMs: expect.any(Number) },
       ],
+      waiters: 0,
+      waitersScope: 'server',
     });
     expect(got.ttlRemainingMs).toBeGreaterThan(10_000);
     expect(got.holders[0].ttlRemainingMs).toBeLessThanOrEqual(10_000);

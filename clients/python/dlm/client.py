@@ -46,6 +46,10 @@ class LockInfo:
     limit: int | None = None
     #: Every holder, ordered by token (one when exclusive).
     holders: tuple[LockHolder, ...] = ()
+    #: How many acquires wait for the lock, and across what: ``"backend"`` (every server's) or
+    #: ``"server"`` (the answering server's). None from servers that predate them.
+    waiters: int | None = None
+    waiters_scope: str | None = None
 
 
 @dataclass(frozen=True)
@@ -212,11 +216,11 @@ class Client:
             return conn
 
     def _call(self, method: str, params: dict[str, Any], *, timeout: float | None = None,
-              write: bool = False,
-              on_result: Callable[[Any], None] | None = None) -> tuple[Any, float]:
+              write: bool = False, on_result: Callable[[Any], None] | None = None,
+              on_queued: Callable[[int], None] | None = None) -> tuple[Any, float]:
         conn = self._connection()
         return conn.call(method, params, self._request_timeout if timeout is None else timeout,
-                         write=write, on_result=on_result)
+                         write=write, on_result=on_result, on_queued=on_queued)
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         """Sends any request and returns its result (raises DlmError on an error reply)."""
@@ -255,6 +259,10 @@ class Client:
     def _on_frame(self, kind: str, message: Any) -> None:
         # On the reader thread: hand everything to the dispatch thread, in order, so that
         # callbacks may call the client (which waits for replies the reader delivers).
+        if kind == "queued":
+            callback, position = message
+            self._events.put(lambda: callback(position))
+            return
         if kind == "late":
             method, params, reply = message
             result = reply.get("result")
@@ -393,7 +401,8 @@ class Client:
     def acquire(self, name: str, ttl_ms: int, wait_ms: int = 0,
                 owner: str | None = None, lease_key: str | None = None, *,
                 mode: str | None = None, limit: int | None = None,
-                request_release: bool = False) -> Lease:
+                request_release: bool = False,
+                on_queued: Callable[[int], None] | None = None) -> Lease:
         """Acquires ``name`` for ``ttl_ms``, waiting up to ``wait_ms`` (server-side, first come
         first served) while another owner holds it.
 
@@ -416,17 +425,25 @@ class Client:
 
         ``request_release=True``: when the lock is held and this acquire has to wait, the server
         asks its holders to let go (as :meth:`request_release`, without a reason), once.
+
+        ``on_queued(position)`` (on the client's dispatch thread) hears the acquire's 1-based
+        place among the waiters when it starts waiting and whenever that place changes (the
+        server's ``lock.queued``; the acquire is sent with ``progress: true``).
         """
         fields: dict[str, Any] = {"name": name, **_mode_fields(mode, limit)}
         if request_release:
             fields["requestRelease"] = True
+        if on_queued is not None and wait_ms > 0:
+            fields["progress"] = True
         result, sent_at, key = self._send_grant_request(
-            "lock.acquire", [name], fields, ttl_ms, wait_ms, owner, lease_key)
+            "lock.acquire", [name], fields, ttl_ms, wait_ms, owner, lease_key, on_queued)
         return self._lease_of(result, sent_at, wait_ms, ttl_ms, key)
 
     def _send_grant_request(self, method: str, names: list[str], fields: dict[str, Any],
                             ttl_ms: int, wait_ms: int, owner: str | None,
-                            lease_key: str | None) -> tuple[Any, float, str]:
+                            lease_key: str | None,
+                            on_queued: Callable[[int], None] | None = None,
+                            ) -> tuple[Any, float, str]:
         """Sends an acquire (or acquireAll) of ``names``; returns its result, when it was sent,
         and the lease key it sent. The owner is made up here unless given, and so is the key:
         the secret that proves holding (the fencing token and the owner are public).
@@ -439,7 +456,8 @@ class Client:
             params["waitMs"] = wait_ms
         try:
             result, sent_at = self._call(method, params, write=True,
-                                         timeout=self._request_timeout + max(0, wait_ms) / 1000)
+                                         timeout=self._request_timeout + max(0, wait_ms) / 1000,
+                                         on_queued=on_queued)
         except DlmError as error:
             # Only an owner this client made up is known to be nobody else's.
             if error.code == "UNAVAILABLE" and error.data.get("indeterminate") and not chosen_owner:
@@ -565,7 +583,8 @@ class Client:
         """The lock's current holders, as the server sees them."""
         result, _ = self._call("lock.get", {"name": name})
         if not result.get("held"):
-            return LockInfo(name=result["name"], held=False)
+            return LockInfo(name=result["name"], held=False, waiters=result.get("waiters"),
+                            waiters_scope=result.get("waitersScope"))
         listed = result.get("holders") or [result]
         holders = tuple(LockHolder(owner=h.get("owner", ""), token=_token(h.get("token")) or 0,
                                    ttl_remaining_ms=int(h.get("ttlRemainingMs", 0)))
@@ -574,7 +593,23 @@ class Client:
                         token=_token(result.get("token")),
                         ttl_remaining_ms=result.get("ttlRemainingMs"),
                         mode=result.get("mode", "exclusive"), limit=result.get("limit"),
-                        holders=holders)
+                        holders=holders, waiters=result.get("waiters"),
+                        waiters_scope=result.get("waitersScope"))
+
+    def check(self, name: str, token: int | str) -> bool:
+        """Whether a lease with fencing token ``token`` holds ``name`` now (for a shared name:
+        ``token`` is among its holders), on any server of the deployment (``lock.check``). For a
+        resource that cannot store a token but can ask before it acts. A malformed token is
+        INVALID_PARAMS (field ``token``).
+
+        Example::
+
+            if not client.check("jobs/nightly", request_token):
+                raise PermissionError("stale holder")
+        """
+        wire = str(token) if isinstance(token, int) and not isinstance(token, bool) else token
+        result, _ = self._call("lock.check", {"name": name, "token": wire})
+        return bool(result["current"])
 
     def request_release(self, name: str, reason: str | None = None) -> int:
         """Asks every current holder of ``name`` to let go, on any server sharing the backend

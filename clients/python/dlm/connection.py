@@ -52,14 +52,17 @@ def _joined(messages: list[str]) -> str:
 
 
 class _Pending:
-    __slots__ = ("method", "params", "write", "on_result", "event", "result", "error")
+    __slots__ = ("method", "params", "write", "on_result", "on_queued", "event", "result",
+                 "error")
 
     def __init__(self, method: str, params: dict[str, Any], write: bool,
-                 on_result: Callable[[Any], None] | None) -> None:
+                 on_result: Callable[[Any], None] | None,
+                 on_queued: Callable[[int], None] | None = None) -> None:
         self.method = method
         self.params = params
         self.write = write
         self.on_result = on_result
+        self.on_queued = on_queued
         self.event = threading.Event()
         self.result: Any = None
         self.error: DlmError | None = None
@@ -69,8 +72,10 @@ class Connection:
     """A connection and its reader thread.
 
     ``on_frame(kind, message)`` is called on the reader thread, in frame order, for every
-    server notification (``kind`` "notification") and for a reply that arrived after its caller
-    stopped waiting (``kind`` "late", ``message`` = (method, params, reply)). ``on_down(code)``
+    server notification (``kind`` "notification"), for a ``lock.queued`` about a request whose
+    caller waits and asked for it (``kind`` "queued", ``message`` = (on_queued, position)), and
+    for a reply that arrived after its caller stopped waiting (``kind`` "late", ``message`` =
+    (method, params, reply)). ``on_down(code)``
     is called once when the connection ends.
     """
 
@@ -104,7 +109,8 @@ class Connection:
         self._multi = True
 
     def call(self, method: str, params: dict[str, Any], timeout: float, *, write: bool = False,
-             on_result: Callable[[Any], None] | None = None) -> tuple[Any, float]:
+             on_result: Callable[[Any], None] | None = None,
+             on_queued: Callable[[int], None] | None = None) -> tuple[Any, float]:
         """Sends a request and waits up to ``timeout`` seconds for its reply.
 
         Returns ``(result, sent_at)``, ``sent_at`` on ``time.monotonic()``. Raises the server's
@@ -112,7 +118,7 @@ class Connection:
         there is no reply. ``on_result`` runs on the reader thread as the result arrives, before
         any later frame is handled.
         """
-        pending = _Pending(method, params, write, on_result)
+        pending = _Pending(method, params, write, on_result, on_queued)
         with self._lock:
             if not self._alive:
                 raise DlmError("UNAVAILABLE", "the connection is closed")
@@ -201,7 +207,9 @@ class Connection:
 
     def _dispatch(self, frame: dict[str, Any]) -> None:
         if "id" not in frame:
-            if isinstance(frame.get("method"), str):
+            if frame.get("method") == "lock.queued":
+                self._queued(frame.get("params") or {})
+            elif isinstance(frame.get("method"), str):
                 self._on_frame("notification", frame)
             return
         request_id = frame.get("id")
@@ -225,6 +233,14 @@ class Connection:
                 except Exception:  # noqa: BLE001 - a hook's failure must not kill the reader
                     pass
         pending.event.set()
+
+    def _queued(self, params: dict[str, Any]) -> None:
+        # About one request in flight: to its caller (if it asked), not to the client's listeners.
+        request_id, position = params.get("requestId"), params.get("position")
+        with self._lock:
+            pending = self._pending.get(request_id) if isinstance(request_id, int) else None
+        if pending is not None and pending.on_queued is not None and isinstance(position, int):
+            self._on_frame("queued", (pending.on_queued, position))
 
     def _down(self, code: int) -> None:
         with self._lock:

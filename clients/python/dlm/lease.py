@@ -95,6 +95,10 @@ class Lease(_ReleasedOnExit):
         self._release_requested = threading.Event()
         self._release_request_reason: str | None = None
         self._on_release_requested: list[Callable[[Lease, str | None], None]] = []
+        # ``on_expiring`` callbacks, and the warning's state since the last successful extend.
+        self._on_expiring: list[Callable[[float], None]] = []
+        self._expiring_told = False
+        self._expiring_timer: threading.Timer | None = None
         self._arm(sent_at, ttl_ms)
 
     def __repr__(self) -> str:
@@ -173,6 +177,11 @@ class Lease(_ReleasedOnExit):
                 return
             self.ttl_ms = granted_ttl_ms
             self._deadline = sent_at + (granted_ttl_ms - drift_margin_ms(granted_ttl_ms)) / 1000
+            # An extend got through: the warning is armed again by the next failing one.
+            self._expiring_told = False
+            if self._expiring_timer is not None:
+                self._expiring_timer.cancel()
+                self._expiring_timer = None
             if self._timer is not None:
                 self._timer.cancel()
             self._timer = threading.Timer(max(0.0, self._deadline - time.monotonic()),
@@ -207,6 +216,8 @@ class Lease(_ReleasedOnExit):
                 self._lost_reason = lost_reason
             if self._timer is not None:
                 self._timer.cancel()
+            if self._expiring_timer is not None:
+                self._expiring_timer.cancel()
         self._client._forget(self)
         return True
 
@@ -217,6 +228,45 @@ class Lease(_ReleasedOnExit):
         for listener in self._on_lost:
             listener()
         return True
+
+    def on_expiring(self, callback: Callable[[float], None]) -> None:
+        """Calls ``callback(remaining_ms)`` (on a timer thread, or the thread whose extend failed)
+        when the lease's validity left falls below a third of its TTL while its extends are
+        failing (one failed since the last that succeeded): once per deadline, a warning that the
+        lease will be lost unless an extend gets through.
+
+        Example::
+
+            lease.on_expiring(lambda ms: log.warning("lock ends in %d ms", ms))
+        """
+        self._on_expiring.append(callback)
+
+    def _extend_failed(self) -> None:
+        # Warn now when less than a third of the TTL is left, else when it will be.
+        with self._lock:
+            if self._ended or self._expiring_told or self._expiring_timer is not None:
+                return
+            due_in = self._deadline - self.ttl_ms / 3000 - time.monotonic()
+            if due_in > 0:
+                self._expiring_timer = threading.Timer(due_in, self._tell_expiring)
+                self._expiring_timer.daemon = True
+                self._expiring_timer.start()
+                return
+        self._tell_expiring()
+
+    def _tell_expiring(self) -> None:
+        self._check_deadline()
+        with self._lock:
+            if self._ended or self._expiring_told:
+                return
+            self._expiring_told = True
+            self._expiring_timer = None
+            remaining = max(0.0, (self._deadline - time.monotonic()) * 1000)
+        for callback in list(self._on_expiring):
+            try:
+                callback(remaining)
+            except Exception:  # noqa: BLE001 - a callback's error must not stop the lease
+                pass
 
     def extend(self, ttl_ms: int | None = None) -> None:
         """Restarts the lease at ``ttl_ms`` (default: the TTL it was acquired with) from now.
@@ -236,6 +286,8 @@ class Lease(_ReleasedOnExit):
             except DlmError as error:
                 if error.code == "NOT_HOLDER":
                     self._lose("expired")
+                else:
+                    self._extend_failed()
                 raise
             if ttl_ms is not None:
                 self._requested_ttl_ms = ttl_ms

@@ -10,7 +10,7 @@ import unittest
 import support  # noqa: F401 - puts the package on sys.path
 from support import DLM_URL, TwoClientsTestCase, requires_server, unique
 
-from dlm import Client, DlmError, LockChange
+from dlm import Client, DlmError, Lease, LockChange
 
 
 class ClientUrlTest(unittest.TestCase):
@@ -164,6 +164,21 @@ class ClientTest(TwoClientsTestCase):
             self.client.get("")
         self.assertEqual(caught.exception.data["field"], "name")
 
+    def test_check_says_whether_a_token_holds_the_lock_now(self) -> None:
+        name = unique()
+        lease = self.client.acquire(name, ttl_ms=10_000)
+        # Any client may ask, with the token alone, as an int or its decimal string.
+        self.assertTrue(self.other.check(name, lease.token))
+        self.assertTrue(self.other.check(name, str(lease.token)))
+        self.assertFalse(self.other.check(name, lease.token + 1))
+        lease.release()
+        self.assertFalse(self.other.check(name, lease.token))
+        for token in (0, "007", None):
+            with self.assertRaises(DlmError) as caught:
+                self.client.check(name, token)  # type: ignore[arg-type]
+            self.assertEqual(caught.exception.code, "INVALID_PARAMS")
+            self.assertEqual(caught.exception.data["field"], "token")
+
     def test_extend_moves_the_deadline_and_a_stale_lease_is_not_holder(self) -> None:
         name = unique()
         lease = self.client.acquire(name, ttl_ms=400)
@@ -225,6 +240,83 @@ class ClientTest(TwoClientsTestCase):
                 with self.assertRaises(DlmError) as caught:
                     lease.assert_held()
                 self.assertEqual(caught.exception.code, "NOT_HOLDER")
+
+    def test_on_expiring_warns_below_a_third_of_the_ttl_while_extends_fail(self) -> None:
+        lease = self.client.acquire(unique(), ttl_ms=1_500)
+        told: list[tuple[float, float]] = []
+        lease.on_expiring(lambda remaining: told.append((remaining, time.monotonic())))
+        # A server slower than the client's request timeout: every extend fails (UNAVAILABLE).
+        self.client._request_timeout = 0.0001
+        with self.assertRaises(DlmError) as caught:
+            lease.extend()
+        self.assertEqual(caught.exception.code, "UNAVAILABLE")
+        self.assertEqual(told, [])  # more than a third of the TTL is left yet
+        self.assertTrue(lease.lost.wait(3.0))
+        lost_at = time.monotonic()
+        self.assertEqual(len(told), 1)
+        remaining, at = told[0]
+        self.assertGreater(remaining, 0)
+        self.assertLessEqual(remaining, 500)
+        self.assertLess(at, lost_at)
+        self.assertEqual(lease.lost_reason, "deadline")
+
+    def test_on_expiring_is_not_told_once_an_extend_gets_through(self) -> None:
+        lease = self.client.acquire(unique(), ttl_ms=900)
+        told: list[float] = []
+        lease.on_expiring(told.append)
+        timeout = self.client._request_timeout
+        self.client._request_timeout = 0.0001
+        with self.assertRaises(DlmError):
+            lease.extend()
+        self.client._request_timeout = timeout
+        lease.extend(5_000)  # gets through before a third of the TTL is left: no warning
+        time.sleep(1.0)
+        self.assertTrue(lease.held)
+        self.assertEqual(told, [])
+        lease.release()
+
+    def test_on_queued_tells_a_waiting_acquire_its_place_and_get_counts_waiters(self) -> None:
+        name = unique()
+        holder = self.client.acquire(name, ttl_ms=10_000)
+        third = Client(DLM_URL, name="dlm-python-tests-3")
+        try:
+            told_first: list[int] = []
+            told_second: list[int] = []
+            errors: list[DlmError] = []
+
+            def wait_first() -> None:
+                try:
+                    self.other.acquire(name, ttl_ms=10_000, wait_ms=1_500,
+                                       on_queued=told_first.append)
+                except DlmError as error:
+                    errors.append(error)
+
+            first = threading.Thread(target=wait_first)
+            first.start()
+            deadline = time.monotonic() + 3
+            while not told_first and time.monotonic() < deadline:
+                time.sleep(0.01)
+            second = third.acquire  # the second waiter, granted at the release below
+            result: list[Lease] = []
+            waiter = threading.Thread(target=lambda: result.append(
+                second(name, ttl_ms=10_000, wait_ms=10_000, on_queued=told_second.append)))
+            waiter.start()
+            while not told_second and time.monotonic() < deadline:
+                time.sleep(0.01)
+            info = self.client.get(name)
+            self.assertEqual((info.waiters, info.waiters_scope), (2, "server"))
+            first.join(5)  # its wait runs out on the server: the second moves up
+            self.assertEqual([error.code for error in errors], ["LOCK_HELD"])
+            while len(told_second) < 2 and time.monotonic() < deadline + 3:
+                time.sleep(0.01)
+            holder.release()
+            waiter.join(5)
+            self.assertEqual(told_first, [1])
+            self.assertEqual(told_second, [2, 1])
+            self.assertEqual(len(result), 1)
+            result[0].release()
+        finally:
+            third.close()
 
     def test_two_concurrent_acquires_of_one_name_on_one_client_one_wins(self) -> None:
         name = unique()

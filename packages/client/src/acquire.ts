@@ -214,6 +214,8 @@ export interface TriesSettings {
   /** The owner was made up here: whatever it holds is nobody else's. */
   ownerIsOurs: boolean;
   policy: RetryPolicy;
+  /** Told the place among the waiters (`lock.queued`) while a try waits. */
+  onQueued?: ((position: number) => void) | undefined;
   traceparent: string | undefined;
 }
 
@@ -229,6 +231,7 @@ export function triesSettings(
     owner: options.owner ?? globalThis.crypto.randomUUID(),
     ownerIsOurs,
     policy: context.policyFor(options.retry, options.signal),
+    onQueued: options.onQueued,
   };
 }
 
@@ -248,6 +251,7 @@ export abstract class GrantTries<M extends GrantMethod>
   readonly ownerIsOurs: boolean;
   readonly policy: RetryPolicy;
   readonly traceparent: string | undefined;
+  readonly onQueued: ((position: number) => void) | undefined;
   /** When the try that counts was sent, on the clock (the lease's deadline counts from it). */
   sentAt = Number.NaN;
   /**
@@ -274,6 +278,7 @@ export abstract class GrantTries<M extends GrantMethod>
     this.waitMs = settings.waitMs;
     this.owner = settings.owner;
     this.ownerIsOurs = settings.ownerIsOurs;
+    this.onQueued = settings.onQueued;
     this.policy = settings.policy;
     this.traceparent = settings.traceparent;
     this.waitBudget =
@@ -291,6 +296,9 @@ export abstract class GrantTries<M extends GrantMethod>
     const wait = this.waitFor(attempt);
     const params: ParamsOf<GrantMethod> = this.params();
     if (wait > 0) params.waitMs = wait;
+    if (wait > 0 && this.onQueued && this.method === 'lock.acquire') {
+      (params as ParamsOf<'lock.acquire'>).progress = true;
+    }
     if (this.traceparent) params.traceparent = this.traceparent;
     return this.context.connection.call(
       this.method,
@@ -331,12 +339,13 @@ export abstract class GrantTries<M extends GrantMethod>
       1,
       Math.min(this.context.requestTimeoutMs + wait, attempt.remainingMs),
     );
-    // Without a signal in the policy nothing can abort the attempt's: the tries themselves.
+    // Without a signal in the policy nothing can abort the attempt's: the tries themselves
+    // (their `onQueued` too: it hears something only for an acquire sent with `progress`).
     if (!this.policy.signals.length) {
       this.timeoutMs = timeoutMs;
       return this;
     }
-    return {
+    const options: CallOptions<ResultOf<M>> = {
       write: true,
       timeoutMs,
       signal: attempt.signal,
@@ -344,6 +353,8 @@ export abstract class GrantTries<M extends GrantMethod>
       onLateResult: (late) => this.onLateResult(late),
       onDropped: () => this.onDropped(),
     };
+    if (this.onQueued) options.onQueued = this.onQueued;
+    return options;
   }
 
   /** A success reply that came after its try gave up. */

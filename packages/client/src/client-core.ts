@@ -179,6 +179,7 @@ export class ClientCore implements AcquireContext, CleanupContext, WatchContext 
           lease,
           ...(reason === undefined ? {} : { reason }),
         }),
+      onExpiring: (lease, { remainingMs }) => this.events.emit('expiring', { lease, remainingMs }),
       reportError: (error) => this.reportError(error),
     };
   }

@@ -10,6 +10,7 @@ import {
 import { acquire } from './acquire.js';
 import { acquireAll } from './acquire-all.js';
 import { ClientCore } from './client-core.js';
+import { askingEach, clockedSignal } from './clocked-signal.js';
 import type { HelloResult } from './connection.js';
 import { closedError } from './failures.js';
 import {
@@ -118,6 +119,13 @@ export interface AcquireOptions {
   /** Extend the lease in the background (at a third of its TTL) until it is released. */
   autoExtend?: boolean;
   /**
+   * While the acquire waits: called with its 1-based place among the waiters when it starts
+   * waiting and whenever that place changes (the server's `lock.queued`; the acquire is sent
+   * with `progress: true`). Never called for a lock that was free. A retried acquire queues
+   * again, at the back.
+   */
+  onQueued?: (position: number) => void;
+  /**
    * `exclusive` (the default): the only holder. `shared`: one of up to `limit` holders at once,
    * none of them exclusive — a read lock without `limit`, a semaphore's permit with it (see
    * `semaphore` and `readWriteLock`, which set these for you).
@@ -152,10 +160,20 @@ export interface RequestOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * How many acquires wait for a lock (`get`), and across what: `backend`, every server's (the
+ * backend keeps one shared queue it can count), or `server`, the answering server's only.
+ * Absent from servers that predate it.
+ */
+export interface WaitersInfo {
+  waiters?: number;
+  waitersScope?: 'backend' | 'server';
+}
+
 /** What `get` reports. */
 export type LockInfo =
-  | { name: string; held: false }
-  | {
+  | ({ name: string; held: false } & WaitersInfo)
+  | ({
       name: string;
       held: true;
       /** The owner, token and lease left of the holder with the highest token. */
@@ -168,7 +186,7 @@ export type LockInfo =
       limit?: number;
       /** Every holder, ordered by token (the one holder, when exclusive). */
       holders: LockHolder[];
-    };
+    } & WaitersInfo);
 
 /** One holder of a lock, as `get` lists it. */
 export interface LockHolder {
@@ -208,6 +226,11 @@ export interface ClientEvents {
   lost: { lease: Lease; reason: LostReason };
   /** Someone asked the holder of `lease` to let go (its `releaseRequested` has aborted too). */
   releaseRequested: { lease: Lease; reason?: string };
+  /**
+   * A lease's validity left fell below a third of its TTL while its extends are failing (see
+   * `Lease.on('expiring')`): it will be lost unless an extend gets through.
+   */
+  expiring: { lease: Lease; remainingMs: number };
   /** Connection failures and background errors nobody else could be told about. */
   error: Error;
 }
@@ -328,6 +351,15 @@ export interface DlmClient extends AsyncDisposable {
    * const { notified } = await client.requestRelease('reports', { reason: 'deploy' });
    */
   requestRelease(name: string, options?: RequestReleaseOptions): Promise<ReleaseRequestResult>;
+   * Whether a lease with `token` holds `name` now (for a shared name: `token` is among its
+   * holders), as the backend says, on any server of the deployment (`lock.check`). For a
+   * resource that cannot store a token but can ask before it acts: a holder paused past its
+   * lease reads false. A malformed token is INVALID_PARAMS (field `token`).
+   *
+   * @example
+   * if (!(await client.check('jobs/nightly', tokenFromRequest))) throw new Error('stale holder');
+   */
+  check(name: string, token: bigint | string, options?: RequestOptions): Promise<boolean>;
   /**
    * Calls `onChange` with the lock's state now, then on every change, until `stop()`. After a
    * reconnect the watch is set up again and `onChange` gets the state at that moment (changes
@@ -415,6 +447,7 @@ export function createClient(options: ClientOptions): DlmClient {
     semaphore: (name, limit) => createSemaphore(client, core.limits(), name, limit),
     readWriteLock: (name) => createReadWriteLock(client, core.limits(), name),
     get: (name, getOptions) => get(core, name, getOptions),
+    check: (name, token, checkOptions) => check(core, name, token, checkOptions),
     watch: (name, onChange, watchOptions = {}) => core.watches.start(name, onChange, watchOptions),
     campaign: (name, campaignOptions) => campaignFor(core, client, name, campaignOptions),
     observe: (name, observeOptions) => observeFor(core, client, name, observeOptions),
@@ -460,7 +493,10 @@ async function withLock<T>(
     typeof target === 'string'
       ? await acquire(core, target, { ...options, autoExtend: true })
       : await acquireAll(core, target, { ...options, autoExtend: true });
-  const signal = options.signal ? AbortSignal.any([held.signal, options.signal]) : held.signal;
+  const sources = options.signal ? [held.signal, options.signal] : undefined;
+  const signal = sources
+    ? clockedSignal(AbortSignal.any(sources), askingEach(sources))
+    : held.signal;
   try {
     return await fn(signal, held as never, held.releaseRequested);
   } finally {
@@ -479,7 +515,11 @@ async function get(
     { name },
     core.policyFor(options.retry, options.signal),
   );
-  if (!state.held) return { name: state.name, held: false };
+  const waiters: WaitersInfo = {
+    ...(state.waiters === undefined ? {} : { waiters: state.waiters }),
+    ...(state.waitersScope === undefined ? {} : { waitersScope: state.waitersScope }),
+  };
+  if (!state.held) return { name: state.name, held: false, ...waiters };
   const token = parseToken(state.token);
   const holders = (state.holders ?? [state]).map((holder) => ({
     owner: holder.owner,
@@ -495,7 +535,24 @@ async function get(
     mode: state.mode ?? 'exclusive',
     ...(state.limit === undefined ? {} : { limit: state.limit }),
     holders,
+    ...waiters,
   };
+}
+
+async function check(
+  core: ClientCore,
+  name: string,
+  token: bigint | string,
+  options: RequestOptions = {},
+): Promise<boolean> {
+  validateName(name, core.limits());
+  const checked = parseToken(token);
+  const answer = await core.request(
+    'lock.check',
+    { name, token: checked.toString() },
+    core.policyFor(options.retry, options.signal),
+  );
+  return answer.current;
 }
 
 function campaignFor(

@@ -70,6 +70,8 @@ export interface CallOptions<R> {
   onLateResult?(result: R): void;
   /** The request was sent and its connection went down before any reply came. */
   onDropped?(): void;
+  /** `lock.queued` about this request (its place among the waiters), while its caller waits. */
+  onQueued?: ((position: number) => void) | undefined;
 }
 
 export interface Connection {
@@ -347,6 +349,11 @@ class ClientConnection {
       if (!request) return;
       if (isRpcError(error)) request.fail(fromRpcError(error));
       else request.succeed(message.result);
+    } else if (method === 'lock.queued' && typeof params === 'object' && params !== null) {
+      // About one request in flight: to its caller, not to the client's listeners.
+      const { requestId, position } = params as { requestId: unknown; position: unknown };
+      const request = this.requests.peek(requestId);
+      if (request?.waiting && typeof position === 'number') request.options.onQueued?.(position);
     } else if (typeof method === 'string' && typeof params === 'object' && params !== null) {
       this.options.onNotification({ method, params } as ServerNotification);
     } else if (isRpcError(error)) {

@@ -11,10 +11,11 @@ export {
   type LockWatch,
   type RequestOptions,
   type SessionInfo,
+  type WaitersInfo,
   type WithLockOptions,
 } from './client.js';
 export type { CampaignOptions, Leader, Leadership, ObserveOptions } from './leadership.js';
-export type { Lease, LeaseCallOptions, LostReason } from './lease.js';
+export type { ExpiringEvent, Lease, LeaseCallOptions, LostReason } from './lease.js';
 export type { LeaseGroup } from './lease-group.js';
 export type { LockSpec } from './lock-specs.js';
 export type { ReleaseRequestResult, RequestReleaseOptions } from './release-requests.js';

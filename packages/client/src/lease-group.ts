@@ -1,3 +1,4 @@
+import { askingEach, clockedSignal } from './clocked-signal.js';
 import type { Lease, LeaseCallOptions } from './lease.js';
 
 /**
@@ -49,7 +50,7 @@ class LeaseGroupState implements LeaseGroup {
     // Each lease's own signal asks the clock first: a deadline passed during a stall aborts it,
     // and the group's with it, before any timer has run.
     const signals = this.leases.map((lease) => lease.signal);
-    this.combined ??= AbortSignal.any(signals);
+    this.combined ??= clockedSignal(AbortSignal.any(signals), askingEach(signals));
     return this.combined;
   }
 

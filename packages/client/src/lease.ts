@@ -14,6 +14,7 @@ import {
   type Timer,
   validateTtl,
 } from '@dlm/core';
+import { clockedSignal } from './clocked-signal.js';
 import type { Connection } from './connection.js';
 import { deadlineQueue } from './deadline-queue.js';
 import { untraced } from './tracing.js';
@@ -31,6 +32,11 @@ import { untraced } from './tracing.js';
  * - `revoked`: an administrator ended it.
  */
 export type LostReason = 'deadline' | 'expired' | 'revoked';
+
+/** What `expiring` tells: the lease's validity left, by the local deadline, when it fired. */
+export interface ExpiringEvent {
+  readonly remainingMs: number;
+}
 
 /** Per-call options of `lease.extend` and `lease.release`. */
 export interface LeaseCallOptions {
@@ -63,9 +69,10 @@ export interface Lease extends AsyncDisposable {
   /** Shared only: the most holders the name admits at once. */
   readonly limit: number | undefined;
   /**
-   * Aborts when the lease ends: released, lost, or its local deadline passed. Read through the
-   * lease (`lease.signal.aborted`), it answers from the clock at that moment, so a process
-   * that stalled past the deadline sees it aborted before any timer has run.
+   * Aborts when the lease ends: released, lost, or its local deadline passed. Its `aborted`,
+   * `reason` and `throwIfAborted()` answer from the clock at that moment, also on a signal
+   * taken before a stall (`const { signal } = lease`): a process that stalled past the
+   * deadline sees it aborted before any timer has run.
    */
   readonly signal: AbortSignal;
   /**
@@ -85,6 +92,17 @@ export interface Lease extends AsyncDisposable {
   readonly releaseRequestReason: string | undefined;
   /** Milliseconds left before the local deadline, by the clock now; 0 once the lease has ended. */
   remainingMs(): number;
+  /**
+   * `expiring`: the lease's validity left (to its local deadline) fell below a third of its TTL
+   * while its extends are failing (a try failed since the last extend that succeeded), once
+   * per deadline: a warning that it will be lost unless an extend gets through (DynamoDB's
+   * "danger zone"). The client's own `expiring` event says the same for every lease. Returns
+   * the function that removes the listener.
+   *
+   * @example
+   * lease.on('expiring', ({ remainingMs }) => log.warn(`lock ends in ${remainingMs} ms`));
+   */
+  on(event: 'expiring', listener: (event: ExpiringEvent) => void): () => void;
   /**
    * Throws a DlmError NOT_HOLDER unless the lease is held at this moment, by the clock (a
    * stalled event loop may not have run the deadline timer yet). Put it right before a write
@@ -133,6 +151,8 @@ export interface LeaseContext {
   onLost(lease: Lease, reason: LostReason): void;
   /** The server said someone asked this lease's holder to let go. */
   onReleaseRequested(lease: Lease, reason: string | undefined): void;
+  /** The lease's validity left fell below a third of its TTL while its extends fail. */
+  onExpiring(lease: Lease, event: ExpiringEvent): void;
   reportError(error: unknown): void;
 }
 
@@ -225,6 +245,8 @@ class LeaseState implements LeaseHandle {
   // An entry in the client's deadline queue for this TTL: one timer for all the leases.
   private cancelDeadline: (() => void) | undefined;
   private extendTimer: Timer | undefined;
+  // Made only once an extend's try fails: healthy leases carry no `expiring` state.
+  private expiring: ExpiringWatch | undefined;
   private releaseRequested = false;
   private extendsPending = 0;
   // Extends go one at a time, so the deadline always comes from the newest one the server saw.
@@ -265,6 +287,9 @@ class LeaseState implements LeaseHandle {
     const { clock } = this.context;
     this.ttlMs = grantedTtlMs;
     this.deadline = sentAt + grantedTtlMs - driftMarginMs(grantedTtlMs);
+    // An extend got through: the warning is armed again by the next failing one.
+    this.expiring?.timer?.cancel();
+    this.expiring = undefined;
     this.cancelDeadline?.();
     const queue = deadlineQueue(clock, deadlineBucket(grantedTtlMs));
     this.cancelDeadline = queue.add(this.onDeadline, this.deadline - clock.now());
@@ -276,6 +301,7 @@ class LeaseState implements LeaseHandle {
     this.ended = true;
     this.cancelDeadline?.();
     this.extendTimer?.cancel();
+    this.expiring?.timer?.cancel();
     this.context.onEnded(this);
     const { name } = this;
     if (reason === 'released') {
@@ -290,6 +316,48 @@ class LeaseState implements LeaseHandle {
     this.controller?.abort(this.endReason());
     this.context.onLost(this.lease, reason);
   }
+
+  /**
+   * An extend's try failed: warn now when less than a third of the TTL is left, else when it
+   * will be (unless an extend gets through first, which re-arms the lease).
+   */
+  extendTryFailed(): void {
+    if (this.ended) return;
+    this.expiring ??= { told: false, timer: undefined };
+    const watch = this.expiring;
+    if (watch.told || watch.timer) return;
+    const dueIn = this.deadline - this.ttlMs / 3 - this.context.clock.now();
+    if (dueIn <= 0) this.tellExpiring();
+    else watch.timer = this.context.clock.setTimer(() => this.tellExpiring(), dueIn);
+  }
+
+  private tellExpiring(): void {
+    const watch = this.expiring;
+    this.checkDeadline();
+    if (this.ended || !watch || watch.told) return;
+    const { clock } = this.context;
+    const remainingMs = Math.max(0, this.deadline - clock.now());
+    const earlyMs = remainingMs - this.ttlMs / 3;
+    // A timer may fire a fraction of a millisecond early: wait out the rest.
+    if (earlyMs > 0) {
+      watch.timer = clock.setTimer(() => this.tellExpiring(), earlyMs + 1);
+      return;
+    }
+    watch.told = true;
+    watch.timer = undefined;
+    const event: ExpiringEvent = { remainingMs };
+    for (const listener of [...(this.expiringListeners ?? [])]) {
+      try {
+        listener(event);
+      } catch (error) {
+        this.context.reportError(error);
+      }
+    }
+    this.context.onExpiring(this.lease, event);
+  }
+
+  // The lease's own `expiring` listeners (most leases have none).
+  expiringListeners: Set<(event: ExpiringEvent) => void> | undefined;
 
   /** Ends the lease if its local deadline passed before the timer could run (busy event loop). */
   checkDeadline(): void {
@@ -318,21 +386,26 @@ class LeaseState implements LeaseHandle {
         (attempt) => {
           // A lease that ended between tries (lock.lost, its deadline) is not extended again.
           this.assertLive();
-          return context.call(
-            'lock.extend',
-            // The key makes the extend work on any server: after a reconnect elsewhere too.
-            { name: this.name, token: this.wireToken, ttlMs: requested, leaseKey: this.leaseKey },
-            {
-              write: true,
-              timeoutMs: Math.max(1, Math.min(context.requestTimeoutMs, attempt.remainingMs)),
-              signal: attempt.signal,
-              // The reply of the try that succeeded anchors the deadline: a server that applied an
-              // earlier, lost try as well only holds the lease longer than the client thinks.
-              onSent: (at) => {
-                sentAt = at;
+          return context
+            .call(
+              'lock.extend',
+              // The key makes the extend work on any server: after a reconnect elsewhere too.
+              { name: this.name, token: this.wireToken, ttlMs: requested, leaseKey: this.leaseKey },
+              {
+                write: true,
+                timeoutMs: Math.max(1, Math.min(context.requestTimeoutMs, attempt.remainingMs)),
+                signal: attempt.signal,
+                // The reply of the try that succeeded anchors the deadline: a server that applied an
+                // earlier, lost try as well only holds the lease longer than the client thinks.
+                onSent: (at) => {
+                  sentAt = at;
+                },
               },
-            },
-          );
+            )
+            .catch((error: unknown) => {
+              this.extendTryFailed();
+              throw error;
+            });
         },
         // Past the local deadline an answer no longer helps: the lease is over locally anyway.
         { ...policy, deadlineMs: Math.min(policy.deadlineMs, this.deadline - clock.now()) },
@@ -479,6 +552,12 @@ class ReleaseAttempt {
   };
 }
 
+/** A lease's `expiring` warning, once an extend's try failed: told once per deadline. */
+interface ExpiringWatch {
+  told: boolean;
+  timer: Timer | undefined;
+}
+
 /** The public face of a lease: what `Lease` promises, and nothing of the state behind it. */
 class LeaseFacade implements Lease {
   readonly #state: LeaseState;
@@ -512,6 +591,8 @@ class LeaseFacade implements Lease {
     state.checkDeadline();
     if (!state.controller) {
       state.controller = new AbortController();
+      // A signal kept across a stall asks the clock too, whenever it is read.
+      clockedSignal(state.controller.signal, () => state.checkDeadline());
       if (state.endReason) state.controller.abort(state.endReason());
     }
     return state.controller.signal;
@@ -543,6 +624,25 @@ class LeaseFacade implements Lease {
 
   assertHeld(): void {
     this.#state.assertLive();
+  }
+
+  on(event: 'expiring', listener: (event: ExpiringEvent) => void): () => void {
+    if (event !== 'expiring') {
+      throw new DlmError(
+        'INVALID_PARAMS',
+        `a lease emits 'expiring' only, not ${JSON.stringify(event)}`,
+        {
+          field: 'event',
+        },
+      );
+    }
+    const state = this.#state;
+    state.expiringListeners ??= new Set();
+    const listeners = state.expiringListeners;
+    listeners.add(listener);
+    return () => {
+      listeners.delete(listener);
+    };
   }
 
   extend(ttlMs?: number, options?: LeaseCallOptions): Promise<void> {

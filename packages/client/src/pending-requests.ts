@@ -92,6 +92,11 @@ export class RequestTable {
     this.inflight.set(request.id, request);
   }
 
+  /** The request in flight with this id, left in flight (a notification about it). */
+  peek(id: unknown): PendingRequest | undefined {
+    return typeof id === 'number' ? this.inflight.get(id) : undefined;
+  }
+
   /** The request a reply answers, no longer in flight. */
   take(id: number): PendingRequest | undefined {
     const request = this.inflight.get(id);

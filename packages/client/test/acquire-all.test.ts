@@ -26,7 +26,8 @@ describe('acquireAll', () => {
     expect(group.signal.aborted).toBe(false);
     expect(await group.release()).toBe(true);
     expect(group.signal.aborted).toBe(true);
-    for (const name of names) expect(await b.get(name)).toEqual({ name, held: false });
+    for (const name of names)
+      expect(await b.get(name)).toEqual({ name, held: false, waiters: 0, waitersScope: 'server' });
     expect(await group.release()).toBe(false);
   });
 
@@ -40,8 +41,8 @@ describe('acquireAll', () => {
         code: 'LOCK_HELD',
         details: { name: y },
       });
-      expect(await b.get(x)).toEqual({ name: x, held: false });
-      expect(await b.get(z)).toEqual({ name: z, held: false });
+      expect(await b.get(x)).toEqual({ name: x, held: false, waiters: 0, waitersScope: 'server' });
+      expect(await b.get(z)).toEqual({ name: z, held: false, waiters: 0, waitersScope: 'server' });
     }
     await holder.release();
     const group = await a.acquireAll([x, y, z], { ttlMs: 10_000 });
@@ -125,7 +126,8 @@ describe('withLock over several names', () => {
       return group.leases.map((lease) => lease.token);
     });
     expect(tokens).toHaveLength(3);
-    for (const name of names) expect(await b.get(name)).toEqual({ name, held: false });
+    for (const name of names)
+      expect(await b.get(name)).toEqual({ name, held: false, waiters: 0, waitersScope: 'server' });
   });
 
   it("aborts fn's signal when any lease is lost", async () => {

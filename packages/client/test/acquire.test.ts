@@ -25,11 +25,13 @@ describe('acquire and release', () => {
       ttlRemainingMs: expect.any(Number),
       mode: 'exclusive',
       holders: [{ owner: lease.owner, token: lease.token, ttlRemainingMs: expect.any(Number) }],
+      waiters: 0,
+      waitersScope: 'server',
     });
     expect(await lease.release()).toBe(true);
     expect(lease.signal.aborted).toBe(true);
     expect(lease.lost).toBeUndefined();
-    expect(await a.get(name)).toEqual({ name, held: false });
+    expect(await a.get(name)).toEqual({ name, held: false, waiters: 0, waitersScope: 'server' });
     // A second release reports that the lease had already ended.
     expect(await lease.release()).toBe(false);
   });

@@ -38,7 +38,7 @@ describe('semaphore', () => {
     expect(performance.now() - releasedAt).toBeLessThan(2_000);
     expect(third.token).toBeGreaterThan(second.token);
     await Promise.all([second.release(), third.release()]);
-    expect(await b.get(name)).toEqual({ name, held: false });
+    expect(await b.get(name)).toEqual({ name, held: false, waiters: 0, waitersScope: 'server' });
   });
 
   it('withPermit holds a permit while fn runs and releases it after, even when fn throws', async () => {
@@ -56,7 +56,7 @@ describe('semaphore', () => {
         throw new Error('boom');
       }),
     ).rejects.toThrow('boom');
-    expect(await a.get(name)).toEqual({ name, held: false });
+    expect(await a.get(name)).toEqual({ name, held: false, waiters: 0, waitersScope: 'server' });
   });
 
   it('another limit than the holders is INVALID_PARAMS limit with their limit; bad limits never reach the server', async () => {

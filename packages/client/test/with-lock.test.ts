@@ -32,7 +32,7 @@ describe('withLock', () => {
     });
     expect(value).toBe('done');
     expect(token).toBeGreaterThan(0n);
-    expect(await b.get(name)).toEqual({ name, held: false });
+    expect(await b.get(name)).toEqual({ name, held: false, waiters: 0, waitersScope: 'server' });
   });
 
   it("aborts fn's signal when the lease is lost, and fn's failure is what withLock rejects with", async () => {
@@ -53,7 +53,7 @@ describe('withLock', () => {
         throw new Error('boom');
       }),
     ).rejects.toThrow('boom');
-    expect(await b.get(name)).toEqual({ name, held: false });
+    expect(await b.get(name)).toEqual({ name, held: false, waiters: 0, waitersScope: 'server' });
   });
 
   it("the caller's signal aborts fn's signal too", async () => {
@@ -65,7 +65,7 @@ describe('withLock', () => {
       sawAbort = signal.aborted;
     });
     expect(sawAbort).toBe(true);
-    expect(await b.get(name)).toEqual({ name, held: false });
+    expect(await b.get(name)).toEqual({ name, held: false, waiters: 0, waitersScope: 'server' });
   });
 });
 
@@ -79,7 +79,7 @@ describe('await using', () => {
       expect(await b.get(name)).toMatchObject({ held: true, token: lease.token });
     }
     expect(signal?.aborted).toBe(true);
-    expect(await b.get(name)).toEqual({ name, held: false });
+    expect(await b.get(name)).toEqual({ name, held: false, waiters: 0, waitersScope: 'server' });
   });
 
   it('releases even when the block throws', async () => {
@@ -90,7 +90,7 @@ describe('await using', () => {
         throw new Error('inside');
       })(),
     ).rejects.toThrow('inside');
-    expect(await b.get(name)).toEqual({ name, held: false });
+    expect(await b.get(name)).toEqual({ name, held: false, waiters: 0, waitersScope: 'server' });
   });
 });
 

@@ -13,6 +13,7 @@ import {
 } from './name-state.js';
 import { toLease } from './proofs.js';
 import { requestRelease } from './release-requests.js';
+import { enterQueue, leaveQueue, type QueuePlace } from './queue-positions.js';
 import { type WaitOutcome, waitLoopOf } from './wait-loop.js';
 
 /**
@@ -43,9 +44,11 @@ export async function waitForGrant(
   state.waits.add(controller);
   // Counted among the name's waiters only once it has to wait (not when it finds the lock free).
   let waiting = false;
+  const place: QueuePlace = { tell: options.onQueued, told: 0 };
   const onWaiting = () => {
     waiting = true;
     state.waiting += 1;
+    enterQueue(state, place);
     waitersChanged(ctx, state);
     // Asked when it starts to wait, once: the holders it waits behind hear it.
     if (options.requestRelease) {
@@ -64,6 +67,7 @@ export async function waitForGrant(
     state.waits.delete(controller);
     if (waiting) {
       state.waiting -= 1;
+      leaveQueue(state, place);
       waitersChanged(ctx, state);
     }
   }

@@ -23,6 +23,7 @@ export function openName(ctx: ServiceContext, name: string): NameState {
     busy: 0,
     waits: undefined,
     waiting: 0,
+    places: undefined,
   };
   ctx.names.set(name, state);
   state.unsubscribe = ctx.backend.watch(name, (event) => ctx.onEvent(state, event));

@@ -123,6 +123,12 @@ export interface AcquireOptions {
   limit?: number;
   /** Ends a wait early with CANCELLED. */
   signal?: AbortSignal;
+  /**
+   * A wait's progress: called with its 1-based place among this service's waiters of the name
+   * (in the order they started waiting) when it starts waiting (the lock was not free), and
+   * again each time that place changes. Not called for a wait granted without waiting.
+   */
+  onQueued?: (position: number) => void;
   /** Called once when the granted lease ends other than by a release (expiry, revocation). */
   onLost?: (event: LostEvent) => void;
   /**
@@ -210,6 +216,12 @@ export interface LockService {
    */
   get(name: string): Promise<LockState | null>;
   /**
+   * Whether the lease `token` holds `name` now (for a shared name: `token` is among its
+   * holders), as the backend says: across every server of the deployment, read-only. For a
+   * resource that cannot store a token but can ask (Chubby's sequencer check).
+   */
+  check(name: string, token: bigint): Promise<boolean>;
+  /**
    * Ends every lease that holds `name` (each shared holder, or the exclusive one); each holder
    * is told `lock.lost` (revoked). Resolves with the state before, or null when it was free.
    */
@@ -272,6 +284,7 @@ export function createLockService(options: LockServiceOptions): LockService {
     release: set.release,
     extend: set.extend,
     get: (name) => get(ctx, name),
+    check: (name, token) => checkLease(ctx, name, token),
     revoke: (name) => revoke(ctx, name),
     watch: (name, listener) => watch(ctx, name, listener),
     requestRelease: (request) => requestRelease(ctx, request),
@@ -507,6 +520,14 @@ async function get(ctx: ServiceContext, name: string): Promise<LockState | null>
   assertOpen(ctx);
   return normalState(
     await ctx.calls.bounded('inspect', 'inspect', () => ctx.backend.inspect(name)),
+  );
+}
+
+async function checkLease(ctx: ServiceContext, name: string, token: bigint): Promise<boolean> {
+  checkToken(token);
+  const current = await get(ctx, name);
+  return (
+    current?.holders?.some((holder) => holder.token === token && holder.ttlRemainingMs > 0) ?? false
   );
 }
 

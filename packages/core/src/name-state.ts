@@ -8,6 +8,7 @@ import type { LockChange, LostEvent } from './lock-service.js';
 import type { AroundBackendCall, Notify } from './observer.js';
 import type { BackendQueue } from './queue-driver.js';
 import type { ReleaseRequestedEvent } from './release-requests.js';
+import type { QueuePlace } from './queue-positions.js';
 import type { Limits, LockMode } from './validation.js';
 
 /** The service's fixed settings, derived once from its options and the backend's capabilities. */
@@ -100,6 +101,11 @@ export interface NameState {
    * may wait but finds the lock free is no waiter, and no contention.
    */
   waiting: number;
+  /**
+   * Those waiters' places, in the order they started waiting (`queue-positions.ts`): what
+   * `lock.queued` positions count. Made by the first one.
+   */
+  places: QueuePlace[] | undefined;
 }
 
 /** Whether `state` is still the one the service keeps for its name (not dropped, not closed). */

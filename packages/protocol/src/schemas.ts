@@ -147,6 +147,12 @@ export const AcquireParams = params({
         'Extension (release requests): when true and the acquire has to wait (waitMs > 0, the lock held), the server asks the holders to let go as lock.requestRelease does (no reason), once, when the wait starts.',
     }),
   ),
+  progress: Type.Optional(
+    Type.Boolean({
+      description:
+        'Extension (queue positions): true to receive lock.queued notifications while this acquire waits: its 1-based position among the waiters when it starts waiting, and again whenever it changes.',
+    }),
+  ),
 });
 const GrantFields = {
   name: Name,
@@ -234,9 +240,26 @@ function sharedHolding(holdersDescription: string) {
   };
 }
 
+/** Extension (queue positions): how many wait for a name, and across what. */
+const WaitersFields = {
+  waiters: Type.Optional(
+    Type.Integer({
+      minimum: 0,
+      description:
+        'How many acquires wait for the name (in the scope waitersScope says). Absent only from servers that predate it.',
+    }),
+  ),
+  waitersScope: Type.Optional(
+    Type.Union([Type.Literal('backend'), Type.Literal('server')], {
+      description:
+        'What waiters counts: "backend", every dlm server\'s waiters (the backend keeps one shared queue it can count), or "server", this server\'s only.',
+    }),
+  ),
+};
+
 export const GetParams = params({ name: Name });
 export const GetResult = Type.Union([
-  Type.Object({ name: Name, held: Type.Literal(false) }),
+  Type.Object({ name: Name, held: Type.Literal(false), ...WaitersFields }),
   Type.Object({
     name: Name,
     held: Type.Literal(true),
@@ -246,8 +269,20 @@ export const GetResult = Type.Union([
     ...sharedHolding(
       'Every holder, ordered by token (one, when exclusive). Absent only from servers that predate shared modes.',
     ),
+    ...WaitersFields,
   }),
 ]);
+
+/** Extension (token checks, additive to v1; servers without it answer METHOD_NOT_FOUND). */
+export const CheckParams = params({ name: Name, token: Token });
+export const CheckResult = Type.Object({
+  name: Name,
+  token: Token,
+  current: Type.Boolean({
+    description:
+      'True exactly when a lease with this token holds the name now (for a shared name: the token is among the holders), on any server of the deployment.',
+  }),
+});
 
 export const WatchParams = params({ name: Name });
 export const WatchResult = Type.Object({
@@ -343,6 +378,18 @@ export const LockReleaseRequestedParams = Type.Object({
   reason: Type.Optional(Reason),
 });
 
+/** Extension (queue positions): a waiting acquire's place, for one sent with `progress: true`. */
+export const LockQueuedParams = Type.Object({
+  requestId: Type.Union([Type.Integer(), Type.String()], {
+    description: "The waiting lock.acquire's JSON-RPC id.",
+  }),
+  name: Name,
+  position: Type.Integer({
+    minimum: 1,
+    description:
+      "The acquire's 1-based place among this server's waiters for the name, in the order they started waiting.",
+  }),
+});
 export const LockLostParams = Type.Object({
   name: Name,
   token: Token,
@@ -388,6 +435,7 @@ export const Methods = {
   'lock.extend': { params: ExtendParams, result: ExtendResult },
   'lock.get': { params: GetParams, result: GetResult },
   'lock.requestRelease': { params: RequestReleaseParams, result: RequestReleaseResult },
+  'lock.check': { params: CheckParams, result: CheckResult },
   'lock.watch': { params: WatchParams, result: WatchResult },
   'lock.unwatch': { params: UnwatchParams, result: Empty },
   'lock.watchPrefix': { params: WatchPrefixParams, result: WatchPrefixResult },
@@ -398,6 +446,7 @@ export const Notifications = {
   'lock.changed': LockChangedParams,
   'lock.lost': LockLostParams,
   'lock.releaseRequested': LockReleaseRequestedParams,
+  'lock.queued': LockQueuedParams,
 } as const satisfies Record<string, TSchema>;
 
 export type MethodName = keyof typeof Methods;

@@ -14,6 +14,8 @@ const SUMMARIES: Partial<Record<MethodName | NotificationName, string>> = {
     'Restart the lease at ttlMs from now; the same leaseKey rule as lock.release (NOT_HOLDER when it already ended or the key is missing or wrong).',
   'lock.get':
     "Read a lock's current holders: the highest-token one's owner, token and lease left, its mode (and limit), and every holder by token.",
+  'lock.check':
+    'Extension: whether a lease with this token holds the name now (for a shared name: the token is among the holders). Read-only, allowed wherever lock.get is: for a resource that cannot store a token but can ask.',
   'lock.watch': "Subscribe to a lock's grants, releases and expiries (lock.changed).",
   'lock.unwatch': 'End a watch.',
   'lock.watchPrefix':
@@ -24,6 +26,8 @@ const SUMMARIES: Partial<Record<MethodName | NotificationName, string>> = {
     'Extension: ask every current holder of a lock (on any server sharing the backend) to let go; nothing is released. notified: the holders asked.',
   'lock.releaseRequested':
     'Someone asked the holder of this lease (acquired or last extended by this session) to let go; it is still held.',
+  'lock.queued':
+    "Extension: a waiting lock.acquire sent with progress: true started waiting, or its place among the waiters changed (requestId: the acquire's id, position: 1-based).",
   'lock.lost': 'A lease this session acquired (or last extended) ended other than by release.',
 };
 

@@ -46,6 +46,7 @@ describe('OpenAPI document of POST /v1/rpc', () => {
       'lock.extend',
       'lock.get',
       'lock.requestRelease',
+      'lock.check',
     ]);
     for (const method of ['session.hello', 'session.ping', 'lock.watch', 'lock.watchPrefix'])
       expect(isHttpMethod(method), method).toBe(false);

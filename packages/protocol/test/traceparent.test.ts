@@ -55,6 +55,7 @@ describe('traceparent', () => {
       'lock.extend': { name: 'a', token: '1', ttlMs: 1000 },
       'lock.get': { name: 'a' },
       'lock.requestRelease': { name: 'a' },
+      'lock.check': { name: 'a', token: '1' },
       'lock.watch': { name: 'a' },
       'lock.unwatch': { watchId: 'w' },
       'lock.watchPrefix': { prefix: '' },

@@ -13,7 +13,9 @@ lock held shared lists every holder (owner, token, TTL left), ordered by token.
 Options:
 ${CONNECTION_USAGE}
   --json             one JSON object: {"name","held","owner","token","ttlRemainingMs",
-                     "mode","limit","holders"} (owner, token, TTL: the highest token's)
+                     "mode","limit","holders","waiters","waitersScope"} (owner, token, TTL:
+                     the highest token's; waiters: how many wait, on this server when
+                     waitersScope is "server")
   -h, --help         print this help
 
 Exit status: 0 (held or free), 1 when the server could not answer, 2 on a usage error.

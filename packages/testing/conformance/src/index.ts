@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe } from 'vitest';
 import { type ConformanceContext, createContext } from './context.js';
 import { badInputGroup } from './groups/bad-input.js';
+import { checkGroup } from './groups/check.js';
 import { clusterGroup } from './groups/cluster.js';
 import { durabilityGroup } from './groups/durability.js';
 import { expiryGroup } from './groups/expiry.js';
@@ -8,6 +9,7 @@ import { fairQueueGroup } from './groups/fair-queue.js';
 import { grantsGroup } from './groups/grants.js';
 import { leaseKeysGroup } from './groups/lease-keys.js';
 import { multiLockGroup } from './groups/multi-lock.js';
+import { queuePositionsGroup } from './groups/queue-positions.js';
 import { releaseAndExtendGroup } from './groups/release-extend.js';
 import { releaseRequestsGroup } from './groups/release-requests.js';
 import { sharedLoadGroup } from './groups/shared-load.js';
@@ -68,6 +70,8 @@ const groups: ReadonlyArray<(ctx: ConformanceContext) => void> = [
   badInputGroup,
   durabilityGroup,
   releaseRequestsGroup,
+  checkGroup,
+  queuePositionsGroup,
 ];
 
 /**
@@ -83,6 +87,7 @@ const coreGroups: ReadonlySet<(ctx: ConformanceContext) => void> = new Set([
   waitingGroup,
   multiLockGroup,
   badInputGroup,
+  checkGroup,
 ]);
 
 /**

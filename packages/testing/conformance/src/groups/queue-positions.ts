@@ -1,0 +1,116 @@
+import type { Lease, LockService } from '@dlm/core';
+import { describe, expect, it } from 'vitest';
+import type { ConformanceContext } from '../context.js';
+import { failure, lockName, withContext } from '../support.js';
+import { pendingAfter, until } from '../wait.js';
+
+/** A wait on `service` whose `lock.queued` positions are kept, and its controller. */
+function queuedWait(service: LockService, name: string, owner: string) {
+  const positions: number[] = [];
+  const controller = new AbortController();
+  const granted = service.acquire({
+    name,
+    owner,
+    ttlMs: 10_000,
+    waitMs: 30_000,
+    signal: controller.signal,
+    onQueued: (position) => positions.push(position),
+  });
+  return { positions, controller, granted };
+}
+
+/** Until `wait` was told `position` last. */
+function untilAt(wait: { positions: number[] }, position: number, what: string) {
+  return until(() => wait.positions.at(-1) === position, { what: `${what} at ${position}` });
+}
+
+/**
+ * Who am I waiting behind (`lock.get` `waiters`, `lock.queued`): a waiting acquire is told its
+ * 1-based place among this server's waiters of the name when it starts waiting and whenever a
+ * waiter ahead leaves (granted or given up); the server's count follows. Positions count this
+ * server's waiters (`waitersScope: "server"`): a waiter on another server of the deployment is
+ * not counted here. A lock that was free is granted without any position told.
+ */
+export function queuePositionsGroup(ctx: ConformanceContext): void {
+  describe('queue positions (lock.queued, waiters)', () => {
+    it(
+      'each waiter is told its place when it starts waiting, and moves up as those ahead leave',
+      withContext(ctx, async (ctx) => {
+        const { service } = ctx;
+        const name = lockName('positions');
+        const holder = await service.acquire({ name, owner: 'holder', ttlMs: 10_000 });
+        const first = queuedWait(service, name, 'w1');
+        await untilAt(first, 1, 'w1');
+        const second = queuedWait(service, name, 'w2');
+        await untilAt(second, 2, 'w2');
+        const third = queuedWait(service, name, 'w3');
+        await untilAt(third, 3, 'w3');
+        expect(service.waiters(name)).toBe(3);
+        // The first gives up: the two behind move up, each told once.
+        first.controller.abort();
+        expect((await failure(first.granted)).code).toBe('CANCELLED');
+        await untilAt(second, 1, 'w2');
+        await untilAt(third, 2, 'w3');
+        expect(service.waiters(name)).toBe(2);
+        // The holder releases: the second is granted, the third is first in line.
+        await service.release({ name, token: holder.token });
+        const lease: Lease = await second.granted;
+        await untilAt(third, 1, 'w3');
+        expect(await pendingAfter(third.granted, 50)).toBe(true);
+        await service.release({ name, token: lease.token });
+        const last = await third.granted;
+        await service.release({ name, token: last.token });
+        expect(first.positions).toEqual([1]);
+        expect(second.positions).toEqual([2, 1]);
+        expect(third.positions).toEqual([3, 2, 1]);
+        expect(service.waiters(name)).toBe(0);
+      }),
+    );
+
+    it(
+      "a wait on another server is that server's: each counts and tells its own waiters",
+      withContext(ctx, async (ctx) => {
+        const other = await ctx.otherService();
+        const name = lockName('positions-servers');
+        const holder = await ctx.service.acquire({ name, owner: 'holder', ttlMs: 10_000 });
+        const here = queuedWait(ctx.service, name, 'here');
+        await untilAt(here, 1, 'here');
+        const there = queuedWait(other, name, 'there');
+        await untilAt(there, 1, 'there');
+        expect(ctx.service.waiters(name)).toBe(1);
+        expect(other.waiters(name)).toBe(1);
+        here.controller.abort();
+        there.controller.abort();
+        await Promise.allSettled([here.granted, there.granted]);
+        await ctx.service.release({ name, token: holder.token });
+        expect(here.positions).toEqual([1]);
+        expect(there.positions).toEqual([1]);
+      }),
+    );
+
+    it(
+      'a lock that is free is granted without a position, and a try-lock is never told one',
+      withContext(ctx, async (ctx) => {
+        const name = lockName('positions-free');
+        const told: number[] = [];
+        const lease = await ctx.service.acquire({
+          name,
+          owner: 'a',
+          ttlMs: 10_000,
+          waitMs: 5_000,
+          onQueued: (position) => told.push(position),
+        });
+        const refused = ctx.service.acquire({
+          name,
+          owner: 'b',
+          ttlMs: 10_000,
+          onQueued: (position) => told.push(position),
+        });
+        expect((await failure(refused)).code).toBe('LOCK_HELD');
+        await ctx.service.release({ name, token: lease.token });
+        expect(told).toEqual([]);
+        expect(ctx.service.waiters(name)).toBe(0);
+      }),
+    );
+  });
+}

@@ -54,6 +54,7 @@ export function helloHandlers(scope: SessionScope): Handlers<'session.hello' | '
           maxInflight: limits.maxInflight,
           maxLocksPerRequest: bounds.maxLocksPerRequest,
           maxHolders: bounds.maxHolders,
+          maxLockDelayMs: bounds.maxLockDelayMs,
         },
       };
     },

@@ -286,6 +286,7 @@ async function acquire(session: LockSession, { params, signal, span }: LockReque
       waitMs: params.waitMs as number,
       owner,
       ...modeOf(params),
+      ...(params.lockDelayMs !== undefined && { lockDelayMs: params.lockDelayMs as number }),
       ...grantOptions(session, leaseKey, signal, span),
     });
   } finally {
@@ -378,7 +379,11 @@ async function extend(session: LockSession, { params, span }: LockRequest) {
 async function getLock(session: LockSession, params: Record<string, unknown>) {
   const name = permittedName(session.scope, params, 'lock', 'watch');
   const state = await session.service.get(name);
-  if (!state) return { name, held: false };
+  if (!state) {
+    // Free: in its lock-delay (an expiry or revocation not long ago), it says for how long.
+    const lockDelayRemainingMs = await session.service.lockDelayOf(name);
+    return { name, held: false, ...(lockDelayRemainingMs > 0 && { lockDelayRemainingMs }) };
+  }
   return { ...heldState(state), name };
 }
 

@@ -57,6 +57,8 @@ export interface QueuedAcquire {
     mode: LockMode;
     /** 1 for `exclusive`. */
     limit: number;
+    /** Above 0 only: the lease's lock-delay (`AcquireRequest.lockDelayMs`). */
+    lockDelayMs?: number | undefined;
   };
   leaseKey: string;
   onLost: ((event: LostEvent) => void) | undefined;

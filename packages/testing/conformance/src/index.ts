@@ -7,6 +7,7 @@ import { expiryGroup } from './groups/expiry.js';
 import { fairQueueGroup } from './groups/fair-queue.js';
 import { grantsGroup } from './groups/grants.js';
 import { leaseKeysGroup } from './groups/lease-keys.js';
+import { lockDelayGroup } from './groups/lock-delay.js';
 import { multiLockGroup } from './groups/multi-lock.js';
 import { releaseAndExtendGroup } from './groups/release-extend.js';
 import { sharedLoadGroup } from './groups/shared-load.js';
@@ -57,6 +58,7 @@ const groups: ReadonlyArray<(ctx: ConformanceContext) => void> = [
   sharedMultiLockGroup,
   badInputGroup,
   durabilityGroup,
+  lockDelayGroup,
 ];
 
 /**

@@ -11,6 +11,7 @@ import {
   type RetryOptions,
   type RetryPolicy,
   retry,
+  validateLockDelay,
   validateMode,
   validateName,
   validateOwner,
@@ -142,7 +143,7 @@ export function leaseGrant(
   result: Grant,
   anchored: AnchoredGrant,
   request: GrantRequest,
-  options: { autoExtend?: boolean },
+  options: { autoExtend?: boolean; lockDelayMs?: number },
 ): LeaseGrant {
   const mode = result.mode ?? 'exclusive';
   return {
@@ -156,6 +157,7 @@ export function leaseGrant(
     autoExtend: options.autoExtend === true,
     mode,
     ...(mode === 'shared' && result.limit !== undefined ? { limit: result.limit } : {}),
+    ...((options.lockDelayMs ?? 0) > 0 ? { lockDelay: true } : {}),
   };
 }
 
@@ -349,6 +351,7 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
     const waitMs = validateWait(options.waitMs, limits);
     if (options.owner !== undefined) validateOwner(options.owner, limits);
     const modeSpec = validateMode(options.mode, options.limit, limits);
+    const lockDelayMs = validateLockDelay(options.lockDelayMs, limits);
     // Re-entering as an owner that holds the lock here presents that lease's key.
     const key =
       options.leaseKey ??
@@ -367,7 +370,10 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
           ? { mode: 'shared' }
           : { mode: 'shared', limit: modeSpec.limit };
     }
+    if (lockDelayMs > 0) this.lockDelayMs = lockDelayMs;
   }
+
+  private readonly lockDelayMs: number | undefined;
 
   private readonly mode: Pick<ParamsOf<'lock.acquire'>, 'mode' | 'limit'> | undefined;
 
@@ -378,6 +384,7 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
       owner: this.owner,
       leaseKey: this.key,
     };
+    if (this.lockDelayMs !== undefined) params.lockDelayMs = this.lockDelayMs;
     return this.mode ? Object.assign(params, this.mode) : params;
   }
 

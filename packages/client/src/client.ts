@@ -117,6 +117,16 @@ export interface AcquireOptions {
    */
   limit?: number;
   /**
+   * Lock-delay, in ms (0, the default, to the server's `maxLockDelayMs`, 60,000): when this lease
+   * ends by expiry or revocation (a holder that stalled or lost its connection), nobody is
+   * granted the name until this long after the end, so a holder that has not noticed yet is
+   * done before the next one starts. A release ends it with no delay. Exclusive locks only;
+   * servers whose backend keeps no lock-delays announce `maxLockDelayMs` 0 and refuse it
+   * (INVALID_PARAMS, field `lockDelayMs`). Meanwhile a try-lock fails with LOCK_HELD and
+   * `error.details.lockDelayRemainingMs`, and `get` says `lockDelayRemainingMs`.
+   */
+  lockDelayMs?: number;
+  /**
    * Overrides the client's `retry` for this acquire. A retry re-sends the acquire with the same
    * owner, so a grant whose reply was lost comes back as the same lease (same token) instead
    * of leaving a second lock behind; a retry waits only for what is left of `waitMs`.
@@ -136,7 +146,12 @@ export interface RequestOptions {
 
 /** What `get` reports. */
 export type LockInfo =
-  | { name: string; held: false }
+  | {
+      name: string;
+      held: false;
+      /** Free, but in its lock-delay (see `AcquireOptions.lockDelayMs`) for this long yet. */
+      lockDelayRemainingMs?: number;
+    }
   | {
       name: string;
       held: true;
@@ -449,7 +464,14 @@ async function get(
     { name },
     core.policyFor(options.retry, options.signal),
   );
-  if (!state.held) return { name: state.name, held: false };
+  if (!state.held) {
+    const delay = state.lockDelayRemainingMs;
+    return {
+      name: state.name,
+      held: false,
+      ...(delay === undefined ? {} : { lockDelayRemainingMs: delay }),
+    };
+  }
   const token = parseToken(state.token);
   const holders = (state.holders ?? [state]).map((holder) => ({
     owner: holder.owner,

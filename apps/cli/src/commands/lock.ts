@@ -33,6 +33,11 @@ Options:
                      exclusive one (a read lock; the default is exclusive)
   --limit N          with --shared (implied): at most N shared holders at once (a semaphore
                      of N permits, as consul lock -n N); every holder must use the same N
+  --lock-delay DURATION  one exclusive NAME: if the lease ends uncleanly (it expired: dlm
+                     was paused or cut off; or an operator revoked it), nobody gets the lock
+                     until DURATION after that end, so a CMD that has not been stopped yet
+                     is done before the next holder starts (default 0; at most the server's
+                     limit, 1m by default; a clean release has no delay)
 ${CONNECTION_USAGE}
   -v, --verbose      say on stderr when the lock is acquired and released
   -h, --help         print this help
@@ -65,6 +70,7 @@ const LOCK_OPTIONS = {
   wait: { type: 'string' },
   shared: { type: 'boolean' },
   limit: { type: 'string' },
+  'lock-delay': { type: 'string' },
   grace: { type: 'string' },
   owner: { type: 'string' },
   verbose: { type: 'boolean', short: 'v' },
@@ -80,6 +86,7 @@ const VALUE_FLAGS = new Set([
   '--grace',
   '--owner',
   '--limit',
+  '--lock-delay',
 ]);
 
 /**
@@ -127,6 +134,7 @@ export const lockCommand: Command = {
     if (ttlMs <= 0) throw new UsageError('--ttl must be more than 0');
     const owner = values.owner ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     const mode = modeOf(values.shared === true, values.limit);
+    const lockDelay = lockDelayOf(values['lock-delay'], names);
     const verbose = values.verbose === true;
 
     const connection = connectionOptions(values);
@@ -136,7 +144,7 @@ export const lockCommand: Command = {
       requestTimeoutMs: REQUEST_TIMEOUT_MS,
     });
     const stopNotice = noticeWaiting(client, connection.url);
-    const held = await acquire(client, names, { ttlMs, waitMs, owner, ...mode });
+    const held = await acquire(client, names, { ttlMs, waitMs, owner, ...mode, ...lockDelay });
     stopNotice();
     if (typeof held === 'number') return held;
     const label = names.join(', ');
@@ -230,12 +238,23 @@ function modeOf(shared: boolean, limit: string | undefined): { mode?: 'shared'; 
   return { mode: 'shared', limit: Number(limit) };
 }
 
+/** `--lock-delay DURATION` as an acquire option: one NAME only (a set has no lock-delay). */
+function lockDelayOf(flag: string | undefined, names: string[]): { lockDelayMs?: number } {
+  if (flag === undefined) return {};
+  const lockDelayMs = parseDuration(flag, '--lock-delay');
+  if (lockDelayMs > 0 && names.length > 1) {
+    throw new UsageError('--lock-delay takes one NAME (a set of locks has no lock-delay)');
+  }
+  return lockDelayMs > 0 ? { lockDelayMs } : {};
+}
+
 interface LockOptions {
   ttlMs: number;
   waitMs: number;
   owner: string;
   mode?: 'shared';
   limit?: number;
+  lockDelayMs?: number;
 }
 
 /** Acquires, or says why not and resolves with the exit code. SIGINT/SIGTERM end the wait. */
@@ -276,6 +295,13 @@ async function acquire(
     if (isDlmError(error, 'LOCK_HELD')) {
       const left = error.details.ttlRemainingMs;
       const name = error.details.name ?? names[0]!;
+      const delayed = error.details.lockDelayRemainingMs;
+      if (delayed !== undefined) {
+        process.stderr.write(
+          `dlm: lock ${name} is in its lock-delay (its last lease ended uncleanly); free in ${formatDuration(delayed)}\n`,
+        );
+        return EXIT.WAIT_TIMEOUT;
+      }
       const by = options.mode
         ? `has no room for another shared holder${options.limit === undefined ? '' : ` (limit ${options.limit})`}`
         : 'is held by another owner';
@@ -297,9 +323,10 @@ async function acquire(
 }
 
 /** The flag each checked request field comes from. */
-const FLAG_OF_FIELD: Record<string, { flag: string; key: 'ttlMs' | 'waitMs' }> = {
+const FLAG_OF_FIELD: Record<string, { flag: string; key: 'ttlMs' | 'waitMs' | 'lockDelayMs' }> = {
   ttlMs: { flag: '--ttl', key: 'ttlMs' },
   waitMs: { flag: '--wait', key: 'waitMs' },
+  lockDelayMs: { flag: '--lock-delay', key: 'lockDelayMs' },
 };
 
 /**
@@ -319,10 +346,11 @@ function inUserTerms(error: Error & { details: { field?: string } }, options: Lo
   const known = field === undefined ? undefined : FLAG_OF_FIELD[field];
   const range = /must be in \[(\d+), (\d+)\]/.exec(error.message);
   if (known && range) {
-    return `${known.flag} must be between ${formatBound(Number(range[1]))} and ${formatBound(Number(range[2]))}, got ${formatBound(options[known.key])}`;
+    return `${known.flag} must be between ${formatBound(Number(range[1]))} and ${formatBound(Number(range[2]))}, got ${formatBound(options[known.key] ?? 0)}`;
   }
   if (field === 'name') return error.message.replace(/^name/, 'the lock NAME');
   if (field === 'owner') return error.message.replace(/^owner/, '--owner');
+  if (field === 'lockDelayMs') return error.message.replace(/^lockDelayMs/, '--lock-delay');
   return error.message;
 }
 

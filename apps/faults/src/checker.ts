@@ -30,7 +30,7 @@ import type {
  *   that end can be (the acquire's send plus its TTL) plus the delay, unless a release of the
  *   lease was sent before it.
  * - L1: after a holder dies (killed or paused), the lock is free again within its lease
- *   plus `l1BoundMs`.
+ *   (and its lock-delay) plus `l1BoundMs`.
  * - L4: a client reports a lease lost within its local deadline (or, if it was paused then,
  *   its resumption) plus `l4BoundMs`.
  */
@@ -689,7 +689,8 @@ function checkL1(history: Checked, options: CheckOptions, flag: Flag): number[] 
     const { name } = fault.holding;
     const grant = grantAt(fault.target, name, BigInt(fault.holding.token), fault.t);
     if (!grant) continue;
-    const freeAt = freedAt(ops, grant, fault.t);
+    // A lease asked with a lock-delay frees its name that much later when it ends uncleanly.
+    const freeAt = freedAt(ops, grant, fault.t) + grant.lockDelayMs;
     const others = (acquiresByName.get(name) ?? []).filter((op) => op.proc !== fault.target);
     const contender = others
       .filter((op) => (op.done?.t ?? INF) > freeAt)

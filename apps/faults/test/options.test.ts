@@ -44,12 +44,14 @@ describe('dlm-faults flags', () => {
       lockNames: 3,
       lockThinkMs: 10,
       linNegativeControl: false,
+      lockDelayControl: false,
     });
     const short = campaign(['--short']);
     expect(short.campaign).toMatchObject({
       durationMs: 15_000,
       negativeControl: true,
       linNegativeControl: true,
+      lockDelayControl: true,
       lockDurationMs: 6_000,
       lockDurationsMs: { postgres: 15_000 },
     });

@@ -59,6 +59,10 @@ export function memoryBackend(store: MemoryStore): LockBackend {
         if ('lock' in event) listener(event.lock);
       });
     },
+    async lockDelayOf(name) {
+      open();
+      return store.state(name).holders.length > 0 ? 0 : Math.ceil(store.delayLeft(name));
+    },
     async revoke(name) {
       open();
       const ended = [...store.state(name).holders];
@@ -80,6 +84,7 @@ const capabilities: BackendCapabilities = {
   fairQueue: true,
   expiryEvents: true,
   sharedModes: true,
+  lockDelay: true,
 };
 
 export function ruleOf(request: AcquireRequest): RuleRequest {
@@ -100,9 +105,14 @@ export function acquire(
   // The same owner without the lease's key is another requester.
   const own = holders.find((holder) => holder.owner === owner && holder.keyHash === keyHash);
   const listed = holders.map((holder) => ({ ...holder, own: holder === own }));
-  const decision = decideGrant(rule, holdersOf(listed), aheadOf(rule, ahead));
+  const delayLeft = holders.length === 0 ? Math.ceil(store.delayLeft(name)) : 0;
+  const decision = decideGrant(rule, holdersOf(listed, delayLeft), aheadOf(rule, ahead));
   if (decision.kind === 'conflict') {
     return { decision, result: { granted: false, conflict: decision.conflict } };
+  }
+  if (decision.kind === 'wait' && decision.on === 'delay') {
+    const left = { ttlRemainingMs: delayLeft, lockDelayRemainingMs: delayLeft };
+    return { decision, result: { granted: false, ...left } };
   }
   if (decision.kind === 'wait') {
     const ends = holders.map((holder) => holder.endsAt - Date.now());
@@ -112,9 +122,15 @@ export function acquire(
       : { granted: false };
     return { decision, result };
   }
+  const lockDelayMs = request.lockDelayMs ?? 0;
   const holder =
-    decision.kind === 'refresh' ? own! : store.grant(name, { owner, keyHash, ...rule }, ttlMs);
-  if (decision.kind === 'refresh') store.renew(name, holder, ttlMs);
+    decision.kind === 'refresh'
+      ? own!
+      : store.grant(name, { owner, keyHash, ...rule, lockDelayMs }, ttlMs);
+  if (decision.kind === 'refresh') {
+    holder.lockDelayMs = lockDelayMs;
+    store.renew(name, holder, ttlMs);
+  }
   return {
     decision,
     result: { granted: true, grant: { name, owner, token: holder.token, ttlMs } },

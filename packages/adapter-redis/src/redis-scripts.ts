@@ -584,6 +584,9 @@ local held, hash, owner = parse(current)
 if owner ~= ARGV[1] or hash ~= ARGV[5] then return 0 end
 if tonumber(ARGV[7]) then
   redis.call('SET', KEYS[1], format(ARGV[2], hash, owner), 'PX', ARGV[7])
+  -- The lease's lock-delay starts at its new end.
+  local delay = redis.call('GET', DELAY)
+  if delay then redis.call('SET', DELAY, delay, 'PX', tonumber(ARGV[7]) + tonumber(delay)) end
 elseif held ~= ARGV[2] then
   redis.call('SET', KEYS[1], format(ARGV[2], hash, owner), 'KEEPTTL')
 end

@@ -86,6 +86,8 @@ export interface ServerMetrics {
   hold(end: HoldEnd, seconds: number): void;
   /** A `lock.lost` sent to a holder's session. */
   lost(reason: 'expired' | 'revoked'): void;
+  /** An acquire answered LOCK_HELD because the name was in its lock-delay. */
+  lockDelayed(): void;
   /** A lease granted (or re-acquired) through this server, in `mode`. */
   granted(mode: LockMode): void;
   backend(operation: BackendOperation, seconds: number, failed: boolean): void;
@@ -304,6 +306,11 @@ export function createMetrics(options: { version: string; backend: string }): Se
     help: 'Leases granted (or re-acquired) through this server, by mode.',
     labelName: 'mode',
   });
+  const lockDelayed = new Counter({
+    name: 'dlm_lock_delay_refusals_total',
+    help: 'Acquires answered LOCK_HELD because the name was in its lock-delay (its last lease, asked with lockDelayMs, ended by expiry or revocation).',
+    registers: [registry],
+  });
   const requestBy = new Map<string, Map<string, CounterSeries>>();
 
   return {
@@ -326,6 +333,9 @@ export function createMetrics(options: { version: string; backend: string }): Se
     },
     lost(reason) {
       lostBy[reason].inc();
+    },
+    lockDelayed() {
+      lockDelayed.inc();
     },
     granted(mode) {
       grantsBy[mode].inc();

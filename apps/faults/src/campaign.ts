@@ -51,6 +51,13 @@ export interface CampaignOptions extends WorkloadOptions {
    */
   linNegativeControl?: boolean;
   /**
+   * Add the lock-delay segments on the first backend whose server keeps lock-delays: client
+   * pauses with every exclusive acquire asking for a lock-delay, on the real server (S9 must
+   * not show) and on a planted one whose backend ignores the delay (S9 must show, or the
+   * campaign fails).
+   */
+  lockDelayControl?: boolean;
+  /**
    * Nemesis names per backend for shared-mode segments (a semaphore and a read-write lock side
    * by side, checked for S7); none when absent. Only on backends whose server declares
    * `sharedModes` and strict fencing: the others are skipped with a line saying so.
@@ -100,6 +107,8 @@ export interface CampaignResult {
   negativeControl: { run: boolean; detected: boolean; lostUpdates: number } | undefined;
   /** The linearizability negative control, when asked for and a PostgreSQL backend ran. */
   linNegativeControl?: LinControlReport | undefined;
+  /** The lock-delay segments' negative control, when asked for and a backend keeps lock-delays. */
+  lockDelayControl?: { backend: string; detected: boolean; violations: number } | undefined;
   /** No unexpected violation anywhere, and the negative controls (if run) detected. */
   passed: boolean;
 }
@@ -268,6 +277,52 @@ function lockContention(
   };
 }
 
+/** The lock-delay the lock-delay segments ask for, in TTLs: longer than most client pauses. */
+const LOCK_DELAY_TTLS = 3;
+
+/**
+ * The lock-delay segments (`CampaignOptions.lockDelayControl`): client pauses while every
+ * exclusive acquire asks for a lock-delay of `LOCK_DELAY_TTLS` × TTL, on the real server (its
+ * report joins `reports`: S9 there is a failure) and on a planted server whose backend ignores
+ * the delay (kept out of `reports`: S9 there is the control's detection).
+ */
+async function runLockDelaySegments(
+  run: BackendRun,
+  reports: SegmentReport[],
+): Promise<NonNullable<CampaignResult['lockDelayControl']>> {
+  const { backend, topology, server, options, log } = run;
+  const durationMs = options.durationsMs?.[backend] ?? options.durationMs;
+  const segment = (on: Topology, over: DlmServer, name: string) => {
+    log(`${backend} × client-pause (${name}): ${Math.round(durationMs / 1000)} s`);
+    return runSegment(on, over, {
+      ...options,
+      durationMs,
+      nemesis: nemesisNamed('client-pause')!,
+      lockDelayMs: LOCK_DELAY_TTLS * options.ttlMs,
+      dir: join(run.historyDir, backend, `client-pause-${name.replaceAll(/[^a-z]+/g, '-')}`),
+      log,
+    });
+  };
+  const real = annotate(await segment(topology, server, 'lock-delay'), server, false);
+  reports.push(real);
+  log(`${backend} × client-pause (lock-delay): S9=${real.check.counts.S9}`);
+  // A topology of its own: an embedded server's data dir admits one server.
+  const own = await startTopology(backend);
+  let planted: DlmServer | undefined;
+  try {
+    planted = await startDlmServer(own, { kind: 'no-lock-delay', pauseMs: 0 });
+    const { check } = await segment(own, planted, 'lock-delay, planted: ignored');
+    const violations = check.counts.S9;
+    log(
+      `${backend} × client-pause (lock-delay ignored, planted): S9=${violations}: ${violations ? 'detected' : 'NOT DETECTED'}`,
+    );
+    return { backend, detected: violations > 0, violations };
+  } finally {
+    await planted?.process.kill().catch(() => {});
+    await own.stop().catch(() => {});
+  }
+}
+
 /** The planted grant's pause between its token and its write (planted-early-token.ts). */
 const PLANTED_PAUSE_MS = 50;
 
@@ -376,12 +431,13 @@ interface BackendOutcome {
   errors: string[];
   sharedSkipped: string[];
   linNegativeControl?: LinControlReport;
+  lockDelayControl?: NonNullable<CampaignResult['lockDelayControl']>;
 }
 
 /** The backend's segments, on its own topology and servers (stopped at the end, also on failure). */
 async function runBackend(
   backend: BackendVariant,
-  control: boolean,
+  first: boolean,
   plans: { lock: string[]; shared: string[] },
   options: CampaignOptions,
   historyDir: string,
@@ -396,9 +452,11 @@ async function runBackend(
   const lockNemeses = nemesesNamed(plans.lock);
   const sharedNemeses = nemesesNamed(plans.shared);
   const linControl = options.linNegativeControl === true && backend === 'postgres';
-  if (!nemeses.length && !control && !lockNemeses.length && !sharedNemeses.length && !linControl) {
-    return outcome;
-  }
+  // The negative control and the lock-delay segments run on the campaign's first backend.
+  const control = options.negativeControl && first;
+  const delayControl = options.lockDelayControl === true && first;
+  const planned = nemeses.length || lockNemeses.length || sharedNemeses.length;
+  if (!planned && !control && !linControl && !delayControl) return outcome;
   log(`${backend}: starting`);
   let topology: Topology | undefined;
   let server: DlmServer | undefined;
@@ -419,6 +477,9 @@ async function runBackend(
     }
     if (linControl) {
       outcome.linNegativeControl = await runLinNegativeControl(run);
+    }
+    if (delayControl && server.capabilities.lockDelay) {
+      outcome.lockDelayControl = await runLockDelaySegments(run, outcome.segments);
     }
     // Last: a failure here (no shared grant at all) leaves the other segments' reports whole.
     if (sharedNemeses.length) {
@@ -478,7 +539,7 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
   const outcomes = await inLanes(options.backends, options.lanes ?? 1, (backend, index) =>
     runBackend(
       backend,
-      options.negativeControl && index === 0,
+      index === 0,
       { lock: lockPlan[backend] ?? [], shared: sharedPlan[backend] ?? [] },
       options,
       historyDir,
@@ -489,6 +550,7 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
   const lockSegments = outcomes.flatMap((outcome) => outcome.lockSegments);
   const errors = outcomes.flatMap((outcome) => outcome.errors);
   const sharedSkipped = outcomes.flatMap((outcome) => outcome.sharedSkipped);
+  const lockDelayControl = outcomes.find((outcome) => outcome.lockDelayControl)?.lockDelayControl;
   const linNegativeControl = outcomes.find(
     (outcome) => outcome.linNegativeControl,
   )?.linNegativeControl;
@@ -518,11 +580,13 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
     sharedSkipped,
     negativeControl,
     linNegativeControl,
+    lockDelayControl,
     passed:
       errors.length === 0 &&
       segments.every((segment) => segment.unexpected === 0) &&
       lockSegments.every((segment) => segment.unexpected === 0) &&
       (negativeControl === undefined || negativeControl.detected) &&
-      (linNegativeControl === undefined || linNegativeControl.detected),
+      (linNegativeControl === undefined || linNegativeControl.detected) &&
+      (!options.lockDelayControl || lockDelayControl?.detected === true),
   };
 }

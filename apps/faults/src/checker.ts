@@ -24,12 +24,17 @@ import type {
  *   A holder holds from its grant's reply to its release's request, its reported loss or its
  *   local deadline, whichever comes first: the part of the lease it certainly held, so that a
  *   violation is never one of timing.
+ * - S9 (lock-delay): a lease asked with `lockDelayMs` that ended other than by a release (it
+ *   expired: its holder was paused, cut off or killed) keeps its name from everyone until
+ *   `lockDelayMs` after its end: the next grant of the name is not reported before the earliest
+ *   that end can be (the acquire's send plus its TTL) plus the delay, unless a release of the
+ *   lease was sent before it.
  * - L1: after a holder dies (killed or paused), the lock is free again within its lease
- *   plus `l1BoundMs`.
+ *   (and its lock-delay) plus `l1BoundMs`.
  * - L4: a client reports a lease lost within its local deadline (or, if it was paused then,
  *   its resumption) plus `l4BoundMs`.
  */
-export const PROPERTIES = ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'L1', 'L4'] as const;
+export const PROPERTIES = ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S9', 'L1', 'L4'] as const;
 export type Property = (typeof PROPERTIES)[number];
 
 export interface Violation {
@@ -121,6 +126,8 @@ interface Grant {
   renewals: { okT: number; deadline: number }[];
   releaseInvokeT: number | undefined;
   lostT: number | undefined;
+  /** The lock-delay the acquire asked for (0: none). */
+  lockDelayMs: number;
 }
 
 const INF = Number.POSITIVE_INFINITY;
@@ -317,6 +324,7 @@ function collectGrants(ops: Op[], lostEvents: LostEvent[]) {
       ],
       releaseInvokeT: undefined,
       lostT: undefined,
+      lockDelayMs: op.invoke.lockDelayMs ?? 0,
     };
     grants.push(grant);
     const key = grantKey(op.proc, op.name, op.token);
@@ -420,6 +428,32 @@ function checkS2({ grantsByName }: Checked, flag: Flag): void {
         }
       },
     );
+  }
+}
+
+/**
+ * S9: after a lease with a lock-delay ended uncleanly, the name's next grant (by token) comes no
+ * sooner than the delay after that end. The end is taken at its earliest (the acquire's send
+ * plus its TTL: the server granted it after the send, and extends only move it later), and the
+ * next grant at its latest (its reply), so a flag is a certain violation, not one of timing.
+ */
+function checkS9({ grantsByName }: Checked, flag: Flag): void {
+  for (const [name, list] of grantsByName) {
+    const byToken = [...list].sort((a, b) => (a.token < b.token ? -1 : a.token > b.token ? 1 : 0));
+    byToken.forEach((grant, index) => {
+      const next = byToken[index + 1];
+      if (grant.lockDelayMs <= 0 || next === undefined) return;
+      // A release sent before the next grant was reported may have ended it cleanly.
+      if (grant.releaseInvokeT !== undefined && grant.releaseInvokeT < next.okT) return;
+      const delayEnds = grant.invokeT + grant.ttlMs + grant.lockDelayMs;
+      if (next.okT >= delayEnds) return;
+      flag({
+        property: 'S9',
+        name,
+        t: next.okT,
+        message: `${next.proc} was granted token ${next.token} ${Math.round(delayEnds - next.okT)} ms before the lock-delay (${grant.lockDelayMs} ms) of ${grant.proc}'s unreleased token ${grant.token} had passed`,
+      });
+    });
   }
 }
 
@@ -655,7 +689,8 @@ function checkL1(history: Checked, options: CheckOptions, flag: Flag): number[] 
     const { name } = fault.holding;
     const grant = grantAt(fault.target, name, BigInt(fault.holding.token), fault.t);
     if (!grant) continue;
-    const freeAt = freedAt(ops, grant, fault.t);
+    // A lease asked with a lock-delay frees its name that much later when it ends uncleanly.
+    const freeAt = freedAt(ops, grant, fault.t) + grant.lockDelayMs;
     const others = (acquiresByName.get(name) ?? []).filter((op) => op.proc !== fault.target);
     const contender = others
       .filter((op) => (op.done?.t ?? INF) > freeAt)
@@ -837,6 +872,7 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
   checkS4(history, flag);
   checkS5S6(history, flag);
   checkS7(history, flag);
+  checkS9(history, flag);
   const takeoverMs = checkL1(history, options, flag);
   checkL4(history, options, flag);
   const counts = Object.fromEntries(PROPERTIES.map((p) => [p, 0])) as Record<Property, number>;

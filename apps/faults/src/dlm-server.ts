@@ -27,9 +27,12 @@ async function healthy(port: number): Promise<boolean> {
   }
 }
 
-/** A server for a negative control: `early-token` (planted-early-token.ts), with its pause. */
+/**
+ * A server for a negative control: `early-token` (planted-early-token.ts), with its pause; or
+ * `no-lock-delay`, a backend that says it keeps lock-delays and ignores them (any backend).
+ */
 export interface Plant {
-  kind: 'early-token';
+  kind: 'early-token' | 'no-lock-delay';
   pauseMs: number;
 }
 

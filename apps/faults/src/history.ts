@@ -64,6 +64,8 @@ export interface OpEvent {
   mode?: 'exclusive' | 'shared';
   /** acquire in `shared` mode: the most holders at once that the grant agreed to. */
   limit?: number;
+  /** acquire (invoke and ok): the lock-delay asked for, when above 0. */
+  lockDelayMs?: number;
   /** release ok: whether the server freed the lock (false: the lease had already ended). */
   released?: boolean;
   /** fail/info: the error code and message. */

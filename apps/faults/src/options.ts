@@ -42,6 +42,10 @@ faults, checks the history (S1-S7, L1, L4) and writes a report (Markdown + JSON)
   --lin-negative-control  on a postgres backend, add a linearizability segment on a planted
                         backend whose try-lock takes its token before the row lock (must be
                         flagged; on with --short)
+  --lock-delay-control  on the first backend that keeps lock-delays, add client-pause segments
+                        where every exclusive acquire asks for a lock-delay of 3 × TTL: on the
+                        real server (S9 must not show) and on a planted backend that ignores
+                        the delay (S9 must show; on with --short)
   --shared LIST         nemeses for shared-mode segments (a semaphore of limit 3 and a
                         read-write lock side by side, checked for S7), one segment each, on
                         backends that declare sharedModes and strict fencing (default: none;
@@ -138,7 +142,14 @@ const OPTIONS = {
     'merge',
     'lanes',
   ),
-  ...flagsOf('boolean', 'negative-control', 'no-fencing', 'short', 'lin-negative-control'),
+  ...flagsOf(
+    'boolean',
+    'negative-control',
+    'no-fencing',
+    'short',
+    'lin-negative-control',
+    'lock-delay-control',
+  ),
   help: { type: 'boolean', short: 'h' },
 } as const satisfies FlagOptions;
 
@@ -204,6 +215,7 @@ function campaignOptions(values: Values, short: boolean): Omit<CampaignOptions, 
     lockNames: integerFlag(values['lin-names'], 3, '--lin-names'),
     lockThinkMs: integerFlag(values['lin-think-ms'], 10, '--lin-think-ms', { min: 0 }),
     linNegativeControl: short || values['lin-negative-control'] === true,
+    lockDelayControl: short || values['lock-delay-control'] === true,
     sharedNemeses: (backend) => sharedList ?? (short ? SHORT_SHARED_PLAN[backend] : []),
     sharedDurationMs: parseDuration(values['shared-duration'] ?? '6s', '--shared-duration'),
     ttlMs: integerFlag(values['ttl-ms'], 2_000, '--ttl-ms'),

@@ -47,6 +47,9 @@ export function renderMarkdown(result: CampaignResult): string {
       (result.linNegativeControl
         ? `; linearizability negative control ${result.linNegativeControl.detected ? `detected (${result.linNegativeControl.violations} names flagged in ${result.linNegativeControl.ops} operations with tokens taken before the row lock)` : 'NOT detected'}`
         : '') +
+      (result.lockDelayControl
+        ? `; lock-delay negative control ${result.lockDelayControl.detected ? `detected (${result.lockDelayControl.violations} S9 violations on ${result.lockDelayControl.backend} with the delay ignored)` : 'NOT detected'}`
+        : '') +
       '.',
     '',
   );
@@ -233,6 +236,7 @@ export function mergeReports(jsons: string[]): CampaignResult {
   if (!first) throw new Error('nothing to merge');
   const controls = parts.flatMap((part) => (part.negativeControl ? [part.negativeControl] : []));
   const linControl = parts.find((part) => part.linNegativeControl)?.linNegativeControl;
+  const delayControl = parts.find((part) => part.lockDelayControl)?.lockDelayControl;
   return {
     startedAt: parts.map((part) => part.startedAt).sort()[0]!,
     finishedAt: parts
@@ -257,6 +261,7 @@ export function mergeReports(jsons: string[]): CampaignResult {
         }
       : undefined,
     linNegativeControl: linControl,
+    lockDelayControl: delayControl,
     passed: parts.every((part) => part.passed),
   };
 }

@@ -21,6 +21,8 @@ export interface WorkloadOptions {
   keys: number;
   l1BoundMs: number;
   l4BoundMs: number;
+  /** Every exclusive acquire asks for this lock-delay (ms); absent: none. */
+  lockDelayMs?: number;
 }
 
 export interface SegmentOptions extends WorkloadOptions {
@@ -94,6 +96,8 @@ interface WorkerSetup {
   nemesisLog: HistoryWriter;
   /** Per worker (by its first proc id): what its config differs in; a replacement keeps it. */
   variants: Map<string, WorkerVariant>;
+  /** Every exclusive acquire's lock-delay (ms); absent: none. */
+  lockDelayMs?: number | undefined;
 }
 
 /** A worker's own names and shared-mode workload, where they are not the segment's. */
@@ -123,6 +127,7 @@ async function startWorker(
     extendProbability: 0.25,
     requestTimeoutMs: 5_000,
     role,
+    ...(setup.lockDelayMs ? { lockDelayMs: setup.lockDelayMs } : {}),
     ...variant,
   };
   const managed: ManagedProcess = await startProcess({
@@ -303,6 +308,7 @@ export async function runSegment(
   const names = Array.from({ length: options.keys }, (_, i) => `${tag}/k${i + 1}`);
   const run = await runWorkload(topology, server, options, async (setup) => {
     setup.names = names;
+    setup.lockDelayMs = options.lockDelayMs;
     const workers = await startWorkers(setup, server, options.workers, 'w', 'holder');
     // Meddlers hold nothing, so the nemeses (which pick holders) leave them alone; server and
     // backend faults reach them all the same.

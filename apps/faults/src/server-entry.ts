@@ -15,7 +15,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
-import type { LockBackend } from '@dlm/core';
+import type { AcquireRequest, LockBackend } from '@dlm/core';
 import {
   baseServerOptions,
   createBackend,
@@ -56,11 +56,29 @@ async function planted(config: ServerConfig, clock: SkewClock): Promise<LockBack
   const plant = process.env.DLM_FAULTS_PLANT;
   if (!plant) return undefined;
   const [what, pause] = plant.split(':');
+  if (what === 'no-lock-delay') {
+    return withoutLockDelays(await createBackend(config.backend, createLogger('warn'), { clock }));
+  }
   if (what !== 'early-token' || config.backend.kind !== 'postgres') {
-    throw new Error(`DLM_FAULTS_PLANT=${plant}: only early-token, on postgres`);
+    throw new Error(`DLM_FAULTS_PLANT=${plant}: early-token on postgres, or no-lock-delay`);
   }
   const real = await createBackend(config.backend, createLogger('warn'), { clock });
   return plantEarlyToken(real, config.backend.url, Number(pause ?? 0));
+}
+
+/**
+ * The lock-delay segment's negative control: `real`, declaring lock-delays (so the service takes
+ * `lockDelayMs`) but granting as if none had been asked for. Never used outside the harness.
+ */
+function withoutLockDelays(real: LockBackend): LockBackend {
+  // Everything else is the real backend's (its capabilities read live: Redis's are a getter).
+  return Object.create(real, {
+    capabilities: { get: () => ({ ...real.capabilities, lockDelay: true }) },
+    tryAcquire: {
+      value: ({ lockDelayMs: _ignored, ...request }: AcquireRequest) => real.tryAcquire(request),
+    },
+    lockDelayOf: { value: async () => 0 },
+  }) as LockBackend;
 }
 
 const config = parseConfig(process.argv.slice(2));

@@ -36,6 +36,8 @@ export interface WorkerConfig {
   shared?: { kind: 'semaphore'; limit: number } | { kind: 'read-write'; writeProbability: number };
   /** Clients in this process, each with its own session, looping side by side. Default 1. */
   clients?: number;
+  /** Every exclusive acquire asks for this lock-delay (ms); absent: none. */
+  lockDelayMs?: number;
 }
 
 /** What a worker holds right now, as written to its status file. */

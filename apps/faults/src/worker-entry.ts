@@ -61,6 +61,7 @@ interface OpFields {
   read?: number;
   mode?: 'exclusive' | 'shared';
   limit?: number;
+  lockDelayMs?: number;
 }
 
 function invoke(f: OpName, name: string, extra: OpFields) {
@@ -110,7 +111,8 @@ async function resource(path: string, body: object): Promise<{ status: number; v
 type ModeAsked = { mode: 'shared'; limit?: number } | undefined;
 
 async function acquire(name: string, via = client, asked?: ModeAsked): Promise<Lease | null> {
-  const op = invoke('acquire', name, asked ? { mode: 'shared', ...limitOf(asked) } : {});
+  const delay = !asked && config.lockDelayMs ? { lockDelayMs: config.lockDelayMs } : {};
+  const op = invoke('acquire', name, asked ? { mode: 'shared', ...limitOf(asked) } : delay);
   try {
     // `mode` and `limit` go through as the client passes them on. A client without shared
     // modes leaves them out and its lease says no mode: the grant was exclusive, and is recorded
@@ -120,6 +122,7 @@ async function acquire(name: string, via = client, asked?: ModeAsked): Promise<L
       waitMs: config.waitMs,
       owner: `${config.proc}-${opSeq}-${Math.random().toString(36).slice(2, 8)}`,
       ...asked,
+      ...delay,
     } as AcquireOptions;
     const lease = await via.acquire(name, options);
     const token = lease.token.toString();

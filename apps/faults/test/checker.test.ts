@@ -309,4 +309,36 @@ describe('checker on hand-made histories', () => {
       .end(5_000);
     expect(check(released.events).doubleGrants).toBe(0);
   });
+
+  describe('S9: lock-delay', () => {
+    /** p1 asks for token 1 at 0 (TTL 1 000, delay 2 000) and never releases; p2 gets token 2 at `at`. */
+    const delayedThenP2At = (at: number, release?: number) => {
+      const history = historyBuilder()
+        .acquire('p1', 'x', 0, 1, 1, { lockDelayMs: 2_000 })
+        .lost('p1', 'x', 990, 1);
+      if (release !== undefined) history.release('p1', 'x', release, release + 1, 1, false);
+      return history.acquire('p2', 'x', 500, at, 2).end(5_000).events;
+    };
+
+    it('flags a grant within the delay of an unreleased lease (a backend that ignores it, planted)', () => {
+      const result = check(delayedThenP2At(1_100));
+      expect(result.counts.S9).toBe(1);
+      expect(result.violations.find((v) => v.property === 'S9')?.message).toContain(
+        'before the lock-delay (2000 ms)',
+      );
+    });
+
+    it('passes a grant once the delay after the earliest end has passed', () => {
+      expect(check(delayedThenP2At(3_000)).counts.S9).toBe(0);
+    });
+
+    it('passes a grant after a release that was sent before it (a clean end has no delay)', () => {
+      expect(check(delayedThenP2At(1_100, 200)).counts.S9).toBe(0);
+    });
+
+    it('ignores leases asked without a delay', () => {
+      const events = afterP1Lost().end(5_000).events;
+      expect(check(events).counts.S9).toBe(0);
+    });
+  });
 });

@@ -42,12 +42,14 @@ export function historyBuilder() {
         deadline?: number;
         mode?: 'exclusive' | 'shared';
         limit?: number;
+        lockDelayMs?: number;
       } = {},
     ) {
       const ttlMs = options.ttlMs ?? 1_000;
       const mode = {
         ...(options.mode ? { mode: options.mode } : {}),
         ...(options.limit === undefined ? {} : { limit: options.limit }),
+        ...(options.lockDelayMs === undefined ? {} : { lockDelayMs: options.lockDelayMs }),
       };
       op(proc, 'acquire', name, invokeT, { t: okT }, mode, {
         token: String(token),

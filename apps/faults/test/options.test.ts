@@ -45,6 +45,7 @@ describe('dlm-faults flags', () => {
       lockThinkMs: 10,
       linNegativeControl: false,
       lanes: 1,
+      lockDelayControl: false,
     });
     const short = campaign(['--short']);
     expect(short.campaign).toMatchObject({
@@ -52,6 +53,7 @@ describe('dlm-faults flags', () => {
       durationMs: 15_000,
       negativeControl: true,
       linNegativeControl: true,
+      lockDelayControl: true,
       lockDurationMs: 6_000,
       lockDurationsMs: { postgres: 15_000 },
     });

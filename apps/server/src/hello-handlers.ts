@@ -57,6 +57,7 @@ export function helloHandlers(scope: SessionScope): Handlers<'session.hello' | '
           maxInflight: limits.maxInflight,
           maxLocksPerRequest: bounds.maxLocksPerRequest,
           maxHolders: bounds.maxHolders,
+          maxLockDelayMs: bounds.maxLockDelayMs,
         },
         ...(multi ? { frames: FRAMES_MULTI } : {}),
       };

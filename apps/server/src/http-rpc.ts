@@ -110,7 +110,8 @@ async function serve(
       });
     }
     reply(response, 200, request.id, { error });
-    recordRequest(context.metrics, request, toRpcError(error).data.code, startedAt);
+    const { data } = toRpcError(error);
+    recordRequest(context.metrics, request, data.code, startedAt, data);
   }
 }
 

@@ -359,6 +359,7 @@ function acquireOptions(
   if (params.limit !== undefined) options.limit = params.limit as number;
   if (params.requestRelease !== undefined)
     options.requestRelease = params.requestRelease as boolean;
+  if (params.lockDelayMs !== undefined) options.lockDelayMs = params.lockDelayMs as number;
   if (signal) options.signal = signal;
   return options;
 }
@@ -465,7 +466,16 @@ async function getLock(session: LockSession, params: Record<string, unknown>) {
   const state = await session.service.get(name);
   // The waiters this server counts: its own (the scope says so).
   const waiters = { waiters: session.service.waiters(name), waitersScope: 'server' as const };
-  if (!state) return { name, held: false, ...waiters };
+  if (!state) {
+    // Free: in its lock-delay (an expiry or revocation not long ago), it says for how long.
+    const lockDelayRemainingMs = await session.service.lockDelayOf(name);
+    return {
+      name,
+      held: false,
+      ...waiters,
+      ...(lockDelayRemainingMs > 0 && { lockDelayRemainingMs }),
+    };
+  }
   return { ...heldState(state), name, ...waiters };
 }
 

@@ -91,6 +91,8 @@ export interface ServerMetrics {
    * `requestRelease` that had to wait), or `delivered`: heard by a lease followed here.
    */
   releaseRequest(event: ReleaseRequestEvent): void;
+  /** An acquire answered LOCK_HELD because the name was in its lock-delay. */
+  lockDelayed(): void;
   /** A lease granted (or re-acquired) through this server, in `mode`. */
   granted(mode: LockMode): void;
   backend(operation: BackendOperation, seconds: number, failed: boolean): void;
@@ -318,6 +320,11 @@ export function createMetrics(options: { version: string; backend: string }): Se
     help: 'Release requests asked through this server (that found holders) and release requests heard by leases held through this server, by event (asked, delivered).',
     labelName: 'event',
   });
+  const lockDelayed = new Counter({
+    name: 'dlm_lock_delay_refusals_total',
+    help: 'Acquires answered LOCK_HELD because the name was in its lock-delay (its last lease, asked with lockDelayMs, ended by expiry or revocation).',
+    registers: [registry],
+  });
   const requestBy = new Map<string, Map<string, CounterSeries>>();
 
   return {
@@ -343,6 +350,9 @@ export function createMetrics(options: { version: string; backend: string }): Se
     },
     releaseRequest(event) {
       releaseRequestsBy[event].inc();
+    },
+    lockDelayed() {
+      lockDelayed.inc();
     },
     granted(mode) {
       grantsBy[mode].inc();

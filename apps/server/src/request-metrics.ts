@@ -12,7 +12,8 @@ function waitOutcome(code: string): WaitOutcome {
 
 /**
  * Counts and times one answered request: what only the protocol layer sees (the method, the
- * code the client got, how long it waited for its answer). Lock activity itself is observed in
+ * code the client got, how long it waited for its answer, and an error's `data`: a refusal by a
+ * lock-delay). Lock activity itself is observed in
  * core, through the server's lock observer.
  */
 export function recordRequest(
@@ -20,8 +21,10 @@ export function recordRequest(
   request: RpcRequest,
   code: string,
   startedAt: number,
+  data?: { lockDelayRemainingMs?: unknown },
 ): void {
   metrics.request(request.method, code);
+  if (data?.lockDelayRemainingMs !== undefined) metrics.lockDelayed();
   const { method } = request;
   if (method === 'lock.acquire') {
     const seconds = (performance.now() - startedAt) / 1000;

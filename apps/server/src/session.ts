@@ -273,7 +273,7 @@ class ProtocolSession implements Session, SessionScope {
     }
     const rpcError = toRpcError(error);
     this.send({ jsonrpc: '2.0', id: request.id, error: rpcError });
-    recordRequest(context.metrics, request, rpcError.data.code, startedAt);
+    recordRequest(context.metrics, request, rpcError.data.code, startedAt, rpcError.data);
     if (rpcError.data.code === 'UNAUTHENTICATED') {
       context.metrics.connectionEnded('unauthenticated');
       context.logger.warn('authentication failed', {

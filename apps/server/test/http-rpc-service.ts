@@ -101,6 +101,7 @@ export async function httpRpcService(backend: LockBackend): Promise<LockService>
     limits: {
       ...DEFAULT_LIMITS,
       minTtlMs: Math.max(DEFAULT_LIMITS.minTtlMs, backend.capabilities.minTtlMs),
+      maxLockDelayMs: backend.capabilities.lockDelay ? DEFAULT_LIMITS.maxLockDelayMs : 0,
     },
     async acquire({ signal, onLost: _onLost, aroundBackendCall: _around, ...params }) {
       const leaseKey = keyOfOwner([params.name], params.owner, params.leaseKey);
@@ -165,6 +166,12 @@ export async function httpRpcService(backend: LockBackend): Promise<LockService>
     async check(name, held) {
       const answer = await call<{ current: boolean }>('lock.check', { name, token: token(held) });
       return answer.current;
+    },
+    async lockDelayOf(name) {
+      const state = await call<{ held: boolean; lockDelayRemainingMs?: number }>('lock.get', {
+        name,
+      });
+      return state.held ? 0 : (state.lockDelayRemainingMs ?? 0);
     },
     holds: (name, held) => keys.has(keyId(name, held)),
     waiters: (name) => waiting.get(name) ?? 0,

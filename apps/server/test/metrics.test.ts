@@ -62,6 +62,7 @@ describe('GET /metrics', () => {
       'dlm_lock_waiters',
       'dlm_sessions',
       'dlm_locks_lost_total',
+      'dlm_lock_delay_refusals_total',
       'dlm_backend_errors_total',
       'dlm_backend_duration_seconds',
       'process_cpu_user_seconds_total',
@@ -171,6 +172,23 @@ describe('GET /metrics', () => {
       sample(text, 'dlm_lock_hold_seconds_count', { end }) ?? 0;
     expect(ended(after, 'expired') - ended(before, 'expired')).toBe(1);
     expect(ended(after, 'revoked') - ended(before, 'revoked')).toBe(1);
+    await end(peer, other);
+  });
+});
+
+describe('lock-delay refusals', () => {
+  it('counts acquires refused because the name is in its lock-delay, and no other refusal', async () => {
+    const refusals = (text: string) => sample(text, 'dlm_lock_delay_refusals_total') ?? 0;
+    const before = await scrape(server);
+    const peer = await session();
+    const other = await session();
+    await peer.call('lock.acquire', { name: 'delayed/held', ttlMs: 10_000 });
+    await other.call('lock.acquire', { name: 'delayed/held', ttlMs: 1_000 }).catch(() => {});
+    expect(refusals(await scrape(server)) - refusals(before)).toBe(0);
+    await peer.call('lock.acquire', { name: 'delayed/x', ttlMs: 150, lockDelayMs: 5_000 });
+    await peer.nextNotification('lock.lost');
+    await other.call('lock.acquire', { name: 'delayed/x', ttlMs: 1_000 }).catch(() => {});
+    expect(refusals(await scrape(server)) - refusals(before)).toBe(1);
     await end(peer, other);
   });
 });

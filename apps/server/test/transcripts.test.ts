@@ -8,7 +8,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocketServer } from 'ws';
 import { type BackendConfig, type RunningServer, startServer } from '../src/index.js';
-import { serverConfigurations } from './server-configurations.js';
+import { replays, serverConfigurations } from './server-configurations.js';
 
 const transcripts = loadTranscripts();
 const byName = new Map(transcripts.map((t) => [t.name, t]));
@@ -66,7 +66,7 @@ for (const configuration of serverConfigurations()) {
     }, 60_000);
     afterAll(() => configuration.stop());
 
-    for (const transcript of transcripts) {
+    for (const transcript of transcripts.filter((one) => replays(configuration, one))) {
       it(`${transcript.name}: ${transcript.description}`, { timeout: 30_000 }, async () => {
         const server = await startServer({ port: 0, backendConfig: backendConfig() });
         try {

@@ -50,6 +50,8 @@ class LockInfo:
     #: ``"server"`` (the answering server's). None from servers that predate them.
     waiters: int | None = None
     waiters_scope: str | None = None
+    #: Free, but in its lock-delay (see ``acquire``'s ``lock_delay_ms``) for this long yet.
+    lock_delay_remaining_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,14 @@ class LockHolder:
 
 
 _MODES = ("exclusive", "shared")
+
+
+def _lock_delay_fields(lock_delay_ms: int) -> dict[str, Any]:
+    """``lockDelayMs`` as sent (nothing for 0), checked as the server checks it."""
+    if isinstance(lock_delay_ms, bool) or not isinstance(lock_delay_ms, int) or lock_delay_ms < 0:
+        raise DlmError("INVALID_PARAMS", "lockDelayMs must be an integer number of milliseconds >= 0",
+                       {"field": "lockDelayMs"})
+    return {"lockDelayMs": lock_delay_ms} if lock_delay_ms > 0 else {}
 
 
 def _mode_fields(mode: str | None, limit: int | None) -> dict[str, Any]:
@@ -402,7 +412,8 @@ class Client:
                 owner: str | None = None, lease_key: str | None = None, *,
                 mode: str | None = None, limit: int | None = None,
                 request_release: bool = False,
-                on_queued: Callable[[int], None] | None = None) -> Lease:
+                on_queued: Callable[[int], None] | None = None,
+                lock_delay_ms: int = 0) -> Lease:
         """Acquires ``name`` for ``ttl_ms``, waiting up to ``wait_ms`` (server-side, first come
         first served) while another owner holds it.
 
@@ -418,6 +429,13 @@ class Client:
         ``limit``, a semaphore's permit with it; see :meth:`semaphore` and
         :meth:`read_write_lock`); every holder of a name must use the same ``limit``.
 
+        ``lock_delay_ms`` (exclusive only, up to the server's ``maxLockDelayMs``, 60,000): when
+        this lease ends by expiry or revocation, nobody is granted the name until that long
+        after the end (a release ends it with none); meanwhile others get LOCK_HELD with
+        ``data["lockDelayRemainingMs"]`` and :meth:`get` says ``lock_delay_remaining_ms``. Such
+        a lease is not released in the background at its local deadline: the server's expiry
+        starts the delay.
+
         Raises DlmError: LOCK_HELD (``data["ttlRemainingMs"]`` when known) when the lock stays
         held, UNAVAILABLE (``data["indeterminate"]`` when the request may have reached the
         server) when there is no answer, INVALID_PARAMS for a bad argument (``data["field"]``;
@@ -430,14 +448,17 @@ class Client:
         place among the waiters when it starts waiting and whenever that place changes (the
         server's ``lock.queued``; the acquire is sent with ``progress: true``).
         """
-        fields: dict[str, Any] = {"name": name, **_mode_fields(mode, limit)}
+        fields: dict[str, Any] = {"name": name, **_mode_fields(mode, limit),
+                                  **_lock_delay_fields(lock_delay_ms)}
         if request_release:
             fields["requestRelease"] = True
         if on_queued is not None and wait_ms > 0:
             fields["progress"] = True
         result, sent_at, key = self._send_grant_request(
             "lock.acquire", [name], fields, ttl_ms, wait_ms, owner, lease_key, on_queued)
-        return self._lease_of(result, sent_at, wait_ms, ttl_ms, key)
+        lease = self._lease_of(result, sent_at, wait_ms, ttl_ms, key)
+        lease._release_at_deadline = lock_delay_ms == 0
+        return lease
 
     def _send_grant_request(self, method: str, names: list[str], fields: dict[str, Any],
                             ttl_ms: int, wait_ms: int, owner: str | None,
@@ -562,10 +583,13 @@ class Client:
         return next(iter(keys)) if len(keys) == 1 else secrets.token_urlsafe(16)
 
     def try_acquire(self, name: str, ttl_ms: int, owner: str | None = None, *,
-                    mode: str | None = None, limit: int | None = None) -> Lease | None:
-        """Acquires ``name`` if it can be had now; None when it is held (or, shared, full)."""
+                    mode: str | None = None, limit: int | None = None,
+                    lock_delay_ms: int = 0) -> Lease | None:
+        """Acquires ``name`` if it can be had now; None when it is held (or, shared, full, or in
+        its lock-delay)."""
         try:
-            return self.acquire(name, ttl_ms, 0, owner, mode=mode, limit=limit)
+            return self.acquire(name, ttl_ms, 0, owner, mode=mode, limit=limit,
+                                lock_delay_ms=lock_delay_ms)
         except DlmError as error:
             if error.code == "LOCK_HELD":
                 return None
@@ -584,7 +608,8 @@ class Client:
         result, _ = self._call("lock.get", {"name": name})
         if not result.get("held"):
             return LockInfo(name=result["name"], held=False, waiters=result.get("waiters"),
-                            waiters_scope=result.get("waitersScope"))
+                            waiters_scope=result.get("waitersScope"),
+                            lock_delay_remaining_ms=result.get("lockDelayRemainingMs"))
         listed = result.get("holders") or [result]
         holders = tuple(LockHolder(owner=h.get("owner", ""), token=_token(h.get("token")) or 0,
                                    ttl_remaining_ms=int(h.get("ttlRemainingMs", 0)))

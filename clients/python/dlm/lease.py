@@ -89,6 +89,8 @@ class Lease(_ReleasedOnExit):
         self._ended = False
         self._released = False
         self._deadline = 0.0
+        # False for a lease asked with a lock-delay: its end is left to the server's expiry.
+        self._release_at_deadline = True
         self._timer: threading.Timer | None = None
         # Told once when the lease is lost (a LeaseGroup's own ``lost``).
         self._on_lost: list[Callable[[], None]] = []
@@ -200,7 +202,7 @@ class Lease(_ReleasedOnExit):
                 return
         # Nobody here relies on the lease any more, but the server may hold it a little longer:
         # free it for the next holder.
-        if self._lose("deadline"):
+        if self._lose("deadline") and self._release_at_deadline:
             self._client._release_in_background(self.name, self.token, self._lease_key)
 
     def _end(self, lost_reason: str | None) -> bool:

@@ -64,6 +64,10 @@ export function memoryBackend(store: MemoryStore): LockBackend {
       open();
       store.ask(name, reason);
     },
+    async lockDelayOf(name) {
+      open();
+      return store.state(name).holders.length > 0 ? 0 : Math.ceil(store.delayLeft(name));
+    },
     async revoke(name) {
       open();
       const ended = [...store.state(name).holders];
@@ -85,6 +89,7 @@ const capabilities: BackendCapabilities = {
   fairQueue: true,
   expiryEvents: true,
   sharedModes: true,
+  lockDelay: true,
 };
 
 export function ruleOf(request: AcquireRequest): RuleRequest {
@@ -105,9 +110,14 @@ export function acquire(
   // The same owner without the lease's key is another requester.
   const own = holders.find((holder) => holder.owner === owner && holder.keyHash === keyHash);
   const listed = holders.map((holder) => ({ ...holder, own: holder === own }));
-  const decision = decideGrant(rule, holdersOf(listed), aheadOf(rule, ahead));
+  const delayLeft = holders.length === 0 ? Math.ceil(store.delayLeft(name)) : 0;
+  const decision = decideGrant(rule, holdersOf(listed, delayLeft), aheadOf(rule, ahead));
   if (decision.kind === 'conflict') {
     return { decision, result: { granted: false, conflict: decision.conflict } };
+  }
+  if (decision.kind === 'wait' && decision.on === 'delay') {
+    const left = { ttlRemainingMs: delayLeft, lockDelayRemainingMs: delayLeft };
+    return { decision, result: { granted: false, ...left } };
   }
   if (decision.kind === 'wait') {
     const ends = holders.map((holder) => holder.endsAt - Date.now());
@@ -117,9 +127,15 @@ export function acquire(
       : { granted: false };
     return { decision, result };
   }
+  const lockDelayMs = request.lockDelayMs ?? 0;
   const holder =
-    decision.kind === 'refresh' ? own! : store.grant(name, { owner, keyHash, ...rule }, ttlMs);
-  if (decision.kind === 'refresh') store.renew(name, holder, ttlMs);
+    decision.kind === 'refresh'
+      ? own!
+      : store.grant(name, { owner, keyHash, ...rule, lockDelayMs }, ttlMs);
+  if (decision.kind === 'refresh') {
+    holder.lockDelayMs = lockDelayMs;
+    store.renew(name, holder, ttlMs);
+  }
   return {
     decision,
     result: { granted: true, grant: { name, owner, token: holder.token, ttlMs } },

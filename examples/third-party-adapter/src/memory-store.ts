@@ -14,6 +14,8 @@ export interface Holder {
   limit: number;
   /** `Date.now()` at which the lease ends (the store's own clock). */
   endsAt: number;
+  /** Its lock-delay (exclusive only; 0: none): see `NameState.delayUntil`. */
+  lockDelayMs: number;
   timer: ReturnType<typeof setTimeout>;
 }
 
@@ -30,6 +32,11 @@ export type StoreEvent = { lock: LockEvent } | { left: string };
 interface NameState {
   holders: Holder[];
   queue: Entry[];
+  /**
+   * `Date.now()` until which nobody is granted the name: set in the step that ends a holder
+   * with a lock-delay by expiry (its end plus the delay) or revocation (now plus the delay).
+   */
+  delayUntil?: number;
 }
 
 export class MemoryStore {
@@ -63,6 +70,12 @@ export class MemoryStore {
   }
 
   /** Adds a holder (a fresh grant): its lease ends by itself at `ttlMs`. */
+  /** How long the name's lock-delay has left (0: none). */
+  delayLeft(name: string): number {
+    const until = this.state(name).delayUntil;
+    return until === undefined ? 0 : Math.max(0, until - Date.now());
+  }
+
   grant(name: string, holder: Omit<Holder, 'token' | 'endsAt' | 'timer'>, ttlMs: number): Holder {
     const state = this.state(name);
     const token = this.nextToken();
@@ -100,6 +113,10 @@ export class MemoryStore {
     if (!state || at < 0) return;
     clearTimeout(holder.timer);
     state.holders.splice(at, 1);
+    if (holder.lockDelayMs > 0 && type !== 'released') {
+      const end = type === 'expired' ? holder.endsAt : Date.now();
+      state.delayUntil = Math.max(state.delayUntil ?? 0, end + holder.lockDelayMs);
+    }
     const { token, owner, mode } = holder;
     this.tell(name, { lock: { name, type, token, owner, mode, holders: state.holders.length } });
     this.forgetIfIdle(name, state);
@@ -141,6 +158,9 @@ export class MemoryStore {
   }
 
   private forgetIfIdle(name: string, state: NameState): void {
-    if (state.holders.length === 0 && state.queue.length === 0) this.names.delete(name);
+    if (state.holders.length > 0 || state.queue.length > 0) return;
+    // A name in its lock-delay is kept until the delay has passed.
+    if ((state.delayUntil ?? 0) > Date.now()) return;
+    this.names.delete(name);
   }
 }

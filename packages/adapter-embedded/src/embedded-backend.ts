@@ -4,6 +4,7 @@ import { createDeadlineHeap } from './deadline-heap.js';
 import { type Journal, openJournal, type RecoveredLease } from './journal.js';
 import type { JournalRecord } from './journal-format.js';
 import { type Held, type Lease, SharedHolders } from './lease.js';
+import { LockDelays } from './lock-delays.js';
 import { createWatchers, type Watchers } from './watchers.js';
 
 export interface EmbeddedBackendOptions {
@@ -72,6 +73,7 @@ export async function embeddedBackend(
     fairQueue: false,
     expiryEvents: true,
     sharedModes: true,
+    lockDelay: true,
   };
   return {
     kind: 'embedded',
@@ -83,6 +85,7 @@ export async function embeddedBackend(
     watch: (name, listener) => store.watch(name, listener),
     revoke: (name) => store.revoke(name),
     requestRelease: (name, reason) => store.requestRelease(name, reason),
+    lockDelayOf: (name) => store.lockDelayOf(name),
     list: (prefix) => store.list(prefix),
     close: () => store.close(),
   };
@@ -93,6 +96,8 @@ class EmbeddedStore {
   /** Per held name: its one exclusive lease itself, or its shared holders. */
   private readonly leases = new Map<string, Held>();
   private readonly heap = createDeadlineHeap();
+  /** Lock-delays: after an expiry or revocation, nobody is granted the name for a while. */
+  private readonly delays = new LockDelays();
   private readonly watchers: Watchers;
   private nextToken = 1n;
   /** With a journal: tokens up to here are covered by a persisted high-water mark. */
@@ -155,6 +160,7 @@ class EmbeddedStore {
     // The journal's own copy is not read again, and it would stay as long as the journal: a
     // record and a map entry more for every recovered lease.
     recovered.clear();
+    this.delays.recover(journal.recovered.delays, now);
     this.armTimer();
   }
 
@@ -180,6 +186,7 @@ class EmbeddedStore {
       if (held instanceof SharedHolders) for (const lease of held.holders) add(lease, held.limit);
       else add(held, undefined);
     }
+    records.push(...this.delays.snapshot(now));
     return records;
   }
 
@@ -234,11 +241,15 @@ class EmbeddedStore {
       this.leases.delete(lease.name);
     }
     this.heap.remove(lease);
-    const durable = this.journal?.append({
+    let durable = this.journal?.append({
       type: 'end',
       name: lease.name,
       token: lease.token,
     });
+    if (type === 'released' || type === 'revoked') {
+      const delay = this.delays.ended(lease.name, lease.token, type, this.clock.now());
+      if (delay !== undefined) durable = this.journal?.append(delay) ?? durable;
+    }
     if (this.watchers.has(lease.name)) {
       this.watchers.enqueue({
         name: lease.name,
@@ -316,12 +327,20 @@ class EmbeddedStore {
     const held = this.leases.get(name);
     // The holder this request refreshes (the same owner with the same key): core's rule decides.
     let lease = held === undefined ? undefined : ownHolder(held, owner, keyHash);
+    const delayMs = held === undefined ? this.delays.remainingMs(name, now) : 0;
     const decision = decideGrant(
       { mode: shared ? 'shared' : 'exclusive', limit: limit ?? 1 },
-      held === undefined ? FREE : ruleHolders(held, lease),
+      held === undefined ? { count: 0, lockDelayRemainingMs: delayMs } : ruleHolders(held, lease),
     );
     if (decision.kind === 'conflict') {
       return this.answer({ granted: false, conflict: decision.conflict } as core.AcquireResult);
+    }
+    if (decision.kind === 'wait' && decision.on === 'delay') {
+      return this.answer({
+        granted: false,
+        ttlRemainingMs: delayMs,
+        lockDelayRemainingMs: delayMs,
+      });
     }
     if (decision.kind === 'wait') {
       // Never behind an entry: this backend has no queue (core's FIFO holds the waits).
@@ -351,7 +370,7 @@ class EmbeddedStore {
       this.restart(lease, now + ttl);
     }
     this.armTimer();
-    const durable = this.journal?.append({
+    let durable = this.journal?.append({
       type: 'grant',
       name,
       owner,
@@ -361,6 +380,16 @@ class EmbeddedStore {
       keyHash,
       limit,
     });
+    if (!shared) {
+      const delay = this.delays.granted(
+        name,
+        lease.token,
+        request.lockDelayMs ?? 0,
+        now + ttl,
+        now,
+      );
+      if (delay !== undefined) durable = this.journal?.append(delay) ?? durable;
+    }
     this.watchers.drain();
     const granted = lease;
     const result: core.AcquireResult = {
@@ -407,13 +436,15 @@ class EmbeddedStore {
     if (lease === undefined || !holds(lease, token, keyHash)) return this.answer(null);
     this.restart(lease, now + ttl);
     this.armTimer();
-    const durable = this.journal?.append({
+    let durable = this.journal?.append({
       type: 'extend',
       name,
       token,
       ttlMs: ttl,
       wallMs: Date.now(),
     });
+    const delay = this.delays.extended(name, token, now + ttl, now);
+    if (delay !== undefined) durable = this.journal?.append(delay) ?? durable;
     this.watchers.drain();
     const grant: core.Grant = { name, owner: lease.owner, token, ttlMs: ttl };
     if (durable === undefined) return Promise.resolve(grant);
@@ -429,6 +460,14 @@ class EmbeddedStore {
     this.expireDue(now);
     const held = this.leases.get(name);
     return this.answer(held === undefined ? null : state(held, now));
+  }
+
+  lockDelayOf(name: string): Promise<number> {
+    const refused = this.refuse();
+    if (refused !== undefined) return Promise.reject(refused);
+    const now = this.clock.now();
+    this.expireDue(now);
+    return this.answer(this.leases.has(name) ? 0 : this.delays.remainingMs(name, now));
   }
 
   watch(name: string, listener: (event: core.LockEvent) => void): core.Unsubscribe {
@@ -487,8 +526,6 @@ class EmbeddedStore {
     await this.journal?.close();
   }
 }
-
-const FREE: RuleHolders = { count: 0 };
 
 /** The holder of `held` with this owner and key hash (another key is another requester). */
 function ownHolder(held: Held, owner: string, keyHash: string | undefined): Lease | undefined {

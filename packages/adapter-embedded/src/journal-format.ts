@@ -12,6 +12,9 @@ import { crc32 } from 'node:zlib';
  * An exclusive grant is `['g', name, owner, token, ttlMs, wallMs, keyHash?]` (the format of every
  * version); a shared grant is `['s', name, owner, token, ttlMs, wallMs, limit, keyHash?]`, a
  * type older versions do not know, so a journal written before shared modes reads unchanged.
+ * A name's lock-delay is `['d', name, token, ms, wallMs, delayMs]`: nobody is granted the name
+ * until `ms` after `wallMs` (0: none), kept by the lease `token` whose delay is `delayMs`, written whenever it changes (a grant or extend of a lease with a
+ * lock-delay: until its end plus the delay; a release: none; a revocation: the delay from then).
  */
 
 export const JOURNAL_MAGIC = Buffer.from('DLMJRNL1', 'latin1');
@@ -35,6 +38,8 @@ export type JournalRecord =
   | { type: 'extend'; name: string; token: bigint; ttlMs: number; wallMs: number }
   /** The lease with `token` ended: released, revoked or expired. */
   | { type: 'end'; name: string; token: bigint }
+  /** Nobody is granted `name` until `ms` after `wallMs` (its lock-delay; 0: none). */
+  | { type: 'delay'; name: string; token: bigint; ms: number; wallMs: number; delayMs: number }
   /** Tokens up to and including `token` may have been handed out. */
   | { type: 'high-water'; token: bigint };
 
@@ -65,6 +70,15 @@ export function encodeRecord(record: JournalRecord): string {
       return JSON.stringify(['e', record.name, record.token.toString()]);
     case 'high-water':
       return JSON.stringify(['h', record.token.toString()]);
+    case 'delay':
+      return JSON.stringify([
+        'd',
+        record.name,
+        record.token.toString(),
+        record.ms,
+        record.wallMs,
+        record.delayMs,
+      ]);
   }
 }
 
@@ -165,6 +179,13 @@ function decodePayload(text: string): JournalRecord | undefined {
     case 'h':
       if (isToken(a)) return { type: 'high-water', token: BigInt(a) };
       return undefined;
+    case 'd': {
+      const delayMs = fields[4];
+      if (isText(a) && isToken(b) && isMs(c) && isMs(d) && isMs(delayMs)) {
+        return { type: 'delay', name: a, token: BigInt(b), ms: c, wallMs: d, delayMs };
+      }
+      return undefined;
+    }
     default:
       return undefined;
   }

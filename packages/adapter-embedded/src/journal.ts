@@ -59,8 +59,20 @@ export interface RecoveredLease {
 /** A name's holders as last journaled: its one exclusive lease, or its shared ones by token. */
 export type RecoveredHolders = RecoveredLease | Map<bigint, RecoveredLease>;
 
+/** A name's lock-delay as last journaled: it runs until `ms` after `wallMs`. */
+export interface RecoveredDelay {
+  /** The lease that keeps it (a release by that lease ends it). */
+  token: bigint;
+  /** The lease's own delay (a later extend of it starts from its new end). */
+  delayMs: number;
+  ms: number;
+  wallMs: number;
+}
+
 export interface RecoveredState {
   leases: Map<string, RecoveredHolders>;
+  /** Lock-delays as last journaled, by name (those that ended are dropped at recovery). */
+  delays: Map<string, RecoveredDelay>;
   /** No token above this was ever handed out (0n for a new data dir). */
   highWater: bigint;
 }
@@ -127,6 +139,7 @@ export async function openJournal(options: JournalOptions): Promise<Journal> {
     });
     const parsed = parseJournal(data ?? Buffer.alloc(0));
     const leases = new Map<string, RecoveredHolders>();
+    const delays = new Map<string, RecoveredDelay>();
     for (const record of parsed.records) {
       switch (record.type) {
         case 'grant': {
@@ -164,6 +177,12 @@ export async function openJournal(options: JournalOptions): Promise<Journal> {
         case 'high-water':
           if (record.token > highWater) highWater = record.token;
           break;
+        case 'delay':
+          if (record.ms > 0) {
+            const { token, ms, wallMs, delayMs } = record;
+            delays.set(record.name, { token, ms, wallMs, delayMs });
+          } else delays.delete(record.name);
+          break;
       }
     }
 
@@ -197,7 +216,7 @@ export async function openJournal(options: JournalOptions): Promise<Journal> {
       highWaterPath,
       handle,
       size,
-      recovered: { leases, highWater },
+      recovered: { leases, delays, highWater },
       unlockDir,
     });
   }

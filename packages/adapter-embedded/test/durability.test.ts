@@ -155,6 +155,33 @@ describe('embedded backend durability (dataDir)', () => {
     expect((await granted(second, 'churn', 'x', 1000)).token).toBeGreaterThan(last);
   });
 
+  it('keeps lock-delays across reopen and compaction, and forgets one its lease released', async () => {
+    const dataDir = tempDir('embedded');
+    const first = await opened({ dataDir, compactAfterBytes: 4_096 });
+    const delayed = (name: string, ttlMs: number) =>
+      first.tryAcquire({ name, owner: 'a', ttlMs, keyHash: undefined, lockDelayMs: 30_000 });
+    await delayed('revoked', 60_000);
+    await first.revoke!('revoked');
+    const live = await delayed('live', 60_000);
+    const released = await delayed('released', 60_000);
+    if (!released.granted || !live.granted) throw new Error('not granted');
+    await first.release({ name: 'released', token: released.grant.token });
+    // Enough records to compact: the delays must be in the snapshot.
+    for (let i = 0; i < 300; i++) {
+      const { token } = await granted(first, 'churn', `owner-${i}`, 60_000);
+      await first.release({ name: 'churn', token });
+    }
+    await first.close();
+    const second = await opened({ dataDir, compactAfterBytes: 4_096 });
+    expect(await second.lockDelayOf!('revoked')).toBeGreaterThan(20_000);
+    const refused = await second.tryAcquire({ name: 'revoked', owner: 'b', ttlMs: 1_000 });
+    expect(refused).toMatchObject({ granted: false, lockDelayRemainingMs: expect.any(Number) });
+    expect(await second.lockDelayOf!('released')).toBe(0);
+    // The live lease keeps its delay for its end: revoked now, it starts from now.
+    expect(await second.revoke!('live')).toBe(true);
+    expect(await second.lockDelayOf!('live')).toBeGreaterThan(29_000);
+  });
+
   it('keeps the valid prefix of a journal with a torn, garbage tail and logs one line', async () => {
     const dataDir = tempDir('embedded');
     const first = await opened({ dataDir });

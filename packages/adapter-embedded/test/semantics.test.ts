@@ -25,7 +25,7 @@ describe('embedded backend semantics (in memory, manual clock)', () => {
     const { fencing, minTtlMs, ttlGranularityMs, ...flags } = backend.capabilities;
     expect([fencing, minTtlMs, ttlGranularityMs]).toEqual(['strict', 1, 1]);
     const declared = { durableAcrossRestart: false, fairQueue: false, expiryEvents: true };
-    expect(flags).toEqual({ ...declared, sharedModes: true });
+    expect(flags).toEqual({ ...declared, sharedModes: true, lockDelay: true });
   });
 
   it('grants a free lock and refuses another owner with the remaining TTL', async () => {
@@ -242,6 +242,57 @@ describe('embedded backend semantics (in memory, manual clock)', () => {
     expect(calls).toEqual(['second', 'third', 'third']);
     expect((await grant('a', 'bob', 10)).owner).toBe('bob');
   });
+
+  it('holds a name back for lockDelayMs after an expiry, to the millisecond, then grants it', async () => {
+    const first = await backend.tryAcquire({
+      name: 'd',
+      owner: 'a',
+      ttlMs: 500,
+      lockDelayMs: 1000,
+    });
+    expect(first.granted).toBe(true);
+    clock.advance(500);
+    expect(await backend.inspect('d')).toBeNull();
+    expect(await backend.tryAcquire({ name: 'd', owner: 'b', ttlMs: 500 })).toEqual({
+      granted: false,
+      ttlRemainingMs: 1000,
+      lockDelayRemainingMs: 1000,
+    });
+    clock.advance(999);
+    expect(await backend.lockDelayOf!('d')).toBe(1);
+    expect((await backend.tryAcquire({ name: 'd', owner: 'b', ttlMs: 500 })).granted).toBe(false);
+    clock.advance(1);
+    expect(await backend.lockDelayOf!('d')).toBe(0);
+    const next = await backend.tryAcquire({ name: 'd', owner: 'b', ttlMs: 500 });
+    expect(next.granted && next.grant.token).toBe(2n);
+  });
+
+  it('ends a lease with a lock-delay with no delay on release, and from the moment of a revoke', async () => {
+    const held = await grantWithDelay('r', 10_000, 1000);
+    expect(await backend.release({ name: 'r', token: held })).toBe(true);
+    expect((await backend.tryAcquire({ name: 'r', owner: 'b', ttlMs: 500 })).granted).toBe(true);
+    await grantWithDelay('v', 10_000, 1000);
+    clock.advance(3000);
+    expect(await backend.revoke!('v')).toBe(true);
+    clock.advance(999);
+    expect(await backend.lockDelayOf!('v')).toBe(1);
+    clock.advance(1);
+    expect((await backend.tryAcquire({ name: 'v', owner: 'b', ttlMs: 500 })).granted).toBe(true);
+  });
+
+  it('starts the delay at the end an extend moved the lease to', async () => {
+    const held = await grantWithDelay('x', 500, 1000);
+    clock.advance(400);
+    expect(await backend.extend({ name: 'x', token: held, ttlMs: 2000 })).not.toBeNull();
+    clock.advance(2000);
+    expect(await backend.lockDelayOf!('x')).toBe(1000);
+  });
+
+  const grantWithDelay = async (name: string, ttlMs: number, lockDelayMs: number) => {
+    const result = await backend.tryAcquire({ name, owner: 'a', ttlMs, lockDelayMs });
+    if (!result.granted) throw new Error('not granted');
+    return result.grant.token;
+  };
 
   it('rejects every operation with UNAVAILABLE after close', async () => {
     await grant('a', 'alice', 1000);

@@ -20,17 +20,24 @@ import type { SqlParts } from './sql.js';
  * snapshot, so the decision is made on committed state under that lock: two servers racing for a
  * name, or for a semaphore's last permit, cannot both win.
  *
- * `acquire(name, owner, ttl ms, key hash, shared, limit, gate, ahead)`: `limit` is 1 for an
+ * `acquire(name, owner, ttl ms, key hash, shared, limit, gate, ahead, delay ms)`: `limit` is 1 for an
  * exclusive request; `gate` refuses a fresh grant while a live queue entry waits for the name (a
  * try-lock never jumps the queue); `ahead` counts the queue entries ahead of the caller that
  * would be granted before it, against the limit (a queue look). The holder's own re-acquire (the
  * same owner, and the lease's key hash when one is given) refreshes its lease whatever waits.
  * Returns one row: granted, token, remaining_ms (of the holder whose end would let the request
- * in), conflict ('mode' | 'limit' | NULL), conflict_limit, holders (after the step). Grants
- * `pg_notify` from inside (delivered at commit).
+ * in), conflict ('mode' | 'limit' | NULL), conflict_limit, holders (after the step), delayed.
+ * Grants `pg_notify` from inside (delivered at commit).
+ *
+ * Lock-delay (core's rule 5): an exclusive grant stores its `delay ms` (NULL: none) in the
+ * name's row, so the row says when the delay ends, `expires_at + delay_ms`, with no write at
+ * the lease's expiry. A release deletes the row (no delay), a revocation ends it now and keeps
+ * it (shared-sql.ts), an extend moves `expires_at` and so the delay, and the sweep keeps a row
+ * until its delay has passed. A free name in its delay grants nobody: `delayed`, with
+ * `remaining_ms` the delay left (after the gate and the entries ahead, before a grant).
  */
 export function acquireFunction(parts: SqlParts): string {
-  const { table, holders, nextToken, channel, liveEntry, msUntil } = parts;
+  const { table, holders, nextToken, channel, liveEntry, msUntil, delayEnd } = parts;
   const told = (token: string, owner: string, shared: string) =>
     `PERFORM pg_notify('${channel}', json_build_object('t', 'acquired', 'n', p_name, 'k', ${token}::text, 'o', ${owner}, 'ms', p_ttl${shared})::text)`;
   const toldShared = (token: string, count: string) =>
@@ -38,9 +45,9 @@ export function acquireFunction(parts: SqlParts): string {
   const queued = `EXISTS (SELECT 1 FROM ${parts.waiters} w WHERE w.name = p_name AND ${liveEntry('w')})`;
   return `CREATE OR REPLACE FUNCTION ${parts.fn('acquire')}(
         p_name text, p_owner text, p_ttl bigint, p_key text, p_shared boolean, p_limit int,
-        p_gate boolean, p_ahead int,
+        p_gate boolean, p_ahead int, p_delay bigint,
         OUT granted boolean, OUT token bigint, OUT remaining_ms bigint, OUT conflict text,
-        OUT conflict_limit int, OUT holders int)
+        OUT conflict_limit int, OUT holders int, OUT delayed boolean)
       LANGUAGE plpgsql VOLATILE AS $fn$
       #variable_conflict use_column
       DECLARE
@@ -51,6 +58,7 @@ export function acquireFunction(parts: SqlParts): string {
         ends timestamptz;
       BEGIN
         granted := false;
+        delayed := false;
         -- The name's row, locked; an ended placeholder first when it has none (again if a
         -- release or the sweep deleted it in between). Nothing before this takes a token.
         LOOP
@@ -66,7 +74,8 @@ export function acquireFunction(parts: SqlParts): string {
             IF p_shared THEN
               conflict := 'mode';
             ELSE
-              UPDATE ${table} SET expires_at = ends WHERE name = p_name;
+              UPDATE ${table} SET expires_at = ends, delay_ms = nullif(p_delay, 0)
+                WHERE name = p_name;
               token := r.token;
               granted := true;
               holders := 1;
@@ -84,19 +93,24 @@ export function acquireFunction(parts: SqlParts): string {
           holders := 0;
           IF p_gate AND ${queued} THEN RETURN; END IF;
           IF p_ahead >= p_limit THEN RETURN; END IF;
+          IF r.mode IS NULL AND r.delay_ms IS NOT NULL AND ${delayEnd('r')} > clock_timestamp() THEN
+            remaining_ms := ${msUntil(delayEnd('r'))};
+            delayed := true;
+            RETURN;
+          END IF;
           tok := ${nextToken};
           token := tok;
           granted := true;
           holders := 1;
           IF NOT p_shared THEN
             UPDATE ${table} SET owner = p_owner, token = tok, expires_at = ends, key_hash = p_key,
-                mode = NULL, holder_limit = NULL
+                mode = NULL, holder_limit = NULL, delay_ms = nullif(p_delay, 0)
               WHERE name = p_name;
             ${told('tok', 'p_owner', '')};
             RETURN;
           END IF;
           UPDATE ${table} SET owner = '', token = tok, expires_at = ends, key_hash = NULL,
-              mode = 'shared', holder_limit = p_limit
+              mode = 'shared', holder_limit = p_limit, delay_ms = NULL
             WHERE name = p_name;
           INSERT INTO ${holders} (name, token, owner, expires_at, key_hash)
             VALUES (p_name, tok, p_owner, ends, p_key);

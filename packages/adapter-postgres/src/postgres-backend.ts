@@ -154,6 +154,7 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
     queue: queue.queue,
     revoke: (name) => revoke(p, name),
     requestRelease: (name, reason) => requestRelease(p, name, reason),
+    lockDelayOf: (name) => lockDelayOf(p, name),
     list: (namePrefix) => list(p, namePrefix),
     sweep() {
       assertOpen(p);
@@ -186,6 +187,8 @@ function capabilities(): BackendCapabilities {
     expiryEvents: true,
     // Shared holders as rows under the name's row lock (shared-sql.ts).
     sharedModes: true,
+    // An exclusive lease's delay in its row, decided by the grant function (acquire-sql.ts).
+    lockDelay: true,
   };
 }
 
@@ -399,7 +402,15 @@ async function tryAcquire(p: Pg, request: AcquireRequest): Promise<AcquireResult
     query(
       client,
       p.sql.acquire,
-      [name, owner, ttlMs, keyHash ?? null, shared, shared ? request.limit : 1],
+      [
+        name,
+        owner,
+        ttlMs,
+        keyHash ?? null,
+        shared,
+        shared ? request.limit : 1,
+        request.lockDelayMs ?? 0,
+      ],
       p.timeoutMs,
     ),
   );
@@ -421,6 +432,8 @@ interface AcquireRow {
   conflict: 'mode' | 'limit' | null;
   conflict_limit: number | null;
   holders: number | null;
+  /** Free, but in its lock-delay: `remaining_ms` is the delay left. */
+  delayed: boolean;
 }
 
 /** A refusal as the contract words it, from a grant function's row. */
@@ -429,9 +442,20 @@ function refusalOf(row: AcquireRow): AcquireResult {
   if (row.conflict === 'limit') {
     return { granted: false, conflict: { field: 'limit', limit: Number(row.conflict_limit) } };
   }
-  return row.remaining_ms != null
-    ? { granted: false, ttlRemainingMs: Number(row.remaining_ms) }
-    : { granted: false };
+  if (row.remaining_ms == null) return { granted: false };
+  const ttlRemainingMs = Number(row.remaining_ms);
+  if (row.delayed) return { granted: false, ttlRemainingMs, lockDelayRemainingMs: ttlRemainingMs };
+  return { granted: false, ttlRemainingMs };
+}
+
+/** How long `name`'s lock-delay has left (0: none, or held). */
+async function lockDelayOf(p: Pg, name: string): Promise<number> {
+  assertOpen(p);
+  const result = await p.call('inspect', false, (client) =>
+    query(client, p.sql.lockDelay, [name], p.timeoutMs),
+  );
+  const row = result.rows[0] as { ms: string } | undefined;
+  return row ? Number(row.ms) : 0;
 }
 
 async function release(p: Pg, { name, token, keyHash }: HolderProof): Promise<boolean> {

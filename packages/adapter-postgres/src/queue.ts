@@ -114,7 +114,7 @@ class PostgresWaiter implements core.QueueDriver {
     await this.context.listening(startedAt);
     const params = [...this.params(), waiterTtlMs, events.sessionPid ?? null];
     const result = await call('acquire', true, (client) =>
-      query(client, sql.queueJoin, [...params, this.shared, this.limit], timeoutMs),
+      query(client, sql.queueJoin, [...params, this.shared, this.limit, this.delayMs()], timeoutMs),
     );
     const row = result.rows[0] as StepRow & { waiter: string | null };
     // A conflict queues nothing; otherwise not granted means queued.
@@ -128,7 +128,12 @@ class PostgresWaiter implements core.QueueDriver {
     if (id === undefined) return { kind: 'again' };
     const startedAt = clock.now();
     const result = await call('acquire', true, (client) =>
-      query(client, sql.queueLook, [...this.params(), id, this.shared, this.limit], timeoutMs),
+      query(
+        client,
+        sql.queueLook,
+        [...this.params(), id, this.shared, this.limit, this.delayMs()],
+        timeoutMs,
+      ),
     );
     const row = result.rows[0] as StepRow & { mine: boolean };
     // Granted: the statement deleted our entry with the grant.
@@ -140,6 +145,10 @@ class PostgresWaiter implements core.QueueDriver {
       return { kind: 'again' };
     }
     return this.step(row, startedAt);
+  }
+
+  private delayMs(): number {
+    return this.request.lockDelayMs ?? 0;
   }
 
   private params(): unknown[] {

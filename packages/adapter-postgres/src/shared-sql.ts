@@ -97,7 +97,12 @@ export function sharedSchema(parts: SqlParts): string[] {
             RETURN NEXT;
           END IF;
         END LOOP;
-        DELETE FROM ${table} l WHERE l.name = p_name;
+        IF r.mode IS NULL AND r.delay_ms IS NOT NULL AND r.expires_at > clock_timestamp() THEN
+          -- A revocation starts the lease's lock-delay now: the row stays, ended, until it passes.
+          UPDATE ${table} l SET expires_at = clock_timestamp() WHERE l.name = p_name;
+        ELSE
+          DELETE FROM ${table} l WHERE l.name = p_name;
+        END IF;
         IF r.name IS NOT NULL AND r.mode IS NULL AND r.expires_at > clock_timestamp() THEN
           PERFORM pg_notify('${channel}', json_build_object('t', 'revoked', 'n', p_name,
             'k', r.token::text, 'o', r.owner, 'ms', 0)::text);

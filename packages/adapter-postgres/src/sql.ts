@@ -41,6 +41,8 @@ export interface Statements extends QueueStatements {
   release: string;
   extend: string;
   inspect: string;
+  /** The name's lock-delay left, in ms (no row: none). */
+  lockDelay: string;
   revoke: string;
   list: string;
   sweep: string;
@@ -76,6 +78,8 @@ export interface SqlParts {
   nextToken: string;
   /** The time left until `at` (a timestamptz expression), in whole ms (at least 1). */
   msUntil(at: string): string;
+  /** When the lock-delay of the exclusive lease in `row` ends (its end plus `delay_ms`). */
+  delayEnd(row: string): string;
   /** The lease remaining on `row`, in whole ms (at least 1). */
   remaining(row: string): string;
   /** A `pg_notify` of one change, as a JSON object. */
@@ -96,6 +100,8 @@ export function sqlParts(schema: string, prefix: string): SqlParts {
   const nextToken = `nextval('${schema}.${prefix}tokens')`;
   const msUntil = (at: string) =>
     `greatest(1, ceil(extract(epoch from (${at} - clock_timestamp())) * 1000))::bigint`;
+  const delayEnd = (row: string) =>
+    `(${row}.expires_at + ${row}.delay_ms * interval '1 millisecond')`;
   const liveEntry = (row: string) =>
     `(${row}.expires_at > clock_timestamp() AND (${row}.pid IS NULL OR EXISTS (SELECT 1 FROM pg_stat_get_activity(${row}.pid))))`;
   return {
@@ -108,6 +114,7 @@ export function sqlParts(schema: string, prefix: string): SqlParts {
     fn: (name) => `"${schema}"."${prefix}${name}"`,
     nextToken,
     msUntil,
+    delayEnd,
     remaining: (row) => msUntil(`${row}.expires_at`),
     // The message: one JSON object per change; names and owners are bounded by core's limits,
     // so it stays far below NOTIFY's 8000-byte payload limit.
@@ -148,6 +155,8 @@ export function statements(schema: string, prefix: string): Statements {
       )`,
       // Tables made before lease keys existed gain the column (NULL: no key).
       `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS key_hash text`,
+      // An exclusive lease's lock-delay (acquire-sql.ts); NULL: none.
+      `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS delay_ms bigint`,
       // The sweep looks rows up by their end.
       `CREATE INDEX IF NOT EXISTS "${prefix}leases_expires_at" ON ${table} (expires_at)`,
       ...queueSchema(parts),
@@ -158,8 +167,9 @@ export function statements(schema: string, prefix: string): Statements {
     // jumps the cross-server queue; the holder's own re-acquire refreshes its lease whatever
     // waits. A refusal says by whose lease (the remaining ms of the holder that would let the
     // request in) or why (a mode or limit conflict), read under the name's row lock.
-    acquire: `SELECT granted, token::text AS token, remaining_ms, conflict, conflict_limit, holders
-      FROM ${parts.fn('acquire')}($1, $2, $3::bigint, $4::text, $5::boolean, $6::int, true, 0)`,
+    acquire: `SELECT granted, token::text AS token, remaining_ms, conflict, conflict_limit, holders,
+        delayed
+      FROM ${parts.fn('acquire')}($1, $2, $3::bigint, $4::text, $5::boolean, $6::int, true, 0, $7::bigint)`,
     // Deletes the row whatever its state when the token matches (an ended lease's row is
     // residue), and reports and announces a release only when the lease still ran. A shared
     // holder's release (the name's row is their group row, never deleted here) is
@@ -190,6 +200,9 @@ export function statements(schema: string, prefix: string): Statements {
     inspect: `SELECT l.owner, l.token::text AS token, ${remaining('l')} AS remaining_ms, l.mode,
         l.holder_limit, ${holdersOf('l')} AS holders
       FROM ${table} l WHERE l.name = $1 AND l.expires_at > clock_timestamp()`,
+    lockDelay: `SELECT ${parts.msUntil(parts.delayEnd('l'))} AS ms FROM ${table} l
+      WHERE l.name = $1 AND l.mode IS NULL AND l.delay_ms IS NOT NULL
+        AND l.expires_at <= clock_timestamp() AND ${parts.delayEnd('l')} > clock_timestamp()`,
     // Ends every lease of the name (shared-sql.ts): an exclusive holder's row, or every shared
     // holder's (each announced) and their group row, under the name's row lock.
     revoke: `SELECT live FROM ${parts.fn('revoke')}($1)`,
@@ -204,6 +217,8 @@ export function statements(schema: string, prefix: string): Statements {
     sweep: `DELETE FROM ${table} WHERE ctid IN (
         SELECT ctid FROM ${table}
         WHERE expires_at < clock_timestamp() - $2::bigint * interval '1 millisecond'
+          AND (delay_ms IS NULL
+            OR ${parts.delayEnd(table)} < clock_timestamp() - $2::bigint * interval '1 millisecond')
         LIMIT $1::int FOR UPDATE SKIP LOCKED
       )`,
     sharedSweep: `DELETE FROM ${parts.holders} WHERE ctid IN (

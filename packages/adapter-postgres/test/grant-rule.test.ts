@@ -84,6 +84,22 @@ async function setUp(client: Client, name: string, testCase: GrantRuleCase): Pro
       [name, 100 + holders.length - 1, shared[0]!.limit],
     );
   }
+  const delayMs = testCase.lockDelayRemainingMs;
+  const exclusive = holders.findIndex((holder) => holder.mode === 'exclusive');
+  if (delayMs !== undefined && exclusive >= 0) {
+    // The holder's own delay, to start at its end.
+    await client.query(`UPDATE ${PREFIX}leases SET delay_ms = $2 WHERE name = $1`, [
+      name,
+      delayMs - holders[exclusive]!.remainingMs,
+    ]);
+  } else if (delayMs !== undefined) {
+    // An exclusive lease that ended a second ago, its delay running on.
+    await client.query(
+      `INSERT INTO ${PREFIX}leases (name, owner, token, expires_at, delay_ms)
+        VALUES ($1, 'gone', 99, ${until(-1_000)}, $2)`,
+      [name, delayMs + 1_000],
+    );
+  }
   const ids: string[] = [];
   for (const entry of [...ahead, request]) {
     const isShared = entry.mode === 'shared';
@@ -112,6 +128,7 @@ async function answer(client: Client, look: string, testCase: GrantRuleCase) {
     mine,
     request.mode === 'shared',
     request.limit,
+    0,
   ]);
   const row = result.rows[0] as {
     granted: boolean;
@@ -120,7 +137,9 @@ async function answer(client: Client, look: string, testCase: GrantRuleCase) {
     conflict_limit: number | null;
     wait_id: string | null;
     holder_ms: string | null;
+    delayed: boolean;
   };
+  if (row.delayed) return { kind: 'wait-delay' };
   if (row.granted) {
     const refreshed = ownIndex >= 0 && row.token === String(100 + ownIndex);
     return { kind: refreshed ? 'refresh' : 'grant' };

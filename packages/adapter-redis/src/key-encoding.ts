@@ -26,6 +26,12 @@ export interface NameKeys {
   holderEnds: string;
   /** Before a token: a shared holder's marker key, whose PX is that holder's lease. */
   holderMark: string;
+  /**
+   * The name's lock-delay: its value is the delay (ms) of the exclusive lease that keeps it, its
+   * PX that lease's end plus the delay (see redis-scripts.ts). Derived by the scripts, like the
+   * holders' keys.
+   */
+  delay: string;
   /** The name's hex form, as carried in event messages. */
   hex: string;
 }
@@ -62,6 +68,7 @@ export function nameKeys(prefix: string, name: string): NameKeys {
     holders: `${tag}:holders`,
     holderEnds: `${tag}:holder-ends`,
     holderMark: `${tag}:holder:`,
+    delay: `${tag}:delay`,
     hex,
   };
 }

@@ -245,6 +245,10 @@ export function createRedisBackend(
       assertOpen(r);
       await node.requestRelease(name, reason, newRequestId());
     },
+    async lockDelayOf(name) {
+      assertOpen(r);
+      return node.lockDelayOf(name);
+    },
     async list(namePrefix) {
       assertOpen(r);
       return node.list(namePrefix);
@@ -279,6 +283,7 @@ function capabilities(
     fairQueue: true,
     expiryEvents: events.expiryEventsOn(),
     sharedModes: true,
+    lockDelay: true,
   };
 }
 
@@ -365,7 +370,7 @@ function subscribedOrRefused(r: BackendState, what: string, startedAt: number): 
 
 async function tryAcquire(
   r: BackendState,
-  { name, owner, ttlMs, keyHash, mode, limit }: AcquireRequest,
+  { name, owner, ttlMs, keyHash, mode, limit, lockDelayMs }: AcquireRequest,
 ): Promise<AcquireResult> {
   assertOpen(r);
   const { clock, events } = r;
@@ -379,12 +384,18 @@ async function tryAcquire(
     startedAt,
     undefined,
     sharedLimit(mode, limit),
+    lockDelayMs,
   );
   if (!result.granted) {
     if (result.conflict) return { granted: false, conflict: result.conflict };
     // Free, but others wait in its queue: they come first, and there is no lease to tell.
     if (result.queued) return { granted: false };
-    return { granted: false, ttlRemainingMs: result.ttlRemainingMs };
+    const { ttlRemainingMs, lockDelayRemainingMs } = result;
+    return {
+      granted: false,
+      ttlRemainingMs,
+      ...(lockDelayRemainingMs && { lockDelayRemainingMs }),
+    };
   }
   await confirmWrite(r, 'acquire', name);
   events.noteGrant(name, result.token);

@@ -27,6 +27,7 @@ import {
   ADOPT_TOKEN,
   EXTEND,
   INSPECT,
+  LOCK_DELAY,
   type LuaScript,
   loadScripts,
   QUEUE_JOIN,
@@ -54,7 +55,14 @@ export type NodeAcquireResult =
       holders: number;
     }
   /** `queued`: the lock is free but someone waits in its fair queue (no barging). */
-  | { granted: false; ttlRemainingMs: number; queued?: true; conflict?: undefined }
+  | {
+      granted: false;
+      ttlRemainingMs: number;
+      queued?: true;
+      conflict?: undefined;
+      /** Free, but in its lock-delay for this long (`ttlRemainingMs` says the same). */
+      lockDelayRemainingMs?: number;
+    }
   /** The request can never be granted as asked while the current holders hold it. */
   | { granted: false; conflict: LockConflict; ttlRemainingMs?: undefined; queued?: undefined };
 
@@ -70,6 +78,8 @@ export interface QueueRequest {
   waiterTtlMs: number;
   /** Shared: the limit; undefined: exclusive. */
   limit?: number | undefined;
+  /** The lease's lock-delay (exclusive only; absent: none). */
+  lockDelayMs?: number | undefined;
 }
 
 /** What a join or a look found. */
@@ -116,7 +126,8 @@ export interface RedisNode {
    * `startedAt` (monotonic) starts the call's time budget; default now. `keyHash` is stored with
    * the lease and must match for the same owner's re-acquire (undefined: none). `freshMs`: how
    * long a fresh lease lives on the node (default `ttlMs`; a re-acquire is refreshed for `ttlMs`).
-   * `limit`: a shared request with that limit; undefined: exclusive.
+   * `limit`: a shared request with that limit; undefined: exclusive. `lockDelayMs`: the lease's
+   * lock-delay (exclusive only; see redis-scripts.ts).
    */
   acquire(
     name: string,
@@ -126,7 +137,10 @@ export interface RedisNode {
     startedAt?: number,
     freshMs?: number,
     limit?: number,
+    lockDelayMs?: number,
   ): Promise<NodeAcquireResult>;
+  /** How long `name`'s lock-delay has left (0: none, or held). */
+  lockDelayOf(name: string): Promise<number>;
   /** `keyHash` undefined: the token alone (an operator's call). */
   release(name: string, token: bigint, keyHash: string | undefined): Promise<boolean>;
   /** The holder's owner when extended; null when `token` (and `keyHash`) do not hold the lock. */
@@ -473,6 +487,13 @@ class ScriptedRedisNode implements RedisNode {
     ];
   }
 
+  /** How long `name`'s lock-delay has left (0: none, or held). */
+  async lockDelayOf(name: string): Promise<number> {
+    const keys = this.keysOf(name);
+    const reply = await this.call('inspect', false, this.clock.now(), LOCK_DELAY, [keys.lock], []);
+    return Math.max(0, Number(reply));
+  }
+
   async acquire(
     name: string,
     owner: string,
@@ -481,6 +502,7 @@ class ScriptedRedisNode implements RedisNode {
     startedAt = this.clock.now(),
     freshMs?: number,
     limit?: number,
+    lockDelayMs?: number,
   ): Promise<NodeAcquireResult> {
     const keys = this.keysOf(name);
     const reply = asArray(
@@ -496,6 +518,7 @@ class ScriptedRedisNode implements RedisNode {
           this.options.fairQueue ? keys.queueEnds : '',
           limit === undefined ? 'x' : 's',
           limit ?? 1,
+          lockDelayMs ?? 0,
         ],
         true,
       ),
@@ -513,7 +536,10 @@ class ScriptedRedisNode implements RedisNode {
     }
     if (reply[0] === -2) return { granted: false, conflict: conflictOf(reply) };
     if (reply[1] === -1) return { granted: false, ttlRemainingMs: 0, queued: true };
-    return { granted: false, ttlRemainingMs: Math.max(0, Number(reply[1])) };
+    const ttlRemainingMs = Math.max(0, Number(reply[1]));
+    if (reply[3] === 'd')
+      return { granted: false, ttlRemainingMs, lockDelayRemainingMs: ttlRemainingMs };
+    return { granted: false, ttlRemainingMs };
   }
 
   private queueKeys(name: string): { keys: NameKeys; list: string[] } {
@@ -527,7 +553,7 @@ class ScriptedRedisNode implements RedisNode {
     request: QueueRequest,
     startedAt: number,
   ): Promise<QueueReply> {
-    const { name, owner, keyHash, ttlMs, id, waiterTtlMs, limit } = request;
+    const { name, owner, keyHash, ttlMs, id, waiterTtlMs, limit, lockDelayMs } = request;
     const { keys, list } = this.queueKeys(name);
     const reply = asArray(
       await this.send(
@@ -542,6 +568,7 @@ class ScriptedRedisNode implements RedisNode {
           waiterTtlMs,
           limit === undefined ? 'x' : 's',
           limit ?? 1,
+          lockDelayMs ?? 0,
         ],
         true,
       ),

@@ -131,9 +131,10 @@ class RedisWaiter implements core.QueueDriver {
   }
 
   private queueRequest(): QueueRequest {
-    const { name, owner, ttlMs, keyHash } = this.request;
+    const { name, owner, ttlMs, keyHash, lockDelayMs } = this.request;
     const { waiterTtlMs } = this.context;
-    return { name, owner, keyHash, ttlMs, id: this.id, waiterTtlMs, limit: this.limit };
+    const { id, limit } = this;
+    return { name, owner, keyHash, ttlMs, id, waiterTtlMs, limit, lockDelayMs };
   }
 
   /** A grant, or what the script found ahead of our entry: an entry, the holder, or nothing. */

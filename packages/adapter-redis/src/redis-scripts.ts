@@ -88,8 +88,13 @@ end
 //   deletes the marker and publishes the expiry itself, so each end is told exactly once: by
 //   Redis (the marker expired, DEL finds nothing) or by the script (DEL removed it).
 // HOLDERS and HOLDER_ENDS expire with the latest holder, so nothing is left once all have ended.
+// DELAY is the name's lock-delay (see ACQUIRE_STEP): kept by an exclusive lease with a delay,
+// its value that delay in ms, its PX the lease's end plus the delay. So an expiry starts the
+// delay with no script running (the key outlives the lock key by the delay); a release deletes
+// it; a revocation sets it to the delay from then; an extend moves it with the lease.
 const SHARED = `
 local base = string.sub(KEYS[1], 1, -5)
+local DELAY = base .. 'delay'
 local HOLDERS = base .. 'holders'
 local HOLDER_ENDS = base .. 'holder-ends'
 local MARK = base .. 'holder:'
@@ -139,7 +144,15 @@ end
 // a mode conflict), the holders' limit (a conflict), the entry that must go first, the holders,
 // the room the shared entries ahead take. KEYS and ARGV as ACQUIRE's (the queue scripts append
 // theirs after them).
+// `lockDelayMs`: the request's lock-delay (exclusive only), set by the script before it calls
+// `acquire`. The name in its delay (no holder, DELAY alive) grants nobody: {0, ms left, now, 'd'}
+// (core's rule 5: after the entries ahead and the room, before a grant).
 const ACQUIRE_STEP = `
+local lockDelayMs = 0
+local function keepDelay(life)
+  if lockDelayMs > 0 then redis.call('SET', DELAY, lockDelayMs, 'PX', life + lockDelayMs)
+  else redis.call('DEL', DELAY) end
+end
 local function acquire(waiting, shared, limit, ahead, blocking, nearest, behind)
   if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, 0, now} end
   local current = redis.call('GET', KEYS[1])
@@ -149,6 +162,7 @@ local function acquire(waiting, shared, limit, ahead, blocking, nearest, behind)
     if owner == ARGV[1] and hash == ARGV[6] then
       if shared then return {-2, 'mode', now} end
       redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      keepDelay(tonumber(ARGV[2]))
       return {1, held, now, 0, 1}
     end
     if blocking then return behind(blocking) end
@@ -183,6 +197,10 @@ local function acquire(waiting, shared, limit, ahead, blocking, nearest, behind)
     return {0, math.max(0, tonumber(first[2]) - now), now}
   end
   if waiting and waiting() then return {0, -1, now} end
+  if count == 0 then
+    local delayed = redis.call('PTTL', DELAY)
+    if delayed > 0 then return {0, delayed, now, 'd'} end
+  end
   ${nextToken('tonumber(ARGV[2]) + tonumber(ARGV[7])')}
   local life = tonumber(ARGV[8]) or tonumber(ARGV[2])
   if shared then
@@ -196,6 +214,7 @@ local function acquire(waiting, shared, limit, ahead, blocking, nearest, behind)
     return {1, token, now, 1, count + 1}
   end
   redis.call('SET', KEYS[1], format(token, ARGV[6], ARGV[1]), 'PX', life)
+  if lockDelayMs > 0 then keepDelay(life) end
   if ARGV[4] ~= '' then
     redis.call('PUBLISH', ARGV[4], 'acquired ' .. ARGV[5] .. ' ' .. token .. ' ' .. ARGV[1])
   end
@@ -209,9 +228,10 @@ end
  * a fresh lease's own ms ('' = ttlMs: Redlock's first step takes the nodes for less, until its
  * second step labels the grant, so a dead attempt's copies run out soon), and the name's queue
  * ends key ('' or absent = no fair queue; see QUEUE_JOIN), the mode ('s' = shared, else
- * exclusive) and the limit (shared).
+ * exclusive), the limit (shared) and the lock-delay (ms; absent = 0).
  * Returns {1, token, now, fresh(1|0), holders} granted; {0, ms, now} held by others (the ms until
- * the holder whose end would let the request in ends); {0, -1, now} free but someone is queued
+ * the holder whose end would let the request in ends); {0, ms, now, 'd'} free but in its
+ * lock-delay for ms more; {0, -1, now} free but someone is queued
  * (no barging past a live entry); {-2, 'mode' | 'limit', now, their limit} the request can never
  * be granted as asked while they hold it; {-1, 0, now} stale.
  *
@@ -227,6 +247,7 @@ export const ACQUIRE = script(
 local ends = ARGV[9]
 local shared = ARGV[10] == 's'
 local limit = tonumber(ARGV[11])
+lockDelayMs = tonumber(ARGV[12]) or 0
 if not ends or ends == '' then return acquire(nil, shared, limit) end
 return acquire(function()
   return redis.call('ZCOUNT', ends, '(' .. string.format('%.0f', now), '+inf') > 0
@@ -305,16 +326,17 @@ local function lookAt(id, shared, limit)
     return reply
   end
   if reply[1] ~= 0 then return reply end
-  return {2, '', -1, reply[2], now}
+  return {2, '', -1, reply[2], now, reply[4] or ''}
 end
 `;
 
 /**
  * KEYS: lock, fence, entries, ends, sequence. ARGV: ACQUIRE's eight, then the entry's id (ending
  * in `.s<limit>` for a shared request, `.x` for an exclusive one), how long it counts without renewal
- * (ms), the mode ('s' shared) and the limit. Grants at once when the name has room and nobody is
+ * (ms), the mode ('s' shared), the limit and the lock-delay (ms; absent = 0). Grants at once when the name has room and nobody is
  * queued (or it is the owner's own lease); else queues the entry last and looks (LOOK_AT).
- * Returns ACQUIRE's replies, or {2, id waited on ('' = none), its ms left, holder ms (-1), now}.
+ * Returns ACQUIRE's replies, or {2, id waited on ('' = none), its ms left, holder ms (-1), now,
+ * 'd' when that ms is the name's lock-delay}.
  */
 export const QUEUE_JOIN = script(
   'queue-join',
@@ -323,6 +345,7 @@ if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, 0, now} en
 purge()
 local shared = ARGV[11] == 's'
 local limit = tonumber(ARGV[12])
+lockDelayMs = tonumber(ARGV[13]) or 0
 local reply = acquire(function() return redis.call('ZCARD', KEYS[3]) > 0 end, shared, limit)
 if reply[1] ~= 0 then return reply end
 redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[5]), ARGV[9])
@@ -343,6 +366,7 @@ export const QUEUE_LOOK = script(
   `${NOW}${VALUE}${SHARED}${ACQUIRE_STEP}${queueSteps('ARGV[4]', 'ARGV[5]')}${LOOK_AT}
 if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, 0, now} end
 purge()
+lockDelayMs = tonumber(ARGV[13]) or 0
 return lookAt(ARGV[9], ARGV[11] == 's', tonumber(ARGV[12]))
 `,
 );
@@ -394,7 +418,8 @@ local current = redis.call('GET', KEYS[1])
 if current then
   local held, hash, owner = parse(current)
   if held ~= ARGV[1] or (ARGV[4] ~= '-' and hash ~= ARGV[4]) then return 0 end
-  redis.call('DEL', KEYS[1])
+  -- A release ends the lease with no lock-delay.
+  redis.call('DEL', KEYS[1], DELAY)
   if ARGV[2] ~= '' then
     redis.call('PUBLISH', ARGV[2], 'released ' .. ARGV[3] .. ' ' .. ARGV[1] .. ' ' .. owner)
   end
@@ -426,6 +451,8 @@ if current then
   local held, hash, owner = parse(current)
   if held ~= ARGV[1] or (ARGV[4] ~= '-' and hash ~= ARGV[4]) then return {0, '', now} end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local delay = redis.call('GET', DELAY)
+  if delay then redis.call('SET', DELAY, delay, 'PX', tonumber(ARGV[2]) + tonumber(delay)) end
   return {1, owner, now}
 end
 dropExpired(ARGV[5] or '', ARGV[6] or '')
@@ -462,6 +489,17 @@ return reply
 );
 
 /**
+ * KEYS: lock. How long the name's lock-delay has left (ms; 0 when none, and while held).
+ */
+export const LOCK_DELAY = script(
+  'lock-delay',
+  `${NOW}${SHARED}
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+return math.max(0, redis.call('PTTL', DELAY))
+`,
+);
+
+/**
  * KEYS: lock. ARGV: channel, hex name, deadline. Ends every lease of the name (each shared
  * holder's with its own `revoked`). Returns {1, `<token>:<owner>` of the (highest) lease it
  * ended} when it ended any, {0} when free, {-1} stale (a late revoke would end whatever lease
@@ -474,6 +512,9 @@ if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1} end
 local current = redis.call('GET', KEYS[1])
 if current then
   redis.call('DEL', KEYS[1])
+  -- A revocation starts the lease's lock-delay now.
+  local delay = redis.call('GET', DELAY)
+  if delay then redis.call('SET', DELAY, delay, 'PX', delay) end
   local held, hash, owner = parse(current)
   if ARGV[1] ~= '' then
     redis.call('PUBLISH', ARGV[1], 'revoked ' .. ARGV[2] .. ' ' .. held .. ' ' .. owner)
@@ -543,6 +584,9 @@ local held, hash, owner = parse(current)
 if owner ~= ARGV[1] or hash ~= ARGV[5] then return 0 end
 if tonumber(ARGV[7]) then
   redis.call('SET', KEYS[1], format(ARGV[2], hash, owner), 'PX', ARGV[7])
+  -- The lease's lock-delay starts at its new end.
+  local delay = redis.call('GET', DELAY)
+  if delay then redis.call('SET', DELAY, delay, 'PX', tonumber(ARGV[7]) + tonumber(delay)) end
 elseif held ~= ARGV[2] then
   redis.call('SET', KEYS[1], format(ARGV[2], hash, owner), 'KEEPTTL')
 end
@@ -564,6 +608,7 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   QUEUE_LOOK,
   QUEUE_LEAVE,
   QUEUE_RENEW,
+  LOCK_DELAY,
 ];
 
 /**

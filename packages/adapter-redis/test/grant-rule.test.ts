@@ -81,6 +81,10 @@ async function setUp(client: Redis, keys: NameKeys, testCase: GrantRuleCase): Pr
     writes.zadd(keys.queue, index + 1, entryId(index, entry));
     writes.zadd(keys.queueEnds, now + 60_000, entryId(index, entry));
   });
+  if (testCase.lockDelayRemainingMs !== undefined) {
+    // The delay an ended exclusive lease keeps (its value, the lease's delay, is not read here).
+    writes.set(keys.delay, 60_000, 'PX', testCase.lockDelayRemainingMs);
+  }
   const mine = `mine.${testCase.request.mode === 'shared' ? `s${testCase.request.limit}` : 'x'}`;
   writes.zadd(keys.queue, testCase.ahead.length + 1, mine);
   writes.zadd(keys.queueEnds, now + 60_000, mine);
@@ -112,6 +116,7 @@ async function answer(client: Redis, lua: LuaScript, testCase: GrantRuleCase) {
       60_000,
       shared ? 's' : 'x',
       request.limit,
+      0,
     ],
   )) as unknown[];
   const [kind, what, , fourth] = reply;
@@ -122,6 +127,7 @@ async function answer(client: Redis, lua: LuaScript, testCase: GrantRuleCase) {
       : { kind: 'conflict', conflict: { field: 'limit', limit: Number(fourth) } };
   }
   if (kind !== 2) return { kind: `unexpected reply ${JSON.stringify(reply)}` };
+  if (reply[5] === 'd') return { kind: 'wait-delay' };
   if (what !== '') {
     return {
       kind: 'wait-entry',

@@ -75,6 +75,9 @@ const CAPABILITIES: core.BackendCapabilities = Object.freeze({
   expiryEvents: false,
   // Each holder, shared or exclusive, is a lease on a quorum of nodes (the same node scripts).
   sharedModes: true,
+  // Each node keeps the lease's delay beside its copy (the same node scripts); it holds while a
+  // quorum of nodes keeps it.
+  lockDelay: true,
 });
 
 /**
@@ -154,6 +157,7 @@ export function redlockBackend(options: RedlockBackendOptions): RedlockBackend {
     release: (proof) => release(r, proof),
     extend: (request) => extend(r, request),
     inspect: (name) => inspect(r, name),
+    lockDelayOf: (name) => lockDelayOf(r, name),
     revoke: (name) => revoke(r, name),
     requestRelease: (name, reason) => requestRelease(r, name, reason),
     list: (namePrefix) => list(r, namePrefix),
@@ -329,7 +333,7 @@ async function splitSettled(
 
 async function attemptAcquire(
   r: Redlock,
-  { name, owner, ttlMs, keyHash, mode, limit: asked }: core.AcquireRequest,
+  { name, owner, ttlMs, keyHash, mode, limit: asked, lockDelayMs }: core.AcquireRequest,
 ): Promise<core.AcquireResult> {
   assertOpen(r);
   const { nodes, quorum, total } = r;
@@ -340,7 +344,16 @@ async function attemptAcquire(
   const run = gather(
     nodes,
     (node) =>
-      node.acquire(name, owner, keyHash, onNodes, startedAt, Math.min(onNodes, r.attemptMs), limit),
+      node.acquire(
+        name,
+        owner,
+        keyHash,
+        onNodes,
+        startedAt,
+        Math.min(onNodes, r.attemptMs),
+        limit,
+        lockDelayMs,
+      ),
     (outcomes) => {
       const granted = outcomes.filter((o) => o?.ok && o.value.granted).length;
       const refused = outcomes.filter((o) => o && !(o.ok && o.value.granted)).length;
@@ -372,9 +385,28 @@ async function attemptAcquire(
   const held = refusals.flatMap((g) => (g.conflict ? [] : [g.ttlRemainingMs]));
   // The lock frees for us once enough of the holders' copies expire to leave a quorum.
   const nodeMs = kthSmallest(held, quorum - grants.length);
-  return nodeMs === undefined
-    ? { granted: false }
-    : { granted: false, ttlRemainingMs: leaseLeft(r, nodeMs) };
+  if (nodeMs === undefined) return { granted: false };
+  const ttlRemainingMs = leaseLeft(r, nodeMs);
+  // In its lock-delay when so many nodes keep a delay that no quorum can grant.
+  const delayed = refusals.filter((g) => !g.conflict && g.lockDelayRemainingMs !== undefined);
+  if (delayed.length > total - quorum) {
+    return { granted: false, ttlRemainingMs, lockDelayRemainingMs: ttlRemainingMs };
+  }
+  return { granted: false, ttlRemainingMs };
+}
+
+/** The name's lock-delay left: the longest one a quorum of nodes still keeps (0: none). */
+async function lockDelayOf(r: Redlock, name: string): Promise<number> {
+  assertOpen(r);
+  const outcomes = await gather(
+    r.nodes,
+    (node) => node.lockDelayOf(name),
+    (so) => answers(so).length >= r.quorum,
+  ).early;
+  const delays = answers(outcomes);
+  if (delays.length < r.quorum) throw unavailable(r, 'inspect', outcomes);
+  const kept = [...delays].sort((a, b) => b - a)[r.quorum - 1] ?? 0;
+  return kept > 0 ? leaseLeft(r, kept) : 0;
 }
 
 /**

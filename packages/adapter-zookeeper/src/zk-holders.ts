@@ -198,8 +198,9 @@ export class QueueHead {
       if (holders.length !== children.holders.length) return { kind: 'again' };
       return this.free(limit, mine, node, children);
     }
-    // The holders' data moved since their names were read (an entry wait): look again.
-    if (decision.on === 'entry') return { kind: 'again' };
+    // The holders' data moved since their names were read (an entry wait): look again. (No
+    // lock-delay wait: this backend keeps none, so the rule never answers one.)
+    if (decision.on !== 'holder') return { kind: 'again' };
     if (only && holders.length === 1 && holders[0]!.persistent && freedByItsEnd) {
       this.sleptOn = { path: only, version: children.version, gone: false };
     }

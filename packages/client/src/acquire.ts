@@ -12,6 +12,7 @@ import {
   type RetryPolicy,
   retry,
   validateFlag,
+  validateLockDelay,
   validateMode,
   validateName,
   validateOwner,
@@ -180,7 +181,7 @@ export function leaseGrant(
   result: Grant,
   anchored: AnchoredGrant,
   request: GrantRequest,
-  options: { autoExtend?: boolean },
+  options: { autoExtend?: boolean; lockDelayMs?: number },
 ): LeaseGrant {
   const mode = result.mode ?? 'exclusive';
   return {
@@ -194,6 +195,7 @@ export function leaseGrant(
     autoExtend: options.autoExtend === true,
     mode,
     ...(mode === 'shared' && result.limit !== undefined ? { limit: result.limit } : {}),
+    ...((options.lockDelayMs ?? 0) > 0 ? { lockDelay: true } : {}),
   };
 }
 
@@ -413,6 +415,7 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
     if (options.owner !== undefined) validateOwner(options.owner, limits);
     const modeSpec = validateMode(options.mode, options.limit, limits);
     const requestRelease = validateFlag(options.requestRelease, 'requestRelease');
+    const lockDelayMs = validateLockDelay(options.lockDelayMs, limits);
     // Re-entering as an owner that holds the lock here presents that lease's key.
     const key =
       options.leaseKey ??
@@ -433,7 +436,10 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
           ? { mode: 'shared' }
           : { mode: 'shared', limit: modeSpec.limit };
     }
+    if (lockDelayMs > 0) this.lockDelayMs = lockDelayMs;
   }
+
+  private readonly lockDelayMs: number | undefined;
 
   private readonly mode: Pick<ParamsOf<'lock.acquire'>, 'mode' | 'limit'> | undefined;
   private readonly requestRelease: boolean;
@@ -446,6 +452,7 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
       leaseKey: this.key,
     };
     if (this.requestRelease) params.requestRelease = true;
+    if (this.lockDelayMs !== undefined) params.lockDelayMs = this.lockDelayMs;
     return this.mode ? Object.assign(params, this.mode) : params;
   }
 

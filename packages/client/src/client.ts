@@ -143,6 +143,16 @@ export interface AcquireOptions {
    */
   requestRelease?: boolean;
   /**
+   * Lock-delay, in ms (0, the default, to the server's `maxLockDelayMs`, 60,000): when this lease
+   * ends by expiry or revocation (a holder that stalled or lost its connection), nobody is
+   * granted the name until this long after the end, so a holder that has not noticed yet is
+   * done before the next one starts. A release ends it with no delay. Exclusive locks only;
+   * servers whose backend keeps no lock-delays announce `maxLockDelayMs` 0 and refuse it
+   * (INVALID_PARAMS, field `lockDelayMs`). Meanwhile a try-lock fails with LOCK_HELD and
+   * `error.details.lockDelayRemainingMs`, and `get` says `lockDelayRemainingMs`.
+   */
+  lockDelayMs?: number;
+  /**
    * Overrides the client's `retry` for this acquire. A retry re-sends the acquire with the same
    * owner, so a grant whose reply was lost comes back as the same lease (same token) instead
    * of leaving a second lock behind; a retry waits only for what is left of `waitMs`.
@@ -172,7 +182,12 @@ export interface WaitersInfo {
 
 /** What `get` reports. */
 export type LockInfo =
-  | ({ name: string; held: false } & WaitersInfo)
+  | ({
+      name: string;
+      held: false;
+      /** Free, but in its lock-delay (see `AcquireOptions.lockDelayMs`) for this long yet. */
+      lockDelayRemainingMs?: number;
+    } & WaitersInfo)
   | ({
       name: string;
       held: true;
@@ -351,6 +366,8 @@ export interface DlmClient extends AsyncDisposable {
    * const { notified } = await client.requestRelease('reports', { reason: 'deploy' });
    */
   requestRelease(name: string, options?: RequestReleaseOptions): Promise<ReleaseRequestResult>;
+
+  /**
    * Whether a lease with `token` holds `name` now (for a shared name: `token` is among its
    * holders), as the backend says, on any server of the deployment (`lock.check`). For a
    * resource that cannot store a token but can ask before it acts: a holder paused past its
@@ -519,7 +536,15 @@ async function get(
     ...(state.waiters === undefined ? {} : { waiters: state.waiters }),
     ...(state.waitersScope === undefined ? {} : { waitersScope: state.waitersScope }),
   };
-  if (!state.held) return { name: state.name, held: false, ...waiters };
+  if (!state.held) {
+    const delay = state.lockDelayRemainingMs;
+    return {
+      name: state.name,
+      held: false,
+      ...waiters,
+      ...(delay === undefined ? {} : { lockDelayRemainingMs: delay }),
+    };
+  }
   const token = parseToken(state.token);
   const holders = (state.holders ?? [state]).map((holder) => ({
     owner: holder.owner,

@@ -173,6 +173,8 @@ export interface LeaseGrant {
   mode?: LockMode;
   /** Shared only. */
   limit?: number;
+  /** Asked with a lock-delay: left to the server's expiry at its deadline, not released. */
+  lockDelay?: boolean;
 }
 
 /** The client's side of a lease. */
@@ -254,8 +256,12 @@ class LeaseState implements LeaseHandle {
   private readonly onDeadline = (): void => {
     if (this.ended) return;
     // Nobody here relies on the lease any more, but the server may hold it a little longer
-    // (the margin, or a whole TTL if an extend is in flight): free it for the next holder.
-    this.context.releaseInBackground(this.name, this.token, this.leaseKey, this.ttlMs);
+    // (the margin, or a whole TTL if an extend is in flight): free it for the next holder. Not
+    // a lease asked with a lock-delay: its holder wanted the name kept from others for a while
+    // after an unclean end, and running out is one; the server's expiry starts the delay.
+    if (!this.grant.lockDelay) {
+      this.context.releaseInBackground(this.name, this.token, this.leaseKey, this.ttlMs);
+    }
     this.end('deadline');
   };
 

@@ -12,8 +12,8 @@ import {
   waitersChanged,
 } from './name-state.js';
 import { toLease } from './proofs.js';
-import { requestRelease } from './release-requests.js';
 import { enterQueue, leaveQueue, type QueuePlace } from './queue-positions.js';
+import { requestRelease } from './release-requests.js';
 import { type WaitOutcome, waitLoopOf } from './wait-loop.js';
 
 /**

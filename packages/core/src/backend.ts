@@ -80,6 +80,12 @@ export interface BackendCapabilities {
    * so an adapter written before shared modes keeps its contract.
    */
   sharedModes?: boolean;
+  /**
+   * The adapter keeps lock-delays (`AcquireRequest.lockDelayMs`, see `lockDelayOf`). Absent or
+   * false: core refuses a `lockDelayMs` above 0 (INVALID_PARAMS, field `lockDelayMs`) and never
+   * sends one.
+   */
+  lockDelay?: boolean;
 }
 
 export interface AcquireRequest {
@@ -92,6 +98,17 @@ export interface AcquireRequest {
   mode?: LockMode | undefined;
   /** With `shared` (always given then): the most holders at once, 1 to `Limits.maxHolders`. */
   limit?: number | undefined;
+  /**
+   * Only with `capabilities.lockDelay`, only exclusive, above 0: the lease's lock-delay. When
+   * this lease ends by expiry (at its deadline) or revocation (then), nobody is granted the
+   * name until `lockDelayMs` after that end; a release ends it with none. The adapter keeps
+   * the delay with the lease, in the same atomic step as the grant (and extends and refreshes
+   * keep it), so it holds for every dlm server on the store and survives their restarts;
+   * `tryAcquire` evaluates it through core's grant rule (`RuleHolders.lockDelayRemainingMs`)
+   * and answers `granted: false` with `lockDelayRemainingMs` (and `ttlRemainingMs`, the same)
+   * while it runs.
+   */
+  lockDelayMs?: number | undefined;
 }
 
 /** Which lease a release or extend is about: the token, and the key's hash when known. */
@@ -125,6 +142,8 @@ export type AcquireResult =
        * limit (`limit`, theirs). Core answers INVALID_PARAMS with that field; it does not wait.
        */
       conflict?: LockConflict;
+      /** The name is free but in its lock-delay, for this long yet (see `lockDelayMs`). */
+      lockDelayRemainingMs?: number;
     };
 
 /** Why a request cannot be granted as asked (see `AcquireResult`). */
@@ -218,6 +237,11 @@ export interface LockBackend {
    * watchers only, which is right for a backend that only one process can open (embedded).
    */
   requestRelease?(name: string, reason: string | undefined): Promise<void>;
+  /**
+   * Only with `capabilities.lockDelay`: how long the name's lock-delay has left, 0 when it has
+   * none (held names say 0: a live lease's delay starts only at its end).
+   */
+  lockDelayOf?(name: string): Promise<number>;
   /** Lists held locks whose names start with `prefix` (admin use). */
   list?(prefix: string): Promise<LockState[]>;
   /**

@@ -27,6 +27,8 @@ export interface ErrorDetails {
   field?: string;
   /** LOCK_HELD: how long the current holder's lease still runs, when known. */
   ttlRemainingMs?: number;
+  /** LOCK_HELD: the name is free but in its lock-delay for this long yet. */
+  lockDelayRemainingMs?: number;
   /** UNAVAILABLE: the write may or may not have happened (its reply was lost). */
   indeterminate?: boolean;
   /** `acquireAll`'s failure: the lock of the set that could not be had. */

@@ -16,7 +16,11 @@ import type { LockMode } from './validation.js';
  * 4. shared: behind an entry that must go first (exclusive, or shared with another limit), wait
  *    for the last such one; an exclusive holder, wait for it; when the holders and the shared
  *    entries ahead fill the limit, wait for the nearest entry ahead (it takes the next room
- *    first), or with none ahead for the holders (the soonest end); else granted.
+ *    first), or with none ahead for the holders (the soonest end); else granted;
+ * 5. lock-delay (Chubby's, Consul's): a name without holders whose last lease ended by expiry or
+ *    revocation within that lease's `lockDelayMs` grants nobody: where 3 or 4 would grant, wait
+ *    for the delay to pass (`lockDelayRemainingMs`). It only holds back grants: the entries
+ *    ahead are still waited for first, and a holder's own refresh is not a grant.
  *
  * So one FIFO serves both modes: consecutive shared requests at its head are granted together up
  * to the limit, and an exclusive request holds back every request behind it (no writer
@@ -40,6 +44,12 @@ export interface RuleHolders {
   limit?: number | undefined;
   /** The requester's own holder (same owner and key hash), if it holds: its mode and limit. */
   own?: RuleRequest | undefined;
+  /**
+   * With no holder: how long the name's lock-delay has left (the last lease ended by expiry or
+   * revocation less than its `lockDelayMs` ago). Absent or ≤ 0: none. Ignored while held (a
+   * store may keep the delay of a live lease ready, to start at its end).
+   */
+  lockDelayRemainingMs?: number | undefined;
 }
 
 /** The queue entries ahead of the request (for a try-lock: every entry queued). */
@@ -61,7 +71,16 @@ export type GrantDecision =
   /** Wait for an entry ahead to leave: the nearest one, or the last one that must go first. */
   | { kind: 'wait'; on: 'entry'; entry: 'nearest' | 'last-blocking' }
   /** Wait for the holders: the latest end (exclusive, or behind one) or the soonest (shared). */
-  | { kind: 'wait'; on: 'holder'; end: 'latest' | 'soonest' };
+  | { kind: 'wait'; on: 'holder'; end: 'latest' | 'soonest' }
+  /** Free, but in its lock-delay: wait until it passes (`RuleHolders.lockDelayRemainingMs`). */
+  | { kind: 'wait'; on: 'delay' };
+
+const DELAYED: GrantDecision = { kind: 'wait', on: 'delay' };
+
+/** Whether the name is free but in its lock-delay (rule 5). */
+function delayed(holders: RuleHolders): boolean {
+  return holders.count === 0 && (holders.lockDelayRemainingMs ?? 0) > 0;
+}
 
 export const NOTHING_AHEAD: RuleAhead = { count: 0, blocking: false, shared: 0 };
 
@@ -83,14 +102,17 @@ export function decideGrant(
   const held = holders.count > 0;
   if (!shared) {
     if (ahead.count > 0) return { kind: 'wait', on: 'entry', entry: 'nearest' };
-    return held ? { kind: 'wait', on: 'holder', end: 'latest' } : { kind: 'grant' };
+    if (held) return { kind: 'wait', on: 'holder', end: 'latest' };
+    return delayed(holders) ? DELAYED : { kind: 'grant' };
   }
   if (held && holders.mode === 'shared' && holders.limit !== request.limit) {
     return { kind: 'conflict', conflict: { field: 'limit', limit: holders.limit ?? 0 } };
   }
   if (ahead.blocking) return { kind: 'wait', on: 'entry', entry: 'last-blocking' };
   if (held && holders.mode !== 'shared') return { kind: 'wait', on: 'holder', end: 'latest' };
-  if (holders.count + ahead.shared < request.limit) return { kind: 'grant' };
+  if (holders.count + ahead.shared < request.limit) {
+    return delayed(holders) ? DELAYED : { kind: 'grant' };
+  }
   // The shared entries ahead take the next room first: only the first of them watches the
   // holders, the others their entry ahead (one wake per end, not one per waiter).
   if (ahead.shared > 0) return { kind: 'wait', on: 'entry', entry: 'nearest' };
@@ -106,8 +128,11 @@ export interface ListedHolder {
   own?: boolean | undefined;
 }
 
-/** `RuleHolders` of a list of live holders. */
-export function holdersOf(holders: readonly ListedHolder[]): RuleHolders {
+/** `RuleHolders` of a list of live holders (and the name's lock-delay left, if any). */
+export function holdersOf(
+  holders: readonly ListedHolder[],
+  lockDelayRemainingMs?: number,
+): RuleHolders {
   const first = holders[0];
   const own = holders.find((holder) => holder.own);
   return {
@@ -115,6 +140,7 @@ export function holdersOf(holders: readonly ListedHolder[]): RuleHolders {
     mode: first?.mode,
     limit: first?.limit,
     own: own && { mode: own.mode, limit: own.limit },
+    lockDelayRemainingMs,
   };
 }
 
@@ -145,12 +171,18 @@ export interface GrantRuleCase {
   holders: readonly (ListedHolder & { remainingMs: number })[];
   /** Queue entries ahead of the request, oldest first. */
   ahead: readonly RuleRequest[];
+  /**
+   * The name's lock-delay left: the last lease (exclusive, by `lockDelayOwner`, with that
+   * `lockDelayMs`) ended by expiry this long before the window closes. Absent: none.
+   */
+  lockDelayRemainingMs?: number;
   expect:
     | { kind: 'grant' }
     | { kind: 'refresh' }
     | { kind: 'conflict'; conflict: LockConflict }
     | { kind: 'wait-entry'; entry: number }
-    | { kind: 'wait-holder'; holder: number };
+    | { kind: 'wait-holder'; holder: number }
+    | { kind: 'wait-delay' };
 }
 
 const X: RuleRequest = { mode: 'exclusive', limit: 1 };
@@ -167,7 +199,8 @@ type Expected =
   | 'refresh'
   | { entry: number }
   | { holder: number }
-  | { conflict: LockConflict };
+  | { conflict: LockConflict }
+  | 'wait-delay';
 
 const MODE: Expected = { conflict: { field: 'mode' } };
 const LIMIT_3: Expected = { conflict: { field: 'limit', limit: 3 } };
@@ -179,6 +212,7 @@ function rule(
   holders: GrantRuleCase['holders'],
   ahead: readonly RuleRequest[],
   expected: Expected,
+  lockDelayRemainingMs?: number,
 ): GrantRuleCase {
   const expect: GrantRuleCase['expect'] =
     typeof expected === 'string'
@@ -188,7 +222,8 @@ function rule(
         : 'holder' in expected
           ? { kind: 'wait-holder', holder: expected.holder }
           : { kind: 'conflict', conflict: expected.conflict };
-  return { name, request, holders, ahead, expect };
+  const testCase: GrantRuleCase = { name, request, holders, ahead, expect };
+  return lockDelayRemainingMs === undefined ? testCase : { ...testCase, lockDelayRemainingMs };
 }
 
 /**
@@ -329,14 +364,41 @@ export const GRANT_RULE_CASES: readonly GrantRuleCase[] = [
     [S(2), S(2)],
     { entry: 1 },
   ),
+  rule('exclusive, free, in its lock-delay: waits for the delay', X, [], [], 'wait-delay', 4_000),
+  rule('shared, free, in its lock-delay: waits for the delay', S(3), [], [], 'wait-delay', 4_000),
+  rule(
+    'exclusive in a lock-delay, behind an entry: waits for the entry first',
+    X,
+    [],
+    [X],
+    { entry: 0 },
+    4_000,
+  ),
+  rule(
+    'shared in a lock-delay, behind an exclusive entry: waits for the entry first',
+    S(3),
+    [],
+    [X],
+    { entry: 0 },
+    4_000,
+  ),
+  rule(
+    'exclusive, held, with the delay its holder would leave: waits for the holder',
+    X,
+    [holder(X, 5_000)],
+    [],
+    { holder: 0 },
+    9_000,
+  ),
 ];
 
 /** What `decideGrant` answers a case, in the table's terms (the entry or holder waited on, by index). */
 export function ruleAnswer(testCase: GrantRuleCase): GrantRuleCase['expect'] {
   const { request, holders, ahead } = testCase;
   const facts = aheadOf(request, ahead);
-  const decision = decideGrant(request, holdersOf(holders), facts);
+  const decision = decideGrant(request, holdersOf(holders, testCase.lockDelayRemainingMs), facts);
   if (decision.kind !== 'wait') return decision;
+  if (decision.on === 'delay') return { kind: 'wait-delay' };
   if (decision.on === 'entry') {
     const entry = decision.entry === 'nearest' ? ahead.length - 1 : facts.lastBlocking!;
     return { kind: 'wait-entry', entry };

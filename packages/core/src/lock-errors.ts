@@ -3,11 +3,24 @@ import { DlmError, isDlmError } from './errors.js';
 import type { LockMode } from './validation.js';
 
 /** The answer to an acquire that found the lock held (a try-lock, or a wait at its deadline). */
-export function lockHeld(name: string, ttlRemainingMs: number | undefined): DlmError {
+export function lockHeld(
+  name: string,
+  ttlRemainingMs: number | undefined,
+  lockDelayRemainingMs?: number,
+): DlmError {
+  const ms = (value: number) => Math.max(0, Math.ceil(value));
+  if (lockDelayRemainingMs !== undefined && lockDelayRemainingMs > 0) {
+    // Free, but its last lease ended uncleanly: nobody is granted it until the delay passes.
+    return new DlmError(
+      'LOCK_HELD',
+      `lock ${JSON.stringify(name)} is in its lock-delay for ${ms(lockDelayRemainingMs)} ms more`,
+      { ttlRemainingMs: ms(lockDelayRemainingMs), lockDelayRemainingMs: ms(lockDelayRemainingMs) },
+    );
+  }
   return new DlmError(
     'LOCK_HELD',
     `lock ${JSON.stringify(name)} is held by another owner`,
-    ttlRemainingMs === undefined ? {} : { ttlRemainingMs: Math.max(0, Math.ceil(ttlRemainingMs)) },
+    ttlRemainingMs === undefined ? {} : { ttlRemainingMs: ms(ttlRemainingMs) },
   );
 }
 

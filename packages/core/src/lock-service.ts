@@ -50,6 +50,7 @@ import {
   type LockMode,
   validateFlag,
   validateLeaseKey,
+  validateLockDelay,
   validateMode,
   validateName,
   validateOwner,
@@ -121,6 +122,14 @@ export interface AcquireOptions {
    * default `maxHolders`. Every shared holder of a name at one time has the same limit.
    */
   limit?: number;
+  /**
+   * 0 (the default) to `limits.maxLockDelayMs`, exclusive only, on a backend with
+   * `capabilities.lockDelay` (INVALID_PARAMS, field `lockDelayMs`, otherwise): when this lease
+   * ends by expiry or revocation, nobody is granted the name until this long after its end
+   * (a try-lock meanwhile is LOCK_HELD with `lockDelayRemainingMs`, a wait goes on). A release
+   * ends it with no delay.
+   */
+  lockDelayMs?: number;
   /** Ends a wait early with CANCELLED. */
   signal?: AbortSignal;
   /**
@@ -222,6 +231,11 @@ export interface LockService {
    */
   check(name: string, token: bigint): Promise<boolean>;
   /**
+   * How long `name`'s lock-delay has left (see `AcquireOptions.lockDelayMs`): 0 while held, when
+   * none runs, and on a backend without `capabilities.lockDelay`.
+   */
+  lockDelayOf(name: string): Promise<number>;
+  /**
    * Ends every lease that holds `name` (each shared holder, or the exclusive one); each holder
    * is told `lock.lost` (revoked). Resolves with the state before, or null when it was free.
    */
@@ -285,6 +299,7 @@ export function createLockService(options: LockServiceOptions): LockService {
     extend: set.extend,
     get: (name) => get(ctx, name),
     check: (name, token) => checkLease(ctx, name, token),
+    lockDelayOf: (name) => lockDelayOf(ctx, name),
     revoke: (name) => revoke(ctx, name),
     watch: (name, listener) => watch(ctx, name, listener),
     requestRelease: (request) => requestRelease(ctx, request),
@@ -306,6 +321,8 @@ function createContext(options: LockServiceOptions): ServiceContext {
   const clock = options.clock ?? systemClock;
   const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
   limits.minTtlMs = Math.max(limits.minTtlMs, backend.capabilities.minTtlMs);
+  // A backend that keeps no lock-delays admits none: what `session.hello` announces.
+  if (!backend.capabilities.lockDelay) limits.maxLockDelayMs = 0;
   const leaseTimers = !backend.capabilities.expiryEvents;
   const settings: ServiceSettings = {
     maxWaiters: options.maxWaitersPerName ?? 10_000,
@@ -352,6 +369,22 @@ function noSharedModes(ctx: ServiceContext): DlmError {
   );
 }
 
+/**
+ * An acquire's lock-delay, checked: in [0, `limits.maxLockDelayMs`], and above 0 only for an
+ * exclusive lock on a backend that keeps lock-delays.
+ */
+function checkLockDelay(ctx: ServiceContext, value: unknown, mode: LockMode): number {
+  const refuse = (message: string) =>
+    new DlmError('INVALID_PARAMS', `lockDelayMs ${message}`, { field: 'lockDelayMs' });
+  // Said before the range (which is [0, 0] here): the backend is why, not the number.
+  if (!ctx.backend.capabilities.lockDelay && typeof value === 'number' && value > 0) {
+    throw refuse(`is not supported by the ${ctx.backend.kind} backend yet`);
+  }
+  const lockDelayMs = validateLockDelay(value, ctx.limits);
+  if (lockDelayMs > 0 && mode === 'shared') throw refuse('is for exclusive locks only');
+  return lockDelayMs;
+}
+
 function assertOpen(ctx: ServiceContext): void {
   if (ctx.closed) throw new DlmError('UNAVAILABLE', 'the lock service is shutting down');
 }
@@ -381,6 +414,7 @@ async function acquire(ctx: ServiceContext, options: AcquireOptions): Promise<Le
   const waitMs = validateWait(options.waitMs, limits);
   const { mode, limit } = validateMode(options.mode, options.limit, limits);
   if (mode === 'shared' && !ctx.backend.capabilities.sharedModes) throw noSharedModes(ctx);
+  const lockDelayMs = checkLockDelay(ctx, options.lockDelayMs, mode);
   const givenKey = options.leaseKey === undefined ? undefined : validateLeaseKey(options.leaseKey);
   validateFlag(options.requestRelease, 'requestRelease');
   assertOpen(ctx);
@@ -389,7 +423,7 @@ async function acquire(ctx: ServiceContext, options: AcquireOptions): Promise<Le
   const { leaseKey, keyHash, holder } = acquireProof(state, owner, givenKey, mode);
   const isHolder = holder !== undefined;
   const queued: QueuedAcquire = {
-    request: { name, owner, ttlMs, keyHash, mode, limit },
+    request: { name, owner, ttlMs, keyHash, mode, limit, ...(lockDelayMs > 0 && { lockDelayMs }) },
     leaseKey,
     onLost: options.onLost,
     onReleaseRequested: options.onReleaseRequested,
@@ -425,7 +459,7 @@ async function tryOnce(
   }
   const result = await attempt(ctx, state, queued);
   if (result.granted) return toLease(result.grant, queued.leaseKey, queued.request);
-  throw lockHeld(state.name, result.ttlRemainingMs);
+  throw lockHeld(state.name, result.ttlRemainingMs, result.lockDelayRemainingMs);
 }
 
 async function release(ctx: ServiceContext, request: ReleaseRequest): Promise<void> {
@@ -529,6 +563,14 @@ async function checkLease(ctx: ServiceContext, name: string, token: bigint): Pro
   return (
     current?.holders?.some((holder) => holder.token === token && holder.ttlRemainingMs > 0) ?? false
   );
+}
+
+async function lockDelayOf(ctx: ServiceContext, name: string): Promise<number> {
+  ctx.checkName(name);
+  assertOpen(ctx);
+  const { backend } = ctx;
+  if (!backend.capabilities.lockDelay || !backend.lockDelayOf) return 0;
+  return ctx.calls.bounded('inspect', 'inspect', () => backend.lockDelayOf!(name));
 }
 
 /**

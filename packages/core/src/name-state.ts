@@ -7,8 +7,8 @@ import type { LocalRequest } from './local-queue.js';
 import type { LockChange, LostEvent } from './lock-service.js';
 import type { AroundBackendCall, Notify } from './observer.js';
 import type { BackendQueue } from './queue-driver.js';
-import type { ReleaseRequestedEvent } from './release-requests.js';
 import type { QueuePlace } from './queue-positions.js';
+import type { ReleaseRequestedEvent } from './release-requests.js';
 import type { Limits, LockMode } from './validation.js';
 
 /** The service's fixed settings, derived once from its options and the backend's capabilities. */
@@ -59,6 +59,8 @@ export interface QueuedAcquire {
     mode: LockMode;
     /** 1 for `exclusive`. */
     limit: number;
+    /** Above 0 only: the lease's lock-delay (`AcquireRequest.lockDelayMs`). */
+    lockDelayMs?: number | undefined;
   };
   leaseKey: string;
   onLost: ((event: LostEvent) => void) | undefined;

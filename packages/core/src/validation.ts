@@ -11,6 +11,11 @@ export interface Limits {
   maxLocksPerRequest: number;
   /** The most shared holders a name admits (a shared request's `limit`, and its default). */
   maxHolders: number;
+  /**
+   * The longest lock-delay an acquire may ask for (`lockDelayMs`): after a lease ends by expiry
+   * or revocation, nobody is granted its name for that long.
+   */
+  maxLockDelayMs: number;
 }
 
 export const DEFAULT_LIMITS: Limits = {
@@ -21,6 +26,7 @@ export const DEFAULT_LIMITS: Limits = {
   maxWaitMs: 300_000,
   maxLocksPerRequest: 64,
   maxHolders: 10_000,
+  maxLockDelayMs: 60_000,
 };
 
 // U+0000–U+001F and U+007F.
@@ -79,6 +85,14 @@ export function validateFlag(value: unknown, field: string): boolean {
   if (value === undefined) return false;
   if (typeof value !== 'boolean') throw invalid(field, 'must be true or false');
   return value;
+}
+
+/** An acquire's `lockDelayMs`: an integer in [0, `limits.maxLockDelayMs`], default 0 (none). */
+export function validateLockDelay(
+  value: unknown,
+  limits: Pick<Limits, 'maxLockDelayMs'> = DEFAULT_LIMITS,
+): number {
+  return checkInteger(value ?? 0, 'lockDelayMs', 0, limits.maxLockDelayMs);
 }
 
 const LEASE_KEY = /^[A-Za-z0-9_-]{22,128}$/;

@@ -18,11 +18,17 @@ describe('the grant rule', () => {
       GRANT_RULE_CASES.map((one) => {
         const decision = decideGrant(
           one.request,
-          holdersOf(one.holders),
+          holdersOf(one.holders, one.lockDelayRemainingMs),
           aheadOf(one.request, one.ahead),
         );
         if (decision.kind === 'wait') {
-          return `${one.request.mode} wait ${decision.on === 'entry' ? decision.entry : decision.end}`;
+          const on =
+            decision.on === 'entry'
+              ? decision.entry
+              : decision.on === 'holder'
+                ? decision.end
+                : 'delay';
+          return `${one.request.mode} wait ${on}`;
         }
         if (decision.kind === 'conflict') return `conflict ${decision.conflict.field}`;
         return `${one.request.mode} ${decision.kind}`;
@@ -36,6 +42,8 @@ describe('the grant rule', () => {
         'exclusive refresh',
         'exclusive wait latest',
         'exclusive wait nearest',
+        'exclusive wait delay',
+        'shared wait delay',
         'shared grant',
         'shared refresh',
         'shared wait last-blocking',

@@ -17,12 +17,14 @@ export function toRpcError(error: unknown): RpcErrorObject {
 export function fromRpcError(error: RpcErrorObject): DlmError {
   const wireCode = error.data?.code;
   const code: ErrorCode = isErrorCode(wireCode) ? wireCode : codeForNumber(error.code);
-  const { field, ttlRemainingMs, indeterminate, name, limit } = error.data ?? {};
+  const { field, ttlRemainingMs, lockDelayRemainingMs, indeterminate, name, limit } =
+    error.data ?? {};
   return new DlmError(code, error.message, {
     ...(field === undefined ? {} : { field }),
     ...(limit === undefined ? {} : { limit }),
     ...(name === undefined ? {} : { name }),
     ...(ttlRemainingMs === undefined ? {} : { ttlRemainingMs }),
+    ...(lockDelayRemainingMs === undefined ? {} : { lockDelayRemainingMs }),
     ...(indeterminate === undefined ? {} : { indeterminate }),
   });
 }

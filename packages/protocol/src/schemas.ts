@@ -51,6 +51,17 @@ const Limit = Type.Integer({
   description:
     'The most shared holders the name admits at once, in [1, limits.maxHolders], default maxHolders (a read lock): only with mode "shared" (with "exclusive" it is INVALID_PARAMS, field limit). Every shared holder of a name agrees on it: another limit is INVALID_PARAMS, field limit, with data.limit the holders\' one.',
 });
+/** Extension (lock-delay, additive to v1): `lockDelayMs` on `lock.acquire`. */
+const LockDelayMs = Type.Integer({
+  minimum: 0,
+  description:
+    'Lock-delay, in ms, in [0, limits.maxLockDelayMs], default 0: when this lease ends by expiry or revocation (not by its holder\'s release), nobody is granted the name until lockDelayMs after that end (a try-lock meanwhile is LOCK_HELD with data.lockDelayRemainingMs; a waiter is granted when the delay has passed). Exclusive locks only (with mode "shared", above 0 is INVALID_PARAMS, field lockDelayMs, as on servers whose backend keeps no lock-delays).',
+});
+const LockDelayRemainingMs = Type.Integer({
+  minimum: 1,
+  description:
+    'The name is free but in its lock-delay (its last lease, acquired with lockDelayMs, ended by expiry or revocation): nobody is granted it for this long yet. Absent when there is none.',
+});
 const GrantedMode = modeSchema('The mode the lease is held in (the one asked for).');
 const GrantedLimit = Type.Integer({
   minimum: 1,
@@ -126,6 +137,13 @@ export const HelloResult = Type.Object({
           'The most shared holders one name admits (10,000 by default): the largest limit, and the default one. Absent only from servers that predate shared modes.',
       }),
     ),
+    maxLockDelayMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        description:
+          'The longest lockDelayMs an acquire may ask for (60,000 by default). Absent only from servers that predate lock-delays.',
+      }),
+    ),
   }),
 });
 
@@ -153,6 +171,7 @@ export const AcquireParams = params({
         'Extension (queue positions): true to receive lock.queued notifications while this acquire waits: its 1-based position among the waiters when it starts waiting, and again whenever it changes.',
     }),
   ),
+  lockDelayMs: Type.Optional(LockDelayMs),
 });
 const GrantFields = {
   name: Name,
@@ -259,7 +278,12 @@ const WaitersFields = {
 
 export const GetParams = params({ name: Name });
 export const GetResult = Type.Union([
-  Type.Object({ name: Name, held: Type.Literal(false), ...WaitersFields }),
+  Type.Object({
+    name: Name,
+    held: Type.Literal(false),
+    ...WaitersFields,
+    lockDelayRemainingMs: Type.Optional(LockDelayRemainingMs),
+  }),
   Type.Object({
     name: Name,
     held: Type.Literal(true),
@@ -402,6 +426,13 @@ export const ErrorData = Type.Object(
     retryable: Type.Boolean(),
     field: Type.Optional(Type.String({ description: 'INVALID_PARAMS: the offending field.' })),
     ttlRemainingMs: Type.Optional(Type.Integer({ minimum: 0 })),
+    lockDelayRemainingMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        description:
+          'LOCK_HELD: the name is free but in its lock-delay for this long yet (ttlRemainingMs says the same).',
+      }),
+    ),
     indeterminate: Type.Optional(Type.Boolean()),
     name: Type.Optional(
       Type.String({

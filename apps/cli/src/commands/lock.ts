@@ -45,6 +45,11 @@ Options:
                      waiting dlm lock --request-release), send CMD this signal (default TERM;
                      none: ignore requests). The lock is released when CMD exits, as always
   --request-release  if the lock is held and this has to wait, ask the holders to let go
+  --lock-delay DURATION  one exclusive NAME: if the lease ends uncleanly (it expired: dlm
+                     was paused or cut off; or an operator revoked it), nobody gets the lock
+                     until DURATION after that end, so a CMD that has not been stopped yet
+                     is done before the next holder starts (default 0; at most the server's
+                     limit, 1m by default; a clean release has no delay)
 ${CONNECTION_USAGE}
   -v, --verbose      say on stderr when the lock is acquired and released
   -h, --help         print this help
@@ -73,7 +78,16 @@ const REQUEST_TIMEOUT_MS = 10_000;
 
 const LOCK_OPTIONS = {
   ...CONNECTION_FLAGS,
-  ...flagsOf('string', 'ttl', 'wait', 'limit', 'grace', 'owner', 'on-release-request'),
+  ...flagsOf(
+    'string',
+    'ttl',
+    'wait',
+    'limit',
+    'lock-delay',
+    'grace',
+    'owner',
+    'on-release-request',
+  ),
   ...flagsOf('boolean', 'shared', 'request-release'),
   verbose: { type: 'boolean', short: 'v' },
   help: { type: 'boolean', short: 'h' },
@@ -89,6 +103,7 @@ const VALUE_FLAGS = new Set([
   '--owner',
   '--limit',
   '--on-release-request',
+  '--lock-delay',
 ]);
 
 /**
@@ -138,6 +153,7 @@ export const lockCommand: Command = {
     const mode = modeOf(values.shared === true, values.limit);
     const onRequest = requestSignalOf(values['on-release-request']);
     const requestRelease = values['request-release'] === true;
+    const lockDelay = lockDelayOf(values['lock-delay'], names);
     const verbose = values.verbose === true;
 
     const connection = connectionOptions(values);
@@ -152,6 +168,7 @@ export const lockCommand: Command = {
       waitMs,
       owner,
       ...mode,
+      ...lockDelay,
       ...(requestRelease ? { requestRelease } : {}),
     });
     stopNotice();
@@ -266,6 +283,16 @@ function requestSignalOf(value: string | undefined): NodeJS.Signals | undefined 
   return signal as NodeJS.Signals;
 }
 
+/** `--lock-delay DURATION` as an acquire option: one NAME only (a set has no lock-delay). */
+function lockDelayOf(flag: string | undefined, names: string[]): { lockDelayMs?: number } {
+  if (flag === undefined) return {};
+  const lockDelayMs = parseDuration(flag, '--lock-delay');
+  if (lockDelayMs > 0 && names.length > 1) {
+    throw new UsageError('--lock-delay takes one NAME (a set of locks has no lock-delay)');
+  }
+  return lockDelayMs > 0 ? { lockDelayMs } : {};
+}
+
 interface LockOptions {
   ttlMs: number;
   waitMs: number;
@@ -273,6 +300,7 @@ interface LockOptions {
   mode?: 'shared';
   limit?: number;
   requestRelease?: boolean;
+  lockDelayMs?: number;
 }
 
 /** Acquires, or says why not and resolves with the exit code. SIGINT/SIGTERM end the wait. */
@@ -313,6 +341,13 @@ async function acquire(
     if (isDlmError(error, 'LOCK_HELD')) {
       const left = error.details.ttlRemainingMs;
       const name = error.details.name ?? names[0]!;
+      const delayed = error.details.lockDelayRemainingMs;
+      if (delayed !== undefined) {
+        process.stderr.write(
+          `dlm: lock ${name} is in its lock-delay (its last lease ended uncleanly); free in ${formatDuration(delayed)}\n`,
+        );
+        return EXIT.WAIT_TIMEOUT;
+      }
       const by = options.mode
         ? `has no room for another shared holder${options.limit === undefined ? '' : ` (limit ${options.limit})`}`
         : 'is held by another owner';
@@ -334,9 +369,10 @@ async function acquire(
 }
 
 /** The flag each checked request field comes from. */
-const FLAG_OF_FIELD: Record<string, { flag: string; key: 'ttlMs' | 'waitMs' }> = {
+const FLAG_OF_FIELD: Record<string, { flag: string; key: 'ttlMs' | 'waitMs' | 'lockDelayMs' }> = {
   ttlMs: { flag: '--ttl', key: 'ttlMs' },
   waitMs: { flag: '--wait', key: 'waitMs' },
+  lockDelayMs: { flag: '--lock-delay', key: 'lockDelayMs' },
 };
 
 /**
@@ -356,10 +392,11 @@ function inUserTerms(error: Error & { details: { field?: string } }, options: Lo
   const known = field === undefined ? undefined : FLAG_OF_FIELD[field];
   const range = /must be in \[(\d+), (\d+)\]/.exec(error.message);
   if (known && range) {
-    return `${known.flag} must be between ${formatBound(Number(range[1]))} and ${formatBound(Number(range[2]))}, got ${formatBound(options[known.key])}`;
+    return `${known.flag} must be between ${formatBound(Number(range[1]))} and ${formatBound(Number(range[2]))}, got ${formatBound(options[known.key] ?? 0)}`;
   }
   if (field === 'name') return error.message.replace(/^name/, 'the lock NAME');
   if (field === 'owner') return error.message.replace(/^owner/, '--owner');
+  if (field === 'lockDelayMs') return error.message.replace(/^lockDelayMs/, '--lock-delay');
   return error.message;
 }
 

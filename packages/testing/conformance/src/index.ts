@@ -8,6 +8,7 @@ import { expiryGroup } from './groups/expiry.js';
 import { fairQueueGroup } from './groups/fair-queue.js';
 import { grantsGroup } from './groups/grants.js';
 import { leaseKeysGroup } from './groups/lease-keys.js';
+import { lockDelayGroup } from './groups/lock-delay.js';
 import { multiLockGroup } from './groups/multi-lock.js';
 import { queuePositionsGroup } from './groups/queue-positions.js';
 import { releaseAndExtendGroup } from './groups/release-extend.js';
@@ -72,6 +73,7 @@ const groups: ReadonlyArray<(ctx: ConformanceContext) => void> = [
   releaseRequestsGroup,
   checkGroup,
   queuePositionsGroup,
+  lockDelayGroup,
 ];
 
 /**

@@ -1,5 +1,5 @@
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import {
   freePort,
@@ -130,6 +130,19 @@ beforeAll(() => {
 });
 
 describe('the tarballs of pnpm release:pack', () => {
+  it('are all of the version the README documents, each with its CHANGELOG entry', () => {
+    const readme = readFileSync(join(root, 'README.md'), 'utf8');
+    const documented = /documents dlm \*\*(\d+\.\d+\.\d+)\*\*/.exec(readme)?.[1];
+    expect(documented, 'README.md: "documents dlm **X.Y.Z**"').toBeDefined();
+    expect(tarballs.size).toBeGreaterThan(0);
+    for (const [name, file] of tarballs) {
+      const manifest = JSON.parse(tarRead(file, 'package/package.json')) as { version: string };
+      expect(manifest.version, name).toBe(documented);
+      expect(file.endsWith(`-${documented}.tgz`), file).toBe(true);
+      expect(tarRead(file, 'package/CHANGELOG.md'), name).toContain(`## ${documented}`);
+    }
+  });
+
   it('are one per published package, with versions for workspace ranges, a LICENSE, engines and usable source maps', () => {
     const published = [
       'core',

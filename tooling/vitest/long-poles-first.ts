@@ -3,22 +3,32 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
 /**
  * The test files that take longest, with their seconds in a whole run on the 2-core CI machine
- * (`CI=true npx vitest run --reporter=json`, four files at a time). They start first, so the
+ * (`CI=true npx -y pnpm@12.4.2 test`, four files at a time, read off its per-file lines). They start first, so the
  * run does not end waiting on a long file that started last; the rest follow in vitest's own
  * order. A file missing here only starts later; `test/long-poles.test.ts` checks each exists.
  */
 export const LONG_POLES: Readonly<Record<string, number>> = {
-  'apps/cli/test/lock.test.ts': 200,
-  'packages/adapter-redis/test/cluster.test.ts': 140,
-  'packages/adapter-redis/test/sentinel.test.ts': 120,
-  'apps/cli/test/commands.test.ts': 105,
-  'packages/adapter-redlock/test/conformance.test.ts': 100,
+  'apps/server/test/python-transcripts.test.ts': 200,
+  'apps/server/test/python-client.test.ts': 180,
+  'packages/adapter-redis/test/cluster.test.ts': 160,
+  'apps/server/test/transcripts-backends.test.ts': 150,
+  'tooling/readme/test/readme-blocks.test.ts': 150,
+  'packages/adapter-redis/test/sentinel.test.ts': 135,
+  'apps/server/test/transcripts.test.ts': 130,
+  'packages/adapter-redis/test/conformance.test.ts': 125,
+  'packages/adapter-redlock/test/conformance.test.ts': 120,
+  'packages/adapter-embedded/test/conformance.test.ts': 110,
   'packages/adapter-etcd/test/conformance.test.ts': 95,
-  'packages/adapter-embedded/test/conformance.test.ts': 90,
-  'packages/adapter-zookeeper/test/conformance.test.ts': 90,
-  'packages/adapter-redis/test/conformance.test.ts': 90,
-  'apps/cli/test/shared.test.ts': 64,
-  'packages/adapter-postgres/test/conformance.test.ts': 57,
+  'packages/adapter-zookeeper/test/conformance.test.ts': 80,
+  'packages/adapter-postgres/test/conformance.test.ts': 70,
+  'examples/third-party-adapter/test/conformance.test.ts': 63,
+  'examples/third-party-adapter/test/memory-backend.test.ts': 57,
+  'apps/server/test/http-conformance.test.ts': 56,
+  'apps/cli/test/lock.test.ts': 52,
+  'apps/ha/test/etcd.test.ts': 44,
+  'apps/faults/test/lock-delay-campaign.test.ts': 40,
+  'apps/faults/test/negative-control.test.ts': 38,
+  'apps/ha/test/zookeeper.test.ts': 38,
 };
 
 /** The files of `LONG_POLES` first (longest first), then the others in the order given. */

@@ -1,72 +1,14 @@
-import { spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import { findBinary, serviceAvailable } from '@dlm/test-services';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, it } from 'vitest';
 import { type RunningServer, startServer } from '../src/index.js';
+import { expectPassed, pythonAvailable, replayFromPython, runUnittest } from './python-runner.js';
 import { serverConfigurations } from './server-configurations.js';
 
-const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));
-const python = findBinary('python3');
-const available = serviceAvailable('python3', python !== null);
-
-/**
- * Runs the Python client's unittest suite (which replays the golden transcripts too), or the
- * tests `names` of it (`test_transcripts.GoldenTranscripts`).
- */
-function runUnittest(
-  url: string,
-  names: string[] = [],
-  without: readonly string[] = [],
-): Promise<{ code: number | null; output: string }> {
-  const args =
-    names.length === 0
-      ? ['-m', 'unittest', 'discover', '-s', 'clients/python/tests', '-v']
-      : ['-m', 'unittest', '-v', ...names];
-  return new Promise((resolve, reject) => {
-    const child = spawn(python!, args, {
-      cwd: repoRoot,
-      env: {
-        ...process.env,
-        DLM_URL: url,
-        DLM_TRANSCRIPTS_WITHOUT: without.join(','),
-        PYTHONPATH: names.length === 0 ? 'clients/python' : 'clients/python:clients/python/tests',
-        PYTHONUNBUFFERED: '1',
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    const timer = setTimeout(() => child.kill('SIGKILL'), 170_000);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, output });
-    });
-  });
-}
-
-/** What every run must show: it passed, ran tests, skipped none, and replayed the transcripts. */
-function expectPassed({ code, output }: { code: number | null; output: string }): void {
-  const ran = Number(/^Ran (\d+) tests? in /m.exec(output)?.[1] ?? 0);
-  expect(code, output).toBe(0);
-  expect(ran, output).toBeGreaterThan(0);
-  // Every test ran: a skip would mean DLM_URL did not reach the suite.
-  expect(output, output).not.toMatch(/skipped/);
-  // The transcripts were replayed from Python, one test each.
-  expect(output).toMatch(/test_wait_fifo \(test_transcripts\.GoldenTranscripts/);
-  expect(output).toMatch(/test_watch_prefix_shared \(test_transcripts\.GoldenTranscripts/);
-}
-
 // The whole suite against the server as `pnpm start` runs it (journaled in a data dir), then the
-// transcripts in every other configuration the server's own transcript test covers.
+// transcripts in memory here, and on the external backends in python-transcripts.test.ts.
 const [journaled, ...others] = serverConfigurations();
+const embedded = others.filter((configuration) => configuration.embedded);
 
-describe.skipIf(!available)(`Python client (clients/python): ${journaled!.name}`, () => {
+describe.skipIf(!pythonAvailable)(`Python client (clients/python): ${journaled!.name}`, () => {
   let server: RunningServer;
   beforeAll(async () => {
     const backendConfig = await journaled!.start();
@@ -84,24 +26,4 @@ describe.skipIf(!available)(`Python client (clients/python): ${journaled!.name}`
   });
 });
 
-for (const configuration of others) {
-  describe.skipIf(!available || !configuration.available)(
-    `Python client's transcript runner: ${configuration.name}`,
-    () => {
-      let server: RunningServer;
-      beforeAll(async () => {
-        const backendConfig = await configuration.start();
-        server = await startServer({ port: 0, backendConfig: backendConfig() });
-      }, 60_000);
-      afterAll(async () => {
-        await server?.close();
-        await configuration.stop();
-      });
-
-      it('replays every golden transcript', { timeout: 180_000 }, async () => {
-        const names = ['test_transcripts.GoldenTranscripts'];
-        expectPassed(await runUnittest(server.url, names, configuration.without));
-      });
-    },
-  );
-}
+replayFromPython(embedded);

@@ -27,6 +27,8 @@ export function replays(
  */
 export interface ServerConfiguration {
   name: string;
+  /** The embedded backend (in process, no service to start). */
+  embedded: boolean;
   available: boolean;
   /**
    * What the backend does not have yet, as a transcript's `covers` names it (`lockDelayMs`):
@@ -48,6 +50,7 @@ function overService<S extends { stop(): Promise<void> }>(
   let service: S | undefined;
   return {
     name,
+    embedded: false,
     ...(without ? { without } : {}),
     // Asked when the file is collected: with CI=true a missing service throws (fails the run).
     available: available(),
@@ -73,6 +76,7 @@ export function serverConfigurations(): ServerConfiguration[] {
   return [
     {
       name: 'embedded, journaled in a data dir (the default)',
+      embedded: true,
       available: true,
       async start() {
         // A fresh data dir per server: nothing carries over from one transcript to the next.
@@ -82,6 +86,7 @@ export function serverConfigurations(): ServerConfiguration[] {
     },
     {
       name: 'embedded, in memory (--memory)',
+      embedded: true,
       available: true,
       async start() {
         return () => ({ kind: 'embedded', dataDir: null });

@@ -7,8 +7,9 @@ import {
 } from '@dlm/transcripts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocketServer } from 'ws';
-import { type BackendConfig, type RunningServer, startServer } from '../src/index.js';
-import { replays, serverConfigurations } from './server-configurations.js';
+import { type RunningServer, startServer } from '../src/index.js';
+import { serverConfigurations } from './server-configurations.js';
+import { replayTranscripts } from './transcript-replays.js';
 
 const transcripts = loadTranscripts();
 const byName = new Map(transcripts.map((t) => [t.name, t]));
@@ -54,30 +55,10 @@ it('there are transcripts to replay', () => {
   expect(transcripts.length).toBeGreaterThanOrEqual(25);
 });
 
-// Every golden transcript in @dlm/protocol, replayed against a fresh in-process server (so no
-// name, token or session state carries over from one transcript to the next), in each way the
-// README runs the server: the journaled default first (its grants reach the disk before their
-// answer does, which once left `lock.watchPrefix` without a second holder's TTL).
-for (const configuration of serverConfigurations()) {
-  describe.skipIf(!configuration.available)(`golden transcripts: ${configuration.name}`, () => {
-    let backendConfig: () => BackendConfig;
-    beforeAll(async () => {
-      backendConfig = await configuration.start();
-    }, 60_000);
-    afterAll(() => configuration.stop());
-
-    for (const transcript of transcripts.filter((one) => replays(configuration, one))) {
-      it(`${transcript.name}: ${transcript.description}`, { timeout: 30_000 }, async () => {
-        const server = await startServer({ port: 0, backendConfig: backendConfig() });
-        try {
-          await runTranscript(server.url, transcript);
-        } finally {
-          await server.close();
-        }
-      });
-    }
-  });
-}
+// The README runs the server journaled by default, so that goes first (its grants reach the disk
+// before their answer does, which once left `lock.watchPrefix` without a second holder's TTL);
+// the external backends replay in transcripts-backends.test.ts.
+replayTranscripts(serverConfigurations().filter((configuration) => configuration.embedded));
 
 // The runner must fail when the server does not do what a transcript says; otherwise the
 // replays above would prove nothing.

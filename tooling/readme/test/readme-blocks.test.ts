@@ -150,7 +150,12 @@ async function runServe(block: CodeBlock): Promise<void> {
     }
     const client = createClient({ url: `ws://127.0.0.1:${port}/v1/ws` });
     try {
-      expect(await client.get('readme/serve')).toEqual({ name: 'readme/serve', held: false });
+      expect(await client.get('readme/serve')).toEqual({
+        name: 'readme/serve',
+        held: false,
+        waiters: 0,
+        waitersScope: 'server',
+      });
     } finally {
       await client.close();
     }

@@ -23,8 +23,8 @@ describe('longPolesFirst', () => {
       root,
     );
     expect(sorted.map((file) => file.moduleId.slice(root.length + 1))).toEqual([
-      'apps/cli/test/lock.test.ts',
       'packages/adapter-postgres/test/conformance.test.ts',
+      'apps/cli/test/lock.test.ts',
       'packages/core/test/b.test.ts',
       'packages/core/test/a.test.ts',
     ]);

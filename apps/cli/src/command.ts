@@ -22,15 +22,30 @@ export const COMMON_OPTIONS = {
 } as const satisfies FlagOptions;
 
 /**
+ * Parses a command's flags (`options` include `help`) and positionals. On `--help` it prints
+ * `usage` and returns undefined: the command then exits with OK.
+ */
+export function parseCommandArgs<Options extends typeof COMMON_OPTIONS>(
+  usage: string,
+  argv: string[],
+  options: Options,
+) {
+  const parsed = parseFlags(argv, options, { allowPositionals: true });
+  if ((parsed.values as { help?: boolean }).help) {
+    process.stdout.write(usage);
+    return undefined;
+  }
+  return parsed;
+}
+
+/**
  * Parses the arguments of a command that takes exactly one lock NAME and the common flags.
  * On `--help` it prints `usage` and returns undefined: the command then exits with OK.
  */
 export function parseNameArgs(usage: string, argv: string[]) {
-  const { values, positionals } = parseFlags(argv, COMMON_OPTIONS, { allowPositionals: true });
-  if (values.help) {
-    process.stdout.write(usage);
-    return undefined;
-  }
+  const parsed = parseCommandArgs(usage, argv, COMMON_OPTIONS);
+  if (!parsed) return undefined;
+  const { values, positionals } = parsed;
   if (positionals.length === 0) throw new UsageError('a lock NAME is missing');
   if (positionals.length > 1) {
     const names = positionals.map((name) => JSON.stringify(name)).join(' ');

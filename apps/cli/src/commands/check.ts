@@ -1,6 +1,6 @@
 import { createClient } from '@dlm/client';
-import { parseFlags, UsageError } from '@dlm/flags';
-import { COMMON_OPTIONS, type Command } from '../command.js';
+import { UsageError } from '@dlm/flags';
+import { COMMON_OPTIONS, type Command, parseCommandArgs } from '../command.js';
 import { CONNECTION_USAGE, clientOptions, connectionOptions } from '../connection-options.js';
 import { EXIT } from '../exit-codes.js';
 import { printError, printJson } from '../output.js';
@@ -35,11 +35,9 @@ export const checkCommand: Command = {
   name: 'check',
   usage: USAGE,
   async run(argv) {
-    const { values, positionals } = parseFlags(argv, COMMON_OPTIONS, { allowPositionals: true });
-    if (values.help) {
-      process.stdout.write(USAGE);
-      return EXIT.OK;
-    }
+    const parsed = parseCommandArgs(USAGE, argv, COMMON_OPTIONS);
+    if (!parsed) return EXIT.OK;
+    const { values, positionals } = parsed;
     const { name, token } = nameAndToken(positionals);
     if (!/^[1-9][0-9]{0,18}$/.test(token)) {
       throw new UsageError(

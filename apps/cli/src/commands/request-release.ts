@@ -1,7 +1,6 @@
 import { createClient, isDlmError } from '@dlm/client';
-import { parseFlags, UsageError } from '@dlm/flags';
-import type { Command } from '../command.js';
-import { COMMON_OPTIONS } from '../command.js';
+import { UsageError } from '@dlm/flags';
+import { COMMON_OPTIONS, type Command, parseCommandArgs } from '../command.js';
 import { CONNECTION_USAGE, clientOptions, connectionOptions } from '../connection-options.js';
 import { EXIT } from '../exit-codes.js';
 import { printError, printJson } from '../output.js';
@@ -29,11 +28,9 @@ export const requestReleaseCommand: Command = {
   name: 'request-release',
   usage: USAGE,
   async run(argv) {
-    const { values, positionals } = parseFlags(argv, OPTIONS, { allowPositionals: true });
-    if (values.help) {
-      process.stdout.write(USAGE);
-      return EXIT.OK;
-    }
+    const parsed = parseCommandArgs(USAGE, argv, OPTIONS);
+    if (!parsed) return EXIT.OK;
+    const { values, positionals } = parsed;
     if (positionals.length !== 1) throw new UsageError('one lock NAME is needed');
     const name = positionals[0]!;
     const client = createClient({

@@ -1,4 +1,4 @@
-import { type FlagOptions, parseFlags, UsageError } from '@dlm/flags';
+import { type FlagOptions, HELP_FLAG, parseFlags, UsageError } from '@dlm/flags';
 import { CONNECTION_FLAGS } from './connection-options.js';
 import { EXIT } from './exit-codes.js';
 
@@ -18,7 +18,7 @@ export interface Command {
 export const COMMON_OPTIONS = {
   ...CONNECTION_FLAGS,
   json: { type: 'boolean' },
-  help: { type: 'boolean', short: 'h' },
+  ...HELP_FLAG,
 } as const satisfies FlagOptions;
 
 /**
@@ -39,11 +39,16 @@ export function parseCommandArgs<Options extends typeof COMMON_OPTIONS>(
 }
 
 /**
- * Parses the arguments of a command that takes exactly one lock NAME and the common flags.
- * On `--help` it prints `usage` and returns undefined: the command then exits with OK.
+ * Parses the arguments of a command that takes exactly one lock NAME and its flags (the common
+ * ones unless it names others). On `--help` it prints `usage` and returns undefined: the command
+ * then exits with OK.
  */
-export function parseNameArgs(usage: string, argv: string[]) {
-  const parsed = parseCommandArgs(usage, argv, COMMON_OPTIONS);
+export function parseNameArgs<Options extends typeof COMMON_OPTIONS = typeof COMMON_OPTIONS>(
+  usage: string,
+  argv: string[],
+  options: Options = COMMON_OPTIONS as Options,
+) {
+  const parsed = parseCommandArgs(usage, argv, options);
   if (!parsed) return undefined;
   const { values, positionals } = parsed;
   if (positionals.length === 0) throw new UsageError('a lock NAME is missing');
@@ -55,19 +60,22 @@ export function parseNameArgs(usage: string, argv: string[]) {
 }
 
 /** What {@link parseNameArgs} gives a command: its flags, and the lock NAME. */
-export type NameArgs = NonNullable<ReturnType<typeof parseNameArgs>>;
+export type NameArgs<Options extends typeof COMMON_OPTIONS = typeof COMMON_OPTIONS> = NonNullable<
+  ReturnType<typeof parseNameArgs<Options>>
+>;
 
-/** A command that takes exactly one lock NAME and the common flags (`--help`: usage, exit OK). */
-export function nameCommand(
+/** A command that takes exactly one lock NAME and its flags (`--help`: usage, exit OK). */
+export function nameCommand<Options extends typeof COMMON_OPTIONS = typeof COMMON_OPTIONS>(
   name: string,
   usage: string,
-  run: (args: NameArgs) => Promise<number | undefined>,
+  run: (args: NameArgs<Options>) => Promise<number | undefined>,
+  options: Options = COMMON_OPTIONS as Options,
 ): Command {
   return {
     name,
     usage,
     async run(argv) {
-      const args = parseNameArgs(usage, argv);
+      const args = parseNameArgs(usage, argv, options);
       return args ? run(args) : EXIT.OK;
     },
   };

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import type { ClientOptions } from '@dlm/client';
+import { type ClientOptions, createClient, type DlmClient } from '@dlm/client';
 import { UsageError } from '@dlm/flags';
 import { serverUrl } from './server-url.js';
 
@@ -62,3 +62,12 @@ export function clientOptions(
 export const CONNECTION_USAGE = `  --server URL       the server (DLM_URL, default ws://127.0.0.1:7070/v1/ws)
   --token-file FILE  the server's bearer token, read from FILE (or DLM_TOKEN, DLM_TOKEN_FILE)
   --ca FILE          PEM of the CA that issued the server's TLS certificate (DLM_CA)`;
+
+/** A client for a command that asks one thing and ends: its connection flags, no reconnecting. */
+export function oneShotClient(values: Parameters<typeof connectionOptions>[0]): DlmClient {
+  return createClient({
+    ...clientOptions(connectionOptions(values)),
+    name: 'dlm-cli',
+    reconnect: false,
+  });
+}

@@ -1,7 +1,6 @@
-import { createClient } from '@dlm/client';
 import { UsageError } from '@dlm/flags';
 import { COMMON_OPTIONS, type Command, parseCommandArgs } from '../command.js';
-import { CONNECTION_USAGE, clientOptions, connectionOptions } from '../connection-options.js';
+import { CONNECTION_USAGE, oneShotClient } from '../connection-options.js';
 import { EXIT } from '../exit-codes.js';
 import { printError, printJson } from '../output.js';
 
@@ -44,11 +43,7 @@ export const checkCommand: Command = {
         `TOKEN must be a fencing token (a positive decimal integer), not ${JSON.stringify(token)}`,
       );
     }
-    const client = createClient({
-      ...clientOptions(connectionOptions(values)),
-      name: 'dlm-cli',
-      reconnect: false,
-    });
+    const client = oneShotClient(values);
     try {
       const current = await client.check(name, token);
       if (values.json) printJson({ name, token, current });

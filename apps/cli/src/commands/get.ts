@@ -1,7 +1,6 @@
-import { createClient } from '@dlm/client';
 import { formatDuration } from '@dlm/flags';
 import { nameCommand } from '../command.js';
-import { CONNECTION_USAGE, clientOptions, connectionOptions } from '../connection-options.js';
+import { CONNECTION_USAGE, oneShotClient } from '../connection-options.js';
 import { EXIT } from '../exit-codes.js';
 import { printError, printJson } from '../output.js';
 
@@ -22,11 +21,7 @@ Exit status: 0 (held or free), 1 when the server could not answer, 2 on a usage 
 `;
 
 export const getCommand = nameCommand('get', USAGE, async ({ values, name }) => {
-  const client = createClient({
-    ...clientOptions(connectionOptions(values)),
-    name: 'dlm-cli',
-    reconnect: false,
-  });
+  const client = oneShotClient(values);
   try {
     const info = await client.get(name);
     if (values.json) printJson(info);

@@ -1,7 +1,6 @@
-import { createClient, isDlmError } from '@dlm/client';
-import { UsageError } from '@dlm/flags';
-import { COMMON_OPTIONS, type Command, parseCommandArgs } from '../command.js';
-import { CONNECTION_USAGE, clientOptions, connectionOptions } from '../connection-options.js';
+import { isDlmError } from '@dlm/client';
+import { COMMON_OPTIONS, nameCommand } from '../command.js';
+import { CONNECTION_USAGE, oneShotClient } from '../connection-options.js';
 import { EXIT } from '../exit-codes.js';
 import { printError, printJson } from '../output.js';
 
@@ -24,20 +23,11 @@ Exit status: 0 (asked, or free), 1 when the server could not answer, 2 on a usag
 
 const OPTIONS = { ...COMMON_OPTIONS, reason: { type: 'string' } } as const;
 
-export const requestReleaseCommand: Command = {
-  name: 'request-release',
-  usage: USAGE,
-  async run(argv) {
-    const parsed = parseCommandArgs(USAGE, argv, OPTIONS);
-    if (!parsed) return EXIT.OK;
-    const { values, positionals } = parsed;
-    if (positionals.length !== 1) throw new UsageError('one lock NAME is needed');
-    const name = positionals[0]!;
-    const client = createClient({
-      ...clientOptions(connectionOptions(values)),
-      name: 'dlm-cli',
-      reconnect: false,
-    });
+export const requestReleaseCommand = nameCommand(
+  'request-release',
+  USAGE,
+  async ({ values, name }) => {
+    const client = oneShotClient(values);
     try {
       const asked = await client.requestRelease(
         name,
@@ -66,4 +56,5 @@ export const requestReleaseCommand: Command = {
       await client.close();
     }
   },
-};
+  OPTIONS,
+);

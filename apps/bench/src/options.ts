@@ -1,4 +1,11 @@
-import { type FlagOptions, flagsOf, integerFlag, parseFlags, UsageError } from '@dlm/flags';
+import {
+  type FlagOptions,
+  flagsOf,
+  HELP_FLAG,
+  integerFlag,
+  parseFlags,
+  UsageError,
+} from '@dlm/flags';
 import type { ContentionOptions } from './workloads/contention.js';
 import type { ScaleOptions } from './workloads/scale.js';
 import type { SharedModesOptions } from './workloads/shared-modes.js';
@@ -111,7 +118,7 @@ const OPTIONS = {
     'profile-dir',
   ),
   ...flagsOf('boolean', 'smoke', 'list'),
-  help: { type: 'boolean', short: 'h' },
+  ...HELP_FLAG,
 } as const satisfies FlagOptions;
 
 function positive(value: string | undefined, fallback: number, flag: string, min = 1): number {

@@ -1,6 +1,7 @@
 import {
   type FlagOptions,
   flagsOf,
+  HELP_FLAG,
   integerFlag,
   parseDuration,
   parseFlags,
@@ -150,7 +151,7 @@ const OPTIONS = {
     'lin-negative-control',
     'lock-delay-control',
   ),
-  help: { type: 'boolean', short: 'h' },
+  ...HELP_FLAG,
 } as const satisfies FlagOptions;
 
 type Values = ReturnType<typeof parseFlags<typeof OPTIONS>>['values'];

@@ -1,5 +1,12 @@
 import { readFileSync } from 'node:fs';
-import { type FlagOptions, flagsOf, parseFlags, parseInteger, UsageError } from '@dlm/flags';
+import {
+  type FlagOptions,
+  flagsOf,
+  HELP_FLAG,
+  parseFlags,
+  parseInteger,
+  UsageError,
+} from '@dlm/flags';
 import { AuthConfigError, parseTokenFile, type TokenGrant } from './auth.js';
 import {
   BACKEND_FLAG_TYPES,
@@ -119,7 +126,7 @@ const SERVER_FLAGS = {
   ),
   ...flagsOf('boolean', 'insecure'),
   ...BACKEND_FLAG_TYPES,
-  help: { type: 'boolean', short: 'h' },
+  ...HELP_FLAG,
 } as const satisfies FlagOptions;
 
 /**

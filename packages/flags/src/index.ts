@@ -4,6 +4,7 @@ export { readPackageVersion } from './package-version.js';
 export {
   type FlagOptions,
   flagsOf,
+  HELP_FLAG,
   type ParsedFlags,
   parseFlags,
   withoutLeadingSeparator,

@@ -17,6 +17,9 @@ export function withoutLeadingSeparator(argv: readonly string[]): string[] {
   return argv[0] === '--' ? argv.slice(1) : [...argv];
 }
 
+/** `-h`/`--help`, which every command takes: print its usage and exit 0. */
+export const HELP_FLAG = { help: { type: 'boolean', short: 'h' } } as const;
+
 /**
  * Flags of one type, by name, for a flag table: `flagsOf('string', 'host', 'port')` is
  * `{ host: { type: 'string' }, port: { type: 'string' } }`.

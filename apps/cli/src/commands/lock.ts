@@ -6,6 +6,7 @@ import {
   flagsOf,
   formatBound,
   formatDuration,
+  HELP_FLAG,
   parseDuration,
   parseFlags,
   UsageError,
@@ -90,7 +91,7 @@ const LOCK_OPTIONS = {
   ),
   ...flagsOf('boolean', 'shared', 'request-release'),
   verbose: { type: 'boolean', short: 'v' },
-  help: { type: 'boolean', short: 'h' },
+  ...HELP_FLAG,
 } as const;
 
 const VALUE_FLAGS = new Set([

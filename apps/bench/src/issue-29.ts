@@ -1,23 +1,15 @@
 import type { FloorBackend, FloorFigures } from './floors.js';
 import { sharedClientChecks } from './issue-21.js';
-import {
-  checker,
-  type Format,
-  ms,
-  perSecond,
-  ratio,
-  type TargetCheck,
-  type TargetFigures,
-} from './report.js';
+import * as report from './report.js';
 
 /**
  * Issue 29's six targets ("speed, round three"), checked against the figures of one run (medians
  * over its interleaved rounds): every ratio is dlm ÷ a peer measured in the same run.
  */
 
-type Add = ReturnType<typeof checker>;
+type Add = ReturnType<typeof report.checker>;
 
-const microseconds: Format = (value) => `${Math.round(value)} µs`;
+const microseconds: report.Format = (value) => `${Math.round(value)} µs`;
 
 function cpuChecks(add: Add): void {
   add.compare(
@@ -52,14 +44,17 @@ const ON_FLOOR: ReadonlyArray<[id: string, backend: FloorBackend]> = [
   ['dlm-zookeeper', 'zookeeper'],
 ];
 
-function latencyChecks(add: Add, floors: ReadonlyMap<FloorBackend, FloorFigures>): TargetCheck[] {
+function latencyChecks(
+  add: Add,
+  floors: ReadonlyMap<FloorBackend, FloorFigures>,
+): report.TargetCheck[] {
   for (const [id, name, bound] of P99_BOUNDS) {
     add.absolute(
       `3 ${name}: acquire p99 at 32 clients (workload 2) < ${bound} ms`,
       id,
       'throughputAcquireP99',
       (v) => v < bound,
-      ms,
+      report.ms,
     );
   }
   return ON_FLOOR.map(([id, backend]) => {
@@ -69,13 +64,13 @@ function latencyChecks(add: Add, floors: ReadonlyMap<FloorBackend, FloorFigures>
     if (!add.known(p99, floor)) return { target, measured: 'not measured', met: null };
     return {
       target,
-      measured: `${ms(p99)} vs floor ${ms(floor)} (${ratio(p99, floor)})`,
+      measured: `${report.ms(p99)} vs floor ${report.ms(floor)} (${report.ratio(p99, floor)})`,
       met: p99 <= FLOOR_FACTOR * floor,
     };
   });
 }
 
-function libraryPathChecks(add: Add): TargetCheck {
+function libraryPathChecks(add: Add): report.TargetCheck {
   const vs = 'lib-redis, one service, 32 callers vs redis-semaphore Mutex';
   add.compare(
     `4 ${vs}: pairs/s ≥ 1.0× (workload 5)`,
@@ -83,7 +78,7 @@ function libraryPathChecks(add: Add): TargetCheck {
     'peer-redis-semaphore',
     'sharedPairsPerSecond',
     (d, p) => d >= p,
-    perSecond,
+    report.perSecond,
   );
   add.compare(
     `4 ${vs}: handoffs/s ≥ 30× (workload 3)`,
@@ -91,7 +86,7 @@ function libraryPathChecks(add: Add): TargetCheck {
     'peer-redis-semaphore',
     'contentionHandoffsPerSecond',
     (d, p) => d >= 30 * p,
-    perSecond,
+    report.perSecond,
   );
   return {
     target: '4 a service hears only the events of the names it waits on or watches',
@@ -107,7 +102,7 @@ function postgresChecks(add: Add): void {
     'peer-pg-advisory',
     'throughputPairsPerSecond',
     (d, p) => d >= 0.5 * p,
-    perSecond,
+    report.perSecond,
   );
   add.compare(
     '5 dlm postgres: uncontended acquire p50 (workload 1) ≤ 2× pg_advisory_lock',
@@ -115,7 +110,7 @@ function postgresChecks(add: Add): void {
     'peer-pg-advisory',
     'uncontendedAcquireP50',
     (d, p) => d <= 2 * p,
-    ms,
+    report.ms,
   );
 }
 
@@ -126,7 +121,10 @@ const SHARED_TARGETS: ReadonlyArray<[id: string, name: string]> = [
   ['dlm-postgres', 'postgres'],
 ];
 
-function sharedModeChecks(add: Add, figures: Map<string, TargetFigures>): TargetCheck[] {
+function sharedModeChecks(
+  add: Add,
+  figures: Map<string, report.TargetFigures>,
+): report.TargetCheck[] {
   const recipe = 'ZooKeeper read-write recipe (workload 7)';
   for (const [id, name] of SHARED_TARGETS) {
     for (const [workload, key] of [
@@ -139,7 +137,7 @@ function sharedModeChecks(add: Add, figures: Map<string, TargetFigures>): Target
         'peer-zk-rwlock',
         key,
         (d, p) => d >= p,
-        perSecond,
+        report.perSecond,
         'readWriteGrantsPerSecond',
       );
     }
@@ -159,11 +157,11 @@ function sharedModeChecks(add: Add, figures: Map<string, TargetFigures>): Target
 
 /** Issue 29's targets, numbered as in the issue. */
 export function checkIssue29(
-  figures: Map<string, TargetFigures>,
+  figures: Map<string, report.TargetFigures>,
   floors: ReadonlyMap<FloorBackend, FloorFigures>,
-): TargetCheck[] {
-  const checks: TargetCheck[] = [];
-  const add = checker(figures, checks);
+): report.TargetCheck[] {
+  const checks: report.TargetCheck[] = [];
+  const add = report.checker(figures, checks);
   const what =
     '1 one client, 32 callers (workload 5), embedded (memory) vs raw ioredis on one connection';
   sharedClientChecks(add, what, 1, 1.5);

@@ -5,17 +5,8 @@ import { createClient } from '@dlm/client';
 import { sleep } from '../lockers/locker.js';
 import { startServerProcess } from '../server-process.js';
 import type { HeldSample } from './scale-protocol.js';
-import {
-  acquireOnWorkers,
-  connectWorkers,
-  embeddedServerArgs,
-  killWorkers,
-  MiB,
-  residentBytes,
-  type ScaleWorker,
-  startWorkers,
-  withTimeout,
-} from './scale-workers.js';
+// The client processes that hold the locks (shared with workload 4's main step).
+import * as fleet from './scale-workers.js';
 
 export interface RecoveryOptions {
   locks: number;
@@ -59,7 +50,7 @@ async function dirBytes(dir: string): Promise<number> {
 }
 
 function dataDirServer(dataDir: string, sessions: number) {
-  return startServerProcess({ backendArgs: embeddedServerArgs(dataDir, sessions) });
+  return startServerProcess({ backendArgs: fleet.embeddedServerArgs(dataDir, sessions) });
 }
 
 /**
@@ -92,27 +83,31 @@ async function holdKillRestart(
   prefix: string,
   options: RecoveryOptions,
 ) {
-  let workers: ScaleWorker[] = [];
+  let workers: fleet.ScaleWorker[] = [];
   const t0 = performance.now();
   try {
-    workers = startWorkers(options.sessions, options.sessionsPerWorker);
-    const connected = await connectWorkers(workers, server.url, options.phaseTimeoutMs);
+    workers = fleet.startWorkers(options.sessions, options.sessionsPerWorker);
+    const connected = await fleet.connectWorkers(workers, server.url, options.phaseTimeoutMs);
     const request = { count: options.locks, prefix, ttlMs: 600_000 };
-    const acquired = await acquireOnWorkers(workers, request, options.phaseTimeoutMs);
+    const acquired = await fleet.acquireOnWorkers(workers, request, options.phaseTimeoutMs);
     const acquireMs = performance.now() - t0;
     // The clients go first, so that none reconnects to the restarted server; their leases stay
     // held (a closed session's locks run out by their TTL, not at once).
-    killWorkers(workers);
+    fleet.killWorkers(workers);
     await server.process.kill();
     const journalBytes = await dirBytes(dataDir);
     const restart = performance.now();
     await server.process.start();
     const readyMs = performance.now() - restart;
     const run = lookUpHeld(server.url, acquired.samples, restart);
-    const looked = await withTimeout('the lookup after recovery', options.phaseTimeoutMs, run);
+    const looked = await fleet.withTimeout(
+      'the lookup after recovery',
+      options.phaseTimeoutMs,
+      run,
+    );
     return { connected, acquired, acquireMs, journalBytes, readyMs, ...looked };
   } finally {
-    killWorkers(workers);
+    fleet.killWorkers(workers);
   }
 }
 
@@ -140,10 +135,10 @@ export async function runRecovery(
       acquireFailures: failures,
       sessions: options.sessions,
       acquireMs: run.acquireMs,
-      journalMiB: run.journalBytes / MiB,
+      journalMiB: run.journalBytes / fleet.MiB,
       readyMs: run.readyMs,
       recoveryMs: run.recoveryMs,
-      rssMiB: residentBytes(server.process.pid!) / MiB,
+      rssMiB: fleet.residentBytes(server.process.pid!) / fleet.MiB,
       checked: run.acquired.samples.length,
       errors:
         run.connected.errors + run.missing.length + (run.acquired.samples.length === 0 ? 1 : 0),

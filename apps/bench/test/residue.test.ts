@@ -1,9 +1,4 @@
-import {
-  etcdAvailable,
-  redisAvailable,
-  redisManaged,
-  zookeeperAvailable,
-} from '@dlm/test-services';
+import { breakable, etcdAvailable, zookeeperAvailable } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
 import { measureResidue, type ResidueOptions } from '../src/residue.js';
 
@@ -45,7 +40,7 @@ describe('what stays in each backend after unique names were locked and released
     expect(result.settled.dataDirBytes).toBeLessThan(2 * compactAfterBytes);
   });
 
-  it.skipIf(!(redisAvailable() && redisManaged()))(
+  it.skipIf(!breakable('redis'))(
     'redis: no key remains once the last lease and the fence retention have passed',
     async () => {
       const result = await measureResidue('redis', OPTIONS);
@@ -58,7 +53,7 @@ describe('what stays in each backend after unique names were locked and released
     },
   );
 
-  it.skipIf(!(redisAvailable() && redisManaged()))(
+  it.skipIf(!breakable('redis'))(
     'redlock: no key remains on any node once the last lease and the fence retention have passed',
     async () => {
       const result = await measureResidue('redlock', OPTIONS);

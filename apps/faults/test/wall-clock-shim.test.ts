@@ -1,10 +1,10 @@
 import { createConnection } from 'node:net';
 import { redisBackend } from '@dlm/adapter-redis';
-import { type RedisService, redisAvailable, redisManaged, startRedis } from '@dlm/test-services';
+import { breakable, type RedisService, startRedis } from '@dlm/test-services';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createWallClockOffset, wallClockShim } from '../src/wall-clock-shim.js';
 
-const shim = redisAvailable() && redisManaged() ? wallClockShim() : null;
+const shim = breakable('redis') ? wallClockShim() : null;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** One command to a Redis on loopback; its reply's values (integers and bulk strings), flat. */

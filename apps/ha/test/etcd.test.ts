@@ -1,9 +1,9 @@
-import { etcdAvailable, etcdManaged, startEtcdCluster } from '@dlm/test-services';
+import { breakable, startEtcdCluster } from '@dlm/test-services';
 import { describe } from 'vitest';
 import { type Cluster, haScenarios } from './scenarios.js';
 
 // Members are killed and restarted: only with etcd processes the tests start themselves.
-const run = etcdAvailable() && etcdManaged();
+const run = breakable('etcd');
 
 describe.skipIf(!run)('etcd', () => {
   haScenarios('etcd', async (): Promise<Cluster> => {

@@ -1,8 +1,8 @@
-import { etcdAvailable, etcdManaged, startEtcdCluster } from '@dlm/test-services';
+import { breakable, startEtcdCluster } from '@dlm/test-services';
 import { balancedCluster, behindHaproxy, clusterFlags } from './lb-scenarios.js';
 
 // Members are killed and restarted: only with etcd processes the tests start themselves.
-behindHaproxy('etcd', etcdAvailable() && etcdManaged(), async () => {
+behindHaproxy('etcd', breakable('etcd'), async () => {
   const etcd = await startEtcdCluster(3);
   return balancedCluster({
     addresses: etcd.endpoints.map((endpoint) => new URL(endpoint).host),

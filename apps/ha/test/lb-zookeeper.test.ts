@@ -1,8 +1,8 @@
-import { startZooKeeperEnsemble, zookeeperAvailable, zookeeperManaged } from '@dlm/test-services';
+import { breakable, startZooKeeperEnsemble } from '@dlm/test-services';
 import { balancedCluster, behindHaproxy, clusterFlags } from './lb-scenarios.js';
 
 // Members are killed and restarted: only with ZooKeeper processes the tests start themselves.
-behindHaproxy('ZooKeeper', zookeeperAvailable() && zookeeperManaged(), async () => {
+behindHaproxy('ZooKeeper', breakable('zookeeper'), async () => {
   const zk = await startZooKeeperEnsemble(3);
   return balancedCluster({
     addresses: zk.connectString.split(','),

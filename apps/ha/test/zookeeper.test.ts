@@ -1,9 +1,9 @@
-import { startZooKeeperEnsemble, zookeeperAvailable, zookeeperManaged } from '@dlm/test-services';
+import { breakable, startZooKeeperEnsemble } from '@dlm/test-services';
 import { describe } from 'vitest';
 import { type Cluster, haScenarios } from './scenarios.js';
 
 // Members are killed and restarted: only with ZooKeeper processes the tests start themselves.
-const run = zookeeperAvailable() && zookeeperManaged();
+const run = breakable('zookeeper');
 
 describe.skipIf(!run)('zookeeper', () => {
   haScenarios('ZooKeeper', async (): Promise<Cluster> => {

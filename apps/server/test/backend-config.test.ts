@@ -1,8 +1,8 @@
-import { redisAvailable, redisManaged, startRedis } from '@dlm/test-services';
+import { breakable, startRedis } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
 import { createBackend, createLogger, startServer } from '../src/index.js';
 
-describe.runIf(redisAvailable() && redisManaged())('createBackend on Redis', () => {
+describe.runIf(breakable('redis'))('createBackend on Redis', () => {
   it('passes the declared durability to the adapter', async () => {
     const redis = await startRedis();
     const logger = createLogger('silent');

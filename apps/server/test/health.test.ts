@@ -1,18 +1,13 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import {
-  etcdAvailable,
-  etcdManaged,
+  breakable,
   freePort,
   type ManagedProcess,
-  redisAvailable,
-  redisManaged,
   startEtcd,
   startProcess,
   startRedis,
   startZooKeeper,
-  zookeeperAvailable,
-  zookeeperManaged,
 } from '@dlm/test-services';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 
@@ -84,7 +79,7 @@ describe('health probes of the embedded backend', () => {
   });
 });
 
-describe.runIf(redisAvailable() && redisManaged())('health probes of the redis backend', () => {
+describe.runIf(breakable('redis'))('health probes of the redis backend', () => {
   it('/readyz is 503 with a reason before Redis first answers, 200 once it does, 503 while it is down, 200 when it is back; /livez stays 200', async () => {
     const redis = await startRedis();
     await redis.kill();
@@ -186,7 +181,7 @@ async function outageAndReturn(args: string[], service: ManagedProcess, kind: st
   expect(await backendUp(server.http)).toBe(1);
 }
 
-describe.runIf(etcdAvailable() && etcdManaged())('health probes of the etcd backend', () => {
+describe.runIf(breakable('etcd'))('health probes of the etcd backend', () => {
   it('/readyz follows a one-member etcd going away and coming back', async () => {
     const etcd = await startEtcd();
     try {
@@ -201,20 +196,17 @@ describe.runIf(etcdAvailable() && etcdManaged())('health probes of the etcd back
   }, 60_000);
 });
 
-describe.runIf(zookeeperAvailable() && zookeeperManaged())(
-  'health probes of the ZooKeeper backend',
-  () => {
-    it('/readyz follows a one-member ZooKeeper going away and coming back', async () => {
-      const zk = await startZooKeeper();
-      try {
-        await outageAndReturn(
-          ['--backend', 'zookeeper', '--zk-connect', zk.connectString],
-          zk.members[0]!.process,
-          'zookeeper',
-        );
-      } finally {
-        await zk.stop();
-      }
-    }, 90_000);
-  },
-);
+describe.runIf(breakable('zookeeper'))('health probes of the ZooKeeper backend', () => {
+  it('/readyz follows a one-member ZooKeeper going away and coming back', async () => {
+    const zk = await startZooKeeper();
+    try {
+      await outageAndReturn(
+        ['--backend', 'zookeeper', '--zk-connect', zk.connectString],
+        zk.members[0]!.process,
+        'zookeeper',
+      );
+    } finally {
+      await zk.stop();
+    }
+  }, 90_000);
+});

@@ -1,4 +1,4 @@
-import { redisAvailable, redisManaged, startRedis } from '@dlm/test-services';
+import { breakable, startRedis } from '@dlm/test-services';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger, type RunningServer, startServer } from '../src/index.js';
 import { openSession, type Peer } from './ws-peer.js';
@@ -193,7 +193,7 @@ describe('lock-delay refusals', () => {
   });
 });
 
-describe.runIf(redisAvailable() && redisManaged())('a backend that goes away', () => {
+describe.runIf(breakable('redis'))('a backend that goes away', () => {
   it('counts backend errors and logs one line when it goes and one when it is back', async () => {
     const redis = await startRedis();
     const lines: Array<Record<string, unknown>> = [];

@@ -1,18 +1,12 @@
 import { expectRefusedAtOnce, failure, lockName, sleep, until } from '@dlm/conformance';
 import { createLockService, type LockEvent } from '@dlm/core';
-import {
-  faultScope,
-  type RedisService,
-  redisAvailable,
-  redisManaged,
-  startRedis,
-} from '@dlm/test-services';
+import { breakable, faultScope, type RedisService, startRedis } from '@dlm/test-services';
 import { Redis, type RedisOptions } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { type RedisBackend, redisBackend } from '../src/index.js';
 import { nameKeys } from '../src/key-encoding.js';
 
-const enabled = redisAvailable() && redisManaged();
+const enabled = breakable('redis');
 
 describe.skipIf(!enabled)('redis adapter under faults', () => {
   const scope = faultScope(afterAll);

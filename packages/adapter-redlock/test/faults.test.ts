@@ -1,18 +1,12 @@
 import { createRedisNode, nameKeys } from '@dlm/adapter-redis';
 import { granted, lockName, sleep, until } from '@dlm/conformance';
 import { isDlmError, type LockEvent, systemClock } from '@dlm/core';
-import {
-  faultScope,
-  type RedisService,
-  redisAvailable,
-  redisManaged,
-  startRedisNodes,
-} from '@dlm/test-services';
+import { breakable, faultScope, type RedisService, startRedisNodes } from '@dlm/test-services';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { type RedlockBackend, redlockBackend } from '../src/index.js';
 
-const enabled = redisAvailable() && redisManaged();
+const enabled = breakable('redis');
 
 describe.skipIf(!enabled)('redlock adapter under faults', () => {
   const scope = faultScope(afterAll);

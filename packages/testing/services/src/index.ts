@@ -1,3 +1,4 @@
+export { type BreakableKind, breakable } from './breakable.js';
 export {
   type ContainerProcess,
   type ContainerSpec,

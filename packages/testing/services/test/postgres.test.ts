@@ -4,11 +4,10 @@ import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
+  breakable,
   type PostgresService,
   pingPostgres,
-  postgresAvailable,
   postgresBinDir,
-  postgresManaged,
   startPostgres,
 } from '../src/index.js';
 
@@ -70,7 +69,7 @@ function answersWithin(socket: Socket, ms: number): Promise<boolean> {
   });
 }
 
-const enabled = postgresAvailable() && postgresManaged();
+const enabled = breakable('postgres');
 
 describe.skipIf(!enabled)('startPostgres', () => {
   let pg: PostgresService | undefined;

@@ -1,14 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import {
-  pingRedis,
-  redisSentinelAvailable,
-  redisSentinelManaged,
-  startRedisSentinel,
-} from '../src/index.js';
+import { breakable, pingRedis, startRedisSentinel } from '../src/index.js';
 import { redisQuery } from '../src/redis-sentinel.js';
 import { serviceFor } from './support.js';
 
-const enabled = redisSentinelAvailable() && redisSentinelManaged();
+const enabled = breakable('redis-sentinel');
 
 describe.skipIf(!enabled)('startRedisSentinel', () => {
   const deployment = serviceFor(enabled, () => startRedisSentinel());

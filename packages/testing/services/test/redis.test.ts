@@ -1,10 +1,9 @@
 import { connect } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
+  breakable,
   pingRedis,
   type RedisService,
-  redisAvailable,
-  redisManaged,
   startRedis,
   startRedisNodes,
 } from '../src/index.js';
@@ -34,7 +33,7 @@ function command(port: number, ...args: string[]): Promise<string> {
   });
 }
 
-const enabled = redisAvailable() && redisManaged();
+const enabled = breakable('redis');
 
 describe.skipIf(!enabled)('startRedis', () => {
   const started: RedisService[] = [];

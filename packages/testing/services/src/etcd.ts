@@ -53,22 +53,6 @@ function externalEndpoints(): string[] | undefined {
     .map((url) => (/^https?:\/\//.test(url) ? url : `http://${url}`));
 }
 
-/**
- * Whether etcd tests can run: `DLM_TEST_ETCD_ENDPOINTS` is set or `etcd` is on PATH. With
- * CI=true a missing etcd throws instead of skipping.
- */
-export function etcdAvailable(): boolean {
-  return proc.serviceAvailable(
-    'etcd',
-    externalEndpoints() !== undefined || proc.findBinary('etcd') !== null,
-  );
-}
-
-/** Whether members can be killed and restarted (false against the user's own etcd). */
-export function etcdManaged(): boolean {
-  return externalEndpoints() === undefined;
-}
-
 /** `/health` answers `{"health":"true"}` only when the member sees a leader and quorum. */
 async function healthy(clientUrl: string): Promise<boolean> {
   try {

@@ -39,22 +39,6 @@ function externalUrl(): URL | undefined {
   return new URL(/^rediss?:\/\//.test(value) ? value : `redis://${value}`);
 }
 
-/**
- * Whether Redis tests can run: `DLM_TEST_REDIS_URL` is set or `redis-server` is on PATH. With
- * CI=true a missing redis-server throws instead of skipping.
- */
-export function redisAvailable(): boolean {
-  return proc.serviceAvailable(
-    'redis-server',
-    externalUrl() !== undefined || proc.findBinary('redis-server') !== null,
-  );
-}
-
-/** Whether instances can be killed, paused and restarted (false against the user's Redis). */
-export function redisManaged(): boolean {
-  return externalUrl() === undefined;
-}
-
 /** Sends PING over a raw socket; true once the answer is `+PONG` (not `-LOADING`). */
 export function pingRedis(host: string, port: number, timeoutMs = 1_000): Promise<boolean> {
   return new Promise((resolve) => {

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { askRunning, memberSet } from './members.js';
@@ -46,29 +46,6 @@ const MAIN = 'org.apache.zookeeper.server.quorum.QuorumPeerMain';
 function externalConnect(): string | undefined {
   const value = process.env[ENV]?.trim();
   return value ? value : undefined;
-}
-
-/**
- * Whether ZooKeeper tests can run: `DLM_TEST_ZK_CONNECT` is set, or `java` is on PATH and the
- * ZooKeeper jar is in /usr/share/java (Debian's `zookeeper` package). With CI=true a missing
- * ZooKeeper throws instead of skipping.
- */
-export function zookeeperAvailable(): boolean {
-  if (externalConnect() !== undefined) return true;
-  return proc.serviceAvailable('zookeeper', proc.findBinary('java') !== null && hasZooKeeperJar());
-}
-
-function hasZooKeeperJar(): boolean {
-  try {
-    return readdirSync(JARS).some((file) => /^zookeeper.*\.jar$/.test(file));
-  } catch {
-    return false;
-  }
-}
-
-/** Whether members can be killed and restarted (false against the user's own ZooKeeper). */
-export function zookeeperManaged(): boolean {
-  return externalConnect() === undefined;
 }
 
 /**

@@ -1,7 +1,6 @@
 import { embeddedBackend } from '@dlm/adapter-embedded';
 import { redisBackend } from '@dlm/adapter-redis';
-import { runConformance, useService } from '@dlm/conformance';
-import type { LockBackend } from '@dlm/core';
+import { oneInstance, runConformance, useService } from '@dlm/conformance';
 import { redisAvailable, startRedis } from '@dlm/test-services';
 import { describe } from 'vitest';
 import { httpRpcTransport } from './http-rpc-service.js';
@@ -11,14 +10,9 @@ import { httpRpcTransport } from './http-rpc-service.js';
 // On the embedded backend and on Redis (an external one, shared by the two servers of the
 // two-server tests).
 
-let memory: Promise<LockBackend> | undefined;
+// One backend for the file: the embedded store is the service itself (see its own suite).
 runConformance('embedded', {
-  // One backend for the file: the embedded store is the service itself (see its own suite).
-  backend: () => {
-    memory ??= embeddedBackend();
-    return memory;
-  },
-  cleanup: async () => {},
+  ...oneInstance(() => embeddedBackend()),
   transport: httpRpcTransport,
 });
 

@@ -40,7 +40,7 @@ export type {
   ConformanceTransport,
   FairQueueProbe,
 } from './target.js';
-export { clusterTarget } from './target.js';
+export { clusterTarget, type OneInstance, oneInstance } from './target.js';
 export {
   closedAfterAll,
   killAndStart,

@@ -120,3 +120,35 @@ export function clusterTarget(
     },
   };
 }
+
+/** What {@link oneInstance} gives a target, and `close` for the file's `afterAll`. */
+export interface OneInstance extends Required<Pick<ConformanceTarget, 'backend' | 'cleanup'>> {
+  /** Closes the instance; the next `backend()` opens a new one (for `restart` on a data dir). */
+  reopen(): Promise<void>;
+  /** Closes the instance, if one is open. */
+  close(): Promise<void>;
+}
+
+/**
+ * For a backend that is the service itself (an in-process store, as the embedded backend): "another
+ * instance connected to the same service" is the same object, so every `backend()` returns one
+ * instance, opened on first use, and `cleanup` leaves it open between tests (each test uses its
+ * own names).
+ */
+export function oneInstance(open: () => Promise<LockBackend>): OneInstance {
+  let current: Promise<LockBackend> | undefined;
+  const close = async () => {
+    const running = current;
+    current = undefined;
+    await (await running)?.close();
+  };
+  return {
+    backend: () => {
+      current ??= open();
+      return current;
+    },
+    cleanup: async () => {},
+    reopen: close,
+    close,
+  };
+}

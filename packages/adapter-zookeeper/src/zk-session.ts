@@ -7,6 +7,7 @@ import {
   type Clock,
   corkUntil,
   DlmError,
+  getOrCreate,
   settlesWithin,
   systemClock,
   type Timer,
@@ -350,29 +351,56 @@ async function request<T>(conn: Connection, limit: Budget, write: boolean, op: O
   }
 }
 
+/**
+ * One node-zookeeper-client watcher per (kind, path), handing each notification to every watcher
+ * this session asked for since the last one. The library keeps an EventEmitter per path with a
+ * listener per distinct function and warns past ten (MaxListenersExceededWarning); many waiters
+ * behind one node (shared holders, a semaphore's queue) are normal here. Each call still passes
+ * the one function to the library, so ZooKeeper sets its watch as before; a watcher is called at
+ * most once, as ZooKeeper's are.
+ */
+function watchFanOut() {
+  const waiting = new Map<string, Set<Watcher>>();
+  const fires = new Map<string, Watcher>();
+  const fireOf = (key: string): Watcher =>
+    getOrCreate(fires, key, () => (event) => {
+      const watchers = waiting.get(key);
+      waiting.delete(key);
+      for (const watcher of watchers ?? []) watcher(event);
+    });
+  return (kind: 'children' | 'data' | 'exists', path: string, watcher: Watcher): Watcher => {
+    const key = `${kind} ${path}`;
+    getOrCreate(waiting, key, () => new Set<Watcher>()).add(watcher);
+    return fireOf(key);
+  };
+}
+
 /** The requests of the session, each a call of node-zookeeper-client through `request`. */
 function requests(
   conn: Connection,
 ): Pick<ZkSession, 'getChildren' | 'getData' | 'exists' | 'setData' | 'mkdirp' | 'multi'> {
+  const watched = watchFanOut();
   return {
     getChildren: (limit, path, watcher) =>
       request<{ children: string[]; stat: Stat }>(conn, limit, false, (c, done) => {
         const callback = (error: Error | Exception | null, children: string[], stat: Stat) =>
           done(error, { children: children ?? [], stat });
-        if (watcher) c.getChildren(path, watcher, callback);
+        if (watcher) c.getChildren(path, watched('children', path, watcher), callback);
         else c.getChildren(path, callback);
       }),
     getData: (limit, path, watcher) =>
       request<{ data: Buffer; stat: Stat }>(conn, limit, false, (c, done) => {
         const callback = (error: Error | Exception | null, data: Buffer, stat: Stat) =>
           done(error, { data: data ?? Buffer.alloc(0), stat });
-        if (watcher) c.getData(path, watcher, callback);
+        if (watcher) c.getData(path, watched('data', path, watcher), callback);
         else c.getData(path, callback);
       }),
     exists: (limit, path, watcher) =>
       request<Stat | null>(conn, limit, false, (c, done) =>
         watcher
-          ? c.exists(path, watcher, (error, stat) => done(error, stat ?? null))
+          ? c.exists(path, watched('exists', path, watcher), (error, stat) =>
+              done(error, stat ?? null),
+            )
           : c.exists(path, (error, stat) => done(error, stat ?? null)),
       ),
     setData: (limit, path, data, version = -1) =>

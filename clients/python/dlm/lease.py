@@ -22,6 +22,26 @@ def drift_margin_ms(ttl_ms: int) -> int:
     return max(10, math.ceil(ttl_ms * 0.01))
 
 
+class _ClockedEvent(threading.Event):
+    """A :class:`threading.Event` whose every look (``is_set()``, ``wait()``) first asks
+    ``check`` to set it by the clock: an event taken before a stall past the lease's deadline
+    says lost when read after it, though the deadline timer thread has not run yet."""
+
+    def __init__(self, check: Callable[[], None]) -> None:
+        super().__init__()
+        self._check = check
+
+    def is_set(self) -> bool:
+        self._check()
+        return super().is_set()
+
+    isSet = is_set  # noqa: N815 - threading.Event's old spelling, kept consistent
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._check()
+        return super().wait(timeout)
+
+
 class _ReleasedOnExit:
     """A context manager whose exit calls ``release()`` (errors there are not raised)."""
 
@@ -52,7 +72,8 @@ class Lease(_ReleasedOnExit):
     ``"deadline"``, ``"expired"`` or ``"revoked"``.
 
     Every look at the lease (``lost``, ``lost_reason``, ``held``, ``remaining_ms()``,
-    ``assert_held()``) answers from the clock at that moment: a thread that stalled past the
+    ``assert_held()``, and ``is_set()`` or ``wait()`` on a ``lost`` event taken earlier) answers
+    from the clock at that moment: a thread that stalled past the
     deadline (a long C call holding the GIL, a paused process) learns it on its first look,
     before the deadline timer thread has run.
 
@@ -82,7 +103,7 @@ class Lease(_ReleasedOnExit):
         self._lease_key = lease_key
         self.ttl_ms = ttl_ms
         self._requested_ttl_ms = requested_ttl_ms
-        self._lost = threading.Event()
+        self._lost = _ClockedEvent(self._check_deadline)
         self._lost_reason: str | None = None
         self._lock = threading.Lock()
         self._extend_lock = threading.Lock()
@@ -111,7 +132,9 @@ class Lease(_ReleasedOnExit):
 
     @property
     def lost(self) -> threading.Event:
-        """Set once the lease is lost (by the clock when its deadline has passed)."""
+        """Set once the lease is lost (by the clock when its deadline has passed): the event
+        asks the clock at each ``is_set()`` and ``wait()``, so one taken before a stall past the
+        deadline says lost when read after it, before the deadline timer has run."""
         self._check_deadline()
         return self._lost
 
@@ -323,7 +346,7 @@ class LeaseGroup(_ReleasedOnExit):
 
     def __init__(self, leases: list[Lease]) -> None:
         self.leases: tuple[Lease, ...] = tuple(leases)
-        self._lost = threading.Event()
+        self._lost = _ClockedEvent(self._check_deadlines)
         for lease in self.leases:
             lease._on_lost.append(self._lost.set)
 
@@ -332,10 +355,13 @@ class LeaseGroup(_ReleasedOnExit):
 
     @property
     def lost(self) -> threading.Event:
-        """Set once any lease of the group is lost (asked of the clock at this moment)."""
+        """Set once any lease of the group is lost (asked of the clock at each look)."""
+        self._check_deadlines()
+        return self._lost
+
+    def _check_deadlines(self) -> None:
         for lease in self.leases:
             lease._check_deadline()
-        return self._lost
 
     @property
     def held(self) -> bool:

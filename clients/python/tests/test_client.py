@@ -214,6 +214,9 @@ class ClientTest(TwoClientsTestCase):
 
         checks = {
             "lost": lambda lease: self.assertTrue(lease.lost.is_set()),
+            # The event taken before the stall (as a worker keeps it), read after it.
+            "lost_taken_before": lambda lease: self.assertTrue(taken_before.is_set()),
+            "lost_taken_before_wait": lambda lease: self.assertTrue(taken_before.wait(0)),
             "lost_reason": lambda lease: self.assertEqual(lease.lost_reason, "deadline"),
             "held": lambda lease: self.assertFalse(lease.held),
             "remaining_ms": lambda lease: self.assertEqual(lease.remaining_ms(), 0),
@@ -223,6 +226,8 @@ class ClientTest(TwoClientsTestCase):
             with self.subTest(check=label):
                 lease = self.client.acquire(unique(), ttl_ms=1_000)
                 lease.assert_held()
+                taken_before = lease.lost
+                self.assertFalse(taken_before.is_set())
                 interval = sys.getswitchinterval()
                 sys.setswitchinterval(1_000)
                 try:
@@ -240,6 +245,23 @@ class ClientTest(TwoClientsTestCase):
                 with self.assertRaises(DlmError) as caught:
                     lease.assert_held()
                 self.assertEqual(caught.exception.code, "NOT_HOLDER")
+
+    def test_a_groups_lost_event_taken_before_a_stall_says_lost_after_it(self) -> None:
+        base = unique()
+        group = self.client.acquire_all([f"{base}/a", f"{base}/b"], ttl_ms=1_000)
+        taken_before = group.lost
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1_000)
+        try:
+            # As in the test above: a stall that keeps the GIL, so no timer thread runs.
+            until = time.monotonic() + 1.5
+            while time.monotonic() < until:
+                pass
+            self.assertFalse(group.leases[0]._ended)
+            self.assertTrue(taken_before.is_set())
+        finally:
+            sys.setswitchinterval(interval)
+        self.assertFalse(group.held)
 
     def test_on_expiring_warns_below_a_third_of_the_ttl_while_extends_fail(self) -> None:
         lease = self.client.acquire(unique(), ttl_ms=1_500)

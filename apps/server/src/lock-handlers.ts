@@ -463,9 +463,11 @@ async function extend(session: LockSession, { params, span }: LockRequest) {
 
 async function getLock(session: LockSession, params: Record<string, unknown>) {
   const name = permittedName(session.scope, params, 'lock', 'watch');
-  const state = await session.service.get(name);
-  // The waiters this server counts: its own (the scope says so).
-  const waiters = { waiters: session.service.waiters(name), waitersScope: 'server' as const };
+  // The waiters in the backend's queue where it counts them, else this server's (the scope says).
+  const [state, waiters] = await Promise.all([
+    session.service.get(name),
+    session.service.countWaiters(name),
+  ]);
   if (!state) {
     // Free: in its lock-delay (an expiry or revocation not long ago), it says for how long.
     const lockDelayRemainingMs = await session.service.lockDelayOf(name);

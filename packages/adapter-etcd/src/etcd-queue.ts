@@ -11,7 +11,12 @@ import {
   queueWaits,
   systemClock,
 } from '@dlm/core';
-import { EtcdLeaseInvalidError, type IKeyValue, type ITxnResponse } from 'etcd3';
+import {
+  EtcdLeaseInvalidError,
+  type IKeyValue,
+  type IRangeRequest,
+  type ITxnResponse,
+} from 'etcd3';
 import { type Budget, budget, withRetries } from './etcd-calls.js';
 import {
   type GrantLease,
@@ -20,7 +25,7 @@ import {
   refreshHolder,
   reportGrant,
 } from './etcd-grant-lease.js';
-import type { EtcdKeys } from './etcd-keys.js';
+import { type EtcdKeys, prefixEnd } from './etcd-keys.js';
 import {
   aheadOfView,
   entryId,
@@ -96,6 +101,7 @@ export function etcdQueue(context: QueueContext) {
       };
     },
     driver: (request) => new EtcdWaiter(context, lastGrant, request),
+    count: (name) => countQueued(context, context.keys.queue(name)),
   };
   return {
     queue,
@@ -150,6 +156,21 @@ class EtcdWaiter implements QueueDriver {
 
   join(): Promise<QueueStep> {
     return this.remember(() => this.step());
+  }
+
+  /**
+   * The queue keys created at or before mine: my place (create revisions order the queue). A
+   * range's `count` ignores the revision filters, so the keys themselves are counted.
+   */
+  async position(): Promise<number | undefined> {
+    const { place } = this;
+    if (!place.queued || place.revision <= 0n) return undefined;
+    const keys = await rangeQueue(this.context, this.w.queueStart, {
+      keys_only: true,
+      max_create_revision: place.revision.toString(),
+    });
+    if (!keys.kvs.some((kv) => kv.key.equals(place.myKey))) return undefined;
+    return keys.kvs.length;
   }
 
   look(predecessorLeft?: QueueChange): Promise<QueueStep> {
@@ -295,4 +316,16 @@ class EtcdWaiter implements QueueDriver {
       this.place = { queued: true, myKey: place.myKey, revision: 0n, decided: false };
     throw error;
   }
+}
+
+/** A range over the queue keys under `start`, in one read. */
+function rangeQueue(context: QueueContext, start: Buffer, options: Partial<IRangeRequest>) {
+  return withRetries(budget('inspect', context.commandTimeoutMs), 'idempotent', false, (deadline) =>
+    context.client.kv.range({ key: start, range_end: prefixEnd(start), ...options }, { deadline }),
+  );
+}
+
+/** How many requests queue for a name (its queue keys under `start`). */
+async function countQueued(context: QueueContext, start: Buffer): Promise<number> {
+  return Number((await rangeQueue(context, start, { count_only: true })).count);
 }

@@ -94,7 +94,8 @@ const answer = (holderMs = 'try.remaining_ms') => `try.granted,
  * `$6` the pid of this server's LISTEN connection (NULL while it has none), `$7` shared,
  * `$8` the limit (1 for exclusive), `$9` the lock-delay ms; look: `$5` the entry's id, `$6` shared,
  * `$7` the limit, `$8` the lock-delay ms;
- * leave: `$1` the id; renew: `$1` ids, `$2` ms, `$3` the pid; sweep: `$1` limit.
+ * leave: `$1` the id; renew: `$1` ids, `$2` ms, `$3` the pid; sweep: `$1` limit; count: `$1` name,
+ * `$2` the last id counted (NULL: every live entry).
  */
 export function queueStatements(parts: SqlParts): QueueStatements {
   const { schema, prefix, waiters, notify, liveEntry } = parts;
@@ -147,5 +148,11 @@ export function queueStatements(parts: SqlParts): QueueStatements {
         SELECT id FROM ${waiters} w WHERE NOT ${liveEntry('w')}
         LIMIT $1::int FOR UPDATE SKIP LOCKED
       )`,
+    // NULL (no place) once the entry itself no longer counts.
+    queueCount: `SELECT CASE WHEN $2::bigint IS NULL OR EXISTS (
+          SELECT 1 FROM ${waiters} w WHERE id = $2::bigint AND ${liveEntry('w')})
+        THEN (SELECT count(*)::int FROM ${waiters} w
+          WHERE name = $1 AND ($2::bigint IS NULL OR id <= $2::bigint) AND ${liveEntry('w')})
+        END AS n`,
   };
 }

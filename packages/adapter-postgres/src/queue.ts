@@ -61,6 +61,7 @@ export function postgresQueue(context: QueueContext) {
         ),
     ),
     driver: (request) => new PostgresWaiter(context, request),
+    count: async (name) => (await countQueued(context, name, null)) ?? 0,
   };
   return {
     queue,
@@ -106,6 +107,13 @@ class PostgresWaiter implements core.QueueDriver {
     const { call, sql, timeoutMs } = this.context;
     if (this.id === id) this.id = undefined;
     await call('dequeue', true, (client) => query(client, sql.queueLeave, [id], timeoutMs));
+  }
+
+  /** The live entries up to mine (ids order the queue): my place, while mine counts. */
+  async position(): Promise<number | undefined> {
+    const id = this.id;
+    if (id === undefined) return undefined;
+    return (await countQueued(this.context, this.request.name, id)) ?? undefined;
   }
 
   async join(): Promise<core.QueueStep> {
@@ -174,4 +182,17 @@ class PostgresWaiter implements core.QueueDriver {
     if (row.holder_ms === null) return { kind: 'again' };
     return { kind: 'holder', ttlRemainingMs: Number(row.holder_ms) };
   }
+}
+
+/**
+ * The live entries of `name`'s queue, or those up to the entry `upTo` (null once that entry no
+ * longer counts), in one statement.
+ */
+async function countQueued(context: QueueContext, name: string, upTo: string | null) {
+  const { call, sql, timeoutMs } = context;
+  const result = await call('inspect', false, (client) =>
+    query(client, sql.queueCount, [name, upTo], timeoutMs),
+  );
+  const { n } = result.rows[0] as { n: number | null };
+  return n === null ? null : Number(n);
 }

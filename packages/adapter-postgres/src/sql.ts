@@ -61,6 +61,8 @@ export interface QueueStatements {
   queueRenew: string;
   /** Bounded: removes entries whose server stopped renewing them. */
   queueSweep: string;
+  /** The live entries of a name (`$1`), or those up to an id (`$2`, NULL: all): a place. */
+  queueCount: string;
 }
 
 /** The names and SQL fragments the lease and queue statements share. */

@@ -33,6 +33,7 @@ import {
   QUEUE_JOIN,
   QUEUE_LEAVE,
   QUEUE_LOOK,
+  QUEUE_PLACE,
   QUEUE_RENEW,
   RELEASE,
   REVOKE,
@@ -168,6 +169,8 @@ export interface RedisNode {
   queueLeave(name: string, id: string): Promise<void>;
   /** Renews this server's entries of `name`; returns the ids still counting. */
   queueRenew(name: string, ids: readonly string[], waiterTtlMs: number): Promise<string[]>;
+  /** The entries of `name`'s queue that count, or entry `id`'s place among them (0: gone). */
+  queuePlace(name: string, id?: string): Promise<number>;
   /** Resolves once the client has connected for the first time (UNAVAILABLE after the time-out). */
   whenConnected(): Promise<void>;
   /**
@@ -616,6 +619,11 @@ class ScriptedRedisNode implements RedisNode {
       'queue-renew',
     );
     return reply.map(String);
+  }
+
+  async queuePlace(name: string, id = ''): Promise<number> {
+    const { list } = this.queueKeys(name);
+    return Number(await this.call('inspect', false, this.clock.now(), QUEUE_PLACE, list, [id]));
   }
 
   async release(name: string, token: bigint, keyHash: string | undefined): Promise<boolean> {

@@ -60,6 +60,7 @@ export function redisQueue(context: QueueContext) {
       (name, listener) => events.watch(name, listener),
       (name, left) => events.watchQueue(name, (id) => left({ what: 'entry-left', key: id })),
     ),
+    count: (name) => node.queuePlace(name),
     driver(request) {
       counter += 1;
       const limit = sharedLimit(request.mode, request.limit);
@@ -95,6 +96,13 @@ class RedisWaiter implements core.QueueDriver {
   }
 
   stop(): void {}
+
+  /** My entry's place among the entries that count (the queue's order is the name's sequence). */
+  async position(): Promise<number | undefined> {
+    if (!this.queued) return undefined;
+    const place = await this.context.node.queuePlace(this.request.name, this.id);
+    return place > 0 ? place : undefined;
+  }
 
   /** If this fails, the entry is no longer renewed: it stops counting within `waiterTtlMs`. */
   async leave(id: string): Promise<void> {

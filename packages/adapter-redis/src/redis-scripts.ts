@@ -407,6 +407,28 @@ return renewed
 );
 
 /**
+ * KEYS: lock, fence, entries, ends, sequence. ARGV: an entry's id ('' = none). Read only: the
+ * entries that still count (their end is ahead on this server's clock), all of them, or those up
+ * to and including the entry's own (its 1-based place; 0 when it no longer counts).
+ */
+export const QUEUE_PLACE = script(
+  'queue-place',
+  `${NOW}
+local live = string.format('(%.0f', now)
+if ARGV[1] == '' then return redis.call('ZCOUNT', KEYS[4], live, '+inf') end
+local mine = redis.call('ZSCORE', KEYS[3], ARGV[1])
+local myEnd = redis.call('ZSCORE', KEYS[4], ARGV[1])
+if not mine or not myEnd or tonumber(myEnd) <= now then return 0 end
+local place = 0
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', mine)) do
+  local at = redis.call('ZSCORE', KEYS[4], id)
+  if at and tonumber(at) > now then place = place + 1 end
+end
+return place
+`,
+);
+
+/**
  * KEYS: lock. ARGV: token, channel, hex name, key hash ('-' = token only: an operator's call).
  * Returns 1 when released, 0 when `token` (and the key hash) do not hold the lock. An exclusive
  * holder's release reads nothing else; a shared one's touches that holder only.
@@ -608,6 +630,7 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   QUEUE_LOOK,
   QUEUE_LEAVE,
   QUEUE_RENEW,
+  QUEUE_PLACE,
   LOCK_DELAY,
 ];
 

@@ -22,7 +22,7 @@ import {
 import { type HeadWaiter, QueueHead } from './zk-holders.js';
 import type { Current, LockStore, NameNode } from './zk-locks.js';
 import { aheadOfWaiters, namedHolders, specOfRequest } from './zk-modes.js';
-import type { EntrySpec, LockPaths } from './zk-paths.js';
+import { type EntrySpec, type LockPaths, waiters } from './zk-paths.js';
 import { type Budget, budget, CreateMode, isZkCode, type ZkSession } from './zk-session.js';
 
 export interface QueueContext {
@@ -67,6 +67,13 @@ export function zkQueue(context: QueueContext) {
     driver: (request, waiter) => {
       const others = () => waits.drivers(request.name).some((other) => other.entry() !== undefined);
       return new ZkWaiter(context, clock, removed, request, waiter, others);
+    },
+    count: async (name) => {
+      const children = await context.store.childrenOf(
+        budget('inspect', context.commandTimeoutMs),
+        name,
+      );
+      return children?.waiters.length ?? 0;
     },
   };
   // Watches may not survive a lost session, and the session's waiter nodes do not: after a
@@ -130,10 +137,33 @@ class ZkWaiter implements QueueDriver, HandOverWaiter, HeadWaiter {
     return this.myPath;
   }
 
+  /** Told when the name's children change (one function, so the watch never piles up). */
+  private moved: (() => void) | undefined;
+  private readonly onChildren = () => this.moved?.();
+
+  /**
+   * My node's place among the waiter nodes (sequence order), read with a watch on the
+   * children: entries ahead leaving are not otherwise seen here (each waiter watches one node).
+   */
+  async position(moved: () => void): Promise<number | undefined> {
+    const mine = this.myPath;
+    if (mine === undefined) return undefined;
+    this.moved = moved;
+    const limit = budget('inspect', this.context.commandTimeoutMs);
+    const { children } = await this.context.session.getChildren(
+      limit,
+      this.parent,
+      this.onChildren,
+    );
+    const place = waiters(children).indexOf(mine.slice(this.parent.length + 1));
+    return place < 0 ? undefined : place + 1;
+  }
+
   stop(): void {
     // ZooKeeper watches are one-shot and cannot be taken back; the loop ignores a late one.
     this.slot.stopped = true;
     this.slot.dropUncollected();
+    this.moved = undefined;
   }
 
   async leave(path: string): Promise<void> {

@@ -12,7 +12,7 @@ import {
   waitersChanged,
 } from './name-state.js';
 import { toLease } from './proofs.js';
-import { enterQueue, leaveQueue, type QueuePlace } from './queue-positions.js';
+import { backendQueueOf, enterQueue, leaveQueue, type QueuePlace } from './queue-positions.js';
 import { requestRelease } from './release-requests.js';
 import { type WaitOutcome, waitLoopOf } from './wait-loop.js';
 
@@ -44,7 +44,9 @@ export async function waitForGrant(
   state.waits.add(controller);
   // Counted among the name's waiters only once it has to wait (not when it finds the lock free).
   let waiting = false;
-  const place: QueuePlace = { tell: options.onQueued, told: 0 };
+  // Told its place among this service's waiters, or the backend's queue's (the loop tells it).
+  const backendQueue = backendQueueOf(ctx.backend) !== undefined;
+  const place: QueuePlace = { tell: backendQueue ? undefined : options.onQueued, told: 0 };
   const onWaiting = () => {
     waiting = true;
     state.waiting += 1;
@@ -56,7 +58,15 @@ export async function waitForGrant(
     }
   };
   try {
-    const outcome = await waitInQueue(ctx, queued, controller.signal, waitMs, onWaiting);
+    const onPosition = backendQueue ? options.onQueued : undefined;
+    const outcome = await waitInQueue(
+      ctx,
+      queued,
+      controller.signal,
+      waitMs,
+      onWaiting,
+      onPosition,
+    );
     const { grant, elapsedMs } = grantOf(ctx, outcome, controller.signal, request);
     const proof = { leaseKey, keyHash: request.keyHash };
     track(ctx, state, grant, proof, request, ctx.clock.now() - elapsedMs, options);
@@ -84,6 +94,7 @@ function waitInQueue(
   signal: AbortSignal,
   waitMs: number,
   onWaiting: () => void,
+  onPosition: ((position: number) => void) | undefined,
 ): Promise<Waited> {
   const { backend, calls } = ctx;
   const queue = backend.capabilities.fairQueue ? backend.queue : undefined;
@@ -101,7 +112,7 @@ function waitInQueue(
     .bounded(
       'acquire',
       'acquireQueued',
-      () => loop.run(request, signal, onWaiting),
+      () => loop.run(request, signal, onWaiting, onPosition),
       (late) => {
         if (late.kind === 'granted') calls.releaseQuietly(late.grant, request.keyHash);
       },

@@ -88,6 +88,7 @@ export {
   queueWaits,
   queueWatch,
 } from './queue-driver.js';
+export type { WaitersScope } from './queue-positions.js';
 export type {
   ReleaseRequestedEvent,
   ReleaseRequestOptions,

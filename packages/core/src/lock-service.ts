@@ -38,6 +38,7 @@ import {
 } from './name-state.js';
 import { type AroundBackendCall, type LockObserver, observerNotifier } from './observer.js';
 import { acquireProof, checkToken, proofOf, toLease } from './proofs.js';
+import { backendQueueOf, type WaitersScope } from './queue-positions.js';
 import {
   type ReleaseRequestedEvent,
   type ReleaseRequestOptions,
@@ -133,9 +134,11 @@ export interface AcquireOptions {
   /** Ends a wait early with CANCELLED. */
   signal?: AbortSignal;
   /**
-   * A wait's progress: called with its 1-based place among this service's waiters of the name
-   * (in the order they started waiting) when it starts waiting (the lock was not free), and
-   * again each time that place changes. Not called for a wait granted without waiting.
+   * A wait's progress: called with its 1-based place among the name's waiters when it starts
+   * waiting (the lock was not free), and again each time that place changes. The waiters are
+   * those `countWaiters` counts: the backend's queue, across dlm servers, where it counts them
+   * (its order), else this service's (in the order they started waiting). Not called for a
+   * wait granted without waiting.
    */
   onQueued?: (position: number) => void;
   /** Called once when the granted lease ends other than by a release (expiry, revocation). */
@@ -256,6 +259,13 @@ export interface LockService {
   /** Waiters queued on this service for `name`. */
   waiters(name: string): number;
   /**
+   * How many requests wait for `name` (`lock.get`'s `waiters`), and across what: on a backend
+   * whose queue orders and counts waiters across dlm servers (`BackendQueue.count`), the
+   * backend's queue (`"backend"`: one read); else this service's (`"server"`, as `waiters`).
+   * `onQueued` places are counted across the same.
+   */
+  countWaiters(name: string): Promise<{ waiters: number; waitersScope: WaitersScope }>;
+  /**
    * `name` checked against this service's limits (INVALID_PARAMS otherwise), for a caller that
    * needs a valid name before it calls the service (a permission check). The service does not
    * check the name it was just given a second time: a request's name is validated once.
@@ -311,6 +321,7 @@ export function createLockService(options: LockServiceOptions): LockService {
       const state = ctx.names.get(name);
       return state ? waitersOf(state) : 0;
     },
+    countWaiters: (name) => countWaiters(ctx, name),
     checkName: ctx.checkName,
     close: () => close(ctx),
   };
@@ -563,6 +574,21 @@ async function checkLease(ctx: ServiceContext, name: string, token: bigint): Pro
   return (
     current?.holders?.some((holder) => holder.token === token && holder.ttlRemainingMs > 0) ?? false
   );
+}
+
+async function countWaiters(
+  ctx: ServiceContext,
+  name: string,
+): Promise<{ waiters: number; waitersScope: WaitersScope }> {
+  ctx.checkName(name);
+  assertOpen(ctx);
+  const queue = backendQueueOf(ctx.backend);
+  if (!queue) {
+    const state = ctx.names.get(name);
+    return { waiters: state ? waitersOf(state) : 0, waitersScope: 'server' };
+  }
+  const waiters = await ctx.calls.bounded('inspect', 'inspect', () => queue.count!(name));
+  return { waiters, waitersScope: 'backend' };
 }
 
 async function lockDelayOf(ctx: ServiceContext, name: string): Promise<number> {

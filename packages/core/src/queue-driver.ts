@@ -79,6 +79,16 @@ export interface QueueDriver {
   stop(): void;
   /** Remove the entry `entry` (abort, deadline, error). The loop retries a failure later. */
   leave(entry: string): Promise<void>;
+  /**
+   * Queued: my entry's 1-based place in the backend's queue, across every dlm server sharing
+   * it (the entries ahead of mine that still count, plus one), in one read; undefined when I am
+   * not queued (or my entry no longer counts). Every driver of a queue with `count` has it.
+   * The loop reads it when the wait starts and again on each change the queue's `watch`
+   * reports for the name; a backend whose watch does not report every departure calls `moved`
+   * (at most once per read) when its own notification says the place may have changed since
+   * this read (ZooKeeper: a watch on the queue's children).
+   */
+  position?(moved: () => void): Promise<number | undefined>;
 }
 
 /** For a backend whose entries live only while their dlm server renews them (Redis, PostgreSQL). */
@@ -118,6 +128,13 @@ export interface BackendQueue<R extends AcquireRequest = AcquireRequest> {
   watch?(name: string, report: (change: QueueChange) => void): Unsubscribe;
   /** A driver for one waiting request. */
   driver(request: R, waiter: QueueWaiter): QueueDriver;
+  /**
+   * How many requests wait in `name`'s queue now, on every dlm server sharing the backend (the
+   * entries that still count), in one read. With it, a service counts and places its waiters in
+   * the backend's queue (`waitersScope: "backend"`), so each of its drivers must have
+   * `position`; without it, among its own (`"server"`).
+   */
+  count?(name: string): Promise<number>;
 }
 
 /** How a backend reaches the waits core runs over its queue (`BackendQueue.attach`). */

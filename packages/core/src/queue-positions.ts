@@ -1,4 +1,6 @@
+import type { LockBackend } from './backend.js';
 import type { NameState } from './name-state.js';
+import type { BackendQueue, QueueDriver } from './queue-driver.js';
 
 /**
  * One waiter's place among this service's waiters of a name (`lock.queued`): `tell` hears its
@@ -36,4 +38,66 @@ function tellPositions(state: NameState, from = 0): void {
     place.told = position;
     place.tell?.(position);
   }
+}
+
+/** A waiter's place in the backend's queue, read again whenever it may have changed. */
+export interface BackendPlace {
+  /** Reads the place (once more after the read in flight, if one is) and tells a new one. */
+  read(): void;
+  /** The wait is over: nothing more is read or told. */
+  stop(): void;
+}
+
+/**
+ * The place of `driver`'s entry in the backend's queue (`QueueDriver.position`), told to `tell`
+ * when it changes. Reads never overlap: a change during a read is read once after it, so the
+ * last place told is the one read after the last change. A failed read tells nothing (the next
+ * change reads again).
+ */
+export function backendPlace(
+  position: NonNullable<QueueDriver['position']>,
+  tell: (position: number) => void,
+): BackendPlace {
+  let told = 0;
+  let reading = false;
+  let again = false;
+  let stopped = false;
+  const moved = () => place.read();
+  const place: BackendPlace = {
+    read() {
+      if (stopped) return;
+      if (reading) {
+        again = true;
+        return;
+      }
+      reading = true;
+      void (async () => {
+        do {
+          again = false;
+          const read = await position(moved).catch(() => undefined);
+          if (stopped || read === undefined || read < 1 || read === told) continue;
+          told = read;
+          tell(read);
+        } while (again && !stopped);
+        reading = false;
+      })();
+    },
+    stop() {
+      stopped = true;
+    },
+  };
+  return place;
+}
+
+/** What a service's waiter counts and places are counted across (`lock.get`'s `waitersScope`). */
+export type WaitersScope = 'backend' | 'server';
+
+/**
+ * The backend's queue where waiters are counted and placed in it (`BackendQueue.count`): on a
+ * backend that orders waiters across dlm servers and can count them. Otherwise undefined: each
+ * service counts and places its own.
+ */
+export function backendQueueOf(backend: LockBackend): BackendQueue | undefined {
+  const queue = backend.capabilities.fairQueue ? backend.queue : undefined;
+  return queue?.count ? queue : undefined;
 }

@@ -8,6 +8,7 @@ import type {
   QueueStep,
   QueueWaits,
 } from './queue-driver.js';
+import { backendPlace } from './queue-positions.js';
 import { backoffDelayMs } from './retry.js';
 import { MAX_TIMER_MS } from './time.js';
 import { renewer, type Wait, Waiters } from './waiters.js';
@@ -86,10 +87,17 @@ export class WaitLoop<R extends AcquireRequest = AcquireRequest> {
   /**
    * One wait over the queue, until granted, refused, or `signal` aborts. `onWaiting` is called
    * once, before its first sleep: only then does the request wait (a look that grants at once,
-   * on a free lock, was no wait, and is never counted as one).
+   * on a free lock, was no wait, and is never counted as one). `onPosition`, over a queue with
+   * `count`: the wait's 1-based place in the backend's queue, from then on and whenever it
+   * changes (read on the changes the queue reports, never on a timer).
    */
-  run(request: R, signal: AbortSignal, onWaiting?: () => void): Promise<WaitOutcome> {
-    const wait = this.wait(request, signal, onWaiting);
+  run(
+    request: R,
+    signal: AbortSignal,
+    onWaiting?: () => void,
+    onPosition?: (position: number) => void,
+  ): Promise<WaitOutcome> {
+    const wait = this.wait(request, signal, onWaiting, onPosition);
     const done = () => this.running.delete(wait);
     this.running.add(wait);
     wait.then(done, done);
@@ -118,6 +126,7 @@ export class WaitLoop<R extends AcquireRequest = AcquireRequest> {
     request: R,
     signal: AbortSignal,
     onWaiting: (() => void) | undefined,
+    onPosition: ((position: number) => void) | undefined,
   ): Promise<WaitOutcome> {
     if (signal.aborted) return { kind: 'ended' };
     if (this.isClosed()) throw this.closedError();
@@ -128,7 +137,14 @@ export class WaitLoop<R extends AcquireRequest = AcquireRequest> {
         changed: () => wait.sleeper.changed({ what: 'unknown' }, () => true),
       });
       wait.driver = driver;
-      ended = await this.loop(wait, driver, signal, onWaiting);
+      const placed = onPosition && this.queue.count && driver.position ? driver : undefined;
+      const started = () => {
+        onWaiting?.();
+        if (!placed) return;
+        wait.place = backendPlace((moved) => placed.position!(moved), onPosition!);
+        wait.place.read();
+      };
+      ended = await this.loop(wait, driver, signal, started);
       return ended.outcome;
     } catch (error) {
       throw toUnavailable(error, 'acquire');
@@ -208,6 +224,7 @@ export class WaitLoop<R extends AcquireRequest = AcquireRequest> {
     wait: Wait,
     ended: { outcome: WaitOutcome; entry: string | undefined } | undefined,
   ): Promise<void> {
+    wait.place?.stop();
     wait.doneJoining();
     wait.sleeper.end();
     wait.driver?.stop();

@@ -1,6 +1,7 @@
 import type { AcquireRequest, Unsubscribe } from './backend.js';
 import type { Timer } from './clock.js';
 import type { BackendQueue, QueueChange, QueueDriver, QueueSleep } from './queue-driver.js';
+import type { BackendPlace } from './queue-positions.js';
 import { createSleeper, type Sleeper } from './sleeper.js';
 
 /** One running wait: its driver, its sleep, and its turn to join. */
@@ -16,6 +17,8 @@ export interface Wait {
   doneJoining(): void;
   /** The holder's remaining lease as this wait last saw it. */
   ttlRemainingMs: number | undefined;
+  /** Once it waits, with a listener: its place in the backend's queue (`QueueDriver.position`). */
+  place: BackendPlace | undefined;
 }
 
 /**
@@ -47,6 +50,7 @@ export class Waiters {
       joined,
       doneJoining,
       ttlRemainingMs: undefined,
+      place: undefined,
     };
     waits.push(wait);
     if (waits.length === 1) this.open(request.name, waits);
@@ -85,6 +89,8 @@ export class Waiters {
     for (const wait of [...waits]) {
       const entry = wait.driver?.entry();
       wait.sleeper.changed(change, (step) => wakes(change, step, wait, entry, wait === first));
+      // Places move only when entries leave (a holder is no longer in the queue).
+      if (change.what !== 'holder-ended') wait.place?.read();
     }
   }
 

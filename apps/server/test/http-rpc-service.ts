@@ -7,6 +7,7 @@ import {
   type LockMode,
   type LockService,
   type LockState,
+  type WaitersScope,
 } from '@dlm/core';
 import { fromRpcError, type RpcErrorObject } from '@dlm/protocol';
 import { startServer } from '../src/index.js';
@@ -175,6 +176,13 @@ export async function httpRpcService(backend: LockBackend): Promise<LockService>
     },
     holds: (name, held) => keys.has(keyId(name, held)),
     waiters: (name) => waiting.get(name) ?? 0,
+    async countWaiters(name) {
+      const { waiters, waitersScope } = await call<{
+        waiters: number;
+        waitersScope: WaitersScope;
+      }>('lock.get', { name });
+      return { waiters, waitersScope };
+    },
     revoke: unsupported('revoke'),
     watch: unsupported('watch'),
     checkName: unsupported('checkName'),

@@ -411,7 +411,7 @@ export const LockQueuedParams = Type.Object({
   position: Type.Integer({
     minimum: 1,
     description:
-      "The acquire's 1-based place among this server's waiters for the name, in the order they started waiting.",
+      "The acquire's 1-based place among the waiters lock.get's waiters counts, in their order: its place in the backend's queue (across servers) where waitersScope is \"backend\", else among this server's waiters in the order they started waiting.",
   }),
 });
 export const LockLostParams = Type.Object({

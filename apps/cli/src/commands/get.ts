@@ -13,8 +13,8 @@ Options:
 ${CONNECTION_USAGE}
   --json             one JSON object: {"name","held","owner","token","ttlRemainingMs",
                      "mode","limit","holders","waiters","waitersScope"} (owner, token, TTL:
-                     the highest token's; waiters: how many wait, on this server when
-                     waitersScope is "server")
+                     the highest token's; waiters: how many wait, on every server when
+                     waitersScope is "backend", on this one when "server")
   -h, --help         print this help
 
 Exit status: 0 (held or free), 1 when the server could not answer, 2 on a usage error.

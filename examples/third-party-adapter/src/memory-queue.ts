@@ -22,6 +22,8 @@ export function memoryQueue(store: MemoryStore, isClosed: () => boolean) {
         if ('left' in event) report({ what: 'entry-left', key: event.left });
         else if (event.lock.type !== 'acquired') report({ what: 'holder-ended' });
       }),
+    // How many wait for the name, on every server (`lock.get`'s waiters, scope "backend").
+    count: async (name) => store.state(name).queue.length,
     driver(request): QueueDriver {
       let id: string | undefined;
       const look = async (): Promise<QueueStep> => {
@@ -56,6 +58,11 @@ export function memoryQueue(store: MemoryStore, isClosed: () => boolean) {
         },
         look,
         stop() {},
+        // My place among every server's entries (one read; the store reports each departure).
+        async position() {
+          const at = store.state(request.name).queue.findIndex((entry) => entry.id === id);
+          return at < 0 ? undefined : at + 1;
+        },
         async leave(entry) {
           if (id === entry) id = undefined;
           store.leave(request.name, entry);

@@ -1,0 +1,93 @@
+import { redisBackend } from '@dlm/adapter-redis';
+import type { LockBackend } from '@dlm/core';
+import { type RedisService, redisAvailable, startRedis } from '@dlm/test-services';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RunningServer, startServer } from '../src/index.js';
+import { connect, type Peer } from './ws-peer.js';
+
+// Who am I waiting behind, over the wire, across two dlm servers on one Redis (a backend with a
+// shared queue it counts): lock.get counts the other server's waiters (waitersScope "backend"),
+// and lock.queued places count them too, moving up when a waiter on the other server leaves.
+// The conformance group checks the same through core on every such backend.
+
+describe.skipIf(!redisAvailable())(
+  'waiters across servers on one Redis (lock.get, lock.queued)',
+  () => {
+    let redis: RedisService;
+    const backends: LockBackend[] = [];
+    const servers: RunningServer[] = [];
+    const peers: Peer[] = [];
+
+    async function server(): Promise<RunningServer> {
+      const backend = redisBackend({ url: redis.url });
+      backends.push(backend);
+      const running = await startServer({ port: 0, backend });
+      servers.push(running);
+      return running;
+    }
+
+    async function session(on: RunningServer): Promise<Peer> {
+      const peer = await connect(on.url);
+      peers.push(peer);
+      await peer.hello();
+      return peer;
+    }
+
+    /** The positions `peer` was told, in order. */
+    const told = (peer: Peer) =>
+      peer.notifications.filter((n) => n.method === 'lock.queued').map((n) => n.params.position);
+
+    beforeAll(async () => {
+      redis = await startRedis();
+    }, 60_000);
+    afterAll(async () => {
+      for (const peer of peers) peer.close();
+      await Promise.all(servers.map((s) => s.close()));
+      await Promise.all(backends.map((b) => b.close()));
+      await redis?.stop(1_000);
+    });
+
+    it("each server counts and places the other's waiters", async () => {
+      const [one, two] = [await server(), await server()];
+      const [holder, first, second] = [await session(one), await session(one), await session(two)];
+      const name = `waiters-across/${Math.random().toString(36).slice(2)}`;
+      const held = (await holder.call('lock.acquire', { name, ttlMs: 10_000 })).result;
+      // The first gives up when its waitMs runs out (on server one); the second waits on two.
+      const firstWait = first.call('lock.acquire', {
+        name,
+        ttlMs: 10_000,
+        waitMs: 1_500,
+        progress: true,
+      });
+      await first.arrived(() => (told(first).length === 1 ? true : undefined));
+      const secondWait = second.call('lock.acquire', {
+        name,
+        ttlMs: 10_000,
+        waitMs: 20_000,
+        progress: true,
+      });
+      await second.arrived(() => (told(second).length === 1 ? true : undefined));
+      expect(told(second)).toEqual([2]);
+      for (const peer of [holder, second]) {
+        expect((await peer.call('lock.get', { name })).result).toMatchObject({
+          held: true,
+          waiters: 2,
+          waitersScope: 'backend',
+        });
+      }
+      expect((await firstWait).error).toMatchObject({ code: expect.any(Number) });
+      // Server two hears of the departure on server one from Redis, and tells its waiter.
+      await second.arrived(() => (told(second).length === 2 ? true : undefined), 5_000);
+      expect((await holder.call('lock.get', { name })).result).toMatchObject({ waiters: 1 });
+      await holder.call('lock.release', { name, token: held.token, leaseKey: held.leaseKey });
+      const granted = (await secondWait).result;
+      expect(granted).toMatchObject({ name });
+      expect(told(first)).toEqual([1]);
+      expect(told(second)).toEqual([2, 1]);
+      expect((await second.call('lock.get', { name })).result).toMatchObject({
+        waiters: 0,
+        waitersScope: 'backend',
+      });
+    });
+  },
+);

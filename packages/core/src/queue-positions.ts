@@ -72,14 +72,17 @@ export function backendPlace(
       }
       reading = true;
       void (async () => {
-        do {
-          again = false;
-          const read = await position(moved).catch(() => undefined);
-          if (stopped || read === undefined || read < 1 || read === told) continue;
-          told = read;
-          tell(read);
-        } while (again && !stopped);
-        reading = false;
+        try {
+          do {
+            again = false;
+            const read = await position(moved).catch(() => undefined);
+            if (stopped || read === undefined || read < 1 || read === told) continue;
+            told = read;
+            tell(read);
+          } while (again && !stopped);
+        } finally {
+          reading = false;
+        }
       })();
     },
     stop() {

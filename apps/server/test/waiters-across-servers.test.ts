@@ -1,9 +1,8 @@
 import { redisBackend } from '@dlm/adapter-redis';
-import type { LockBackend } from '@dlm/core';
 import { type RedisService, redisAvailable, startRedis } from '@dlm/test-services';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningServer, startServer } from '../src/index.js';
-import { connect, type Peer } from './ws-peer.js';
+import { serversOnOneBackend } from './servers-on-one-backend.js';
+import type { Peer } from './ws-peer.js';
 
 // Who am I waiting behind, over the wire, across two dlm servers on one Redis (a backend with a
 // shared queue it counts): lock.get counts the other server's waiters (waitersScope "backend"),
@@ -14,24 +13,7 @@ describe.skipIf(!redisAvailable())(
   'waiters across servers on one Redis (lock.get, lock.queued)',
   () => {
     let redis: RedisService;
-    const backends: LockBackend[] = [];
-    const servers: RunningServer[] = [];
-    const peers: Peer[] = [];
-
-    async function server(): Promise<RunningServer> {
-      const backend = redisBackend({ url: redis.url });
-      backends.push(backend);
-      const running = await startServer({ port: 0, backend });
-      servers.push(running);
-      return running;
-    }
-
-    async function session(on: RunningServer): Promise<Peer> {
-      const peer = await connect(on.url);
-      peers.push(peer);
-      await peer.hello();
-      return peer;
-    }
+    const { server, session, close } = serversOnOneBackend(() => redisBackend({ url: redis.url }));
 
     /** The positions `peer` was told, in order. */
     const told = (peer: Peer) =>
@@ -41,9 +23,7 @@ describe.skipIf(!redisAvailable())(
       redis = await startRedis();
     }, 60_000);
     afterAll(async () => {
-      for (const peer of peers) peer.close();
-      await Promise.all(servers.map((s) => s.close()));
-      await Promise.all(backends.map((b) => b.close()));
+      await close();
       await redis?.stop(1_000);
     });
 

@@ -10,8 +10,7 @@ import {
   zookeeperAvailable,
 } from '@dlm/test-services';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningServer, startServer } from '../src/index.js';
-import { connect, type Peer } from './ws-peer.js';
+import { serversOnOneBackend } from './servers-on-one-backend.js';
 
 // Backends without expiry events of their own (capabilities.expiryEvents false): core checks
 // each followed lease at its end, so lock.watch reports the expiry there too, on every server.
@@ -64,32 +63,13 @@ const cases: Array<[string, boolean, () => Shared]> = [
 for (const [label, available, make] of cases) {
   describe.skipIf(!available)(`lock.watch on ${label}, two dlm servers on one backend`, () => {
     const shared = make();
-    const backends: LockBackend[] = [];
-    const servers: RunningServer[] = [];
-    const peers: Peer[] = [];
-
-    async function server(): Promise<RunningServer> {
-      const backend = await shared.backend();
-      backends.push(backend);
-      const running = await startServer({ port: 0, backend });
-      servers.push(running);
-      return running;
-    }
-
-    async function session(on: RunningServer): Promise<Peer> {
-      const peer = await connect(on.url);
-      peers.push(peer);
-      await peer.hello();
-      return peer;
-    }
+    const { server, session, close } = serversOnOneBackend(() => shared.backend());
 
     beforeAll(async () => {
       await shared.start();
     }, 60_000);
     afterAll(async () => {
-      for (const peer of peers) peer.close();
-      await Promise.all(servers.map((s) => s.close()));
-      await Promise.all(backends.map((b) => b.close()));
+      await close();
       await shared.stop();
     });
 

@@ -1,9 +1,18 @@
 import type * as core from '@dlm/core';
 import { DlmError, decideGrant, systemClock } from '@dlm/core';
-import type { Etcd3, IKeyValue, IRequestOp, ITxnResponse } from 'etcd3';
+import type { Etcd3, IKeyValue, IRequestOp, IResponseOp, ITxnResponse } from 'etcd3';
 import { type TxnSender, txnSender } from './etcd-batch.js';
 import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.js';
 import { createEtcdClient } from './etcd-client.js';
+import {
+  delayLease,
+  delayLeftMs,
+  delayOfValue,
+  keepDelay,
+  moveDelay,
+  noDelay,
+  readDelay,
+} from './etcd-delay.js';
 import { askValue, type EtcdKeys, etcdKeys, prefixEnd } from './etcd-keys.js';
 import { type LeasePool, type LockLease, leasePool, ttlSeconds } from './etcd-leases.js';
 import { etcdQueue } from './etcd-queue.js';
@@ -100,6 +109,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend 
     fairQueue: true,
     expiryEvents: true,
     sharedModes: true,
+    lockDelay: true,
   };
   const session = waiterSession(
     client,
@@ -150,6 +160,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend 
     watch: (name, listener) => watch.subscribe(name, (event) => listener(event)),
     revoke: (name) => revoke(e, name),
     requestRelease: (name, reason) => requestRelease(e, name, reason),
+    lockDelayOf: (name) => lockDelayOf(e, name),
     list: (namePrefix) => list(e, namePrefix),
     async close() {
       if (e.closed) return;
@@ -244,16 +255,20 @@ function stateOf(e: Etcd, limit: Budget, name: string, kv: IKeyValue): Promise<c
  */
 function tryAcquireTxn(
   e: Etcd,
-  { name, owner, keyHash }: core.AcquireRequest,
+  { name, owner, keyHash, lockDelayMs = 0 }: core.AcquireRequest,
   value: Buffer,
   leaseId: string,
+  delayLeaseId: string | undefined,
 ): TxnRequest {
   const key = e.keys.lock(name);
   const waiters = e.keys.queue(name);
+  const delay = keepDelay(e.keys, name, lockDelayMs, delayLeaseId);
   return {
     compare: [
       { key, target: 'Create', result: 'Equal', create_revision: 0 },
       noSharedHolder(e.keys, name),
+      // Not in a lock-delay (etcd-delay.ts).
+      noDelay(e.keys, name),
       // Over a range: true when no key in it has a create revision, i.e. none exists.
       {
         key: waiters,
@@ -263,18 +278,19 @@ function tryAcquireTxn(
         create_revision: 0,
       },
     ],
-    success: [{ request_put: { key, value, lease: leaseId } }],
+    success: [{ request_put: { key, value, lease: leaseId } }, ...(lockDelayMs > 0 ? [delay] : [])],
     failure: [
       {
         request_txn: {
           compare: [{ key, target: 'Value', result: 'Equal', value }],
-          success: [{ request_put: { key, value, lease: leaseId, prev_kv: true } }],
+          success: [{ request_put: { key, value, lease: leaseId, prev_kv: true } }, delay],
           failure: [
             { request_range: { key } },
             // Our own shared holder key: held in the other mode, a conflict.
             {
               request_range: { key: e.keys.sharedHolder(name, owner, keyHash), keys_only: true },
             },
+            readDelay(e.keys, name),
           ],
         },
       },
@@ -282,14 +298,26 @@ function tryAcquireTxn(
   };
 }
 
-/** Sends a write made on `lease`; a failure known not to have applied hands the lease back. */
-async function onLease<T>(e: Etcd, leaseId: string, write: () => Promise<T>): Promise<T> {
+/** Sends a write made on leases; a failure known not to have applied hands them back. */
+async function onLease<T>(
+  e: Etcd,
+  leaseIds: string | readonly (string | undefined)[],
+  write: () => Promise<T>,
+): Promise<T> {
   try {
     return await write();
   } catch (error) {
-    if (!(error instanceof DlmError && error.details.indeterminate)) e.leases.detached(leaseId);
+    if (!(error instanceof DlmError && error.details.indeterminate)) {
+      for (const id of typeof leaseIds === 'string' ? [leaseIds] : leaseIds) e.leases.detached(id);
+    }
     throw error;
   }
+}
+
+/** The lease a put's or delete's previous key was on goes back, unless it is still `kept`. */
+function detachPrevious(e: Etcd, op: IResponseOp | undefined, kept: string | undefined): void {
+  const previous = op?.response_put?.prev_kv ?? op?.response_delete_range?.prev_kvs[0];
+  if (previous && previous.lease !== kept) e.leases.detached(previous.lease);
 }
 
 async function tryAcquire(e: Etcd, request: core.AcquireRequest): Promise<core.AcquireResult> {
@@ -299,8 +327,16 @@ async function tryAcquire(e: Etcd, request: core.AcquireRequest): Promise<core.A
   await watchEstablished(e, limit);
   const value = holderValue(owner, keyHash);
   const lease = await e.leases.take(limit, Math.max(ttlMs, e.capabilities.minTtlMs));
-  const txn = tryAcquireTxn(e, request, value, lease.id);
-  const response = await onLease(e, lease.id, () => e.sender.send(limit, 'idempotent', name, txn));
+  const delayMs = request.lockDelayMs ?? 0;
+  // Taken once the lock's lease runs, so that it ends no earlier than that lease plus the delay.
+  const delay =
+    delayMs > 0
+      ? await onLease(e, lease.id, () => delayLease(e.leases, limit, delayMs, lease.ttlMs))
+      : undefined;
+  const txn = tryAcquireTxn(e, request, value, lease.id, delay?.id);
+  const response = await onLease(e, [lease.id, delay?.id], () =>
+    e.sender.send(limit, 'idempotent', name, txn),
+  );
   const grant = (token: bigint): core.Grant => ({ name, owner, token, ttlMs: lease.ttlMs });
   if (response.succeeded) return { granted: true, grant: grant(BigInt(response.header.revision)) };
   const nested = response.responses[0]?.response_txn;
@@ -308,12 +344,19 @@ async function tryAcquire(e: Etcd, request: core.AcquireRequest): Promise<core.A
     const previous = nested.responses[0]?.response_put.prev_kv;
     if (!previous) throw new DlmError('INTERNAL', 'etcd: re-acquire returned no previous key');
     if (previous.lease !== lease.id) e.leases.detached(previous.lease);
+    detachPrevious(e, nested.responses[1], delay?.id);
     return { granted: true, grant: grant(BigInt(previous.create_revision)) };
   }
   e.leases.detached(lease.id);
+  e.leases.detached(delay?.id);
   const holder = nested?.responses[0]?.response_range.kvs[0];
   if (!holder && nested?.responses[1]?.response_range.kvs.length) {
     return { granted: false, conflict: { field: 'mode' } };
+  }
+  const delayed = holder ? undefined : nested?.responses[2]?.response_range.kvs[0];
+  if (delayed) {
+    const left = delayLeftMs(delayed, await remainingOfLease(e, limit, delayed.lease));
+    return { granted: false, ttlRemainingMs: left, lockDelayRemainingMs: left };
   }
   const ttlRemainingMs = holder
     ? await remainingOfLease(e, limit, holder.lease)
@@ -374,8 +417,10 @@ async function tryAcquireShared(
       const read = await readTxn(e, limit, [
         ...sharedReads(e.keys, shared),
         { request_range: { key: waiters, range_end: prefixEnd(waiters), keys_only: true } },
+        readDelay(e.keys, name),
       ]);
       const view = sharedView(read.responses, 0, read.header.revision);
+      const delayed = read.responses[4]?.response_range.kvs[0];
       const entries = (read.responses[3]?.response_range.kvs ?? []).map((kv) => kv.key.toString());
       // Granted at once exactly when a queued request would be: every queued entry counts as
       // ahead of it (core's rule: an exclusive one, or a shared one with another limit, comes
@@ -384,8 +429,16 @@ async function tryAcquireShared(
       const holders = { ...view, sharedCount: view.holders };
       const decision = takenByAnother(view, request)
         ? undefined
-        : decideGrant(rule, ruleHoldersOf(holders, request), aheadOfView(rule, entries));
+        : decideGrant(
+            rule,
+            ruleHoldersOf({ ...holders, delay: delayed }, request),
+            aheadOfView(rule, entries),
+          );
       if (decision?.kind === 'conflict') return { granted: false, conflict: decision.conflict };
+      if (decision?.kind === 'wait' && decision.on === 'delay' && delayed) {
+        const left = delayLeftMs(delayed, await remainingOfLease(e, limit, delayed.lease));
+        return { granted: false, ttlRemainingMs: left, lockDelayRemainingMs: left };
+      }
       if (decision === undefined || decision.kind === 'wait') {
         const by = decision === undefined ? view.mine : (view.lock ?? view.oldest);
         const ttlRemainingMs = by ? await remainingOfLease(e, limit, by.lease) : undefined;
@@ -400,6 +453,7 @@ async function tryAcquireShared(
           ? sharedRefreshCompares(view.mine!)
           : [
               ...sharedGrantCompares(e.keys, name, view),
+              noDelay(e.keys, name),
               // Nobody joined the queue since the read (an exclusive waiter would be ahead).
               {
                 key: waiters,
@@ -481,7 +535,11 @@ async function release(e: Etcd, { name, token, keyHash }: core.HolderProof): Pro
     name,
     {
       compare: [createdAt(key, token), ...keyHashCompares(key, keyHash)],
-      success: [{ request_delete_range: { key, prev_kv: true } }],
+      // A release ends the lease with no lock-delay.
+      success: [
+        { request_delete_range: { key, prev_kv: true } },
+        { request_delete_range: { key: e.keys.delay(name), prev_kv: true } },
+      ],
       failure: sharedKey
         ? [
             {
@@ -500,6 +558,7 @@ async function release(e: Etcd, { name, token, keyHash }: core.HolderProof): Pro
   const response = await sent;
   if (response.succeeded) {
     e.leases.detached(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
+    detachPrevious(e, response.responses[1], undefined);
     return true;
   }
   const nested = response.responses[0]?.response_txn;
@@ -537,7 +596,7 @@ async function extend(
   const response = await onLease(e, lease.id, () =>
     sendTxn(e, limit, 'idempotent', {
       compare: [createdAt(key, token), ...keyHashCompares(key, keyHash)],
-      success: [moveTo(key)],
+      success: [moveTo(key), readDelay(e.keys, name)],
       failure: sharedKey
         ? [
             {
@@ -552,8 +611,12 @@ async function extend(
     }),
   );
   let previous: IKeyValue | undefined;
-  if (response.succeeded) previous = response.responses[0]?.response_put.prev_kv;
-  else {
+  if (response.succeeded) {
+    previous = response.responses[0]?.response_put.prev_kv;
+    // The lease's lock-delay starts at its new end (etcd-delay.ts).
+    const delayed = response.responses[1]?.response_range.kvs[0];
+    if (delayed) await carryDelay(e, limit, delayed, lease.ttlMs);
+  } else {
     const nested = response.responses[0]?.response_txn;
     if (nested?.succeeded) previous = nested.responses[0]?.response_put.prev_kv;
     else if (keyHash === undefined) {
@@ -650,7 +713,11 @@ async function revoke(e: Etcd, name: string): Promise<boolean> {
   const holders = { key: start, range_end: prefixEnd(start) };
   const response = await sendTxn(e, limit, 'once', {
     compare: [{ key, target: 'Create', result: 'Greater', create_revision: 0 }],
-    success: [{ request_delete_range: { key, prev_kv: true } }, markerPut(e, 'revoked')],
+    success: [
+      { request_delete_range: { key, prev_kv: true } },
+      markerPut(e, 'revoked'),
+      readDelay(e.keys, name),
+    ],
     failure: [
       {
         request_txn: {
@@ -672,7 +739,44 @@ async function revoke(e: Etcd, name: string): Promise<boolean> {
       : undefined;
   if (!deleted) return false;
   for (const lease of new Set(deleted.prev_kvs.map((kv) => kv.lease))) e.leases.detached(lease);
+  // The lease's lock-delay runs from the revocation: on a lease taken after it answered. A
+  // failure leaves the key on its old lease, which ends later still.
+  const delayed = response.succeeded ? response.responses[2]?.response_range.kvs[0] : undefined;
+  if (delayed) await carryDelay(e, budget('revoke', e.commandTimeoutMs), delayed).catch(() => {});
   return true;
+}
+
+/**
+ * Moves the delay key read as `kv` onto a lease of `ttlMs` plus its delay, taken now (after the
+ * write it must outlive answered); a key changed since (a release, a new grant) stays as it is.
+ */
+async function carryDelay(e: Etcd, limit: Budget, kv: IKeyValue, ttlMs = 0): Promise<void> {
+  const delayMs = delayOfValue(kv.value);
+  if (delayMs === 0) return;
+  const lease = await delayLease(e.leases, limit, delayMs, ttlMs);
+  const moved = await onLease(e, lease.id, () =>
+    sendTxn(e, limit, 'idempotent', moveDelay(kv, lease.id)),
+  );
+  if (moved.succeeded) detachPrevious(e, moved.responses[0], lease.id);
+  else e.leases.detached(lease.id);
+}
+
+/** How long `name`'s lock-delay has left: 0 while held, and when its delay key is gone. */
+async function lockDelayOf(e: Etcd, name: string): Promise<number> {
+  assertOpen(e, 'inspect');
+  const limit = budget('inspect', e.commandTimeoutMs);
+  const start = e.keys.shared(name);
+  const response = await readTxn(e, limit, [
+    { request_range: { key: e.keys.lock(name), keys_only: true } },
+    { request_range: { key: start, range_end: prefixEnd(start), count_only: true } },
+    readDelay(e.keys, name),
+  ]);
+  const held =
+    (response.responses[0]?.response_range.kvs.length ?? 0) > 0 ||
+    Number(response.responses[1]?.response_range.count ?? 0) > 0;
+  const kv = response.responses[2]?.response_range.kvs[0];
+  if (held || !kv) return 0;
+  return delayLeftMs(kv, await remainingOfLease(e, limit, kv.lease));
 }
 
 async function list(e: Etcd, namePrefix: string): Promise<core.LockState[]> {

@@ -11,6 +11,8 @@
  *   and the hash, not the owner) finds its key in the same transaction that checks it, and a
  *   re-acquire by the same owner and key lands on the same key (same create revision, so same
  *   token). The NUL keeps `a`'s holders apart from `a/b`'s, as for the queue.
+ * - `<prefix>delay/<name>`: the name's lock-delay (etcd-delay.ts), put with an exclusive grant
+ *   that asks for one, on a lease of its own that outlives the lock's lease by the delay.
  * - `<prefix>event`: written in the same transaction as a release or revocation, so watchers
  *   can tell those deletions from lease expiries.
  * - `<prefix>ask`: put by a release request (`askValue`), which every watch of the prefix hears;
@@ -21,9 +23,12 @@ export interface EtcdKeys {
   readonly lockPrefix: string;
   readonly queuePrefix: string;
   readonly sharedPrefix: string;
+  readonly delayPrefix: string;
   readonly markerKey: string;
   readonly askKey: string;
   lock(name: string): Buffer;
+  /** The lock-delay key of `name`. */
+  delay(name: string): Buffer;
   /** Every shared holder key of `name` starts with this. */
   shared(name: string): Buffer;
   /** The shared holder key of this owner and key hash. */
@@ -40,6 +45,7 @@ export function etcdKeys(prefix: string): EtcdKeys {
   const lockPrefix = `${prefix}lock/`;
   const queuePrefix = `${prefix}queue/`;
   const sharedPrefix = `${prefix}shared/`;
+  const delayPrefix = `${prefix}delay/`;
   const nameAfter = (start: string, key: string) => {
     if (!key.startsWith(start)) return undefined;
     const end = key.indexOf('\0', start.length);
@@ -50,9 +56,11 @@ export function etcdKeys(prefix: string): EtcdKeys {
     lockPrefix,
     queuePrefix,
     sharedPrefix,
+    delayPrefix,
     markerKey: `${prefix}event`,
     askKey: `${prefix}ask`,
     lock: (name) => Buffer.from(lockPrefix + name),
+    delay: (name) => Buffer.from(delayPrefix + name),
     queue: (name) => Buffer.from(`${queuePrefix}${name}\0`),
     shared: (name) => Buffer.from(`${sharedPrefix}${name}\0`),
     sharedHolder: (name, owner, keyHash) =>

@@ -13,6 +13,7 @@ import type {
   ITxnRequest,
   ITxnResponse,
 } from 'etcd3';
+import { delayLeftMs, keepDelay } from './etcd-delay.js';
 import { type EtcdKeys, prefixEnd } from './etcd-keys.js';
 import { oldestSharedHolder } from './etcd-shared.js';
 import { holderValue, limitOfValue, ownerOfValue, sharedValue } from './etcd-value.js';
@@ -52,6 +53,10 @@ export interface WaiterKeys {
   readonly queueEnd: Buffer;
   /** The lease a grant asks for: the request's, raised to etcd's shortest. */
   readonly leaseTtlMs: number;
+  /** The name's lock-delay key (etcd-delay.ts): a grant of either mode needs it absent. */
+  readonly delayKey: Buffer;
+  /** Exclusive only, above 0: the lock-delay the grant keeps with it. */
+  readonly delayMs: number;
 }
 
 export function waiterKeys(keys: EtcdKeys, request: AcquireRequest, minTtlMs: number): WaiterKeys {
@@ -71,6 +76,8 @@ export function waiterKeys(keys: EtcdKeys, request: AcquireRequest, minTtlMs: nu
     queueStart,
     queueEnd: prefixEnd(queueStart),
     leaseTtlMs: Math.max(request.ttlMs, minTtlMs),
+    delayKey: keys.delay(name),
+    delayMs: shared ? 0 : (request.lockDelayMs ?? 0),
   };
 }
 
@@ -120,11 +127,15 @@ function grantCompares(keys: EtcdKeys, w: WaiterKeys, place: Place): ICompare[] 
     ...free(keys.shared(request.name)),
     range_end: prefixEnd(keys.shared(request.name)),
   };
-  if (!place.queued) return [free(lockKey), noShared, { ...free(queueStart), range_end: queueEnd }];
+  // Not in a lock-delay: a grant of either mode needs the delay key absent (etcd-delay.ts).
+  const noDelay = free(w.delayKey);
+  if (!place.queued) {
+    return [free(lockKey), noShared, { ...free(queueStart), range_end: queueEnd }, noDelay];
+  }
   const mine = createdAt(place.myKey, place.revision.toString());
   // Shared: our holder key is free too (another owner with our key hash holds it otherwise).
   if (w.rule.mode === 'shared')
-    return place.decided ? [free(lockKey), mine, free(w.holderKey)] : [NEVER(lockKey)];
+    return place.decided ? [free(lockKey), mine, free(w.holderKey), noDelay] : [NEVER(lockKey)];
   const nobodyOlder: ICompare = {
     key: queueStart,
     range_end: queueEnd,
@@ -132,7 +143,7 @@ function grantCompares(keys: EtcdKeys, w: WaiterKeys, place: Place): ICompare[] 
     result: 'Greater',
     create_revision: (place.revision - 1n).toString(),
   };
-  return [mine, nobodyOlder, free(lockKey), noShared];
+  return [mine, nobodyOlder, free(lockKey), noShared, noDelay];
 }
 
 /** The reads of the view, after what the failure branch writes (a join's own queue key). */
@@ -156,16 +167,21 @@ function viewReads(keys: EtcdKeys, w: WaiterKeys, place: Place): IRequestOp[] {
     oldestSharedHolder(keys, w.request.name),
     ahead,
     { request_range: { key: place.myKey, keys_only: true } },
+    { request_range: { key: w.delayKey } },
   ];
 }
 
-/** The one transaction (see the top of this file); `lease`: the lease a grant puts its key on. */
+/**
+ * The one transaction (see the top of this file); `lease`: the lease a grant puts its key on,
+ * `delayLease`: the one an exclusive grant with a lock-delay puts the delay key on.
+ */
 export function lookTxn(
   keys: EtcdKeys,
   w: WaiterKeys,
   place: Place,
   lease: string | undefined,
   sessionLease: string | undefined,
+  delayLease?: string,
 ): ITxnRequest {
   const compare = grantCompares(keys, w, place);
   const joining: IRequestOp[] =
@@ -177,19 +193,24 @@ export function lookTxn(
   const put: IRequestOp = {
     request_put: { key: w.grantKey, value: w.grantValue, lease, prev_kv: true },
   };
+  // The grant's lock-delay, kept with it; an exclusive refresh keeps (or drops) its own too.
+  const exclusive = w.rule.mode === 'exclusive';
+  const delay = keepDelay(keys, w.request.name, w.delayMs, delayLease);
+  const delayed = exclusive && w.delayMs > 0 ? [delay] : [];
   if (place.queued) {
     return {
       compare,
-      success: [put, { request_delete_range: { key: place.myKey } }],
+      success: [put, ...delayed, { request_delete_range: { key: place.myKey } }],
       failure: reads,
     };
   }
   // The requester's own holder: refreshed on the new lease (same key, so the same token).
   const own: ICompare = { key: w.grantKey, target: 'Value', result: 'Equal', value: w.grantValue };
+  const refresh = exclusive ? [put, delay] : [put];
   return {
     compare,
-    success: [put],
-    failure: [{ request_txn: { compare: [own], success: [put], failure: reads } }],
+    success: [put, ...delayed],
+    failure: [{ request_txn: { compare: [own], success: refresh, failure: reads } }],
   };
 }
 
@@ -208,6 +229,8 @@ export interface View {
   ahead: string[];
   /** A join's retried put: others joined in between, so the view does not show our neighbour. */
   unplaced: boolean;
+  /** The name's lock-delay key, when it has one. */
+  delay: IKeyValue | undefined;
 }
 
 /** The view from a failed `lookTxn` (its failure branch, nested when joining). */
@@ -238,6 +261,7 @@ export function viewOf(w: WaiterKeys, place: Place, response: ITxnResponse): Vie
     sharedCount: Number(range(2)?.count ?? 0),
     ahead,
     unplaced,
+    delay: range(5)?.kvs[0],
   };
 }
 
@@ -255,7 +279,7 @@ export function takenByAnother(view: Pick<View, 'mine'>, request: AcquireRequest
 
 /** The holders as core's grant rule reads them, from a view (shared or exclusive). */
 export function ruleHoldersOf(
-  view: Pick<View, 'lock' | 'mine' | 'oldest' | 'sharedCount'>,
+  view: Pick<View, 'lock' | 'mine' | 'oldest' | 'sharedCount'> & Partial<Pick<View, 'delay'>>,
   request: AcquireRequest,
 ): RuleHolders {
   const { lock, mine, oldest } = view;
@@ -263,7 +287,10 @@ export function ruleHoldersOf(
     const own = lock.value.equals(holderValue(request.owner, request.keyHash));
     return { count: 1, mode: 'exclusive', own: own ? { mode: 'exclusive', limit: 1 } : undefined };
   }
-  if (view.sharedCount === 0) return { count: 0 };
+  if (view.sharedCount === 0) {
+    // The delay's exact time left matters only for a wait (its lease's remaining time then).
+    return view.delay ? { count: 0, lockDelayRemainingMs: delayLeftMs(view.delay, undefined) } : { count: 0 };
+  }
   // Another owner with our key hash is another requester, whose key this one cannot use.
   const own = mine && ownerOfValue(mine.value) === request.owner ? mine : undefined;
   return {

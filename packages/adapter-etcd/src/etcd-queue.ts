@@ -18,6 +18,7 @@ import {
   type ITxnResponse,
 } from 'etcd3';
 import { type Budget, budget, withRetries } from './etcd-calls.js';
+import { delayLease, delayLeftMs } from './etcd-delay.js';
 import {
   type GrantLease,
   type GrantLeaseContext,
@@ -94,9 +95,14 @@ export function etcdQueue(context: QueueContext) {
       const stopQueue = context.watch.subscribeQueue(name, (key, revision) =>
         report({ what: 'entry-left', key, mark: revision }),
       );
+      // The name's lock-delay ended (its key's lease ran out): the head sleeps on it as on a holder.
+      const stopDelay = context.watch.subscribeDelayEnd(name, () =>
+        report({ what: 'holder-ended' }),
+      );
       return () => {
         stopLock();
         stopQueue();
+        stopDelay();
         lastGrant.delete(name);
       };
     },
@@ -213,24 +219,35 @@ class EtcdWaiter implements QueueDriver {
     await context.watchEstablished(limit);
     // Shared and queued, the rule decides on a read before the transaction may grant.
     const grants = !place.queued || w.rule.mode === 'exclusive' || place.decided;
+    // A grant with a lock-delay goes on a confirmed lease, and its delay key on a lease taken
+    // after it (etcd-delay.ts): the delay then ends no earlier than the lock's lease plus it.
+    const delayed = w.rule.mode === 'exclusive' && w.delayMs > 0;
     const lease = grants
       ? await leaseForGrant(context, limit, w.leaseTtlMs, {
-          confirmedOnly: this.confirmedLease,
+          confirmedOnly: this.confirmedLease || delayed,
           renewNow: place.queued && this.previous === 'holder',
         })
       : undefined;
-    const session = place.queued ? undefined : await context.session.leaseId(limit);
+    let delay: string | undefined;
     let response: ITxnResponse;
+    let session: string | undefined;
     try {
-      const txn = lookTxn(context.keys, w, place, lease?.lease.id, session);
+      if (lease && delayed) {
+        const lockLease = lease.lease as { ttlMs: number };
+        delay = (await delayLease(context.leases, limit, w.delayMs, lockLease.ttlMs)).id;
+      }
+      session = place.queued ? undefined : await context.session.leaseId(limit);
+      const txn = lookTxn(context.keys, w, place, lease?.lease.id, session, delay);
       response = await context.txn(limit, 'idempotent', txn);
     } catch (error) {
+      if (!(error instanceof DlmError && error.details.indeterminate)) context.leases.detached(delay);
       return this.failed(error, place, lease, session);
     }
-    if (response.succeeded) return this.granted(limit, response, lease!);
+    if (response.succeeded) return this.granted(limit, response, lease!, delay);
     const nested = response.responses[0]?.response_txn;
-    if (!place.queued && nested?.succeeded) return this.granted(limit, nested, lease!);
+    if (!place.queued && nested?.succeeded) return this.granted(limit, nested, lease!, delay);
     lease?.giveBack();
+    context.leases.detached(delay);
     return this.decide(limit, place, viewOf(w, place, response));
   }
 
@@ -239,10 +256,18 @@ class EtcdWaiter implements QueueDriver {
     limit: Budget,
     response: Pick<ITxnResponse, 'header' | 'responses'>,
     lease: GrantLease,
+    delay?: string,
   ): Promise<QueueStep> {
     this.place = this.unqueued();
     const previous = response.responses[0]?.response_put.prev_kv;
     if (previous && previous.lease !== lease.lease.id) this.context.leases.detached(previous.lease);
+    // A refresh moved (or dropped) the delay key: its previous lease goes back.
+    const delayOp = response.responses[1];
+    const previousDelay =
+      delayOp?.response_put?.prev_kv ?? delayOp?.response_delete_range?.prev_kvs[0];
+    if (previousDelay && previousDelay.lease !== delay) {
+      this.context.leases.detached(previousDelay.lease);
+    }
     const token = previous ? previous.create_revision : response.header.revision;
     return reportGrant(this.context, limit, this.w, token, lease);
   }
@@ -274,6 +299,11 @@ class EtcdWaiter implements QueueDriver {
     }
     if (decision.on === 'entry') {
       return { kind: 'predecessor', key: entryWaitedOn(decision, view.ahead, ahead.lastBlocking) };
+    }
+    if (decision.on === 'delay' && view.delay) {
+      // In its lock-delay: woken by the delay key's deletion (the watch), its lease the timer.
+      const leaseLeft = await this.context.remainingOfLease(limit, view.delay.lease);
+      return { kind: 'holder', ttlRemainingMs: delayLeftMs(view.delay, leaseLeft) };
     }
     const holder = view.lock ?? view.oldest;
     // Shared holders: any one's end wakes us; the oldest one's lease is the fallback timer.

@@ -31,6 +31,8 @@ export interface PrefixWatch {
   subscribe(name: string, listener: Listener): Unsubscribe;
   /** Deletions of waiter keys in `name`'s queue (a waiter watches its predecessor's). */
   subscribeQueue(name: string, listener: QueueListener): Unsubscribe;
+  /** Deletions of `name`'s lock-delay key (etcd-delay.ts): the delay is over, or released. */
+  subscribeDelayEnd(name: string, listener: () => void): Unsubscribe;
   close(): Promise<void>;
 }
 
@@ -52,6 +54,7 @@ export function watchPrefix(
 ): PrefixWatch {
   const listeners = new Map<string, Set<Listener>>();
   const queueListeners = new Map<string, Set<QueueListener>>();
+  const delayListeners = new Map<string, Set<() => void>>();
   let watcher: Watcher | undefined;
   let closed = false;
   let markReady: () => void = () => {};
@@ -79,6 +82,14 @@ export function watchPrefix(
     }
   }
 
+  function emitDelayEnd(name: string): void {
+    for (const listener of [...(delayListeners.get(name) ?? [])]) {
+      try {
+        listener();
+      } catch {}
+    }
+  }
+
   function onData(response: IWatchResponse): void {
     const markers = new Map<string, 'released' | 'revoked'>();
     for (const event of response.events ?? []) {
@@ -91,6 +102,10 @@ export function watchPrefix(
       const key = event.kv.key.toString();
       if (key === keys.askKey) {
         if (event.type === 'Put') onAsk(event.kv.value);
+        continue;
+      }
+      if (key.startsWith(keys.delayPrefix)) {
+        if (event.type === 'Delete') emitDelayEnd(key.slice(keys.delayPrefix.length));
         continue;
       }
       if (event.type === 'Delete' && key.startsWith(keys.queuePrefix)) {
@@ -149,6 +164,7 @@ export function watchPrefix(
   function wakeEveryone(): void {
     for (const name of listeners.keys()) emit(name, { name, type: 'released' });
     for (const name of queueListeners.keys()) emitQueue(name, undefined);
+    for (const name of delayListeners.keys()) emitDelayEnd(name);
   }
 
   function start(afterGap: boolean): void {
@@ -176,10 +192,12 @@ export function watchPrefix(
     ready: () => readyPromise,
     subscribe: (name, listener) => addTo(listeners, name, listener),
     subscribeQueue: (name, listener) => addTo(queueListeners, name, listener),
+    subscribeDelayEnd: (name, listener) => addTo(delayListeners, name, listener),
     async close() {
       closed = true;
       listeners.clear();
       queueListeners.clear();
+      delayListeners.clear();
       const current = watcher;
       watcher = undefined;
       current?.removeAllListeners('data');

@@ -289,7 +289,9 @@ export function ruleHoldersOf(
   }
   if (view.sharedCount === 0) {
     // The delay's exact time left matters only for a wait (its lease's remaining time then).
-    return view.delay ? { count: 0, lockDelayRemainingMs: delayLeftMs(view.delay, undefined) } : { count: 0 };
+    return view.delay
+      ? { count: 0, lockDelayRemainingMs: delayLeftMs(view.delay, undefined) }
+      : { count: 0 };
   }
   // Another owner with our key hash is another requester, whose key this one cannot use.
   const own = mine && ownerOfValue(mine.value) === request.owner ? mine : undefined;

@@ -240,7 +240,8 @@ class EtcdWaiter implements QueueDriver {
       const txn = lookTxn(context.keys, w, place, lease?.lease.id, session, delay);
       response = await context.txn(limit, 'idempotent', txn);
     } catch (error) {
-      if (!(error instanceof DlmError && error.details.indeterminate)) context.leases.detached(delay);
+      if (!(error instanceof DlmError && error.details.indeterminate))
+        context.leases.detached(delay);
       return this.failed(error, place, lease, session);
     }
     if (response.succeeded) return this.granted(limit, response, lease!, delay);

@@ -86,9 +86,7 @@ describe.skipIf(!run)('etcd lock-delay key', () => {
     const delayLease = await scope.raw().get(key).exec();
     const ttlOf = async (id: string) =>
       Number((await scope.raw().leaseClient.leaseTimeToLive({ ID: id })).grantedTTL);
-    expect(await ttlOf(delayLease.kvs[0]!.lease)).toBe(
-      (await ttlOf(lockLease.kvs[0]!.lease)) + 3,
-    );
+    expect(await ttlOf(delayLease.kvs[0]!.lease)).toBe((await ttlOf(lockLease.kvs[0]!.lease)) + 3);
     expect(await backend.lockDelayOf?.(name)).toBe(0);
     await backend.release({ name, token: result.grant.token });
     expect(await scope.raw().get(key).string()).toBeNull();

@@ -3,6 +3,7 @@ import { DlmError, MAX_TIMER_MS, systemClock, toUnavailable } from '@dlm/core';
 import { Exception } from 'node-zookeeper-client';
 import { watchAsks } from './zk-asks.js';
 import { type Contend, contender } from './zk-contend.js';
+import { delayEndOf } from './zk-data.js';
 import { type Current, type LockStore, lockStore, proves } from './zk-locks.js';
 import { type LockPaths, lockPaths } from './zk-paths.js';
 import { zkQueue } from './zk-queue.js';
@@ -150,7 +151,8 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
 
   return {
     kind: 'zookeeper',
-    capabilities: { ...capabilities },
+    // An ephemeral holder can vanish with its session, an end nobody records: no lock-delay then.
+    capabilities: { ...capabilities, lockDelay: !ephemeral },
     tryAcquire: guard('acquire', (request: core.AcquireRequest) =>
       tryAcquire(zk, contend, request),
     ),
@@ -171,6 +173,7 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
       return asks.ask(name, reason);
     }),
     revoke: guard('revoke', (name: string) => revoke(zk, name)),
+    lockDelayOf: guard('inspect', (name: string) => lockDelayOf(zk, name)),
     list: guard('list', (namePrefix: string) => list(zk, namePrefix)),
     sweep: guard('sweep', () => {
       assertOpen(zk, 'sweep');
@@ -288,6 +291,10 @@ async function tryAcquire(
     return { granted: true, grant: { name, owner, token: outcome.token, ttlMs } };
   }
   if (outcome.kind === 'conflict') return { granted: false, conflict: outcome.conflict };
+  if (outcome.kind === 'delayed') {
+    const left = outcome.lockDelayRemainingMs;
+    return { granted: false, ttlRemainingMs: left, lockDelayRemainingMs: left };
+  }
   zk.watch.noteHeld(name);
   return outcome.kind === 'held'
     ? { granted: false, ttlRemainingMs: outcome.ttlRemainingMs }
@@ -351,6 +358,27 @@ async function revoke(zk: Zk, name: string): Promise<boolean> {
     if (!holders.length) return false;
     if (await zk.store.endAll(limit, name, holders, 'revoked')) return true;
   }
+}
+
+/**
+ * How long `name`'s lock-delay has left on ZooKeeper's clock: 0 while a lease runs. An expired
+ * holder nobody has ended yet starts its delay at its deadline (the end marker an end writes
+ * records the same); after an end, the name node's marker tells (`delayEndOf`).
+ */
+async function lockDelayOf(zk: Zk, name: string): Promise<number> {
+  assertOpen(zk, 'inspect');
+  const limit = budget('inspect', zk.commandTimeoutMs);
+  const node = await zk.store.nameNode(limit, name);
+  if (!node) return 0;
+  const { holders } =
+    node.numChildren > 0 ? await zk.store.allHolders(limit, name) : { holders: [] };
+  const nowMs = await zk.store.zkNow(limit);
+  if (holders.some((holder) => holder.mtimeMs + holder.ttlMs > nowMs)) return 0;
+  const ends = holders
+    .filter((holder) => holder.mode === 'exclusive' && holder.lockDelayMs)
+    .map((holder) => holder.mtimeMs + holder.ttlMs + holder.lockDelayMs!);
+  const endsAt = Math.max(delayEndOf(node) ?? 0, ...ends);
+  return Math.max(0, Math.ceil(endsAt - nowMs));
 }
 
 async function list(zk: Zk, namePrefix: string): Promise<core.LockState[]> {

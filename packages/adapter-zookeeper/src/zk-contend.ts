@@ -7,6 +7,8 @@ import type { Budget } from './zk-session.js';
 export type Contention =
   | { kind: 'granted'; token: bigint; path: string }
   | { kind: 'held'; ttlRemainingMs: number }
+  /** Free, but in its lock-delay for this long yet (core's rule 5). */
+  | { kind: 'delayed'; lockDelayRemainingMs: number }
   /** The request can never be granted as asked while these holders hold (core's rule). */
   | { kind: 'conflict'; conflict: LockConflict }
   /** There is room, but waiters queue for it: a try-lock does not jump their queue. */
@@ -36,6 +38,9 @@ export function contender(store: LockStore): Contend {
         store.forgetParent(name);
         continue;
       }
+      // The name's lock-delay, as the name node read here records it: the grant below is at
+      // this node's version, so no end can have started another delay in between.
+      const lockDelayRemainingMs = await store.delayLeft(limit, node);
       if (node.numChildren > 0) {
         const { children, holders } = await store.allHolders(limit, name);
         if (!children) continue;
@@ -48,7 +53,11 @@ export function contender(store: LockStore): Contend {
           continue;
         }
         const live = liveHolders(left, request);
-        const decision = decideGrant(spec, live.holders, aheadOfWaiters(spec, children.waiters));
+        const decision = decideGrant(
+          spec,
+          { ...live.holders, lockDelayRemainingMs },
+          aheadOfWaiters(spec, children.waiters),
+        );
         if (decision.kind === 'refresh') {
           const holder = live.own!;
           const refreshed = await store.refresh(limit, name, holder, ttlMs);
@@ -67,11 +76,22 @@ export function contender(store: LockStore): Contend {
             ttlRemainingMs: Math.min(Math.max(1, ttlRemainingMs), MAX_TIMER_MS),
           };
         }
+        if (decision.kind === 'wait' && decision.on === 'delay') {
+          return {
+            kind: 'delayed',
+            lockDelayRemainingMs: Math.min(lockDelayRemainingMs, MAX_TIMER_MS),
+          };
+        }
         // Waiters come first: a try-lock does not jump their queue.
         if (decision.kind === 'wait') return { kind: 'queued' };
         // Granted at the name node's version read first, which the children must have been
         // listed at (else something moved: look again).
         if (children.version !== node.version) continue;
+      } else if (lockDelayRemainingMs > 0) {
+        return {
+          kind: 'delayed',
+          lockDelayRemainingMs: Math.min(lockDelayRemainingMs, MAX_TIMER_MS),
+        };
       }
       const attemptId = randomBytes(8).toString('hex');
       const created = await store.createHolder(
@@ -84,6 +104,7 @@ export function contender(store: LockStore): Contend {
         attemptId,
         undefined,
         spec,
+        request.lockDelayMs ?? 0,
       );
       if (created.kind === 'created') {
         return { kind: 'granted', token: created.token, path: created.path };

@@ -32,7 +32,8 @@ export interface NameRecord {
   shared: boolean;
 }
 
-const MARKER = /^(released|revoked|expired):(\d+)$/;
+/** `<reason>:<token>`, and for an exclusive lease with a lock-delay `:x<deadline>:d<delay>`. */
+const MARKER = /^(released|revoked|expired):(\d+)(?::x(\d+):d(\d+))?$/;
 
 export function zxid(value: Buffer): bigint {
   return value.readBigInt64BE(0);
@@ -49,7 +50,9 @@ export const mtimeOf = (stat: Stat) => Number(stat.mtime.readBigInt64BE(0));
  */
 export function parseData(
   data: Buffer,
-): ({ owner: string; ttlMs: number; keyHash: string | undefined } & EntrySpec) | undefined {
+):
+  | ({ owner: string; ttlMs: number; keyHash: string | undefined; lockDelayMs: number } & EntrySpec)
+  | undefined {
   try {
     const parsed = JSON.parse(data.toString('utf8')) as {
       o?: unknown;
@@ -57,6 +60,7 @@ export function parseData(
       k?: unknown;
       m?: unknown;
       l?: unknown;
+      d?: unknown;
     };
     if (typeof parsed.o === 'string' && typeof parsed.t === 'number') {
       const shared = parsed.m === 's' && typeof parsed.l === 'number';
@@ -64,6 +68,7 @@ export function parseData(
         owner: parsed.o,
         ttlMs: parsed.t,
         keyHash: typeof parsed.k === 'string' ? parsed.k : undefined,
+        lockDelayMs: typeof parsed.d === 'number' && parsed.d > 0 ? parsed.d : 0,
         ...(shared ? { mode: 'shared', limit: parsed.l as number } : EXCLUSIVE),
       };
     }
@@ -76,26 +81,59 @@ export function leaseData(
   ttlMs: number,
   keyHash: string | undefined,
   spec: EntrySpec = EXCLUSIVE,
+  /** The lease's lock-delay (`d`), fixed at its grant: extends and refreshes keep it. */
+  lockDelayMs = 0,
 ): Buffer {
   return Buffer.from(
     JSON.stringify({
       o: owner,
       t: ttlMs,
       ...(keyHash === undefined ? {} : { k: keyHash }),
+      ...(lockDelayMs > 0 ? { d: lockDelayMs } : {}),
       ...(spec.mode === 'shared' ? { m: 's', l: spec.limit } : {}),
     }),
   );
 }
 
+/** An exclusive lease's lock-delay, as its end records it: its deadline and its delay. */
+export interface EndDelay {
+  /** The lease's end by expiry on ZooKeeper's clock (its node's mtime + its TTL). */
+  deadlineMs: number;
+  delayMs: number;
+}
+
 /**
- * The name node's data after an end: the plain marker, `released:<token>` (and so on); after
- * the end of a shared holder (others may still hold), the marker flagged shared, so that a
+ * The name node's data after an end: the plain marker, `released:<token>` (and so on), with the
+ * lease's deadline and lock-delay when it had one (`:x<deadline>:d<delay>`, see `delayEndOf`);
+ * after the end of a shared holder (others may still hold), the marker flagged shared, so that a
  * watcher looks at the children.
  */
-export function endData(reason: EndReason, token: bigint, shared = false): Buffer {
-  return Buffer.from(
-    shared ? JSON.stringify({ e: `${reason}:${token}`, s: 1 }) : `${reason}:${token}`,
-  );
+export function endData(
+  reason: EndReason,
+  token: bigint,
+  shared = false,
+  delay?: EndDelay,
+): Buffer {
+  const marker = delay
+    ? `${reason}:${token}:x${Math.ceil(delay.deadlineMs)}:d${delay.delayMs}`
+    : `${reason}:${token}`;
+  return Buffer.from(shared ? JSON.stringify({ e: marker, s: 1 }) : marker);
+}
+
+/**
+ * When the name's lock-delay ends on ZooKeeper's clock, from its name node (`mtimeMs`: the time
+ * of its last write); undefined when it has none. Only a name node whose last write was the end
+ * of an exclusive lease with a delay (a plain marker with `x` and `d`) has one: the lease ended
+ * at its deadline, or earlier when it was revoked (the revocation wrote the node: its mtime), and
+ * the delay runs from that end. A release before the deadline ends it with none; a release after
+ * it comes too late: the lease had already ended by expiry.
+ */
+export function delayEndOf(node: { data: Buffer; mtimeMs: number }): number | undefined {
+  const marker = MARKER.exec(node.data.toString('utf8'));
+  if (!marker?.[3] || !marker[4]) return undefined;
+  const deadlineMs = Number(marker[3]);
+  if (marker[1] === 'released' && node.mtimeMs < deadlineMs) return undefined;
+  return Math.min(deadlineMs, node.mtimeMs) + Number(marker[4]);
 }
 
 function parseMarker(text: string | undefined): EndMarker | undefined {

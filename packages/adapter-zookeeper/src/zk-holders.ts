@@ -199,9 +199,12 @@ export class QueueHead {
       return this.free(limit, mine, node, children);
     }
     // The holders' data moved since their names were read (an entry wait): look again. (No
-    // lock-delay wait: this backend keeps none, so the rule never answers one.)
+    // lock-delay wait: holders hold, and the rule heeds a delay only without any.)
     if (decision.on !== 'holder') return { kind: 'again' };
-    if (only && holders.length === 1 && holders[0]!.persistent && freedByItsEnd) {
+    // A holder with a lock-delay is never taken over at the next version unread: its end may
+    // start the delay, which only the name node's marker tells (`free` reads it).
+    const plain = !holders[0]?.lockDelayMs;
+    if (only && holders.length === 1 && holders[0]!.persistent && freedByItsEnd && plain) {
       this.sleptOn = { path: only, version: children.version, gone: false };
     }
     return { kind: 'holder', ttlRemainingMs: Math.min(endOf(left, decision.end), MAX_TIMER_MS) };
@@ -218,6 +221,16 @@ export class QueueHead {
     children: Children,
   ): Promise<QueueStep> {
     const node = read ?? (await this.w.store.nameNode(limit, this.w.request.name));
+    if (node && node.version === children.version) {
+      // Core's rule 5: free, but in its lock-delay (the last end's marker, at the version the
+      // grant would write): sleep until it is over on ZooKeeper's clock. Nobody announces the
+      // end of a delay, as nobody announces an expiry: its time left is the timer.
+      const lockDelayMs = await this.w.store.delayLeft(limit, node);
+      if (lockDelayMs > 0) {
+        this.likelyGrant = true;
+        return { kind: 'holder', ttlRemainingMs: Math.min(lockDelayMs, MAX_TIMER_MS) };
+      }
+    }
     const taken =
       node && node.version === children.version ? await this.w.take(limit, node, mine) : undefined;
     if (taken) return taken;

@@ -1,6 +1,7 @@
 import { type Clock, DlmError, systemClock } from '@dlm/core';
 import { Exception, type Stat } from 'node-zookeeper-client';
 import {
+  delayEndOf,
   type EndReason,
   endData,
   grantData,
@@ -28,6 +29,8 @@ export interface Current extends Holder, EntrySpec {
   keyHash: string | undefined;
   mtimeMs: number;
   ttlMs: number;
+  /** Exclusive only, above 0: the lease's lock-delay, fixed at its grant (extends keep it). */
+  lockDelayMs?: number | undefined;
   /**
    * The node is persistent: it only goes away by an end, which rewrites the name node (an
    * ephemeral one also goes with its session, without that write). Undefined: not read.
@@ -46,6 +49,8 @@ export interface HandOverTo {
   spec: EntrySpec;
   keyHash: string | undefined;
   ttlMs: number;
+  /** Its lock-delay (0: none). */
+  lockDelayMs: number;
   /** Its waiter node, deleted in the same multi-op. */
   waiterPath: string;
 }
@@ -183,11 +188,28 @@ export class LockStore {
    * without a recent sample, a write to the clock node tells the exact time. So only a lease
    * judged expired by the exact time is ever taken over.
    */
-  async leaseLeft(
+  leaseLeft(limit: Budget, holder: Current): Promise<{ expired: boolean; remainingMs: number }> {
+    return this.timeLeft(limit, holder.mtimeMs + holder.ttlMs);
+  }
+
+  /**
+   * How long `name`'s lock-delay has left on ZooKeeper's clock, from its name node as read
+   * (`delayEndOf`); 0 when it has none or it is over. Judged as `leaseLeft` judges a lease: a
+   * delay is only ever called over by ZooKeeper's exact time, so a grant at the version of `node`
+   * read is never inside it (the grant's own write comes later still).
+   */
+  async delayLeft(limit: Budget, node: Pick<NameNode, 'data' | 'mtimeMs'>): Promise<number> {
+    const endsAt = delayEndOf(node);
+    if (endsAt === undefined) return 0;
+    const { expired, remainingMs } = await this.timeLeft(limit, endsAt);
+    return expired ? 0 : Math.max(1, Math.ceil(remainingMs));
+  }
+
+  /** Whether ZooKeeper's clock has passed `expiresAt`, and how long it has left (see `leaseLeft`). */
+  private async timeLeft(
     limit: Budget,
-    holder: Current,
+    expiresAt: number,
   ): Promise<{ expired: boolean; remainingMs: number }> {
-    const expiresAt = holder.mtimeMs + holder.ttlMs;
     const sample = this.clockSample;
     if (sample) {
       const ageMs = this.clock.now() - sample.localMs;
@@ -251,6 +273,7 @@ export class LockStore {
         mtimeMs: mtimeOf(stat),
         // A node without a readable lease (written by something else) never expires by TTL.
         ttlMs: lease?.ttlMs ?? Number.POSITIVE_INFINITY,
+        lockDelayMs: lease?.lockDelayMs,
         persistent: stat.ephemeralOwner.readBigInt64BE(0) === 0n,
       };
     } catch (error) {
@@ -380,7 +403,7 @@ export class LockStore {
           ops
             .setData(
               this.paths.parent(name),
-              endData(reason, holder.token, holder.mode === 'shared'),
+              endData(reason, holder.token, holder.mode === 'shared', endDelay(holder)),
               -1,
             )
             .remove(holder.path, holder.version),
@@ -453,6 +476,7 @@ export class LockStore {
     attemptId: string,
     extra: (ops: Ops) => Ops = (ops) => ops,
     spec: EntrySpec = EXCLUSIVE,
+    lockDelayMs = 0,
   ): Promise<CreateOutcome> {
     const shared = spec.mode === 'shared';
     const mode = this.options.ephemeral
@@ -470,13 +494,13 @@ export class LockStore {
               )
               .create(
                 this.paths.holder(name, attemptId, spec),
-                leaseData(owner, ttlMs, keyHash, spec),
+                leaseData(owner, ttlMs, keyHash, spec, lockDelayMs),
                 mode,
               ),
           ),
         ),
       );
-      const lease = { owner, keyHash, ttlMs, ...spec };
+      const lease = { owner, keyHash, ttlMs, lockDelayMs, ...spec };
       return {
         kind: 'created',
         ...this.noteCreated(name, results[0]?.stat, results[1]?.path, lease),
@@ -502,7 +526,7 @@ export class LockStore {
     name: string,
     stat: Stat | undefined,
     path: string | undefined,
-    lease: Pick<Current, 'owner' | 'keyHash' | 'ttlMs' | 'mode' | 'limit'>,
+    lease: Pick<Current, 'owner' | 'keyHash' | 'ttlMs' | 'mode' | 'limit' | 'lockDelayMs'>,
   ): { path: string; token: bigint; nowMs: number } {
     if (!path || !stat) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
     this.noteClock(stat);
@@ -516,7 +540,9 @@ export class LockStore {
       mtimeMs: nowMs,
       nameVersion: stat.version,
     });
-    if (!this.options.ephemeral) {
+    // A holder with a lock-delay is never taken over at the name node's next version unread:
+    // its end may start the delay (see `persistentHere`).
+    if (!this.options.ephemeral && !lease.lockDelayMs) {
       this.createdHere.add(path);
       if (this.createdHere.size > OWN_LEASES_MAX)
         this.createdHere.delete(this.createdHere.values().next().value!);
@@ -547,6 +573,9 @@ export class LockStore {
     const parent = this.paths.parent(name);
     const shared = from.mode === 'shared';
     if (!shared && from.nameVersion === undefined) return undefined;
+    // A release after its lease's deadline starts its lock-delay (`delayEndOf`): the name goes
+    // the usual way, through its end marker.
+    if (from.lockDelayMs) return undefined;
     if (shared && (to.spec.mode !== 'shared' || to.spec.limit !== from.limit)) return undefined;
     const ended = endData('released', from.token, shared);
     const [endAt, grantAt] = shared ? [-1, -1] : [from.nameVersion!, from.nameVersion! + 1];
@@ -565,7 +594,7 @@ export class LockStore {
             )
             .create(
               this.paths.holder(name, attemptId, to.spec),
-              leaseData(to.owner, to.ttlMs, to.keyHash, to.spec),
+              leaseData(to.owner, to.ttlMs, to.keyHash, to.spec, to.lockDelayMs),
               mode,
             )
             .remove(to.waiterPath, -1),
@@ -577,6 +606,7 @@ export class LockStore {
         owner: to.owner,
         keyHash: to.keyHash,
         ttlMs: to.ttlMs,
+        lockDelayMs: to.lockDelayMs,
         ...to.spec,
       });
     } catch (error) {
@@ -608,7 +638,7 @@ export class LockStore {
           extra(
             ops.setData(
               holder.path,
-              leaseData(holder.owner, ttlMs, holder.keyHash, holder),
+              leaseData(holder.owner, ttlMs, holder.keyHash, holder, holder.lockDelayMs),
               holder.version,
             ),
           ),
@@ -708,3 +738,9 @@ export function proves(holder: Current, token: bigint, keyHash: string | undefin
 }
 
 const leaseKey = (name: string, token: bigint) => `${token}:${name}`;
+
+/** What an end of `holder` records of its lock-delay (exclusive, with one): see `delayEndOf`. */
+function endDelay(holder: Current): { deadlineMs: number; delayMs: number } | undefined {
+  if (holder.mode !== 'exclusive' || !holder.lockDelayMs) return undefined;
+  return { deadlineMs: holder.mtimeMs + holder.ttlMs, delayMs: holder.lockDelayMs };
+}

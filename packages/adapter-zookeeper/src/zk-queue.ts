@@ -117,7 +117,8 @@ class ZkWaiter implements QueueDriver, HandOverWaiter, HeadWaiter {
     this.leaseTtlMs = Math.max(request.ttlMs, context.minTtlMs);
     this.spec = specOfRequest(request);
     const { owner, keyHash } = request;
-    const to = { owner, keyHash, ttlMs: this.leaseTtlMs, spec: this.spec };
+    const lockDelayMs = request.lockDelayMs ?? 0;
+    const to = { owner, keyHash, ttlMs: this.leaseTtlMs, spec: this.spec, lockDelayMs };
     this.slot = new HandOverSlot(context.store, request, to, context.commandTimeoutMs, {
       now: () => clock.now(),
       left: (path) => this.gone(path),
@@ -224,6 +225,7 @@ class ZkWaiter implements QueueDriver, HandOverWaiter, HeadWaiter {
       attemptIdOf(),
       mine ? (ops) => ops.remove(mine, -1) : undefined,
       this.spec,
+      this.request.lockDelayMs ?? 0,
     );
     if (created.kind !== 'created') return undefined;
     if (mine) this.gone(mine);

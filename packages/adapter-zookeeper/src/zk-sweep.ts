@@ -1,5 +1,6 @@
 import { backgroundTimer, type Clock, systemClock, type Timer } from '@dlm/core';
 import { Exception } from 'node-zookeeper-client';
+import { delayEndOf } from './zk-data.js';
 import type { LockStore } from './zk-locks.js';
 import type { LockPaths } from './zk-paths.js';
 import { budget, isZkCode, type ZkSession } from './zk-session.js';
@@ -65,6 +66,8 @@ export function sweeper(
         return ended;
       }
       if (nowMs - node.mtimeMs < options.intervalMs) return 0;
+      // Its end marker holds a lock-delay that still runs: deleting it would end the delay.
+      if ((delayEndOf(node) ?? 0) > nowMs) return 0;
       try {
         await session.multi(step(), (ops) => ops.remove(paths.parent(name), node.version));
         store.forgetParent(name);

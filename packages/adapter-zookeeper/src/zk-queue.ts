@@ -248,7 +248,11 @@ class ZkWaiter implements QueueDriver, HandOverWaiter, HeadWaiter {
       store.forgetParent(name);
       return { kind: 'again' };
     }
-    if (node?.numChildren === 0) return (await this.take(limit, node)) ?? { kind: 'again' };
+    // Free and uncontended: take it, unless it is in its lock-delay (then queue, and the look
+    // sleeps until the delay is over: `QueueHead.free`).
+    if (node?.numChildren === 0 && (await store.delayLeft(limit, node)) === 0) {
+      return (await this.take(limit, node)) ?? { kind: 'again' };
+    }
     const attemptId = attemptIdOf();
     try {
       const waiterPath = paths.waiter(name, attemptId, this.spec);

@@ -11,7 +11,7 @@ const lockName = lockNames('etcd-test');
 describe.skipIf(!run)('etcd backend primitives', () => {
   const env = useEtcdBackend('test/');
 
-  it('declares strict fencing in whole seconds, a fair queue and shared modes', () => {
+  it('declares strict fencing in whole seconds, a fair queue, shared modes and lock-delays', () => {
     expect(env.backend.kind).toBe('etcd');
     expect(env.backend.capabilities).toMatchObject({
       fencing: 'strict',
@@ -21,6 +21,7 @@ describe.skipIf(!run)('etcd backend primitives', () => {
       expiryEvents: true,
       fairQueue: true,
       sharedModes: true,
+      lockDelay: true,
     });
   });
 

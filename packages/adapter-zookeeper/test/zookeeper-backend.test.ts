@@ -37,12 +37,14 @@ describe.skipIf(!run)('zookeeper backend primitives', () => {
     await zk?.stop();
   });
 
-  it('declares strict fencing with millisecond leases, a fair queue, shared modes and no expiry events', () => {
+  it('declares strict fencing with millisecond leases, a fair queue, shared modes, lock-delays and no expiry events', () => {
     expect(a.kind).toBe('zookeeper');
     const { fencing, minTtlMs, ttlGranularityMs, ...flags } = a.capabilities;
     expect([fencing, minTtlMs, ttlGranularityMs]).toEqual(['strict', 100, 1]);
     const declared = { durableAcrossRestart: true, fairQueue: true, expiryEvents: false };
-    expect(flags).toEqual({ ...declared, sharedModes: true });
+    expect(flags).toEqual({ ...declared, sharedModes: true, lockDelay: true });
+    // An ephemeral holder can vanish unrecorded with its session: no lock-delay then.
+    expect(open(2_000, { ephemeral: true }).capabilities.lockDelay).toBe(false);
   });
 
   it('tokens are czxids: strictly increasing across sessions, the same for the same owner', async () => {

@@ -5,11 +5,10 @@ import { type TxnSender, txnSender } from './etcd-batch.js';
 import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.js';
 import { createEtcdClient } from './etcd-client.js';
 import {
+  carryDelay,
   delayLease,
   delayLeftMs,
-  delayOfValue,
   keepDelay,
-  moveDelay,
   noDelay,
   readDelay,
 } from './etcd-delay.js';
@@ -615,7 +614,7 @@ async function extend(
     previous = response.responses[0]?.response_put.prev_kv;
     // The lease's lock-delay starts at its new end (etcd-delay.ts).
     const delayed = response.responses[1]?.response_range.kvs[0];
-    if (delayed) await carryDelay(e, limit, delayed, lease.ttlMs);
+    if (delayed) await carryDelay(delayContext(e), limit, delayed, lease.ttlMs);
   } else {
     const nested = response.responses[0]?.response_txn;
     if (nested?.succeeded) previous = nested.responses[0]?.response_put.prev_kv;
@@ -742,24 +741,18 @@ async function revoke(e: Etcd, name: string): Promise<boolean> {
   // The lease's lock-delay runs from the revocation: on a lease taken after it answered. A
   // failure leaves the key on its old lease, which ends later still.
   const delayed = response.succeeded ? response.responses[2]?.response_range.kvs[0] : undefined;
-  if (delayed) await carryDelay(e, budget('revoke', e.commandTimeoutMs), delayed).catch(() => {});
+  if (delayed) {
+    await carryDelay(delayContext(e), budget('revoke', e.commandTimeoutMs), delayed).catch(
+      () => {},
+    );
+  }
   return true;
 }
 
-/**
- * Moves the delay key read as `kv` onto a lease of `ttlMs` plus its delay, taken now (after the
- * write it must outlive answered); a key changed since (a release, a new grant) stays as it is.
- */
-async function carryDelay(e: Etcd, limit: Budget, kv: IKeyValue, ttlMs = 0): Promise<void> {
-  const delayMs = delayOfValue(kv.value);
-  if (delayMs === 0) return;
-  const lease = await delayLease(e.leases, limit, delayMs, ttlMs);
-  const moved = await onLease(e, lease.id, () =>
-    sendTxn(e, limit, 'idempotent', moveDelay(kv, lease.id)),
-  );
-  if (moved.succeeded) detachPrevious(e, moved.responses[0], lease.id);
-  else e.leases.detached(lease.id);
-}
+const delayContext = (e: Etcd) => ({
+  leases: e.leases,
+  txn: (limit: Budget, mode: RetryMode, request: TxnRequest) => sendTxn(e, limit, mode, request),
+});
 
 /** How long `name`'s lock-delay has left: 0 while held, and when its delay key is gone. */
 async function lockDelayOf(e: Etcd, name: string): Promise<number> {

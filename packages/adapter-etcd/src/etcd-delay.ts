@@ -1,5 +1,6 @@
-import type { ICompare, IKeyValue, IRequestOp } from 'etcd3';
-import type { Budget } from './etcd-calls.js';
+import { DlmError } from '@dlm/core';
+import type { Etcd3, ICompare, IKeyValue, IRequestOp, ITxnResponse } from 'etcd3';
+import type { Budget, RetryMode } from './etcd-calls.js';
 import type { EtcdKeys } from './etcd-keys.js';
 import type { LeasePool, LockLease } from './etcd-leases.js';
 
@@ -81,17 +82,47 @@ export function keepDelay(
     : { request_delete_range: { key, prev_kv: true } };
 }
 
-/** Moves the delay key read as `kv` onto `lease`, unless it changed since (compare it). */
-export function moveDelay(kv: IKeyValue, lease: string) {
-  return {
-    compare: [
-      { key: kv.key, target: 'Mod', result: 'Equal', mod_revision: kv.mod_revision },
-    ] as ICompare[],
-    success: [
-      { request_put: { key: kv.key, lease, ignore_value: true, prev_kv: true } },
-    ] as IRequestOp[],
-    failure: [] as IRequestOp[],
-  };
+/** What moving a delay key needs: the lease pool and a transaction sender. */
+export interface DelayContext {
+  leases: LeasePool;
+  txn(
+    limit: Budget,
+    mode: RetryMode,
+    request: Parameters<Etcd3['kv']['txn']>[0],
+  ): Promise<ITxnResponse>;
+}
+
+/**
+ * Moves the delay key read as `kv` onto a lease of `ttlMs` plus its delay, taken now (after the
+ * write it must outlive answered: an extend's or refresh's, or a revocation, with `ttlMs` 0); a
+ * key changed since (a release, a new grant) stays as it is.
+ */
+export async function carryDelay(
+  context: DelayContext,
+  limit: Budget,
+  kv: IKeyValue,
+  ttlMs = 0,
+): Promise<void> {
+  const delayMs = delayOfValue(kv.value);
+  if (delayMs === 0) return;
+  const lease = await delayLease(context.leases, limit, delayMs, ttlMs);
+  let moved: ITxnResponse;
+  try {
+    moved = await context.txn(limit, 'idempotent', {
+      compare: [{ key: kv.key, target: 'Mod', result: 'Equal', mod_revision: kv.mod_revision }],
+      success: [
+        { request_put: { key: kv.key, lease: lease.id, ignore_value: true, prev_kv: true } },
+      ],
+      failure: [],
+    });
+  } catch (error) {
+    if (!(error instanceof DlmError && error.details.indeterminate))
+      context.leases.detached(lease.id);
+    throw error;
+  }
+  const previous = moved.succeeded ? moved.responses[0]?.response_put.prev_kv : undefined;
+  if (!moved.succeeded) context.leases.detached(lease.id);
+  else if (previous && previous.lease !== lease.id) context.leases.detached(previous.lease);
 }
 
 /**

@@ -18,7 +18,7 @@ import {
   type ITxnResponse,
 } from 'etcd3';
 import { type Budget, budget, withRetries } from './etcd-calls.js';
-import { delayLease, delayLeftMs } from './etcd-delay.js';
+import { carryDelay, delayLease, delayLeftMs } from './etcd-delay.js';
 import {
   type GrantLease,
   type GrantLeaseContext,
@@ -315,7 +315,20 @@ class EtcdWaiter implements QueueDriver {
   private async refresh(limit: Budget, kv: IKeyValue): Promise<QueueStep> {
     const myKey = this.place.queued ? this.place.myKey : undefined;
     const refreshed = await refreshHolder(this.context, limit, this.w.leaseTtlMs, kv, myKey);
-    return refreshed ? this.granted(limit, refreshed.response, refreshed.lease) : { kind: 'again' };
+    if (!refreshed) return { kind: 'again' };
+    // An exclusive holder's lock-delay moves with its lease (etcd-delay.ts), before the grant is
+    // reported: until then its old lease covers the lease the holder knew of.
+    if (this.w.rule.mode === 'exclusive') {
+      const read = await this.context.txn(limit, 'idempotent', {
+        compare: [],
+        success: [{ request_range: { key: this.w.delayKey } }],
+        failure: [],
+      });
+      const delayed = read.responses[0]?.response_range.kvs[0];
+      const lockLease = refreshed.lease.lease as { ttlMs: number };
+      if (delayed) await carryDelay(this.context, limit, delayed, lockLease.ttlMs);
+    }
+    return this.granted(limit, refreshed.response, refreshed.lease);
   }
 
   private failed(

@@ -1,4 +1,4 @@
-import { failure, until, waitThrough } from '@dlm/conformance';
+import { expectDelayedTryLocks, failure, until, waitThrough } from '@dlm/conformance';
 import { createLockService } from '@dlm/core';
 import { etcdAvailable } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
@@ -29,19 +29,7 @@ describe.skipIf(!run)('etcd lock-delay key', () => {
     const backend = scope.open();
     const name = lockName('try');
     await delayKey(name);
-    for (const mode of ['exclusive', 'shared'] as const) {
-      const result = await backend.tryAcquire({
-        name,
-        owner: 'b',
-        ttlMs: 5_000,
-        mode,
-        ...(mode === 'shared' ? { limit: 3 } : {}),
-      });
-      expect(result.granted).toBe(false);
-      if (result.granted) return;
-      expect(result.lockDelayRemainingMs).toBeGreaterThan(0);
-      expect(result.lockDelayRemainingMs).toBeLessThanOrEqual(5_000);
-    }
+    await expectDelayedTryLocks(backend, name, { atLeastMs: 0, atMostMs: 5_000 });
     expect(await backend.lockDelayOf?.(name)).toBeGreaterThan(0);
     const service = createLockService({ backend });
     const refused = await failure(service.acquire({ name, owner: 'b', ttlMs: 5_000 }));

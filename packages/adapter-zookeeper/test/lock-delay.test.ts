@@ -1,4 +1,4 @@
-import { lockName, sleep, waitThrough } from '@dlm/conformance';
+import { expectDelayedTryLocks, lockName, sleep, waitThrough } from '@dlm/conformance';
 import { zookeeperAvailable } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
 import { lockPaths } from '../src/zk-paths.js';
@@ -44,19 +44,7 @@ describe.skipIf(!run)('zookeeper lock-delay marker', () => {
     const backend = scope.open();
     const name = lockName('zk-delay-try');
     await markDelayed(name, 30_000);
-    for (const mode of ['exclusive', 'shared'] as const) {
-      const result = await backend.tryAcquire({
-        name,
-        owner: 'b',
-        ttlMs: 5_000,
-        mode,
-        ...(mode === 'shared' ? { limit: 3 } : {}),
-      });
-      expect(result.granted).toBe(false);
-      if (result.granted) return;
-      expect(result.lockDelayRemainingMs).toBeGreaterThan(25_000);
-      expect(result.lockDelayRemainingMs).toBeLessThanOrEqual(30_000);
-    }
+    await expectDelayedTryLocks(backend, name, { atLeastMs: 25_000, atMostMs: 30_000 });
     expect(await backend.lockDelayOf?.(name)).toBeGreaterThan(25_000);
   });
 

@@ -26,6 +26,7 @@ export type { ConformanceContext } from './context.js';
 export { granted } from './grants.js';
 export { type HolderCheck, holderCheck } from './holder-check.js';
 export {
+  expectDelayedTryLocks,
   expectRefusedAtOnce,
   expirySlack,
   failure,

@@ -107,3 +107,28 @@ export async function expectRefusedAtOnce(
   }
   return errors;
 }
+
+/**
+ * `name` is free but in its lock-delay as `backend` sees it: a try-lock of either mode (shared
+ * with limit 3) is refused with `lockDelayRemainingMs` in (`atLeastMs`, `atMostMs`]. For a backend
+ * package's tests of where it keeps the delay.
+ */
+export async function expectDelayedTryLocks(
+  backend: LockBackend,
+  name: string,
+  { atLeastMs, atMostMs }: { atLeastMs: number; atMostMs: number },
+): Promise<void> {
+  for (const mode of ['exclusive', 'shared'] as const) {
+    const result = await backend.tryAcquire({
+      name,
+      owner: 'b',
+      ttlMs: 5_000,
+      mode,
+      ...(mode === 'shared' ? { limit: 3 } : {}),
+    });
+    expect(result.granted, `a ${mode} try-lock in the delay`).toBe(false);
+    const left = result.granted ? 0 : (result.lockDelayRemainingMs ?? 0);
+    expect(left).toBeGreaterThan(atLeastMs);
+    expect(left).toBeLessThanOrEqual(atMostMs);
+  }
+}

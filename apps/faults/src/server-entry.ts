@@ -15,7 +15,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
-import type { AcquireRequest, LockBackend } from '@dlm/core';
+import type { AcquireRequest, BackendQueue, LockBackend, QueueWaiter } from '@dlm/core';
 import {
   baseServerOptions,
   createBackend,
@@ -71,13 +71,23 @@ async function planted(config: ServerConfig, clock: SkewClock): Promise<LockBack
  * `lockDelayMs`) but granting as if none had been asked for. Never used outside the harness.
  */
 function withoutLockDelays(real: LockBackend): LockBackend {
+  const strip = ({ lockDelayMs: _ignored, ...request }: AcquireRequest) => request;
+  // A backend with a queue of its own (etcd, ZooKeeper, Redis, PostgreSQL) grants waiters
+  // through its drivers: they must not see the delay either.
+  const queue =
+    real.queue &&
+    (Object.create(real.queue, {
+      driver: {
+        value: (request: AcquireRequest, waiter: QueueWaiter) =>
+          real.queue!.driver(strip(request), waiter),
+      },
+    }) as BackendQueue);
   // Everything else is the real backend's (its capabilities read live: Redis's are a getter).
   return Object.create(real, {
     capabilities: { get: () => ({ ...real.capabilities, lockDelay: true }) },
-    tryAcquire: {
-      value: ({ lockDelayMs: _ignored, ...request }: AcquireRequest) => real.tryAcquire(request),
-    },
+    tryAcquire: { value: (request: AcquireRequest) => real.tryAcquire(strip(request)) },
     lockDelayOf: { value: async () => 0 },
+    ...(queue ? { queue: { value: queue } } : {}),
   }) as LockBackend;
 }
 

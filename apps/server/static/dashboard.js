@@ -47,7 +47,10 @@ let token = sessionStorage.getItem(TOKEN_KEY) ?? '';
 /** Set when the server refused the token: wait for a new one instead of reconnecting. */
 let awaitingToken = false;
 
-/** name -> { name, owner, token, expiresAt (performance.now() ms), waiters, row, cells } */
+/**
+ * name -> { name, owner, token, expiresAt (performance.now() ms), waiters, row, cells }; a name
+ * in its lock-delay (free, nobody may take it yet) has `delayedUntil` (performance.now() ms).
+ */
 const locks = new Map();
 
 let socket;
@@ -213,6 +216,8 @@ function applyChange(change) {
       ) {
         lock.row.remove();
         locks.delete(change.name);
+        // An expiry or a revocation may start the lease's lock-delay: the server knows.
+        if (change.event !== 'released') showIfDelayed(change.name);
       }
       break;
     case 'waiters':
@@ -229,6 +234,27 @@ function applyChange(change) {
   render();
 }
 
+/**
+ * Asks the server whether `name` is in its lock-delay (lock.get: `held: false` with
+ * `lockDelayRemainingMs`) and shows it as a delayed row until the delay is over or a grant.
+ */
+async function showIfDelayed(name) {
+  let state;
+  try {
+    state = await call('lock.get', { name });
+  } catch {
+    return; // Not allowed to read it, or the connection went: nothing to show.
+  }
+  if (state.held || !(state.lockDelayRemainingMs > 0) || locks.has(name)) return;
+  const lock = { name, owner: '', token: '', mode: 'exclusive', holders: 0 };
+  lock.waiters = state.waiters ?? 0;
+  lock.delayedUntil = performance.now() + state.lockDelayRemainingMs;
+  locks.set(name, lock);
+  createRow(lock);
+  fillRow(lock);
+  render();
+}
+
 /** Shows `info` (a held lock, or a change); `granted`: its lease was granted just now. */
 function upsert(info, granted) {
   let lock = locks.get(info.name);
@@ -237,6 +263,8 @@ function upsert(info, granted) {
     locks.set(info.name, lock);
     createRow(lock);
   }
+  // Granted: its lock-delay, if it was in one, is over.
+  lock.delayedUntil = undefined;
   // A lease granted now is held from now until the history says; one held before the page
   // saw it, since an unknown time (a dash, not "0 ms").
   if (info.token !== lock.token) lock.heldSince = granted ? performance.now() : undefined;
@@ -294,7 +322,7 @@ function createRow(lock) {
   waiters.append(count, waitTimes);
   row.append(name, owner, token, held, ttl, waiters, actions);
   lock.row = row;
-  lock.cells = { name, owner, who, sharing, token, held, ttl, waiters, count, waitTimes };
+  lock.cells = { name, owner, who, sharing, token, held, ttl, waiters, count, waitTimes, revoke };
   name.textContent = lock.name;
   // Keep the rows sorted by name.
   const after = [...locks.keys()].filter((other) => other > lock.name).sort()[0];
@@ -311,7 +339,11 @@ function sharingOf(lock) {
 
 function fillRow(lock) {
   const shared = lock.mode === 'shared';
-  lock.cells.who.textContent = lock.owner;
+  const delayed = lock.delayedUntil !== undefined;
+  // In its lock-delay nobody holds it, and there is nothing to revoke.
+  lock.row.classList.toggle('delayed', delayed);
+  lock.cells.revoke.hidden = delayed;
+  lock.cells.who.textContent = delayed ? 'nobody: lock-delay' : lock.owner;
   lock.cells.sharing.textContent = shared ? sharingOf(lock) : '';
   lock.cells.sharing.hidden = !shared;
   lock.cells.owner.title = shared ? `${sharingOf(lock)}; newest: ${lock.owner}` : lock.owner;
@@ -337,9 +369,24 @@ function formatElapsed(ms) {
   return formatDuration(ms);
 }
 
-/** The TTL left, how long the lease has been held, and how long each waiter has waited. */
+/**
+ * The TTL left (or the lock-delay left), how long the lease has been held, and how long each
+ * waiter has waited. A name whose lock-delay is over leaves the table.
+ */
 function paintTimes(lock, now) {
-  if (lock.expiresAt !== undefined) {
+  if (lock.delayedUntil !== undefined) {
+    const left = lock.delayedUntil - now;
+    if (left <= 0) {
+      lock.row.remove();
+      locks.delete(lock.name);
+      render();
+      return;
+    }
+    lock.cells.ttl.textContent = `delay ${formatDuration(left)}`;
+    lock.cells.ttl.classList.remove('low');
+    lock.cells.ttl.title = 'Lock-delay left: nobody is granted the name before it is over';
+  } else if (lock.expiresAt !== undefined) {
+    lock.cells.ttl.title = '';
     const left = lock.expiresAt - now;
     lock.cells.ttl.textContent = formatDuration(left);
     lock.cells.ttl.classList.toggle('low', left < 5_000);

@@ -253,6 +253,43 @@ describe.runIf(available)('the dashboard in headless Chromium', () => {
     await page.close();
   });
 
+  it('a lease revoked with a lock-delay stays as a delayed name, with its waiter, until the grant', async () => {
+    const { page, problems } = await openDashboard({ width: 1200, height: 800 });
+    const holder = await session();
+    const waiter = await session();
+    await holder.call('lock.acquire', {
+      name: 'ui/delayed',
+      ttlMs: 60_000,
+      owner: 'stalled-worker',
+      lockDelayMs: 3_000,
+    });
+    const delayed = row(page, 'ui/delayed');
+    await delayed.waitFor();
+    page.once('dialog', (dialog) => void dialog.accept());
+    await page.getByRole('button', { name: 'Revoke lock ui/delayed' }).click();
+    const revokedAt = performance.now();
+    // Free, but nobody may take it yet: the row says so, counts the delay down, offers no revoke.
+    await page.locator('#lock-rows tr.delayed[data-name="ui/delayed"]').waitFor();
+    expect(await delayed.locator('.owner').textContent()).toBe('nobody: lock-delay');
+    expect(await delayed.locator('.ttl').textContent()).toMatch(/^delay \d\.\d s$/);
+    expect(await delayed.locator('.revoke').isVisible()).toBe(false);
+    const waiting = waiter.call('lock.acquire', {
+      name: 'ui/delayed',
+      ttlMs: 60_000,
+      waitMs: 30_000,
+      owner: 'after-the-delay',
+    });
+    await delayed.locator('.waiters', { hasText: '1' }).waitFor();
+    // The waiter is granted once the delay is over, and the row is a held lock again.
+    await delayed.locator('.owner', { hasText: 'after-the-delay' }).waitFor();
+    expect(performance.now() - revokedAt).toBeGreaterThan(2_500);
+    expect((await waiting).result.owner).toBe('after-the-delay');
+    expect(await delayed.getAttribute('class')).not.toContain('delayed');
+    expect(await delayed.locator('.revoke').isVisible()).toBe(true);
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
   it('on a server with tokens, asks for one, keeps it for the tab, and revokes with it', async () => {
     const admin = newToken();
     const viewer = newToken();

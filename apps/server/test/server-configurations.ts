@@ -106,13 +106,9 @@ export function serverConfigurations(): ServerConfiguration[] {
       kind: 'postgres',
       url: postgres.url,
     })),
-    overService<ZooKeeperService>(
-      'ZooKeeper',
-      zookeeperAvailable,
-      startZooKeeper,
-      (zk) => ({ kind: 'zookeeper', connect: zk.connectString }),
-      // The ZooKeeper adapter keeps no lock-delays yet (its hello says maxLockDelayMs 0).
-      ['lockDelayMs'],
-    ),
+    overService<ZooKeeperService>('ZooKeeper', zookeeperAvailable, startZooKeeper, (zk) => ({
+      kind: 'zookeeper',
+      connect: zk.connectString,
+    })),
   ];
 }

@@ -1,6 +1,6 @@
 import type * as core from '@dlm/core';
 import { DlmError, decideGrant, systemClock } from '@dlm/core';
-import type { Etcd3, IKeyValue, IRequestOp, IResponseOp, ITxnResponse } from 'etcd3';
+import type { Etcd3, IKeyValue, IRequestOp, ITxnResponse } from 'etcd3';
 import { type TxnSender, txnSender } from './etcd-batch.js';
 import { type Budget, budget, type RetryMode, withRetries } from './etcd-calls.js';
 import { createEtcdClient } from './etcd-client.js';
@@ -8,6 +8,7 @@ import {
   carryDelay,
   delayLease,
   delayLeftMs,
+  detachPrevious,
   keepDelay,
   noDelay,
   readDelay,
@@ -313,12 +314,6 @@ async function onLease<T>(
   }
 }
 
-/** The lease a put's or delete's previous key was on goes back, unless it is still `kept`. */
-function detachPrevious(e: Etcd, op: IResponseOp | undefined, kept: string | undefined): void {
-  const previous = op?.response_put?.prev_kv ?? op?.response_delete_range?.prev_kvs[0];
-  if (previous && previous.lease !== kept) e.leases.detached(previous.lease);
-}
-
 async function tryAcquire(e: Etcd, request: core.AcquireRequest): Promise<core.AcquireResult> {
   const { name, owner, ttlMs, keyHash } = request;
   assertOpen(e, 'acquire');
@@ -343,7 +338,7 @@ async function tryAcquire(e: Etcd, request: core.AcquireRequest): Promise<core.A
     const previous = nested.responses[0]?.response_put.prev_kv;
     if (!previous) throw new DlmError('INTERNAL', 'etcd: re-acquire returned no previous key');
     if (previous.lease !== lease.id) e.leases.detached(previous.lease);
-    detachPrevious(e, nested.responses[1], delay?.id);
+    detachPrevious(e.leases, nested.responses[1], delay?.id);
     return { granted: true, grant: grant(BigInt(previous.create_revision)) };
   }
   e.leases.detached(lease.id);
@@ -557,7 +552,7 @@ async function release(e: Etcd, { name, token, keyHash }: core.HolderProof): Pro
   const response = await sent;
   if (response.succeeded) {
     e.leases.detached(response.responses[0]?.response_delete_range.prev_kvs[0]?.lease);
-    detachPrevious(e, response.responses[1], undefined);
+    detachPrevious(e.leases, response.responses[1], undefined);
     return true;
   }
   const nested = response.responses[0]?.response_txn;

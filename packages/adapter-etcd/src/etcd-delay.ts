@@ -1,5 +1,5 @@
 import { DlmError } from '@dlm/core';
-import type { Etcd3, ICompare, IKeyValue, IRequestOp, ITxnResponse } from 'etcd3';
+import type { Etcd3, ICompare, IKeyValue, IRequestOp, IResponseOp, ITxnResponse } from 'etcd3';
 import type { Budget, RetryMode } from './etcd-calls.js';
 import type { EtcdKeys } from './etcd-keys.js';
 import type { LeasePool, LockLease } from './etcd-leases.js';
@@ -123,6 +123,32 @@ export async function carryDelay(
   const previous = moved.succeeded ? moved.responses[0]?.response_put.prev_kv : undefined;
   if (!moved.succeeded) context.leases.detached(lease.id);
   else if (previous && previous.lease !== lease.id) context.leases.detached(previous.lease);
+}
+
+/** Reads the delay key `key` and, when there is one, carries it (see `carryDelay`). */
+export async function carryDelayOf(
+  context: DelayContext,
+  limit: Budget,
+  key: Buffer,
+  ttlMs: number,
+): Promise<void> {
+  const read = await context.txn(limit, 'idempotent', {
+    compare: [],
+    success: [{ request_range: { key } }],
+    failure: [],
+  });
+  const kv = read.responses[0]?.response_range.kvs[0];
+  if (kv) await carryDelay(context, limit, kv, ttlMs);
+}
+
+/** The lease a put's or delete's previous key was on goes back to the pool, unless it is `kept`. */
+export function detachPrevious(
+  leases: LeasePool,
+  op: IResponseOp | undefined,
+  kept: string | undefined,
+): void {
+  const previous = op?.response_put?.prev_kv ?? op?.response_delete_range?.prev_kvs[0];
+  if (previous && previous.lease !== kept) leases.detached(previous.lease);
 }
 
 /**

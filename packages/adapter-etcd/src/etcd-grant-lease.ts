@@ -1,6 +1,7 @@
 import { budget, DlmError, type QueueStep } from '@dlm/core';
 import type { Etcd3, IKeyValue, ITxnResponse } from 'etcd3';
 import type { Budget, RetryMode } from './etcd-calls.js';
+import { carryDelayOf, delayLease } from './etcd-delay.js';
 import type { LeasePool, LockLease, ReservedLease } from './etcd-leases.js';
 import { createdAt, type WaiterKeys } from './etcd-queue-txn.js';
 
@@ -30,26 +31,50 @@ export interface GrantLease {
   lease: LockLease | ReservedLease;
   /** A pooled lease whose renewal is not confirmed yet. */
   early: ReservedLease | undefined;
-  /** Gives the lease back for reuse (once a renewal sent has settled). */
+  /** With a lock-delay: the lease its key goes on (etcd-delay.ts). */
+  delay?: string | undefined;
+  /** Gives the lease (and the delay's) back for reuse (once a renewal sent has settled). */
   giveBack(): void;
 }
 
+/**
+ * `delayMs` (exclusive, above 0): the grant keeps a lock-delay, so its lease is a confirmed one
+ * and the delay key's lease is taken after it (etcd-delay.ts): the delay then ends no earlier
+ * than the lock's lease plus it.
+ */
 export async function leaseForGrant(
   context: GrantLeaseContext,
   limit: Budget,
   ttlMs: number,
-  { confirmedOnly, renewNow }: { confirmedOnly: boolean; renewNow: boolean },
+  {
+    confirmedOnly,
+    renewNow,
+    delayMs = 0,
+  }: { confirmedOnly: boolean; renewNow: boolean; delayMs?: number },
 ): Promise<GrantLease> {
   const { leases } = context;
-  const early = confirmedOnly ? undefined : leases.reserve(ttlMs);
+  const early = confirmedOnly || delayMs > 0 ? undefined : leases.reserve(ttlMs);
   const renewing = early && renewNow ? early.renew(limit) : undefined;
   const lease = early ?? (await leases.take(limit, ttlMs));
+  let delay: string | undefined;
+  if (delayMs > 0) {
+    const lockLease = lease as LockLease;
+    delay = await delayLease(leases, limit, delayMs, lockLease.ttlMs).then(
+      (taken) => taken.id,
+      (error: unknown) => {
+        leases.detached(lease.id);
+        throw error;
+      },
+    );
+  }
   return {
     lease,
     early,
+    delay,
     giveBack() {
       if (renewing) void renewing.then(() => leases.detached(lease.id));
       else leases.detached(lease.id);
+      leases.detached(delay);
     },
   };
 }
@@ -127,7 +152,9 @@ async function moved(
 /**
  * The requester holds it in this mode and limit (`kv`, read at one revision): its holder key
  * moves to a new lease (same key, so the same token) and, when queued, its queue key goes, in
- * one transaction. Undefined when the holder changed since the read.
+ * one transaction. Undefined when the holder changed since the read. An exclusive holder's
+ * lock-delay key (`delayKey`) then moves with its lease, before the grant is reported: until
+ * then its old lease covers the lease the holder knew of.
  */
 export async function refreshHolder(
   context: GrantLeaseContext,
@@ -135,6 +162,7 @@ export async function refreshHolder(
   ttlMs: number,
   kv: IKeyValue,
   myKey: Buffer | undefined,
+  delayKey?: Buffer,
 ): Promise<{ response: ITxnResponse; lease: GrantLease } | undefined> {
   const { leases } = context;
   const taken = await leases.take(limit, ttlMs);
@@ -160,7 +188,10 @@ export async function refreshHolder(
     if (!(error instanceof DlmError && error.details.indeterminate)) lease.giveBack();
     throw error;
   }
-  if (response.succeeded) return { response, lease };
-  lease.giveBack();
-  return undefined;
+  if (!response.succeeded) {
+    lease.giveBack();
+    return undefined;
+  }
+  if (delayKey) await carryDelayOf(context, limit, delayKey, taken.ttlMs);
+  return { response, lease };
 }

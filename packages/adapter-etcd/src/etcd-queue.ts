@@ -18,7 +18,7 @@ import {
   type ITxnResponse,
 } from 'etcd3';
 import { type Budget, budget, withRetries } from './etcd-calls.js';
-import { carryDelay, delayLease, delayLeftMs } from './etcd-delay.js';
+import { delayLeftMs, detachPrevious } from './etcd-delay.js';
 import {
   type GrantLease,
   type GrantLeaseContext,
@@ -95,7 +95,7 @@ export function etcdQueue(context: QueueContext) {
       const stopQueue = context.watch.subscribeQueue(name, (key, revision) =>
         report({ what: 'entry-left', key, mark: revision }),
       );
-      // The name's lock-delay ended (its key's lease ran out): the head sleeps on it as on a holder.
+      // The head in a lock-delay sleeps on its key as on a holder (etcd-delay.ts).
       const stopDelay = context.watch.subscribeDelayEnd(name, () =>
         report({ what: 'holder-ended' }),
       );
@@ -219,36 +219,25 @@ class EtcdWaiter implements QueueDriver {
     await context.watchEstablished(limit);
     // Shared and queued, the rule decides on a read before the transaction may grant.
     const grants = !place.queued || w.rule.mode === 'exclusive' || place.decided;
-    // A grant with a lock-delay goes on a confirmed lease, and its delay key on a lease taken
-    // after it (etcd-delay.ts): the delay then ends no earlier than the lock's lease plus it.
-    const delayed = w.rule.mode === 'exclusive' && w.delayMs > 0;
     const lease = grants
       ? await leaseForGrant(context, limit, w.leaseTtlMs, {
-          confirmedOnly: this.confirmedLease || delayed,
+          confirmedOnly: this.confirmedLease,
           renewNow: place.queued && this.previous === 'holder',
+          delayMs: w.delayMs,
         })
       : undefined;
-    let delay: string | undefined;
+    const session = place.queued ? undefined : await context.session.leaseId(limit);
     let response: ITxnResponse;
-    let session: string | undefined;
     try {
-      if (lease && delayed) {
-        const lockLease = lease.lease as { ttlMs: number };
-        delay = (await delayLease(context.leases, limit, w.delayMs, lockLease.ttlMs)).id;
-      }
-      session = place.queued ? undefined : await context.session.leaseId(limit);
-      const txn = lookTxn(context.keys, w, place, lease?.lease.id, session, delay);
+      const txn = lookTxn(context.keys, w, place, lease?.lease.id, session, lease?.delay);
       response = await context.txn(limit, 'idempotent', txn);
     } catch (error) {
-      if (!(error instanceof DlmError && error.details.indeterminate))
-        context.leases.detached(delay);
       return this.failed(error, place, lease, session);
     }
-    if (response.succeeded) return this.granted(limit, response, lease!, delay);
+    if (response.succeeded) return this.granted(limit, response, lease!);
     const nested = response.responses[0]?.response_txn;
-    if (!place.queued && nested?.succeeded) return this.granted(limit, nested, lease!, delay);
+    if (!place.queued && nested?.succeeded) return this.granted(limit, nested, lease!);
     lease?.giveBack();
-    context.leases.detached(delay);
     return this.decide(limit, place, viewOf(w, place, response));
   }
 
@@ -257,18 +246,12 @@ class EtcdWaiter implements QueueDriver {
     limit: Budget,
     response: Pick<ITxnResponse, 'header' | 'responses'>,
     lease: GrantLease,
-    delay?: string,
   ): Promise<QueueStep> {
     this.place = this.unqueued();
     const previous = response.responses[0]?.response_put.prev_kv;
     if (previous && previous.lease !== lease.lease.id) this.context.leases.detached(previous.lease);
     // A refresh moved (or dropped) the delay key: its previous lease goes back.
-    const delayOp = response.responses[1];
-    const previousDelay =
-      delayOp?.response_put?.prev_kv ?? delayOp?.response_delete_range?.prev_kvs[0];
-    if (previousDelay && previousDelay.lease !== delay) {
-      this.context.leases.detached(previousDelay.lease);
-    }
+    detachPrevious(this.context.leases, response.responses[1], lease.delay);
     const token = previous ? previous.create_revision : response.header.revision;
     return reportGrant(this.context, limit, this.w, token, lease);
   }
@@ -314,21 +297,10 @@ class EtcdWaiter implements QueueDriver {
   /** The requester holds it in this mode and limit: its holder key moves to a new lease. */
   private async refresh(limit: Budget, kv: IKeyValue): Promise<QueueStep> {
     const myKey = this.place.queued ? this.place.myKey : undefined;
-    const refreshed = await refreshHolder(this.context, limit, this.w.leaseTtlMs, kv, myKey);
-    if (!refreshed) return { kind: 'again' };
-    // An exclusive holder's lock-delay moves with its lease (etcd-delay.ts), before the grant is
-    // reported: until then its old lease covers the lease the holder knew of.
-    if (this.w.rule.mode === 'exclusive') {
-      const read = await this.context.txn(limit, 'idempotent', {
-        compare: [],
-        success: [{ request_range: { key: this.w.delayKey } }],
-        failure: [],
-      });
-      const delayed = read.responses[0]?.response_range.kvs[0];
-      const lockLease = refreshed.lease.lease as { ttlMs: number };
-      if (delayed) await carryDelay(this.context, limit, delayed, lockLease.ttlMs);
-    }
-    return this.granted(limit, refreshed.response, refreshed.lease);
+    const { w } = this;
+    const delayKey = w.rule.mode === 'exclusive' ? w.delayKey : undefined;
+    const refreshed = await refreshHolder(this.context, limit, w.leaseTtlMs, kv, myKey, delayKey);
+    return refreshed ? this.granted(limit, refreshed.response, refreshed.lease) : { kind: 'again' };
   }
 
   private failed(

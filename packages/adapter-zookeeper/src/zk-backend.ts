@@ -372,12 +372,14 @@ async function lockDelayOf(zk: Zk, name: string): Promise<number> {
   if (!node) return 0;
   const { holders } =
     node.numChildren > 0 ? await zk.store.allHolders(limit, name) : { holders: [] };
-  const nowMs = await zk.store.zkNow(limit);
-  if (holders.some((holder) => holder.mtimeMs + holder.ttlMs > nowMs)) return 0;
   const ends = holders
     .filter((holder) => holder.mode === 'exclusive' && holder.lockDelayMs)
     .map((holder) => holder.mtimeMs + holder.ttlMs + holder.lockDelayMs!);
   const endsAt = Math.max(delayEndOf(node) ?? 0, ...ends);
+  // No delay to measure: no need of ZooKeeper's time (a write).
+  if (endsAt === 0) return 0;
+  const nowMs = await zk.store.zkNow(limit);
+  if (holders.some((holder) => holder.mtimeMs + holder.ttlMs > nowMs)) return 0;
   return Math.max(0, Math.ceil(endsAt - nowMs));
 }
 

@@ -12,8 +12,10 @@ import type { SqlParts } from './sql.js';
  * transaction it waited for granted the name and released it, the row is gone, and the waiting
  * statement inserts its older token after the newer grant (seen in production-like runs, and
  * reproduced step by step in test/token-order.test.ts). Here the first statement locks the name's
- * row (`FOR UPDATE`, creating an ended placeholder when the name has none; a release or the
- * sweep may delete it in between, hence the loop), and only then is `nextval` taken: every grant
+ * row (`FOR UPDATE`; when the name has none, an ended placeholder inserted by this call is as
+ * good as locked, since a concurrent insert of the name waits for this transaction and a reader
+ * does not see it; a release or the sweep may delete a row in between, hence the loop), and
+ * only then is `nextval` taken: every grant
  * of the name before ours committed before we held the lock, so its token came from an earlier
  * `nextval`. (The sequence hands out values in call order across sessions because its CACHE is 1,
  * the default: never raise it.) Every later statement of a VOLATILE function takes a new
@@ -27,7 +29,7 @@ import type { SqlParts } from './sql.js';
  * same owner, and the lease's key hash when one is given) refreshes its lease whatever waits.
  * Returns one row: granted, token, remaining_ms (of the holder whose end would let the request
  * in), conflict ('mode' | 'limit' | NULL), conflict_limit, holders (after the step), delayed.
- * Grants `pg_notify` from inside (delivered at commit).
+ * Grants `pg_notify` from inside (delivered at commit) when the name has waiters or followers.
  *
  * Lock-delay (core's rule 5): an exclusive grant stores its `delay ms` (NULL: none) in the
  * name's row, so the row says when the delay ends, `expires_at + delay_ms`, with no write at
@@ -38,8 +40,12 @@ import type { SqlParts } from './sql.js';
  */
 export function acquireFunction(parts: SqlParts): string {
   const { table, holders, nextToken, channel, liveEntry, msUntil, delayEnd } = parts;
+  // Only names with waiters or followers hear of a grant (followers-sql.ts); the caller's own
+  // server hears of it from this row.
   const told = (token: string, owner: string, shared: string) =>
-    `PERFORM pg_notify('${channel}', json_build_object('t', 'acquired', 'n', p_name, 'k', ${token}::text, 'o', ${owner}, 'ms', p_ttl${shared})::text)`;
+    `IF ${parts.heard('p_name')} THEN
+              PERFORM pg_notify('${channel}', json_build_object('t', 'acquired', 'n', p_name, 'k', ${token}::text, 'o', ${owner}, 'ms', p_ttl${shared})::text);
+            END IF`;
   const toldShared = (token: string, count: string) =>
     told(token, 'p_owner', `, 'm', 'shared', 'h', ${count}`);
   const queued = `EXISTS (SELECT 1 FROM ${parts.waiters} w WHERE w.name = p_name AND ${liveEntry('w')})`;
@@ -59,13 +65,14 @@ export function acquireFunction(parts: SqlParts): string {
       BEGIN
         granted := false;
         delayed := false;
-        -- The name's row, locked; an ended placeholder first when it has none (again if a
-        -- release or the sweep deleted it in between). Nothing before this takes a token.
+        -- The name's row, locked; or an ended placeholder of our own when it has none (again if
+        -- a release or the sweep deleted it in between). Nothing before this takes a token.
         LOOP
           SELECT * INTO r FROM ${table} WHERE name = p_name FOR UPDATE;
           EXIT WHEN FOUND;
           INSERT INTO ${table} (name, owner, token, expires_at) VALUES (p_name, '', 0, 'epoch')
-            ON CONFLICT (name) DO NOTHING;
+            ON CONFLICT (name) DO NOTHING RETURNING * INTO r;
+          EXIT WHEN FOUND;
         END LOOP;
         ends := clock_timestamp() + p_ttl * interval '1 millisecond';
         IF r.expires_at > clock_timestamp() AND r.mode IS NULL THEN

@@ -86,12 +86,18 @@ export function createCaller(options: {
     });
 }
 
-/** A query with our read time-out, so a stalled server cannot hold a connection forever. */
+/**
+ * A query with our read time-out, so a stalled server cannot hold a connection forever. With a
+ * `name`, a prepared statement: parsed and planned once per connection (the name must stand for
+ * this text alone on every connection of the pool: `Statements.named` puts the schema and
+ * prefix in it).
+ */
 export function query(
   client: pg.ClientBase,
   text: string,
   values: unknown[],
   timeoutMs: number,
+  name?: string,
 ): Promise<pg.QueryResult> {
-  return client.query({ text, values, query_timeout: timeoutMs } as pg.QueryConfig);
+  return client.query({ text, values, query_timeout: timeoutMs, name } as pg.QueryConfig);
 }

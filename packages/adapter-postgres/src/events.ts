@@ -469,8 +469,9 @@ class PostgresLockEvents implements LockEvents {
     else {
       // What was delivered early and not heard of since is not going to be heard of.
       this.delivered.clear();
-      void this.resynchronise();
+      // First: what it does (a follower registered anew) may be what the resync's reads wait for.
       this.options.onResync?.();
+      void this.resynchronise();
     }
   }
 }

@@ -15,6 +15,7 @@ import {
 import pg from 'pg';
 import { type Caller, createCaller, query } from './calls.js';
 import { createLockEvents, type LockEvents } from './events.js';
+import { createFollowers, type Followers } from './followers.js';
 import { requestMessage } from './notify-message.js';
 import { postgresQueue } from './queue.js';
 import { checkIdentifier, type Statements, statements } from './sql.js';
@@ -105,7 +106,12 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
   const pool = options.pool ?? createPool(options.url, timeoutMs);
   quietErrors(pool, ownsPool);
   const call = createCaller({ pool, clock, timeoutMs, before: schemaOnce(pool, sql, timeoutMs) });
-  const inspect = (name: string) => readHolder({ sql, call, timeoutMs }, name);
+  let followers: Followers | undefined;
+  // After a follower's registration: what the read says, and every change after it, is heard.
+  const inspect = async (name: string) => {
+    await followers?.settled(name);
+    return readHolder({ sql, call, timeoutMs }, name);
+  };
   let resync = () => {};
   const events = createLockEvents({
     pool,
@@ -114,9 +120,14 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
     timeoutMs,
     heartbeatMs,
     inspect,
-    // Departures from the queue may have gone unheard: every waiter looks again.
-    onResync: () => resync(),
+    // Departures from the queue may have gone unheard: every waiter looks again. Followers
+    // are registered again under the new connection's pid.
+    onResync: () => {
+      followers?.renew();
+      resync();
+    },
   });
+  followers = createFollowers({ sql, call, events, clock, timeoutMs });
   const p: Pg = {
     sql,
     call,
@@ -150,6 +161,7 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
       return inspect(name);
     },
     watch: (name, listener) => events.watch(name, listener),
+    followChanges: (name) => (followers as Followers).follow(name),
     // Refused with UNAVAILABLE once closed (core's loop checks).
     queue: queue.queue,
     revoke: (name) => revoke(p, name),
@@ -164,6 +176,7 @@ export function postgresBackend(options: PostgresBackendOptions = {}): PostgresB
       if (p.closed) return;
       p.closed = true;
       p.sweepTimer?.cancel();
+      followers?.close();
       await queue.close();
       await events.close();
       if (ownsPool)
@@ -331,7 +344,7 @@ function lockState(name: string, row: LeaseRow): LockState | null {
   };
 }
 
-/** Ended leases' rows, then (within the same limit) queue entries of servers that stopped. */
+/** Ended leases' rows, then (within the same limit) queue entries and followers of servers that stopped. */
 async function sweepNow(p: Pg): Promise<number> {
   const result = await p.call('sweep', true, (client) =>
     query(client, p.sql.sweep, [p.sweep.limit, p.sweep.marginMs], p.timeoutMs),
@@ -346,7 +359,12 @@ async function sweepNow(p: Pg): Promise<number> {
   const entries = await p.call('sweep', true, (client) =>
     query(client, p.sql.queueSweep, [p.sweep.limit - leases], p.timeoutMs),
   );
-  return leases + (entries.rowCount ?? 0);
+  leases += entries.rowCount ?? 0;
+  if (leases >= p.sweep.limit) return leases;
+  const gone = await p.call('sweep', true, (client) =>
+    query(client, p.sql.followersSweep, [p.sweep.limit - leases], p.timeoutMs),
+  );
+  return leases + (gone.rowCount ?? 0);
 }
 
 function scheduleSweep(p: Pg): void {
@@ -412,6 +430,7 @@ async function tryAcquire(p: Pg, request: AcquireRequest): Promise<AcquireResult
         request.lockDelayMs ?? 0,
       ],
       p.timeoutMs,
+      p.sql.named('acquire'),
     ),
   );
   const row = result.rows[0] as AcquireRow;
@@ -461,10 +480,16 @@ async function lockDelayOf(p: Pg, name: string): Promise<number> {
 async function release(p: Pg, { name, token, keyHash }: HolderProof): Promise<boolean> {
   assertOpen(p);
   const result = await p.call('release', true, (client) =>
-    query(client, p.sql.release, [name, token.toString(), keyHash ?? null], p.timeoutMs),
+    query(
+      client,
+      p.sql.release,
+      [name, token.toString(), keyHash ?? null],
+      p.timeoutMs,
+      p.sql.named('release'),
+    ),
   );
-  const row = result.rows[0] as { live: boolean; owner: string } | undefined;
-  if (row?.live !== true) return false;
+  const row = result.rows[0] as { live: boolean | null; owner: string | null } | undefined;
+  if (row?.live !== true || row.owner === null) return false;
   // This server's waiters need not wait for the NOTIFY to hear of it.
   p.events.happened({ t: 'released', n: name, k: token.toString(), o: row.owner });
   return true;

@@ -122,7 +122,13 @@ class PostgresWaiter implements core.QueueDriver {
     await this.context.listening(startedAt);
     const params = [...this.params(), waiterTtlMs, events.sessionPid ?? null];
     const result = await call('acquire', true, (client) =>
-      query(client, sql.queueJoin, [...params, this.shared, this.limit, this.delayMs()], timeoutMs),
+      query(
+        client,
+        sql.queueJoin,
+        [...params, this.shared, this.limit, this.delayMs()],
+        timeoutMs,
+        sql.named('join'),
+      ),
     );
     const row = result.rows[0] as StepRow & { waiter: string | null };
     // A conflict queues nothing; otherwise not granted means queued.
@@ -141,6 +147,7 @@ class PostgresWaiter implements core.QueueDriver {
         sql.queueLook,
         [...this.params(), id, this.shared, this.limit, this.delayMs()],
         timeoutMs,
+        sql.named('look'),
       ),
     );
     const row = result.rows[0] as StepRow & { mine: boolean };

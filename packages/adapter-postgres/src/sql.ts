@@ -1,5 +1,6 @@
 import { DlmError } from '@dlm/core';
 import { acquireFunction } from './acquire-sql.js';
+import { followersSchema } from './followers-sql.js';
 import { queueSchema, queueStatements } from './queue-sql.js';
 import { sharedSchema } from './shared-sql.js';
 
@@ -7,7 +8,9 @@ import { sharedSchema } from './shared-sql.js';
  * The adapter's SQL. Every primitive is ONE statement (autocommit), so it is atomic on its own,
  * and the statements that change a lease send their NOTIFY from the same statement: PostgreSQL
  * delivers notifications at commit, so a listener never hears of a change that did not commit,
- * and never misses one that did (while it is listening).
+ * and never misses one that did (while it is listening). Exclusive grants and releases notify
+ * only names with waiters or followers (followers-sql.ts). The hot statements are prepared once
+ * per connection (`named`), so PostgreSQL parses and plans them once.
  *
  * Time is the database's: `clock_timestamp()` (the current time, also inside a long statement;
  * `now()` would be the transaction's start). Leases therefore do not depend on the dlm
@@ -39,6 +42,13 @@ export interface Statements extends QueueStatements {
   /** A try-lock in either mode (acquire-sql.ts): `$5` shared, `$6` limit (1: exclusive). */
   acquire: string;
   release: string;
+  /** Registers `$1` followed by the server whose LISTEN connection is `$2` (followers-sql.ts). */
+  follow: string;
+  unfollow: string;
+  /** Followers whose server's LISTEN connection is gone, at most `$1`. */
+  followersSweep: string;
+  /** The name of a prepared statement of this backend's (its schema and prefix in it). */
+  named(statement: string): string;
   extend: string;
   inspect: string;
   /** The name's lock-delay left, in ms (no row: none). */
@@ -73,6 +83,8 @@ export interface SqlParts {
   /** Shared holders, one row each (shared-sql.ts). */
   holders: string;
   waiters: string;
+  /** Names that dlm servers watch (followers-sql.ts). */
+  followers: string;
   channel: string;
   /** The adapter's function `name`, qualified and quoted. */
   fn(name: string): string;
@@ -86,6 +98,10 @@ export interface SqlParts {
   remaining(row: string): string;
   /** A `pg_notify` of one change, as a JSON object. */
   notify(type: string, row: string, ttl: string): string;
+  /** The same from its parts: the name, token, owner and ms expressions. */
+  announce(type: string, name: string, token: string, owner: string, ttl: string): string;
+  /** Whether a change of the name `name` must be announced: it has waiters or followers. */
+  heard(name: string): string;
   /**
    * Whether the queue entry `row` is live: its end is ahead, and the connection it was made on
    * (`pid`, the server's LISTEN connection) still exists. A pid reused by another connection
@@ -98,12 +114,17 @@ export function sqlParts(schema: string, prefix: string): SqlParts {
   const table = `"${schema}"."${prefix}leases"`;
   const waiters = `"${schema}"."${prefix}waiters"`;
   const holders = `"${schema}"."${prefix}holders"`;
+  const followers = `"${schema}"."${prefix}followers"`;
   const channel = `${prefix}events`;
   const nextToken = `nextval('${schema}.${prefix}tokens')`;
   const msUntil = (at: string) =>
     `greatest(1, ceil(extract(epoch from (${at} - clock_timestamp())) * 1000))::bigint`;
   const delayEnd = (row: string) =>
     `(${row}.expires_at + ${row}.delay_ms * interval '1 millisecond')`;
+  // The message: one JSON object per change; names and owners are bounded by core's limits,
+  // so it stays far below NOTIFY's 8000-byte payload limit.
+  const announce = (type: string, name: string, token: string, owner: string, ttl: string) =>
+    `pg_notify('${channel}', json_build_object('t', '${type}', 'n', ${name}, 'k', ${token}::text, 'o', ${owner}, 'ms', ${ttl})::text)`;
   const liveEntry = (row: string) =>
     `(${row}.expires_at > clock_timestamp() AND (${row}.pid IS NULL OR EXISTS (SELECT 1 FROM pg_stat_get_activity(${row}.pid))))`;
   return {
@@ -112,16 +133,19 @@ export function sqlParts(schema: string, prefix: string): SqlParts {
     table,
     holders,
     waiters,
+    followers,
     channel,
     fn: (name) => `"${schema}"."${prefix}${name}"`,
     nextToken,
     msUntil,
     delayEnd,
     remaining: (row) => msUntil(`${row}.expires_at`),
-    // The message: one JSON object per change; names and owners are bounded by core's limits,
-    // so it stays far below NOTIFY's 8000-byte payload limit.
     notify: (type, row, ttl) =>
-      `pg_notify('${channel}', json_build_object('t', '${type}', 'n', ${row}.name, 'k', ${row}.token::text, 'o', ${row}.owner, 'ms', ${ttl})::text)`,
+      announce(type, `${row}.name`, `${row}.token`, `${row}.owner`, ttl),
+    announce,
+    // Any entry, live or not, and any follower, live or not: an extra NOTIFY is harmless.
+    heard: (name) =>
+      `(EXISTS (SELECT 1 FROM ${waiters} w WHERE w.name = ${name}) OR EXISTS (SELECT 1 FROM ${followers} f WHERE f.name = ${name}))`,
     liveEntry,
   };
 }
@@ -132,7 +156,7 @@ export function sqlParts(schema: string, prefix: string): SqlParts {
  */
 export function statements(schema: string, prefix: string): Statements {
   const parts = sqlParts(schema, prefix);
-  const { table, channel, remaining, notify } = parts;
+  const { table, channel, remaining } = parts;
   // A request's key hash parameter matches the row's, or the request has none (token only).
   const keyMatches = (param: string) => `(${param}::text IS NULL OR key_hash = ${param}::text)`;
   // A shared group row's live holders, ordered by token (NULL for an exclusive lease).
@@ -163,6 +187,7 @@ export function statements(schema: string, prefix: string): Statements {
       `CREATE INDEX IF NOT EXISTS "${prefix}leases_expires_at" ON ${table} (expires_at)`,
       ...queueSchema(parts),
       ...sharedSchema(parts),
+      ...followersSchema(parts),
       acquireFunction(parts),
     ],
     // A fresh grant only while nobody is queued for the name, so a try-lock on any server never
@@ -172,21 +197,16 @@ export function statements(schema: string, prefix: string): Statements {
     acquire: `SELECT granted, token::text AS token, remaining_ms, conflict, conflict_limit, holders,
         delayed
       FROM ${parts.fn('acquire')}($1, $2, $3::bigint, $4::text, $5::boolean, $6::int, true, 0, $7::bigint)`,
-    // Deletes the row whatever its state when the token matches (an ended lease's row is
-    // residue), and reports and announces a release only when the lease still ran. A shared
-    // holder's release (the name's row is their group row, never deleted here) is
-    // shared_change's, called in the same statement only then.
-    release: `WITH gone AS (
-        DELETE FROM ${table} WHERE name = $1 AND token = $2 AND ${keyMatches('$3')} AND mode IS NULL
-        RETURNING name, owner, token, expires_at > clock_timestamp() AS live
-      ), shared AS (
-        SELECT s.owner FROM "${schema}"."${prefix}shared_change"($1, $2::bigint, $3::text, NULL) s
-        WHERE NOT EXISTS (SELECT 1 FROM gone)
-          AND EXISTS (SELECT 1 FROM ${table} l WHERE l.name = $1 AND l.mode = 'shared')
-      )
-      SELECT live, owner, CASE WHEN live THEN ${notify('released', 'gone', '0')} END AS told FROM gone
-      UNION ALL
-      SELECT true, owner, NULL FROM shared WHERE owner IS NOT NULL`,
+    // An exclusive or a shared holder's release (followers-sql.ts).
+    release: `SELECT live, owner FROM ${parts.fn('release')}($1, $2::bigint, $3::text)`,
+    follow: `SELECT ${parts.fn('follow')}($1, $2::int)`,
+    unfollow: `DELETE FROM ${parts.followers} WHERE name = $1 AND pid = $2::int`,
+    followersSweep: `DELETE FROM ${parts.followers} WHERE ctid IN (
+        SELECT ctid FROM ${parts.followers} f
+        WHERE NOT EXISTS (SELECT 1 FROM pg_stat_get_activity(f.pid))
+        LIMIT $1::int FOR UPDATE SKIP LOCKED
+      )`,
+    named: (statement) => `dlm ${schema}.${prefix} ${statement}`,
     extend: `WITH done AS (
         UPDATE ${table} SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
         WHERE name = $1 AND token = $2 AND ${keyMatches('$4')} AND expires_at > clock_timestamp()

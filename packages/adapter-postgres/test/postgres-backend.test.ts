@@ -3,7 +3,7 @@ import { isDlmError, type LockEvent } from '@dlm/core';
 import { postgresAvailable, postgresManaged } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
 import { type PostgresBackend, postgresBackend } from '../src/index.js';
-import { usePostgres } from './support.js';
+import { usePostgres, watchFollowed } from './support.js';
 
 const run = postgresAvailable();
 
@@ -108,7 +108,7 @@ describe.skipIf(!run)('postgres backend', () => {
     const [a, b] = [await open(), await open()];
     const name = lockName('events');
     const events: LockEvent[] = [];
-    const stop = b.watch(name, (event) => events.push(event));
+    const stop = await watchFollowed(b, name, (event) => events.push(event));
     const first = await granted(a, name, 'a', 10_000);
     await until(() => events.length >= 1, 2_000);
     expect(events[0]).toMatchObject({ type: 'acquired', token: first.token, owner: 'a' });
@@ -177,7 +177,7 @@ describe.skipIf(!run)('postgres backend', () => {
     const [a, b] = [await open(), await open({ heartbeatMs: 60_000 })];
     const name = lockName('relisten');
     const events: LockEvent[] = [];
-    const stop = b.watch(name, (event) => events.push(event));
+    const stop = await watchFollowed(b, name, (event) => events.push(event));
     const grant = await granted(a, name, 'a', 30_000);
     await until(() => events.length >= 1, 2_000);
     // Cut every LISTEN connection on the server (B's among them), then release at once.
@@ -190,7 +190,7 @@ describe.skipIf(!run)('postgres backend', () => {
     expect(events.some((event) => event.type !== 'acquired')).toBe(true);
     // And B listens again: a later grant reaches it.
     const events2: LockEvent[] = [];
-    const stop2 = b.watch(name, (event) => events2.push(event));
+    const stop2 = await watchFollowed(b, name, (event) => events2.push(event));
     await sleep(200);
     const next = await a.tryAcquire({ name, owner: 'a', ttlMs: 30_000 });
     await until(() => events2.some((event) => event.type === 'acquired'), 3_000);
@@ -288,7 +288,7 @@ describe.skipIf(!run)('postgres backend', () => {
       await reconnectAdmin();
 
       const events: LockEvent[] = [];
-      const stop = b.watch(name, (event) => events.push(event));
+      const stop = await watchFollowed(b, name, (event) => events.push(event));
       const restartedAt = performance.now();
       let refused: Awaited<ReturnType<PostgresBackend['tryAcquire']>> | undefined;
       while (!refused && performance.now() - restartedAt < 10_000) {

@@ -1,4 +1,5 @@
 import { useService } from '@dlm/conformance';
+import type { LockEvent } from '@dlm/core';
 import { type PostgresService, startPostgres } from '@dlm/test-services';
 import pg from 'pg';
 import { afterAll, beforeAll } from 'vitest';
@@ -50,5 +51,24 @@ export function usePostgres(tablePrefix: string): PostgresScope {
       await backend.ready();
       return backend;
     },
+  };
+}
+
+/**
+ * `backend`'s events of `name`, followed as core follows a watched name (`followChanges`: the
+ * grants and releases of other servers are announced to it); every change after the returned
+ * promise resolves reaches `listener`.
+ */
+export async function watchFollowed(
+  backend: PostgresBackend,
+  name: string,
+  listener: (event: LockEvent) => void,
+): Promise<() => void> {
+  const unfollow = backend.followChanges?.(name);
+  const unwatch = backend.watch(name, listener);
+  await backend.inspect(name);
+  return () => {
+    unwatch();
+    unfollow?.();
   };
 }

@@ -19,6 +19,7 @@ export function openName(ctx: ServiceContext, name: string): NameState {
     checking: false,
     checkAgain: false,
     watchers: undefined,
+    unfollow: undefined,
     unsubscribe: () => {},
     busy: 0,
     waits: undefined,

@@ -216,9 +216,19 @@ export interface LockBackend {
   /**
    * Calls `listener` on releases (and expiries, with `expiryEvents`) of `name`, and on grants
    * where the backend can tell. Waits in core are woken by these, so an adapter must deliver
-   * every release; it may deliver extra events.
+   * every release; it may deliver extra events. With `followChanges`, a release or grant need
+   * only be delivered while a wait (through any instance) or a follower is on the name.
    */
   watch(name: string, listener: (event: LockEvent) => void): Unsubscribe;
+  /**
+   * Optional: the service calls it while `name` has watchers of its own (`LockService.watch`),
+   * and what it returns once the last of them is gone. The service also `watch`es every name it
+   * holds or waits on; a backend whose stores announce changes only to the instances that need
+   * them (PostgreSQL sends a NOTIFY only for names with waiters or followers) registers the name
+   * here, so that every grant and release of a watched name reaches `watch`. An `inspect` of the
+   * name called after it must see every change the registration might have missed.
+   */
+  followChanges?(name: string): Unsubscribe;
   /**
    * Only with `capabilities.fairQueue`: the backend's own queue (etcd revisions, ZooKeeper
    * sequence nodes, a table or sorted set of waiter entries), as a driver factory. Core runs its

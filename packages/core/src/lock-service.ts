@@ -654,6 +654,8 @@ function watch(
   const state = openName(ctx, name);
   const first = !followsEnd(ctx, state);
   state.watchers ??= new Set();
+  // Before the first check's inspect: every change after it must reach this service.
+  if (state.watchers.size === 0) state.unfollow = ctx.backend.followChanges?.(name);
   state.watchers.add(listener);
   // From now on this service follows the holder: learn who it is and when its lease ends.
   if (first) {
@@ -662,9 +664,15 @@ function watch(
   }
   return () => {
     if (!state.watchers?.delete(listener)) return;
+    if (state.watchers.size === 0) unfollow(state);
     if (!followsEnd(ctx, state)) cancelCheck(state);
     dropIfIdle(ctx, state);
   };
+}
+
+function unfollow(state: NameState): void {
+  state.unfollow?.();
+  state.unfollow = undefined;
 }
 
 async function close(ctx: ServiceContext): Promise<void> {
@@ -674,6 +682,7 @@ async function close(ctx: ServiceContext): Promise<void> {
     for (const controller of state.waits ?? []) controller.abort(cancelled);
     untrackAll(ctx, state);
     forgetHolders(state);
+    unfollow(state);
     state.watchers = undefined;
     ctx.names.delete(state.name);
     state.unsubscribe();

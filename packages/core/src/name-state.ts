@@ -90,6 +90,8 @@ export interface NameState {
   checkAgain: boolean;
   /** Made by the first watch (an empty Set costs 150 bytes, for every held name). */
   watchers: Set<(change: LockChange) => void> | undefined;
+  /** While watchers are on the name: ends the backend's `followChanges`, where it has one. */
+  unfollow: (() => void) | undefined;
   unsubscribe: () => void;
   /** Calls in flight for this name (acquire/extend): the state must outlive them. */
   busy: number;

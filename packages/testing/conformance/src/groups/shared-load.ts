@@ -116,6 +116,9 @@ function overGranting(backend: LockBackend): LockBackend {
     extend: (request) => backend.extend(request),
     inspect: (name) => backend.inspect(name),
     watch: (name, listener) => backend.watch(name, listener),
+    ...(backend.followChanges
+      ? { followChanges: (name: string) => backend.followChanges!(name) }
+      : {}),
     // The queue's driver gets the doubled request too (the queue object is a plain one).
     ...(queue
       ? { queue: { ...queue, driver: (request, waiter) => queue.driver(doubled(request), waiter) } }

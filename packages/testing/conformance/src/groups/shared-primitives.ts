@@ -81,10 +81,20 @@ function exclusive(
   return { name, owner, ttlMs, keyHash };
 }
 
-/** Every event `backend`'s watch of `name` reports, from now on. */
-function recorded(backend: LockBackend, name: string) {
+/**
+ * Every event `backend`'s watch of `name` reports, from now on: followed (`followChanges`, as
+ * core does for a watched name), and once an `inspect` after it answered, every change counts.
+ */
+async function recorded(backend: LockBackend, name: string) {
   const events: LockEvent[] = [];
-  return { events, stop: backend.watch(name, (event) => events.push(event)) };
+  const unfollow = backend.followChanges?.(name);
+  const unwatch = backend.watch(name, (event) => events.push(event));
+  await backend.inspect(name);
+  const stop = () => {
+    unwatch();
+    unfollow?.();
+  };
+  return { events, stop };
 }
 
 function grantOf(result: AcquireResult): Grant {
@@ -254,7 +264,7 @@ async function perHolderReleaseAndExtend(ctx: ConformanceContext): Promise<void>
 async function expiryEndsOneHolder(ctx: ConformanceContext): Promise<void> {
   const [a, b] = [ctx.backend, await ctx.secondBackend()];
   const name = lockName('prim-expiry');
-  const { events, stop } = recorded(b, name);
+  const { events, stop } = await recorded(b, name);
   try {
     const short = grantOf(await a.tryAcquire(shared(name, 'short', 2, shortTtl(ctx.caps))));
     const long = grantOf(await b.tryAcquire(shared(name, 'long', 2, ttl(ctx, 20_000))));
@@ -287,7 +297,7 @@ async function expiryEndsOneHolder(ctx: ConformanceContext): Promise<void> {
 async function watchPerHolder(ctx: ConformanceContext): Promise<void> {
   const [a, b] = [ctx.backend, await ctx.secondBackend()];
   const name = lockName('prim-watch');
-  const { events, stop } = recorded(b, name);
+  const { events, stop } = await recorded(b, name);
   try {
     await sleep(100);
     const r1 = grantOf(await a.tryAcquire(shared(name, 'r1', 3)));
@@ -338,7 +348,7 @@ async function revokeEndsAll(ctx: ConformanceContext, test: Skippable): Promise<
   // Capability gate: revoke is optional (core releases each holder by token without it).
   if (!a.revoke) test.skip('the backend has no revoke');
   const name = lockName('prim-revoke');
-  const { events, stop } = recorded(b, name);
+  const { events, stop } = await recorded(b, name);
   try {
     await sleep(100);
     const tokens = [

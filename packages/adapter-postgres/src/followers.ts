@@ -81,9 +81,7 @@ export function createFollowers(options: {
     // A row left behind (the database away) costs extra NOTIFYs until the sweep, nothing else.
     chain(name, async () => {
       if (counts.has(name)) return;
-      await call('unfollow', true, (client) =>
-        query(client, sql.unfollow, [name, pid], timeoutMs),
-      );
+      await call('unfollow', true, (client) => query(client, sql.unfollow, [name, pid], timeoutMs));
     });
   };
 

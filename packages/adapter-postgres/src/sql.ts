@@ -140,8 +140,7 @@ export function sqlParts(schema: string, prefix: string): SqlParts {
     msUntil,
     delayEnd,
     remaining: (row) => msUntil(`${row}.expires_at`),
-    notify: (type, row, ttl) =>
-      announce(type, `${row}.name`, `${row}.token`, `${row}.owner`, ttl),
+    notify: (type, row, ttl) => announce(type, `${row}.name`, `${row}.token`, `${row}.owner`, ttl),
     announce,
     // Any entry, live or not, and any follower, live or not: an extra NOTIFY is harmless.
     heard: (name) =>

@@ -39,7 +39,7 @@ describe.skipIf(!postgresAvailable())('postgres: round trips of an uncontended p
       };
     });
     // No heartbeat in the window: the LISTEN connection is on the same pool.
-    backend = await open({ pool, url: undefined, heartbeatMs: 600_000 });
+    backend = await open({ pool, heartbeatMs: 600_000 });
     service = createLockService({ backend });
     admin().on('notification', (message) => heard.push(message.payload ?? ''));
     await admin().query(`LISTEN "${PREFIX}events"`);
@@ -69,7 +69,7 @@ describe.skipIf(!postgresAvailable())('postgres: round trips of an uncontended p
       const name = lockName('trip');
       const lease = await service.acquire({ name, owner: `o${i}`, ttlMs: 10_000, waitMs });
       await extra?.(name);
-      await service.release({ name, token: lease.token, keyHash: lease.keyHash });
+      await service.release({ name, token: lease.token, leaseKey: lease.leaseKey });
     }
   }
 
@@ -103,15 +103,12 @@ describe.skipIf(!postgresAvailable())('postgres: round trips of an uncontended p
     const { notifications } = await measured(async () => {
       const lease = await service.acquire({ name, owner: 'w', ttlMs: 10_000 });
       await until(() => changes.length >= 1, 2_000);
-      await service.release({ name, token: lease.token, keyHash: lease.keyHash });
+      await service.release({ name, token: lease.token, leaseKey: lease.leaseKey });
       await until(() => changes.length >= 2, 2_000);
     });
     stop();
     await other.close();
-    expect(notifications.map((payload) => JSON.parse(payload).t)).toEqual([
-      'acquired',
-      'released',
-    ]);
+    expect(notifications.map((payload) => JSON.parse(payload).t)).toEqual(['acquired', 'released']);
     expect(changes.map((change) => change.type)).toEqual(['acquired', 'released']);
   });
 });

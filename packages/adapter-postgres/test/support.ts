@@ -16,7 +16,10 @@ export interface PostgresScope {
   admin(): pg.Client;
   /** A new admin client, for a test that stopped the server under the last one. */
   reconnectAdmin(): Promise<void>;
-  /** A ready backend on the scope's table prefix (`options` win), closed after the scope's tests. */
+  /**
+   * A ready backend on the scope's table prefix (`options` win; with a `pool`, on it), closed
+   * after the scope's tests.
+   */
   open(options?: PostgresBackendOptions): Promise<PostgresBackend>;
 }
 
@@ -46,7 +49,9 @@ export function usePostgres(tablePrefix: string): PostgresScope {
     },
     reconnectAdmin,
     open: async (options = {}) => {
-      const backend = postgresBackend({ url: postgres().url, tablePrefix, ...options });
+      // A pool of the test's own stands for the URL.
+      const url = options.pool ? {} : { url: postgres().url };
+      const backend = postgresBackend({ ...url, tablePrefix, ...options });
       opened.push(backend);
       await backend.ready();
       return backend;

@@ -2,7 +2,7 @@ import { lockName, until } from '@dlm/conformance';
 import { createLockService, type LockChange } from '@dlm/core';
 import { postgresAvailable } from '@dlm/test-services';
 import { describe, expect, it } from 'vitest';
-import { usePostgres } from './support.js';
+import { lateBarrier, usePostgres } from './support.js';
 
 /**
  * A grant without waiters or followers sends no NOTIFY (followers-sql.ts), so a server that
@@ -17,31 +17,16 @@ const BARRIER = 4343;
 const PREFIX = 'fol_';
 
 describe.skipIf(!postgresAvailable())('postgres: a watch that starts during a grant', () => {
-  const { admin, open } = usePostgres(PREFIX);
-
-  /** dlm's statements waiting for a lock (at the barrier, or behind the late grant's row). */
-  async function waiting(): Promise<number> {
-    const result = await admin().query(
-      `SELECT count(*)::int AS n FROM pg_stat_activity
-        WHERE application_name = 'dlm' AND wait_event_type = 'Lock'`,
-    );
-    return (result.rows[0] as { n: number }).n;
-  }
+  const scope = usePostgres(PREFIX);
+  const { admin, open } = scope;
+  const barrier = lateBarrier(scope, PREFIX, BARRIER);
 
   it('the watcher reads the grant that committed before its follower, and hears the release', async () => {
     const [granting, watching] = [
       createLockService({ backend: await open() }),
       createLockService({ backend: await open() }),
     ];
-    await admin().query(`CREATE OR REPLACE FUNCTION ${PREFIX}barrier() RETURNS trigger
-      LANGUAGE plpgsql AS $$
-      BEGIN
-        IF NEW.owner LIKE 'late%' THEN PERFORM pg_advisory_xact_lock(${BARRIER}); END IF;
-        RETURN NEW;
-      END $$`);
-    await admin().query(`CREATE OR REPLACE TRIGGER ${PREFIX}leases_barrier
-      BEFORE INSERT OR UPDATE ON ${PREFIX}leases
-      FOR EACH ROW EXECUTE FUNCTION ${PREFIX}barrier()`);
+    await barrier.install(['leases']);
     const name = lockName('followed-late');
     const changes: LockChange[] = [];
     let stop = () => {};
@@ -49,11 +34,11 @@ describe.skipIf(!postgresAvailable())('postgres: a watch that starts during a gr
     try {
       // The grant has looked for followers (none) and waits at the barrier, its row held.
       const grant = granting.acquire({ name, owner: 'late-1', ttlMs: 60_000 });
-      await until(async () => (await waiting()) >= 1, 5_000);
+      await until(async () => (await barrier.waiting()) >= 1, 5_000);
       stop = watching.watch(name, (change) => changes.push(change));
       // The follower's registration waits behind the grant's row; the read waits for it.
       const read = watching.get(name);
-      await until(async () => (await waiting()) >= 2, 5_000);
+      await until(async () => (await barrier.waiting()) >= 2, 5_000);
       await admin().query('SELECT pg_advisory_unlock($1)', [BARRIER]);
       const lease = await grant;
       expect(await read).toMatchObject({ owner: 'late-1', token: lease.token });

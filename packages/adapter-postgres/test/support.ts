@@ -77,3 +77,35 @@ export async function watchFollowed(
     unfollow?.();
   };
 }
+
+/**
+ * A barrier for a test to hold a grant at its racy point: a trigger on `tables` (before each
+ * insert or update of a row whose owner starts with `late`) that waits for the advisory lock
+ * `barrier`. Take it with `pg_advisory_lock(barrier)` on the admin client first, let go with
+ * `pg_advisory_unlock`; `waiting` counts dlm's statements held at it (or behind the late row).
+ */
+export function lateBarrier(scope: PostgresScope, tablePrefix: string, barrier: number) {
+  return {
+    async install(tables: readonly string[]): Promise<void> {
+      await scope.admin().query(`CREATE OR REPLACE FUNCTION ${tablePrefix}barrier() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.owner LIKE 'late%' THEN PERFORM pg_advisory_xact_lock(${barrier}); END IF;
+          RETURN NEW;
+        END $$`);
+      for (const table of tables) {
+        await scope.admin().query(`CREATE OR REPLACE TRIGGER ${tablePrefix}${table}_barrier
+          BEFORE INSERT OR UPDATE ON ${tablePrefix}${table}
+          FOR EACH ROW EXECUTE FUNCTION ${tablePrefix}barrier()`);
+      }
+    },
+    /** dlm's statements waiting for a lock: at the barrier, or behind the late caller's row. */
+    async waiting(): Promise<number> {
+      const result = await scope.admin().query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity
+          WHERE application_name = 'dlm' AND wait_event_type = 'Lock'`,
+      );
+      return (result.rows[0] as { n: number }).n;
+    },
+  };
+}

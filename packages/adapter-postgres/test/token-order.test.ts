@@ -3,7 +3,7 @@ import { createLockService, type Lease, type LockService } from '@dlm/core';
 import { postgresAvailable } from '@dlm/test-services';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { PostgresBackend } from '../src/index.js';
-import { usePostgres } from './support.js';
+import { lateBarrier, usePostgres } from './support.js';
 
 /**
  * SPEC.md: "for one lock name, every grant's token is greater than every earlier grant's". A
@@ -58,33 +58,16 @@ const CASES: LateCase[] = [
 ];
 
 describe.skipIf(!run)('postgres: a grant delayed between its token and its write', () => {
-  const { admin, open } = usePostgres(PREFIX);
+  const scope = usePostgres(PREFIX);
+  const { admin, open } = scope;
+  const barrier = lateBarrier(scope, PREFIX, BARRIER);
   // Two dlm servers on one database: the late caller on the first, the other on the second.
   let backends: [PostgresBackend, PostgresBackend];
 
   beforeAll(async () => {
     backends = [await open(), await open()];
-    await admin().query(`CREATE OR REPLACE FUNCTION ${PREFIX}barrier() RETURNS trigger
-      LANGUAGE plpgsql AS $$
-      BEGIN
-        IF NEW.owner LIKE 'late%' THEN PERFORM pg_advisory_xact_lock(${BARRIER}); END IF;
-        RETURN NEW;
-      END $$`);
-    for (const table of ['leases', 'holders']) {
-      await admin().query(`CREATE OR REPLACE TRIGGER ${PREFIX}${table}_barrier
-        BEFORE INSERT OR UPDATE ON ${PREFIX}${table}
-        FOR EACH ROW EXECUTE FUNCTION ${PREFIX}barrier()`);
-    }
+    await barrier.install(['leases', 'holders']);
   });
-
-  /** dlm's statements that wait for a lock: at the barrier, or behind the late caller's row. */
-  async function waitingStatements(): Promise<number> {
-    const result = await admin().query(
-      `SELECT count(*)::int AS n FROM pg_stat_activity
-        WHERE application_name = 'dlm' AND wait_event_type = 'Lock'`,
-    );
-    return (result.rows[0] as { n: number }).n;
-  }
 
   for (const { what, take } of CASES) {
     it(`${what}: a grant that lands after another's carries the higher token`, async () => {
@@ -98,7 +81,7 @@ describe.skipIf(!run)('postgres: a grant delayed between its token and its write
       let lateLeases: Lease[] | undefined;
       try {
         const lateTake = take(service, names);
-        await until(async () => (await waitingStatements()) >= 1);
+        await until(async () => (await barrier.waiting()) >= 1);
         // A caller on the other server takes the name and gives it back while the late
         // statement is held.
         let settled = false;
@@ -113,7 +96,7 @@ describe.skipIf(!run)('postgres: a grant delayed between its token and its write
           });
         // Either it is granted at once, or it waits for the late caller's row (it then must
         // not be granted: the late grant lands first, and holds the name).
-        await until(async () => settled || (await waitingStatements()) >= 2);
+        await until(async () => settled || (await barrier.waiting()) >= 2);
         const quickLease = settled ? await quick : null;
         if (quickLease) await other.release({ name: first, token: quickLease.token });
         await admin().query('SELECT pg_advisory_unlock($1)', [BARRIER]);

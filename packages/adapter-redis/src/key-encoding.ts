@@ -34,6 +34,8 @@ export interface NameKeys {
   delay: string;
   /** The name's hex form, as carried in event messages. */
   hex: string;
+  /** The pub/sub channel the name's events are published on (`nameChannel`). */
+  events: string;
 }
 
 // Names repeat (a lock is taken again and again): remembering recent encodings spares a Buffer
@@ -70,11 +72,12 @@ export function nameKeys(prefix: string, name: string): NameKeys {
     holderMark: `${tag}:holder:`,
     delay: `${tag}:delay`,
     hex,
+    events: nameChannel(prefix, hex),
   };
 }
 
 /**
- * A release request's message on the event channel: `asked <hex name> <request id> [+reason]`
+ * A release request's message on the name's event channel: `asked <hex name> <request id> [+reason]`
  * (the id tells Redlock's copies of one request apart).
  */
 export function askedMessage(hex: string, id: bigint, reason: string | undefined): string {
@@ -86,9 +89,16 @@ export function newRequestId(): bigint {
   return BigInt(randomInt(1, 2 ** 48));
 }
 
-/** The one pub/sub channel every instance publishes lock events on. */
-export function eventChannel(prefix: string): string {
-  return `${prefix}events`;
+/**
+ * The pub/sub channel of one name's events (given as its hex form): grants, releases,
+ * revocations, expiries found by a script, release requests and queue departures, each
+ * published once (PUBLISH; in a Cluster the bus carries it to every node). Only services that
+ * hold, wait on or watch the name subscribe to it (event-channels.ts). Its hash tag is the
+ * name's keys', should sharded pub/sub (SPUBLISH, whose channel must be in the script's slot)
+ * ever replace PUBLISH.
+ */
+export function nameChannel(prefix: string, hex: string): string {
+  return `${prefix}events:{${hex}}`;
 }
 
 const HEX = /^[0-9a-f]*$/;

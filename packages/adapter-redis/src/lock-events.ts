@@ -9,9 +9,9 @@ import {
 } from '@dlm/core';
 import type { Redis } from 'ioredis';
 import { within } from './command-bounds.js';
+import { createEventChannels, type EventChannels } from './event-channels.js';
 import {
   encodeName,
-  eventChannel,
   holderKeyspacePattern,
   holderOfMarkKey,
   keyspaceChannelPrefix,
@@ -21,11 +21,13 @@ import {
 
 /**
  * Lock events for every watched name over ONE subscriber connection per Redis node: the
- * scripts publish `acquired`/`released`/`revoked` on one shared channel (the name is in the
- * message; `shared <hex> <token> <holders> <owner>` for a shared grant, `expired …` for a shared
- * holder a script found past its deadline), and expiries come from keyspace notifications on
- * two patterns (exclusive lock keys, shared holders' marker keys). Watching a name is
- * a Map entry, so thousands of watched names cost no extra connections or subscriptions.
+ * scripts publish `acquired`/`released`/`revoked` on the name's own channel (`nameChannel`; the
+ * name is in the message too; `shared <hex> <token> <holders> <owner>` for a shared grant,
+ * `expired …` for a shared holder a script found past its deadline), which the connection
+ * subscribes to while the name is watched here (event-channels.ts), and expiries come from
+ * keyspace notifications on two patterns (exclusive lock keys, shared holders' marker keys).
+ * Watching a name is a Map entry and a channel, so thousands of watched names cost no extra
+ * connections, and a service hears no other name's events.
  */
 
 export type EventMode =
@@ -83,6 +85,13 @@ export interface LockEvents {
   /** Resolves once `sourcesNeeded` sources have subscribed for the first time. */
   readonly subscribed: Promise<void>;
   readonly isSubscribed: boolean;
+  /**
+   * Undefined when a look at `name` may go ahead: the first subscription is in place, and so is
+   * the name's channel if anyone here watches it; otherwise resolves once they are.
+   */
+  whenSubscribed(name: string): Promise<void> | undefined;
+  /** How many name channels are subscribed (idle ones linger a moment: event-channels.ts). */
+  channelCount(): number;
   /** True while every source has keyspace expiry notifications switched on. */
   expiryEventsOn(): boolean;
   close(): Promise<void>;
@@ -116,8 +125,8 @@ const DIGITS = /^[0-9]+$/;
 
 /**
  * Parses `<type> <hex name> <token> <owner>` (and `shared <hex name> <token> <holders> <owner>`),
- * looking the name up before anything else: every server hears every lock's events, and most
- * are about names nobody watches here, which then cost no decoding.
+ * looking the name up before anything else: a channel lingers a moment after its last watcher
+ * left (event-channels.ts), and its news is then for nobody here, which costs no decoding.
  */
 function parseMessage(message: string, byHex: Map<string, WatchEntry>): Parsed | undefined {
   const first = message.indexOf(' ');
@@ -162,16 +171,24 @@ function grantEvent(name: string, parsed: Parsed): LockEvent {
     : { name, type: 'acquired', token, owner, mode: 'exclusive', holders: 1 };
 }
 
-/** Queue departures (`left <hex name> <sequence> <id>`) to their watchers, by hex name. */
-function queueWatchers() {
+/**
+ * Queue departures (`left <hex name> <sequence> <id>`) to their watchers, by hex name; a name's
+ * departure watchers hold its channel.
+ */
+function queueWatchers(channels: EventChannels) {
   const byHex = new Map<string, Set<(id: string) => void>>();
   return {
     watch(name: string, listener: (id: string) => void): Unsubscribe {
       const hex = encodeName(name);
-      const listeners = getOrCreate(byHex, hex, () => new Set()).add(listener);
+      const listeners = getOrCreate(byHex, hex, () => {
+        channels.hold(hex);
+        return new Set();
+      }).add(listener);
       return () => {
         listeners.delete(listener);
-        if (listeners.size === 0 && byHex.get(hex) === listeners) byHex.delete(hex);
+        if (listeners.size > 0 || byHex.get(hex) !== listeners) return;
+        byHex.delete(hex);
+        channels.release(hex);
       };
     },
     /** Whether `message` was a departure (delivered if anyone here watches its name). */
@@ -205,17 +222,20 @@ async function enableKeyspaceExpiry(subscriber: Redis): Promise<boolean> {
 }
 
 /**
- * Until the first subscription is in place, a call waits for it, within what is left of its
- * `commandTimeoutMs` since `startedAt` (on `clock`): an event published before it could be missed.
+ * Until the first subscription and `name`'s channel are in place, a call on `name` waits for
+ * them, within what is left of its `commandTimeoutMs` since `startedAt` (on `clock`): an event
+ * published before them could be missed (see event-channels.ts for why this ordering is enough).
  */
 export async function subscribedWithin(
   clock: Clock,
   events: LockEvents,
   commandTimeoutMs: number,
   startedAt: number,
+  name: string,
 ): Promise<void> {
-  if (events.isSubscribed) return;
-  await within(clock, events.subscribed, commandTimeoutMs - (clock.now() - startedAt));
+  const pending = events.whenSubscribed(name);
+  if (pending === undefined) return;
+  await within(clock, pending, commandTimeoutMs - (clock.now() - startedAt));
 }
 
 /**
@@ -228,12 +248,18 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
   const subscribed = new Promise<void>((resolve) => {
     resolveSubscribed = resolve;
   });
+  const channels = createEventChannels({
+    prefix: options.prefix,
+    subscribers: options.sources.map((source) => source.subscriber),
+    needed: options.sourcesNeeded ?? options.sources.length,
+    clock: options.clock,
+  });
   const hub: EventHub = {
     options,
-    channel: eventChannel(options.prefix),
+    channels,
     byHex,
-    entries: watchEntries(byHex),
-    departures: queueWatchers(),
+    entries: watchEntries(byHex, channels),
+    departures: queueWatchers(channels),
     expiryOn: options.sources.map(() => false),
     subscribedOnce: options.sources.map(() => false),
     closed: false,
@@ -263,6 +289,12 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
     get isSubscribed() {
       return hub.isSubscribed;
     },
+    whenSubscribed(name) {
+      const channel = channels.pending(encodeName(name));
+      if (hub.isSubscribed) return channel;
+      return channel ? Promise.all([subscribed, channel]).then(() => {}) : subscribed;
+    },
+    channelCount: () => channels.size,
     expiryEventsOn: () => options.keyspace && hub.expiryOn.every(Boolean),
     close: () => close(hub),
   };
@@ -271,7 +303,8 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
 /** What the parts of one event hub share. */
 interface EventHub {
   readonly options: LockEventsOptions;
-  readonly channel: string;
+  /** The name channels subscribed on every source. */
+  readonly channels: EventChannels;
   /** The watched names' entries by the name as event messages carry it. */
   readonly byHex: Map<string, WatchEntry>;
   readonly entries: LockListeners<WatchEntry>;
@@ -285,8 +318,11 @@ interface EventHub {
   readonly resolveSubscribed: () => void;
 }
 
-/** Per-name entries, each also found by its hex name while it is watched. */
-function watchEntries(byHex: Map<string, WatchEntry>): LockListeners<WatchEntry> {
+/** Per-name entries, each also found by its hex name (and its channel held) while watched. */
+function watchEntries(
+  byHex: Map<string, WatchEntry>,
+  channels: EventChannels,
+): LockListeners<WatchEntry> {
   return new LockListeners<WatchEntry>({
     create(name) {
       const entry: WatchEntry = {
@@ -298,9 +334,13 @@ function watchEntries(byHex: Map<string, WatchEntry>): LockListeners<WatchEntry>
         recent: undefined,
       };
       byHex.set(entry.hex, entry);
+      channels.hold(entry.hex);
       return entry;
     },
-    dropped: (entry) => byHex.delete(entry.hex),
+    dropped(entry) {
+      byHex.delete(entry.hex);
+      channels.release(entry.hex);
+    },
   });
 }
 
@@ -420,13 +460,14 @@ function attach(hub: EventHub, source: EventSource, index: number): void {
   const { subscriber, db } = source;
   const keyspacePrefix = keyspaceChannelPrefix(db);
   subscriber.on('message', (from: string, message: string) => {
-    if (from !== hub.channel || hub.departures.deliver(message)) return;
+    if (!hub.channels.isOurs(from) || hub.departures.deliver(message)) return;
     const parsed = parseMessage(message, hub.byHex);
     if (parsed) onLockMessage(hub, parsed);
   });
   subscriber.on('pmessage', (_pattern: string, from: string, message: string) =>
     onKeyspaceMessage(hub, keyspacePrefix, from, message),
   );
+  subscriber.on('close', () => hub.channels.disconnected(index));
   subscriber.on('ready', () => {
     subscribe(hub, source, index).catch(() => {
       // The connection dropped mid-way; the next 'ready' tries again.
@@ -437,7 +478,10 @@ function attach(hub: EventHub, source: EventSource, index: number): void {
   });
 }
 
-/** On a (re)connected source: the channel, the keyspace patterns, then who must hear of it. */
+/**
+ * On a (re)connected source: the keyspace patterns, the name channels, then who must hear of
+ * it. CONFIG first: once it subscribes, the connection takes no other command.
+ */
 async function subscribe(hub: EventHub, source: EventSource, index: number): Promise<void> {
   const { options, subscribedOnce } = hub;
   const { subscriber, db } = source;
@@ -447,13 +491,14 @@ async function subscribe(hub: EventHub, source: EventSource, index: number): Pro
     // server that forbids CONFIG) is covered by the resynchronisation after reconnects.
     if (!subscribedOnce[index]) hub.expiryOn[index] = on;
   }
-  await subscriber.subscribe(hub.channel);
+  const names = hub.channels.subscribeAll(index);
   if (options.keyspace) {
     await subscriber.psubscribe(
       keyspacePattern(options.prefix, db),
       holderKeyspacePattern(options.prefix, db),
     );
   }
+  await names;
   if (hub.closed) return;
   if (subscribedOnce[index]) {
     // Events may have been missed while the stream was down.
@@ -470,6 +515,7 @@ async function subscribe(hub: EventHub, source: EventSource, index: number): Pro
 
 async function close(hub: EventHub): Promise<void> {
   hub.closed = true;
+  hub.channels.close();
   hub.entries.clear();
   hub.byHex.clear();
   hub.departures.clear();

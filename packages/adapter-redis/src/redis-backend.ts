@@ -46,7 +46,7 @@ export interface RedisBackendOptions extends ReplicaOptions {
   sentinels?: ReadonlyArray<string | SentinelAddress>;
   /** The master's name the sentinels monitor (`sentinel monitor NAME …`); required with `sentinels`. */
   sentinelName?: string;
-  /** Put in front of every key and the event channel. Default `dlm:`. No `{` or `}`. */
+  /** Put in front of every key and every event channel. Default `dlm:`. No `{` or `}`. */
   prefix?: string;
   /** The longest any call may take before it fails with UNAVAILABLE. Default 2000. */
   commandTimeoutMs?: number;
@@ -305,7 +305,7 @@ function fairQueueOf(r: BackendState, waiterTtlMs: number) {
     clock,
     waiterTtlMs,
     isClosed: () => r.closed,
-    subscribed: (startedAt) => subscribedOrRefused(r, 'acquire', startedAt),
+    subscribed: (name, startedAt) => subscribedOrRefused(r, 'acquire', startedAt, name),
     async confirmGrant(name, token) {
       await confirmWrite(r, 'acquire', name);
       events.noteGrant(name, token);
@@ -360,12 +360,18 @@ async function ready(r: BackendState): Promise<void> {
 }
 
 /**
- * Waits for the event subscription (a grant must not go unheard), unless Redis has refused
- * every connection so far: then UNAVAILABLE at once, as a call after an outage fails.
+ * Waits for the event subscription and `name`'s channel (a grant must not go unheard), unless
+ * Redis has refused every connection so far: then UNAVAILABLE at once, as a call after an
+ * outage fails.
  */
-function subscribedOrRefused(r: BackendState, what: string, startedAt: number): Promise<void> {
+function subscribedOrRefused(
+  r: BackendState,
+  what: string,
+  startedAt: number,
+  name: string,
+): Promise<void> {
   r.node.assertReachable(what);
-  return subscribedWithin(r.clock, r.events, r.commandTimeoutMs, startedAt);
+  return subscribedWithin(r.clock, r.events, r.commandTimeoutMs, startedAt, name);
 }
 
 async function tryAcquire(
@@ -375,7 +381,7 @@ async function tryAcquire(
   assertOpen(r);
   const { clock, events } = r;
   const startedAt = clock.now();
-  if (!events.isSubscribed) await subscribedOrRefused(r, 'acquire', startedAt);
+  if (events.whenSubscribed(name)) await subscribedOrRefused(r, 'acquire', startedAt, name);
   const result = await r.node.acquire(
     name,
     owner,

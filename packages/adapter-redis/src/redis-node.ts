@@ -14,7 +14,6 @@ import { Cluster, type Redis } from 'ioredis';
 import { bounded, within } from './command-bounds.js';
 import {
   askedMessage,
-  eventChannel,
   holdersKeyPattern,
   lockKeyPattern,
   type NameKeys,
@@ -154,7 +153,7 @@ export interface RedisNode {
   ): Promise<string | null>;
   inspect(name: string): Promise<LockState | null>;
   revoke(name: string): Promise<{ token: bigint; owner: string } | null>;
-  /** Publishes a release request (`askedMessage`) on the event channel. */
+  /** Publishes a release request (`askedMessage`) on the name's event channel. */
   requestRelease(name: string, reason: string | undefined, id: bigint): Promise<void>;
   /**
    * Redlock: raise this node's counter to `token` and relabel `owner`'s lease with it; `ttlMs`
@@ -249,7 +248,6 @@ class ScriptedRedisNode implements RedisNode {
   private readonly prefix: string;
   private readonly clock: Clock;
   private readonly timeoutMs: number;
-  private readonly channel: string;
   private readonly serverClock: ServerClock;
   private readonly deadlines: DeadlineQueue;
   /**
@@ -281,7 +279,6 @@ class ScriptedRedisNode implements RedisNode {
     this.prefix = prefix;
     this.clock = clock;
     this.timeoutMs = options.commandTimeoutMs;
-    this.channel = eventChannel(prefix);
     this.serverClock = createServerClock(clock, this.timeoutMs);
     this.deadlines = createDeadlineQueue(clock, this.timeoutMs);
     this.everReady = client.status === 'ready';
@@ -482,7 +479,7 @@ class ScriptedRedisNode implements RedisNode {
       owner,
       ttlMs,
       deadline,
-      this.options.publishAcquired ? this.channel : '',
+      this.options.publishAcquired ? keys.events : '',
       keys.hex,
       keyHash ?? '',
       this.options.fenceRetentionMs,
@@ -604,7 +601,7 @@ class ScriptedRedisNode implements RedisNode {
     const { keys, list } = this.queueKeys(name);
     await this.call('queue-leave', true, this.clock.now(), QUEUE_LEAVE, list, [
       id,
-      this.channel,
+      keys.events,
       keys.hex,
     ]);
   }
@@ -634,7 +631,7 @@ class ScriptedRedisNode implements RedisNode {
       this.clock.now(),
       RELEASE,
       [keys.lock],
-      [token.toString(), this.channel, keys.hex, keyHash ?? '-'],
+      [token.toString(), keys.events, keys.hex, keyHash ?? '-'],
     );
     return reply === 1;
   }
@@ -654,7 +651,7 @@ class ScriptedRedisNode implements RedisNode {
         startedAt,
         EXTEND,
         [keys.lock],
-        (deadline) => [token.toString(), ttlMs, deadline, keyHash ?? '-', this.channel, keys.hex],
+        (deadline) => [token.toString(), ttlMs, deadline, keyHash ?? '-', keys.events, keys.hex],
         true,
       ),
       'extend',
@@ -673,7 +670,7 @@ class ScriptedRedisNode implements RedisNode {
         this.clock.now(),
         REVOKE,
         [keys.lock],
-        (deadline) => [this.channel, keys.hex, deadline],
+        (deadline) => [keys.events, keys.hex, deadline],
         true,
       ),
       'revoke',
@@ -683,10 +680,11 @@ class ScriptedRedisNode implements RedisNode {
   }
 
   async requestRelease(name: string, reason: string | undefined, id: bigint): Promise<void> {
-    const message = askedMessage(this.keysOf(name).hex, id, reason);
+    const keys = this.keysOf(name);
+    const message = askedMessage(keys.hex, id, reason);
     // A cluster's bus carries a PUBLISH to every node, as it does the scripts' events.
     await bounded({ clock: this.clock, timeoutMs: this.timeoutMs }, 'requestRelease', true, () =>
-      this.client.publish(this.channel, message),
+      this.client.publish(keys.events, message),
     );
   }
 
@@ -709,7 +707,7 @@ class ScriptedRedisNode implements RedisNode {
       [
         owner,
         token.toString(),
-        announce ? this.channel : '',
+        announce ? keys.events : '',
         keys.hex,
         keyHash ?? '',
         ttlMs + this.options.fenceRetentionMs,

@@ -25,8 +25,11 @@ export interface QueueContext {
   /** How long an entry counts without its server's renewal. */
   waiterTtlMs: number;
   isClosed(): boolean;
-  /** Resolves once the event subscription is in place (rejects after the call's bound). */
-  subscribed(startedAt: number): Promise<void>;
+  /**
+   * Resolves once the event subscription and `name`'s channel are in place (rejects after the
+   * call's bound).
+   */
+  subscribed(name: string, startedAt: number): Promise<void>;
   /** After a grant: Redis replicas confirm it where the backend asks for that. */
   confirmGrant(name: string, token: bigint): Promise<void>;
   /** The backend's try-lock (refused while anyone is queued for the name). */
@@ -121,7 +124,9 @@ class RedisWaiter implements core.QueueDriver {
       // Never grantable as asked while they hold it: there is nothing to wait for.
       if (first.conflict) return { kind: 'conflict', conflict: first.conflict };
     }
-    await this.context.subscribed(startedAt);
+    // The name's channel is held (the queue watch is made before the first join) and confirmed
+    // before the join looks: a departure or an end published after the look reaches us.
+    await this.context.subscribed(this.request.name, startedAt);
     const reply = await this.context.node.queueJoin(this.queueRequest(), startedAt);
     // A conflict found by the look after queuing leaves the entry there: it is ours to remove.
     if (reply.kind === 'queued' || reply.kind === 'conflict') this.queued = true;

@@ -31,7 +31,7 @@ export interface RedlockBackendOptions {
   urls?: string[];
   /** Or your own ioredis clients, one per node (they stay yours; see adapter-redis for settings). */
   clients?: Redis[];
-  /** Put in front of every key and the event channel. Default `dlm:`. */
+  /** Put in front of every key and every event channel. Default `dlm:`. */
   prefix?: string;
   /** The longest any call to one node may take. Default 2000. */
   commandTimeoutMs?: number;
@@ -339,7 +339,7 @@ async function attemptAcquire(
   const { nodes, quorum, total } = r;
   const limit = sharedLimit(mode, asked);
   const startedAt = r.clock.now();
-  await subscribedWithin(r.clock, r.events, r.commandTimeoutMs, startedAt);
+  await subscribedWithin(r.clock, r.events, r.commandTimeoutMs, startedAt, name);
   const onNodes = nodeTtl(r, ttlMs);
   const run = gather(
     nodes,

@@ -23,6 +23,8 @@ import { nameChannel } from './key-encoding.js';
 export const IDLE_MS = 1_000;
 
 interface Channel {
+  readonly hex: string;
+  /** The channel's name (`nameChannel`). */
   readonly name: string;
   holds: number;
   /** The subscriber connections (source indexes) that confirmed the subscription. */
@@ -71,13 +73,13 @@ export function createEventChannels(options: {
   const { prefix, subscribers, needed, clock } = options;
   const byHex = new Map<string, Channel>();
   const live = subscribers.map(() => false);
-  const ownPrefix = nameChannel(prefix, '');
-  const ourPrefix = ownPrefix.slice(0, ownPrefix.indexOf('{') + 1);
+  const empty = nameChannel(prefix, '');
+  const ourPrefix = empty.slice(0, empty.indexOf('{') + 1);
   let sweep: Timer | undefined;
   let closed = false;
 
   const confirm = (channel: Channel, index: number) => {
-    if (byHex.get(channel.name) !== channel || !live[index]) return;
+    if (byHex.get(channel.hex) !== channel || !live[index]) return;
     channel.confirmedOn.add(index);
     if (channel.confirmedOn.size >= needed) channel.resolve();
   };
@@ -107,7 +109,7 @@ export function createEventChannels(options: {
         idleLeft = true;
         continue;
       }
-      byHex.delete(channel.name);
+      byHex.delete(channel.hex);
       gone.push(channel.name);
     }
     for (const [index, subscriber] of subscribers.entries()) {
@@ -123,8 +125,7 @@ export function createEventChannels(options: {
 
   return {
     hold(hex) {
-      const name = nameChannel(prefix, hex);
-      const kept = byHex.get(name);
+      const kept = byHex.get(hex);
       if (kept) {
         kept.holds += 1;
         kept.idleSince = undefined;
@@ -132,20 +133,21 @@ export function createEventChannels(options: {
       }
       if (closed) return;
       const channel: Channel = {
-        name,
+        hex,
+        name: nameChannel(prefix, hex),
         holds: 1,
         confirmedOn: new Set(),
         idleSince: undefined,
         confirmed: undefined,
         resolve: () => {},
       };
-      byHex.set(name, channel);
+      byHex.set(hex, channel);
       for (const index of subscribers.keys()) {
         if (live[index]) void subscribeOn(index, [channel]);
       }
     },
     release(hex) {
-      const channel = byHex.get(nameChannel(prefix, hex));
+      const channel = byHex.get(hex);
       if (!channel || channel.holds === 0) return;
       channel.holds -= 1;
       if (channel.holds > 0) return;
@@ -153,7 +155,7 @@ export function createEventChannels(options: {
       sweepLater();
     },
     pending(hex) {
-      const channel = byHex.get(nameChannel(prefix, hex));
+      const channel = byHex.get(hex);
       if (!channel || channel.holds === 0 || channel.confirmedOn.size >= needed) return undefined;
       channel.confirmed ??= new Promise<void>((resolve) => {
         channel.resolve = resolve;

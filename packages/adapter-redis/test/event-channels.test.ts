@@ -57,7 +57,8 @@ function tappedClient(url: string): Tapped {
 
 describe.skipIf(!enabled)('redis per-name event channels', () => {
   const redis = useRedis();
-  const opened: Array<{ service: LockService; backend: RedisBackend; client?: Redis }> = [];
+  const opened: Array<{ service: LockService; backend: RedisBackend; client: Redis | undefined }> =
+    [];
   afterEach(async () => {
     for (const { service, backend, client } of opened.splice(0)) {
       await service.close();
@@ -68,9 +69,9 @@ describe.skipIf(!enabled)('redis per-name event channels', () => {
   const service = async (tap?: Tapped) => {
     const backend = redisBackend(tap ? { client: tap.client } : { url: redis().url });
     await backend.ready();
-    const opened1 = { service: createLockService({ backend }), backend, client: tap?.client };
-    opened.push(opened1);
-    return opened1.service;
+    const lockService = createLockService({ backend });
+    opened.push({ service: lockService, backend, client: tap?.client });
+    return lockService;
   };
   const subscribers = async (name: string): Promise<number> => {
     const probe = new Redis(redis().url);

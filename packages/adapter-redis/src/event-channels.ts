@@ -9,9 +9,10 @@ import { nameChannel } from './key-encoding.js';
  * only the names it holds, waits on or watches, instead of every name's events.
  *
  * A channel is subscribed when its name gets its first hold (a watch, a queue watch) and
- * unsubscribed once it has had none for `IDLE_MS`: a name is typically taken and released again
- * and again, and a SUBSCRIBE and an UNSUBSCRIBE per pair would cost Redis more than the
- * messages they save. Until then the channel's messages still arrive and are dropped unread.
+ * unsubscribed once it has had none for `IDLE_MS` (a sweep every `IDLE_MS`: within twice that).
+ * A name is typically taken and released again and again, and a SUBSCRIBE and an UNSUBSCRIBE
+ * per pair would cost Redis more than the messages they save. Until the sweep, the channel's
+ * messages still arrive and are dropped unread.
  *
  * No missed wake-up: the hold comes first (core opens a name before it tries or queues), and
  * every look at Redis waits for `pending(hex)` (the channel confirmed by enough connections)
@@ -72,6 +73,8 @@ export function createEventChannels(options: {
 }): EventChannels {
   const { prefix, subscribers, needed, clock } = options;
   const byHex = new Map<string, Channel>();
+  /** The channels without holds, until the sweep unsubscribes them. */
+  const idle = new Set<Channel>();
   const live = subscribers.map(() => false);
   const empty = nameChannel(prefix, '');
   const ourPrefix = empty.slice(0, empty.indexOf('{') + 1);
@@ -103,12 +106,12 @@ export function createEventChannels(options: {
     const now = clock.now();
     const gone: string[] = [];
     let idleLeft = false;
-    for (const channel of byHex.values()) {
-      if (channel.idleSince === undefined) continue;
-      if (now - channel.idleSince < IDLE_MS) {
+    for (const channel of idle) {
+      if (now - (channel.idleSince ?? now) < IDLE_MS) {
         idleLeft = true;
         continue;
       }
+      idle.delete(channel);
       byHex.delete(channel.hex);
       gone.push(channel.name);
     }
@@ -129,6 +132,7 @@ export function createEventChannels(options: {
       if (kept) {
         kept.holds += 1;
         kept.idleSince = undefined;
+        idle.delete(kept);
         return;
       }
       if (closed) return;
@@ -152,6 +156,7 @@ export function createEventChannels(options: {
       channel.holds -= 1;
       if (channel.holds > 0) return;
       channel.idleSince = clock.now();
+      idle.add(channel);
       sweepLater();
     },
     pending(hex) {
@@ -179,6 +184,7 @@ export function createEventChannels(options: {
       sweep?.cancel();
       sweep = undefined;
       byHex.clear();
+      idle.clear();
     },
   };
 }

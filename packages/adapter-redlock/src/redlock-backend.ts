@@ -338,8 +338,10 @@ async function attemptAcquire(
   assertOpen(r);
   const { nodes, quorum, total } = r;
   const limit = sharedLimit(mode, asked);
+  await subscribedWithin(r.clock, r.events, r.commandTimeoutMs, r.clock.now(), name);
+  // The lease's validity runs from the first node's command, after the wait for the name's
+  // channel (a SUBSCRIBE round trip on a quorum the first time a name is used here).
   const startedAt = r.clock.now();
-  await subscribedWithin(r.clock, r.events, r.commandTimeoutMs, startedAt, name);
   const onNodes = nodeTtl(r, ttlMs);
   const run = gather(
     nodes,

@@ -17,7 +17,8 @@ import {
  *   follows `MOVED` (and refreshes its slot map) and `ASK` while a slot moves; a script whose keys
  *   are split across the two nodes mid-migration gets `TRYAGAIN` and is sent again.
  * - Events: the scripts' `PUBLISH` goes, in a cluster, to every node (the cluster bus carries
- *   it), so one subscriber connection, to any node, hears every lock's events. It reconnects to
+ *   it), so one subscriber connection, to any node, hears the events of every name whose
+ *   channel it subscribed to (event-channels.ts). It reconnects to
  *   the next node of the current topology when its node goes away, and every reconnect
  *   resynchronises the watched names (what a gap may have missed is read back).
  * - No keyspace expiry notifications: a node reports only its own keys' expiries, and after a

@@ -59,8 +59,6 @@ export interface EventChannels {
   disconnected(index: number): void;
   /** Whether `channel` (as a message names it) is one of ours. */
   isOurs(channel: string): boolean;
-  /** The channels subscribed (or being subscribed) right now, for tests and metrics. */
-  readonly size: number;
   close(): void;
 }
 
@@ -176,9 +174,6 @@ export function createEventChannels(options: {
       live[index] = false;
     },
     isOurs: (channel) => channel.startsWith(ourPrefix),
-    get size() {
-      return byHex.size;
-    },
     close() {
       closed = true;
       sweep?.cancel();

@@ -90,8 +90,6 @@ export interface LockEvents {
    * the name's channel if anyone here watches it; otherwise resolves once they are.
    */
   whenSubscribed(name: string): Promise<void> | undefined;
-  /** How many name channels are subscribed (idle ones linger a moment: event-channels.ts). */
-  channelCount(): number;
   /** True while every source has keyspace expiry notifications switched on. */
   expiryEventsOn(): boolean;
   close(): Promise<void>;
@@ -294,7 +292,6 @@ export function createLockEvents(options: LockEventsOptions): LockEvents {
       if (hub.isSubscribed) return channel;
       return channel ? Promise.all([subscribed, channel]).then(() => {}) : subscribed;
     },
-    channelCount: () => channels.size,
     expiryEventsOn: () => options.keyspace && hub.expiryOn.every(Boolean),
     close: () => close(hub),
   };

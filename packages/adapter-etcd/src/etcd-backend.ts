@@ -16,7 +16,7 @@ import {
 import { askValue, type EtcdKeys, etcdKeys, prefixEnd } from './etcd-keys.js';
 import { type LeasePool, type LockLease, leasePool, ttlSeconds } from './etcd-leases.js';
 import { etcdQueue } from './etcd-queue.js';
-import { aheadOfView, ruleHoldersOf, takenByAnother } from './etcd-queue-txn.js';
+import { aheadOfView, ruleHoldersOf, takenByAnother } from './etcd-queue-view.js';
 import { waiterSession } from './etcd-session.js';
 import {
   noSharedHolder,

@@ -11,12 +11,7 @@ import {
   queueWaits,
   systemClock,
 } from '@dlm/core';
-import {
-  EtcdLeaseInvalidError,
-  type IKeyValue,
-  type IRangeRequest,
-  type ITxnResponse,
-} from 'etcd3';
+import { EtcdLeaseInvalidError, type IKeyValue, type ITxnResponse } from 'etcd3';
 import { type Budget, budget, withRetries } from './etcd-calls.js';
 import { delayLeftMs, detachPrevious } from './etcd-delay.js';
 import {
@@ -26,20 +21,17 @@ import {
   refreshHolder,
   reportGrant,
 } from './etcd-grant-lease.js';
-import { type EtcdKeys, prefixEnd } from './etcd-keys.js';
+import type { EtcdKeys } from './etcd-keys.js';
+import { countQueued, placeInQueue, watchQueue } from './etcd-queue-reads.js';
+import { entryId, lookTxn, type Place, type WaiterKeys, waiterKeys } from './etcd-queue-txn.js';
 import {
   aheadOfView,
-  entryId,
   entryWaitedOn,
-  lookTxn,
-  type Place,
   ruleHoldersOf,
   takenByAnother,
   type View,
   viewOf,
-  type WaiterKeys,
-  waiterKeys,
-} from './etcd-queue-txn.js';
+} from './etcd-queue-view.js';
 import type { WaiterSession } from './etcd-session.js';
 import type { PrefixWatch } from './etcd-watch.js';
 
@@ -59,7 +51,7 @@ export interface QueueContext extends GrantLeaseContext {
 }
 
 /** The lock as the last event about it left it: granted at this revision, on this lease. */
-type LastGrant = Map<string, { revision: string; lease: string | undefined }>;
+export type LastGrant = Map<string, { revision: string; lease: string | undefined }>;
 
 const leaseInvalid = (error: unknown): boolean =>
   error instanceof DlmError && error.cause instanceof EtcdLeaseInvalidError;
@@ -84,28 +76,7 @@ export function etcdQueue(context: QueueContext) {
     expirySlackMs: 250,
     isClosed: context.isClosed,
     attach: waits.attach,
-    watch(name, report) {
-      const stopLock = context.watch.subscribe(name, (event, lease) => {
-        if (event.type === 'acquired') lastGrant.set(name, { revision: `${event.token}`, lease });
-        else {
-          lastGrant.delete(name);
-          report({ what: 'holder-ended' });
-        }
-      });
-      const stopQueue = context.watch.subscribeQueue(name, (key, revision) =>
-        report({ what: 'entry-left', key, mark: revision }),
-      );
-      // The head in a lock-delay sleeps on its key as on a holder (etcd-delay.ts).
-      const stopDelay = context.watch.subscribeDelayEnd(name, () =>
-        report({ what: 'holder-ended' }),
-      );
-      return () => {
-        stopLock();
-        stopQueue();
-        stopDelay();
-        lastGrant.delete(name);
-      };
-    },
+    watch: (name, report) => watchQueue(context, lastGrant, name, report),
     driver: (request) => new EtcdWaiter(context, lastGrant, request),
     count: (name) => countQueued(context, context.keys.queue(name)),
   };
@@ -164,19 +135,8 @@ class EtcdWaiter implements QueueDriver {
     return this.remember(() => this.step());
   }
 
-  /**
-   * The queue keys created at or before mine: my place (create revisions order the queue). A
-   * range's `count` ignores the revision filters, so the keys themselves are counted.
-   */
-  async position(): Promise<number | undefined> {
-    const { place } = this;
-    if (!place.queued || place.revision <= 0n) return undefined;
-    const keys = await rangeQueue(this.context, this.w.queueStart, {
-      keys_only: true,
-      max_create_revision: place.revision.toString(),
-    });
-    if (!keys.kvs.some((kv) => kv.key.equals(place.myKey))) return undefined;
-    return keys.kvs.length;
+  position(): Promise<number | undefined> {
+    return placeInQueue(this.context, this.w.queueStart, this.place);
   }
 
   look(predecessorLeft?: QueueChange): Promise<QueueStep> {
@@ -332,16 +292,4 @@ class EtcdWaiter implements QueueDriver {
       this.place = { queued: true, myKey: place.myKey, revision: 0n, decided: false };
     throw error;
   }
-}
-
-/** A range over the queue keys under `start`, in one read. */
-function rangeQueue(context: QueueContext, start: Buffer, options: Partial<IRangeRequest>) {
-  return withRetries(budget('inspect', context.commandTimeoutMs), 'idempotent', false, (deadline) =>
-    context.client.kv.range({ key: start, range_end: prefixEnd(start), ...options }, { deadline }),
-  );
-}
-
-/** How many requests queue for a name (its queue keys under `start`). */
-async function countQueued(context: QueueContext, start: Buffer): Promise<number> {
-  return Number((await rangeQueue(context, start, { count_only: true })).count);
 }

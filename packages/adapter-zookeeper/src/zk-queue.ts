@@ -22,7 +22,8 @@ import {
 import { type HeadWaiter, QueueHead } from './zk-holders.js';
 import type { Current, LockStore, NameNode } from './zk-locks.js';
 import { aheadOfWaiters, namedHolders, specOfRequest } from './zk-modes.js';
-import { type EntrySpec, type LockPaths, waiters } from './zk-paths.js';
+import type { EntrySpec, LockPaths } from './zk-paths.js';
+import { countWaiters, QueuePlace } from './zk-queue-places.js';
 import { type Budget, budget, CreateMode, isZkCode, type ZkSession } from './zk-session.js';
 
 export interface QueueContext {
@@ -68,13 +69,7 @@ export function zkQueue(context: QueueContext) {
       const others = () => waits.drivers(request.name).some((other) => other.entry() !== undefined);
       return new ZkWaiter(context, clock, removed, request, waiter, others);
     },
-    count: async (name) => {
-      const children = await context.store.childrenOf(
-        budget('inspect', context.commandTimeoutMs),
-        name,
-      );
-      return children?.waiters.length ?? 0;
-    },
+    count: (name) => countWaiters(context, name),
   };
   // Watches may not survive a lost session, and the session's waiter nodes do not: after a
   // reconnect or a new session, every waiter looks again.
@@ -100,6 +95,7 @@ class ZkWaiter implements QueueDriver, HandOverWaiter, HeadWaiter {
   readonly slot: HandOverSlot;
   readonly store: LockStore;
   private readonly head = new QueueHead(this);
+  private readonly place: QueuePlace;
   /** Our waiter node's path while we are queued. */
   private myPath: string | undefined;
 
@@ -116,6 +112,7 @@ class ZkWaiter implements QueueDriver, HandOverWaiter, HeadWaiter {
     this.parent = context.paths.parent(request.name);
     this.leaseTtlMs = Math.max(request.ttlMs, context.minTtlMs);
     this.spec = specOfRequest(request);
+    this.place = new QueuePlace(context.session, context.commandTimeoutMs);
     const { owner, keyHash } = request;
     const lockDelayMs = request.lockDelayMs ?? 0;
     const to = { owner, keyHash, ttlMs: this.leaseTtlMs, spec: this.spec, lockDelayMs };
@@ -138,33 +135,16 @@ class ZkWaiter implements QueueDriver, HandOverWaiter, HeadWaiter {
     return this.myPath;
   }
 
-  /** Told when the name's children change (one function, so the watch never piles up). */
-  private moved: (() => void) | undefined;
-  private readonly onChildren = () => this.moved?.();
-
-  /**
-   * My node's place among the waiter nodes (sequence order), read with a watch on the
-   * children: entries ahead leaving are not otherwise seen here (each waiter watches one node).
-   */
-  async position(moved: () => void): Promise<number | undefined> {
-    const mine = this.myPath;
-    if (mine === undefined) return undefined;
-    this.moved = moved;
-    const limit = budget('inspect', this.context.commandTimeoutMs);
-    const { children } = await this.context.session.getChildren(
-      limit,
-      this.parent,
-      this.onChildren,
-    );
-    const place = waiters(children).indexOf(mine.slice(this.parent.length + 1));
-    return place < 0 ? undefined : place + 1;
+  /** My place among the waiter nodes (zk-queue-places.ts). */
+  position(moved: () => void): Promise<number | undefined> {
+    return this.place.read(this.parent, this.myPath, moved);
   }
 
   stop(): void {
     // ZooKeeper watches are one-shot and cannot be taken back; the loop ignores a late one.
     this.slot.stopped = true;
     this.slot.dropUncollected();
-    this.moved = undefined;
+    this.place.stop();
   }
 
   async leave(path: string): Promise<void> {

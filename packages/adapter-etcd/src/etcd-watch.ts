@@ -46,6 +46,51 @@ function addTo<T>(map: Map<string, Set<T>>, name: string, listener: T): Unsubscr
   };
 }
 
+/** Tells each of `name`'s listeners: one listener's failure must not keep the others from hearing. */
+function tell<T>(map: Map<string, Set<T>>, name: string, call: (listener: T) => void): void {
+  for (const listener of [...(map.get(name) ?? [])]) {
+    try {
+      call(listener);
+    } catch {}
+  }
+}
+
+type WatchEvent = NonNullable<IWatchResponse['events']>[number];
+
+/**
+ * The lock event of a put or delete of `name`'s lock key or of one of its shared holder keys
+ * (each shared holder is its own key: one `acquired` and one end event per holder), with the
+ * lease a grant's key went on; `markers`: the release/revoke markers of the response, by
+ * revision (a delete without one is an expiry).
+ */
+function lockEventOf(
+  event: WatchEvent,
+  name: string,
+  shared: boolean,
+  markers: ReadonlyMap<string, 'released' | 'revoked'>,
+): { event: LockEvent; lease?: string } | undefined {
+  const mode = shared ? 'shared' : 'exclusive';
+  if (event.type === 'Put') {
+    // version 1 is the put that created the key: a grant. Later puts only move the key to a
+    // fresh lease (re-acquire, extend): the same lease, nothing to report.
+    if (event.kv.version !== '1') return undefined;
+    const token = BigInt(event.kv.create_revision);
+    const owner = ownerOfValue(event.kv.value);
+    return { event: { name, type: 'acquired', token, owner, mode }, lease: event.kv.lease };
+  }
+  const previous = event.prev_kv;
+  return {
+    event: {
+      name,
+      type: markers.get(event.kv.mod_revision) ?? 'expired',
+      ...(previous
+        ? { token: BigInt(previous.create_revision), owner: ownerOfValue(previous.value) }
+        : {}),
+      ...(shared ? { mode } : {}),
+    },
+  };
+}
+
 /** `clock`: where the restart delay and close's time limit are set. */
 export function watchPrefix(
   client: Etcd3,
@@ -62,33 +107,11 @@ export function watchPrefix(
     markReady = resolve;
   });
 
-  function emit(name: string, event: LockEvent, lease?: string): void {
-    const set = listeners.get(name);
-    if (!set) return;
-    for (const listener of [...set]) {
-      try {
-        listener(event, lease);
-      } catch {
-        // One listener's failure must not keep the others from hearing the event.
-      }
-    }
-  }
-
-  function emitQueue(name: string, deletedKey: string | undefined, revision?: string): void {
-    for (const listener of [...(queueListeners.get(name) ?? [])]) {
-      try {
-        listener(deletedKey, revision);
-      } catch {}
-    }
-  }
-
-  function emitDelayEnd(name: string): void {
-    for (const listener of [...(delayListeners.get(name) ?? [])]) {
-      try {
-        listener();
-      } catch {}
-    }
-  }
+  const emit = (name: string, event: LockEvent, lease?: string) =>
+    tell(listeners, name, (listener) => listener(event, lease));
+  const emitQueue = (name: string, deletedKey: string | undefined, revision?: string) =>
+    tell(queueListeners, name, (listener) => listener(deletedKey, revision));
+  const emitDelayEnd = (name: string) => tell(delayListeners, name, (listener) => listener());
 
   function onData(response: IWatchResponse): void {
     const markers = new Map<string, 'released' | 'revoked'>();
@@ -120,34 +143,8 @@ export function watchPrefix(
           ? key.slice(keys.lockPrefix.length)
           : undefined;
       if (name === undefined || !listeners.has(name)) continue;
-      // Each shared holder is its own key: one `acquired` and one end event per holder.
-      const mode = shared ? 'shared' : 'exclusive';
-      if (event.type === 'Put') {
-        // version 1 is the put that created the key: a grant. Later puts only move the key to
-        // a fresh lease (re-acquire, extend): the same lease, nothing to report.
-        if (event.kv.version !== '1') continue;
-        emit(
-          name,
-          {
-            name,
-            type: 'acquired',
-            token: BigInt(event.kv.create_revision),
-            owner: ownerOfValue(event.kv.value),
-            mode,
-          },
-          event.kv.lease,
-        );
-      } else {
-        const previous = event.prev_kv;
-        emit(name, {
-          name,
-          type: markers.get(event.kv.mod_revision) ?? 'expired',
-          ...(previous
-            ? { token: BigInt(previous.create_revision), owner: ownerOfValue(previous.value) }
-            : {}),
-          ...(shared ? { mode } : {}),
-        });
-      }
+      const lock = lockEventOf(event, name, shared, markers);
+      if (lock) emit(name, lock.event, lock.lease);
     }
   }
 

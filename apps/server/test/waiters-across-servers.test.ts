@@ -32,21 +32,15 @@ describe.skipIf(!redisAvailable())(
       const [holder, first, second] = [await session(one), await session(one), await session(two)];
       const name = `waiters-across/${Math.random().toString(36).slice(2)}`;
       const held = (await holder.call('lock.acquire', { name, ttlMs: 10_000 })).result;
+      /** `peer` queues for the name, told its places, until it is told the first one. */
+      const queue = async (peer: Peer, waitMs: number) => {
+        const wait = peer.call('lock.acquire', { name, ttlMs: 10_000, waitMs, progress: true });
+        await peer.arrived(() => (told(peer).length === 1 ? true : undefined));
+        return { wait };
+      };
       // The first gives up when its waitMs runs out (on server one); the second waits on two.
-      const firstWait = first.call('lock.acquire', {
-        name,
-        ttlMs: 10_000,
-        waitMs: 1_500,
-        progress: true,
-      });
-      await first.arrived(() => (told(first).length === 1 ? true : undefined));
-      const secondWait = second.call('lock.acquire', {
-        name,
-        ttlMs: 10_000,
-        waitMs: 20_000,
-        progress: true,
-      });
-      await second.arrived(() => (told(second).length === 1 ? true : undefined));
+      const { wait: firstWait } = await queue(first, 1_500);
+      const { wait: secondWait } = await queue(second, 20_000);
       expect(told(second)).toEqual([2]);
       for (const peer of [holder, second]) {
         expect((await peer.call('lock.get', { name })).result).toMatchObject({

@@ -94,21 +94,7 @@ export type {
   ReleaseRequestOptions,
   ReleaseRequestResult,
 } from './release-requests.js';
-export {
-  type Backoff,
-  type BackoffOptions,
-  backoffDelayMs,
-  createBackoff,
-  DEFAULT_RETRY,
-  isRetryable,
-  linkSignals,
-  type RetryAttempt,
-  type RetryOptions,
-  type RetryPolicy,
-  type RetryRunOptions,
-  retry,
-  retryPolicy,
-} from './retry.js';
-// Every export of time.ts and validation.ts is public API.
+// Every export of retry.ts, time.ts and validation.ts is public API.
+export * from './retry.js';
 export * from './time.js';
 export * from './validation.js';

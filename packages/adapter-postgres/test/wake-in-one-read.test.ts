@@ -87,7 +87,7 @@ describe.skipIf(!run)('postgres: changes heard in one read of the LISTEN stream'
       // At the entry's end `late` looks, is granted, and is held at its entry's delete.
       await until(() => waiting('at the barrier'), { timeoutMs: 5_000 });
       // A third server revokes `late`'s lease: it waits for the held grant to commit.
-      const revoked = z.revoke(name);
+      const revoked = z.revoke!(name);
       await until(() => waiting('revoke'));
       // Let the grant go (the unlock is written before the process blocks), and read nothing
       // for a second: the grant, its departure and the revocation commit meanwhile.

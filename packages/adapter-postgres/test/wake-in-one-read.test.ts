@@ -1,7 +1,7 @@
 import { lockName, sleep, until, waitThrough } from '@dlm/conformance';
 import { postgresAvailable } from '@dlm/test-services';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { usePostgres } from './support.js';
+import { lateBarrier, usePostgres } from './support.js';
 
 /**
  * A waiter whose predecessor left with the lock sleeps on that holder without a look (core's
@@ -10,10 +10,10 @@ import { usePostgres } from './support.js';
  * reported before the woken waiter runs again: the end must still wake it, or it sleeps out the
  * whole lease (the 10 s stalls of the three-server FIFO test).
  *
- * Made to happen on demand: a trigger of the test's own holds the look that grants a `late…`
- * waiter at its entry's delete (the name's row locked, the grant written), a revocation waits
- * behind it, and the test blocks its own process while it lets the look go: both commits, and
- * their NOTIFYs, are then waiting in the socket when the process reads again.
+ * Made to happen on demand: the late barrier (support.ts) holds the look that grants a `late…`
+ * waiter as it writes the grant (the name's row locked), a revocation waits behind it, and the
+ * test blocks its own process while it lets the look go: both commits, and their NOTIFYs, are
+ * then waiting in the socket when the process reads again.
  */
 
 const BARRIER = 4343;
@@ -22,30 +22,14 @@ const PREFIX = 'wake_';
 const run = postgresAvailable();
 
 describe.skipIf(!run)('postgres: changes heard in one read of the LISTEN stream', () => {
-  const { admin, open } = usePostgres(PREFIX);
+  const scope = usePostgres(PREFIX);
+  const { admin, open } = scope;
+  const barrier = lateBarrier(scope, PREFIX, BARRIER);
 
   beforeAll(async () => {
     await open();
-    await admin().query(`CREATE OR REPLACE FUNCTION ${PREFIX}barrier() RETURNS trigger
-      LANGUAGE plpgsql AS $$
-      BEGIN
-        IF OLD.owner LIKE 'late%' THEN PERFORM pg_advisory_xact_lock(${BARRIER}); END IF;
-        RETURN OLD;
-      END $$`);
-    await admin().query(`CREATE OR REPLACE TRIGGER ${PREFIX}waiters_barrier
-      BEFORE DELETE ON ${PREFIX}waiters FOR EACH ROW EXECUTE FUNCTION ${PREFIX}barrier()`);
+    await barrier.install(['leases']);
   });
-
-  /** Whether one of dlm's statements waits for a lock: at the barrier, or a revocation. */
-  async function waiting(what: 'at the barrier' | 'revoke'): Promise<boolean> {
-    const result = await admin().query(
-      `SELECT count(*)::int AS n FROM pg_stat_activity
-        WHERE application_name = 'dlm' AND wait_event_type = 'Lock'
-          AND (CASE WHEN $1 THEN wait_event = 'advisory' ELSE query LIKE '%revoke%' END)`,
-      [what === 'at the barrier'],
-    );
-    return (result.rows[0] as { n: number }).n > 0;
-  }
 
   async function entries(name: string): Promise<string[]> {
     const result = await admin().query(
@@ -84,11 +68,11 @@ describe.skipIf(!run)('postgres: changes heard in one read of the LISTEN stream'
         () => null,
       );
       await until(async () => (await entries(name)).length === 3);
-      // At the entry's end `late` looks, is granted, and is held at its entry's delete.
-      await until(() => waiting('at the barrier'), { timeoutMs: 5_000 });
+      // At the entry's end `late` looks, and is held as it writes its grant.
+      await until(async () => (await barrier.waiting()) >= 1, 5_000);
       // A third server revokes `late`'s lease: it waits for the held grant to commit.
       const revoked = z.revoke!(name);
-      await until(() => waiting('revoke'));
+      await until(async () => (await barrier.waiting()) >= 2, 5_000);
       // Let the grant go (the unlock is written before the process blocks), and read nothing
       // for a second: the grant, its departure and the revocation commit meanwhile.
       const unlocked = admin().query('SELECT pg_advisory_unlock($1)', [BARRIER]);

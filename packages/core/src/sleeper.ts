@@ -7,9 +7,13 @@ export interface Sleeper {
   changed(change: QueueChange, affects: (step: QueueSleep) => boolean): void;
   /** Wakes it, whatever it sleeps on (a new connection, a close). */
   wake(): void;
-  /** Runs one look; changes reported meanwhile are checked against its step (`missed`). */
+  /**
+   * Runs one look; changes reported meanwhile are checked against its step (`missed`). What was
+   * reported before it is forgotten (the look reads the store after it). A step taken without a
+   * look is checked against every change reported since the wake.
+   */
   looking(look: () => Promise<QueueStep> | QueueStep): Promise<QueueStep>;
-  /** Whether a change reported during the last look concerns `step`. */
+  /** Whether a change reported since the last look began (or the wake) concerns `step`. */
   missed(step: QueueSleep): boolean;
   /** The change that woke it from sleeping on the entry ahead: that entry left (once). */
   predecessorLeft(): QueueChange | undefined;
@@ -63,6 +67,8 @@ export function createSleeper({ clock }: Pick<BackendQueue<never>, 'clock'>): Sl
         };
         sleepingOn = step;
         left = undefined;
+        // Checked against the step it sleeps on (`missed`): from now on, only what comes after.
+        seen.length = 0;
         wake = done;
         if (wakeAfterMs !== undefined) timer = clock.setTimer(done, wakeAfterMs);
         signal.addEventListener('abort', done, { once: true });

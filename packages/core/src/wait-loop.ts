@@ -3,6 +3,7 @@ import type { Timer } from './clock.js';
 import { DlmError, toUnavailable } from './errors.js';
 import type {
   BackendQueue,
+  QueueChange,
   QueueDriver,
   QueueSleep,
   QueueStep,
@@ -166,9 +167,13 @@ export class WaitLoop<R extends AcquireRequest = AcquireRequest> {
       if (this.isClosed()) throw this.closedError();
       const entry = driver.entry();
       const startedAt = this.queue.clock.now();
-      const step = await sleeper.looking(() =>
-        entry === undefined ? this.join(wait, driver) : this.look(wait, driver),
-      );
+      const left = entry === undefined ? undefined : sleeper.predecessorLeft();
+      // Without a look, what was reported since the wake is checked against it (`missed`).
+      const step =
+        this.holderThatLeft(wait, left) ??
+        (await sleeper.looking(() =>
+          entry === undefined ? this.join(wait, driver) : driver.look(left),
+        ));
       this.renewals.schedule();
       if (step.kind === 'granted') {
         const sentAt = step.sentAt ?? startedAt;
@@ -199,13 +204,15 @@ export class WaitLoop<R extends AcquireRequest = AcquireRequest> {
     }
   }
 
-  /** A look, unless the entry I slept on left with the lock: then I sleep on that holder. */
-  private look(wait: Wait, driver: QueueDriver): Promise<QueueStep> | QueueStep {
-    const left = wait.sleeper.predecessorLeft();
-    if (left?.grantedMs !== undefined && !wait.shared) {
-      return { kind: 'holder', ttlRemainingMs: left.grantedMs };
-    }
-    return driver.look(left);
+  /**
+   * When the entry an exclusive waiter slept on left with the lock, it sleeps on that holder
+   * without a look. That step reads nothing, so a change reported after the wake (the holder's
+   * release, heard in the same breath as its grant) must still count against it: it is not
+   * taken inside `looking`, which forgets what came before the look.
+   */
+  private holderThatLeft(wait: Wait, left: QueueChange | undefined): QueueStep | undefined {
+    if (left?.grantedMs === undefined || wait.shared) return undefined;
+    return { kind: 'holder', ttlRemainingMs: left.grantedMs };
   }
 
   private wakeAfterMs(step: QueueSleep): number | undefined {

@@ -321,6 +321,26 @@ describe('the wait loop', () => {
     expect(second.log).toEqual(['join', 'look', 'stop']);
   });
 
+  it("a holder's end heard right after its grant's departure (one read of the stream) is not lost", async () => {
+    const { clock, pending } = countingClock();
+    const behind = scripted('2', [
+      () => ({ kind: 'predecessor', key: '1' }),
+      () => ({ kind: 'granted', grant: grant() }),
+    ]);
+    const { loop } = queueOf([behind], { clock });
+    const wait = loop.run(request(), new AbortController().signal);
+    await flush();
+    // Another server's waiter `1` left with an 800 ms lease and released it at once: both are
+    // reported before the woken waiter runs again, so its step on that holder takes no look.
+    loop.waits.report('x', { what: 'entry-left', key: '1', grantedMs: 800 });
+    loop.waits.report('x', { what: 'holder-ended' });
+    await flush();
+    // It looks at once rather than sleeping out the lease.
+    expect(behind.log).toEqual(['join', 'look', 'stop']);
+    expect(await wait).toMatchObject({ kind: 'granted' });
+    expect(pending()).toBe(0);
+  });
+
   it("joins this server's waiters for one name in the order they called", async () => {
     const slow = gate<QueueStep>();
     const order: string[] = [];

@@ -58,6 +58,7 @@ export function helloHandlers(scope: SessionScope): Handlers<'session.hello' | '
           maxLocksPerRequest: bounds.maxLocksPerRequest,
           maxHolders: bounds.maxHolders,
           maxLockDelayMs: bounds.maxLockDelayMs,
+          maxHoldMs: bounds.maxHoldMs,
         },
         ...(multi ? { frames: FRAMES_MULTI } : {}),
       };

@@ -305,7 +305,8 @@ class Feed implements LockFeed {
   lost(event: LostEvent): void {
     this.pending.drop(event.name, event.token);
     const entry = this.find(event.name, event.token);
-    if (entry) this.end(entry, event.reason);
+    // A lease at its cap on holding ran out there (its last extend was clamped to it).
+    if (entry) this.end(entry, event.reason === 'maxHold' ? 'expired' : event.reason);
   }
 
   waiting(name: string, count: number): void {

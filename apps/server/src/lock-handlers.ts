@@ -360,6 +360,7 @@ function acquireOptions(
   if (params.requestRelease !== undefined)
     options.requestRelease = params.requestRelease as boolean;
   if (params.lockDelayMs !== undefined) options.lockDelayMs = params.lockDelayMs as number;
+  if (params.maxHoldMs !== undefined) options.maxHoldMs = params.maxHoldMs as number;
   if (signal) options.signal = signal;
   return options;
 }

@@ -84,8 +84,8 @@ export interface ServerMetrics {
   wait(outcome: WaitOutcome, seconds: number): void;
   /** How long a lease granted through this server was held. */
   hold(end: HoldEnd, seconds: number): void;
-  /** A `lock.lost` sent to a holder's session. */
-  lost(reason: 'expired' | 'revoked'): void;
+  /** A `lock.lost` sent to a holder's session (`maxHold`: also counted as a lease held to its cap). */
+  lost(reason: LostReason): void;
   /**
    * A release request: `asked` through this server (`lock.requestRelease`, or an acquire with
    * `requestRelease` that had to wait), or `delivered`: heard by a lease followed here.
@@ -114,7 +114,9 @@ const HOLD_ENDS: readonly HoldEnd[] = ['released', 'expired', 'revoked'];
 export type ReleaseRequestEvent = 'asked' | 'delivered';
 const RELEASE_REQUEST_EVENTS: readonly ReleaseRequestEvent[] = ['asked', 'delivered'];
 
-const LOST_REASONS: readonly ('expired' | 'revoked')[] = ['expired', 'revoked'];
+/** Why a lease held through this server ended other than by its holder's release. */
+export type LostReason = 'expired' | 'revoked' | 'maxHold';
+const LOST_REASONS: readonly LostReason[] = ['expired', 'revoked', 'maxHold'];
 const LOCK_MODES: readonly LockMode[] = ['exclusive', 'shared'];
 
 const LATENCY_BUCKETS = [
@@ -270,7 +272,7 @@ function leaseSeries(registry: PromRegistry) {
     }),
     lostBy: zeroedCounter(registry, LOST_REASONS, {
       name: 'dlm_locks_lost_total',
-      help: 'lock.lost notifications sent to holders, by reason (expired, revoked).',
+      help: 'lock.lost notifications sent to holders, by reason (expired, revoked, maxHold).',
       labelName: 'reason',
     }),
   };
@@ -325,6 +327,11 @@ export function createMetrics(options: { version: string; backend: string }): Se
     help: 'Acquires answered LOCK_HELD because the name was in its lock-delay (its last lease, asked with lockDelayMs, ended by expiry or revocation).',
     registers: [registry],
   });
+  const maxHoldEnds = new Counter({
+    name: 'dlm_leases_max_hold_total',
+    help: 'Leases held through this server that ended at their cap on holding (acquired with maxHoldMs, extended up to it): stuck or forgetful holders.',
+    registers: [registry],
+  });
   const requestBy = new Map<string, Map<string, CounterSeries>>();
 
   return {
@@ -347,6 +354,7 @@ export function createMetrics(options: { version: string; backend: string }): Se
     },
     lost(reason) {
       lostBy[reason].inc();
+      if (reason === 'maxHold') maxHoldEnds.inc();
     },
     releaseRequest(event) {
       releaseRequestsBy[event].inc();

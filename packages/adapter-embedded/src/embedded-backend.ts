@@ -74,6 +74,7 @@ export async function embeddedBackend(
     expiryEvents: true,
     sharedModes: true,
     lockDelay: true,
+    maxHold: true,
   };
   return {
     kind: 'embedded',
@@ -126,17 +127,22 @@ class EmbeddedStore {
     // The monotonic clock restarted with the process, so a lease is counted in full from now:
     // its holder may still believe in it for that long. Only a wall clock showing the whole TTL
     // gone since the record drops it early.
-    const revive = (held: RecoveredLease): Lease | undefined =>
-      wallNow - held.wallMs >= held.ttlMs
-        ? undefined
-        : {
-            name: held.name,
-            owner: held.owner,
-            token: held.token,
-            keyHash: held.keyHash,
-            deadline: now + held.ttlMs,
-            heapIndex: -1,
-          };
+    // A cap on holding is kept on the wall clock: the lease ends by it even when its own time
+    // (counted in full from now) would run longer.
+    const revive = (held: RecoveredLease): Lease | undefined => {
+      const capMs = held.capWallMs === undefined ? Number.POSITIVE_INFINITY : held.capWallMs - wallNow;
+      if (wallNow - held.wallMs >= held.ttlMs || capMs <= 0) return undefined;
+      const lease: Lease = {
+        name: held.name,
+        owner: held.owner,
+        token: held.token,
+        keyHash: held.keyHash,
+        deadline: now + Math.min(held.ttlMs, capMs),
+        heapIndex: -1,
+      };
+      if (held.capWallMs !== undefined) lease.capAt = now + capMs;
+      return lease;
+    };
     for (const [name, held] of recovered) {
       if (!(held instanceof Map)) {
         const lease = revive(held);
@@ -181,6 +187,8 @@ class EmbeddedStore {
         keyHash: lease.keyHash,
         limit,
       });
+      const cap = capRecord(lease, now, wallMs);
+      if (cap !== undefined) records.push(cap);
     };
     for (const held of this.leases.values()) {
       if (held instanceof SharedHolders) for (const lease of held.holders) add(lease, held.limit);
@@ -350,6 +358,7 @@ class EmbeddedStore {
     if (decision.kind === 'grant') lease = undefined;
     if (lease === undefined) {
       lease = { name, owner, token: this.takeToken(), keyHash, deadline: now + ttl, heapIndex: -1 };
+      if (request.maxHoldMs !== undefined) lease.capAt = now + request.maxHoldMs;
       let holders = 1;
       if (!shared) this.leases.set(name, lease);
       else if (held instanceof SharedHolders) holders = held.add(lease);
@@ -366,26 +375,30 @@ class EmbeddedStore {
         });
       }
     } else {
-      // The same owner again (a re-sent acquire): same token, lease refreshed.
-      this.restart(lease, now + ttl);
+      // The same owner again (a re-sent acquire): same token, lease refreshed (to its cap).
+      this.restart(lease, now + capped(lease, ttl, now));
     }
     this.armTimer();
+    const grantedMs = capped(lease, ttl, now);
+    const wallMs = Date.now();
     let durable = this.journal?.append({
       type: 'grant',
       name,
       owner,
       token: lease.token,
-      ttlMs: ttl,
-      wallMs: Date.now(),
+      ttlMs: grantedMs,
+      wallMs,
       keyHash,
       limit,
     });
+    const cap = capRecord(lease, now, wallMs);
+    if (cap !== undefined) durable = this.journal?.append(cap) ?? durable;
     if (!shared) {
       const delay = this.delays.granted(
         name,
         lease.token,
         request.lockDelayMs ?? 0,
-        now + ttl,
+        now + grantedMs,
         now,
       );
       if (delay !== undefined) durable = this.journal?.append(delay) ?? durable;
@@ -394,7 +407,7 @@ class EmbeddedStore {
     const granted = lease;
     const result: core.AcquireResult = {
       granted: true,
-      grant: { name, owner, token: granted.token, ttlMs: ttl },
+      grant: { name, owner, token: granted.token, ttlMs: grantedMs, ...holdLeft(granted, now) },
     };
     if (durable === undefined) return Promise.resolve(result);
     return durable.then(() => {
@@ -434,19 +447,28 @@ class EmbeddedStore {
     this.expireDue(now);
     const lease = this.holder(name, token);
     if (lease === undefined || !holds(lease, token, keyHash)) return this.answer(null);
-    this.restart(lease, now + ttl);
+    // Up to the cap on holding only; at it, the lease is over (its deadline was the cap).
+    const grantedMs = capped(lease, ttl, now);
+    if (grantedMs <= 0) return this.answer(null);
+    this.restart(lease, now + grantedMs);
     this.armTimer();
     let durable = this.journal?.append({
       type: 'extend',
       name,
       token,
-      ttlMs: ttl,
+      ttlMs: grantedMs,
       wallMs: Date.now(),
     });
-    const delay = this.delays.extended(name, token, now + ttl, now);
+    const delay = this.delays.extended(name, token, now + grantedMs, now);
     if (delay !== undefined) durable = this.journal?.append(delay) ?? durable;
     this.watchers.drain();
-    const grant: core.Grant = { name, owner: lease.owner, token, ttlMs: ttl };
+    const grant: core.Grant = {
+      name,
+      owner: lease.owner,
+      token,
+      ttlMs: grantedMs,
+      ...holdLeft(lease, now),
+    };
     if (durable === undefined) return Promise.resolve(grant);
     return durable.then(() =>
       lease.heapIndex >= 0 && lease.deadline > this.clock.now() ? grant : null,
@@ -600,6 +622,23 @@ function remainingMs(lease: Lease, now: number): number {
 }
 
 /** The lease actually granted: at least 1 ms, whole milliseconds; undefined when not a number. */
+/** `ttlMs`, but no further than the lease's cap on holding (0 or less: at or past it). */
+function capped(lease: Lease, ttlMs: number, now: number): number {
+  return lease.capAt === undefined ? ttlMs : Math.min(ttlMs, Math.floor(lease.capAt - now));
+}
+
+/** A capped lease's `holdRemainingMs` for its grant. */
+function holdLeft(lease: Lease, now: number): { holdRemainingMs?: number } {
+  return lease.capAt === undefined ? {} : { holdRemainingMs: Math.floor(lease.capAt - now) };
+}
+
+/** The journal record of a lease's cap on holding, on the wall clock; none for an uncapped one. */
+function capRecord(lease: Lease, now: number, wallMs: number): JournalRecord | undefined {
+  if (lease.capAt === undefined) return undefined;
+  const capWallMs = Math.floor(wallMs + lease.capAt - now);
+  return { type: 'cap', name: lease.name, token: lease.token, capWallMs };
+}
+
 function leaseMs(ttlMs: number): number | undefined {
   if (typeof ttlMs !== 'number' || !Number.isFinite(ttlMs)) return undefined;
   return Math.max(1, Math.ceil(ttlMs));

@@ -15,6 +15,9 @@ import { crc32 } from 'node:zlib';
  * A name's lock-delay is `['d', name, token, ms, wallMs, delayMs]`: nobody is granted the name
  * until `ms` after `wallMs` (0: none), kept by the lease `token` whose delay is `delayMs`, written whenever it changes (a grant or extend of a lease with a
  * lock-delay: until its end plus the delay; a release: none; a revocation: the delay from then).
+ * A lease's cap on holding is `['c', name, token, capWallMs]`, written with its grant: no extend
+ * keeps the lease past the wall-clock time `capWallMs` (a restart counts the cap on the wall clock,
+ * as it does the lease's time).
  */
 
 export const JOURNAL_MAGIC = Buffer.from('DLMJRNL1', 'latin1');
@@ -40,6 +43,8 @@ export type JournalRecord =
   | { type: 'end'; name: string; token: bigint }
   /** Nobody is granted `name` until `ms` after `wallMs` (its lock-delay; 0: none). */
   | { type: 'delay'; name: string; token: bigint; ms: number; wallMs: number; delayMs: number }
+  /** The lease `token` of `name` is held no later than `capWallMs` (its cap on holding). */
+  | { type: 'cap'; name: string; token: bigint; capWallMs: number }
   /** Tokens up to and including `token` may have been handed out. */
   | { type: 'high-water'; token: bigint };
 
@@ -70,6 +75,8 @@ export function encodeRecord(record: JournalRecord): string {
       return JSON.stringify(['e', record.name, record.token.toString()]);
     case 'high-water':
       return JSON.stringify(['h', record.token.toString()]);
+    case 'cap':
+      return JSON.stringify(['c', record.name, record.token.toString(), record.capWallMs]);
     case 'delay':
       return JSON.stringify([
         'd',
@@ -186,6 +193,11 @@ function decodePayload(text: string): JournalRecord | undefined {
       }
       return undefined;
     }
+    case 'c':
+      if (isText(a) && isToken(b) && isMs(c)) {
+        return { type: 'cap', name: a, token: BigInt(b), capWallMs: c };
+      }
+      return undefined;
     default:
       return undefined;
   }

@@ -54,6 +54,8 @@ export interface RecoveredLease {
   wallMs: number;
   /** Present: a `shared` holder, and the limit of its name. */
   limit?: number | undefined;
+  /** Present: the lease's cap on holding, on the wall clock. */
+  capWallMs?: number | undefined;
 }
 
 /** A name's holders as last journaled: its one exclusive lease, or its shared ones by token. */
@@ -177,6 +179,12 @@ export async function openJournal(options: JournalOptions): Promise<Journal> {
         case 'high-water':
           if (record.token > highWater) highWater = record.token;
           break;
+        case 'cap': {
+          const held = leases.get(record.name);
+          const lease = held instanceof Map ? held.get(record.token) : held;
+          if (lease?.token === record.token) lease.capWallMs = record.capWallMs;
+          break;
+        }
         case 'delay':
           if (record.ms > 0) {
             const { token, ms, wallMs, delayMs } = record;

@@ -12,6 +12,11 @@ export interface Lease {
   deadline: number;
   /** Position in the deadline heap; -1 when not in it. */
   heapIndex: number;
+  /**
+   * With a cap on holding: the monotonic ms past which no extend keeps the lease. Set only on
+   * capped leases, so the others stay six fields.
+   */
+  capAt?: number;
 }
 
 /** Past this many holders, a name's holders are indexed by key hash (below, a scan is cheaper). */

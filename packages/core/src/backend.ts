@@ -86,6 +86,12 @@ export interface BackendCapabilities {
    * sends one.
    */
   lockDelay?: boolean;
+  /**
+   * The adapter keeps caps on holding (`AcquireRequest.maxHoldMs`, `Grant.holdRemainingMs`).
+   * Absent or false: core refuses a `maxHoldMs` (INVALID_PARAMS, field `maxHoldMs`) and never
+   * sends one.
+   */
+  maxHold?: boolean;
 }
 
 export interface AcquireRequest {
@@ -109,6 +115,19 @@ export interface AcquireRequest {
    * while it runs.
    */
   lockDelayMs?: number | undefined;
+  /**
+   * Only with `capabilities.maxHold`, at least `ttlMs`: the lease's cap on holding. The adapter
+   * keeps the cap as an absolute time with the lease, in the same atomic step as the grant, so
+   * that every dlm server on the store clamps by it: no extend or refresh (an idempotent
+   * re-acquire keeps the first grant's cap) sets the lease's end past it, and one that would is
+   * granted up to the cap only (its `ttlMs` says how much); at or past the cap an extend answers
+   * null (an adapter whose store may keep the lease a little longer, etcd's whole seconds,
+   * ends it in that step). Where the store has a clock the cap is on it (Redis `TIME`,
+   * PostgreSQL `now()`); where its transactions have none (etcd, ZooKeeper) it is the granting
+   * server's wall clock, and clamping uses the extending server's, so their clocks must agree
+   * to within the error one accepts on the cap.
+   */
+  maxHoldMs?: number | undefined;
 }
 
 /** Which lease a release or extend is about: the token, and the key's hash when known. */
@@ -123,8 +142,17 @@ export interface Grant {
   name: string;
   owner: string;
   token: bigint;
-  /** The lease the backend actually granted (≥ the request, rounded to its granularity). */
+  /**
+   * The lease the backend actually granted (≥ the request, rounded to its granularity), but
+   * never past the lease's cap on holding (then less than asked).
+   */
   ttlMs: number;
+  /**
+   * With a cap on holding (`AcquireRequest.maxHoldMs`): how long the lease had left to its cap
+   * at this step, on the store's clock. Absent: the lease has no cap (or, on a fresh grant, the
+   * adapter did not say: core counts the request's `maxHoldMs`).
+   */
+  holdRemainingMs?: number | undefined;
 }
 
 export type AcquireResult =
@@ -209,7 +237,10 @@ export interface LockBackend {
   tryAcquire(request: AcquireRequest): Promise<AcquireResult>;
   /** Frees the lock when `token` (and `keyHash`) are the current holder's. False when not. */
   release(request: HolderProof): Promise<boolean>;
-  /** Resets the lease to `ttlMs` when `token` (and `keyHash`) are the holder's; null when not. */
+  /**
+   * Resets the lease to `ttlMs` when `token` (and `keyHash`) are the holder's; null when not.
+   * With a cap on holding, to its cap at most, and null at or past it (see `maxHoldMs`).
+   */
   extend(request: HolderProof & { ttlMs: number }): Promise<Grant | null>;
   /** The current holders (every one of them, with `sharedModes`), or null when free. */
   inspect(name: string): Promise<LockState | null>;

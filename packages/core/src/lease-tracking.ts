@@ -1,4 +1,6 @@
 import type { Grant, LockEvent } from './backend.js';
+import type { Timer } from './clock.js';
+import { lostReason, noteHoldCap } from './hold-cap.js';
 import { cancelCheck, see } from './holder-view.js';
 import type { LostEvent } from './lock-service.js';
 import { followsEnd, type NameState, type ServiceContext } from './name-state.js';
@@ -21,6 +23,13 @@ export interface TrackedLease {
   onLost: ((event: LostEvent) => void) | undefined;
   /** Told when someone asks the holder to let go (`release-requests.ts`). */
   onReleaseRequested: ((event: ReleaseRequestedEvent) => void) | undefined;
+  /**
+   * With a cap on holding: when the lease reaches it, on the service's clock (`hold-cap.ts`).
+   * Set only on capped leases, so an uncapped one costs no more.
+   */
+  capAt?: number;
+  /** Where core itself ends the lease at its cap (a backend with coarse leases). */
+  capTimer?: Timer | undefined;
 }
 
 /** Whom a followed lease tells of its end and of requests to let go. */
@@ -96,14 +105,14 @@ export function specOfLease({ sharedLimit }: TrackedLease): LeaseSpec {
 
 /**
  * Follows a lease granted or extended here with the key (and its hash) it was asked with,
- * `startedAt` being when its request was sent.
+ * `startedAt` being when its request was sent, and the cap on holding it was asked with.
  */
 export function track(
   ctx: ServiceContext,
   state: NameState,
   grant: Grant,
   { leaseKey, keyHash }: Proof,
-  { mode, limit }: LeaseSpec,
+  { mode, limit, maxHoldMs }: LeaseSpec & { maxHoldMs?: number | undefined },
   startedAt: number,
   { onLost, onReleaseRequested }: LeaseListeners,
 ): void {
@@ -129,6 +138,9 @@ export function track(
   }
   lease.onLost = onLost ?? lease.onLost;
   lease.onReleaseRequested = onReleaseRequested ?? lease.onReleaseRequested;
+  noteHoldCap(ctx, state, lease, grant, maxHoldMs, startedAt, (capped, token) =>
+    endAtCap(ctx, capped, token),
+  );
   see(ctx, state, grant.token, grant.owner, startedAt + grant.ttlMs, mode);
 }
 
@@ -150,6 +162,7 @@ export function untrack(
 ): TrackedLease | undefined {
   const lease = removeLease(state, token);
   if (!lease) return undefined;
+  lease.capTimer?.cancel();
   if (!followsEnd(ctx, state)) cancelCheck(state);
   return lease;
 }
@@ -173,6 +186,20 @@ export function lose(
   if (lease) tellLost(ctx, state.name, lease, reason);
 }
 
+/**
+ * The lease `token` reached its cap on holding (`hold-cap.ts`) on a backend whose own lease may
+ * run a little past it: its holder hears `maxHold`, and the backend's lease is ended.
+ */
+function endAtCap(ctx: ServiceContext, state: NameState, token: bigint): void {
+  const lease = leaseOf(state, token);
+  if (!lease || ctx.closed) return;
+  lose(ctx, state, token, 'maxHold');
+  ctx.calls.releaseQuietly(
+    { name: state.name, owner: lease.owner, token, ttlMs: 0 },
+    lease.keyHash,
+  );
+}
+
 /** The observer and the holder of `lease` (no longer followed) hear that it was lost. */
 export function tellLost(
   ctx: ServiceContext,
@@ -180,7 +207,7 @@ export function tellLost(
   lease: TrackedLease,
   reason: LostEvent['reason'],
 ): void {
-  const event: LostEvent = { name, token: lease.token, reason };
+  const event: LostEvent = { name, token: lease.token, reason: lostReason(ctx, lease, reason) };
   ctx.notify('lost', event);
   if (!lease.onLost) return;
   try {

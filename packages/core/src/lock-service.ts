@@ -52,6 +52,7 @@ import {
   validateFlag,
   validateLeaseKey,
   validateLockDelay,
+  validateMaxHold,
   validateMode,
   validateName,
   validateOwner,
@@ -79,7 +80,8 @@ export interface Lease {
 export interface LostEvent {
   name: string;
   token: bigint;
-  reason: 'expired' | 'revoked';
+  /** `maxHold`: it reached its cap on holding (`AcquireOptions.maxHoldMs`). */
+  reason: 'expired' | 'revoked' | 'maxHold';
 }
 
 /**
@@ -131,6 +133,14 @@ export interface AcquireOptions {
    * ends it with no delay.
    */
   lockDelayMs?: number;
+  /**
+   * A cap on holding: absent (none), or `ttlMs` to `limits.maxHoldMs`, on a backend with
+   * `capabilities.maxHold` (INVALID_PARAMS, field `maxHoldMs`, otherwise). No extend keeps the
+   * lease past its grant plus this: one that would is granted up to the cap only (its `ttlMs`
+   * says how much), and at the cap the lease ends and its holder hears `lost` with reason
+   * `maxHold`. An idempotent re-acquire keeps the first grant's cap.
+   */
+  maxHoldMs?: number;
   /** Ends a wait early with CANCELLED. */
   signal?: AbortSignal;
   /**
@@ -334,6 +344,8 @@ function createContext(options: LockServiceOptions): ServiceContext {
   limits.minTtlMs = Math.max(limits.minTtlMs, backend.capabilities.minTtlMs);
   // A backend that keeps no lock-delays admits none: what `session.hello` announces.
   if (!backend.capabilities.lockDelay) limits.maxLockDelayMs = 0;
+  // Likewise caps on holding.
+  if (!backend.capabilities.maxHold) limits.maxHoldMs = 0;
   const leaseTimers = !backend.capabilities.expiryEvents;
   const settings: ServiceSettings = {
     maxWaiters: options.maxWaitersPerName ?? 10_000,
@@ -396,6 +408,21 @@ function checkLockDelay(ctx: ServiceContext, value: unknown, mode: LockMode): nu
   return lockDelayMs;
 }
 
+/**
+ * An acquire's cap on holding, checked: absent, or in [`ttlMs`, `limits.maxHoldMs`] on a backend
+ * that keeps caps.
+ */
+function checkMaxHold(ctx: ServiceContext, value: unknown, ttlMs: number): number | undefined {
+  if (value !== undefined && !ctx.backend.capabilities.maxHold) {
+    throw new DlmError(
+      'INVALID_PARAMS',
+      `maxHoldMs is not supported by the ${ctx.backend.kind} backend yet`,
+      { field: 'maxHoldMs' },
+    );
+  }
+  return validateMaxHold(value, ttlMs, ctx.limits);
+}
+
 function assertOpen(ctx: ServiceContext): void {
   if (ctx.closed) throw new DlmError('UNAVAILABLE', 'the lock service is shutting down');
 }
@@ -426,6 +453,7 @@ async function acquire(ctx: ServiceContext, options: AcquireOptions): Promise<Le
   const { mode, limit } = validateMode(options.mode, options.limit, limits);
   if (mode === 'shared' && !ctx.backend.capabilities.sharedModes) throw noSharedModes(ctx);
   const lockDelayMs = checkLockDelay(ctx, options.lockDelayMs, mode);
+  const maxHoldMs = checkMaxHold(ctx, options.maxHoldMs, ttlMs);
   const givenKey = options.leaseKey === undefined ? undefined : validateLeaseKey(options.leaseKey);
   validateFlag(options.requestRelease, 'requestRelease');
   assertOpen(ctx);
@@ -434,7 +462,16 @@ async function acquire(ctx: ServiceContext, options: AcquireOptions): Promise<Le
   const { leaseKey, keyHash, holder } = acquireProof(state, owner, givenKey, mode);
   const isHolder = holder !== undefined;
   const queued: QueuedAcquire = {
-    request: { name, owner, ttlMs, keyHash, mode, limit, ...(lockDelayMs > 0 && { lockDelayMs }) },
+    request: {
+      name,
+      owner,
+      ttlMs,
+      keyHash,
+      mode,
+      limit,
+      ...(lockDelayMs > 0 && { lockDelayMs }),
+      ...(maxHoldMs !== undefined && { maxHoldMs }),
+    },
     leaseKey,
     onLost: options.onLost,
     onReleaseRequested: options.onReleaseRequested,

@@ -61,6 +61,8 @@ export interface QueuedAcquire {
     limit: number;
     /** Above 0 only: the lease's lock-delay (`AcquireRequest.lockDelayMs`). */
     lockDelayMs?: number | undefined;
+    /** The lease's cap on holding (`AcquireRequest.maxHoldMs`), when asked. */
+    maxHoldMs?: number | undefined;
   };
   leaseKey: string;
   onLost: ((event: LostEvent) => void) | undefined;

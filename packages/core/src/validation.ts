@@ -16,6 +16,11 @@ export interface Limits {
    * or revocation, nobody is granted its name for that long.
    */
   maxLockDelayMs: number;
+  /**
+   * The longest cap on holding an acquire may ask for (`maxHoldMs`): no extend keeps a lease
+   * past its grant plus its cap.
+   */
+  maxHoldMs: number;
 }
 
 export const DEFAULT_LIMITS: Limits = {
@@ -27,6 +32,7 @@ export const DEFAULT_LIMITS: Limits = {
   maxLocksPerRequest: 64,
   maxHolders: 10_000,
   maxLockDelayMs: 60_000,
+  maxHoldMs: 604_800_000,
 };
 
 // U+0000–U+001F and U+007F.
@@ -93,6 +99,28 @@ export function validateLockDelay(
   limits: Pick<Limits, 'maxLockDelayMs'> = DEFAULT_LIMITS,
 ): number {
   return checkInteger(value ?? 0, 'lockDelayMs', 0, limits.maxLockDelayMs);
+}
+
+/**
+ * An acquire's `maxHoldMs`: absent (no cap), or an integer in [`ttlMs`, `limits.maxHoldMs`].
+ * The bounds are said in the caller's units, milliseconds.
+ */
+export function validateMaxHold(
+  value: unknown,
+  ttlMs: number,
+  limits: Pick<Limits, 'maxHoldMs'> = DEFAULT_LIMITS,
+): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value)) {
+    throw invalid('maxHoldMs', 'must be an integer number of milliseconds');
+  }
+  if (value < ttlMs) {
+    throw invalid('maxHoldMs', `must be at least ttlMs (${ttlMs} ms), got ${value} ms`);
+  }
+  if (value > limits.maxHoldMs) {
+    throw invalid('maxHoldMs', `must be at most ${limits.maxHoldMs} ms, got ${value} ms`);
+  }
+  return value;
 }
 
 const LEASE_KEY = /^[A-Za-z0-9_-]{22,128}$/;

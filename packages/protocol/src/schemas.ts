@@ -57,6 +57,12 @@ const LockDelayMs = Type.Integer({
   description:
     'Lock-delay, in ms, in [0, limits.maxLockDelayMs], default 0: when this lease ends by expiry or revocation (not by its holder\'s release), nobody is granted the name until lockDelayMs after that end (a try-lock meanwhile is LOCK_HELD with data.lockDelayRemainingMs; a waiter is granted when the delay has passed). Exclusive locks only (with mode "shared", above 0 is INVALID_PARAMS, field lockDelayMs, as on servers whose backend keeps no lock-delays).',
 });
+/** Extension (a cap on holding, additive to v1): `maxHoldMs` on `lock.acquire`. */
+const MaxHoldMs = Type.Integer({
+  minimum: 1,
+  description:
+    'A cap on holding, in ms, in [ttlMs, limits.maxHoldMs]; absent: none. No lock.extend keeps the lease past its grant plus maxHoldMs: one that would is granted up to the cap only (its result\'s ttlMs says how much), and at the cap the lease ends and its holder gets lock.lost with reason "maxHold". An idempotent re-acquire keeps the first grant\'s cap. Out of range, or on a server whose backend keeps no caps: INVALID_PARAMS, field maxHoldMs.',
+});
 const LockDelayRemainingMs = Type.Integer({
   minimum: 1,
   description:
@@ -144,6 +150,13 @@ export const HelloResult = Type.Object({
           'The longest lockDelayMs an acquire may ask for (60,000 by default). Absent only from servers that predate lock-delays.',
       }),
     ),
+    maxHoldMs: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        description:
+          'The longest maxHoldMs an acquire may ask for (604,800,000, 7 days, by default); 0 when the backend keeps no caps on holding. Absent only from servers that predate caps on holding.',
+      }),
+    ),
   }),
 });
 
@@ -172,6 +185,7 @@ export const AcquireParams = params({
     }),
   ),
   lockDelayMs: Type.Optional(LockDelayMs),
+  maxHoldMs: Type.Optional(MaxHoldMs),
 });
 const GrantFields = {
   name: Name,
@@ -417,7 +431,14 @@ export const LockQueuedParams = Type.Object({
 export const LockLostParams = Type.Object({
   name: Name,
   token: Token,
-  reason: Type.Union([Type.Literal('expired'), Type.Literal('revoked')]),
+  reason: Type.Union([
+    Type.Literal('expired'),
+    Type.Literal('revoked'),
+    Type.Literal('maxHold', {
+      description:
+        'Extension (a cap on holding): the lease reached its grant plus the maxHoldMs it was acquired with.',
+    }),
+  ]),
 });
 
 export const ErrorData = Type.Object(

@@ -7,6 +7,7 @@ import { durabilityGroup } from './groups/durability.js';
 import { expiryGroup } from './groups/expiry.js';
 import { fairQueueGroup } from './groups/fair-queue.js';
 import { grantsGroup } from './groups/grants.js';
+import { holdCapGroup } from './groups/hold-cap.js';
 import { leaseKeysGroup } from './groups/lease-keys.js';
 import { lockDelayGroup } from './groups/lock-delay.js';
 import { multiLockGroup } from './groups/multi-lock.js';
@@ -75,6 +76,7 @@ const groups: ReadonlyArray<(ctx: ConformanceContext) => void> = [
   checkGroup,
   queuePositionsGroup,
   lockDelayGroup,
+  holdCapGroup,
 ];
 
 /**

@@ -284,6 +284,7 @@ function capabilities(
     expiryEvents: events.expiryEventsOn(),
     sharedModes: true,
     lockDelay: true,
+    maxHold: true,
   };
 }
 
@@ -376,7 +377,7 @@ function subscribedOrRefused(
 
 async function tryAcquire(
   r: BackendState,
-  { name, owner, ttlMs, keyHash, mode, limit, lockDelayMs }: AcquireRequest,
+  { name, owner, ttlMs, keyHash, mode, limit, lockDelayMs, maxHoldMs }: AcquireRequest,
 ): Promise<AcquireResult> {
   assertOpen(r);
   const { clock, events } = r;
@@ -391,6 +392,7 @@ async function tryAcquire(
     undefined,
     sharedLimit(mode, limit),
     lockDelayMs,
+    maxHoldMs,
   );
   if (!result.granted) {
     if (result.conflict) return { granted: false, conflict: result.conflict };
@@ -405,7 +407,9 @@ async function tryAcquire(
   }
   await confirmWrite(r, 'acquire', name);
   events.noteGrant(name, result.token);
-  return { granted: true, grant: { name, owner, token: result.token, ttlMs } };
+  const { holdRemainingMs } = result;
+  const grant = { name, owner, token: result.token, ttlMs: result.ttlMs ?? ttlMs };
+  return { granted: true, grant: holdRemainingMs === undefined ? grant : { ...grant, holdRemainingMs } };
 }
 
 async function release(r: BackendState, { name, token, keyHash }: HolderProof): Promise<boolean> {
@@ -421,9 +425,10 @@ async function extend(
 ): Promise<Grant | null> {
   assertOpen(r);
   const { name, token, ttlMs, keyHash } = request;
-  const owner = await r.node.extend(name, token, keyHash, ttlMs);
-  if (owner !== null) await confirmWrite(r, 'extend', name);
-  return owner === null ? null : { name, owner, token, ttlMs };
+  const extended = await r.node.extend(name, token, keyHash, ttlMs);
+  if (extended === null) return null;
+  await confirmWrite(r, 'extend', name);
+  return { name, token, ...extended };
 }
 
 async function revoke(r: BackendState, name: string): Promise<boolean> {

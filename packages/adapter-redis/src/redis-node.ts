@@ -53,6 +53,10 @@ export type NodeAcquireResult =
       fresh: boolean;
       /** How many holders the name has after the grant. */
       holders: number;
+      /** A refresh: the ms it was refreshed for (clamped to its cap on holding). */
+      ttlMs?: number;
+      /** A refresh of a capped lease: the ms it had left to its cap. */
+      holdRemainingMs?: number;
     }
   /** `queued`: the lock is free but someone waits in its fair queue (no barging). */
   | {
@@ -80,6 +84,15 @@ export interface QueueRequest {
   limit?: number | undefined;
   /** The lease's lock-delay (exclusive only; absent: none). */
   lockDelayMs?: number | undefined;
+  /** The lease's cap on holding (exclusive only; absent: none). */
+  maxHoldMs?: number | undefined;
+}
+
+/** An extended lease: its owner, the ms it was extended for (clamped to its cap), the ms left to its cap. */
+export interface NodeExtended {
+  owner: string;
+  ttlMs: number;
+  holdRemainingMs?: number;
 }
 
 /** What a join or a look found. */
@@ -127,7 +140,7 @@ export interface RedisNode {
    * the lease and must match for the same owner's re-acquire (undefined: none). `freshMs`: how
    * long a fresh lease lives on the node (default `ttlMs`; a re-acquire is refreshed for `ttlMs`).
    * `limit`: a shared request with that limit; undefined: exclusive. `lockDelayMs`: the lease's
-   * lock-delay (exclusive only; see redis-scripts.ts).
+   * lock-delay, `maxHoldMs` its cap on holding (exclusive only; see redis-scripts.ts).
    */
   acquire(
     name: string,
@@ -138,19 +151,23 @@ export interface RedisNode {
     freshMs?: number,
     limit?: number,
     lockDelayMs?: number,
+    maxHoldMs?: number,
   ): Promise<NodeAcquireResult>;
   /** How long `name`'s lock-delay has left (0: none, or held). */
   lockDelayOf(name: string): Promise<number>;
   /** `keyHash` undefined: the token alone (an operator's call). */
   release(name: string, token: bigint, keyHash: string | undefined): Promise<boolean>;
-  /** The holder's owner when extended; null when `token` (and `keyHash`) do not hold the lock. */
+  /**
+   * The holder's owner and the ms granted when extended (clamped to its cap on holding); null
+   * when `token` (and `keyHash`) do not hold the lock, or it is at its cap.
+   */
   extend(
     name: string,
     token: bigint,
     keyHash: string | undefined,
     ttlMs: number,
     startedAt?: number,
-  ): Promise<string | null>;
+  ): Promise<NodeExtended | null>;
   inspect(name: string): Promise<LockState | null>;
   revoke(name: string): Promise<{ token: bigint; owner: string } | null>;
   /** Publishes a release request (`askedMessage`) on the name's event channel. */
@@ -209,6 +226,12 @@ function parseValue(value: string): { token: bigint; owner: string } {
 }
 
 /** A script's `{-2, field, now, limit}`: why the request can never be granted as asked. */
+/** A script's ms left to a cap on holding (-1 or absent: none), as a grant's field. */
+function holdLeft(value: unknown): { holdRemainingMs?: number } {
+  const ms = value === undefined ? -1 : Number(value);
+  return ms < 0 ? {} : { holdRemainingMs: ms };
+}
+
 function conflictOf(reply: unknown[]): LockConflict {
   return reply[1] === 'limit' ? { field: 'limit', limit: Number(reply[3]) } : { field: 'mode' };
 }
@@ -503,6 +526,7 @@ class ScriptedRedisNode implements RedisNode {
     freshMs?: number,
     limit?: number,
     lockDelayMs?: number,
+    maxHoldMs?: number,
   ): Promise<NodeAcquireResult> {
     const keys = this.keysOf(name);
     const reply = asArray(
@@ -519,6 +543,7 @@ class ScriptedRedisNode implements RedisNode {
           limit === undefined ? 'x' : 's',
           limit ?? 1,
           lockDelayMs ?? 0,
+          maxHoldMs ?? 0,
         ],
         true,
       ),
@@ -532,6 +557,8 @@ class ScriptedRedisNode implements RedisNode {
         token: BigInt(String(reply[1])),
         fresh: reply[3] === 1,
         holders: Number(reply[4] ?? 1),
+        ...(reply[5] !== undefined && { ttlMs: Number(reply[5]) }),
+        ...holdLeft(reply[6]),
       };
     }
     if (reply[0] === -2) return { granted: false, conflict: conflictOf(reply) };
@@ -553,7 +580,7 @@ class ScriptedRedisNode implements RedisNode {
     request: QueueRequest,
     startedAt: number,
   ): Promise<QueueReply> {
-    const { name, owner, keyHash, ttlMs, id, waiterTtlMs, limit, lockDelayMs } = request;
+    const { name, owner, keyHash, ttlMs, id, waiterTtlMs, limit, lockDelayMs, maxHoldMs } = request;
     const { keys, list } = this.queueKeys(name);
     const reply = asArray(
       await this.send(
@@ -569,6 +596,7 @@ class ScriptedRedisNode implements RedisNode {
           limit === undefined ? 'x' : 's',
           limit ?? 1,
           lockDelayMs ?? 0,
+          maxHoldMs ?? 0,
         ],
         true,
       ),
@@ -642,7 +670,7 @@ class ScriptedRedisNode implements RedisNode {
     keyHash: string | undefined,
     ttlMs: number,
     startedAt = this.clock.now(),
-  ): Promise<string | null> {
+  ): Promise<NodeExtended | null> {
     const keys = this.keysOf(name);
     const reply = asArray(
       await this.send(
@@ -658,7 +686,8 @@ class ScriptedRedisNode implements RedisNode {
     );
     this.observe(reply[2]);
     if (reply[0] === -1) throw this.stale('extend');
-    return reply[0] === 1 ? String(reply[1]) : null;
+    if (reply[0] !== 1) return null;
+    return { owner: String(reply[1]), ttlMs: Number(reply[3] ?? ttlMs), ...holdLeft(reply[4]) };
   }
 
   async revoke(name: string): Promise<{ token: bigint; owner: string } | null> {

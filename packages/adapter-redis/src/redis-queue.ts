@@ -144,10 +144,10 @@ class RedisWaiter implements core.QueueDriver {
   }
 
   private queueRequest(): QueueRequest {
-    const { name, owner, ttlMs, keyHash, lockDelayMs } = this.request;
+    const { name, owner, ttlMs, keyHash, lockDelayMs, maxHoldMs } = this.request;
     const { waiterTtlMs } = this.context;
     const { id, limit } = this;
-    return { name, owner, keyHash, ttlMs, id, waiterTtlMs, limit, lockDelayMs };
+    return { name, owner, keyHash, ttlMs, id, waiterTtlMs, limit, lockDelayMs, maxHoldMs };
   }
 
   /** A grant, or what the script found ahead of our entry: an entry, the holder, or nothing. */

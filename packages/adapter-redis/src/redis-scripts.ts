@@ -92,9 +92,15 @@ end
 // its value that delay in ms, its PX the lease's end plus the delay. So an expiry starts the
 // delay with no script running (the key outlives the lock key by the delay); a release deletes
 // it; a revocation sets it to the delay from then; an extend moves it with the lease.
+// CAP is an exclusive lease's cap on holding (see ACQUIRE_STEP): `<token> <cap>`, the cap in
+// server ms, written with the grant and living a second past the cap. Only the lease with that
+// token reads it (a later lease's grant overwrites it, or finds it another's), so it needs no
+// clean-up on an expiry; a release or revocation deletes it. Every extend or refresh of the lease
+// is clamped to it, so the lock key's PX never runs past the cap.
 const SHARED = `
 local base = string.sub(KEYS[1], 1, -5)
 local DELAY = base .. 'delay'
+local CAP = base .. 'cap'
 local HOLDERS = base .. 'holders'
 local HOLDER_ENDS = base .. 'holder-ends'
 local MARK = base .. 'holder:'
@@ -114,6 +120,21 @@ local function keepHolders()
   local left = math.max(1, tonumber(last[2]) - now)
   redis.call('PEXPIRE', HOLDERS, left)
   redis.call('PEXPIRE', HOLDER_ENDS, left)
+end
+-- The ms the lease \`token\` has left to its cap on holding; nil when it has none.
+local function capLeft(token)
+  local cap = redis.call('GET', CAP)
+  if not cap then return nil end
+  local space = string.find(cap, ' ', 1, true)
+  if string.sub(cap, 1, space - 1) ~= token then return nil end
+  return tonumber(string.sub(cap, space + 1)) - now
+end
+-- \`ms\`, no further than the lease \`token\`'s cap: the ms to set, and the ms left to the cap
+-- (nil: none; 0 or less: the lease is at its cap, and over).
+local function clamp(token, ms)
+  local left = capLeft(token)
+  if not left then return ms, nil end
+  return math.min(ms, left), left
 end
 local function dropHolder(token, value)
   redis.call('ZREM', HOLDER_ENDS, token)
@@ -149,6 +170,7 @@ end
 // (core's rule 5: after the entries ahead and the room, before a grant).
 const ACQUIRE_STEP = `
 local lockDelayMs = 0
+local maxHoldMs = 0
 local function keepDelay(life)
   if lockDelayMs > 0 then redis.call('SET', DELAY, lockDelayMs, 'PX', life + lockDelayMs)
   else redis.call('DEL', DELAY) end
@@ -161,9 +183,13 @@ local function acquire(waiting, shared, limit, ahead, blocking, nearest, behind)
     -- The same owner without the lease's key is another requester.
     if owner == ARGV[1] and hash == ARGV[6] then
       if shared then return {-2, 'mode', now} end
-      redis.call('PEXPIRE', KEYS[1], ARGV[2])
-      keepDelay(tonumber(ARGV[2]))
-      return {1, held, now, 0, 1}
+      -- The first grant's cap holds: refreshed up to it only.
+      local life, left = clamp(held, tonumber(ARGV[2]))
+      if not left or left > 0 then
+        redis.call('PEXPIRE', KEYS[1], life)
+        keepDelay(life)
+        return {1, held, now, 0, 1, life, left or -1}
+      end
     end
     if blocking then return behind(blocking) end
     return {0, redis.call('PTTL', KEYS[1]), now}
@@ -203,6 +229,8 @@ local function acquire(waiting, shared, limit, ahead, blocking, nearest, behind)
   end
   ${nextToken('tonumber(ARGV[2]) + tonumber(ARGV[7])')}
   local life = tonumber(ARGV[8]) or tonumber(ARGV[2])
+  -- Redlock asks the nodes for a little more than the lease: never past the cap.
+  if maxHoldMs > 0 then life = math.min(life, maxHoldMs) end
   if shared then
     redis.call('HSET', HOLDERS, token, value, '=' .. value, token, 'limit', limit)
     redis.call('ZADD', HOLDER_ENDS, ms(now + life), token)
@@ -215,6 +243,9 @@ local function acquire(waiting, shared, limit, ahead, blocking, nearest, behind)
   end
   redis.call('SET', KEYS[1], format(token, ARGV[6], ARGV[1]), 'PX', life)
   if lockDelayMs > 0 then keepDelay(life) end
+  if maxHoldMs > 0 then
+    redis.call('SET', CAP, token .. ' ' .. ms(now + maxHoldMs), 'PX', maxHoldMs + 1000)
+  end
   if ARGV[4] ~= '' then
     redis.call('PUBLISH', ARGV[4], 'acquired ' .. ARGV[5] .. ' ' .. token .. ' ' .. ARGV[1])
   end
@@ -228,8 +259,10 @@ end
  * a fresh lease's own ms ('' = ttlMs: Redlock's first step takes the nodes for less, until its
  * second step labels the grant, so a dead attempt's copies run out soon), and the name's queue
  * ends key ('' or absent = no fair queue; see QUEUE_JOIN), the mode ('s' = shared, else
- * exclusive), the limit (shared) and the lock-delay (ms; absent = 0).
- * Returns {1, token, now, fresh(1|0), holders} granted; {0, ms, now} held by others (the ms until
+ * exclusive), the limit (shared), the lock-delay (ms; absent = 0) and the cap on holding (ms;
+ * absent = 0, none; exclusive only).
+ * Returns {1, token, now, fresh(1|0), holders} granted (a refresh of a lease adds the ms it was
+ * refreshed for, clamped to its cap, and the ms left to its cap, -1 for none); {0, ms, now} held by others (the ms until
  * the holder whose end would let the request in ends); {0, ms, now, 'd'} free but in its
  * lock-delay for ms more; {0, -1, now} free but someone is queued
  * (no barging past a live entry); {-2, 'mode' | 'limit', now, their limit} the request can never
@@ -248,6 +281,7 @@ local ends = ARGV[9]
 local shared = ARGV[10] == 's'
 local limit = tonumber(ARGV[11])
 lockDelayMs = tonumber(ARGV[12]) or 0
+maxHoldMs = tonumber(ARGV[13]) or 0
 if not ends or ends == '' then return acquire(nil, shared, limit) end
 return acquire(function()
   return redis.call('ZCOUNT', ends, '(' .. string.format('%.0f', now), '+inf') > 0
@@ -333,7 +367,8 @@ end
 /**
  * KEYS: lock, fence, entries, ends, sequence. ARGV: ACQUIRE's eight, then the entry's id (ending
  * in `.s<limit>` for a shared request, `.x` for an exclusive one), how long it counts without renewal
- * (ms), the mode ('s' shared), the limit and the lock-delay (ms; absent = 0). Grants at once when the name has room and nobody is
+ * (ms), the mode ('s' shared), the limit, the lock-delay and the cap on holding (ms; absent =
+ * 0). Grants at once when the name has room and nobody is
  * queued (or it is the owner's own lease); else queues the entry last and looks (LOOK_AT).
  * Returns ACQUIRE's replies, or {2, id waited on ('' = none), its ms left, holder ms (-1), now,
  * 'd' when that ms is the name's lock-delay}.
@@ -346,6 +381,7 @@ purge()
 local shared = ARGV[11] == 's'
 local limit = tonumber(ARGV[12])
 lockDelayMs = tonumber(ARGV[13]) or 0
+maxHoldMs = tonumber(ARGV[14]) or 0
 local reply = acquire(function() return redis.call('ZCARD', KEYS[3]) > 0 end, shared, limit)
 if reply[1] ~= 0 then return reply end
 redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[5]), ARGV[9])
@@ -367,6 +403,7 @@ export const QUEUE_LOOK = script(
 if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1, 0, now} end
 purge()
 lockDelayMs = tonumber(ARGV[13]) or 0
+maxHoldMs = tonumber(ARGV[14]) or 0
 return lookAt(ARGV[9], ARGV[11] == 's', tonumber(ARGV[12]))
 `,
 );
@@ -440,8 +477,8 @@ local current = redis.call('GET', KEYS[1])
 if current then
   local held, hash, owner = parse(current)
   if held ~= ARGV[1] or (ARGV[4] ~= '-' and hash ~= ARGV[4]) then return 0 end
-  -- A release ends the lease with no lock-delay.
-  redis.call('DEL', KEYS[1], DELAY)
+  -- A release ends the lease with no lock-delay (and its cap with it).
+  redis.call('DEL', KEYS[1], DELAY, CAP)
   if ARGV[2] ~= '' then
     redis.call('PUBLISH', ARGV[2], 'released ' .. ARGV[3] .. ' ' .. ARGV[1] .. ' ' .. owner)
   end
@@ -461,8 +498,9 @@ return 1
 
 /**
  * KEYS: lock. ARGV: token, ttlMs, deadline, key hash ('-' = token only), channel, hex name.
- * Returns {1, owner, now} extended; {0, '', now} when `token` (and the key hash) do not hold the
- * lock; {-1, '', now} stale.
+ * Returns {1, owner, now, ms extended for (clamped to the cap on holding), ms left to the cap (-1:
+ * none)} extended; {0, '', now} when `token` (and the key hash) do not hold the lock, or the lease
+ * is at its cap; {-1, '', now} stale.
  */
 export const EXTEND = script(
   'extend',
@@ -472,10 +510,12 @@ local current = redis.call('GET', KEYS[1])
 if current then
   local held, hash, owner = parse(current)
   if held ~= ARGV[1] or (ARGV[4] ~= '-' and hash ~= ARGV[4]) then return {0, '', now} end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local life, left = clamp(held, tonumber(ARGV[2]))
+  if left and left <= 0 then return {0, '', now} end
+  redis.call('PEXPIRE', KEYS[1], life)
   local delay = redis.call('GET', DELAY)
-  if delay then redis.call('SET', DELAY, delay, 'PX', tonumber(ARGV[2]) + tonumber(delay)) end
-  return {1, owner, now}
+  if delay then redis.call('SET', DELAY, delay, 'PX', life + tonumber(delay)) end
+  return {1, owner, now, life, left or -1}
 end
 dropExpired(ARGV[5] or '', ARGV[6] or '')
 local value = redis.call('HGET', HOLDERS, ARGV[1])
@@ -533,7 +573,7 @@ export const REVOKE = script(
 if tonumber(ARGV[3]) > 0 and now > tonumber(ARGV[3]) then return {-1} end
 local current = redis.call('GET', KEYS[1])
 if current then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], CAP)
   -- A revocation starts the lease's lock-delay now.
   local delay = redis.call('GET', DELAY)
   if delay then redis.call('SET', DELAY, delay, 'PX', delay) end
@@ -604,11 +644,16 @@ if not current then
 end
 local held, hash, owner = parse(current)
 if owner ~= ARGV[1] or hash ~= ARGV[5] then return 0 end
-if tonumber(ARGV[7]) then
-  redis.call('SET', KEYS[1], format(ARGV[2], hash, owner), 'PX', ARGV[7])
+-- The lease's cap on holding goes with it to its new token, and bounds its new end.
+local life, left = clamp(held, tonumber(ARGV[7]) or 0)
+if left and held ~= ARGV[2] then
+  redis.call('SET', CAP, ARGV[2] .. ' ' .. ms(now + left), 'KEEPTTL')
+end
+if tonumber(ARGV[7]) and life > 0 then
+  redis.call('SET', KEYS[1], format(ARGV[2], hash, owner), 'PX', life)
   -- The lease's lock-delay starts at its new end.
   local delay = redis.call('GET', DELAY)
-  if delay then redis.call('SET', DELAY, delay, 'PX', tonumber(ARGV[7]) + tonumber(delay)) end
+  if delay then redis.call('SET', DELAY, delay, 'PX', life + tonumber(delay)) end
 elseif held ~= ARGV[2] then
   redis.call('SET', KEYS[1], format(ARGV[2], hash, owner), 'KEEPTTL')
 end

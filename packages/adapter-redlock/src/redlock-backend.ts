@@ -78,6 +78,7 @@ const CAPABILITIES: core.BackendCapabilities = Object.freeze({
   // Each node keeps the lease's delay beside its copy (the same node scripts); it holds while a
   // quorum of nodes keeps it.
   lockDelay: true,
+  maxHold: true,
 });
 
 /**
@@ -333,7 +334,7 @@ async function splitSettled(
 
 async function attemptAcquire(
   r: Redlock,
-  { name, owner, ttlMs, keyHash, mode, limit: asked, lockDelayMs }: core.AcquireRequest,
+  { name, owner, ttlMs, keyHash, mode, limit: asked, lockDelayMs, maxHoldMs }: core.AcquireRequest,
 ): Promise<core.AcquireResult> {
   assertOpen(r);
   const { nodes, quorum, total } = r;
@@ -355,6 +356,7 @@ async function attemptAcquire(
         Math.min(onNodes, r.attemptMs),
         limit,
         lockDelayMs,
+        maxHoldMs,
       ),
     (outcomes) => {
       const granted = outcomes.filter((o) => o?.ok && o.value.granted).length;
@@ -366,7 +368,9 @@ async function attemptAcquire(
   const valid = validity(r, onNodes, startedAt);
   const grants = answers(outcomes).flatMap((g) => (g.granted ? [g] : []));
   if (grants.length >= quorum && valid > 0) {
-    return labelGrant(r, { name, owner, keyHash }, grants, run, onNodes, startedAt);
+    // The nodes hold a capped lease no longer than its cap (their copies would outlast it).
+    const held = maxHoldMs === undefined ? onNodes : Math.min(onNodes, maxHoldMs);
+    return labelGrant(r, { name, owner, keyHash }, grants, run, held, startedAt);
   }
   // Not granted: give back what we took, on every node, including stragglers that answer
   // later. A refreshed lease (this owner already held it there) is left alone.
@@ -510,9 +514,22 @@ async function extend(
   );
   const outcomes = await run.early;
   const valid = validity(r, onNodes, startedAt);
-  const owners = answers(outcomes).flatMap((owner) => (owner === null ? [] : [owner]));
-  if (owners.length >= quorum) {
-    if (valid > 0) return { name, owner: owners[0]!, token, ttlMs: Math.floor(valid) };
+  const extended = answers(outcomes).flatMap((one) => (one === null ? [] : [one]));
+  if (extended.length >= quorum) {
+    // Each node clamps to the lease's cap on holding, by its own clock: the lease lasts as long
+    // as the quorum's shortest copy, and reaches its cap when the first node says it does.
+    const nodeMs = kthSmallest(
+      extended.map((one) => one.ttlMs),
+      extended.length - quorum + 1,
+    )!;
+    const capped = nodeMs < onNodes;
+    const left = capped ? validity(r, nodeMs, startedAt) : valid;
+    const holds = extended.flatMap((one) => one.holdRemainingMs ?? []);
+    const hold = holds.length > 0 ? { holdRemainingMs: Math.min(...holds) } : {};
+    if (left > 0) {
+      return { name, owner: extended[0]!.owner, token, ttlMs: Math.floor(left), ...hold };
+    }
+    if (capped) return null;
     throw new DlmError('UNAVAILABLE', 'extend: the quorum answered after the validity ran out');
   }
   if (answers(outcomes).length < quorum) throw unavailable(r, 'extend', outcomes);

@@ -134,7 +134,7 @@ export interface AcquireOptions {
    */
   lockDelayMs?: number;
   /**
-   * A cap on holding: absent (none), or `ttlMs` to `limits.maxHoldMs`, on a backend with
+   * A cap on holding: absent (none), or `ttlMs` to `limits.maxHoldMs`, exclusive only, on a backend with
    * `capabilities.maxHold` (INVALID_PARAMS, field `maxHoldMs`, otherwise). No extend keeps the
    * lease past its grant plus this: one that would is granted up to the cap only (its `ttlMs`
    * says how much), and at the cap the lease ends and its holder hears `lost` with reason
@@ -409,18 +409,23 @@ function checkLockDelay(ctx: ServiceContext, value: unknown, mode: LockMode): nu
 }
 
 /**
- * An acquire's cap on holding, checked: absent, or in [`ttlMs`, `limits.maxHoldMs`] on a backend
- * that keeps caps.
+ * An acquire's cap on holding, checked: absent, or in [`ttlMs`, `limits.maxHoldMs`], for an
+ * exclusive lock on a backend that keeps caps.
  */
-function checkMaxHold(ctx: ServiceContext, value: unknown, ttlMs: number): number | undefined {
+function checkMaxHold(
+  ctx: ServiceContext,
+  value: unknown,
+  ttlMs: number,
+  mode: LockMode,
+): number | undefined {
+  const refuse = (message: string) =>
+    new DlmError('INVALID_PARAMS', `maxHoldMs ${message}`, { field: 'maxHoldMs' });
   if (value !== undefined && !ctx.backend.capabilities.maxHold) {
-    throw new DlmError(
-      'INVALID_PARAMS',
-      `maxHoldMs is not supported by the ${ctx.backend.kind} backend yet`,
-      { field: 'maxHoldMs' },
-    );
+    throw refuse(`is not supported by the ${ctx.backend.kind} backend yet`);
   }
-  return validateMaxHold(value, ttlMs, ctx.limits);
+  const maxHoldMs = validateMaxHold(value, ttlMs, ctx.limits);
+  if (maxHoldMs !== undefined && mode === 'shared') throw refuse('is for exclusive locks only');
+  return maxHoldMs;
 }
 
 function assertOpen(ctx: ServiceContext): void {
@@ -453,7 +458,7 @@ async function acquire(ctx: ServiceContext, options: AcquireOptions): Promise<Le
   const { mode, limit } = validateMode(options.mode, options.limit, limits);
   if (mode === 'shared' && !ctx.backend.capabilities.sharedModes) throw noSharedModes(ctx);
   const lockDelayMs = checkLockDelay(ctx, options.lockDelayMs, mode);
-  const maxHoldMs = checkMaxHold(ctx, options.maxHoldMs, ttlMs);
+  const maxHoldMs = checkMaxHold(ctx, options.maxHoldMs, ttlMs, mode);
   const givenKey = options.leaseKey === undefined ? undefined : validateLeaseKey(options.leaseKey);
   validateFlag(options.requestRelease, 'requestRelease');
   assertOpen(ctx);

@@ -368,8 +368,10 @@ async function attemptAcquire(
   const valid = validity(r, onNodes, startedAt);
   const grants = answers(outcomes).flatMap((g) => (g.granted ? [g] : []));
   if (grants.length >= quorum && valid > 0) {
-    // The nodes hold a capped lease no longer than its cap (their copies would outlast it).
-    const held = maxHoldMs === undefined ? onNodes : Math.min(onNodes, maxHoldMs);
+    // The nodes hold a capped lease no longer than its cap (their copies would outlast it), and
+    // refresh a capped lease only up to its cap (each says how long it refreshed it for).
+    const refreshed = grants.flatMap((g) => g.ttlMs ?? []);
+    const held = Math.min(onNodes, maxHoldMs ?? onNodes, ...refreshed);
     return labelGrant(r, { name, owner, keyHash }, grants, run, held, startedAt);
   }
   // Not granted: give back what we took, on every node, including stragglers that answer

@@ -37,9 +37,14 @@ import type { SqlParts } from './sql.js';
  * it (shared-sql.ts), an extend moves `expires_at` and so the delay, and the sweep keeps a row
  * until its delay has passed. A free name in its delay grants nobody: `delayed`, with
  * `remaining_ms` the delay left (after the gate and the entries ahead, before a grant).
+ *
+ * A cap on holding (`p_hold` ms, 0: none; exclusive only): a fresh grant stores `cap_at`, now
+ * plus the cap, in the name's row; the holder's refresh (and the extend statement, sql.ts) sets
+ * `expires_at` no later than it, and says so in `granted_ms` (the lease set, in ms) and `hold_ms`
+ * (the ms left to the cap; NULL: none).
  */
 export function acquireFunction(parts: SqlParts): string {
-  const { table, holders, nextToken, channel, liveEntry, msUntil, delayEnd } = parts;
+  const { table, holders, nextToken, channel, liveEntry, msUntil, delayEnd, floorMs } = parts;
   // Only names with waiters or followers hear of a grant (followers-sql.ts); the caller's own
   // server hears of it from this row.
   const told = (token: string, owner: string, shared: string) =>
@@ -51,9 +56,10 @@ export function acquireFunction(parts: SqlParts): string {
   const queued = `EXISTS (SELECT 1 FROM ${parts.waiters} w WHERE w.name = p_name AND ${liveEntry('w')})`;
   return `CREATE OR REPLACE FUNCTION ${parts.fn('acquire')}(
         p_name text, p_owner text, p_ttl bigint, p_key text, p_shared boolean, p_limit int,
-        p_gate boolean, p_ahead int, p_delay bigint,
+        p_gate boolean, p_ahead int, p_delay bigint, p_hold bigint,
         OUT granted boolean, OUT token bigint, OUT remaining_ms bigint, OUT conflict text,
-        OUT conflict_limit int, OUT holders int, OUT delayed boolean)
+        OUT conflict_limit int, OUT holders int, OUT delayed boolean, OUT granted_ms bigint,
+        OUT hold_ms bigint)
       LANGUAGE plpgsql VOLATILE AS $fn$
       #variable_conflict use_column
       DECLARE
@@ -81,8 +87,12 @@ export function acquireFunction(parts: SqlParts): string {
             IF p_shared THEN
               conflict := 'mode';
             ELSE
+              -- The first grant's cap on holding holds: refreshed up to it only.
+              ends := least(ends, coalesce(r.cap_at, ends));
               UPDATE ${table} SET expires_at = ends, delay_ms = nullif(p_delay, 0)
                 WHERE name = p_name;
+              granted_ms := ${floorMs('ends')};
+              hold_ms := ${floorMs('r.cap_at')};
               token := r.token;
               granted := true;
               holders := 1;
@@ -111,13 +121,14 @@ export function acquireFunction(parts: SqlParts): string {
           holders := 1;
           IF NOT p_shared THEN
             UPDATE ${table} SET owner = p_owner, token = tok, expires_at = ends, key_hash = p_key,
-                mode = NULL, holder_limit = NULL, delay_ms = nullif(p_delay, 0)
+                mode = NULL, holder_limit = NULL, delay_ms = nullif(p_delay, 0),
+                cap_at = clock_timestamp() + nullif(p_hold, 0) * interval '1 millisecond'
               WHERE name = p_name;
             ${told('tok', 'p_owner', '')};
             RETURN;
           END IF;
           UPDATE ${table} SET owner = '', token = tok, expires_at = ends, key_hash = NULL,
-              mode = 'shared', holder_limit = p_limit, delay_ms = NULL
+              mode = 'shared', holder_limit = p_limit, delay_ms = NULL, cap_at = NULL
             WHERE name = p_name;
           INSERT INTO ${holders} (name, token, owner, expires_at, key_hash)
             VALUES (p_name, tok, p_owner, ends, p_key);

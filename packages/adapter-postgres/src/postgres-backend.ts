@@ -202,6 +202,8 @@ function capabilities(): BackendCapabilities {
     sharedModes: true,
     // An exclusive lease's delay in its row, decided by the grant function (acquire-sql.ts).
     lockDelay: true,
+    // An exclusive lease's cap in its row (`cap_at`), clamped by every extend on now().
+    maxHold: true,
   };
 }
 
@@ -428,6 +430,7 @@ async function tryAcquire(p: Pg, request: AcquireRequest): Promise<AcquireResult
         shared,
         shared ? request.limit : 1,
         request.lockDelayMs ?? 0,
+        request.maxHoldMs ?? 0,
       ],
       p.timeoutMs,
       p.sql.named('acquire'),
@@ -436,8 +439,14 @@ async function tryAcquire(p: Pg, request: AcquireRequest): Promise<AcquireResult
   const row = result.rows[0] as AcquireRow;
   if (row.granted && row.token !== null) {
     const token = BigInt(row.token);
-    p.events.noteLease(name, shared ? { token, owner, mode: 'shared' } : { token, owner }, ttlMs);
-    return { granted: true, grant: { name, owner, token, ttlMs } };
+    // A refresh of a capped lease runs to its cap at most.
+    const grantedMs = row.granted_ms == null ? ttlMs : Number(row.granted_ms);
+    p.events.noteLease(
+      name,
+      shared ? { token, owner, mode: 'shared' } : { token, owner },
+      grantedMs,
+    );
+    return { granted: true, grant: { name, owner, token, ttlMs: grantedMs, ...holdLeft(row) } };
   }
   p.events.learn(name);
   return refusalOf(row);
@@ -453,6 +462,15 @@ interface AcquireRow {
   holders: number | null;
   /** Free, but in its lock-delay: `remaining_ms` is the delay left. */
   delayed: boolean;
+  /** A refresh: the ms the lease now runs (clamped to its cap on holding). */
+  granted_ms: string | null;
+  /** A refresh of a capped lease: the ms left to its cap. */
+  hold_ms: string | null;
+}
+
+/** A row's ms left to a cap on holding, as a grant's field (none: no cap). */
+function holdLeft(row: { hold_ms: string | null }): { holdRemainingMs?: number } {
+  return row.hold_ms == null ? {} : { holdRemainingMs: Number(row.hold_ms) };
 }
 
 /** A refusal as the contract words it, from a grant function's row. */
@@ -503,14 +521,18 @@ async function extend(
   const result = await p.call('extend', true, (client) =>
     query(client, p.sql.extend, [name, token.toString(), ttlMs, keyHash ?? null], p.timeoutMs),
   );
-  const row = result.rows[0] as { owner: string; shared: boolean } | undefined;
+  const row = result.rows[0] as
+    | { owner: string; shared: boolean; ttl_ms: string | null; hold_ms: string | null }
+    | undefined;
   if (!row) return null;
+  // Extended up to the lease's cap on holding only.
+  const grantedMs = row.ttl_ms == null ? ttlMs : Number(row.ttl_ms);
   p.events.noteLease(
     name,
     row.shared ? { token, owner: row.owner, mode: 'shared' } : { token, owner: row.owner },
-    ttlMs,
+    grantedMs,
   );
-  return { name, owner: row.owner, token, ttlMs };
+  return { name, owner: row.owner, token, ttlMs: grantedMs, ...holdLeft(row) };
 }
 
 async function revoke(p: Pg, name: string): Promise<boolean> {

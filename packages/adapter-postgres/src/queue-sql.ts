@@ -92,23 +92,30 @@ const answer = (holderMs = 'try.remaining_ms') => `try.granted,
  *
  * Parameters: `$1` name, `$2` owner, `$3` lease ms, `$4` key hash; join: `$5` the entry's ms,
  * `$6` the pid of this server's LISTEN connection (NULL while it has none), `$7` shared,
- * `$8` the limit (1 for exclusive), `$9` the lock-delay ms; look: `$5` the entry's id, `$6` shared,
- * `$7` the limit, `$8` the lock-delay ms;
+ * `$8` the limit (1 for exclusive), `$9` the lock-delay ms, `$10` the cap on holding ms (0: none);
+ * look: `$5` the entry's id, `$6` shared, `$7` the limit, `$8` the lock-delay ms, `$9` the cap ms;
  * leave: `$1` the id; renew: `$1` ids, `$2` ms, `$3` the pid; sweep: `$1` limit; count: `$1` name,
  * `$2` the last id counted (NULL: every live entry).
  */
 export function queueStatements(parts: SqlParts): QueueStatements {
   const { schema, prefix, waiters, notify, liveEntry } = parts;
   // The one grant (acquire-sql.ts), for `$1`..`$4`: shared or not, the limit, the gate, ahead.
-  const acquire = (shared: string, limit: string, gate: string, count: string, delay: string) =>
-    `SELECT * FROM ${parts.fn('acquire')}($1, $2, $3::bigint, $4::text, ${shared}, ${limit}, ${gate}, ${count}, ${delay}::bigint)`;
+  const acquire = (
+    shared: string,
+    limit: string,
+    gate: string,
+    count: string,
+    delay: string,
+    hold: string,
+  ) =>
+    `SELECT * FROM ${parts.fn('acquire')}($1, $2, $3::bigint, $4::text, ${shared}, ${limit}, ${gate}, ${count}, ${delay}::bigint, ${hold}::bigint)`;
   const entryEnds = (ms: string) => `clock_timestamp() + ${ms}::bigint * interval '1 millisecond'`;
   return {
     // Granted at once when nobody is queued (or it is the caller's own lease); else queued with
     // its mode, behind every live entry (read in the statement's snapshot). A conflict queues
     // nothing.
     queueJoin: `WITH try AS (
-        ${acquire('$7::boolean', '$8::int', 'true', '0', '$9')}
+        ${acquire('$7::boolean', '$8::int', 'true', '0', '$9', '$10')}
       ), queued AS (
         INSERT INTO ${waiters} (id, name, owner, key_hash, expires_at, pid, mode, holder_limit)
         SELECT nextval('${schema}.${prefix}waiter_ids'), $1, $2, $4::text, ${entryEnds('$5')}, $6::int,
@@ -130,7 +137,7 @@ export function queueStatements(parts: SqlParts): QueueStatements {
       ), stale AS (
         ${LEFT(parts, `id IN (SELECT id FROM ${waiters} w WHERE name = $1 AND id < $5 AND NOT ${liveEntry('w')} FOR UPDATE SKIP LOCKED)`, '')}
       ), ${ahead(parts, 'id < $5', '$6::boolean', '$7::int')}, try AS (
-        ${acquire('$6::boolean', '$7::int', 'false', `(SELECT CASE WHEN EXISTS (SELECT 1 FROM me) AND f.blocking IS NULL THEN f.shared_n ELSE 2147483647 END FROM facts f)`, '$8')}
+        ${acquire('$6::boolean', '$7::int', 'false', `(SELECT CASE WHEN EXISTS (SELECT 1 FROM me) AND f.blocking IS NULL THEN f.shared_n ELSE 2147483647 END FROM facts f)`, '$8', '$9')}
       ), gone AS (
         ${LEFT(parts, 'id = $5 AND EXISTS (SELECT 1 FROM try WHERE try.granted)', 'granted')}
       ), told AS (

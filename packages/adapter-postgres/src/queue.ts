@@ -125,7 +125,7 @@ class PostgresWaiter implements core.QueueDriver {
       query(
         client,
         sql.queueJoin,
-        [...params, this.shared, this.limit, this.delayMs()],
+        [...params, this.shared, this.limit, this.delayMs(), this.holdMs()],
         timeoutMs,
         sql.named('join'),
       ),
@@ -145,7 +145,7 @@ class PostgresWaiter implements core.QueueDriver {
       query(
         client,
         sql.queueLook,
-        [...this.params(), id, this.shared, this.limit, this.delayMs()],
+        [...this.params(), id, this.shared, this.limit, this.delayMs(), this.holdMs()],
         timeoutMs,
         sql.named('look'),
       ),
@@ -164,6 +164,10 @@ class PostgresWaiter implements core.QueueDriver {
 
   private delayMs(): number {
     return this.request.lockDelayMs ?? 0;
+  }
+
+  private holdMs(): number {
+    return this.request.maxHoldMs ?? 0;
   }
 
   private params(): unknown[] {

@@ -94,6 +94,8 @@ export interface SqlParts {
   msUntil(at: string): string;
   /** When the lock-delay of the exclusive lease in `row` ends (its end plus `delay_ms`). */
   delayEnd(row: string): string;
+  /** The whole ms until `at`, rounded down (a cap's time left is never overstated); NULL for NULL. */
+  floorMs(at: string): string;
   /** The lease remaining on `row`, in whole ms (at least 1). */
   remaining(row: string): string;
   /** A `pg_notify` of one change, as a JSON object. */
@@ -139,6 +141,7 @@ export function sqlParts(schema: string, prefix: string): SqlParts {
     nextToken,
     msUntil,
     delayEnd,
+    floorMs: (at) => `floor(extract(epoch from (${at} - clock_timestamp())) * 1000)::bigint`,
     remaining: (row) => msUntil(`${row}.expires_at`),
     notify: (type, row, ttl) => announce(type, `${row}.name`, `${row}.token`, `${row}.owner`, ttl),
     announce,
@@ -182,6 +185,8 @@ export function statements(schema: string, prefix: string): Statements {
       `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS key_hash text`,
       // An exclusive lease's lock-delay (acquire-sql.ts); NULL: none.
       `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS delay_ms bigint`,
+      // An exclusive lease's cap on holding (acquire-sql.ts); NULL: none.
+      `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS cap_at timestamptz`,
       // The sweep looks rows up by their end.
       `CREATE INDEX IF NOT EXISTS "${prefix}leases_expires_at" ON ${table} (expires_at)`,
       ...queueSchema(parts),
@@ -194,8 +199,8 @@ export function statements(schema: string, prefix: string): Statements {
     // waits. A refusal says by whose lease (the remaining ms of the holder that would let the
     // request in) or why (a mode or limit conflict), read under the name's row lock.
     acquire: `SELECT granted, token::text AS token, remaining_ms, conflict, conflict_limit, holders,
-        delayed
-      FROM ${parts.fn('acquire')}($1, $2, $3::bigint, $4::text, $5::boolean, $6::int, true, 0, $7::bigint)`,
+        delayed, granted_ms, hold_ms
+      FROM ${parts.fn('acquire')}($1, $2, $3::bigint, $4::text, $5::boolean, $6::int, true, 0, $7::bigint, $8::bigint)`,
     // An exclusive or a shared holder's release (followers-sql.ts).
     release: `SELECT live, owner FROM ${parts.fn('release')}($1, $2::bigint, $3::text)`,
     follow: `SELECT ${parts.fn('follow')}($1, $2::int)`,
@@ -206,18 +211,21 @@ export function statements(schema: string, prefix: string): Statements {
         LIMIT $1::int FOR UPDATE SKIP LOCKED
       )`,
     named: (statement) => `dlm ${schema}.${prefix} ${statement}`,
+    // An exclusive lease with a cap on holding is extended up to its cap only, and not at all
+    // once there: `ttl_ms` says how long it now runs, `hold_ms` how long to its cap.
     extend: `WITH done AS (
-        UPDATE ${table} SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
+        UPDATE ${table} SET expires_at = least(
+            clock_timestamp() + $3::bigint * interval '1 millisecond', coalesce(cap_at, 'infinity'))
         WHERE name = $1 AND token = $2 AND ${keyMatches('$4')} AND expires_at > clock_timestamp()
-          AND mode IS NULL
-        RETURNING owner
+          AND mode IS NULL AND (cap_at IS NULL OR cap_at > clock_timestamp())
+        RETURNING owner, ${parts.floorMs('expires_at')} AS ttl_ms, ${parts.floorMs('cap_at')} AS hold_ms
       ), shared AS (
         SELECT s.owner FROM "${schema}"."${prefix}shared_change"($1, $2::bigint, $4::text, $3::bigint) s
         WHERE NOT EXISTS (SELECT 1 FROM done)
           AND EXISTS (SELECT 1 FROM ${table} l WHERE l.name = $1 AND l.mode = 'shared')
       )
-      SELECT owner, false AS shared FROM done
-      UNION ALL SELECT owner, true FROM shared WHERE owner IS NOT NULL`,
+      SELECT owner, false AS shared, ttl_ms, hold_ms FROM done
+      UNION ALL SELECT owner, true, NULL, NULL FROM shared WHERE owner IS NOT NULL`,
     inspect: `SELECT l.owner, l.token::text AS token, ${remaining('l')} AS remaining_ms, l.mode,
         l.holder_limit, ${holdersOf('l')} AS holders
       FROM ${table} l WHERE l.name = $1 AND l.expires_at > clock_timestamp()`,

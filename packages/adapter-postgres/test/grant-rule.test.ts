@@ -129,6 +129,7 @@ async function answer(client: Client, look: string, testCase: GrantRuleCase) {
     request.mode === 'shared',
     request.limit,
     0,
+    0,
   ]);
   const row = result.rows[0] as {
     granted: boolean;

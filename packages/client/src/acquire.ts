@@ -13,6 +13,7 @@ import {
   retry,
   validateFlag,
   validateLockDelay,
+  validateMaxHold,
   validateMode,
   validateName,
   validateOwner,
@@ -181,7 +182,7 @@ export function leaseGrant(
   result: Grant,
   anchored: AnchoredGrant,
   request: GrantRequest,
-  options: { autoExtend?: boolean; lockDelayMs?: number },
+  options: { autoExtend?: boolean; lockDelayMs?: number; maxHoldMs?: number },
 ): LeaseGrant {
   const mode = result.mode ?? 'exclusive';
   return {
@@ -196,6 +197,7 @@ export function leaseGrant(
     mode,
     ...(mode === 'shared' && result.limit !== undefined ? { limit: result.limit } : {}),
     ...((options.lockDelayMs ?? 0) > 0 ? { lockDelay: true } : {}),
+    ...(options.maxHoldMs === undefined ? {} : { maxHold: true }),
   };
 }
 
@@ -416,6 +418,7 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
     const modeSpec = validateMode(options.mode, options.limit, limits);
     const requestRelease = validateFlag(options.requestRelease, 'requestRelease');
     const lockDelayMs = validateLockDelay(options.lockDelayMs, limits);
+    const maxHoldMs = validateMaxHold(options.maxHoldMs, ttlMs, limits);
     // Re-entering as an owner that holds the lock here presents that lease's key.
     const key =
       options.leaseKey ??
@@ -437,9 +440,11 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
           : { mode: 'shared', limit: modeSpec.limit };
     }
     if (lockDelayMs > 0) this.lockDelayMs = lockDelayMs;
+    this.maxHoldMs = maxHoldMs;
   }
 
   private readonly lockDelayMs: number | undefined;
+  private readonly maxHoldMs: number | undefined;
 
   private readonly mode: Pick<ParamsOf<'lock.acquire'>, 'mode' | 'limit'> | undefined;
   private readonly requestRelease: boolean;
@@ -453,6 +458,7 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
     };
     if (this.requestRelease) params.requestRelease = true;
     if (this.lockDelayMs !== undefined) params.lockDelayMs = this.lockDelayMs;
+    if (this.maxHoldMs !== undefined) params.maxHoldMs = this.maxHoldMs;
     return this.mode ? Object.assign(params, this.mode) : params;
   }
 

@@ -153,6 +153,15 @@ export interface AcquireOptions {
    */
   lockDelayMs?: number;
   /**
+   * A cap on holding, in ms (`ttlMs` to the server's `maxHoldMs`, 7 days by default; absent:
+   * none): no extend keeps the lease past its grant plus this. An extend that would is granted up
+   * to the cap only (`lease.ttlMs` says how much, and auto-extend stops there), and at the cap
+   * the lease is lost with reason `maxHold`; the server counts such ends, so a holder renewing
+   * forever shows. Exclusive locks only; servers whose backend keeps no caps announce
+   * `maxHoldMs` 0 and refuse it (INVALID_PARAMS, field `maxHoldMs`).
+   */
+  maxHoldMs?: number;
+  /**
    * Overrides the client's `retry` for this acquire. A retry re-sends the acquire with the same
    * owner, so a grant whose reply was lost comes back as the same lease (same token) instead
    * of leaving a second lock behind; a retry waits only for what is left of `waitMs`.

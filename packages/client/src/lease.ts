@@ -30,8 +30,10 @@ import { untraced } from './tracing.js';
  *   may still hold it for up to the drift margin; the client releases it in the background.
  * - `expired`: the server says the lease ran out (`lock.lost`, or NOT_HOLDER on extend).
  * - `revoked`: an administrator ended it.
+ * - `maxHold`: it reached its cap on holding (`AcquireOptions.maxHoldMs`): the server ended it
+ *   (`lock.lost`), or its last extend was granted up to the cap and the local deadline passed.
  */
-export type LostReason = 'deadline' | 'expired' | 'revoked';
+export type LostReason = 'deadline' | 'expired' | 'revoked' | 'maxHold';
 
 /** What `expiring` tells: the lease's validity left, by the local deadline, when it fired. */
 export interface ExpiringEvent {
@@ -175,6 +177,8 @@ export interface LeaseGrant {
   limit?: number;
   /** Asked with a lock-delay: left to the server's expiry at its deadline, not released. */
   lockDelay?: boolean;
+  /** Asked with a cap on holding (`maxHoldMs`). */
+  maxHold?: boolean;
 }
 
 /** The client's side of a lease. */
@@ -251,10 +255,18 @@ class LeaseState implements LeaseHandle {
   private expiring: ExpiringWatch | undefined;
   private releaseRequested = false;
   private extendsPending = 0;
+  // An extend was granted up to the lease's cap on holding: its deadline is the cap.
+  private capped = false;
   // Extends go one at a time, so the deadline always comes from the newest one the server saw.
   private extendChain: Promise<unknown> | undefined;
   private readonly onDeadline = (): void => {
     if (this.ended) return;
+    // At its cap on holding: the server ends it there, and counts it (a holder that renewed to
+    // the cap is what the count is for), so it is not released from here.
+    if (this.capped) {
+      this.end('maxHold');
+      return;
+    }
     // Nobody here relies on the lease any more, but the server may hold it a little longer
     // (the margin, or a whole TTL if an extend is in flight): free it for the next holder. Not
     // a lease asked with a lock-delay: its holder wanted the name kept from others for a while
@@ -299,7 +311,10 @@ class LeaseState implements LeaseHandle {
     this.cancelDeadline?.();
     const queue = deadlineQueue(clock, deadlineBucket(grantedTtlMs));
     this.cancelDeadline = queue.add(this.onDeadline, this.deadline - clock.now());
-    if (this.grant.autoExtend) this.scheduleAutoExtend(sentAt + grantedTtlMs / 3 - clock.now());
+    // Past the cap no extend gets through: auto-extend stops at it.
+    if (this.grant.autoExtend && !this.capped) {
+      this.scheduleAutoExtend(sentAt + grantedTtlMs / 3 - clock.now());
+    }
   }
 
   end(reason: LostReason | 'released', message = 'released'): void {
@@ -422,6 +437,8 @@ class LeaseState implements LeaseHandle {
       throw error;
     }
     this.assertLive();
+    // Granted less than asked: only up to the lease's cap on holding.
+    if (this.grant.maxHold && result.ttlMs < requested) this.capped = true;
     this.arm(sentAt, result.ttlMs);
     this.assertLive();
   }

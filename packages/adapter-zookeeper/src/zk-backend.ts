@@ -200,6 +200,8 @@ const capabilities: core.BackendCapabilities = {
   fairQueue: true,
   expiryEvents: false,
   sharedModes: true,
+  // A cap in the holder node's data, counted from its ctime on ZooKeeper's clock (zk-data.ts).
+  maxHold: true,
 };
 
 /** What the primitives of one ZooKeeper backend share. */
@@ -288,7 +290,10 @@ async function tryAcquire(
   const outcome = await contend(limit, { ...request, ttlMs });
   if (outcome.kind === 'granted') {
     noteGranted(zk, name, owner, outcome.path, outcome.token);
-    return { granted: true, grant: { name, owner, token: outcome.token, ttlMs } };
+    return {
+      granted: true,
+      grant: { name, owner, token: outcome.token, ttlMs: outcome.ttlMs ?? ttlMs },
+    };
   }
   if (outcome.kind === 'conflict') return { granted: false, conflict: outcome.conflict };
   if (outcome.kind === 'delayed') {
@@ -337,7 +342,9 @@ async function extend(
       await zk.store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
       return null;
     }
-    return { name, owner: holder.owner, token, ttlMs };
+    const { holdRemainingMs } = refreshed;
+    const grant = { name, owner: holder.owner, token, ttlMs: refreshed.ttlMs };
+    return holdRemainingMs === undefined ? grant : { ...grant, holdRemainingMs };
   }
 }
 

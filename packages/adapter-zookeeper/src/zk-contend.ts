@@ -5,7 +5,8 @@ import { aheadOfWaiters, endOf, liveHolders, specOfRequest } from './zk-modes.js
 import type { Budget } from './zk-session.js';
 
 export type Contention =
-  | { kind: 'granted'; token: bigint; path: string }
+  /** `ttlMs`: a refresh of a lease with a cap on holding, clamped to it. */
+  | { kind: 'granted'; token: bigint; path: string; ttlMs?: number }
   | { kind: 'held'; ttlRemainingMs: number }
   /** Free, but in its lock-delay for this long yet (core's rule 5). */
   | { kind: 'delayed'; lockDelayRemainingMs: number }
@@ -62,8 +63,10 @@ export function contender(store: LockStore): Contend {
           const holder = live.own!;
           const refreshed = await store.refresh(limit, name, holder, ttlMs);
           if (!refreshed) continue;
-          if (!refreshed.expired)
-            return { kind: 'granted', token: holder.token, path: holder.path };
+          if (!refreshed.expired) {
+            const { token, path } = holder;
+            return { kind: 'granted', token, path, ttlMs: refreshed.ttlMs };
+          }
           // Its lease had run out before we refreshed it: that lease is over, grant anew.
           await store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
           continue;

@@ -43,8 +43,10 @@ export const mtimeOf = (stat: Stat) => Number(stat.mtime.readBigInt64BE(0));
 
 /**
  * A holder node's data: its owner, lease length (ZooKeeper's mtime says from when), the lease
- * key's hash (`k`; absent for a lease granted without one, or by an older version) and, for a
- * shared holder, its mode and limit (`m`, `l`; also in the node's name). A release or extend
+ * key's hash (`k`; absent for a lease granted without one, or by an older version), for a
+ * shared holder its mode and limit (`m`, `l`; also in the node's name), and a cap on holding
+ * (`h`, ms after the node's ctime; absent: none). Every reader ends the lease at
+ * `min(mtime + t, ctime + h)`, on ZooKeeper's own clock: no extend can move it past the cap. A release or extend
  * compares the hash as read at the node's data version and then writes or deletes at exactly
  * that version, so the check and the write are one step.
  */
@@ -61,6 +63,7 @@ export function parseData(
       m?: unknown;
       l?: unknown;
       d?: unknown;
+      h?: unknown;
     };
     if (typeof parsed.o === 'string' && typeof parsed.t === 'number') {
       const shared = parsed.m === 's' && typeof parsed.l === 'number';
@@ -70,6 +73,7 @@ export function parseData(
         keyHash: typeof parsed.k === 'string' ? parsed.k : undefined,
         lockDelayMs: typeof parsed.d === 'number' && parsed.d > 0 ? parsed.d : 0,
         ...(shared ? { mode: 'shared', limit: parsed.l as number } : EXCLUSIVE),
+        ...(typeof parsed.h === 'number' ? { maxHoldMs: parsed.h } : {}),
       };
     }
   } catch {}
@@ -91,6 +95,7 @@ export function leaseData(
       ...(keyHash === undefined ? {} : { k: keyHash }),
       ...(lockDelayMs > 0 ? { d: lockDelayMs } : {}),
       ...(spec.mode === 'shared' ? { m: 's', l: spec.limit } : {}),
+      ...(spec.maxHoldMs === undefined ? {} : { h: spec.maxHoldMs }),
     }),
   );
 }

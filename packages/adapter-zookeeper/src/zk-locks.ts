@@ -28,9 +28,12 @@ export interface Current extends Holder, EntrySpec {
   /** The lease key's hash as of `version` (never reported beyond this adapter). */
   keyHash: string | undefined;
   mtimeMs: number;
+  /** The lease from `mtimeMs`: its data's TTL, but never past `capAtMs`. */
   ttlMs: number;
   /** Exclusive only, above 0: the lease's lock-delay, fixed at its grant (extends keep it). */
   lockDelayMs?: number | undefined;
+  /** With a cap on holding (`maxHoldMs`): the node's ctime plus it, on ZooKeeper's clock. */
+  capAtMs?: number | undefined;
   /**
    * The node is persistent: it only goes away by an end, which rewrites the name node (an
    * ephemeral one also goes with its session, without that write). Undefined: not read.
@@ -262,7 +265,10 @@ export class LockStore {
       const { data, stat } = await this.session.getData(limit, path, watcher);
       const lease = parseData(data);
       const named = specOf(path);
+      const mtimeMs = mtimeOf(stat);
+      const cap = capOf(lease?.maxHoldMs, Number(stat.ctime.readBigInt64BE(0)));
       return {
+        ...cap,
         path,
         mode: lease?.mode ?? named.mode,
         limit: lease?.mode === 'shared' ? lease.limit : named.limit,
@@ -270,11 +276,12 @@ export class LockStore {
         owner: lease?.owner ?? '',
         keyHash: lease?.keyHash,
         version: stat.version,
-        mtimeMs: mtimeOf(stat),
+        mtimeMs,
         // A node without a readable lease (written by something else) never expires by TTL.
-        ttlMs: lease?.ttlMs ?? Number.POSITIVE_INFINITY,
+        ttlMs: capped(lease?.ttlMs ?? Number.POSITIVE_INFINITY, cap.capAtMs, mtimeMs),
         lockDelayMs: lease?.lockDelayMs,
         persistent: stat.ephemeralOwner.readBigInt64BE(0) === 0n,
+        ...(lease?.maxHoldMs === undefined ? {} : { maxHoldMs: lease.maxHoldMs }),
       };
     } catch (error) {
       if (isZkCode(error, Exception.NO_NODE)) return undefined;
@@ -526,7 +533,7 @@ export class LockStore {
     name: string,
     stat: Stat | undefined,
     path: string | undefined,
-    lease: Pick<Current, 'owner' | 'keyHash' | 'ttlMs' | 'mode' | 'limit' | 'lockDelayMs'>,
+    lease: Pick<Current, 'owner' | 'keyHash' | 'ttlMs' | 'mode' | 'limit' | 'lockDelayMs' | 'maxHoldMs'>,
   ): { path: string; token: bigint; nowMs: number } {
     if (!path || !stat) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
     this.noteClock(stat);
@@ -534,6 +541,7 @@ export class LockStore {
     const nowMs = mtimeOf(stat);
     this.rememberLease(name, {
       ...lease,
+      ...capOf(lease.maxHoldMs, nowMs),
       path,
       token,
       version: 0,
@@ -631,7 +639,9 @@ export class LockStore {
     holder: Current,
     ttlMs: number,
     extra: (ops: Ops) => Ops = (ops) => ops,
-  ): Promise<{ expired: boolean; version: number } | undefined> {
+  ): Promise<
+    { expired: boolean; version: number; ttlMs: number; holdRemainingMs?: number } | undefined
+  > {
     try {
       const results = await this.writing(name, () =>
         this.session.multi(limit, (ops) =>
@@ -648,10 +658,21 @@ export class LockStore {
       if (!stat) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
       this.noteClock(stat);
       const nowMs = mtimeOf(stat);
-      const expired = holder.mtimeMs + holder.ttlMs <= nowMs;
+      // Up to the cap on holding only; at it, the lease is over (every reader says so).
+      const granted = capped(ttlMs, holder.capAtMs, nowMs);
+      const expired = holder.mtimeMs + holder.ttlMs <= nowMs || granted <= 0;
       if (expired) this.forgetLease(name, holder.token);
-      else this.rememberLease(name, { ...holder, version: stat.version, mtimeMs: nowMs, ttlMs });
-      return { expired, version: stat.version };
+      else {
+        this.rememberLease(name, {
+          ...holder,
+          version: stat.version,
+          mtimeMs: nowMs,
+          ttlMs: granted,
+        });
+      }
+      const { capAtMs } = holder;
+      const hold = capAtMs === undefined ? {} : { holdRemainingMs: capAtMs - nowMs };
+      return { expired, version: stat.version, ttlMs: granted, ...hold };
     } catch (error) {
       if (isZkCode(error, Exception.BAD_VERSION) || isZkCode(error, Exception.NO_NODE)) {
         this.forgetLease(name, holder.token);
@@ -743,4 +764,14 @@ const leaseKey = (name: string, token: bigint) => `${token}:${name}`;
 function endDelay(holder: Current): { deadlineMs: number; delayMs: number } | undefined {
   if (holder.mode !== 'exclusive' || !holder.lockDelayMs) return undefined;
   return { deadlineMs: holder.mtimeMs + holder.ttlMs, delayMs: holder.lockDelayMs };
+}
+
+/** A lease's cap on holding, on ZooKeeper's clock: `maxHoldMs` after `fromMs` (its ctime). */
+function capOf(maxHoldMs: number | undefined, fromMs: number): { capAtMs?: number } {
+  return maxHoldMs === undefined ? {} : { capAtMs: fromMs + maxHoldMs };
+}
+
+/** `ttlMs` from `fromMs`, but no further than `capAtMs` (0 or less: at or past it). */
+export function capped(ttlMs: number, capAtMs: number | undefined, fromMs: number): number {
+  return capAtMs === undefined ? ttlMs : Math.min(ttlMs, capAtMs - fromMs);
 }

@@ -54,8 +54,13 @@ export function aheadOfWaiters(spec: EntrySpec, waitersAhead: readonly string[])
 export function specOfRequest(request: {
   mode?: string | undefined;
   limit?: number | undefined;
+  maxHoldMs?: number | undefined;
 }): EntrySpec {
-  return request.mode === 'shared'
-    ? { mode: 'shared', limit: request.limit ?? Number.MAX_SAFE_INTEGER }
-    : { mode: 'exclusive', limit: 1 };
+  if (request.mode === 'shared') {
+    return { mode: 'shared', limit: request.limit ?? Number.MAX_SAFE_INTEGER };
+  }
+  const { maxHoldMs } = request;
+  return maxHoldMs === undefined
+    ? { mode: 'exclusive', limit: 1 }
+    : { mode: 'exclusive', limit: 1, maxHoldMs };
 }

@@ -56,6 +56,11 @@ function encodeName(name: string): string {
 export interface EntrySpec {
   mode: 'exclusive' | 'shared';
   limit: number;
+  /**
+   * A lease's cap on holding (exclusive only; absent: none), written in its holder node's data:
+   * the lease ends no later than the node's `ctime` plus this, on ZooKeeper's clock.
+   */
+  maxHoldMs?: number | undefined;
 }
 
 export const EXCLUSIVE: EntrySpec = { mode: 'exclusive', limit: 1 };

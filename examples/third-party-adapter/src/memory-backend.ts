@@ -46,9 +46,10 @@ export function memoryBackend(store: MemoryStore): LockBackend {
     async extend({ ttlMs, ...proof }) {
       open();
       const holder = holderOf(store, proof);
-      if (!holder) return null;
-      store.renew(proof.name, holder, ttlMs);
-      return { name: proof.name, owner: holder.owner, token: holder.token, ttlMs };
+      // At its cap on holding the lease is over (its end was the cap).
+      if (!holder || (holder.capAt ?? Number.POSITIVE_INFINITY) <= Date.now()) return null;
+      const ms = store.renew(proof.name, holder, ttlMs);
+      return { name: proof.name, owner: holder.owner, token: holder.token, ttlMs: ms };
     },
     async inspect(name) {
       open();
@@ -90,6 +91,7 @@ const capabilities: BackendCapabilities = {
   expiryEvents: true,
   sharedModes: true,
   lockDelay: true,
+  maxHold: true,
 };
 
 export function ruleOf(request: AcquireRequest): RuleRequest {
@@ -128,17 +130,20 @@ export function acquire(
     return { decision, result };
   }
   const lockDelayMs = request.lockDelayMs ?? 0;
+  // The cap on holding is set with the grant; a refresh keeps the first grant's.
+  const cap = request.maxHoldMs === undefined ? {} : { capAt: Date.now() + request.maxHoldMs };
   const holder =
     decision.kind === 'refresh'
       ? own!
-      : store.grant(name, { owner, keyHash, ...rule, lockDelayMs }, ttlMs);
+      : store.grant(name, { owner, keyHash, ...rule, lockDelayMs, ...cap }, ttlMs);
+  let grantedMs = ttlMs;
   if (decision.kind === 'refresh') {
     holder.lockDelayMs = lockDelayMs;
-    store.renew(name, holder, ttlMs);
+    grantedMs = store.renew(name, holder, ttlMs);
   }
   return {
     decision,
-    result: { granted: true, grant: { name, owner, token: holder.token, ttlMs } },
+    result: { granted: true, grant: { name, owner, token: holder.token, ttlMs: grantedMs } },
   };
 }
 

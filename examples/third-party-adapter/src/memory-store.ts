@@ -16,6 +16,11 @@ export interface Holder {
   endsAt: number;
   /** Its lock-delay (exclusive only; 0: none): see `NameState.delayUntil`. */
   lockDelayMs: number;
+  /**
+   * `Date.now()` past which no renewal keeps the lease: its cap on holding, set in the step
+   * that grants it (absent: none).
+   */
+  capAt?: number;
   timer: ReturnType<typeof setTimeout>;
 }
 
@@ -89,11 +94,14 @@ export class MemoryStore {
     return added;
   }
 
-  /** Restarts a holder's lease at `ttlMs`. */
-  renew(name: string, holder: Holder, ttlMs: number): void {
+  /** Restarts a holder's lease at `ttlMs`, up to its cap on holding: the ms it now runs. */
+  renew(name: string, holder: Holder, ttlMs: number): number {
     clearTimeout(holder.timer);
-    holder.endsAt = Date.now() + ttlMs;
+    const now = Date.now();
+    const ms = holder.capAt === undefined ? ttlMs : Math.min(ttlMs, holder.capAt - now);
+    holder.endsAt = now + ms;
     this.expireAtEnd(name, holder);
+    return ms;
   }
 
   /** The store ends a lease by itself at its end (a timer may fire a little early: again). */

@@ -74,6 +74,21 @@ def _lock_delay_fields(lock_delay_ms: int) -> dict[str, Any]:
     return {"lockDelayMs": lock_delay_ms} if lock_delay_ms > 0 else {}
 
 
+def _max_hold_fields(max_hold_ms: int | None, ttl_ms: int) -> dict[str, Any]:
+    """``maxHoldMs`` as sent (nothing for None), checked as the server checks it: an integer
+    number of milliseconds, at least ``ttl_ms`` (the upper bound is the server's)."""
+    if max_hold_ms is None:
+        return {}
+    if isinstance(max_hold_ms, bool) or not isinstance(max_hold_ms, int):
+        raise DlmError("INVALID_PARAMS", "maxHoldMs must be an integer number of milliseconds",
+                       {"field": "maxHoldMs"})
+    if max_hold_ms < ttl_ms:
+        raise DlmError("INVALID_PARAMS",
+                       f"maxHoldMs must be at least ttlMs ({ttl_ms} ms), got {max_hold_ms} ms",
+                       {"field": "maxHoldMs"})
+    return {"maxHoldMs": max_hold_ms}
+
+
 def _mode_fields(mode: str | None, limit: int | None) -> dict[str, Any]:
     """``mode`` and ``limit`` as sent, checked as the server checks them (``limit`` only with
     ``"shared"``; its range against the server's ``maxHolders`` is the server's check)."""
@@ -413,7 +428,7 @@ class Client:
                 mode: str | None = None, limit: int | None = None,
                 request_release: bool = False,
                 on_queued: Callable[[int], None] | None = None,
-                lock_delay_ms: int = 0) -> Lease:
+                lock_delay_ms: int = 0, max_hold_ms: int | None = None) -> Lease:
         """Acquires ``name`` for ``ttl_ms``, waiting up to ``wait_ms`` (server-side, first come
         first served) while another owner holds it.
 
@@ -436,6 +451,12 @@ class Client:
         a lease is not released in the background at its local deadline: the server's expiry
         starts the delay.
 
+        ``max_hold_ms`` (exclusive only, ``ttl_ms`` up to the server's ``maxHoldMs``, 7 days): a
+        cap on holding. No extend keeps the lease past its grant plus this: one that would is
+        granted up to the cap only (``lease.ttl_ms`` says how much), and at the cap the lease is
+        lost with ``lost_reason`` ``"maxHold"`` (the server ends it there and counts it; it is
+        not released from here).
+
         Raises DlmError: LOCK_HELD (``data["ttlRemainingMs"]`` when known) when the lock stays
         held, UNAVAILABLE (``data["indeterminate"]`` when the request may have reached the
         server) when there is no answer, INVALID_PARAMS for a bad argument (``data["field"]``;
@@ -449,7 +470,8 @@ class Client:
         server's ``lock.queued``; the acquire is sent with ``progress: true``).
         """
         fields: dict[str, Any] = {"name": name, **_mode_fields(mode, limit),
-                                  **_lock_delay_fields(lock_delay_ms)}
+                                  **_lock_delay_fields(lock_delay_ms),
+                                  **_max_hold_fields(max_hold_ms, ttl_ms)}
         if request_release:
             fields["requestRelease"] = True
         if on_queued is not None and wait_ms > 0:
@@ -458,6 +480,7 @@ class Client:
             "lock.acquire", [name], fields, ttl_ms, wait_ms, owner, lease_key, on_queued)
         lease = self._lease_of(result, sent_at, wait_ms, ttl_ms, key)
         lease._release_at_deadline = lock_delay_ms == 0
+        lease._max_hold = max_hold_ms is not None
         return lease
 
     def _send_grant_request(self, method: str, names: list[str], fields: dict[str, Any],
@@ -584,12 +607,12 @@ class Client:
 
     def try_acquire(self, name: str, ttl_ms: int, owner: str | None = None, *,
                     mode: str | None = None, limit: int | None = None,
-                    lock_delay_ms: int = 0) -> Lease | None:
+                    lock_delay_ms: int = 0, max_hold_ms: int | None = None) -> Lease | None:
         """Acquires ``name`` if it can be had now; None when it is held (or, shared, full, or in
         its lock-delay)."""
         try:
             return self.acquire(name, ttl_ms, 0, owner, mode=mode, limit=limit,
-                                lock_delay_ms=lock_delay_ms)
+                                lock_delay_ms=lock_delay_ms, max_hold_ms=max_hold_ms)
         except DlmError as error:
             if error.code == "LOCK_HELD":
                 return None

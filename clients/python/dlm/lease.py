@@ -69,7 +69,9 @@ class Lease(_ReleasedOnExit):
     server would expire it, when the local deadline passes. The local deadline is counted on
     ``time.monotonic()`` from when the acquire (or the last successful extend) was *sent*, plus
     the granted TTL, minus a drift margin of max(10 ms, 1% of the TTL). ``lost_reason`` is then
-    ``"deadline"``, ``"expired"`` or ``"revoked"``.
+    ``"deadline"``, ``"expired"``, ``"revoked"`` or ``"maxHold"`` (it reached the cap on holding
+    it was acquired with: the server ended it, or an extend was granted up to the cap and the
+    local deadline passed).
 
     Every look at the lease (``lost``, ``lost_reason``, ``held``, ``remaining_ms()``,
     ``assert_held()``, and ``is_set()`` or ``wait()`` on a ``lost`` event taken earlier) answers
@@ -112,6 +114,9 @@ class Lease(_ReleasedOnExit):
         self._deadline = 0.0
         # False for a lease asked with a lock-delay: its end is left to the server's expiry.
         self._release_at_deadline = True
+        # Acquired with a cap on holding; capped: an extend was granted up to it.
+        self._max_hold = False
+        self._capped = False
         self._timer: threading.Timer | None = None
         # Told once when the lease is lost (a LeaseGroup's own ``lost``).
         self._on_lost: list[Callable[[], None]] = []
@@ -223,6 +228,10 @@ class Lease(_ReleasedOnExit):
         with self._lock:
             if self._ended or time.monotonic() < self._deadline:
                 return
+        # At its cap on holding the server ends it there, and counts it: not released from here.
+        if self._capped:
+            self._lose("maxHold")
+            return
         # Nobody here relies on the lease any more, but the server may hold it a little longer:
         # free it for the next holder.
         if self._lose("deadline") and self._release_at_deadline:
@@ -316,7 +325,11 @@ class Lease(_ReleasedOnExit):
                 raise
             if ttl_ms is not None:
                 self._requested_ttl_ms = ttl_ms
-            self._arm(sent_at, int(result["ttlMs"]))
+            granted = int(result["ttlMs"])
+            # Granted less than asked: only up to the cap on holding.
+            if self._max_hold and granted < ttl:
+                self._capped = True
+            self._arm(sent_at, granted)
 
     def release(self) -> bool:
         """Releases the lock: True when this call freed it, False when the lease had already

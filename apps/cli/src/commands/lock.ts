@@ -51,6 +51,9 @@ Options:
                      until DURATION after that end, so a CMD that has not been stopped yet
                      is done before the next holder starts (default 0; at most the server's
                      limit, 1m by default; a clean release has no delay)
+  --max-hold DURATION  one exclusive NAME: hold the lock at most this long (at least --ttl;
+                     at most the server's limit, 168h by default): renewals stop at the cap,
+                     the lock is then lost and CMD stopped (exit 123), however long CMD runs
 ${CONNECTION_USAGE}
   -v, --verbose      say on stderr when the lock is acquired and released
   -h, --help         print this help
@@ -85,6 +88,7 @@ const LOCK_OPTIONS = {
     'wait',
     'limit',
     'lock-delay',
+    'max-hold',
     'grace',
     'owner',
     'on-release-request',
@@ -105,6 +109,7 @@ const VALUE_FLAGS = new Set([
   '--limit',
   '--on-release-request',
   '--lock-delay',
+  '--max-hold',
 ]);
 
 /**
@@ -155,6 +160,7 @@ export const lockCommand: Command = {
     const onRequest = requestSignalOf(values['on-release-request']);
     const requestRelease = values['request-release'] === true;
     const lockDelay = lockDelayOf(values['lock-delay'], names);
+    const maxHold = maxHoldOf(values['max-hold'], names);
     const verbose = values.verbose === true;
 
     const connection = connectionOptions(values);
@@ -170,6 +176,7 @@ export const lockCommand: Command = {
       owner,
       ...mode,
       ...lockDelay,
+      ...maxHold,
       ...(requestRelease ? { requestRelease } : {}),
     });
     stopNotice();
@@ -294,6 +301,16 @@ function lockDelayOf(flag: string | undefined, names: string[]): { lockDelayMs?:
   return lockDelayMs > 0 ? { lockDelayMs } : {};
 }
 
+/** `--max-hold DURATION` as an acquire option: one NAME only (a set has no cap on holding). */
+function maxHoldOf(flag: string | undefined, names: string[]): { maxHoldMs?: number } {
+  if (flag === undefined) return {};
+  const maxHoldMs = parseDuration(flag, '--max-hold');
+  if (names.length > 1) {
+    throw new UsageError('--max-hold takes one NAME (a set of locks has no cap on holding)');
+  }
+  return { maxHoldMs };
+}
+
 interface LockOptions {
   ttlMs: number;
   waitMs: number;
@@ -302,6 +319,7 @@ interface LockOptions {
   limit?: number;
   requestRelease?: boolean;
   lockDelayMs?: number;
+  maxHoldMs?: number;
 }
 
 /** Acquires, or says why not and resolves with the exit code. SIGINT/SIGTERM end the wait. */
@@ -398,7 +416,19 @@ function inUserTerms(error: Error & { details: { field?: string } }, options: Lo
   if (field === 'name') return error.message.replace(/^name/, 'the lock NAME');
   if (field === 'owner') return error.message.replace(/^owner/, '--owner');
   if (field === 'lockDelayMs') return error.message.replace(/^lockDelayMs/, '--lock-delay');
+  if (field === 'maxHoldMs') return maxHoldInUserTerms(error.message, options);
   return error.message;
+}
+
+/** `maxHoldMs must be at most 604800000 ms, got …` as `--max-hold must be at most 7d, got …`. */
+function maxHoldInUserTerms(message: string, options: LockOptions): string {
+  const got = formatBound(options.maxHoldMs ?? 0);
+  if (message.includes('at least')) {
+    return `--max-hold must be at least --ttl (${formatBound(options.ttlMs)}), got ${got}`;
+  }
+  const most = /at most (\d+) ms/.exec(message);
+  if (most) return `--max-hold must be at most ${formatBound(Number(most[1]))}, got ${got}`;
+  return message.replace(/^maxHoldMs/, '--max-hold');
 }
 
 /**

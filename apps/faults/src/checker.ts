@@ -29,12 +29,28 @@ import type {
  *   `lockDelayMs` after its end: the next grant of the name is not reported before the earliest
  *   that end can be (the acquire's send plus its TTL) plus the delay, unless a release of the
  *   lease was sent before it.
+ * - S10 (hold cap): a lease asked with `maxHoldMs` is never held past its grant plus the cap:
+ *   no renewal leaves its holder a deadline later than the grant's reply (the latest the grant
+ *   can have been) plus `maxHoldMs` (the holder's deadline comes before the server's end, so a
+ *   later one means the server's lease ran past the cap).
  * - L1: after a holder dies (killed or paused), the lock is free again within its lease
  *   (and its lock-delay) plus `l1BoundMs`.
  * - L4: a client reports a lease lost within its local deadline (or, if it was paused then,
  *   its resumption) plus `l4BoundMs`.
  */
-export const PROPERTIES = ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S9', 'L1', 'L4'] as const;
+export const PROPERTIES = [
+  'S1',
+  'S2',
+  'S3',
+  'S4',
+  'S5',
+  'S6',
+  'S7',
+  'S9',
+  'S10',
+  'L1',
+  'L4',
+] as const;
 export type Property = (typeof PROPERTIES)[number];
 
 export interface Violation {
@@ -128,6 +144,8 @@ interface Grant {
   lostT: number | undefined;
   /** The lock-delay the acquire asked for (0: none). */
   lockDelayMs: number;
+  /** The cap on holding the acquire asked for (undefined: none). */
+  maxHoldMs: number | undefined;
 }
 
 const INF = Number.POSITIVE_INFINITY;
@@ -325,6 +343,7 @@ function collectGrants(ops: Op[], lostEvents: LostEvent[]) {
       releaseInvokeT: undefined,
       lostT: undefined,
       lockDelayMs: op.invoke.lockDelayMs ?? 0,
+      maxHoldMs: op.invoke.maxHoldMs,
     };
     grants.push(grant);
     const key = grantKey(op.proc, op.name, op.token);
@@ -453,6 +472,26 @@ function checkS9({ grantsByName }: Checked, flag: Flag): void {
         t: next.okT,
         message: `${next.proc} was granted token ${next.token} ${Math.round(delayEnds - next.okT)} ms before the lock-delay (${grant.lockDelayMs} ms) of ${grant.proc}'s unreleased token ${grant.token} had passed`,
       });
+    });
+  }
+}
+
+/**
+ * S10: no lease asked with a cap on holding is renewed past it. A renewal's deadline is its
+ * holder's (it ends before the server's), and the cap at its latest is the grant's reply plus
+ * `maxHoldMs`, so a deadline past that is a certain violation.
+ */
+function checkS10({ grants }: Checked, flag: Flag): void {
+  for (const grant of grants) {
+    if (grant.maxHoldMs === undefined) continue;
+    const capAt = grant.okT + grant.maxHoldMs;
+    const over = grant.renewals.find((renewal) => renewal.deadline > capAt);
+    if (!over) continue;
+    flag({
+      property: 'S10',
+      name: grant.name,
+      t: over.okT,
+      message: `${grant.proc}'s token ${grant.token} was renewed until ${Math.round(over.deadline - capAt)} ms past its cap on holding (${grant.maxHoldMs} ms after its grant)`,
     });
   }
 }
@@ -873,6 +912,7 @@ export function checkHistory(events: HistoryEvent[], options: CheckOptions): Che
   checkS5S6(history, flag);
   checkS7(history, flag);
   checkS9(history, flag);
+  checkS10(history, flag);
   const takeoverMs = checkL1(history, options, flag);
   checkL4(history, options, flag);
   const counts = Object.fromEntries(PROPERTIES.map((p) => [p, 0])) as Record<Property, number>;

@@ -1,7 +1,7 @@
 import type { BackendCapabilities } from '@dlm/core';
 import type { Property } from './checker.js';
 
-const SAFETY: Property[] = ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S9'];
+const SAFETY: Property[] = ['S1', 'S2', 'S3', 'S4', 'S5', 'S6', 'S7', 'S9', 'S10'];
 
 /**
  * Why a violation of `property` is what the backend promises rather than a failure, or
@@ -44,7 +44,7 @@ export function expectedReason(
   if (
     context.kind === 'embedded' &&
     nemesis.startsWith('clock-') &&
-    (property === 'S6' || property === 'S7' || property === 'S9')
+    (property === 'S6' || property === 'S7' || property === 'S9' || property === 'S10')
   ) {
     return "the skewed clock is the backend's own clock (embedded)";
   }

@@ -66,6 +66,8 @@ export interface OpEvent {
   limit?: number;
   /** acquire (invoke and ok): the lock-delay asked for, when above 0. */
   lockDelayMs?: number;
+  /** acquire (invoke): the cap on holding asked for, when asked. */
+  maxHoldMs?: number;
   /** release ok: whether the server freed the lock (false: the lease had already ended). */
   released?: boolean;
   /** fail/info: the error code and message. */

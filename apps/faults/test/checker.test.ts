@@ -341,4 +341,29 @@ describe('checker on hand-made histories', () => {
       expect(check(events).counts.S9).toBe(0);
     });
   });
+  describe('S10: hold cap', () => {
+    /** p1 gets token 1 at 10 (asked at 0, TTL 1 000, cap 2 000) and extends once at 900. */
+    const cappedThenExtendedUntil = (deadline: number, maxHoldMs: number | null = 2_000) =>
+      historyBuilder()
+        .acquire('p1', 'x', 0, 10, 1, maxHoldMs === null ? {} : { maxHoldMs })
+        .extend('p1', 'x', 900, 910, 1, deadline)
+        .release('p1', 'x', 1_500, 1_510, 1)
+        .end(5_000).events;
+
+    it('flags a renewal past the cap (a backend that ignores it, planted)', () => {
+      const result = check(cappedThenExtendedUntil(2_890));
+      expect(result.counts.S10).toBe(1);
+      expect(result.violations.find((v) => v.property === 'S10')?.message).toContain(
+        'past its cap on holding (2000 ms after its grant)',
+      );
+    });
+
+    it('passes a renewal granted up to the cap only', () => {
+      expect(check(cappedThenExtendedUntil(2_000)).counts.S10).toBe(0);
+    });
+
+    it('ignores leases asked without a cap', () => {
+      expect(check(cappedThenExtendedUntil(2_890, null)).counts.S10).toBe(0);
+    });
+  });
 });

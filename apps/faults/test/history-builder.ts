@@ -43,6 +43,7 @@ export function historyBuilder() {
         mode?: 'exclusive' | 'shared';
         limit?: number;
         lockDelayMs?: number;
+        maxHoldMs?: number;
       } = {},
     ) {
       const ttlMs = options.ttlMs ?? 1_000;
@@ -50,6 +51,7 @@ export function historyBuilder() {
         ...(options.mode ? { mode: options.mode } : {}),
         ...(options.limit === undefined ? {} : { limit: options.limit }),
         ...(options.lockDelayMs === undefined ? {} : { lockDelayMs: options.lockDelayMs }),
+        ...(options.maxHoldMs === undefined ? {} : { maxHoldMs: options.maxHoldMs }),
       };
       op(proc, 'acquire', name, invokeT, { t: okT }, mode, {
         token: String(token),

@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import type { BackendCapabilities } from '@dlm/core';
 import { tempDir } from '@dlm/test-services';
 import { PROPERTIES, type Property } from './checker.js';
-import { type DlmServer, startDlmServer } from './dlm-server.js';
+import { type DlmServer, type Plant, startDlmServer } from './dlm-server.js';
 import { expectedLinearizabilityReason, expectedReason } from './expectations.js';
 import { type LockSegmentOptions, type LockSegmentResult, runLockSegment } from './lock-segment.js';
 import { NEMESES, type Nemesis, nemesisNamed } from './nemeses.js';
@@ -58,6 +58,13 @@ export interface CampaignOptions extends WorkloadOptions {
    */
   lockDelayControl?: boolean;
   /**
+   * Add the hold-cap segments on the first backend whose server keeps caps on holding: client
+   * pauses with every exclusive acquire asking for a cap of one TTL (so every extend asks past
+   * it), on the real server (S10 must not show) and on a planted one whose backend ignores the
+   * cap (S10 must show, or the campaign fails).
+   */
+  holdCapControl?: boolean;
+  /**
    * Nemesis names per backend for shared-mode segments (a semaphore and a read-write lock side
    * by side, checked for S7); none when absent. Only on backends whose server declares
    * `sharedModes` and strict fencing: the others are skipped with a line saying so.
@@ -108,7 +115,9 @@ export interface CampaignResult {
   /** The linearizability negative control, when asked for and a PostgreSQL backend ran. */
   linNegativeControl?: LinControlReport | undefined;
   /** The lock-delay segments' negative control, when asked for and a backend keeps lock-delays. */
-  lockDelayControl?: { backend: string; detected: boolean; violations: number } | undefined;
+  lockDelayControl?: ControlReport | undefined;
+  /** The hold-cap segments' negative control, when asked for and a backend keeps caps. */
+  holdCapControl?: ControlReport | undefined;
   /** No unexpected violation anywhere, and the negative controls (if run) detected. */
   passed: boolean;
 }
@@ -277,44 +286,81 @@ function lockContention(
   };
 }
 
+/** A planted negative control's outcome: the property's violations on the planted server. */
+export interface ControlReport {
+  backend: string;
+  detected: boolean;
+  violations: number;
+}
+
 /** The lock-delay the lock-delay segments ask for, in TTLs: longer than most client pauses. */
 const LOCK_DELAY_TTLS = 3;
 
 /**
- * The lock-delay segments (`CampaignOptions.lockDelayControl`): client pauses while every
- * exclusive acquire asks for a lock-delay of `LOCK_DELAY_TTLS` × TTL, on the real server (its
- * report joins `reports`: S9 there is a failure) and on a planted server whose backend ignores
- * the delay (kept out of `reports`: S9 there is the control's detection).
+ * Segments that hold one property to the real server and catch it on a planted one: client
+ * pauses while every exclusive acquire asks for `workload`.
  */
-async function runLockDelaySegments(
+interface ControlSegments {
+  /** Names the segments: `lock-delay`, `hold cap`. */
+  label: string;
+  property: 'S9' | 'S10';
+  /** The planted server: its backend ignores what `workload` asks for. */
+  plant: Plant['kind'];
+  workload: Pick<WorkloadOptions, 'lockDelayMs' | 'maxHoldMs'>;
+}
+
+/** The lock-delay segments (`CampaignOptions.lockDelayControl`): a lock-delay of 3 TTLs. */
+const lockDelaySegments = (ttlMs: number): ControlSegments => ({
+  label: 'lock-delay',
+  property: 'S9',
+  plant: 'no-lock-delay',
+  workload: { lockDelayMs: LOCK_DELAY_TTLS * ttlMs },
+});
+
+/** The hold-cap segments (`CampaignOptions.holdCapControl`): a cap of one TTL. */
+const holdCapSegments = (ttlMs: number): ControlSegments => ({
+  label: 'hold cap',
+  property: 'S10',
+  plant: 'no-hold-cap',
+  workload: { maxHoldMs: ttlMs },
+});
+
+/**
+ * Runs `control`'s segments: on the real server (its report joins `reports`: the property there
+ * is a failure) and on a planted server whose backend ignores the workload's ask (kept out of
+ * `reports`: the property there is the control's detection).
+ */
+async function runControlSegments(
   run: BackendRun,
   reports: SegmentReport[],
-): Promise<NonNullable<CampaignResult['lockDelayControl']>> {
+  control: ControlSegments,
+): Promise<ControlReport> {
   const { backend, topology, server, options, log } = run;
+  const { label, property } = control;
   const durationMs = options.durationsMs?.[backend] ?? options.durationMs;
   const segment = (on: Topology, over: DlmServer, name: string) => {
     log(`${backend} × client-pause (${name}): ${Math.round(durationMs / 1000)} s`);
     return runSegment(on, over, {
       ...options,
+      ...control.workload,
       durationMs,
       nemesis: nemesisNamed('client-pause')!,
-      lockDelayMs: LOCK_DELAY_TTLS * options.ttlMs,
       dir: join(run.historyDir, backend, `client-pause-${name.replaceAll(/[^a-z]+/g, '-')}`),
       log,
     });
   };
-  const real = annotate(await segment(topology, server, 'lock-delay'), server, false);
+  const real = annotate(await segment(topology, server, label), server, false);
   reports.push(real);
-  log(`${backend} × client-pause (lock-delay): S9=${real.check.counts.S9}`);
+  log(`${backend} × client-pause (${label}): ${property}=${real.check.counts[property]}`);
   // A topology of its own: an embedded server's data dir admits one server.
   const own = await startTopology(backend);
   let planted: DlmServer | undefined;
   try {
-    planted = await startDlmServer(own, { kind: 'no-lock-delay', pauseMs: 0 });
-    const { check } = await segment(own, planted, 'lock-delay, planted: ignored');
-    const violations = check.counts.S9;
+    planted = await startDlmServer(own, { kind: control.plant, pauseMs: 0 });
+    const { check } = await segment(own, planted, `${label}, planted: ignored`);
+    const violations = check.counts[property];
     log(
-      `${backend} × client-pause (lock-delay ignored, planted): S9=${violations}: ${violations ? 'detected' : 'NOT DETECTED'}`,
+      `${backend} × client-pause (${label} ignored, planted): ${property}=${violations}: ${violations ? 'detected' : 'NOT DETECTED'}`,
     );
     return { backend, detected: violations > 0, violations };
   } finally {
@@ -431,7 +477,8 @@ interface BackendOutcome {
   errors: string[];
   sharedSkipped: string[];
   linNegativeControl?: LinControlReport;
-  lockDelayControl?: NonNullable<CampaignResult['lockDelayControl']>;
+  lockDelayControl?: ControlReport;
+  holdCapControl?: ControlReport;
 }
 
 /** The backend's segments, on its own topology and servers (stopped at the end, also on failure). */
@@ -455,8 +502,9 @@ async function runBackend(
   // The negative control and the lock-delay segments run on the campaign's first backend.
   const control = options.negativeControl && first;
   const delayControl = options.lockDelayControl === true && first;
+  const capControl = options.holdCapControl === true && first;
   const planned = nemeses.length || lockNemeses.length || sharedNemeses.length;
-  if (!planned && !control && !linControl && !delayControl) return outcome;
+  if (!planned && !control && !linControl && !delayControl && !capControl) return outcome;
   log(`${backend}: starting`);
   let topology: Topology | undefined;
   let server: DlmServer | undefined;
@@ -479,7 +527,12 @@ async function runBackend(
       outcome.linNegativeControl = await runLinNegativeControl(run);
     }
     if (delayControl && server.capabilities.lockDelay) {
-      outcome.lockDelayControl = await runLockDelaySegments(run, outcome.segments);
+      const segments = lockDelaySegments(options.ttlMs);
+      outcome.lockDelayControl = await runControlSegments(run, outcome.segments, segments);
+    }
+    if (capControl && server.capabilities.maxHold) {
+      const segments = holdCapSegments(options.ttlMs);
+      outcome.holdCapControl = await runControlSegments(run, outcome.segments, segments);
     }
     // Last: a failure here (no shared grant at all) leaves the other segments' reports whole.
     if (sharedNemeses.length) {
@@ -551,6 +604,7 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
   const errors = outcomes.flatMap((outcome) => outcome.errors);
   const sharedSkipped = outcomes.flatMap((outcome) => outcome.sharedSkipped);
   const lockDelayControl = outcomes.find((outcome) => outcome.lockDelayControl)?.lockDelayControl;
+  const holdCapControl = outcomes.find((outcome) => outcome.holdCapControl)?.holdCapControl;
   const linNegativeControl = outcomes.find(
     (outcome) => outcome.linNegativeControl,
   )?.linNegativeControl;
@@ -581,12 +635,14 @@ export async function runCampaign(options: CampaignOptions): Promise<CampaignRes
     negativeControl,
     linNegativeControl,
     lockDelayControl,
+    holdCapControl,
     passed:
       errors.length === 0 &&
       segments.every((segment) => segment.unexpected === 0) &&
       lockSegments.every((segment) => segment.unexpected === 0) &&
       (negativeControl === undefined || negativeControl.detected) &&
       (linNegativeControl === undefined || linNegativeControl.detected) &&
-      (!options.lockDelayControl || lockDelayControl?.detected === true),
+      (!options.lockDelayControl || lockDelayControl?.detected === true) &&
+      (!options.holdCapControl || holdCapControl?.detected === true),
   };
 }

@@ -29,10 +29,11 @@ async function healthy(port: number): Promise<boolean> {
 
 /**
  * A server for a negative control: `early-token` (planted-early-token.ts), with its pause; or
- * `no-lock-delay`, a backend that says it keeps lock-delays and ignores them (any backend).
+ * `no-lock-delay`, a backend that says it keeps lock-delays and ignores them (any backend); or
+ * `no-hold-cap`, likewise for caps on holding.
  */
 export interface Plant {
-  kind: 'early-token' | 'no-lock-delay';
+  kind: 'early-token' | 'no-lock-delay' | 'no-hold-cap';
   pauseMs: number;
 }
 

@@ -15,7 +15,7 @@ import { BACKENDS, type BackendVariant, isBackendVariant } from './topology.js';
 export const USAGE = `Usage: dlm-faults [options]   (from the repo: pnpm --filter @dlm/faults faults -- [options])
 
 Runs a fenced read-modify-write workload in separate processes against a dlm server, injects
-faults, checks the history (S1-S7, L1, L4) and writes a report (Markdown + JSON).
+faults, checks the history (S1-S7, S9, S10, L1, L4) and writes a report (Markdown + JSON).
 
   --backend LIST        ${BACKENDS.join(', ')} or all (default all)
   --nemesis LIST        nemeses to run, one segment each, or all (default: all that apply):
@@ -47,6 +47,10 @@ faults, checks the history (S1-S7, L1, L4) and writes a report (Markdown + JSON)
                         where every exclusive acquire asks for a lock-delay of 3 × TTL: on the
                         real server (S9 must not show) and on a planted backend that ignores
                         the delay (S9 must show; on with --short)
+  --hold-cap-control    on the first backend that keeps caps on holding, add client-pause
+                        segments where every exclusive acquire asks for a cap of one TTL (every
+                        extend asks past it): on the real server (S10 must not show) and on a
+                        planted backend that ignores the cap (S10 must show; on with --short)
   --shared LIST         nemeses for shared-mode segments (a semaphore of limit 3 and a
                         read-write lock side by side, checked for S7), one segment each, on
                         backends that declare sharedModes and strict fencing (default: none;
@@ -150,6 +154,7 @@ const OPTIONS = {
     'short',
     'lin-negative-control',
     'lock-delay-control',
+    'hold-cap-control',
   ),
   ...HELP_FLAG,
 } as const satisfies FlagOptions;
@@ -217,6 +222,7 @@ function campaignOptions(values: Values, short: boolean): Omit<CampaignOptions, 
     lockThinkMs: integerFlag(values['lin-think-ms'], 10, '--lin-think-ms', { min: 0 }),
     linNegativeControl: short || values['lin-negative-control'] === true,
     lockDelayControl: short || values['lock-delay-control'] === true,
+    holdCapControl: short || values['hold-cap-control'] === true,
     sharedNemeses: (backend) => sharedList ?? (short ? SHORT_SHARED_PLAN[backend] : []),
     sharedDurationMs: parseDuration(values['shared-duration'] ?? '6s', '--shared-duration'),
     ttlMs: integerFlag(values['ttl-ms'], 2_000, '--ttl-ms'),

@@ -50,6 +50,9 @@ export function renderMarkdown(result: CampaignResult): string {
       (result.lockDelayControl
         ? `; lock-delay negative control ${result.lockDelayControl.detected ? `detected (${result.lockDelayControl.violations} S9 violations on ${result.lockDelayControl.backend} with the delay ignored)` : 'NOT detected'}`
         : '') +
+      (result.holdCapControl
+        ? `; hold-cap negative control ${result.holdCapControl.detected ? `detected (${result.holdCapControl.violations} S10 violations on ${result.holdCapControl.backend} with the cap ignored)` : 'NOT detected'}`
+        : '') +
       '.',
     '',
   );
@@ -237,6 +240,7 @@ export function mergeReports(jsons: string[]): CampaignResult {
   const controls = parts.flatMap((part) => (part.negativeControl ? [part.negativeControl] : []));
   const linControl = parts.find((part) => part.linNegativeControl)?.linNegativeControl;
   const delayControl = parts.find((part) => part.lockDelayControl)?.lockDelayControl;
+  const capControl = parts.find((part) => part.holdCapControl)?.holdCapControl;
   return {
     startedAt: parts.map((part) => part.startedAt).sort()[0]!,
     finishedAt: parts
@@ -262,6 +266,7 @@ export function mergeReports(jsons: string[]): CampaignResult {
       : undefined,
     linNegativeControl: linControl,
     lockDelayControl: delayControl,
+    holdCapControl: capControl,
     passed: parts.every((part) => part.passed),
   };
 }

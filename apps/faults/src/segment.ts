@@ -23,6 +23,8 @@ export interface WorkloadOptions {
   l4BoundMs: number;
   /** Every exclusive acquire asks for this lock-delay (ms); absent: none. */
   lockDelayMs?: number;
+  /** Every exclusive acquire asks for this cap on holding (ms); absent: none. */
+  maxHoldMs?: number;
 }
 
 export interface SegmentOptions extends WorkloadOptions {
@@ -98,6 +100,8 @@ interface WorkerSetup {
   variants: Map<string, WorkerVariant>;
   /** Every exclusive acquire's lock-delay (ms); absent: none. */
   lockDelayMs?: number | undefined;
+  /** Every exclusive acquire's cap on holding (ms); absent: none. */
+  maxHoldMs?: number | undefined;
 }
 
 /** A worker's own names and shared-mode workload, where they are not the segment's. */
@@ -128,6 +132,7 @@ async function startWorker(
     requestTimeoutMs: 5_000,
     role,
     ...(setup.lockDelayMs ? { lockDelayMs: setup.lockDelayMs } : {}),
+    ...(setup.maxHoldMs ? { maxHoldMs: setup.maxHoldMs } : {}),
     ...variant,
   };
   const managed: ManagedProcess = await startProcess({
@@ -309,6 +314,7 @@ export async function runSegment(
   const run = await runWorkload(topology, server, options, async (setup) => {
     setup.names = names;
     setup.lockDelayMs = options.lockDelayMs;
+    setup.maxHoldMs = options.maxHoldMs;
     const workers = await startWorkers(setup, server, options.workers, 'w', 'holder');
     // Meddlers hold nothing, so the nemeses (which pick holders) leave them alone; server and
     // backend faults reach them all the same.

@@ -59,8 +59,13 @@ async function planted(config: ServerConfig, clock: SkewClock): Promise<LockBack
   if (what === 'no-lock-delay') {
     return withoutLockDelays(await createBackend(config.backend, createLogger('warn'), { clock }));
   }
+  if (what === 'no-hold-cap') {
+    return withoutHoldCaps(await createBackend(config.backend, createLogger('warn'), { clock }));
+  }
   if (what !== 'early-token' || config.backend.kind !== 'postgres') {
-    throw new Error(`DLM_FAULTS_PLANT=${plant}: early-token on postgres, or no-lock-delay`);
+    throw new Error(
+      `DLM_FAULTS_PLANT=${plant}: early-token on postgres, or no-lock-delay, or no-hold-cap`,
+    );
   }
   const real = await createBackend(config.backend, createLogger('warn'), { clock });
   return plantEarlyToken(real, config.backend.url, Number(pause ?? 0));
@@ -88,6 +93,19 @@ function withoutLockDelays(real: LockBackend): LockBackend {
     tryAcquire: { value: (request: AcquireRequest) => real.tryAcquire(strip(request)) },
     lockDelayOf: { value: async () => 0 },
     ...(queue ? { queue: { value: queue } } : {}),
+  }) as LockBackend;
+}
+
+/**
+ * The hold-cap segment's negative control: `real`, declaring caps on holding (so the service
+ * takes `maxHoldMs`) but granting as if none had been asked for: extends run past the cap.
+ */
+function withoutHoldCaps(real: LockBackend): LockBackend {
+  return Object.create(real, {
+    capabilities: { get: () => ({ ...real.capabilities, maxHold: true }) },
+    tryAcquire: {
+      value: ({ maxHoldMs: _ignored, ...request }: AcquireRequest) => real.tryAcquire(request),
+    },
   }) as LockBackend;
 }
 

@@ -38,6 +38,8 @@ export interface WorkerConfig {
   clients?: number;
   /** Every exclusive acquire asks for this lock-delay (ms); absent: none. */
   lockDelayMs?: number;
+  /** Every exclusive acquire asks for this cap on holding (ms); absent: none. */
+  maxHoldMs?: number;
 }
 
 /** What a worker holds right now, as written to its status file. */

@@ -62,6 +62,7 @@ interface OpFields {
   mode?: 'exclusive' | 'shared';
   limit?: number;
   lockDelayMs?: number;
+  maxHoldMs?: number;
 }
 
 function invoke(f: OpName, name: string, extra: OpFields) {
@@ -111,7 +112,12 @@ async function resource(path: string, body: object): Promise<{ status: number; v
 type ModeAsked = { mode: 'shared'; limit?: number } | undefined;
 
 async function acquire(name: string, via = client, asked?: ModeAsked): Promise<Lease | null> {
-  const delay = !asked && config.lockDelayMs ? { lockDelayMs: config.lockDelayMs } : {};
+  const delay = asked
+    ? {}
+    : {
+        ...(config.lockDelayMs ? { lockDelayMs: config.lockDelayMs } : {}),
+        ...(config.maxHoldMs ? { maxHoldMs: config.maxHoldMs } : {}),
+      };
   const op = invoke('acquire', name, asked ? { mode: 'shared', ...limitOf(asked) } : delay);
   try {
     // `mode` and `limit` go through as the client passes them on. A client without shared

@@ -46,6 +46,7 @@ describe('dlm-faults flags', () => {
       linNegativeControl: false,
       lanes: 1,
       lockDelayControl: false,
+      holdCapControl: false,
     });
     const short = campaign(['--short']);
     expect(short.campaign).toMatchObject({
@@ -54,6 +55,7 @@ describe('dlm-faults flags', () => {
       negativeControl: true,
       linNegativeControl: true,
       lockDelayControl: true,
+      holdCapControl: true,
       lockDurationMs: 6_000,
       lockDurationsMs: { postgres: 15_000 },
     });

@@ -123,9 +123,9 @@ export interface AcquireRequest {
    * granted up to the cap only (its `ttlMs` says how much); at or past the cap an extend answers
    * null (an adapter whose store may keep the lease a little longer, etcd's whole seconds,
    * ends it in that step). Where the store has a clock the cap is on it (Redis `TIME`,
-   * PostgreSQL's clock, ZooKeeper's node times); where its transactions have none (etcd) it is
-   * the granting server's wall clock, and clamping uses the extending server's, so their clocks
-   * must agree to within the error one accepts on the cap.
+   * PostgreSQL's clock, ZooKeeper's node times); a store whose transactions have none must keep
+   * the granting server's wall-clock time and clamp by the extending server's, and say that the
+   * servers' clocks must then agree to within the error one accepts on the cap.
    */
   maxHoldMs?: number | undefined;
 }

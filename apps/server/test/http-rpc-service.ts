@@ -103,6 +103,7 @@ export async function httpRpcService(backend: LockBackend): Promise<LockService>
       ...DEFAULT_LIMITS,
       minTtlMs: Math.max(DEFAULT_LIMITS.minTtlMs, backend.capabilities.minTtlMs),
       maxLockDelayMs: backend.capabilities.lockDelay ? DEFAULT_LIMITS.maxLockDelayMs : 0,
+      maxHoldMs: backend.capabilities.maxHold ? DEFAULT_LIMITS.maxHoldMs : 0,
     },
     async acquire({ signal, onLost: _onLost, aroundBackendCall: _around, ...params }) {
       const leaseKey = keyOfOwner([params.name], params.owner, params.leaseKey);

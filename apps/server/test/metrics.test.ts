@@ -193,6 +193,27 @@ describe('lock-delay refusals', () => {
   });
 });
 
+describe('leases ended at their cap on holding', () => {
+  it('counts a lease that reaches its maxHoldMs, and not one that just expires', async () => {
+    const capped = (text: string) => sample(text, 'dlm_leases_max_hold_total') ?? 0;
+    const lost = (text: string) =>
+      sample(text, 'dlm_locks_lost_total', { reason: 'maxHold' }) ?? 0;
+    const before = await scrape(server);
+    const peer = await session();
+    await peer.call('lock.acquire', { name: 'capped/free', ttlMs: 150, maxHoldMs: 5_000 });
+    expect((await peer.nextNotification('lock.lost')).params.reason).toBe('expired');
+    const grant = await peer.call('lock.acquire', { name: 'capped/x', ttlMs: 150, maxHoldMs: 400 });
+    const { token } = grant.result;
+    const extended = await peer.call('lock.extend', { name: 'capped/x', token, ttlMs: 5_000 });
+    expect(extended.result.ttlMs).toBeLessThanOrEqual(400);
+    expect((await peer.nextNotification('lock.lost')).params.reason).toBe('maxHold');
+    const after = await scrape(server);
+    expect(capped(after) - capped(before)).toBe(1);
+    expect(lost(after) - lost(before)).toBe(1);
+    await end(peer);
+  });
+});
+
 describe.runIf(breakable('redis'))('a backend that goes away', () => {
   it('counts backend errors and logs one line when it goes and one when it is back', async () => {
     const redis = await startRedis();

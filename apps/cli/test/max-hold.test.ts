@@ -9,7 +9,19 @@ describe('dlm lock --max-hold', () => {
     const name = 'cli-max-hold/capped';
     const startedAt = performance.now();
     const done = await runDlm(
-      ['lock', name, '--ttl', '300ms', '--max-hold', '1500ms', '--grace', '1s', '--', 'sleep', '20'],
+      [
+        'lock',
+        name,
+        '--ttl',
+        '300ms',
+        '--max-hold',
+        '1500ms',
+        '--grace',
+        '1s',
+        '--',
+        'sleep',
+        '20',
+      ],
       env,
     );
     const tookMs = performance.now() - startedAt;
@@ -29,7 +41,10 @@ describe('dlm lock --max-hold', () => {
     );
     expect(below.code).toBe(2);
     expect(below.stderr).toContain('--max-hold must be at least --ttl (5s), got 2s');
-    const over = await runDlm(['lock', 'cli-max-hold/over', '--max-hold', '200h', '--', 'true'], env);
+    const over = await runDlm(
+      ['lock', 'cli-max-hold/over', '--max-hold', '200h', '--', 'true'],
+      env,
+    );
     expect(over.code).toBe(2);
     expect(over.stderr).toContain('--max-hold must be at most');
     const two = await runDlm(['lock', 'a', 'b', '--max-hold', '1m', '--', 'true'], env);

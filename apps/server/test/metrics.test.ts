@@ -196,8 +196,7 @@ describe('lock-delay refusals', () => {
 describe('leases ended at their cap on holding', () => {
   it('counts a lease that reaches its maxHoldMs, and not one that just expires', async () => {
     const capped = (text: string) => sample(text, 'dlm_leases_max_hold_total') ?? 0;
-    const lost = (text: string) =>
-      sample(text, 'dlm_locks_lost_total', { reason: 'maxHold' }) ?? 0;
+    const lost = (text: string) => sample(text, 'dlm_locks_lost_total', { reason: 'maxHold' }) ?? 0;
     const before = await scrape(server);
     const peer = await session();
     await peer.call('lock.acquire', { name: 'capped/free', ttlMs: 150, maxHoldMs: 5_000 });

@@ -130,7 +130,8 @@ class EmbeddedStore {
     // A cap on holding is kept on the wall clock: the lease ends by it even when its own time
     // (counted in full from now) would run longer.
     const revive = (held: RecoveredLease): Lease | undefined => {
-      const capMs = held.capWallMs === undefined ? Number.POSITIVE_INFINITY : held.capWallMs - wallNow;
+      const capMs =
+        held.capWallMs === undefined ? Number.POSITIVE_INFINITY : held.capWallMs - wallNow;
       if (wallNow - held.wallMs >= held.ttlMs || capMs <= 0) return undefined;
       const lease: Lease = {
         name: held.name,

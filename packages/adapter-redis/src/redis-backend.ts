@@ -409,7 +409,10 @@ async function tryAcquire(
   events.noteGrant(name, result.token);
   const { holdRemainingMs } = result;
   const grant = { name, owner, token: result.token, ttlMs: result.ttlMs ?? ttlMs };
-  return { granted: true, grant: holdRemainingMs === undefined ? grant : { ...grant, holdRemainingMs } };
+  return {
+    granted: true,
+    grant: holdRemainingMs === undefined ? grant : { ...grant, holdRemainingMs },
+  };
 }
 
 async function release(r: BackendState, { name, token, keyHash }: HolderProof): Promise<boolean> {

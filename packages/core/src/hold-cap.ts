@@ -33,13 +33,10 @@ export function noteHoldCap(
   // may run up to a granule past it, so core ends it there.
   if (ctx.backend.capabilities.ttlGranularityMs <= 1) return;
   lease.capTimer?.cancel();
-  lease.capTimer = ctx.clock.setTimer(
-    () => {
-      lease.capTimer = undefined;
-      endAtCap(state, lease.token);
-    },
-    capAt - ctx.clock.now(),
-  );
+  lease.capTimer = ctx.clock.setTimer(() => {
+    lease.capTimer = undefined;
+    endAtCap(state, lease.token);
+  }, capAt - ctx.clock.now());
 }
 
 /**

@@ -25,7 +25,7 @@ describe('embedded backend semantics (in memory, manual clock)', () => {
     const { fencing, minTtlMs, ttlGranularityMs, ...flags } = backend.capabilities;
     expect([fencing, minTtlMs, ttlGranularityMs]).toEqual(['strict', 1, 1]);
     const declared = { durableAcrossRestart: false, fairQueue: false, expiryEvents: true };
-    expect(flags).toEqual({ ...declared, sharedModes: true, lockDelay: true });
+    expect(flags).toEqual({ ...declared, sharedModes: true, lockDelay: true, maxHold: true });
   });
 
   it('grants a free lock and refuses another owner with the remaining TTL', async () => {

@@ -91,8 +91,10 @@ export function acquireFunction(parts: SqlParts): string {
               ends := least(ends, coalesce(r.cap_at, ends));
               UPDATE ${table} SET expires_at = ends, delay_ms = nullif(p_delay, 0)
                 WHERE name = p_name;
-              granted_ms := ${floorMs('ends')};
-              hold_ms := ${floorMs('r.cap_at')};
+              IF r.cap_at IS NOT NULL THEN
+                granted_ms := ${floorMs('ends')};
+                hold_ms := ${floorMs('r.cap_at')};
+              END IF;
               token := r.token;
               granted := true;
               holders := 1;

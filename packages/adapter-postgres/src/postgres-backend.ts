@@ -440,7 +440,7 @@ async function tryAcquire(p: Pg, request: AcquireRequest): Promise<AcquireResult
   if (row.granted && row.token !== null) {
     const token = BigInt(row.token);
     // A refresh of a capped lease runs to its cap at most.
-    const grantedMs = row.granted_ms == null ? ttlMs : Number(row.granted_ms);
+    const grantedMs = row.granted_ms == null ? ttlMs : Math.min(ttlMs, Number(row.granted_ms));
     p.events.noteLease(
       name,
       shared ? { token, owner, mode: 'shared' } : { token, owner },
@@ -525,8 +525,8 @@ async function extend(
     | { owner: string; shared: boolean; ttl_ms: string | null; hold_ms: string | null }
     | undefined;
   if (!row) return null;
-  // Extended up to the lease's cap on holding only.
-  const grantedMs = row.ttl_ms == null ? ttlMs : Number(row.ttl_ms);
+  // Extended up to the lease's cap on holding only (whole ms, rounded down, said only then).
+  const grantedMs = row.hold_ms == null ? ttlMs : Math.min(ttlMs, Number(row.ttl_ms));
   p.events.noteLease(
     name,
     row.shared ? { token, owner: row.owner, mode: 'shared' } : { token, owner: row.owner },

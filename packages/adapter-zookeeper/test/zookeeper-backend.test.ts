@@ -42,7 +42,7 @@ describe.skipIf(!run)('zookeeper backend primitives', () => {
     const { fencing, minTtlMs, ttlGranularityMs, ...flags } = a.capabilities;
     expect([fencing, minTtlMs, ttlGranularityMs]).toEqual(['strict', 100, 1]);
     const declared = { durableAcrossRestart: true, fairQueue: true, expiryEvents: false };
-    expect(flags).toEqual({ ...declared, sharedModes: true, lockDelay: true });
+    expect(flags).toEqual({ ...declared, sharedModes: true, lockDelay: true, maxHold: true });
     // An ephemeral holder can vanish unrecorded with its session: no lock-delay then.
     expect(open(2_000, { ephemeral: true }).capabilities.lockDelay).toBe(false);
   });

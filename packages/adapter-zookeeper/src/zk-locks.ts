@@ -533,7 +533,10 @@ export class LockStore {
     name: string,
     stat: Stat | undefined,
     path: string | undefined,
-    lease: Pick<Current, 'owner' | 'keyHash' | 'ttlMs' | 'mode' | 'limit' | 'lockDelayMs' | 'maxHoldMs'>,
+    lease: Pick<
+      Current,
+      'owner' | 'keyHash' | 'ttlMs' | 'mode' | 'limit' | 'lockDelayMs' | 'maxHoldMs'
+    >,
   ): { path: string; token: bigint; nowMs: number } {
     if (!path || !stat) throw new DlmError('INTERNAL', 'ZooKeeper multi-op returned no result');
     this.noteClock(stat);

@@ -25,8 +25,8 @@ export const LONG_POLES: Readonly<Record<string, number>> = {
   'apps/cli/test/lock.test.ts': 58,
   'examples/third-party-adapter/test/memory-backend.test.ts': 57,
   'apps/server/test/transcripts.test.ts': 42,
+  'apps/faults/test/timed-rules-campaign.test.ts': 40,
   'apps/ha/test/zookeeper.test.ts': 39,
-  'apps/faults/test/lock-delay-campaign.test.ts': 38,
   'apps/faults/test/negative-control.test.ts': 35,
   'apps/ha/test/etcd.test.ts': 31,
 };

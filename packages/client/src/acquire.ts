@@ -11,14 +11,9 @@ import {
   type RetryOptions,
   type RetryPolicy,
   retry,
-  validateFlag,
-  validateLockDelay,
-  validateMaxHold,
-  validateMode,
+  validateAcquireFields,
   validateName,
   validateOwner,
-  validateTtl,
-  validateWait,
 } from '@dlm/core';
 import type { ParamsOf, ResultOf } from '@dlm/protocol';
 import type { BackgroundCleanup } from './background-cleanup.js';
@@ -412,13 +407,9 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
     // field and message as the server's answer would have.
     const limits = context.limits();
     validateName(name, limits);
-    const ttlMs = validateTtl(options.ttlMs, limits);
-    const waitMs = validateWait(options.waitMs, limits);
+    const fields = validateAcquireFields(options, limits);
+    const { ttlMs, waitMs, requestRelease, lockDelayMs, maxHoldMs } = fields;
     if (options.owner !== undefined) validateOwner(options.owner, limits);
-    const modeSpec = validateMode(options.mode, options.limit, limits);
-    const requestRelease = validateFlag(options.requestRelease, 'requestRelease');
-    const lockDelayMs = validateLockDelay(options.lockDelayMs, limits);
-    const maxHoldMs = validateMaxHold(options.maxHoldMs, ttlMs, limits);
     // Re-entering as an owner that holds the lock here presents that lease's key.
     const key =
       options.leaseKey ??
@@ -433,11 +424,9 @@ class AcquireTries extends GrantTries<'lock.acquire'> {
     // Sent only when asked: a server that predates release requests never sees the field.
     this.requestRelease = requestRelease;
     // Sent as asked: a shared request without a limit leaves the default to the server.
-    if (modeSpec.mode === 'shared') {
+    if (fields.mode === 'shared') {
       this.mode =
-        options.limit === undefined
-          ? { mode: 'shared' }
-          : { mode: 'shared', limit: modeSpec.limit };
+        options.limit === undefined ? { mode: 'shared' } : { mode: 'shared', limit: fields.limit };
     }
     if (lockDelayMs > 0) this.lockDelayMs = lockDelayMs;
     this.maxHoldMs = maxHoldMs;

@@ -49,15 +49,11 @@ import {
   DEFAULT_LIMITS,
   type Limits,
   type LockMode,
-  validateFlag,
+  validateAcquireFields,
   validateLeaseKey,
-  validateLockDelay,
-  validateMaxHold,
-  validateMode,
   validateName,
   validateOwner,
   validateTtl,
-  validateWait,
 } from './validation.js';
 
 /** A lease granted by the service. `ttlMs` is what the backend granted (≥ the request). */
@@ -393,39 +389,29 @@ function noSharedModes(ctx: ServiceContext): DlmError {
 }
 
 /**
- * An acquire's lock-delay, checked: in [0, `limits.maxLockDelayMs`], and above 0 only for an
- * exclusive lock on a backend that keeps lock-delays.
+ * What this service's backend cannot keep, refused before the fields' ranges (which are [0, 0]
+ * without it): the backend is why, not the number.
  */
-function checkLockDelay(ctx: ServiceContext, value: unknown, mode: LockMode): number {
-  const refuse = (message: string) =>
-    new DlmError('INVALID_PARAMS', `lockDelayMs ${message}`, { field: 'lockDelayMs' });
-  // Said before the range (which is [0, 0] here): the backend is why, not the number.
-  if (!ctx.backend.capabilities.lockDelay && typeof value === 'number' && value > 0) {
-    throw refuse(`is not supported by the ${ctx.backend.kind} backend yet`);
+function refuseUnkept(ctx: ServiceContext, options: AcquireOptions): void {
+  const { lockDelay, maxHold } = ctx.backend.capabilities;
+  const value = options.lockDelayMs as unknown;
+  if (!lockDelay && typeof value === 'number' && value > 0) {
+    throw refused('lockDelayMs', `is not supported by the ${ctx.backend.kind} backend yet`);
   }
-  const lockDelayMs = validateLockDelay(value, ctx.limits);
-  if (lockDelayMs > 0 && mode === 'shared') throw refuse('is for exclusive locks only');
-  return lockDelayMs;
+  if (!maxHold && options.maxHoldMs !== undefined) {
+    throw refused('maxHoldMs', `is not supported by the ${ctx.backend.kind} backend yet`);
+  }
 }
 
-/**
- * An acquire's cap on holding, checked: absent, or in [`ttlMs`, `limits.maxHoldMs`], for an
- * exclusive lock on a backend that keeps caps.
- */
-function checkMaxHold(
-  ctx: ServiceContext,
-  value: unknown,
-  ttlMs: number,
-  mode: LockMode,
-): number | undefined {
-  const refuse = (message: string) =>
-    new DlmError('INVALID_PARAMS', `maxHoldMs ${message}`, { field: 'maxHoldMs' });
-  if (value !== undefined && !ctx.backend.capabilities.maxHold) {
-    throw refuse(`is not supported by the ${ctx.backend.kind} backend yet`);
-  }
-  const maxHoldMs = validateMaxHold(value, ttlMs, ctx.limits);
-  if (maxHoldMs !== undefined && mode === 'shared') throw refuse('is for exclusive locks only');
-  return maxHoldMs;
+/** A shared acquire: on a backend with shared modes, and without a lock-delay or a cap. */
+function refuseForShared(ctx: ServiceContext, lockDelayMs: number, maxHoldMs?: number): void {
+  if (!ctx.backend.capabilities.sharedModes) throw noSharedModes(ctx);
+  if (lockDelayMs > 0) throw refused('lockDelayMs', 'is for exclusive locks only');
+  if (maxHoldMs !== undefined) throw refused('maxHoldMs', 'is for exclusive locks only');
+}
+
+function refused(field: string, message: string): DlmError {
+  return new DlmError('INVALID_PARAMS', `${field} ${message}`, { field });
 }
 
 function assertOpen(ctx: ServiceContext): void {
@@ -453,14 +439,11 @@ async function acquire(ctx: ServiceContext, options: AcquireOptions): Promise<Le
   const { limits } = ctx;
   const name = ctx.checkName(options.name);
   const owner = validateOwner(options.owner, limits);
-  const ttlMs = validateTtl(options.ttlMs, limits);
-  const waitMs = validateWait(options.waitMs, limits);
-  const { mode, limit } = validateMode(options.mode, options.limit, limits);
-  if (mode === 'shared' && !ctx.backend.capabilities.sharedModes) throw noSharedModes(ctx);
-  const lockDelayMs = checkLockDelay(ctx, options.lockDelayMs, mode);
-  const maxHoldMs = checkMaxHold(ctx, options.maxHoldMs, ttlMs, mode);
+  refuseUnkept(ctx, options);
+  const fields = validateAcquireFields(options, limits);
+  const { ttlMs, waitMs, mode, limit, lockDelayMs, maxHoldMs } = fields;
+  if (mode === 'shared') refuseForShared(ctx, lockDelayMs, maxHoldMs);
   const givenKey = options.leaseKey === undefined ? undefined : validateLeaseKey(options.leaseKey);
-  validateFlag(options.requestRelease, 'requestRelease');
   assertOpen(ctx);
   if (options.signal?.aborted) throw cancelledError();
   const state = openName(ctx, name);

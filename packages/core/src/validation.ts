@@ -174,3 +174,29 @@ export function validateMode(
   }
   return { mode, limit };
 }
+
+/** The fields of one lock's acquire besides its name, owner and lease key. */
+export interface AcquireFields {
+  ttlMs?: unknown;
+  waitMs?: unknown;
+  mode?: unknown;
+  limit?: unknown;
+  requestRelease?: unknown;
+  lockDelayMs?: unknown;
+  maxHoldMs?: unknown;
+}
+
+/**
+ * An acquire's fields besides its name, owner and lease key, checked by the one code that both
+ * the client (before it sends) and the service run: the same code, field and message either way.
+ * What a backend cannot do (shared modes, lock-delays, caps) is the service's to refuse.
+ */
+export function validateAcquireFields(fields: AcquireFields, limits: Limits = DEFAULT_LIMITS) {
+  const ttlMs = validateTtl(fields.ttlMs, limits);
+  const waitMs = validateWait(fields.waitMs, limits);
+  const { mode, limit } = validateMode(fields.mode, fields.limit, limits);
+  const requestRelease = validateFlag(fields.requestRelease, 'requestRelease');
+  const lockDelayMs = validateLockDelay(fields.lockDelayMs, limits);
+  const maxHoldMs = validateMaxHold(fields.maxHoldMs, ttlMs, limits);
+  return { ttlMs, waitMs, mode, limit, requestRelease, lockDelayMs, maxHoldMs };
+}

@@ -18,7 +18,13 @@
 import { writeFileSync } from 'node:fs';
 import { type AcquireOptions, createClient, type DlmClient, type Lease } from '@dlm/client';
 import { DEFAULT_LIMITS } from '@dlm/core';
-import { completionOf, createHistoryWriter, type OpName, type Phase } from './history.js';
+import {
+  completionOf,
+  createHistoryWriter,
+  type OpEvent,
+  type OpName,
+  type Phase,
+} from './history.js';
 import { runMeddler } from './meddler.js';
 import { monoNow, sleep } from './time.js';
 import type { WorkerConfig, WorkerStatus } from './worker-config.js';
@@ -55,15 +61,11 @@ function setStatus(holding: WorkerStatus['holding']): void {
   } catch {}
 }
 
-interface OpFields {
-  token?: string;
-  value?: number;
-  read?: number;
-  mode?: 'exclusive' | 'shared';
-  limit?: number;
-  lockDelayMs?: number;
-  maxHoldMs?: number;
-}
+/** What an operation's invoke or completion records besides its kind, name and time. */
+type OpFields = Pick<
+  OpEvent,
+  'token' | 'value' | 'read' | 'mode' | 'limit' | 'lockDelayMs' | 'maxHoldMs'
+>;
 
 function invoke(f: OpName, name: string, extra: OpFields) {
   const op = ++opSeq;

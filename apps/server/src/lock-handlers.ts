@@ -5,7 +5,6 @@ import {
   DlmError,
   formatToken,
   type Lease,
-  type LockMode,
   type LockService,
   type LockSpec,
   type LostEvent,
@@ -354,16 +353,22 @@ function acquireOptions(
     onReleaseRequested: session.onReleaseRequested,
     aroundBackendCall: span.aroundBackendCall,
   };
-  // `mode` and `limit` as sent, for core to check: it is the one validation.
-  if (params.mode !== undefined) options.mode = params.mode as LockMode;
-  if (params.limit !== undefined) options.limit = params.limit as number;
-  if (params.requestRelease !== undefined)
-    options.requestRelease = params.requestRelease as boolean;
-  if (params.lockDelayMs !== undefined) options.lockDelayMs = params.lockDelayMs as number;
-  if (params.maxHoldMs !== undefined) options.maxHoldMs = params.maxHoldMs as number;
+  // The optional fields as sent, for core to check (validateAcquireFields): the one validation.
+  for (const field of SENT_AS_IS) {
+    if (params[field] !== undefined) Object.assign(options, { [field]: params[field] });
+  }
   if (signal) options.signal = signal;
   return options;
 }
+
+/** The optional fields of `lock.acquire` the server hands core as they came. */
+const SENT_AS_IS = [
+  'mode',
+  'limit',
+  'requestRelease',
+  'lockDelayMs',
+  'maxHoldMs',
+] as const satisfies ReadonlyArray<keyof AcquireOptions>;
 
 /** A granted acquire: told to its span, held by this session, and its grant for the wire. */
 function answerGrant(

@@ -50,42 +50,32 @@ export type JournalRecord =
 
 /** A record's payload text; framing happens per batch in `frameRecords`. */
 export function encodeRecord(record: JournalRecord): string {
+  return JSON.stringify(fieldsOf(record));
+}
+
+/** A record as the array its payload is: its type's letter, then its fields in order. */
+function fieldsOf(record: JournalRecord): Array<string | number> {
   switch (record.type) {
-    case 'grant':
+    case 'grant': {
       // A limit makes it a shared grant ('s'), its limit written before the optional key hash.
-      return JSON.stringify([
-        record.limit === undefined ? 'g' : 's',
-        record.name,
-        record.owner,
-        record.token.toString(),
-        record.ttlMs,
-        record.wallMs,
-        ...(record.limit === undefined ? [] : [record.limit]),
-        ...(record.keyHash === undefined ? [] : [record.keyHash]),
-      ]);
+      const { name, owner, token, ttlMs, wallMs, limit, keyHash } = record;
+      const shared = limit === undefined ? [] : [limit];
+      const key = keyHash === undefined ? [] : [keyHash];
+      const type = limit === undefined ? 'g' : 's';
+      return [type, name, owner, token.toString(), ttlMs, wallMs, ...shared, ...key];
+    }
     case 'extend':
-      return JSON.stringify([
-        'x',
-        record.name,
-        record.token.toString(),
-        record.ttlMs,
-        record.wallMs,
-      ]);
+      return ['x', record.name, record.token.toString(), record.ttlMs, record.wallMs];
     case 'end':
-      return JSON.stringify(['e', record.name, record.token.toString()]);
+      return ['e', record.name, record.token.toString()];
     case 'high-water':
-      return JSON.stringify(['h', record.token.toString()]);
+      return ['h', record.token.toString()];
     case 'cap':
-      return JSON.stringify(['c', record.name, record.token.toString(), record.capWallMs]);
-    case 'delay':
-      return JSON.stringify([
-        'd',
-        record.name,
-        record.token.toString(),
-        record.ms,
-        record.wallMs,
-        record.delayMs,
-      ]);
+      return ['c', record.name, record.token.toString(), record.capWallMs];
+    case 'delay': {
+      const { name, token, ms, wallMs, delayMs } = record;
+      return ['d', name, token.toString(), ms, wallMs, delayMs];
+    }
   }
 }
 

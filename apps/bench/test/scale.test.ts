@@ -6,6 +6,9 @@ import { lookUpHeld, runRecovery } from '../src/workloads/scale-recovery.js';
 
 // The workload's client processes run `dist/scale-worker.js`: `pnpm test` builds first.
 
+/** Short settles and a bound on each phase: a test-sized run. */
+const QUICK = { settleMs: 200, phaseTimeoutMs: 30_000 };
+
 describe('scale workload', () => {
   it('holds the locks from sessions spread over client processes, without a failure', async () => {
     const result = await runScale('test:scale', {
@@ -14,9 +17,8 @@ describe('scale workload', () => {
       probeAtLocks: 100,
       probeCount: 20,
       sessionsPerWorker: 20,
-      settleMs: 200,
-      phaseTimeoutMs: 30_000,
       recoveryLocks: 0,
+      ...QUICK,
     });
     expect(result.errors, result.notes.join('; ')).toBe(0);
     expect(result).toMatchObject({ sessions: 40, locks: 400, workers: 2 });
@@ -29,8 +31,7 @@ describe('scale workload', () => {
       locks: 300,
       sessions: 20,
       sessionsPerWorker: 10,
-      settleMs: 200,
-      phaseTimeoutMs: 30_000,
+      ...QUICK,
     });
     expect(result.errors, result.notes.join('; ')).toBe(0);
     // One held name per client process, each looked up after the restart.

@@ -10,8 +10,5 @@ export default defineConfig({
     // Starting a container can take a while the first time (an image pull).
     hookTimeout: 120_000,
     retry: process.env.CI === 'true' ? 1 : 0,
-    // Both files mostly wait on a service and timers: side by side even on 2 cores (where vitest
-    // would run one at a time).
-    maxWorkers: 2,
   },
 });

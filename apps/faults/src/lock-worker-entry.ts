@@ -135,6 +135,9 @@ async function run(client: DlmClient, history: HistoryWriter): Promise<void> {
     const [min, max] = config.thinkMs;
     await sleep(min + Math.random() * (max - min));
   }
+  // What is still held is released here, recorded: `client.close()` would release it too, but
+  // unrecorded, and a grant by a process still running would then look like a second holder.
+  for (const lease of held.values()) await release(lease);
 }
 
 const clients = config.urls.map((url, i) => {

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { DlmError, formatToken, isDlmError, type LockService } from '@dlm/core';
-import { heldState } from './held-state.js';
+import { heldState, lockView } from './held-state.js';
 import { sendError, sendJson, sendThrown } from './http-json.js';
 import type { ListLocks } from './lock-observer.js';
 import type { Logger } from './logger.js';
@@ -114,21 +114,14 @@ async function listLocks(
   const locks = states
     .map((state) => {
       const { held: _held, ...lock } = heldState(state);
-      return { ...lock, waiters: service.waiters(state.name) };
+      return { ...lock, waiters: service.waiters(state.name), waitersScope: 'server' };
     })
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   sendJson(response, 200, { locks });
 }
 
 async function getLock(context: AdminContext, response: ServerResponse, name: string) {
-  const { service } = context;
-  const state = await service.get(name);
-  const waiters = service.waiters(name);
-  sendJson(
-    response,
-    200,
-    state ? { ...heldState(state), name, waiters } : { name, held: false, waiters },
-  );
+  sendJson(response, 200, await lockView(context.service, name));
 }
 
 async function revokeLock(

@@ -1,4 +1,4 @@
-import { formatToken, type LockState } from '@dlm/core';
+import { formatToken, type LockService, type LockState } from '@dlm/core';
 
 /**
  * A held name as `lock.get` and the admin API tell it: the highest-token holder's owner, token
@@ -20,5 +20,23 @@ export function heldState(state: LockState) {
     mode,
     ...(mode === 'shared' && state.limit !== undefined ? { limit: state.limit } : {}),
     holders,
+  };
+}
+
+/**
+ * A name as `lock.get` and the admin API's `GET /v1/locks/{name}` tell it: held (`heldState`) or
+ * free, with its waiters — the backend's queue's, across dlm servers, where it counts them, else
+ * this server's (`waitersScope` says which) — and a free name's lock-delay left (an expiry or
+ * revocation not long ago), when it has one.
+ */
+export async function lockView(service: LockService, name: string) {
+  const [state, waiters] = await Promise.all([service.get(name), service.countWaiters(name)]);
+  if (state) return { ...heldState(state), name, ...waiters };
+  const lockDelayRemainingMs = await service.lockDelayOf(name);
+  return {
+    name,
+    held: false as const,
+    ...waiters,
+    ...(lockDelayRemainingMs > 0 && { lockDelayRemainingMs }),
   };
 }

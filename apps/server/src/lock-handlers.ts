@@ -16,7 +16,7 @@ import {
   validateTtl,
 } from '@dlm/core';
 import type { RpcRequestId } from '@dlm/protocol';
-import { heldState } from './held-state.js';
+import { lockView } from './held-state.js';
 import { type Action, allows, type Principal } from './permissions.js';
 import {
   type RequestReleaseMethod,
@@ -468,23 +468,7 @@ async function extend(session: LockSession, { params, span }: LockRequest) {
 }
 
 async function getLock(session: LockSession, params: Record<string, unknown>) {
-  const name = permittedName(session.scope, params, 'lock', 'watch');
-  // The waiters in the backend's queue where it counts them, else this server's (the scope says).
-  const [state, waiters] = await Promise.all([
-    session.service.get(name),
-    session.service.countWaiters(name),
-  ]);
-  if (!state) {
-    // Free: in its lock-delay (an expiry or revocation not long ago), it says for how long.
-    const lockDelayRemainingMs = await session.service.lockDelayOf(name);
-    return {
-      name,
-      held: false,
-      ...waiters,
-      ...(lockDelayRemainingMs > 0 && { lockDelayRemainingMs }),
-    };
-  }
-  return { ...heldState(state), name, ...waiters };
+  return lockView(session.service, permittedName(session.scope, params, 'lock', 'watch'));
 }
 
 /** `lock.check`: whether the lease `token` holds `name` now; allowed wherever `lock.get` is. */

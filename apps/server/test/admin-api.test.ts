@@ -40,7 +40,13 @@ describe('GET /v1/locks', () => {
     const body = await json(await fetch(`${base}?prefix=list%2F`));
     expect(body.locks.map((lock: { name: string }) => lock.name)).toEqual(['list/a', 'list/b c']);
     const [first, second] = body.locks;
-    expect(first).toMatchObject({ name: 'list/a', owner: 'alice', token: a.token, waiters: 1 });
+    expect(first).toMatchObject({
+      name: 'list/a',
+      owner: 'alice',
+      token: a.token,
+      waiters: 1,
+      waitersScope: 'server',
+    });
     expect(first.ttlRemainingMs).toBeGreaterThan(25_000);
     expect(first.ttlRemainingMs).toBeLessThanOrEqual(30_000);
     expect(second).toMatchObject({ owner: 'bob', waiters: 0 });
@@ -94,7 +100,12 @@ describe('GET /v1/locks/{name}', () => {
     expect(held.ttlRemainingMs).toBeGreaterThan(15_000);
 
     const free = await json(await fetch(`${base}/${encodeURIComponent('reports/none')}`));
-    expect(free).toEqual({ name: 'reports/none', held: false, waiters: 0 });
+    expect(free).toEqual({
+      name: 'reports/none',
+      held: false,
+      waiters: 0,
+      waitersScope: 'server',
+    });
     peer.close();
   });
 

@@ -49,6 +49,16 @@ describe.skipIf(!redisAvailable())(
           waitersScope: 'backend',
         });
       }
+      // The admin API's one lock is lock.get's view, on either server.
+      for (const on of [one, two]) {
+        const admin = await fetch(`${on.httpUrl}/v1/locks/${encodeURIComponent(name)}`);
+        expect(await admin.json()).toMatchObject({
+          held: true,
+          token: held.token,
+          waiters: 2,
+          waitersScope: 'backend',
+        });
+      }
       expect((await firstWait).error).toMatchObject({ code: expect.any(Number) });
       // Server two hears of the departure on server one from Redis, and tells its waiter.
       await second.arrived(() => (told(second).length === 2 ? true : undefined), 5_000);

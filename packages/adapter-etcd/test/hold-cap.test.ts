@@ -125,6 +125,28 @@ describe.skipIf(!run)('etcd hold cap', () => {
     expect(next.granted && next.grant.token).toBeGreaterThan(grant.token);
   });
 
+  it('a lease ended at its cap keeps its lock-delay, from then', async () => {
+    const name = lockName('past-delay');
+    const granted = await server().tryAcquire({
+      name,
+      owner: 'a',
+      ttlMs: 2_000,
+      keyHash,
+      maxHoldMs: HOLD_MS,
+      lockDelayMs: 3_000,
+    });
+    if (!granted.granted) throw new Error('expected a grant');
+    const late = server(AHEAD_MS);
+    expect(
+      await late.extend({ name, token: granted.grant.token, keyHash, ttlMs: 2_000 }),
+    ).toBeNull();
+    expect(await late.lockDelayOf?.(name)).toBeGreaterThan(0);
+    // Moved to a lease of the delay alone (it was the lock lease's TTL plus the delay).
+    const delay = (await scope.raw().get(`${prefix}delay/${name}`).exec()).kvs[0];
+    const lease = await scope.raw().leaseClient.leaseTimeToLive({ ID: delay!.lease });
+    expect(Number(lease.grantedTTL)).toBe(3);
+  });
+
   it('an idempotent re-acquire through another server keeps the first grant’s cap', async () => {
     const name = lockName('reacquire');
     const grant = await cappedGrant(server(), name);
@@ -158,6 +180,18 @@ describe.skipIf(!run)('etcd hold cap', () => {
     });
     if (!again.granted) throw new Error('expected a fresh grant');
     expect(again.grant.token).toBeGreaterThan(grant.token);
+  });
+
+  it('a waiter’s join that takes a free lock writes its cap', async () => {
+    const name = lockName('queue-join');
+    const before = Date.now();
+    const request = { name, owner: 'a', ttlMs: 2_000, keyHash, maxHoldMs: HOLD_MS };
+    const step = await server().queue!.driver(request, idle).join();
+    if (step.kind !== 'granted') throw new Error(`expected a grant, got ${step.kind}`);
+    expect(step.grant.ttlMs).toBeLessThanOrEqual(HOLD_MS);
+    const { capAtMs, maxHoldMs } = await capOf(name);
+    expect(maxHoldMs).toBe(HOLD_MS);
+    expect(capAtMs).toBeGreaterThanOrEqual(before + HOLD_MS);
   });
 
   it('a waiter’s join finds its own capped lease and refreshes it up to the cap (the queue’s refresh)', async () => {

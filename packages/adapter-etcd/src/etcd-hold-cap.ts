@@ -24,9 +24,12 @@ import { capOfValue, type HoldCap } from './etcd-value.js';
  * its cap by up to that rounding; core ends it at the cap on the server that follows it.
  */
 
-/** How a step that puts the key on a new lease is clamped: its lease, and the time to the cap. */
+/** How a step that puts a capped lease's key on a new lease was clamped. */
 export interface Clamp {
-  /** The time left to the cap when the step was sent (the lease, reported, is no longer). */
+  /**
+   * The time left to the cap, read once the new lease ran and before the step was sent: the
+   * lease reported is no longer (its etcd lease may be, by whole seconds).
+   */
   holdRemainingMs: number;
 }
 

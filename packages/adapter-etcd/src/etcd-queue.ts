@@ -189,8 +189,8 @@ class EtcdWaiter implements QueueDriver {
     const grants = !place.queued || w.rule.mode === 'exclusive' || place.decided;
     const lease = grants
       ? await leaseForGrant(context, limit, w.leaseTtlMs, {
-          // A fresh capped grant's cap counts from its transaction, which follows its lease: a
-          // lease that might move later (to a lease counted from then) is not one.
+          // A capped grant takes a confirmed lease: a grant on a pooled lease whose renewal
+          // failed moves its key (`moved`) to a lease that runs from later than the cap counts.
           confirmedOnly: this.confirmedLease || w.maxHoldMs !== undefined,
           renewNow: place.queued && this.previous === 'holder',
           delayMs: w.delayMs,

@@ -225,13 +225,14 @@ describe.skipIf(!run)('etcd hold cap', () => {
       waitMs: 20_000,
       maxHoldMs: HOLD_MS,
     });
-    // Held well past a join: a cap counted from the join would show less than HOLD_MS - 1 s.
-    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    // Held well past a join: a cap counted from the join would show HOLD_MS - 3 s at most.
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
     await holder.release({ name, token: first.grant.token });
     const lease = await waiting;
     const grantedAt = Date.now();
     const { capAtMs } = await capOf(name);
-    expect(capAtMs).toBeGreaterThan(grantedAt + HOLD_MS - 1_000);
+    // 2 s for the grant's reply to reach this line on a loaded machine.
+    expect(capAtMs).toBeGreaterThan(grantedAt + HOLD_MS - 2_000);
     expect(capAtMs).toBeLessThanOrEqual(grantedAt + HOLD_MS);
     const extended = await server().extend({
       name,

@@ -135,7 +135,9 @@ async function moved(
     const id = lease.id;
     response = await context.txn(limit, 'idempotent', {
       compare: [ours],
-      success: [{ request_put: { key: w.grantKey, value: w.grantValue, lease: id } }],
+      // The value as the grant wrote it (a capped one keeps its cap; capped grants take
+      // confirmed leases, so none is moved here today).
+      success: [{ request_put: { key: w.grantKey, lease: id, ignore_value: true } }],
       failure: [],
     });
   } catch (error) {

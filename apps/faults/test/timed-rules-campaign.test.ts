@@ -26,51 +26,36 @@ const RULES = [
   },
 ] as const;
 
+type Rule = (typeof RULES)[number];
+
+/** The test of `rule` on `backend` (see the top of this file). */
+const ruleTest = (backend: 'embedded' | 'etcd', { rule, property, control, planted }: Rule) =>
+  it(`client pauses with a ${rule}: no ${property} on the real server; the planted backend that ignores it is caught`, async () => {
+    const result = await runEmbeddedCampaign({
+      backends: [backend],
+      nemeses: () => [],
+      durationMs: 10_000,
+      negativeControl: false,
+      ...control,
+    });
+    expect(result.errors).toEqual([]);
+    const [real] = result.segments;
+    expect(real?.check.stats.faults).toBeGreaterThan(0);
+    expect(real?.check.stats.grants).toBeGreaterThan(10);
+    expect(real?.check.counts[property]).toBe(0);
+    expect(real?.unexpected).toBe(0);
+    expect(planted(result)).toMatchObject({ backend, detected: true });
+    expect(planted(result)!.violations).toBeGreaterThan(0);
+    expect(result.passed).toBe(true);
+  }, 240_000);
+
 describe.concurrent('the timed rules on the embedded backend', () => {
-  for (const { rule, property, control, planted } of RULES) {
-    it(`client pauses with a ${rule}: no ${property} on the real server; the planted backend that ignores it is caught`, async () => {
-      const result = await runEmbeddedCampaign({
-        nemeses: () => [],
-        durationMs: 10_000,
-        negativeControl: false,
-        ...control,
-      });
-      expectCaught(result, 'embedded', property, planted);
-    }, 240_000);
-  }
+  for (const rule of RULES) ruleTest('embedded', rule);
 });
 
 describe.skipIf(!etcdAvailable())('the hold cap on etcd', () => {
   // etcd keeps caps by the dlm servers' wall clocks, and grants waiters through its own queue
   // (whose drivers the planted backend must strip too); core's timer ends its whole-second
   // leases at the cap.
-  const { property, control, planted } = RULES[1];
-  it(`client pauses with a ${RULES[1].rule}: no ${property} on the real server; the planted backend that ignores it is caught`, async () => {
-    const result = await runEmbeddedCampaign({
-      backends: ['etcd'],
-      nemeses: () => [],
-      durationMs: 10_000,
-      negativeControl: false,
-      ...control,
-    });
-    expectCaught(result, 'etcd', property, planted);
-  }, 240_000);
+  ruleTest('etcd', RULES[1]);
 });
-
-/** The real server's segment shows no `property`; the planted one's shows it. */
-function expectCaught(
-  result: CampaignResult,
-  backend: string,
-  property: 'S9' | 'S10',
-  planted: (result: CampaignResult) => CampaignResult['holdCapControl'],
-): void {
-  expect(result.errors).toEqual([]);
-  const [real] = result.segments;
-  expect(real?.check.stats.faults).toBeGreaterThan(0);
-  expect(real?.check.stats.grants).toBeGreaterThan(10);
-  expect(real?.check.counts[property]).toBe(0);
-  expect(real?.unexpected).toBe(0);
-  expect(planted(result)).toMatchObject({ backend, detected: true });
-  expect(planted(result)!.violations).toBeGreaterThan(0);
-  expect(result.passed).toBe(true);
-}

@@ -76,9 +76,30 @@ async function planted(config: ServerConfig, clock: SkewClock): Promise<LockBack
  * `lockDelayMs`) but granting as if none had been asked for. Never used outside the harness.
  */
 function withoutLockDelays(real: LockBackend): LockBackend {
-  const strip = ({ lockDelayMs: _ignored, ...request }: AcquireRequest) => request;
-  // A backend with a queue of its own (etcd, ZooKeeper, Redis, PostgreSQL) grants waiters
-  // through its drivers: they must not see the delay either.
+  return ignoring(real, 'lockDelay', ({ lockDelayMs: _ignored, ...request }) => request, {
+    lockDelayOf: { value: async () => 0 },
+  });
+}
+
+/**
+ * The hold-cap segment's negative control: `real`, declaring caps on holding (so the service
+ * takes `maxHoldMs`) but granting as if none had been asked for: extends run past the cap.
+ */
+function withoutHoldCaps(real: LockBackend): LockBackend {
+  return ignoring(real, 'maxHold', ({ maxHoldMs: _ignored, ...request }) => request);
+}
+
+/**
+ * `real`, declaring `capability` but granting every acquire as `strip` leaves it: through
+ * `tryAcquire`, and through the drivers of a backend with a queue of its own (etcd, ZooKeeper,
+ * Redis, PostgreSQL), which grant its waiters.
+ */
+function ignoring(
+  real: LockBackend,
+  capability: 'lockDelay' | 'maxHold',
+  strip: (request: AcquireRequest) => AcquireRequest,
+  extra: PropertyDescriptorMap = {},
+): LockBackend {
   const queue =
     real.queue &&
     (Object.create(real.queue, {
@@ -89,23 +110,10 @@ function withoutLockDelays(real: LockBackend): LockBackend {
     }) as BackendQueue);
   // Everything else is the real backend's (its capabilities read live: Redis's are a getter).
   return Object.create(real, {
-    capabilities: { get: () => ({ ...real.capabilities, lockDelay: true }) },
+    capabilities: { get: () => ({ ...real.capabilities, [capability]: true }) },
     tryAcquire: { value: (request: AcquireRequest) => real.tryAcquire(strip(request)) },
-    lockDelayOf: { value: async () => 0 },
+    ...extra,
     ...(queue ? { queue: { value: queue } } : {}),
-  }) as LockBackend;
-}
-
-/**
- * The hold-cap segment's negative control: `real`, declaring caps on holding (so the service
- * takes `maxHoldMs`) but granting as if none had been asked for: extends run past the cap.
- */
-function withoutHoldCaps(real: LockBackend): LockBackend {
-  return Object.create(real, {
-    capabilities: { get: () => ({ ...real.capabilities, maxHold: true }) },
-    tryAcquire: {
-      value: ({ maxHoldMs: _ignored, ...request }: AcquireRequest) => real.tryAcquire(request),
-    },
   }) as LockBackend;
 }
 

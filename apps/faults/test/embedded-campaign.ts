@@ -8,8 +8,9 @@ export type EmbeddedCampaignOptions = Pick<
   Partial<CampaignOptions>;
 
 /**
- * A fenced campaign on the embedded backend: 3 workers on 2 keys with 2 s leases, `options`
- * saying which faults, for how long, and with or without the negative control.
+ * A fenced campaign on the embedded backend (or the `backends` `options` name): 3 workers on 2
+ * keys with 2 s leases, `options` saying which faults, for how long, and with or without the
+ * negative control.
  */
 export function runEmbeddedCampaign(options: EmbeddedCampaignOptions): Promise<CampaignResult> {
   return runCampaign({

@@ -13,9 +13,12 @@ import {
   noDelay,
   readDelay,
 } from './etcd-delay.js';
+import { type GrantLeaseContext, refreshHolder } from './etcd-grant-lease.js';
+import { capOfRequest, clampedGrant } from './etcd-hold-cap.js';
 import { askValue, type EtcdKeys, etcdKeys, prefixEnd } from './etcd-keys.js';
 import { type LeasePool, type LockLease, leasePool, ttlSeconds } from './etcd-leases.js';
 import { etcdQueue } from './etcd-queue.js';
+import { NEVER } from './etcd-queue-txn.js';
 import { aheadOfView, ruleHoldersOf, takenByAnother } from './etcd-queue-view.js';
 import { waiterSession } from './etcd-session.js';
 import {
@@ -27,11 +30,14 @@ import {
   sharedView,
 } from './etcd-shared.js';
 import {
+  hasKeyHash,
   holderValue,
+  isOwnValue,
   keyHashCompares,
   limitOfValue,
   ownerOfValue,
   sharedValue,
+  uncappedCompares,
 } from './etcd-value.js';
 import { type PrefixWatch, watchPrefix } from './etcd-watch.js';
 
@@ -66,6 +72,12 @@ export interface EtcdBackendOptions {
   waiterLeaseTtlMs?: number;
   /** Times the wait for the watch stream before a first write. Default `systemClock`. */
   clock?: core.Clock;
+  /**
+   * The wall clock (ms since the epoch) caps on holding are kept by: a grant writes its cap as
+   * this clock's time, and every dlm server on the cluster clamps by its own (etcd-hold-cap.ts),
+   * so the servers' clocks must agree. Default `Date.now`.
+   */
+  wallClock?: () => number;
 }
 
 const SECOND = 1_000;
@@ -110,6 +122,9 @@ export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend 
     expiryEvents: true,
     sharedModes: true,
     lockDelay: true,
+    // A wall-clock cap in the lock key's value, clamping every write that moves the key to a new
+    // lease (etcd-hold-cap.ts).
+    maxHold: true,
   };
   const session = waiterSession(
     client,
@@ -117,6 +132,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend 
     commandTimeoutMs,
   );
   const leases = leasePool(client, commandTimeoutMs);
+  const wallClock = options.wallClock ?? Date.now;
   // These and the queue's callbacks run only once `e` below is assigned.
   const txn = (limit: Budget, mode: RetryMode, request: TxnRequest) =>
     sendTxn(e, limit, mode, request);
@@ -130,6 +146,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend 
     minTtlMs: capabilities.minTtlMs,
     isClosed: () => e.closed,
     leases,
+    wallClock,
     remainingOfLease: (limit, lease) => remainingOfLease(e, limit, lease),
     watchEstablished: (limit) => watchEstablished(e, limit),
     txn,
@@ -143,6 +160,7 @@ export function etcdBackend(options: EtcdBackendOptions = {}): core.LockBackend 
     clock: options.clock ?? systemClock,
     commandTimeoutMs,
     capabilities,
+    grants: { leases, commandTimeoutMs, wallClock, txn },
     closed: false,
     releasing: queue.releasing,
   };
@@ -186,6 +204,8 @@ interface Etcd {
   readonly clock: core.Clock;
   readonly commandTimeoutMs: number;
   readonly capabilities: core.BackendCapabilities;
+  /** What a write that moves a held key to a new lease needs (etcd-grant-lease.ts). */
+  readonly grants: GrantLeaseContext;
   closed: boolean;
   /** A release of `name` was sent: the queue's head here may send its grant right behind it. */
   readonly releasing: (name: string) => void;
@@ -249,14 +269,16 @@ function stateOf(e: Etcd, limit: Budget, name: string, kv: IKeyValue): Promise<c
 
 /**
  * One transaction: create the key if absent, no shared holder holds the name and nobody queues
- * for it (a try-lock never jumps the queue); else, if the same owner holds it with the same key hash (the value holds both),
- * move it to the new lease (keeping its create revision, hence its token); else read the
- * holder. Sending it twice is harmless, so it may be retried after a lost reply.
+ * for it (a try-lock never jumps the queue); else, if the same owner holds it with the same key
+ * hash and no cap on holding (the value `own` holds all three), move it to the new lease
+ * (keeping its create revision, hence its token); else read the holder (a capped lease of ours
+ * is then moved by a clamping write: `moveHeld`). Sending it twice is harmless, so it may be
+ * retried after a lost reply. `value`: what a fresh grant writes (with its cap, if any).
  */
 function tryAcquireTxn(
   e: Etcd,
   { name, owner, keyHash, lockDelayMs = 0 }: core.AcquireRequest,
-  value: Buffer,
+  { value, own }: { value: Buffer; own: Buffer },
   leaseId: string,
   delayLeaseId: string | undefined,
 ): TxnRequest {
@@ -282,8 +304,8 @@ function tryAcquireTxn(
     failure: [
       {
         request_txn: {
-          compare: [{ key, target: 'Value', result: 'Equal', value }],
-          success: [{ request_put: { key, value, lease: leaseId, prev_kv: true } }, delay],
+          compare: [{ key, target: 'Value', result: 'Equal', value: own }],
+          success: [{ request_put: { key, value: own, lease: leaseId, prev_kv: true } }, delay],
           failure: [
             { request_range: { key } },
             // Our own shared holder key: held in the other mode, a conflict.
@@ -315,11 +337,23 @@ async function onLease<T>(
 }
 
 async function tryAcquire(e: Etcd, request: core.AcquireRequest): Promise<core.AcquireResult> {
-  const { name, owner, ttlMs, keyHash } = request;
   assertOpen(e, 'acquire');
   const limit = budget('acquire', e.commandTimeoutMs);
   await watchEstablished(e, limit);
-  const value = holderValue(owner, keyHash);
+  // Again when our own capped lease ended at its cap (then granted afresh) or changed meanwhile.
+  while (limit.remainingMs() > 0) {
+    const result = await tryAcquireOnce(e, limit, request);
+    if (result !== 'again') return result;
+  }
+  throw new DlmError('UNAVAILABLE', 'acquire: etcd did not answer in time');
+}
+
+async function tryAcquireOnce(
+  e: Etcd,
+  limit: Budget,
+  request: core.AcquireRequest,
+): Promise<core.AcquireResult | 'again'> {
+  const { name, owner, ttlMs, keyHash } = request;
   const lease = await e.leases.take(limit, Math.max(ttlMs, e.capabilities.minTtlMs));
   const delayMs = request.lockDelayMs ?? 0;
   // Taken once the lock's lease runs, so that it ends no earlier than that lease plus the delay.
@@ -327,11 +361,20 @@ async function tryAcquire(e: Etcd, request: core.AcquireRequest): Promise<core.A
     delayMs > 0
       ? await onLease(e, lease.id, () => delayLease(e.leases, limit, delayMs, lease.ttlMs))
       : undefined;
-  const txn = tryAcquireTxn(e, request, value, lease.id, delay?.id);
+  // Counted from before the transaction, once the lease runs: never later than the grant.
+  const cap = capOfRequest(request, e.grants.wallClock());
+  const own = holderValue(owner, keyHash);
+  const value = cap ? holderValue(owner, keyHash, cap) : own;
+  const txn = tryAcquireTxn(e, request, { value, own }, lease.id, delay?.id);
   const response = await onLease(e, [lease.id, delay?.id], () =>
     e.sender.send(limit, 'idempotent', name, txn),
   );
-  const grant = (token: bigint): core.Grant => ({ name, owner, token, ttlMs: lease.ttlMs });
+  const grant = (token: bigint): core.Grant => ({
+    name,
+    owner,
+    token,
+    ...clampedGrant(lease.ttlMs, undefined, cap?.maxHoldMs),
+  });
   if (response.succeeded) return { granted: true, grant: grant(BigInt(response.header.revision)) };
   const nested = response.responses[0]?.response_txn;
   if (nested?.succeeded) {
@@ -344,6 +387,11 @@ async function tryAcquire(e: Etcd, request: core.AcquireRequest): Promise<core.A
   e.leases.detached(lease.id);
   e.leases.detached(delay?.id);
   const holder = nested?.responses[0]?.response_range.kvs[0];
+  if (holder && isOwnValue(holder.value, owner, keyHash)) {
+    // Ours, with a cap on holding: the first grant's cap holds.
+    const refreshed = await moveHeld(e, limit, name, holder, ttlMs);
+    return refreshed ? { granted: true, grant: refreshed } : 'again';
+  }
   if (!holder && nested?.responses[1]?.response_range.kvs.length) {
     return { granted: false, conflict: { field: 'mode' } };
   }
@@ -356,6 +404,33 @@ async function tryAcquire(e: Etcd, request: core.AcquireRequest): Promise<core.A
     ? await remainingOfLease(e, limit, holder.lease)
     : await latestSharedEnd(e, limit, name);
   return ttlRemainingMs === undefined ? { granted: false } : { granted: false, ttlRemainingMs };
+}
+
+/**
+ * The exclusive holder read as `kv` (its create revision the token) moves to a lease of `ttlMs`
+ * by a clamping write (`refreshHolder`): up to its cap on holding, if it has one. Undefined when
+ * it was at or past its cap (it is ended) or changed since the read.
+ */
+async function moveHeld(
+  e: Etcd,
+  limit: Budget,
+  name: string,
+  kv: IKeyValue,
+  ttlMs: number,
+): Promise<core.Grant | undefined> {
+  const leaseTtlMs = Math.max(ttlMs, e.capabilities.minTtlMs);
+  const refreshed = await refreshHolder(
+    e.grants,
+    limit,
+    leaseTtlMs,
+    kv,
+    undefined,
+    e.keys.delay(name),
+  );
+  if (refreshed === undefined || refreshed === 'capped') return undefined;
+  detachPrevious(e.leases, refreshed.response.responses[0], refreshed.lease.lease.id);
+  const owner = ownerOfValue(kv.value);
+  return { name, owner, token: BigInt(kv.create_revision), ...refreshed.granted };
 }
 
 /**
@@ -589,19 +664,27 @@ async function extend(
   });
   const response = await onLease(e, lease.id, () =>
     sendTxn(e, limit, 'idempotent', {
-      compare: [createdAt(key, token), ...keyHashCompares(key, keyHash)],
+      // Moved here only without a cap on holding; a capped lease (and any, for a token-only
+      // extend, which cannot tell from the value) is read and moved by a clamping write.
+      compare: [
+        createdAt(key, token),
+        ...(keyHash === undefined ? [NEVER(key)] : uncappedCompares(key, keyHash)),
+      ],
       success: [moveTo(key), readDelay(e.keys, name)],
-      failure: sharedKey
-        ? [
-            {
-              request_txn: {
-                compare: [createdAt(sharedKey, token)],
-                success: [moveTo(sharedKey)],
-                failure: [],
+      failure: [
+        { request_range: { key } },
+        ...(sharedKey
+          ? [
+              {
+                request_txn: {
+                  compare: [createdAt(sharedKey, token)],
+                  success: [moveTo(sharedKey)],
+                  failure: [],
+                },
               },
-            },
-          ]
-        : [],
+            ]
+          : []),
+      ],
     }),
   );
   let previous: IKeyValue | undefined;
@@ -611,7 +694,13 @@ async function extend(
     const delayed = response.responses[1]?.response_range.kvs[0];
     if (delayed) await carryDelay(delayContext(e), limit, delayed, lease.ttlMs);
   } else {
-    const nested = response.responses[0]?.response_txn;
+    const held = response.responses[0]?.response_range.kvs[0];
+    if (held?.create_revision === token.toString() && hasKeyHash(held.value, keyHash)) {
+      e.leases.detached(lease.id);
+      // Up to its cap on holding; at or past it the lease ends here (etcd-hold-cap.ts).
+      return (await moveHeld(e, limit, name, held, ttlMs)) ?? null;
+    }
+    const nested = response.responses[1]?.response_txn;
     if (nested?.succeeded) previous = nested.responses[0]?.response_put.prev_kv;
     else if (keyHash === undefined) {
       const byToken = await sharedKeyOfToken(e, limit, name, token);

@@ -2,6 +2,7 @@ import { budget, DlmError, type QueueStep } from '@dlm/core';
 import type { Etcd3, IKeyValue, ITxnResponse } from 'etcd3';
 import type { Budget, RetryMode } from './etcd-calls.js';
 import { carryDelayOf, delayLease } from './etcd-delay.js';
+import { type Clamp, clampedGrant, endAtCap, holdLeftOf, unchanged } from './etcd-hold-cap.js';
 import type { LeasePool, LockLease, ReservedLease } from './etcd-leases.js';
 import { createdAt, type WaiterKeys } from './etcd-queue-txn.js';
 
@@ -19,6 +20,8 @@ import { createdAt, type WaiterKeys } from './etcd-queue-txn.js';
 export interface GrantLeaseContext {
   leases: LeasePool;
   commandTimeoutMs: number;
+  /** The wall clock caps on holding are kept by (etcd-hold-cap.ts), in ms since the epoch. */
+  wallClock(): number;
   txn(
     limit: Budget,
     mode: RetryMode,
@@ -79,10 +82,18 @@ export async function leaseForGrant(
   };
 }
 
-/** The grant of `w`'s request at `token` on `lease`: its lease counts from when it was sent. */
-function granted(w: WaiterKeys, token: string, lease: LockLease): QueueStep {
+/**
+ * The grant of `w`'s request at `token` on `lease`: its lease counts from when it was sent, up to
+ * the cap on holding (a refresh's `clamp`, or a fresh grant's).
+ */
+function granted(w: WaiterKeys, token: string, lease: LockLease, clamp?: Clamp): QueueStep {
   const { name, owner } = w.request;
-  const grant = { name, owner, token: BigInt(token), ttlMs: lease.ttlMs };
+  const grant = {
+    name,
+    owner,
+    token: BigInt(token),
+    ...clampedGrant(lease.ttlMs, clamp, w.maxHoldMs),
+  };
   return { kind: 'granted', grant, sentAt: lease.sentAt };
 }
 
@@ -97,8 +108,9 @@ export async function reportGrant(
   w: WaiterKeys,
   token: string,
   { lease, early }: Pick<GrantLease, 'lease' | 'early'>,
+  clamp?: Clamp,
 ): Promise<QueueStep> {
-  if (!early) return granted(w, token, lease as LockLease);
+  if (!early) return granted(w, token, lease as LockLease, clamp);
   const renewed = await early.renew(limit);
   return renewed ? granted(w, token, renewed) : moved(context, w, token, early.id);
 }
@@ -123,7 +135,9 @@ async function moved(
     const id = lease.id;
     response = await context.txn(limit, 'idempotent', {
       compare: [ours],
-      success: [{ request_put: { key: w.grantKey, value: w.grantValue, lease: id } }],
+      // The value as the grant wrote it (a capped one keeps its cap; capped grants take
+      // confirmed leases, so none is moved here today).
+      success: [{ request_put: { key: w.grantKey, lease: id, ignore_value: true } }],
       failure: [],
     });
   } catch (error) {
@@ -149,12 +163,24 @@ async function moved(
   return granted(w, token, lease);
 }
 
+/** A holder moved to a new lease by `refreshHolder`. */
+export interface Refreshed {
+  response: ITxnResponse;
+  lease: GrantLease;
+  /** The lease had a cap on holding: the new one is clamped to it. */
+  clamp?: Clamp | undefined;
+  /** The grant's `ttlMs` (and `holdRemainingMs`): the new lease, up to the cap. */
+  granted: { ttlMs: number; holdRemainingMs?: number };
+}
+
 /**
  * The requester holds it in this mode and limit (`kv`, read at one revision): its holder key
- * moves to a new lease (same key, so the same token) and, when queued, its queue key goes, in
- * one transaction. Undefined when the holder changed since the read. An exclusive holder's
- * lock-delay key (`delayKey`) then moves with its lease, before the grant is reported: until
- * then its old lease covers the lease the holder knew of.
+ * moves to a new lease (same key and value, so the same token and cap) and, when queued, its
+ * queue key goes, in one transaction. Undefined when the holder changed since the read. An
+ * exclusive holder's lock-delay key (`delayKey`) then moves with its lease, before the grant is
+ * reported: until then its old lease covers the lease the holder knew of. A lease with a cap on
+ * holding (etcd-hold-cap.ts) gets a new lease of what is left to the cap at most, and at or past
+ * the cap is ended instead (`capped`).
  */
 export async function refreshHolder(
   context: GrantLeaseContext,
@@ -163,21 +189,30 @@ export async function refreshHolder(
   kv: IKeyValue,
   myKey: Buffer | undefined,
   delayKey?: Buffer,
-): Promise<{ response: ITxnResponse; lease: GrantLease } | undefined> {
+): Promise<Refreshed | 'capped' | undefined> {
   const { leases } = context;
-  const taken = await leases.take(limit, ttlMs);
+  const before = holdLeftOf(kv, context.wallClock());
+  if (before !== undefined && before <= 0) {
+    await endAtCap(context, limit, kv, delayKey);
+    return 'capped';
+  }
+  const taken = await leases.take(limit, Math.min(ttlMs, before ?? ttlMs));
   const lease: GrantLease = {
     lease: taken,
     early: undefined,
     giveBack: () => leases.detached(taken.id),
   };
+  // Read once the lease runs: the time left counted from no earlier than its start.
+  const left = holdLeftOf(kv, context.wallClock());
+  if (left !== undefined && left <= 0) {
+    lease.giveBack();
+    await endAtCap(context, limit, kv, delayKey);
+    return 'capped';
+  }
   let response: ITxnResponse;
   try {
     response = await context.txn(limit, 'idempotent', {
-      compare: [
-        createdAt(kv.key, kv.create_revision),
-        { key: kv.key, target: 'Value', result: 'Equal', value: kv.value },
-      ],
+      compare: unchanged(kv),
       success: [
         { request_put: { key: kv.key, value: kv.value, lease: taken.id, prev_kv: true } },
         ...(myKey ? [{ request_delete_range: { key: myKey } }] : []),
@@ -193,5 +228,6 @@ export async function refreshHolder(
     return undefined;
   }
   if (delayKey) await carryDelayOf(context, limit, delayKey, taken.ttlMs);
-  return { response, lease };
+  const clamp = left === undefined ? undefined : { holdRemainingMs: left };
+  return { response, lease, clamp, granted: clampedGrant(taken.ttlMs, clamp) };
 }

@@ -1,6 +1,7 @@
 import type { AcquireRequest, RuleRequest } from '@dlm/core';
 import type { ICompare, IRequestOp, ITxnRequest } from 'etcd3';
 import { keepDelay } from './etcd-delay.js';
+import { capOfRequest } from './etcd-hold-cap.js';
 import { type EtcdKeys, prefixEnd } from './etcd-keys.js';
 import { oldestSharedHolder } from './etcd-shared.js';
 import { holderValue, sharedValue } from './etcd-value.js';
@@ -30,7 +31,10 @@ import { holderValue, sharedValue } from './etcd-value.js';
 export interface WaiterKeys {
   readonly request: AcquireRequest;
   readonly rule: RuleRequest;
-  /** The key a grant puts (the lock key, or the shared holder key) and its value. */
+  /**
+   * The key a grant puts (the lock key, or the shared holder key) and its value, without a cap
+   * on holding (a fresh capped grant's carries its cap: `grantValueAt`).
+   */
   readonly grantKey: Buffer;
   readonly grantValue: Buffer;
   readonly lockKey: Buffer;
@@ -44,6 +48,8 @@ export interface WaiterKeys {
   readonly delayKey: Buffer;
   /** Exclusive only, above 0: the lock-delay the grant keeps with it. */
   readonly delayMs: number;
+  /** Exclusive only: the cap on holding a fresh grant keeps with it (etcd-hold-cap.ts). */
+  readonly maxHoldMs: number | undefined;
 }
 
 export function waiterKeys(keys: EtcdKeys, request: AcquireRequest, minTtlMs: number): WaiterKeys {
@@ -65,7 +71,14 @@ export function waiterKeys(keys: EtcdKeys, request: AcquireRequest, minTtlMs: nu
     leaseTtlMs: Math.max(request.ttlMs, minTtlMs),
     delayKey: keys.delay(name),
     delayMs: shared ? 0 : (request.lockDelayMs ?? 0),
+    maxHoldMs: shared ? undefined : request.maxHoldMs,
   };
+}
+
+/** The value a fresh grant of `w` puts: with its cap on holding counted from `wallNowMs`. */
+export function grantValueAt(w: WaiterKeys, wallNowMs: number): Buffer {
+  const cap = capOfRequest(w.request, wallNowMs);
+  return cap ? holderValue(w.request.owner, w.request.keyHash, cap) : w.grantValue;
 }
 
 /** A queue entry's id: `s<limit>.<random>` for a shared request, `<random>` for an exclusive one. */
@@ -95,7 +108,7 @@ export const createdAt = (key: Buffer, revision: string): ICompare => ({
 });
 
 /** Nothing has a negative create revision: a transaction that only reads. */
-const NEVER = (key: Buffer): ICompare => ({
+export const NEVER = (key: Buffer): ICompare => ({
   key,
   target: 'Create',
   result: 'Less',
@@ -160,7 +173,10 @@ function viewReads(keys: EtcdKeys, w: WaiterKeys, place: Place): IRequestOp[] {
 
 /**
  * The one transaction (see the top of this file); `lease`: the lease a grant puts its key on,
- * `delayLease`: the one an exclusive grant with a lock-delay puts the delay key on.
+ * `delayLease`: the one an exclusive grant with a lock-delay puts the delay key on, `value`: the
+ * value a fresh grant puts (`grantValueAt`). The requester's own holder is refreshed here only
+ * when it has no cap on holding (its value is `grantValue`); a capped one is read and clamped
+ * (`refreshHolder`).
  */
 export function lookTxn(
   keys: EtcdKeys,
@@ -169,6 +185,7 @@ export function lookTxn(
   lease: string | undefined,
   sessionLease: string | undefined,
   delayLease?: string,
+  value: Buffer = w.grantValue,
 ): ITxnRequest {
   const compare = grantCompares(keys, w, place);
   const joining: IRequestOp[] =
@@ -177,9 +194,10 @@ export function lookTxn(
       : [{ request_put: { key: place.myKey, value: w.grantValue, lease: sessionLease } }];
   const reads = [...joining, ...viewReads(keys, w, place)];
   if (lease === undefined) return { compare, success: [], failure: reads };
-  const put: IRequestOp = {
-    request_put: { key: w.grantKey, value: w.grantValue, lease, prev_kv: true },
-  };
+  const putOf = (written: Buffer): IRequestOp => ({
+    request_put: { key: w.grantKey, value: written, lease, prev_kv: true },
+  });
+  const put = putOf(value);
   // The grant's lock-delay, kept with it; an exclusive refresh keeps (or drops) its own too.
   const exclusive = w.rule.mode === 'exclusive';
   const delay = keepDelay(keys, w.request.name, w.delayMs, delayLease);
@@ -193,7 +211,7 @@ export function lookTxn(
   }
   // The requester's own holder: refreshed on the new lease (same key, so the same token).
   const own: ICompare = { key: w.grantKey, target: 'Value', result: 'Equal', value: w.grantValue };
-  const refresh = exclusive ? [put, delay] : [put];
+  const refresh = exclusive ? [putOf(w.grantValue), delay] : [putOf(w.grantValue)];
   return {
     compare,
     success: [put, ...delayed],

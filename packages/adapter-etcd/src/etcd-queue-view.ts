@@ -8,7 +8,7 @@ import {
 import type { IKeyValue, IResponseOp, ITxnResponse } from 'etcd3';
 import { delayLeftMs } from './etcd-delay.js';
 import { type Place, specOfEntry, type WaiterKeys } from './etcd-queue-txn.js';
-import { holderValue, limitOfValue, ownerOfValue } from './etcd-value.js';
+import { isOwnValue, limitOfValue, ownerOfValue } from './etcd-value.js';
 
 // What a join or look that did not grant read (etcd-queue-txn.ts's failure branch), and what
 // core's grant rule makes of it: the holders, the entries ahead, the entry a wait sleeps on.
@@ -83,7 +83,8 @@ export function ruleHoldersOf(
 ): RuleHolders {
   const { lock, mine, oldest } = view;
   if (lock) {
-    const own = lock.value.equals(holderValue(request.owner, request.keyHash));
+    // Ours with any cap on holding: a capped one is refreshed by a clamping write.
+    const own = isOwnValue(lock.value, request.owner, request.keyHash);
     return { count: 1, mode: 'exclusive', own: own ? { mode: 'exclusive', limit: 1 } : undefined };
   }
   if (view.sharedCount === 0) {

@@ -21,9 +21,17 @@ import {
   refreshHolder,
   reportGrant,
 } from './etcd-grant-lease.js';
+import type { Clamp } from './etcd-hold-cap.js';
 import type { EtcdKeys } from './etcd-keys.js';
 import { countQueued, placeInQueue, watchQueue } from './etcd-queue-reads.js';
-import { entryId, lookTxn, type Place, type WaiterKeys, waiterKeys } from './etcd-queue-txn.js';
+import {
+  entryId,
+  grantValueAt,
+  lookTxn,
+  type Place,
+  type WaiterKeys,
+  waiterKeys,
+} from './etcd-queue-txn.js';
 import {
   aheadOfView,
   entryWaitedOn,
@@ -181,7 +189,9 @@ class EtcdWaiter implements QueueDriver {
     const grants = !place.queued || w.rule.mode === 'exclusive' || place.decided;
     const lease = grants
       ? await leaseForGrant(context, limit, w.leaseTtlMs, {
-          confirmedOnly: this.confirmedLease,
+          // A capped grant takes a confirmed lease: a grant on a pooled lease whose renewal
+          // failed moves its key (`moved`) to a lease that runs from later than the cap counts.
+          confirmedOnly: this.confirmedLease || w.maxHoldMs !== undefined,
           renewNow: place.queued && this.previous === 'holder',
           delayMs: w.delayMs,
         })
@@ -189,7 +199,8 @@ class EtcdWaiter implements QueueDriver {
     const session = place.queued ? undefined : await context.session.leaseId(limit);
     let response: ITxnResponse;
     try {
-      const txn = lookTxn(context.keys, w, place, lease?.lease.id, session, lease?.delay);
+      const value = grantValueAt(w, context.wallClock());
+      const txn = lookTxn(context.keys, w, place, lease?.lease.id, session, lease?.delay, value);
       response = await context.txn(limit, 'idempotent', txn);
     } catch (error) {
       return this.failed(error, place, lease, session);
@@ -206,6 +217,7 @@ class EtcdWaiter implements QueueDriver {
     limit: Budget,
     response: Pick<ITxnResponse, 'header' | 'responses'>,
     lease: GrantLease,
+    clamp?: Clamp,
   ): Promise<QueueStep> {
     this.place = this.unqueued();
     const previous = response.responses[0]?.response_put.prev_kv;
@@ -213,7 +225,7 @@ class EtcdWaiter implements QueueDriver {
     // A refresh moved (or dropped) the delay key: its previous lease goes back.
     detachPrevious(this.context.leases, response.responses[1], lease.delay);
     const token = previous ? previous.create_revision : response.header.revision;
-    return reportGrant(this.context, limit, this.w, token, lease);
+    return reportGrant(this.context, limit, this.w, token, lease, clamp);
   }
 
   private async decide(limit: Budget, place: Place, view: View): Promise<QueueStep> {
@@ -254,13 +266,17 @@ class EtcdWaiter implements QueueDriver {
     return holder ? this.holder(holder.lease, limit) : { kind: 'again' };
   }
 
-  /** The requester holds it in this mode and limit: its holder key moves to a new lease. */
+  /**
+   * The requester holds it in this mode and limit: its holder key moves to a new lease (clamped
+   * to its cap on holding; at the cap the lease ends, and the next look may grant it afresh).
+   */
   private async refresh(limit: Budget, kv: IKeyValue): Promise<QueueStep> {
     const myKey = this.place.queued ? this.place.myKey : undefined;
     const { w } = this;
     const delayKey = w.rule.mode === 'exclusive' ? w.delayKey : undefined;
     const refreshed = await refreshHolder(this.context, limit, w.leaseTtlMs, kv, myKey, delayKey);
-    return refreshed ? this.granted(limit, refreshed.response, refreshed.lease) : { kind: 'again' };
+    if (refreshed === undefined || refreshed === 'capped') return { kind: 'again' };
+    return this.granted(limit, refreshed.response, refreshed.lease, refreshed.clamp);
   }
 
   private failed(

@@ -2,7 +2,7 @@ import { closedAfterAll, useService } from '@dlm/conformance';
 import type { LockBackend } from '@dlm/core';
 import { type EtcdService, startEtcd } from '@dlm/test-services';
 import { Etcd3 } from 'etcd3';
-import { etcdBackend } from '../src/index.js';
+import { type EtcdBackendOptions, etcdBackend } from '../src/index.js';
 
 /** etcd with fast elections, so a test that kills the leader does not wait out the defaults. */
 export function startFastEtcd(): Promise<EtcdService> {
@@ -45,7 +45,9 @@ export interface EtcdScope {
   /** A client of the test's own, to look at (and meddle with) the keys the adapter writes. */
   raw(): Etcd3;
   /** A backend under the scope's prefix (1 s leases at the least), closed after the scope's tests. */
-  open(options?: { client?: Etcd3; waiterLeaseTtlMs?: number }): LockBackend;
+  open(
+    options?: Pick<EtcdBackendOptions, 'client' | 'waiterLeaseTtlMs' | 'wallClock'>,
+  ): LockBackend;
 }
 
 /**

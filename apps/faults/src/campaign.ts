@@ -51,14 +51,14 @@ export interface CampaignOptions extends WorkloadOptions {
    */
   linNegativeControl?: boolean;
   /**
-   * Add the lock-delay segments on the first backend whose server keeps lock-delays: client
+   * Add the lock-delay segments on the campaign's first backend (its server must keep lock-delays): client
    * pauses with every exclusive acquire asking for a lock-delay, on the real server (S9 must
    * not show) and on a planted one whose backend ignores the delay (S9 must show, or the
    * campaign fails).
    */
   lockDelayControl?: boolean;
   /**
-   * Add the hold-cap segments on the first backend whose server keeps caps on holding: client
+   * Add the hold-cap segments on the campaign's first backend (its server must keep caps on holding): client
    * pauses with every exclusive acquire asking for a cap of one TTL (so every extend asks past
    * it), on the real server (S10 must not show) and on a planted one whose backend ignores the
    * cap (S10 must show, or the campaign fails).
@@ -499,7 +499,7 @@ async function runBackend(
   const lockNemeses = nemesesNamed(plans.lock);
   const sharedNemeses = nemesesNamed(plans.shared);
   const linControl = options.linNegativeControl === true && backend === 'postgres';
-  // The negative control and the lock-delay segments run on the campaign's first backend.
+  // The negative control and the lock-delay and hold-cap segments run on the campaign's first backend.
   const control = options.negativeControl && first;
   const delayControl = options.lockDelayControl === true && first;
   const capControl = options.holdCapControl === true && first;

@@ -265,7 +265,9 @@ class HolderWatchers implements HolderWatch {
         read = await this.session.getData(limit, parent, watch.fire);
       } catch (error) {
         if (!isZkCode(error, Exception.NO_NODE)) throw error;
-        // No name node (never used, or swept): watch for its creation.
+        // No name node (never used, or swept): nobody held it at this read, and a holder the
+        // next read finds came after it. Then watch for its creation.
+        this.freeAtFirstRead(watch);
         if (await this.session.exists(limit, parent, watch.fire)) continue;
         watch.armed = true;
         watch.cache.clear();
@@ -273,6 +275,17 @@ class HolderWatchers implements HolderWatch {
       }
       watch.armed = true;
       return this.seen(watch, read.data, read.stat);
+    }
+  }
+
+  /**
+   * A read found no name node before the watch's first look: the name was free then, after the
+   * watch began. That is the watch's starting point, so a holder a later read finds (granted in
+   * between) is reported as acquired, not taken for one that held before the watch began.
+   */
+  private freeAtFirstRead(watch: NameWatch): void {
+    if (!watch.initialized && this.isCurrent(watch)) {
+      this.observe(watch, new Map(), undefined, undefined, false);
     }
   }
 
@@ -385,6 +398,7 @@ class HolderWatchers implements HolderWatch {
     if (!watch?.claimed || watch.fire !== watcher) return;
     watch.claimed = false;
     if (!read) {
+      this.freeAtFirstRead(watch);
       this.lookSoon(watch);
       return;
     }

@@ -3,9 +3,11 @@ import {
   type AcquireRequest,
   DlmError,
   decideGrant,
+  type GrantDecision,
   type QueueChange,
   type QueueDriver,
   type QueueStep,
+  type RuleRequest,
 } from '@dlm/core';
 import { EtcdLeaseInvalidError, type IKeyValue, type ITxnResponse } from 'etcd3';
 import { type Budget, budget, withRetries } from './etcd-calls.js';
@@ -185,6 +187,9 @@ export class EtcdWaiter implements QueueDriver {
       case 'grant':
         return { kind: 'again' };
     }
+    const room = roomWaitedOn(w.rule, decision, ahead);
+    if (room === 'holders' && view.oldest) return this.holder(view.oldest.lease, limit);
+    if (typeof room === 'number') return { kind: 'predecessor', key: view.ahead[room] };
     if (decision.on === 'entry') {
       return { kind: 'predecessor', key: entryWaitedOn(decision, view.ahead, ahead.lastBlocking) };
     }
@@ -240,6 +245,33 @@ export class EtcdWaiter implements QueueDriver {
       this.place = { queued: true, myKey: place.myKey, revision: 0n, decided: false };
     throw error;
   }
+}
+
+/** At most this many shared waiters of a name sleep on its holders (each end wakes them all). */
+const ROOM_LOOKERS = 8;
+
+/**
+ * Where a shared waiter sleeps when the rule says "wait for the nearest entry" because the
+ * holders and the shared entries ahead (all with its limit) fill the limit. Not on that entry:
+ * when it leaves with a grant it makes no room (it becomes a holder), so sleeping on it made each
+ * shared grant wait for the commit of the one ahead: one permit granted at a time, however many
+ * were free. Room comes from holders ending. So the first `window` waiters (fewer than the limit,
+ * and than `ROOM_LOOKERS`) sleep on the holders, woken by every end and every departure ahead
+ * (core's wake rules for shared waiters on the holders), and are granted side by side; a waiter
+ * further back sleeps on the entry whose departure brings it into that window (the entry
+ * `window` places ahead of it). Only what wakes a waiter changes: each look still reads the name
+ * and decides by core's rule (so FIFO, the limit and S7 are as before), and a waiter behind an
+ * entry that must go first (exclusive, another limit) still sleeps on the last such one.
+ */
+function roomWaitedOn(
+  rule: RuleRequest,
+  decision: GrantDecision,
+  ahead: { blocking: boolean; shared: number; count: number },
+): 'holders' | number | undefined {
+  if (rule.mode !== 'shared' || decision.kind !== 'wait' || decision.on !== 'entry') return;
+  if (decision.entry !== 'nearest' || ahead.blocking || ahead.shared !== ahead.count) return;
+  const window = Math.min(rule.limit - 1, ROOM_LOOKERS);
+  return ahead.shared <= window ? 'holders' : ahead.shared - window - 1;
 }
 
 const leaseInvalid = (error: unknown): boolean =>

@@ -3,11 +3,9 @@ import {
   type AcquireRequest,
   DlmError,
   decideGrant,
-  type GrantDecision,
   type QueueChange,
   type QueueDriver,
   type QueueStep,
-  type RuleRequest,
 } from '@dlm/core';
 import { EtcdLeaseInvalidError, type IKeyValue, type ITxnResponse } from 'etcd3';
 import { type Budget, budget, withRetries } from './etcd-calls.js';
@@ -21,6 +19,7 @@ import {
   grantValueAt,
   lookTxn,
   type Place,
+  specOfEntry,
   type WaiterKeys,
   waiterKeys,
 } from './etcd-queue-txn.js';
@@ -32,6 +31,7 @@ import {
   type View,
   viewOf,
 } from './etcd-queue-view.js';
+import { decidedOnceFreed, roomWaitedOn } from './etcd-shared-room.js';
 
 /**
  * etcd's queue driver: one queued acquire, its queue key, and what the watch told it. Each join
@@ -47,6 +47,8 @@ export class EtcdWaiter implements QueueDriver {
   private leaseRenewed = false;
   /** A pooled lease turned out to be gone: take the next one only once etcd renewed it. */
   private confirmedLease = false;
+  /** Shared: granted once the exclusive entry it sleeps on has come and gone (its last read). */
+  private roomOnceFreed = false;
 
   constructor(
     private readonly context: QueueContext,
@@ -85,9 +87,15 @@ export class EtcdWaiter implements QueueDriver {
     const grant = this.lastGrant.get(this.request.name);
     // Our predecessor took the lock in the revision that deleted its entry, and no event since
     // says it was freed: sleep on that holder without a transaction. The grant's transaction
-    // checks everything again when it goes.
+    // checks everything again when it goes. A shared waiter does so when the entry it slept on
+    // was exclusive (the last one that had to go first: it holds the name now, and only its end
+    // can let this waiter in, so a read would only find it there).
     const known = predecessorLeft?.mark !== undefined && grant?.revision === predecessorLeft.mark;
-    if (known && this.w.rule.mode === 'exclusive') {
+    const exclusiveLeft =
+      predecessorLeft?.key !== undefined && specOfEntry(predecessorLeft.key).mode === 'exclusive';
+    if (known && (this.w.rule.mode === 'exclusive' || exclusiveLeft)) {
+      // Shared: its last read counted the room behind that entry (etcd-shared-room.ts).
+      if (this.place.queued && exclusiveLeft) this.place.decided = this.roomOnceFreed;
       return this.remember(() => this.holder(grant.lease));
     }
     return this.remember(() => this.step());
@@ -178,7 +186,9 @@ export class EtcdWaiter implements QueueDriver {
     if (takenByAnother(view, this.request)) return this.holder(view.mine!.lease, limit);
     const ahead = aheadOfView(w.rule, view.ahead);
     const decision = decideGrant(w.rule, ruleHoldersOf(view, this.request), ahead);
-    if (queued.queued) queued.decided = decision.kind === 'grant';
+    const onceFreed = decidedOnceFreed(w.rule, decision, view.lock !== undefined, ahead);
+    if (queued.queued) queued.decided = decision.kind === 'grant' || onceFreed.now;
+    this.roomOnceFreed = onceFreed.behindEntry;
     switch (decision.kind) {
       case 'conflict':
         return decision;
@@ -245,33 +255,6 @@ export class EtcdWaiter implements QueueDriver {
       this.place = { queued: true, myKey: place.myKey, revision: 0n, decided: false };
     throw error;
   }
-}
-
-/** At most this many shared waiters of a name sleep on its holders (each end wakes them all). */
-const ROOM_LOOKERS = 8;
-
-/**
- * Where a shared waiter sleeps when the rule says "wait for the nearest entry" because the
- * holders and the shared entries ahead (all with its limit) fill the limit. Not on that entry:
- * when it leaves with a grant it makes no room (it becomes a holder), so sleeping on it made each
- * shared grant wait for the commit of the one ahead: one permit granted at a time, however many
- * were free. Room comes from holders ending. So the first `window` waiters (fewer than the limit,
- * and than `ROOM_LOOKERS`) sleep on the holders, woken by every end and every departure ahead
- * (core's wake rules for shared waiters on the holders), and are granted side by side; a waiter
- * further back sleeps on the entry whose departure brings it into that window (the entry
- * `window` places ahead of it). Only what wakes a waiter changes: each look still reads the name
- * and decides by core's rule (so FIFO, the limit and S7 are as before), and a waiter behind an
- * entry that must go first (exclusive, another limit) still sleeps on the last such one.
- */
-function roomWaitedOn(
-  rule: RuleRequest,
-  decision: GrantDecision,
-  ahead: { blocking: boolean; shared: number; count: number },
-): 'holders' | number | undefined {
-  if (rule.mode !== 'shared' || decision.kind !== 'wait' || decision.on !== 'entry') return;
-  if (decision.entry !== 'nearest' || ahead.blocking || ahead.shared !== ahead.count) return;
-  const window = Math.min(rule.limit - 1, ROOM_LOOKERS);
-  return ahead.shared <= window ? 'holders' : ahead.shared - window - 1;
 }
 
 const leaseInvalid = (error: unknown): boolean =>

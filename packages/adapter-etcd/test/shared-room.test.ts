@@ -10,18 +10,30 @@ const run = etcdAvailable();
 const lockName = lockNames('etcd-shared-room');
 const prefix = 'shared-room-test/';
 
-/** An etcd client whose transactions wait while `close()` holds its gate shut. */
+/** An etcd client that counts its transactions, which wait while `close()` holds its gate shut. */
 function gatedClient(hosts: string[]) {
   const client = new Etcd3({ hosts });
   let gate: Promise<void> | undefined;
   let open = () => {};
+  let sent = 0;
+  let ttlAsks = 0;
+  const timeToLive = client.leaseClient.leaseTimeToLive.bind(client.leaseClient);
+  client.leaseClient.leaseTimeToLive = (...args: Parameters<typeof timeToLive>) => {
+    ttlAsks += 1;
+    return timeToLive(...args);
+  };
   const txn = client.kv.txn.bind(client.kv);
   client.kv.txn = async (...args: Parameters<typeof txn>) => {
     while (gate) await gate;
+    sent += 1;
     return txn(...args);
   };
   return {
     client,
+    /** Transactions sent so far. */
+    sent: () => sent,
+    /** Lease time-to-live asks so far (a waiter asks before it sleeps on a holder). */
+    ttlAsks: () => ttlAsks,
     close() {
       gate = new Promise((resolve) => {
         open = () => {
@@ -43,6 +55,18 @@ describe.skipIf(!run)('etcd shared waiters: granted side by side (issue 29, leve
       client.close();
     }
   });
+  /** A server whose etcd client is gated and counted (a budget far above the test's). */
+  const gatedServer = () => {
+    const gated = gatedClient(etcd().endpoints);
+    const backend = etcdBackend({
+      client: gated.client,
+      prefix,
+      minTtlMs: 1_000,
+      commandTimeoutMs: 120_000,
+    });
+    opened.push({ backend, client: gated.client });
+    return { gated, service: createLockService({ backend }) };
+  };
   const semaphore = (service: LockService, name: string, owner: string, limit: number) =>
     service.acquire({ name, owner, ttlMs: 5_000, waitMs: 10_000, mode: 'shared', limit });
 
@@ -62,16 +86,8 @@ describe.skipIf(!run)('etcd shared waiters: granted side by side (issue 29, leve
     };
     const held = [await permit('h1'), await permit('h2')];
     // Both permits held (h1, h2). The first waiter's server gets its transactions held back.
-    const gated = gatedClient(etcd().endpoints);
-    // A budget far above the test's: w1's held-back look must not fail and leave the queue.
-    const gatedBackend = etcdBackend({
-      client: gated.client,
-      prefix,
-      minTtlMs: 1_000,
-      commandTimeoutMs: 120_000,
-    });
-    opened.push({ backend: gatedBackend, client: gated.client });
-    const first = createLockService({ backend: gatedBackend });
+    // w1's look must not fail (and leave the queue) while held back: its budget is far above.
+    const { gated, service: first } = gatedServer();
     const behind = createLockService({ backend: open() });
     const firstGrant = semaphore(first, name, 'w1', 2);
     // Awaited below; on a failure path it must not go unhandled first.
@@ -131,5 +147,54 @@ describe.skipIf(!run)('etcd shared waiters: granted side by side (issue 29, leve
     expect(grants).toBe(80);
     expect(violations).toBe(0);
     expect(most).toBeLessThanOrEqual(limit);
+  });
+
+  it('a reader queued while a writer holds is granted by one transaction once the writer ends (no read first)', async () => {
+    const name = lockName('behind-holder');
+    const writers = open();
+    const writer = await writers.tryAcquire({ name, owner: 'writer', ttlMs: 5_000 });
+    if (!writer.granted) throw new Error('expected the writer to hold');
+    const { gated, service } = gatedServer();
+    const reading = service.acquire({
+      name,
+      owner: 'reader',
+      ttlMs: 5_000,
+      waitMs: 30_000,
+      mode: 'shared',
+    });
+    await until(() => service.waiters(name) === 1, { what: 'the reader waiting' });
+    expect(gated.sent()).toBe(1);
+    await writers.release({ name, token: writer.grant.token });
+    expect((await reading).owner).toBe('reader');
+    // Its join, then its grant. Before, the look that the writer's end woke read first.
+    expect(gated.sent()).toBe(2);
+  });
+
+  it('a reader queued behind a queued writer is granted by one transaction once that writer has come and gone', async () => {
+    const name = lockName('behind-entry');
+    const holders = open();
+    const first = await holders.tryAcquire({ name, owner: 'first', ttlMs: 5_000 });
+    if (!first.granted) throw new Error('expected the first writer to hold');
+    const writerServer = createLockService({ backend: open() });
+    const writing = writerServer.acquire({ name, owner: 'writer', ttlMs: 5_000, waitMs: 30_000 });
+    await until(async () => (await waiterKeys(raw(), prefix, name)).length === 1);
+    const { gated, service } = gatedServer();
+    const reading = service.acquire({
+      name,
+      owner: 'reader',
+      ttlMs: 5_000,
+      waitMs: 30_000,
+      mode: 'shared',
+    });
+    await until(() => service.waiters(name) === 1, { what: 'the reader waiting' });
+    await holders.release({ name, token: first.grant.token });
+    const writer = await writing;
+    // The reader heard the writer's entry leave with the lock and sleeps on it (it asked its
+    // lease's time left); only then does the writer's release wake it.
+    await until(() => gated.ttlAsks() === 1, { what: 'the reader asleep on the writer' });
+    await writerServer.release({ name, token: writer.token, leaseKey: writer.leaseKey });
+    expect((await reading).owner).toBe('reader');
+    // Its join, then its grant: no read when the writer took the lock, none when it let go.
+    expect(gated.sent()).toBe(2);
   });
 });

@@ -67,6 +67,19 @@ describe.skipIf(!run)('etcd shared waiters: granted side by side (issue 29, leve
     opened.push({ backend, client: gated.client });
     return { gated, service: createLockService({ backend }) };
   };
+  /** A reader waiting for `name` on a gated server (its join sent). */
+  const waitingReader = async (name: string) => {
+    const { gated, service } = gatedServer();
+    const reading = service.acquire({
+      name,
+      owner: 'reader',
+      ttlMs: 5_000,
+      waitMs: 30_000,
+      mode: 'shared',
+    });
+    await until(() => service.waiters(name) === 1, { what: 'the reader waiting' });
+    return { gated, reading };
+  };
   const semaphore = (service: LockService, name: string, owner: string, limit: number) =>
     service.acquire({ name, owner, ttlMs: 5_000, waitMs: 10_000, mode: 'shared', limit });
 
@@ -154,15 +167,7 @@ describe.skipIf(!run)('etcd shared waiters: granted side by side (issue 29, leve
     const writers = open();
     const writer = await writers.tryAcquire({ name, owner: 'writer', ttlMs: 5_000 });
     if (!writer.granted) throw new Error('expected the writer to hold');
-    const { gated, service } = gatedServer();
-    const reading = service.acquire({
-      name,
-      owner: 'reader',
-      ttlMs: 5_000,
-      waitMs: 30_000,
-      mode: 'shared',
-    });
-    await until(() => service.waiters(name) === 1, { what: 'the reader waiting' });
+    const { gated, reading } = await waitingReader(name);
     expect(gated.sent()).toBe(1);
     await writers.release({ name, token: writer.grant.token });
     expect((await reading).owner).toBe('reader');
@@ -178,15 +183,7 @@ describe.skipIf(!run)('etcd shared waiters: granted side by side (issue 29, leve
     const writerServer = createLockService({ backend: open() });
     const writing = writerServer.acquire({ name, owner: 'writer', ttlMs: 5_000, waitMs: 30_000 });
     await until(async () => (await waiterKeys(raw(), prefix, name)).length === 1);
-    const { gated, service } = gatedServer();
-    const reading = service.acquire({
-      name,
-      owner: 'reader',
-      ttlMs: 5_000,
-      waitMs: 30_000,
-      mode: 'shared',
-    });
-    await until(() => service.waiters(name) === 1, { what: 'the reader waiting' });
+    const { gated, reading } = await waitingReader(name);
     await holders.release({ name, token: first.grant.token });
     const writer = await writing;
     // The reader heard the writer's entry leave with the lock and sleeps on it (it asked its

@@ -24,7 +24,9 @@ import { holderValue, sharedValue } from './etcd-value.js';
  *   holder whose place is latest (its entry's create revision). Every other holder was ahead of
  *   it, so when it read, each was already a holder or an entry ahead of it with its limit (an
  *   entry with another limit ahead makes it wait; a grant turns an entry into a holder in one
- *   transaction), and it counted them all and found fewer than the limit.
+ *   transaction), and it counted them all and found fewer than the limit. The same argument lets
+ *   a shared waiter kept out only by an exclusive holder be "decided" before that holder ends
+ *   (etcd-shared-room.ts): its end, not a read, is what it waits for.
  */
 
 /** One waiter's keys and request, as its transactions need them. */

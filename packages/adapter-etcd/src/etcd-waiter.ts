@@ -19,6 +19,7 @@ import {
   grantValueAt,
   lookTxn,
   type Place,
+  specOfEntry,
   type WaiterKeys,
   waiterKeys,
 } from './etcd-queue-txn.js';
@@ -30,6 +31,7 @@ import {
   type View,
   viewOf,
 } from './etcd-queue-view.js';
+import { decidedOnceFreed, roomWaitedOn } from './etcd-shared-room.js';
 
 /**
  * etcd's queue driver: one queued acquire, its queue key, and what the watch told it. Each join
@@ -45,6 +47,8 @@ export class EtcdWaiter implements QueueDriver {
   private leaseRenewed = false;
   /** A pooled lease turned out to be gone: take the next one only once etcd renewed it. */
   private confirmedLease = false;
+  /** Shared: granted once the exclusive entry it sleeps on has come and gone (its last read). */
+  private roomOnceFreed = false;
 
   constructor(
     private readonly context: QueueContext,
@@ -83,9 +87,15 @@ export class EtcdWaiter implements QueueDriver {
     const grant = this.lastGrant.get(this.request.name);
     // Our predecessor took the lock in the revision that deleted its entry, and no event since
     // says it was freed: sleep on that holder without a transaction. The grant's transaction
-    // checks everything again when it goes.
+    // checks everything again when it goes. A shared waiter does so when the entry it slept on
+    // was exclusive (the last one that had to go first: it holds the name now, and only its end
+    // can let this waiter in, so a read would only find it there).
     const known = predecessorLeft?.mark !== undefined && grant?.revision === predecessorLeft.mark;
-    if (known && this.w.rule.mode === 'exclusive') {
+    const exclusiveLeft =
+      predecessorLeft?.key !== undefined && specOfEntry(predecessorLeft.key).mode === 'exclusive';
+    if (known && (this.w.rule.mode === 'exclusive' || exclusiveLeft)) {
+      // Shared: its last read counted the room behind that entry (etcd-shared-room.ts).
+      if (this.place.queued && exclusiveLeft) this.place.decided = this.roomOnceFreed;
       return this.remember(() => this.holder(grant.lease));
     }
     return this.remember(() => this.step());
@@ -176,7 +186,9 @@ export class EtcdWaiter implements QueueDriver {
     if (takenByAnother(view, this.request)) return this.holder(view.mine!.lease, limit);
     const ahead = aheadOfView(w.rule, view.ahead);
     const decision = decideGrant(w.rule, ruleHoldersOf(view, this.request), ahead);
-    if (queued.queued) queued.decided = decision.kind === 'grant';
+    const onceFreed = decidedOnceFreed(w.rule, decision, view.lock !== undefined, ahead);
+    if (queued.queued) queued.decided = decision.kind === 'grant' || onceFreed.now;
+    this.roomOnceFreed = onceFreed.behindEntry;
     switch (decision.kind) {
       case 'conflict':
         return decision;
@@ -185,6 +197,9 @@ export class EtcdWaiter implements QueueDriver {
       case 'grant':
         return { kind: 'again' };
     }
+    const room = roomWaitedOn(w.rule, decision, ahead);
+    if (room === 'holders' && view.oldest) return this.holder(view.oldest.lease, limit);
+    if (typeof room === 'number') return { kind: 'predecessor', key: view.ahead[room] };
     if (decision.on === 'entry') {
       return { kind: 'predecessor', key: entryWaitedOn(decision, view.ahead, ahead.lastBlocking) };
     }

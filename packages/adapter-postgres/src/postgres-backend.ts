@@ -233,7 +233,11 @@ function quietErrors(pool: pg.Pool, ownsPool: boolean): void {
   });
 }
 
-/** The schema, once per backend (again after a failure). */
+/**
+ * The schema, once per backend (again after a failure): nothing but two reads when its stamp is
+ * current, else its statements and the new stamp in one transaction, once the advisory lock (the
+ * first statement) is had and the stamp read again (another server may have just written it).
+ */
 function schemaOnce(pool: pg.Pool, sql: Statements, timeoutMs: number): () => Promise<void> {
   let schemaReady: Promise<void> | undefined;
   return () => {
@@ -241,8 +245,14 @@ function schemaOnce(pool: pg.Pool, sql: Statements, timeoutMs: number): () => Pr
       const client = await pool.connect();
       let broken = false;
       try {
+        if (await stampCurrent(client, sql, timeoutMs)) return;
         await query(client, 'BEGIN', [], timeoutMs);
-        for (const statement of sql.schema) await query(client, statement, [], timeoutMs);
+        const [lock, ...statements] = sql.schema;
+        await query(client, lock!, [], timeoutMs);
+        if (!(await stampCurrent(client, sql, timeoutMs))) {
+          for (const statement of statements) await query(client, statement, [], timeoutMs);
+          await query(client, sql.schemaStamp.write, [sql.schemaStamp.hash], timeoutMs);
+        }
         await query(client, 'COMMIT', [], timeoutMs);
       } catch (error) {
         broken = true;
@@ -257,6 +267,19 @@ function schemaOnce(pool: pg.Pool, sql: Statements, timeoutMs: number): () => Pr
     });
     return schemaReady;
   };
+}
+
+/** Whether the schema's stamp is this backend's (see `SchemaStamp` in sql.ts). */
+async function stampCurrent(
+  client: pg.PoolClient,
+  sql: Statements,
+  timeoutMs: number,
+): Promise<boolean> {
+  const { present, read, table, hash } = sql.schemaStamp;
+  const found = await query(client, present, [table], timeoutMs);
+  if (!found.rows[0]?.present) return false;
+  const stamp = await query(client, read, [], timeoutMs);
+  return stamp.rows[0]?.stamp === hash;
 }
 
 function createQueue(p: Pg, waiterTtlMs: number) {

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { DlmError } from '@dlm/core';
 import { acquireFunction } from './acquire-sql.js';
 import { followersSchema } from './followers-sql.js';
@@ -34,11 +35,34 @@ export function checkIdentifier(value: string, field: string, allowEmpty: boolea
   );
 }
 
+/**
+ * The schema's stamp: a one-row table holding a hash of the schema's statements, written by the
+ * transaction that ran them. A backend that opens on a schema whose stamp is current runs no DDL:
+ * `ALTER TABLE` takes an ACCESS EXCLUSIVE lock on a table in use until its transaction ends, so a
+ * server starting beside busy ones would queue every request behind it, and deadlock some (a
+ * request holding a row lock that needs another table: `deadlock detected`, a waiter's join lost).
+ */
+export interface SchemaStamp {
+  /** The stamp of these statements. */
+  hash: string;
+  /** `$1`: the stamp table's quoted name; `present` is true when it exists. */
+  present: string;
+  table: string;
+  /** The stamp, when there is one (run only when `present`). */
+  read: string;
+  /** `$1`: the new stamp. */
+  write: string;
+}
+
 export interface Statements extends QueueStatements {
   /** The notification channel (an identifier, already quoted where SQL needs it). */
   channel: string;
-  /** Run in one transaction at open; idempotent, serialised by an advisory lock. */
+  /**
+   * Run in one transaction at open when the stamp is not current (`schemaStamp`); idempotent,
+   * serialised by an advisory lock (its first statement).
+   */
   schema: string[];
+  schemaStamp: SchemaStamp;
   /** A try-lock in either mode (acquire-sql.ts): `$5` shared, `$6` limit (1: exclusive). */
   acquire: string;
   release: string;
@@ -165,35 +189,42 @@ export function statements(schema: string, prefix: string): Statements {
   const holdersOf = (row: string) => `CASE WHEN ${row}.mode = 'shared' THEN (
       SELECT json_agg(json_build_array(x.owner, x.token::text, ${remaining('x')}) ORDER BY x.token)
       FROM ${parts.holders} x WHERE x.name = ${row}.name AND x.expires_at > clock_timestamp()) END`;
+  const stampTable = `"${schema}"."${prefix}schema_stamp"`;
+  const schemaStatements = [
+    `SELECT pg_advisory_xact_lock(hashtext('dlm schema ' || '${schema}.${prefix}'))`,
+    `CREATE SCHEMA IF NOT EXISTS "${schema}"`,
+    // A sequence never goes back, across restarts too (its state is WAL-logged; values handed
+    // out ahead are skipped after a crash, never repeated). One sequence serves every name:
+    // each name's tokens then still strictly increase.
+    `CREATE SEQUENCE IF NOT EXISTS "${schema}"."${prefix}tokens" AS bigint MINVALUE 1`,
+    `CREATE TABLE IF NOT EXISTS ${table} (
+      name text PRIMARY KEY,
+      owner text NOT NULL,
+      token bigint NOT NULL,
+      expires_at timestamptz NOT NULL,
+      key_hash text
+    )`,
+    // Tables made before lease keys existed gain the column (NULL: no key).
+    `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS key_hash text`,
+    // An exclusive lease's lock-delay (acquire-sql.ts); NULL: none.
+    `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS delay_ms bigint`,
+    // An exclusive lease's cap on holding (acquire-sql.ts); NULL: none.
+    `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS cap_at timestamptz`,
+    // The sweep looks rows up by their end.
+    `CREATE INDEX IF NOT EXISTS "${prefix}leases_expires_at" ON ${table} (expires_at)`,
+    ...queueSchema(parts),
+    ...sharedSchema(parts),
+    ...followersSchema(parts),
+    acquireFunction(parts),
+    `CREATE TABLE IF NOT EXISTS ${stampTable} (
+      id int PRIMARY KEY DEFAULT 1 CHECK (id = 1),
+      stamp text NOT NULL
+    )`,
+  ];
   return {
     channel,
-    schema: [
-      `SELECT pg_advisory_xact_lock(hashtext('dlm schema ' || '${schema}.${prefix}'))`,
-      `CREATE SCHEMA IF NOT EXISTS "${schema}"`,
-      // A sequence never goes back, across restarts too (its state is WAL-logged; values handed
-      // out ahead are skipped after a crash, never repeated). One sequence serves every name:
-      // each name's tokens then still strictly increase.
-      `CREATE SEQUENCE IF NOT EXISTS "${schema}"."${prefix}tokens" AS bigint MINVALUE 1`,
-      `CREATE TABLE IF NOT EXISTS ${table} (
-        name text PRIMARY KEY,
-        owner text NOT NULL,
-        token bigint NOT NULL,
-        expires_at timestamptz NOT NULL,
-        key_hash text
-      )`,
-      // Tables made before lease keys existed gain the column (NULL: no key).
-      `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS key_hash text`,
-      // An exclusive lease's lock-delay (acquire-sql.ts); NULL: none.
-      `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS delay_ms bigint`,
-      // An exclusive lease's cap on holding (acquire-sql.ts); NULL: none.
-      `ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS cap_at timestamptz`,
-      // The sweep looks rows up by their end.
-      `CREATE INDEX IF NOT EXISTS "${prefix}leases_expires_at" ON ${table} (expires_at)`,
-      ...queueSchema(parts),
-      ...sharedSchema(parts),
-      ...followersSchema(parts),
-      acquireFunction(parts),
-    ],
+    schema: schemaStatements,
+    schemaStamp: stampOf(stampTable, schemaStatements),
     // A fresh grant only while nobody is queued for the name, so a try-lock on any server never
     // jumps the cross-server queue; the holder's own re-acquire refreshes its lease whatever
     // waits. A refusal says by whose lease (the remaining ms of the holder that would let the
@@ -256,5 +287,17 @@ export function statements(schema: string, prefix: string): Statements {
         LIMIT $1::int FOR UPDATE SKIP LOCKED
       )`,
     ...queueStatements(parts),
+  };
+}
+
+/** The stamp of `schema`'s statements, kept in `table` (see {@link SchemaStamp}). */
+function stampOf(table: string, schema: readonly string[]): SchemaStamp {
+  return {
+    hash: createHash('sha256').update(schema.join('\n;\n')).digest('hex'),
+    present: 'SELECT to_regclass($1) IS NOT NULL AS present',
+    table,
+    read: `SELECT stamp FROM ${table} WHERE id = 1`,
+    write: `INSERT INTO ${table} (id, stamp) VALUES (1, $1)
+      ON CONFLICT (id) DO UPDATE SET stamp = EXCLUDED.stamp`,
   };
 }

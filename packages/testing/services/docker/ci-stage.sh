@@ -10,8 +10,7 @@
 #   2. starts a private dockerd (vfs storage, no iptables, no bridge: containers use the host
 #      network and loopback ports) with its own socket, data and exec roots under a temp dir,
 #   3. builds dlm-test/{redis,etcd,zookeeper}:local from the Debian-installed binaries,
-#   4. runs the tests with DLM_TEST_SERVICES=docker and the local images (the image test beside
-#      the conformance suites),
+#   4. runs the tests with DLM_TEST_SERVICES=docker and the local images,
 #   5. stops that dockerd (by its pid) and removes its files, also when a step fails.
 # It prints how long each step and the whole stage took.
 set -euo pipefail
@@ -47,8 +46,6 @@ dockerd_pid=""
 cleanup() {
   local status=$?
   set +e
-  # An image test still running (a step before its wait failed) ends with the stage.
-  [ -n "${image_pid:-}" ] && kill "$image_pid" 2>/dev/null
   if [ -n "$dockerd_pid" ] && kill -0 "$dockerd_pid" 2>/dev/null; then
     # Containers a failed test left behind would keep the daemon's shutdown waiting.
     local left
@@ -123,14 +120,6 @@ run_tests() {
   fi
 }
 
-# The dlm-server image (built from the Dockerfile on a local Node.js base, run, killed, re-run)
-# mostly waits on docker's file copies and npm: it runs beside the conformance suites below, its
-# output kept in a file and printed when it ends.
-image_log="$root/image-test.log"
-deploy/docker/image-test.sh >"$image_log" 2>&1 &
-image_pid=$!
-image_started=$(now_ms)
-
 projects=()
 for adapter in redis redlock etcd zookeeper; do
   if [ -f "packages/adapter-$adapter/test/conformance.test.ts" ]; then
@@ -147,16 +136,8 @@ run_tests "test-services' tests on containers" npx vitest run --project services
 # Its two files mostly wait on services and timers: side by side (vitest runs one at a time on 2
 # cores; set here, not in its config, which the root run takes as one of its projects).
 run_tests "examples/third-party-adapter" bash -c 'cd examples/third-party-adapter && npx vitest run --maxWorkers 2'
-# The dlm-server image's test, started beside the conformance suites: its result.
-image_status=0
-wait "$image_pid" || image_status=$?
-cat "$image_log"
-echo "ci-docker: the dlm-server image (deploy/docker/image-test.sh) took $((($(now_ms) - image_started) / 1000)) s, beside the steps above"
-if [ "$image_status" -ne 0 ]; then
-  failures+=("the dlm-server image (deploy/docker/image-test.sh)")
-  echo "ci-docker: the dlm-server image test FAILED (status $image_status)" >&2
-fi
-step "waiting for the dlm-server image test"
+# The dlm-server image: built from the Dockerfile on a local Node.js base, run, killed, re-run.
+run_tests "the dlm-server image (deploy/docker/image-test.sh)" deploy/docker/image-test.sh
 # The seed's diagram with that image: HAProxy on deploy/haproxy/haproxy.cfg in front of three
 # containers of it (host network) over a 3-member etcd cluster, then a 3-member ZooKeeper
 # ensemble; the fault harness's checker over the clients' history. One file at a time: each

@@ -102,8 +102,10 @@ describe.skipIf(!run)("postgres fair queue (core's loop over its driver)", () =>
   });
 
   it('entries stay live and in order while their servers renew them, past many waiterTtlMs', async () => {
-    const a = await open({ waiterTtlMs: 300 });
-    const b = await open({ waiterTtlMs: 300 });
+    // A second's entries, renewed every third of it: a full run's busiest minutes (2 cores, four
+    // files at a time) stalled the renewal past 300 ms entries, both attempts, twice.
+    const a = await open({ waiterTtlMs: 1_000 });
+    const b = await open({ waiterTtlMs: 1_000 });
     const name = lockName('renewed');
     const holder = await held(a, name);
     const order: string[] = [];
@@ -111,7 +113,7 @@ describe.skipIf(!run)("postgres fair queue (core's loop over its driver)", () =>
     await untilQueued(name, 1);
     waits.push(granting(b, queued(b, name, 'second'), order));
     await untilQueued(name, 2);
-    await sleep(1_500);
+    await sleep(4_000);
     expect(await entries(name)).toEqual([
       { owner: 'first', live: true },
       { owner: 'second', live: true },

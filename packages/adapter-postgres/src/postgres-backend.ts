@@ -235,8 +235,8 @@ function quietErrors(pool: pg.Pool, ownsPool: boolean): void {
 
 /**
  * The schema, once per backend (again after a failure): nothing but two reads when its stamp is
- * current, else its statements and the new stamp in one transaction, once the advisory lock (the
- * first statement) is had and the stamp read again (another server may have just written it).
+ * current, else its statements and the new stamp in one transaction, once the advisory lock is
+ * had and the stamp read again (another server may have just written it).
  */
 function schemaOnce(pool: pg.Pool, sql: Statements, timeoutMs: number): () => Promise<void> {
   let schemaReady: Promise<void> | undefined;
@@ -247,10 +247,9 @@ function schemaOnce(pool: pg.Pool, sql: Statements, timeoutMs: number): () => Pr
       try {
         if (await stampCurrent(client, sql, timeoutMs)) return;
         await query(client, 'BEGIN', [], timeoutMs);
-        const [lock, ...statements] = sql.schema;
-        await query(client, lock!, [], timeoutMs);
+        await query(client, sql.schemaLock, [], timeoutMs);
         if (!(await stampCurrent(client, sql, timeoutMs))) {
-          for (const statement of statements) await query(client, statement, [], timeoutMs);
+          for (const statement of sql.schema) await query(client, statement, [], timeoutMs);
           await query(client, sql.schemaStamp.write, [sql.schemaStamp.hash], timeoutMs);
         }
         await query(client, 'COMMIT', [], timeoutMs);

@@ -57,9 +57,11 @@ export interface SchemaStamp {
 export interface Statements extends QueueStatements {
   /** The notification channel (an identifier, already quoted where SQL needs it). */
   channel: string;
+  /** The advisory lock that serialises servers setting the schema up (first in its transaction). */
+  schemaLock: string;
   /**
-   * Run in one transaction at open when the stamp is not current (`schemaStamp`); idempotent,
-   * serialised by an advisory lock (its first statement).
+   * Run in one transaction at open, after `schemaLock`, when the stamp is not current
+   * (`schemaStamp`); idempotent.
    */
   schema: string[];
   schemaStamp: SchemaStamp;
@@ -191,7 +193,6 @@ export function statements(schema: string, prefix: string): Statements {
       FROM ${parts.holders} x WHERE x.name = ${row}.name AND x.expires_at > clock_timestamp()) END`;
   const stampTable = `"${schema}"."${prefix}schema_stamp"`;
   const schemaStatements = [
-    `SELECT pg_advisory_xact_lock(hashtext('dlm schema ' || '${schema}.${prefix}'))`,
     `CREATE SCHEMA IF NOT EXISTS "${schema}"`,
     // A sequence never goes back, across restarts too (its state is WAL-logged; values handed
     // out ahead are skipped after a crash, never repeated). One sequence serves every name:
@@ -223,6 +224,7 @@ export function statements(schema: string, prefix: string): Statements {
   ];
   return {
     channel,
+    schemaLock: `SELECT pg_advisory_xact_lock(hashtext('dlm schema ' || '${schema}.${prefix}'))`,
     schema: schemaStatements,
     schemaStamp: stampOf(stampTable, schemaStatements),
     // A fresh grant only while nobody is queued for the name, so a try-lock on any server never

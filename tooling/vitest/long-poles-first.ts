@@ -3,7 +3,7 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
 /**
  * The test files that take longest, with their seconds in a whole run on the 2-core CI machine
- * (`CI=true npx -y pnpm@12.4.2 test`, four files at a time, read off its per-file lines). They start first, so the
+ * (`CI=true npx -y pnpm@12.4.2 test`, six files at a time, read off its per-file lines). They start first, so the
  * run does not end waiting on a long file that started last; the rest follow in vitest's own
  * order. A file missing here only starts later; `test/long-poles.test.ts` checks each exists.
  */

@@ -114,7 +114,10 @@ async function listLocks(
   const locks = states
     .map((state) => {
       const { held: _held, ...lock } = heldState(state);
-      return { ...lock, waiters: service.waiters(state.name), waitersScope: 'server' };
+      return Object.assign({}, lock, {
+        waiters: service.waiters(state.name),
+        waitersScope: 'server',
+      });
     })
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   sendJson(response, 200, { locks });

@@ -52,11 +52,8 @@ export function defineKind<const Kind extends string, Settings extends object>(
   kind: Kind,
   spec: KindSpec<Kind, Settings>,
 ): BackendKind<{ kind: Kind } & Settings> {
-  return {
-    ...spec,
-    kind,
-    parse: (from) => ({ kind, ...spec.parse(from) }),
-  } as BackendKind<{ kind: Kind } & Settings>;
+  const parse = (from: Sources) => ({ kind, ...spec.parse(from) });
+  return Object.assign({}, spec, { kind, parse }) as BackendKind<{ kind: Kind } & Settings>;
 }
 
 /** The config a descriptor reads and opens. */

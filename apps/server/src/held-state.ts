@@ -31,7 +31,7 @@ export function heldState(state: LockState) {
  */
 export async function lockView(service: LockService, name: string) {
   const [state, waiters] = await Promise.all([service.get(name), service.countWaiters(name)]);
-  if (state) return { ...heldState(state), name, ...waiters };
+  if (state) return Object.assign({}, heldState(state), { name, ...waiters });
   const lockDelayRemainingMs = await service.lockDelayOf(name);
   return {
     name,

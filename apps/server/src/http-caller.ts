@@ -62,12 +62,11 @@ export function bearerCaller(gate: HttpGate, request: IncomingMessage): Principa
   const caller = callerOf(gate, request, bearerToken(request.headers.authorization));
   if (!isRefusal(caller)) return caller;
   if (caller.status === 403)
-    return { ...caller, message: 'this origin is not allowed', headers: {} };
-  return {
-    ...caller,
+    return Object.assign({}, caller, { message: 'this origin is not allowed', headers: {} });
+  return Object.assign({}, caller, {
     message: caller.presented
       ? 'the bearer token is not valid'
       : 'this server requires a token: send Authorization: Bearer <token>',
     headers: { 'www-authenticate': 'Bearer realm="dlm"' },
-  };
+  });
 }

@@ -201,7 +201,7 @@ export function createLockFeed(options: LockFeedOptions): LockFeed {
  * tells each grant made here once, from the acquire's own report (see `LockFeed.acquiring`).
  */
 export function feedingAcquires(service: LockService, feed: LockFeed): LockService {
-  async function told<T>(names: readonly string[], owner: string, run: () => Promise<T>) {
+  async function tell<T>(names: readonly string[], owner: string, run: () => Promise<T>) {
     const settled = feed.acquiring(names, owner);
     try {
       return await run();
@@ -209,12 +209,12 @@ export function feedingAcquires(service: LockService, feed: LockFeed): LockServi
       settled();
     }
   }
-  return {
-    ...service,
-    acquire: (options) => told([options.name], options.owner, () => service.acquire(options)),
+  const told: Pick<LockService, 'acquire' | 'acquireAll'> = {
+    acquire: (options) => tell([options.name], options.owner, () => service.acquire(options)),
     acquireAll: (options) =>
-      told(namesOf(options.locks), options.owner, () => service.acquireAll(options)),
+      tell(namesOf(options.locks), options.owner, () => service.acquireAll(options)),
   };
+  return Object.assign({}, service, told);
 }
 
 function byName(a: FeedLock, b: FeedLock): number {
@@ -636,7 +636,11 @@ class Feed implements LockFeed {
     if (entriesOf(slot).some((other) => staleBeside(limit, token, other))) return;
     this.endReplaced(name, limit, token);
     const opening = { name, owner: change.owner ?? '', token, limit };
-    this.open({ ...opening, ttlRemainingMs: change.ttlRemainingMs }, false, 'acquired');
+    this.open(
+      Object.assign({}, opening, { ttlRemainingMs: change.ttlRemainingMs }),
+      false,
+      'acquired',
+    );
   }
 
   /** Extended elsewhere, or the lease left of a grant made elsewhere is known now. */

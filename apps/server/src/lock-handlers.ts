@@ -499,12 +499,12 @@ function traced(
 export function lockHandlers(scope: LockScope): Handlers<LockMethod> {
   const session = lockSession(scope);
   return {
-    ...releaseRequestHandlers(scope, permittedName),
     'lock.acquire': traced(session, 'lock.acquire', 'granted', acquire),
     'lock.acquireAll': traced(session, 'lock.acquireAll', 'granted', acquireAll),
     'lock.release': traced(session, 'lock.release', 'released', release),
     'lock.extend': traced(session, 'lock.extend', 'extended', extend),
     'lock.get': (params) => getLock(session, params),
     'lock.check': (params) => checkLock(session, params),
+    ...releaseRequestHandlers(scope, permittedName),
   };
 }

@@ -40,15 +40,16 @@ export async function runServer(argv: string[], command = 'dlm-server'): Promise
   }
 
   const logger = createLogger(config.logLevel);
-  const server = await startServer({
-    ...baseServerOptions(config, logger),
-    auth: config.auth,
-    insecure: config.insecure,
-    ...(config.tls ? { tls: config.tls } : {}),
-    allowedOrigins: config.allowedOrigins,
-    limits: config.limits,
-    ...(config.dapr ? { dapr: config.dapr } : {}),
-  }).catch((error: unknown) => {
+  const server = await startServer(
+    Object.assign({}, baseServerOptions(config, logger), {
+      auth: config.auth,
+      insecure: config.insecure,
+      ...(config.tls ? { tls: config.tls } : {}),
+      allowedOrigins: config.allowedOrigins,
+      limits: config.limits,
+      ...(config.dapr ? { dapr: config.dapr } : {}),
+    }),
+  ).catch((error: unknown) => {
     logger.error('could not start', {
       error: error instanceof Error ? error.message : String(error),
     });

@@ -98,14 +98,15 @@ const VERSION: string = readPackageVersion(new URL('../package.json', import.met
 
 /** The limits in force: the defaults, then what the options say (`limits` last). */
 function resolveLimits(options: ServerOptions): ServerLimits {
-  return {
-    ...DEFAULT_SERVER_LIMITS,
-    ...(options.maxInflight === undefined ? {} : { maxInflight: options.maxInflight }),
-    ...(options.service?.maxWaitersPerName === undefined
+  return Object.assign(
+    {},
+    DEFAULT_SERVER_LIMITS,
+    options.maxInflight === undefined ? {} : { maxInflight: options.maxInflight },
+    options.service?.maxWaitersPerName === undefined
       ? {}
-      : { maxWaitersPerLock: options.service.maxWaitersPerName }),
-    ...options.limits,
-  };
+      : { maxWaitersPerLock: options.service.maxWaitersPerName },
+    options.limits,
+  );
 }
 
 function assertMayListen(host: string, authRequired: boolean, insecure: boolean | undefined) {
@@ -157,12 +158,13 @@ function wireLocks(
   const metrics = createMetrics({ version: VERSION, backend: backend.kind });
   const observer = createServerObserver({ metrics, logger, health, backendKind: backend.kind });
   if (options.service?.observer) observer.add(options.service.observer);
-  const core = createLockService({
-    ...options.service,
-    backend,
-    maxWaitersPerName: limits.maxWaitersPerLock,
-    observer,
-  });
+  const core = createLockService(
+    Object.assign({}, options.service, {
+      backend,
+      maxWaitersPerName: limits.maxWaitersPerLock,
+      observer,
+    }),
+  );
   const list = listLocksOf(backend, clock, backendTimeoutMs, observer);
   const feed = createLockFeed({
     service: core,
@@ -199,13 +201,12 @@ function createHttpServer(
   };
   if (!options.tls) return createServer(httpOptions, handler);
   const https = createHttpsServer(
-    {
-      ...httpOptions,
+    Object.assign({}, httpOptions, {
       cert: options.tls.cert,
       key: options.tls.key,
       // A TLS handshake that never finishes is the same attack one layer down.
       handshakeTimeout: limits.headersTimeoutMs,
-    },
+    }),
     handler,
   );
   // A failed handshake (a plain-HTTP client, a bad certificate on the other side) is the
@@ -231,9 +232,9 @@ function serveWebSocket(
     handleProtocols: (protocols) => (protocols.has(SUBPROTOCOL) ? SUBPROTOCOL : false),
   });
   const upgrade = createUpgradeGate({
-    ...gate,
     accept: (request, socket, head, principal, address) =>
       wss.handleUpgrade(request, socket, head, (ws) => connections.accept(ws, principal, address)),
+    ...gate,
   });
   http.on('upgrade', upgrade);
 }
@@ -256,12 +257,14 @@ function logListening(
   url: string,
   authRequired: boolean,
 ): void {
-  logger.info('listening', {
-    ...opened.describe,
-    auth: authRequired ? `${options.auth?.length} tokens` : 'none',
-    // Last, so that no backend field can hide the address clients connect to.
-    url,
-  });
+  logger.info(
+    'listening',
+    Object.assign({}, opened.describe, {
+      auth: authRequired ? `${options.auth?.length} tokens` : 'none',
+      // Last, so that no backend field can hide the address clients connect to.
+      url,
+    }),
+  );
   const loopback = isLoopbackHost(host);
   if (!authRequired && !loopback) {
     logger.warn(
@@ -296,7 +299,7 @@ function sessionsOf(parts: Omit<Parts, 'connections'>): Connections {
     limits,
     session: {
       service: locks.service,
-      limits: { ...limits, maxPayloadBytes: MAX_PAYLOAD_BYTES },
+      limits: Object.assign({}, limits, { maxPayloadBytes: MAX_PAYLOAD_BYTES }),
       serverVersion: VERSION,
       logger: parts.logger,
       feed: locks.feed,
@@ -318,7 +321,7 @@ function doorContextOf(parts: Parts): DoorContext {
   const { limits, locks } = parts;
   return {
     service: locks.service,
-    limits: { ...limits, maxPayloadBytes: MAX_PAYLOAD_BYTES },
+    limits: Object.assign({}, limits, { maxPayloadBytes: MAX_PAYLOAD_BYTES }),
     serverVersion: VERSION,
     metrics: locks.metrics,
     authenticator: parts.authenticator,
@@ -340,11 +343,10 @@ function httpHandlerOf(parts: Parts, doors: DoorContext, dapr: Dapr): RequestLis
     origins: parts.origins,
     dashboard: loadDashboard(),
     feed: locks.feed,
-    readiness: () => ({
-      ...health.readiness(),
-      backend: opened.backend.kind,
-      sessions: connections.size,
-    }),
+    readiness: () => {
+      const { ready, ...said } = health.readiness();
+      return { ready, ...said, backend: opened.backend.kind, sessions: connections.size };
+    },
     doors: [
       createRpcDoor(doors),
       createDaprHttpDoor(doors, dapr.options, dapr.locks, () => health.readiness().ready),
@@ -409,7 +411,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   await health.start();
   const locks = wireLocks(options, limits, opened.backend, logger, health);
   const early = { logger, limits, authenticator, origins, opened, health, locks };
-  const parts: Parts = { ...early, connections: sessionsOf(early) };
+  const parts: Parts = Object.assign({}, early, { connections: sessionsOf(early) });
   const { connections } = parts;
   locks.metrics.bindGauges({
     sessions: () => connections.size,

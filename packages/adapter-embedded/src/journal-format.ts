@@ -215,5 +215,5 @@ function decodeGrant(fields: readonly unknown[], shared: boolean): JournalRecord
     keyHash,
   };
   if (!shared) return grant;
-  return isLimit(limit) ? { ...grant, limit } : undefined;
+  return isLimit(limit) ? Object.assign({}, grant, { limit }) : undefined;
 }

@@ -495,12 +495,12 @@ async function tryAcquireShared(
       // ahead of it (core's rule: an exclusive one, or a shared one with another limit, comes
       // first, and the shared ones take room).
       const rule = { mode: 'shared' as const, limit: shared.limit };
-      const holders = { ...view, sharedCount: view.holders };
+      const holders = Object.assign({}, view, { sharedCount: view.holders });
       const decision = takenByAnother(view, request)
         ? undefined
         : decideGrant(
             rule,
-            ruleHoldersOf({ ...holders, delay: delayed }, request),
+            ruleHoldersOf(Object.assign({}, holders, { delay: delayed }), request),
             aheadOfView(rule, entries),
           );
       if (decision?.kind === 'conflict') return { granted: false, conflict: decision.conflict };
@@ -805,9 +805,9 @@ async function revoke(e: Etcd, name: string): Promise<boolean> {
       {
         request_txn: {
           // Over a range: true when every key in it has a create revision and one exists.
-          compare: [{ ...holders, target: 'Create', result: 'Greater', create_revision: 0 }],
+          compare: [{ target: 'Create', result: 'Greater', create_revision: 0, ...holders }],
           success: [
-            { request_delete_range: { ...holders, prev_kv: true } },
+            { request_delete_range: { prev_kv: true, ...holders } },
             markerPut(e, 'revoked'),
           ],
           failure: [],

@@ -80,11 +80,10 @@ export function txnSender(client: Etcd3, markerKey: string, clock: Clock = syste
     // gets the marker as well (a marker without a delete in its revision tells nothing).
     const failure = entry.request.failure ?? [];
     const request = entry.release
-      ? {
-          ...entry.request,
+      ? Object.assign({}, entry.request, {
           success: [...(entry.request.success ?? []), markerPut],
           failure: failure.length ? [...failure, markerPut] : failure,
-        }
+        })
       : entry.request;
     return withRetries(entry.limit, entry.mode, true, (deadline) =>
       client.kv.txn(request, { deadline }),
@@ -137,7 +136,7 @@ export function txnSender(client: Etcd3, markerKey: string, clock: Clock = syste
         entry.reject(new DlmError('INTERNAL', 'etcd: a batched transaction has no response'));
         return;
       }
-      entry.resolve({ ...nested, header: response.header });
+      entry.resolve(Object.assign({}, nested, { header: response.header }));
     });
   }
 

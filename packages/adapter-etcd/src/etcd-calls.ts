@@ -43,10 +43,15 @@ function transient(error: unknown): boolean {
 export { type Budget, budget } from '@dlm/core';
 
 function timedOut(what: string, indeterminate: boolean, cause: unknown): DlmError {
-  return new DlmError('UNAVAILABLE', `${what}: etcd did not answer in time`, {
-    ...(cause === undefined ? {} : { cause }),
-    ...(indeterminate ? { indeterminate: true } : {}),
-  });
+  return new DlmError(
+    'UNAVAILABLE',
+    `${what}: etcd did not answer in time`,
+    Object.assign(
+      {},
+      cause === undefined ? {} : { cause },
+      indeterminate ? { indeterminate: true } : {},
+    ),
+  );
 }
 
 /**

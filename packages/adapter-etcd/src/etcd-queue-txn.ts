@@ -125,14 +125,18 @@ export type Place =
 /** The comparisons under which granting now is right (see the top of this file). */
 function grantCompares(keys: EtcdKeys, w: WaiterKeys, place: Place): ICompare[] {
   const { lockKey, queueStart, queueEnd, request } = w;
-  const noShared = {
-    ...free(keys.shared(request.name)),
+  const noShared = Object.assign({}, free(keys.shared(request.name)), {
     range_end: prefixEnd(keys.shared(request.name)),
-  };
+  });
   // Not in a lock-delay: a grant of either mode needs the delay key absent (etcd-delay.ts).
   const noDelay = free(w.delayKey);
   if (!place.queued) {
-    return [free(lockKey), noShared, { ...free(queueStart), range_end: queueEnd }, noDelay];
+    return [
+      free(lockKey),
+      noShared,
+      Object.assign({}, free(queueStart), { range_end: queueEnd }),
+      noDelay,
+    ];
   }
   const mine = createdAt(place.myKey, place.revision.toString());
   // Shared: our holder key is free too (another owner with our key hash holds it otherwise).

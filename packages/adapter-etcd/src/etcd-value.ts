@@ -43,7 +43,7 @@ function partsOfValue(value: Buffer): { keyHash?: string; cap?: HoldCap; owner: 
       ? { capAtMs: capAtMs!, maxHoldMs: maxHoldMs! }
       : undefined;
   const owner = end < 0 ? rest : rest.slice(end + 1);
-  return { ...(keyHash === undefined ? {} : { keyHash }), ...(cap ? { cap } : {}), owner };
+  return Object.assign({}, keyHash === undefined ? {} : { keyHash }, cap ? { cap } : {}, { owner });
 }
 
 /** The owner in a lock key's value; the key hash never leaves this adapter. */

@@ -75,7 +75,7 @@ export function createClusterConnection(
 ): Cluster {
   const { lazyConnect: _lazy, ...perNode } = commandConnectionOptions(timeoutMs);
   const cluster = new Cluster(nodes, {
-    redisOptions: { ...perNode, ...credentials },
+    redisOptions: Object.assign({}, perNode, credentials),
     enableOfflineQueue: false,
     enableAutoPipelining: false,
     retryDelayOnFailover: 100,
@@ -148,15 +148,15 @@ export function createClusterSubscriber(
   timeoutMs: number,
   credentials: Credentials = {},
 ): Redis {
-  const subscriber = new Redis({
-    ...subscriberConnectionOptions(timeoutMs),
-    ...credentials,
-    // Named, so that an operator (and the tests) can tell which node it is on (CLIENT LIST).
-    connectionName: 'dlm-events',
-    Connector: rotatingConnector(subscriberAddresses(cluster, seeds)),
-    // Another node is tried at once: a dead one will not be back soon.
-    retryStrategy: () => 100,
-  });
+  const subscriber = new Redis(
+    Object.assign({}, subscriberConnectionOptions(timeoutMs), credentials, {
+      // Named, so that an operator (and the tests) can tell which node it is on (CLIENT LIST).
+      connectionName: 'dlm-events',
+      Connector: rotatingConnector(subscriberAddresses(cluster, seeds)),
+      // Another node is tried at once: a dead one will not be back soon.
+      retryStrategy: () => 100,
+    }),
+  );
   subscriber.on('error', () => {});
   return subscriber;
 }
@@ -177,10 +177,11 @@ export function redisClusterBackend(options: RedisClusterBackendOptions): RedisB
   }
   const seeds = options.nodes === undefined ? [] : parseClusterAddresses(options.nodes);
   const { client: own, nodes: _nodes, password, username, ...common } = options;
-  const credentials: Credentials = {
-    ...(password === undefined ? {} : { password }),
-    ...(username === undefined ? {} : { username }),
-  };
+  const credentials: Credentials = Object.assign(
+    {},
+    password === undefined ? {} : { password },
+    username === undefined ? {} : { username },
+  );
   return createRedisBackend(common, (timeoutMs) => {
     const client = own ?? createClusterConnection(seeds, timeoutMs, credentials);
     return {

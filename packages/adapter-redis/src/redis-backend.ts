@@ -411,7 +411,7 @@ async function tryAcquire(
   const grant = { name, owner, token: result.token, ttlMs: result.ttlMs ?? ttlMs };
   return {
     granted: true,
-    grant: holdRemainingMs === undefined ? grant : { ...grant, holdRemainingMs },
+    grant: holdRemainingMs === undefined ? grant : Object.assign({}, grant, { holdRemainingMs }),
   };
 }
 

@@ -28,11 +28,12 @@ function credentialsOf(url: string | undefined): {
   if (url === undefined) return {};
   const parsed = new URL(url);
   const db = Number(parsed.pathname.slice(1) || 0);
-  return {
-    ...(parsed.password ? { password: decodeURIComponent(parsed.password) } : {}),
-    ...(parsed.username ? { username: decodeURIComponent(parsed.username) } : {}),
-    ...(db > 0 ? { db } : {}),
-  };
+  return Object.assign(
+    {},
+    parsed.password ? { password: decodeURIComponent(parsed.password) } : {},
+    parsed.username ? { username: decodeURIComponent(parsed.username) } : {},
+    db > 0 ? { db } : {},
+  );
 }
 
 /**
@@ -50,19 +51,19 @@ export function createSentinelConnection(options: {
       field: 'sentinelName',
     });
   }
-  const client = new Redis({
-    ...commandConnectionOptions(options.timeoutMs),
-    ...credentialsOf(options.url),
-    sentinels: options.sentinels,
-    name: options.name,
-    role: 'master',
-    // Not ioredis's `failoverDetector`: its +switch-master handler disconnects a connection
-    // that may be mid-way through connecting, and ioredis then ends the client for good
-    // ("Connection is closed." on every later command; seen in the fault harness). A killed
-    // master closes the socket anyway, and a silent one is torn down by `socketTimeout`.
-    // Keep asking the sentinels (every 100 ms, then up to every second) while none answers.
-    sentinelRetryStrategy: (attempt: number) => Math.min(100 * attempt, 1_000),
-  });
+  const client = new Redis(
+    Object.assign({}, commandConnectionOptions(options.timeoutMs), credentialsOf(options.url), {
+      sentinels: options.sentinels,
+      name: options.name,
+      role: 'master',
+      // Not ioredis's `failoverDetector`: its +switch-master handler disconnects a connection
+      // that may be mid-way through connecting, and ioredis then ends the client for good
+      // ("Connection is closed." on every later command; seen in the fault harness). A killed
+      // master closes the socket anyway, and a silent one is torn down by `socketTimeout`.
+      // Keep asking the sentinels (every 100 ms, then up to every second) while none answers.
+      sentinelRetryStrategy: (attempt: number) => Math.min(100 * attempt, 1_000),
+    }),
+  );
   client.on('error', () => {});
   return client;
 }

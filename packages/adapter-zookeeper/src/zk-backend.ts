@@ -152,7 +152,7 @@ export function zookeeperBackend(options: ZooKeeperBackendOptions): ZooKeeperBac
   return {
     kind: 'zookeeper',
     // An ephemeral holder can vanish with its session, an end nobody records: no lock-delay then.
-    capabilities: { ...capabilities, lockDelay: !ephemeral },
+    capabilities: Object.assign({}, capabilities, { lockDelay: !ephemeral }),
     tryAcquire: guard('acquire', (request: core.AcquireRequest) =>
       tryAcquire(zk, contend, request),
     ),
@@ -287,7 +287,7 @@ async function tryAcquire(
   const { name, owner } = request;
   const limit = budget('acquire', zk.commandTimeoutMs);
   const ttlMs = Math.max(request.ttlMs, capabilities.minTtlMs);
-  const outcome = await contend(limit, { ...request, ttlMs });
+  const outcome = await contend(limit, Object.assign({}, request, { ttlMs }));
   if (outcome.kind === 'granted') {
     noteGranted(zk, name, owner, outcome.path, outcome.token);
     return {
@@ -339,12 +339,17 @@ async function extend(
     if (!refreshed) continue;
     if (refreshed.expired) {
       // The old lease had already run out by the time of the write: not ours to extend.
-      await zk.store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
+      await zk.store.endLease(
+        limit,
+        name,
+        Object.assign({}, holder, { version: refreshed.version }),
+        'expired',
+      );
       return null;
     }
     const { holdRemainingMs } = refreshed;
     const grant = { name, owner: holder.owner, token, ttlMs: refreshed.ttlMs };
-    return holdRemainingMs === undefined ? grant : { ...grant, holdRemainingMs };
+    return holdRemainingMs === undefined ? grant : Object.assign({}, grant, { holdRemainingMs });
   }
 }
 
@@ -428,9 +433,9 @@ function stateOf(name: string, all: Current[], nowMs: number): core.LockState | 
     token: holder.token,
     ttlRemainingMs: capped(newest.remaining),
   };
-  if (holder.mode === 'exclusive' && live.length === 1) return { ...top, mode: 'exclusive' };
-  return {
-    ...top,
+  if (holder.mode === 'exclusive' && live.length === 1)
+    return Object.assign({}, top, { mode: 'exclusive' as const });
+  return Object.assign({}, top, {
     mode: holder.mode,
     ...(holder.mode === 'shared' ? { limit: holder.limit } : {}),
     holders: live.map(({ holder: each, remaining }) => ({
@@ -438,5 +443,5 @@ function stateOf(name: string, all: Current[], nowMs: number): core.LockState | 
       token: each.token,
       ttlRemainingMs: capped(remaining),
     })),
-  };
+  });
 }

@@ -56,7 +56,7 @@ export function contender(store: LockStore): Contend {
         const live = liveHolders(left, request);
         const decision = decideGrant(
           spec,
-          { ...live.holders, lockDelayRemainingMs },
+          Object.assign({}, live.holders, { lockDelayRemainingMs }),
           aheadOfWaiters(spec, children.waiters),
         );
         if (decision.kind === 'refresh') {
@@ -68,7 +68,12 @@ export function contender(store: LockStore): Contend {
             return { kind: 'granted', token, path, ttlMs: refreshed.ttlMs };
           }
           // Its lease had run out before we refreshed it: that lease is over, grant anew.
-          await store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
+          await store.endLease(
+            limit,
+            name,
+            Object.assign({}, holder, { version: refreshed.version }),
+            'expired',
+          );
           continue;
         }
         if (decision.kind === 'conflict') return decision;

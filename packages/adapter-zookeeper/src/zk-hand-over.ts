@@ -108,11 +108,17 @@ export class HandOverSlot {
     const sentAt = this.hooks.now();
     const attemptId = randomBytes(8).toString('hex');
     const offer = this.store
-      .handOver(limit, this.request.name, lease, { ...this.to, waiterPath }, attemptId)
+      .handOver(
+        limit,
+        this.request.name,
+        lease,
+        Object.assign({}, this.to, { waiterPath }),
+        attemptId,
+      )
       .then((granted) => {
         if (!granted) return false;
         this.hooks.left(waiterPath);
-        this.handed = { ...granted, sentAt };
+        this.handed = Object.assign({}, granted, { sentAt });
         if (this.stopped) this.dropUncollected();
         else this.hooks.woken();
         return true;

@@ -145,7 +145,12 @@ export class QueueHead {
     if (!refreshed) return { kind: 'again' };
     this.w.gone(mine);
     if (refreshed.expired) {
-      await store.endLease(limit, name, { ...holder, version: refreshed.version }, 'expired');
+      await store.endLease(
+        limit,
+        name,
+        Object.assign({}, holder, { version: refreshed.version }),
+        'expired',
+      );
       return { kind: 'again' };
     }
     return this.w.grantOf(holder.token, holder.path);

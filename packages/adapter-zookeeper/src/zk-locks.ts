@@ -267,8 +267,7 @@ export class LockStore {
       const named = specOf(path);
       const mtimeMs = mtimeOf(stat);
       const cap = capOf(lease?.maxHoldMs, Number(stat.ctime.readBigInt64BE(0)));
-      return {
-        ...cap,
+      return Object.assign({}, cap, {
         path,
         mode: lease?.mode ?? named.mode,
         limit: lease?.mode === 'shared' ? lease.limit : named.limit,
@@ -282,7 +281,7 @@ export class LockStore {
         lockDelayMs: lease?.lockDelayMs,
         persistent: stat.ephemeralOwner.readBigInt64BE(0) === 0n,
         ...(lease?.maxHoldMs === undefined ? {} : { maxHoldMs: lease.maxHoldMs }),
-      };
+      });
     } catch (error) {
       if (isZkCode(error, Exception.NO_NODE)) return undefined;
       throw error;
@@ -542,15 +541,16 @@ export class LockStore {
     this.noteClock(stat);
     const token = zxid(stat.mzxid);
     const nowMs = mtimeOf(stat);
-    this.rememberLease(name, {
-      ...lease,
-      ...capOf(lease.maxHoldMs, nowMs),
-      path,
-      token,
-      version: 0,
-      mtimeMs: nowMs,
-      nameVersion: stat.version,
-    });
+    this.rememberLease(
+      name,
+      Object.assign({}, lease, capOf(lease.maxHoldMs, nowMs), {
+        path,
+        token,
+        version: 0,
+        mtimeMs: nowMs,
+        nameVersion: stat.version,
+      }),
+    );
     // A holder with a lock-delay is never taken over at the name node's next version unread:
     // its end may start the delay (see `persistentHere`).
     if (!this.options.ephemeral && !lease.lockDelayMs) {
@@ -666,12 +666,14 @@ export class LockStore {
       const expired = holder.mtimeMs + holder.ttlMs <= nowMs || granted <= 0;
       if (expired) this.forgetLease(name, holder.token);
       else {
-        this.rememberLease(name, {
-          ...holder,
-          version: stat.version,
-          mtimeMs: nowMs,
-          ttlMs: granted,
-        });
+        this.rememberLease(
+          name,
+          Object.assign({}, holder, {
+            version: stat.version,
+            mtimeMs: nowMs,
+            ttlMs: granted,
+          }),
+        );
       }
       const { capAtMs } = holder;
       const hold = capAtMs === undefined ? {} : { holdRemainingMs: capAtMs - nowMs };

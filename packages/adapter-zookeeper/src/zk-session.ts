@@ -430,8 +430,7 @@ export function openSession(
   options: { sessionTimeoutMs: number; clock?: Clock },
 ): ZkSession {
   const conn = new Connection(connect, options.sessionTimeoutMs, options.clock ?? systemClock);
-  return {
-    ...requests(conn),
+  const session: Omit<ZkSession, keyof ReturnType<typeof requests>> = {
     isConnected: () => conn.connected(),
     sessionTimeoutMs: () => conn.client.getSessionTimeout(),
     onState(listener) {
@@ -440,4 +439,5 @@ export function openSession(
     },
     close: () => conn.close(),
   };
+  return Object.assign(session, requests(conn));
 }

@@ -250,7 +250,7 @@ class HolderWatchers implements HolderWatch {
     if (holder?.ephemeral && !(await this.ephemeralAlive(watch, holder))) holder = undefined;
     if (!this.isCurrent(watch)) return;
     const now = new Map<bigint, Known>();
-    if (holder) now.set(holder.token, { ...holder, mode: 'exclusive' });
+    if (holder) now.set(holder.token, Object.assign({}, holder, { mode: 'exclusive' }));
     this.observe(watch, now, record.end, stat.version, false);
   }
 

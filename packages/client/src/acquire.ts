@@ -70,7 +70,10 @@ export function acquire(
   // Untraced (the common case): no span, no closures, no async frame for it.
   if (spanless(context.version)) {
     const traceparent = activeTraceparent();
-    const sent = traceparent === internals.traceparent ? internals : { ...internals, traceparent };
+    const sent =
+      traceparent === internals.traceparent
+        ? internals
+        : Object.assign({}, internals, { traceparent });
     return acquireLease(context, name, options, sent);
   }
   const span = {
@@ -84,7 +87,7 @@ export function acquire(
     describe: (lease: Lease) => ({ 'dlm.lock.token': lease.token.toString() }),
   };
   return withClientSpan(context.version, span, (traceparent) =>
-    acquireLease(context, name, options, { ...internals, traceparent }),
+    acquireLease(context, name, options, Object.assign({}, internals, { traceparent })),
   );
 }
 
@@ -226,7 +229,10 @@ export function triesSettings(
   ownerIsOurs = options.owner === undefined,
 ): TriesSettings {
   return {
-    ...checked,
+    key: checked.key,
+    ttlMs: checked.ttlMs,
+    waitMs: checked.waitMs,
+    traceparent: checked.traceparent,
     owner: options.owner ?? globalThis.crypto.randomUUID(),
     ownerIsOurs,
     policy: context.policyFor(options.retry, options.signal),

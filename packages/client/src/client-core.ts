@@ -82,7 +82,7 @@ export class ClientCore implements AcquireContext, CleanupContext, WatchContext 
     // Made once per session (every request checks against it).
     if (this.sessionLimits?.session !== session) {
       // hello does not report maxOwnerBytes: the protocol's default stands for it.
-      this.sessionLimits = { session, limits: { ...DEFAULT_LIMITS, ...session.limits } };
+      this.sessionLimits = { session, limits: Object.assign({}, DEFAULT_LIMITS, session.limits) };
     }
     return this.sessionLimits.limits;
   }

@@ -498,7 +498,7 @@ async function tryAcquire(
   options: Omit<AcquireOptions, 'waitMs'>,
 ): Promise<Lease | null> {
   try {
-    return await acquire(core, name, { ...options, waitMs: 0 });
+    return await acquire(core, name, Object.assign({}, options, { waitMs: 0 }));
   } catch (error) {
     if (isDlmError(error, 'LOCK_HELD')) return null;
     throw error;
@@ -517,8 +517,8 @@ async function withLock<T>(
 ): Promise<T> {
   const held: Lease | LeaseGroup =
     typeof target === 'string'
-      ? await acquire(core, target, { ...options, autoExtend: true })
-      : await acquireAll(core, target, { ...options, autoExtend: true });
+      ? await acquire(core, target, Object.assign({}, options, { autoExtend: true }))
+      : await acquireAll(core, target, Object.assign({}, options, { autoExtend: true }));
   const sources = options.signal ? [held.signal, options.signal] : undefined;
   const signal = sources
     ? clockedSignal(AbortSignal.any(sources), askingEach(sources))
@@ -541,10 +541,11 @@ async function get(
     { name },
     core.policyFor(options.retry, options.signal),
   );
-  const waiters: WaitersInfo = {
-    ...(state.waiters === undefined ? {} : { waiters: state.waiters }),
-    ...(state.waitersScope === undefined ? {} : { waitersScope: state.waitersScope }),
-  };
+  const waiters: WaitersInfo = Object.assign(
+    {},
+    state.waiters === undefined ? {} : { waiters: state.waiters },
+    state.waitersScope === undefined ? {} : { waitersScope: state.waitersScope },
+  );
   if (!state.held) {
     const delay = state.lockDelayRemainingMs;
     return {
@@ -609,7 +610,7 @@ function campaignFor(
         acquire(
           core,
           leaderName,
-          { ...rest, autoExtend: true, ...(signal ? { signal } : {}) },
+          Object.assign({}, rest, { autoExtend: true, ...(signal ? { signal } : {}) }),
           { ownerIsOurs },
         ),
     },

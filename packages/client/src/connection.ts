@@ -217,7 +217,7 @@ class ClientConnection {
     const hello = new PendingRequest(
       this.requests.nextId(),
       'session.hello',
-      this.options.multiFrames ? { ...params, frames: FRAMES_MULTI } : params,
+      this.options.multiFrames ? Object.assign({}, params, { frames: FRAMES_MULTI }) : params,
       {},
       (result) => this.onHello(ws, result as HelloResult),
       (error) => this.onHelloRefused(ws, error),
@@ -417,7 +417,7 @@ class ClientConnection {
     if (signal?.aborted) return Promise.reject(cancelled());
     // The caller's trace, read now: a request queued for a connection is sent later.
     const traceparent = (params as { traceparent?: string }).traceparent ?? activeTraceparent();
-    const sent = traceparent ? { ...params, traceparent } : params;
+    const sent = traceparent ? Object.assign({}, params, { traceparent }) : params;
     return new Promise<ResultOf<M>>((resolve, reject) => {
       const request = new PendingRequest(
         this.requests.nextId(),

@@ -38,10 +38,15 @@ export function asError(error: unknown): Error {
 }
 
 export function unavailable(message: string, cause?: unknown, indeterminate = false): DlmError {
-  return new DlmError('UNAVAILABLE', message, {
-    ...(cause === undefined ? {} : { cause }),
-    ...(indeterminate ? { indeterminate: true } : {}),
-  });
+  return new DlmError(
+    'UNAVAILABLE',
+    message,
+    Object.assign(
+      {},
+      cause === undefined ? {} : { cause },
+      indeterminate ? { indeterminate: true } : {},
+    ),
+  );
 }
 
 export function cancelled(): DlmError {

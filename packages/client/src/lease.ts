@@ -429,7 +429,9 @@ class LeaseState implements LeaseHandle {
             });
         },
         // Past the local deadline an answer no longer helps: the lease is over locally anyway.
-        { ...policy, deadlineMs: Math.min(policy.deadlineMs, this.deadline - clock.now()) },
+        Object.assign({}, policy, {
+          deadlineMs: Math.min(policy.deadlineMs, this.deadline - clock.now()),
+        }),
         { clock },
       );
     } catch (error) {

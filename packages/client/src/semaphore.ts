@@ -98,7 +98,7 @@ function moded<O extends object>(options: O, mode: 'shared' | 'exclusive', limit
     limit?: unknown;
   };
   if (mode === 'exclusive') return rest as O;
-  return { ...rest, mode, ...(limit === undefined ? {} : { limit }) } as O;
+  return Object.assign({}, rest, { mode, ...(limit === undefined ? {} : { limit }) }) as O;
 }
 
 /** `client.semaphore`: `limit` checked now (INVALID_PARAMS, field `limit`), as the server would. */

@@ -117,7 +117,7 @@ export async function withClientSpan<T>(
     const result = await otel.context.with(otel.trace.setSpan(otel.context.active(), span), () =>
       run(traceparent),
     );
-    span.setAttributes({ ...describe(result), 'dlm.outcome': outcome });
+    span.setAttributes(Object.assign({}, describe(result), { 'dlm.outcome': outcome }));
     return result;
   } catch (error) {
     const code = isDlmError(error) ? error.code : 'INTERNAL';

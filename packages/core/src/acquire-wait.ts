@@ -99,7 +99,7 @@ function waitInQueue(
   const { backend, calls } = ctx;
   const queue = backend.capabilities.fairQueue ? backend.queue : undefined;
   if (!queue) {
-    const local: LocalRequest = { ...request, around };
+    const local: LocalRequest = Object.assign({}, request, { around });
     return localLoop(ctx)
       .run(local, signal, onWaiting)
       .then((outcome) => aged(ctx.clock.now(), outcome));

@@ -187,11 +187,11 @@ export interface GrantRuleCase {
 
 const X: RuleRequest = { mode: 'exclusive', limit: 1 };
 const S = (limit: number): RuleRequest => ({ mode: 'shared', limit });
-const holder = (spec: RuleRequest, remainingMs: number, own = false) => ({
-  ...spec,
-  remainingMs,
-  own,
-});
+const holder = (spec: RuleRequest, remainingMs: number, own = false) =>
+  Object.assign({}, spec, {
+    remainingMs,
+    own,
+  });
 
 /** The expected answer, short: a kind, the entry or holder waited on, or the conflict. */
 type Expected =
@@ -223,7 +223,9 @@ function rule(
           ? { kind: 'wait-holder', holder: expected.holder }
           : { kind: 'conflict', conflict: expected.conflict };
   const testCase: GrantRuleCase = { name, request, holders, ahead, expect };
-  return lockDelayRemainingMs === undefined ? testCase : { ...testCase, lockDelayRemainingMs };
+  return lockDelayRemainingMs === undefined
+    ? testCase
+    : Object.assign({}, testCase, { lockDelayRemainingMs });
 }
 
 /**

@@ -336,7 +336,7 @@ export function createLockService(options: LockServiceOptions): LockService {
 function createContext(options: LockServiceOptions): ServiceContext {
   const { backend } = options;
   const clock = options.clock ?? systemClock;
-  const limits: Limits = { ...DEFAULT_LIMITS, ...options.limits };
+  const limits: Limits = Object.assign({}, DEFAULT_LIMITS, options.limits);
   limits.minTtlMs = Math.max(limits.minTtlMs, backend.capabilities.minTtlMs);
   // A backend that keeps no lock-delays admits none: what `session.hello` announces.
   if (!backend.capabilities.lockDelay) limits.maxLockDelayMs = 0;
@@ -582,7 +582,10 @@ async function specOf(ctx: ServiceContext, name: string, token: bigint): Promise
 /** A backend's answer with `mode` and `holders` always filled (an adapter may leave them out). */
 function normalState(current: LockState | null): LockState | null {
   if (!current || (current.mode !== undefined && current.holders !== undefined)) return current;
-  return { ...current, mode: current.mode ?? 'exclusive', holders: holdersOf(current) };
+  return Object.assign({}, current, {
+    mode: current.mode ?? 'exclusive',
+    holders: holdersOf(current),
+  });
 }
 
 async function get(ctx: ServiceContext, name: string): Promise<LockState | null> {

@@ -165,12 +165,15 @@ function inEntry<T>(index: number, check: () => T): T {
  */
 function forLock(error: unknown, name: string, unconfirmed: boolean): unknown {
   if (!isDlmError(error) || error.code === 'INVALID_PARAMS') return error;
-  return new DlmError(error.code, error.message, {
-    ...error.details,
-    name,
-    ...(unconfirmed ? { indeterminate: true } : {}),
-    cause: error,
-  });
+  return new DlmError(
+    error.code,
+    error.message,
+    Object.assign({}, error.details, {
+      name,
+      ...(unconfirmed ? { indeterminate: true } : {}),
+      cause: error,
+    }),
+  );
 }
 
 /**

@@ -62,7 +62,7 @@ export function retryPolicy(
   options?: RetryOptions | false,
   base: RetryPolicy = DEFAULT_RETRY,
 ): RetryPolicy {
-  if (options === false) return { ...base, attempts: 1 };
+  if (options === false) return Object.assign({}, base, { attempts: 1 });
   if (options === undefined) return base;
   const attempts = options.attempts ?? base.attempts;
   const initialDelayMs = options.initialDelayMs ?? base.initialDelayMs;
@@ -320,7 +320,9 @@ class RetryRun<T> {
         if (!worthIt || this.aborted()) throw lastError;
         // Made at the first failure, with the deadline still counted from the first attempt.
         this.backoff ??= createBackoff(
-          { ...policy, deadlineMs: this.startedAt + policy.deadlineMs - clock.now() },
+          Object.assign({}, policy, {
+            deadlineMs: this.startedAt + policy.deadlineMs - clock.now(),
+          }),
           { clock, ...(options.random ? { random: options.random } : {}) },
         );
         const delayMs = this.backoff.next();

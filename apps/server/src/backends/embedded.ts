@@ -27,11 +27,13 @@ export const embedded = defineKind('embedded', {
   },
   async open(config, { logger, clock }) {
     const { embeddedBackend } = await import('@dlm/adapter-embedded');
-    return embeddedBackend({
-      ...(clock ? { clock } : {}),
-      ...(config.dataDir === null ? {} : { dataDir: config.dataDir }),
-      logger: (line: string) => logger.warn(line, { component: 'embedded' }),
-    });
+    return embeddedBackend(
+      Object.assign(
+        { logger: (line: string) => logger.warn(line, { component: 'embedded' }) },
+        clock ? { clock } : {},
+        config.dataDir === null ? {} : { dataDir: config.dataDir },
+      ),
+    );
   },
   describe: (config) => ({ backend: 'embedded', dataDir: config.dataDir ?? '(memory only)' }),
   args: (config) => [

@@ -99,12 +99,15 @@ export const redis = defineKind('redis', {
     return whenReady(
       config.cluster
         ? redisClusterBackend({ nodes: config.cluster, ...common })
-        : redisBackend({
-            ...(config.url === undefined ? {} : { url: config.url }),
-            ...(config.sentinels ? { sentinels: config.sentinels } : {}),
-            ...(config.sentinelName === undefined ? {} : { sentinelName: config.sentinelName }),
-            ...common,
-          }),
+        : redisBackend(
+            Object.assign(
+              {},
+              config.url === undefined ? {} : { url: config.url },
+              config.sentinels ? { sentinels: config.sentinels } : {},
+              config.sentinelName === undefined ? {} : { sentinelName: config.sentinelName },
+              common,
+            ),
+          ),
     );
   },
   describe: (config) => ({
